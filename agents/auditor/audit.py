@@ -1,0 +1,427 @@
+"""The deterministic auditor: one claim + one run directory -> one verdict.
+
+Each scope runs a fixed list of gates (design §4) over evidence re-derived from raw files. A gate that
+crashes does not crash the audit: the verdict is marked degraded and can no longer be PASS (fail open,
+never silently). Same files in, same verdict out: nothing here reads the clock or an unseeded RNG.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from pydantic import ValidationError
+
+from perfwarden.agents.auditor import stats
+from perfwarden.agents.auditor.evidence import LegEvidence, RunLoader
+from perfwarden.agents.auditor.findings import Findings, choose_action, verdict_label
+from perfwarden.agents.auditor.gates import caching, conditions, correctness, lever, measurement, opbench, profile, prose
+from perfwarden.agents.auditor.rederive import METRICS
+from perfwarden.harness.records import Claim, Comparison, MetricStats, Verdict, write_json_atomic
+
+AUDITOR_VERSION = "1.0.0"
+
+
+class ClaimError(ValueError):
+    """The claim file itself is unreadable or invalid (exit 3 at the CLI)."""
+
+
+def load_claim(path: Path) -> tuple[Claim, str]:
+    """Parse a claim file; returns the model and the sha256 of its bytes."""
+    try:
+        data = Path(path).read_bytes()
+    except OSError as exc:
+        raise ClaimError(f"cannot read claim {str(path)!r}: {exc}") from None
+    try:
+        obj = json.loads(data, parse_constant=_reject)
+    except (ValueError, RecursionError) as exc:
+        raise ClaimError(f"claim {str(path)!r} is not valid JSON: {exc}") from None
+    try:
+        return Claim.model_validate(obj), hashlib.sha256(data).hexdigest()
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        raise ClaimError(f"claim {str(path)!r} is invalid: {err['msg']} at {'.'.join(map(str, err['loc']))!r}") from None
+
+
+def _reject(name: str):
+    raise ValueError(f"non-finite constant {name!r}")
+
+
+@dataclass
+class Audit:
+    """Mutable state of one audit while gates run."""
+
+    run: Path
+    claim: Claim
+    loader: RunLoader
+    findings: Findings
+    legs_stats: dict[str, dict[str, MetricStats]] = field(default_factory=dict)
+    comparisons: dict[str, Comparison] = field(default_factory=dict)
+    not_checked: list[str] = field(default_factory=list)
+    degraded: list[str] = field(default_factory=list)
+    diff: dict[str, list[Any]] = field(default_factory=dict)
+    lever_detected: str | None = None
+    lever_signals: list[str] = field(default_factory=list)
+    correctness: str = "not_applicable"
+    headline_rederived: float | None = None
+    extra_values: list[float] = field(default_factory=list)
+
+    def gate(self, name: str, fn: Callable[[], Any]) -> Any:
+        """Run one gate; an exception in our own code degrades the verdict instead of crashing it."""
+        try:
+            return fn()
+        except Exception as exc:  # noqa: BLE001 - the whole point is to contain our own bugs
+            self.degraded.append(f"gate {name!r} failed: {type(exc).__name__}: {exc}")
+            self.findings.add("AUDITOR_DEGRADED", "FLAG", f"gate {name!r} could not run ({type(exc).__name__}); "
+                              "its check is not made", gate=name, action="flag")
+            self.not_checked.append(f"{name}: {traceback.format_exception_only(type(exc), exc)[-1].strip()}")
+            return None
+
+    def leg(self, name: str | None, need_outputs: bool = False) -> LegEvidence | None:
+        if not name:
+            return None
+        leg = self.loader.leg(name, need_outputs)
+        if name not in self.legs_stats and leg.reps:
+            self.legs_stats[name] = measurement.leg_metric_stats(leg.reps)
+        return leg
+
+
+# ----------------------------------------------------------------------------------------- scopes
+
+
+def _require(a: Audit, role: str, name: str | None) -> bool:
+    if not name:
+        a.findings.add("EVIDENCE_MISSING", "FAIL", f"the {a.claim.scope} claim names no {role} leg", gate="evidence")
+        return False
+    return True
+
+
+def _aa_legs(a: Audit) -> list[LegEvidence]:
+    return [leg for leg in (a.leg(n) for n in a.claim.legs.aa) if leg is not None and leg.reps]
+
+
+def audit_baseline(a: Audit) -> None:
+    claim = a.claim
+    if not _require(a, "baseline", claim.legs.baseline):
+        return
+    base = a.leg(claim.legs.baseline, need_outputs=True)
+    if not base.reps:
+        a.findings.add("EVIDENCE_MISSING", "FAIL", f"baseline {base.name!r} has no usable rep", gate="evidence")
+        return
+    aa = _aa_legs(a)
+    metric = claim.headline.metric if claim.headline.metric in METRICS else "output_throughput"
+    a.gate("crash", lambda: measurement.check_crash(a.run, base, None, a.findings))
+    a.gate("errors", lambda: measurement.check_errors(a.run, base, a.findings, "FLAG", "remeasure"))
+    a.gate("contention", lambda: measurement.check_contention(a.run, base, a.findings))
+    a.gate("noise", lambda: measurement.check_noisy_baseline(a.run, base, aa, metric, a.findings))
+    a.gate("aggregates", lambda: measurement.check_line_aggregates(a.run, base, a.findings))
+    band, _ = measurement.calibrate_band(metric, base, aa, len(base.reps), len(base.reps))
+    a.gate("drift", lambda: measurement.check_drift(a.run, claim, base, band, a.not_checked, a.findings))
+    if base.outputs is None:
+        a.not_checked.append("reference coherence: no outputs.jsonl in the baseline leg")
+    else:
+        coherent = a.gate("coherence", lambda: correctness.check_reference_coherence(a.run, base, a.findings))
+        a.correctness = "verified" if coherent else "unverifiable"
+    a.gate("reported", lambda: measurement.check_reported_numbers(claim, a.legs_stats, None, a.findings))
+
+
+def audit_profile(a: Audit) -> None:
+    rows = a.loader.profile()
+    if rows is None:
+        return
+    if not rows:
+        a.findings.add("EVIDENCE_MISSING", "FAIL", "the profile has no complete line", gate="profile")
+        return
+    reported = a.claim.reported.get("op_share") if isinstance(a.claim.reported, dict) else None
+    ranking = a.gate("profile", lambda: profile.check_routed_op(a.run, rows, a.claim.op, reported, a.findings))
+    for _, share in ranking or []:
+        a.extra_values.append(share)
+
+
+def audit_harness(a: Audit) -> None:
+    claim = a.claim
+    path = claim.opbench or (claim.isolated_speedup.opbench if claim.isolated_speedup else None)
+    op = claim.op or (claim.isolated_speedup.op if claim.isolated_speedup else None)
+    if not path or not op:
+        a.findings.add("EVIDENCE_MISSING", "FAIL", "the harness claim names no op or op benchmark", gate="harness")
+        return
+    rows = a.loader.opbench(path)
+    if rows is None:
+        return
+    if not rows:
+        a.findings.add("EVIDENCE_MISSING", "FAIL", f"op benchmark {path!r} has no complete line", gate="harness")
+        return
+    server = a.leg(claim.legs.baseline) if claim.legs.baseline else None
+    server_info = server.server_info if server else None
+    if server_info is None:
+        a.not_checked.append("dispatch path: no baseline leg server_info names what the server runs")
+    profile_rows = a.loader.profile() if a.loader.paths.profile.is_file() else None
+    if profile_rows is None:
+        a.not_checked.append("served shapes: no profile.jsonl lists the shapes the server serves")
+    iso = claim.isolated_speedup
+    result = a.gate("harness", lambda: opbench.audit_rig(
+        a.run, rows, iso.baseline_backend if iso else None, iso.candidate_backend if iso else None,
+        server_info, profile_rows, op, a.findings))
+    if result and result.speedup is not None:
+        a.headline_rederived = result.speedup
+        a.extra_values += [result.speedup, *result.per_shape.values()]
+        if iso and abs(iso.value - result.speedup) > opbench.SPEEDUP_TOLERANCE * result.speedup:
+            a.findings.add("REPORTED_MISMATCH", "FLAG", f"claimed {iso.value:.3g}x vs re-derived {result.speedup:.3g}x",
+                           measured=round(result.speedup, 4), threshold=iso.value, action="downgrade_headline",
+                           gate="harness")
+
+
+def audit_patch(a: Audit, bundle: bool = False) -> None:
+    claim = a.claim
+    if not (_require(a, "baseline", claim.legs.baseline) and _require(a, "candidate", claim.legs.candidate)):
+        return
+    base = a.leg(claim.legs.baseline, need_outputs=True)
+    cand = a.leg(claim.legs.candidate, need_outputs=True)
+    legs = {base.name: base, cand.name: cand}
+    if claim.legs.validation:
+        val = a.leg(claim.legs.validation)
+        legs[val.name] = val
+    aa = _aa_legs(a)
+
+    # Do no harm first: a crash or failed requests in the candidate ends the discussion.
+    a.gate("crash", lambda: measurement.check_crash(a.run, cand, len(base.reps) or None, a.findings))
+    a.gate("errors", lambda: _errors(a, base, cand))
+    for leg in (base, cand):
+        a.gate("contention", lambda leg=leg: measurement.check_contention(a.run, leg, a.findings))
+        a.gate("aggregates", lambda leg=leg: measurement.check_line_aggregates(a.run, leg, a.findings))
+
+    a.diff = a.gate("conditions", lambda: conditions.check_conditions(a.run, claim, base, cand, a.findings)) or {}
+    a.gate("reported_conditions", lambda: conditions.check_reported_conditions(a.run, claim, legs, a.findings))
+    if bundle:
+        a.gate("bundle", lambda: _bundle_gates(a, base, cand))
+
+    if base.reps and cand.reps:
+        for metric in METRICS:
+            comp = measurement.compare(metric, base, cand, aa)
+            if comp is not None:
+                a.comparisons[metric] = comp
+        head = a.comparisons.get(claim.headline.metric)
+        a.headline_rederived = head.delta_pct if head else None
+        a.gate("significance", lambda: measurement.check_headline(
+            a.run, claim, head, (len(base.reps), len(cand.reps)), a.findings))
+        a.gate("latency", lambda: measurement.check_hidden_regressions(
+            a.comparisons, claim.headline.metric, base, cand, a.findings))
+        a.gate("output_length", lambda: correctness.check_output_length(a.run, base, cand, a.findings))
+        note = measurement.interleaving_note(base, cand)
+        if note:
+            a.not_checked.append(f"interleaving: {note}")
+    else:
+        a.findings.add("EVIDENCE_MISSING", "FAIL", "a leg has no usable rep, so no delta can be re-derived",
+                       gate="significance")
+
+    detected = a.gate("lever", lambda: lever.detect_lever(a.diff, base, cand))
+    if detected:
+        a.lever_detected, a.lever_signals = detected
+        a.gate("orthogonal", lambda: lever.check_orthogonal(claim, a.lever_detected, a.lever_signals, cand, a.run,
+                                                            a.findings))
+    a.gate("engagement", lambda: lever.check_engagement(claim, cand, a.run, a.findings))
+
+    lossy = correctness.lossy_signals(claim, a.diff)
+    a.correctness = a.gate("parity", lambda: correctness.check_parity(a.run, claim, base, cand, bool(lossy),
+                                                                      a.findings)) or "unverifiable"
+    a.gate("quality", lambda: correctness.check_quality(a.run, claim, a.loader, cand.name, lossy, a.findings))
+    spec = any(r.accept_length is not None for r in cand.reps)
+    a.gate("spec_decode", lambda: correctness.check_spec_decode_documented(claim, spec, a.findings))
+
+    a.gate("response_cache", lambda: caching.check_response_cache(a.run, [base, cand], a.findings))
+    a.gate("prefix_warmth", lambda: caching.check_prefix_warmth(a.run, base, cand, a.findings, a.not_checked))
+    if claim.legs.caching_audit:
+        cache_leg = a.leg(claim.legs.caching_audit)
+        if cache_leg.reps and cand.reps:
+            a.gate("test04", lambda: caching.check_test04_leg(a.run, cand, cache_leg, a.findings))
+    elif bundle:
+        a.not_checked.append("TEST04-style caching leg: none was measured")
+
+    if claim.isolated_speedup is not None:
+        a.gate("isolated_vs_e2e", lambda: _isolated_vs_e2e(a, base, cand))
+    a.gate("reported", lambda: measurement.check_reported_numbers(claim, a.legs_stats, a.headline_rederived,
+                                                                  a.findings))
+
+
+def _errors(a: Audit, base: LegEvidence, cand: LegEvidence) -> None:
+    base_errors = sum(r.n_errors for r in base.reps)
+    cand_errors = sum(r.n_errors for r in cand.reps)
+    measurement.check_errors(a.run, base, a.findings, "FLAG", "remeasure")
+    if cand_errors > base_errors:
+        measurement.check_errors(a.run, cand, a.findings, "FAIL", "eject")
+    elif cand_errors:
+        measurement.check_errors(a.run, cand, a.findings, "FLAG", "remeasure")
+
+
+def _isolated_vs_e2e(a: Audit, base: LegEvidence, cand: LegEvidence) -> None:
+    """An isolated speedup must come from an honest rig and be consistent with the e2e delta."""
+    iso = a.claim.isolated_speedup
+    head = a.comparisons.get(a.claim.headline.metric)
+    e2e_real = head is not None and head.significant
+    rig_findings = Findings()
+    if iso.opbench:
+        rows = a.loader.opbench(iso.opbench)
+        if rows:
+            profile_rows = a.loader.profile() if a.loader.paths.profile.is_file() else None
+            # In a patch audit the e2e legs are the evidence: a bad rig discredits the isolated number,
+            # so its findings ask to replace the headline with the e2e delta when that delta is real.
+            opbench.audit_rig(a.run, rows, iso.baseline_backend, iso.candidate_backend, base.server_info,
+                              profile_rows, iso.op, rig_findings, severity="FLAG" if e2e_real else "FAIL",
+                              action="replace_headline_with_e2e" if e2e_real else "eject")
+            a.findings.extend(rig_findings.items)
+    else:
+        a.not_checked.append("isolated speedup: no op benchmark file cited, rig not audited")
+    if head is None:
+        return
+    improvement = stats.improvement_pct(head.delta_pct, head.higher_is_better)
+    if not e2e_real:
+        a.findings.add("ISOLATED_E2E_GAP", "FAIL", f"isolated {iso.value:.3g}x on {iso.op!r} but the e2e "
+                       f"{head.metric} change {improvement:+.2f}% is not a real delta", measured=round(improvement, 3),
+                       threshold={"noise_band_pct": round(head.noise_band_pct, 3)}, action="eject",
+                       gate="isolated_vs_e2e")
+        return
+    profile_rows = a.loader.profile() if a.loader.paths.profile.is_file() else None
+    fraction = iso.op_time_fraction if iso.op_time_fraction is not None else opbench.op_fraction(profile_rows, iso.op)
+    if fraction is not None and 0 < fraction <= 1 and iso.value > 0:
+        bound = opbench.amdahl_bound_pct(iso.value, fraction)
+        if improvement > bound + head.noise_band_pct:
+            a.findings.add("IMPLAUSIBLE_SPEEDUP", "FLAG", f"e2e improvement {improvement:.1f}% exceeds the Amdahl bound "
+                           f"{bound:.1f}% of a {iso.value:.3g}x speedup on an op taking {fraction:.1%}: the win comes "
+                           "from something else", measured=round(improvement, 3), threshold=round(bound, 3),
+                           action="replace_headline_with_e2e", gate="isolated_vs_e2e")
+    if a.claim.headline.kind == "isolated":
+        a.findings.add("ISOLATED_E2E_GAP", "FLAG", f"the headline is an isolated {iso.value:.3g}x; the re-derived e2e "
+                       f"{head.metric} change is {improvement:+.2f}%", measured=round(improvement, 3),
+                       threshold=iso.value, action="replace_headline_with_e2e", gate="isolated_vs_e2e")
+
+
+def _bundle_gates(a: Audit, base: LegEvidence, cand: LegEvidence) -> None:
+    """Bundle: measured against the true no-overlay baseline; every difference is an accepted change."""
+    if base.spec is not None and (base.spec.overlay.config or base.spec.overlay.kernel_patches):
+        a.findings.add("CONDITIONS_DIFFER", "FAIL", f"bundle baseline {base.name!r} carries an overlay; a bundle is "
+                       "judged against the true no-overlay baseline", measured=base.spec.overlay.model_dump(),
+                       threshold="empty overlay", action="eject", gate="bundle")
+    components = a.claim.lever.components if a.claim.lever else []
+    accepted = accepted_changes(a.run)
+    unaccepted = [c for c in components if c not in accepted]
+    if unaccepted:
+        a.findings.add("CONDITIONS_DIFFER", "FAIL", f"bundle components {unaccepted!r} have no accepted patch verdict "
+                       f"in this run (accepted: {sorted(accepted)!r})", measured=unaccepted, action="eject",
+                       gate="bundle")
+
+
+def accepted_changes(run: Path) -> dict[str, list[str]]:
+    """Lever names of patch claims in this run whose verdict passed (or flagged with a downgraded
+    headline, which still banks the change under its true class)."""
+    out: dict[str, list[str]] = {}
+    vdir = Path(run) / "verdicts"
+    if not vdir.is_dir():
+        return out
+    for vpath in sorted(vdir.glob("*-patch.json")):
+        try:
+            verdict = Verdict.model_validate_json(vpath.read_text("utf-8"))
+            claim, _ = load_claim(Path(run) / verdict.claim)
+        except (OSError, ValueError, ClaimError):
+            continue
+        if verdict.verdict == "PASS" or verdict.action == "downgrade_headline":
+            if claim.lever:
+                out[claim.lever.name] = claim.lever.config_keys
+    return out
+
+
+SCOPES: dict[str, Callable[[Audit], None]] = {
+    "baseline": audit_baseline,
+    "profile": audit_profile,
+    "harness": audit_harness,
+    "patch": audit_patch,
+    "bundle": lambda a: audit_patch(a, bundle=True),
+}
+
+
+# ---------------------------------------------------------------------------------------- entry
+
+
+def audit_claim(run: Path, claim: Claim, claim_ref: str, claim_sha: str) -> Verdict:
+    """Audit one claim against the raw files of ``run``."""
+    run = Path(run)
+    findings = Findings()
+    loader = RunLoader(run, findings)
+    a = Audit(run=run, claim=claim, loader=loader, findings=findings)
+    if not run.is_dir():
+        findings.add("EVIDENCE_MISSING", "FAIL", f"run directory {str(run)!r} does not exist", gate="evidence")
+    else:
+        a.gate(f"scope:{claim.scope}", lambda: SCOPES[claim.scope](a))
+        if claim.report:
+            a.gate("prose", lambda: _prose(a))
+    return build_verdict(a, claim_ref, claim_sha)
+
+
+def _prose(a: Audit) -> None:
+    tf = a.loader.text(a.loader.inside(a.claim.report), True, "report")
+    if tf is None:
+        return
+    values: list[float] = list(a.extra_values)
+    for per_metric in a.legs_stats.values():
+        for st in per_metric.values():
+            values += [*st.values, st.median, st.min, st.max, st.spread_pct]
+            values += [v for v in (st.ci_low, st.ci_high) if v is not None]
+    for comp in a.comparisons.values():
+        values += [comp.delta_pct, comp.noise_band_pct, comp.worst_candidate_vs_best_baseline_pct]
+        values += [v for v in (comp.p_value, comp.ratio_ci_low, comp.ratio_ci_high) if v is not None]
+    if a.headline_rederived is not None:
+        values.append(a.headline_rederived)
+    for name in list(a.legs_stats):
+        leg = a.loader.leg(name)
+        values += [len(leg.reps), sum(r.n_requests for r in leg.reps)]
+        for r in leg.reps:
+            values += [r.n_requests, r.n_ok, r.duration_s, r.mean_output_len]
+        for v in conditions.flatten(leg.server_info or {}).values():
+            if isinstance(v, (int, float)) and not isinstance(v, bool):
+                values.append(v)
+    prose.check_report(a.run, tf, values, a.findings)
+
+
+def build_verdict(a: Audit, claim_ref: str, claim_sha: str) -> Verdict:
+    items = a.findings.items
+    label = verdict_label(items)
+    action = choose_action(items, label)
+    if a.degraded and label == "PASS":  # unreachable: degraded gates add a FLAG finding; kept as a guard
+        label, action = "FLAG", "flag"
+    digests = dict(sorted(a.loader.digests.items()))
+    digest_src = json.dumps({"claim": claim_sha, "inputs": digests, "auditor": AUDITOR_VERSION}, sort_keys=True)
+    return Verdict(
+        scope=a.claim.scope, claim=claim_ref, claim_seq=a.claim.seq, verdict=label, action=action,
+        findings=items, legs=a.legs_stats, comparisons=list(a.comparisons.values()),
+        headline_claimed=a.claim.headline.value, headline_rederived=_finite(a.headline_rederived),
+        lever_declared=a.claim.lever.lever_class if a.claim.lever else None,
+        lever_detected=a.lever_detected, lever_signals=a.lever_signals, server_info_diff=a.diff,
+        correctness=a.correctness, not_checked=a.not_checked, degraded=bool(a.degraded),
+        degraded_reasons=a.degraded, auditor_version=AUDITOR_VERSION, input_digests=digests,
+        digest=hashlib.sha256(digest_src.encode()).hexdigest(),
+    )
+
+
+def _finite(v: float | None) -> float | None:
+    return v if v is not None and math.isfinite(v) else None
+
+
+def audit_path(run: Path, claim_path: Path) -> Verdict:
+    """CLI/orchestrator entry: load the claim file, audit, return the verdict (raises ClaimError)."""
+    claim, sha = load_claim(claim_path)
+    try:
+        ref = str(Path(claim_path).resolve().relative_to(Path(run).resolve()))
+    except ValueError:
+        ref = str(claim_path)
+    return audit_claim(run, claim, ref, sha)
+
+
+def write_verdict(run: Path, verdict: Verdict) -> Path:
+    """Write the verdict atomically next to the claims: verdicts/<seq>-<scope>.json."""
+    path = Path(run) / "verdicts" / f"{verdict.claim_seq:03d}-{verdict.scope}.json"
+    write_json_atomic(path, verdict)
+    return path

@@ -1,0 +1,273 @@
+"""Load a run directory into typed evidence, turning every problem into a finding (never a crash).
+
+The loader records the sha256 of every file it reads (the verdict's ``input_digests``) and builds
+``EvidenceRef``s that point at exact lines: a JSONL record's line, the line of a key inside a
+pretty-printed JSON file, a server-log line.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from perfwarden.agents.auditor.findings import Findings
+from perfwarden.agents.auditor.rederive import RepError, RepMetrics, rederive_rep
+from perfwarden.harness.jsonl import (BenchRunLine, LineIssue, LineRef, OpBenchLine, OutputLine,
+                                      ProfileLine, iter_jsonl, read_jsonl)
+from perfwarden.harness.records import EvidenceRef, LegSpec, QualityEval, RunDir
+
+_EXCERPT = 200
+
+
+def line_evidence(run: Path, ref: LineRef) -> EvidenceRef:
+    """Evidence for one JSONL record: file, line, sha256 of the line's bytes and a short excerpt."""
+    raw = ref.raw()
+    return EvidenceRef(file=_rel(run, ref.path), line=ref.line, sha256=hashlib.sha256(raw).hexdigest(),
+                       excerpt=raw[:_EXCERPT].decode("utf-8", "replace"))
+
+
+def _rel(run: Path, path: Path) -> str:
+    try:
+        return str(Path(path).resolve().relative_to(Path(run).resolve()))
+    except ValueError:
+        return str(path)
+
+
+@dataclass
+class TextFile:
+    """A small text file held as lines, with its digest, so findings can cite any line."""
+
+    path: Path
+    lines: list[str]
+    sha256: str
+
+    def evidence(self, run: Path, line_no: int | None) -> EvidenceRef:
+        if line_no is None or not 1 <= line_no <= len(self.lines):
+            return EvidenceRef(file=_rel(run, self.path), sha256=self.sha256)
+        text = self.lines[line_no - 1]
+        return EvidenceRef(file=_rel(run, self.path), line=line_no,
+                           sha256=hashlib.sha256(text.encode("utf-8")).hexdigest(),
+                           excerpt=text[:_EXCERPT])
+
+    def key_line(self, key: str) -> int | None:
+        """Line of ``"key":`` in a pretty-printed JSON file (first match)."""
+        needle = f'"{key}"'
+        for i, text in enumerate(self.lines, 1):
+            if needle in text:
+                return i
+        return None
+
+
+@dataclass
+class LegEvidence:
+    """Everything raw about one leg."""
+
+    name: str
+    spec: LegSpec | None = None
+    spec_file: TextFile | None = None
+    server_info: dict[str, Any] | None = None
+    server_info_file: TextFile | None = None
+    log: TextFile | None = None
+    reps: list[RepMetrics] = field(default_factory=list)
+    bench_path: Path | None = None
+    outputs: list[tuple[LineRef, OutputLine]] | None = None
+
+
+def _finite_json(obj: Any) -> bool:
+    if isinstance(obj, float):
+        return math.isfinite(obj)
+    if isinstance(obj, dict):
+        return all(_finite_json(v) for v in obj.values())
+    if isinstance(obj, list):
+        return all(_finite_json(v) for v in obj)
+    return True
+
+
+class RunLoader:
+    """Reads raw files of one run directory, caching them and recording digests and findings."""
+
+    def __init__(self, run: Path, findings: Findings):
+        self.run = Path(run)
+        self.paths = RunDir(run)
+        self.findings = findings
+        self.digests: dict[str, str] = {}
+        self._legs: dict[str, LegEvidence] = {}
+
+    # ---------------------------------------------------------------- generic
+    def _digest(self, path: Path, sha: str) -> None:
+        self.digests[_rel(self.run, path)] = sha
+
+    def text(self, path: Path, required: bool, what: str) -> TextFile | None:
+        """Read a small text file; a missing required file is EVIDENCE_MISSING (fail closed)."""
+        if not path.is_file():
+            if required:
+                self.findings.add("EVIDENCE_MISSING", "FAIL", f"{what} {_rel(self.run, path)!r} is missing",
+                                  evidence=[EvidenceRef(file=_rel(self.run, path))], gate="evidence")
+            return None
+        try:
+            data = path.read_bytes()
+        except OSError as exc:
+            self.findings.add("EVIDENCE_MISSING", "FAIL", f"cannot read {what} {_rel(self.run, path)!r}: {exc}",
+                              evidence=[EvidenceRef(file=_rel(self.run, path))], gate="evidence")
+            return None
+        sha = hashlib.sha256(data).hexdigest()
+        self._digest(path, sha)
+        return TextFile(path, data.decode("utf-8", "replace").splitlines(), sha)
+
+    def json_object(self, path: Path, required: bool, what: str) -> tuple[dict | None, TextFile | None]:
+        tf = self.text(path, required, what)
+        if tf is None:
+            return None, None
+        try:
+            obj = json.loads("\n".join(tf.lines), parse_constant=_reject_constant)
+        except (ValueError, RecursionError) as exc:
+            self.findings.add("EVIDENCE_CORRUPT", "FAIL", f"{what} {_rel(self.run, path)!r} is not valid JSON: {exc}",
+                              evidence=[tf.evidence(self.run, None)], gate="evidence")
+            return None, tf
+        if not isinstance(obj, dict):
+            self.findings.add("EVIDENCE_CORRUPT", "FAIL", f"{what} {_rel(self.run, path)!r} is not a JSON object",
+                              evidence=[tf.evidence(self.run, None)], gate="evidence")
+            return None, tf
+        return obj, tf
+
+    def report_issues(self, issues: list[LineIssue], what: str) -> None:
+        """Torn tail -> FLAG (the writer was interrupted); anything mid-file -> FAIL."""
+        for issue in issues:
+            ev = [EvidenceRef(file=_rel(self.run, issue.ref.path), line=issue.ref.line or None,
+                              sha256=hashlib.sha256(issue.ref.raw()).hexdigest() if issue.ref.length else None)]
+            if issue.kind == "torn_tail":
+                self.findings.add("EVIDENCE_CORRUPT", "FLAG", f"{what}: {issue.message}", evidence=ev,
+                                  gate="evidence", action="remeasure")
+            elif issue.kind == "empty_file":
+                self.findings.add("EVIDENCE_MISSING", "FAIL", f"{what}: {issue.message}", evidence=ev, gate="evidence")
+            else:
+                self.findings.add("EVIDENCE_CORRUPT", "FAIL", f"{what}: {issue.message}", evidence=ev, gate="evidence")
+
+    # ---------------------------------------------------------------- legs
+    def leg(self, name: str, need_outputs: bool = False) -> LegEvidence:
+        if name in self._legs:
+            leg = self._legs[name]
+        else:
+            leg = self._load_leg(name)
+            self._legs[name] = leg
+        if need_outputs and leg.outputs is None:
+            leg.outputs = self._load_outputs(name)
+        return leg
+
+    def _load_leg(self, name: str) -> LegEvidence:
+        leg = LegEvidence(name)
+        leg_dir = self.paths.leg_dir(name)
+        if not leg_dir.is_dir():
+            self.findings.add("EVIDENCE_MISSING", "FAIL", f"leg {name!r} has no directory {_rel(self.run, leg_dir)!r}",
+                              evidence=[EvidenceRef(file=_rel(self.run, leg_dir))], gate="evidence")
+            return leg
+        spec_obj, leg.spec_file = self.json_object(self.paths.leg_spec(name), True, f"leg spec of {name!r}")
+        if spec_obj is not None:
+            try:
+                leg.spec = LegSpec.model_validate(spec_obj)
+            except ValidationError as exc:
+                self.findings.add("EVIDENCE_CORRUPT", "FAIL", f"leg spec of {name!r} is invalid: "
+                                  f"{exc.errors()[0]['msg']} at {exc.errors()[0]['loc']!r}",
+                                  evidence=[leg.spec_file.evidence(self.run, None)], gate="evidence")
+        leg.server_info, leg.server_info_file = self.json_object(self.paths.server_info(name), True,
+                                                                 f"server_info of {name!r}")
+        leg.log = self.text(self.paths.server_log(name), False, f"server log of {name!r}")
+        leg.bench_path = self.paths.bench_runs(name)
+        leg.reps = self._load_reps(name, leg.bench_path)
+        return leg
+
+    def _load_reps(self, name: str, path: Path) -> list[RepMetrics]:
+        """Stream bench_runs.jsonl, re-deriving each rep and dropping its arrays (memory stays flat)."""
+        if not path.is_file():
+            self.findings.add("EVIDENCE_MISSING", "FAIL", f"leg {name!r} has no bench_runs.jsonl",
+                              evidence=[EvidenceRef(file=_rel(self.run, path))], gate="evidence")
+            return []
+        issues: list[LineIssue] = []
+        digest = hashlib.sha256()
+        reps: list[RepMetrics] = []
+        seen: dict[int, RepMetrics] = {}
+        for index, (ref, line) in enumerate(iter_jsonl(path, BenchRunLine, issues, digest)):
+            if line.leg is not None and line.leg != name:
+                self.findings.add("EVIDENCE_CORRUPT", "FAIL", f"line {ref.line} says leg {line.leg!r} but lives "
+                                  f"in leg {name!r}", evidence=[line_evidence(self.run, ref)], gate="evidence")
+                continue
+            try:
+                rep = rederive_rep(line, ref, name, index)
+            except RepError as exc:
+                code = "EVIDENCE_MISSING" if exc.kind == "missing" else "EVIDENCE_CORRUPT"
+                self.findings.add(code, "FAIL", f"leg {name!r} rep at line {ref.line}: {exc}",
+                                  evidence=[line_evidence(self.run, ref)], gate="evidence")
+                continue
+            if rep.rep in seen:
+                first = seen[rep.rep]
+                same = first.ref.raw() == ref.raw()
+                self.findings.add("EVIDENCE_CORRUPT", "INFO" if same else "FAIL",
+                                  f"leg {name!r} rep {rep.rep} appears twice (lines {first.ref.line} and {ref.line})"
+                                  + ("; identical, counted once" if same else "; they differ, so neither is trusted"),
+                                  evidence=[line_evidence(self.run, first.ref), line_evidence(self.run, ref)],
+                                  gate="evidence")
+                if not same:
+                    reps = [r for r in reps if r.rep != rep.rep]
+                continue
+            seen[rep.rep] = rep
+            reps.append(rep)
+        self._digest(path, digest.hexdigest())
+        self.report_issues(issues, f"bench_runs of leg {name!r}")
+        return reps
+
+    def _load_outputs(self, name: str) -> list[tuple[LineRef, OutputLine]] | None:
+        path = self.paths.outputs(name)
+        if not path.is_file():
+            return None
+        report = read_jsonl(path, OutputLine)
+        self._digest(path, report.sha256)
+        self.report_issues(report.issues, f"outputs of leg {name!r}")
+        return report.records
+
+    # ---------------------------------------------------------------- other raw files
+    def jsonl(self, path: Path, schema: type, what: str) -> list | None:
+        if not path.is_file():
+            self.findings.add("EVIDENCE_MISSING", "FAIL", f"{what} {_rel(self.run, path)!r} is missing",
+                              evidence=[EvidenceRef(file=_rel(self.run, path))], gate="evidence")
+            return None
+        report = read_jsonl(path, schema)
+        self._digest(path, report.sha256)
+        self.report_issues(report.issues, what)
+        return report.records
+
+    def opbench(self, rel_path: str) -> list[tuple[LineRef, OpBenchLine]] | None:
+        return self.jsonl(self._inside(rel_path), OpBenchLine, "op benchmark")
+
+    def profile(self) -> list[tuple[LineRef, ProfileLine]] | None:
+        return self.jsonl(self.paths.profile, ProfileLine, "profile")
+
+    def quality(self, eval_id: str) -> tuple[QualityEval | None, TextFile | None]:
+        obj, tf = self.json_object(self.paths.quality(eval_id), False, f"quality eval {eval_id!r}")
+        if obj is None:
+            return None, tf
+        try:
+            return QualityEval.model_validate(obj), tf
+        except ValidationError as exc:
+            self.findings.add("EVIDENCE_CORRUPT", "FAIL", f"quality eval {eval_id!r} is invalid: {exc.errors()[0]['msg']}",
+                              evidence=[tf.evidence(self.run, None)], gate="evidence")
+            return None, tf
+
+    def _inside(self, rel_path: str) -> Path:
+        """Resolve a path named by a claim, refusing anything outside the run directory."""
+        path = (self.run / rel_path).resolve()
+        if not path.is_relative_to(self.run.resolve()):
+            return self.run / "__outside_run_dir__" / Path(rel_path).name
+        return path
+
+    def inside(self, rel_path: str) -> Path:
+        return self._inside(rel_path)
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"non-finite JSON constant {name!r}")

@@ -1,0 +1,1 @@
+"""Deterministic audit gates: one module per concern, small functions over typed evidence."""

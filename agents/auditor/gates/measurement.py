@@ -1,0 +1,325 @@
+"""Rep-level statistics, significance, noise, drift, contention, errors and crashes.
+
+Every number here is re-derived from the per-request arrays in ``bench_runs.jsonl`` (see
+``rederive.py``); numbers a producer reported are only cross-checked.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from perfwarden.agents.auditor import stats
+from perfwarden.agents.auditor.evidence import LegEvidence, line_evidence
+from perfwarden.agents.auditor.findings import Findings
+from perfwarden.agents.auditor.rederive import LATENCY_METRICS, METRICS, RepMetrics
+from perfwarden.harness.records import Claim, Comparison, MetricStats
+
+# Tolerance for a line's own aggregates vs our re-derivation. Wider for e2e/TPOT when the file has no
+# per-request latency array (we then rebuild e2e as ttft + sum(itls), ~1% off sglang's own clock).
+AGGREGATE_TOLERANCE_PCT = {"default": 2.0, "median_e2e_latency_ms": 5.0, "median_tpot_ms": 5.0}
+REPORTED_TOLERANCE_PCT = 1.0
+"""A producer's reported median may differ from ours by rounding only."""
+HEADLINE_TOLERANCE_PTS = 1.0
+"""Claimed headline delta vs re-derived, in percentage points, before it is a mismatch."""
+BUSY_PROCESS_CPU_PCT = 50.0
+"""Another process using this much CPU during a rep contends with the measurement."""
+DRIFT_FLOOR_PCT = 2.0
+"""Smallest drift reported, even when the band is narrower."""
+CRASH_PATTERNS = re.compile(
+    r"(Traceback \(most recent call last\)|Segmentation fault|core dumped|\bKilled\b|out of memory|"
+    r"CUDA error|RuntimeError:|server (crashed|died|exited)|fatal error|SIGABRT|SIGSEGV|"
+    r"Worker .* died|exited with (code|status) [1-9])", re.IGNORECASE)
+
+
+def leg_metric_stats(reps: list[RepMetrics]) -> dict[str, MetricStats]:
+    """Per metric: median/min/max/spread/CI over reps (a metric absent from any rep is left out)."""
+    out: dict[str, MetricStats] = {}
+    for metric in METRICS:
+        values = [r.metrics[metric] for r in reps if metric in r.metrics]
+        if not values or len(values) != len(reps):
+            continue
+        arr = np.asarray(values)
+        med = float(np.median(arr))
+        ci = stats.median_ci(values)
+        out[metric] = MetricStats(n=len(values), values=values, median=med, min=float(arr.min()),
+                                  max=float(arr.max()),
+                                  spread_pct=float((arr.max() - arr.min()) / med * 100.0) if med else math.inf,
+                                  ci_low=ci[0] if ci else None, ci_high=ci[1] if ci else None)
+    return out
+
+
+def calibrate_band(metric: str, base: LegEvidence, aa_legs: list[LegEvidence], n_base: int,
+                   n_cand: int) -> tuple[float, str]:
+    """Noise band for one metric: from same-config reps (baseline + A/A legs), else the default."""
+    groups = [[r.metrics[metric] for r in leg.reps if metric in r.metrics] for leg in [base, *aa_legs]]
+    groups = [g for g in groups if len(g) >= 2]
+    n_same = sum(len(g) for g in groups)
+    if n_same < 3:
+        return stats.DEFAULT_NOISE_BAND_PCT, "default"
+    try:
+        cv = stats.pooled_cv_pct(groups)
+    except stats.StatsError:
+        return stats.DEFAULT_NOISE_BAND_PCT, "default"
+    source = "aa_legs" if aa_legs else "baseline_reps"
+    return stats.noise_band_pct(cv, n_base, n_cand), f"{source} (pooled CV {cv:.2f}% over {n_same} reps)"
+
+
+def compare(metric: str, base: LegEvidence, cand: LegEvidence, aa_legs: list[LegEvidence]) -> Comparison | None:
+    """Baseline vs candidate on one metric at the rep level; None if either leg lacks the metric."""
+    b = [r.metrics[metric] for r in base.reps if metric in r.metrics]
+    c = [r.metrics[metric] for r in cand.reps if metric in r.metrics]
+    if not b or not c or len(b) != len(base.reps) or len(c) != len(cand.reps):
+        return None
+    higher = METRICS[metric]
+    band, source = calibrate_band(metric, base, aa_legs, len(b), len(c))
+    try:
+        decision = stats.decide(b, c, higher, band)
+        worst = stats.worst_vs_best_pct(b, c, higher)
+        ci = stats.bootstrap_ratio_ci(b, c) if len(b) >= 2 and len(c) >= 2 else None
+    except stats.StatsError:
+        return None
+    return Comparison(metric=metric, higher_is_better=higher, delta_pct=decision.delta_pct,
+                      p_value=decision.p_value, noise_band_pct=band, noise_band_source=source,
+                      worst_candidate_vs_best_baseline_pct=worst,
+                      ratio_ci_low=ci[0] if ci else None, ratio_ci_high=ci[1] if ci else None,
+                      significant=decision.significant_better)
+
+
+def significant_worse(comp: Comparison, base: LegEvidence, cand: LegEvidence) -> bool:
+    b = [r.metrics[comp.metric] for r in base.reps]
+    c = [r.metrics[comp.metric] for r in cand.reps]
+    return stats.decide(b, c, comp.higher_is_better, comp.noise_band_pct).significant_worse
+
+
+def check_headline(run: Path, claim: Claim, comp: Comparison | None, n_reps: tuple[int, int],
+                   findings: Findings) -> None:
+    """The headline must be a real change: outside the noise band and significant at the rep level."""
+    metric = claim.headline.metric
+    if comp is None:
+        findings.add("EVIDENCE_MISSING", "FAIL", f"headline metric {metric!r} cannot be re-derived for both legs",
+                     gate="significance")
+        return
+    improvement = stats.improvement_pct(comp.delta_pct, comp.higher_is_better)
+    if n_reps[0] < 2 or n_reps[1] < 2:
+        findings.add("DELTA_NOT_SIGNIFICANT", "FAIL", f"{metric} has {n_reps[0]} baseline and {n_reps[1]} candidate "
+                     "reps; a rep-level test needs at least 2 each", measured=list(n_reps), threshold=">= 2 reps per leg",
+                     action="remeasure", gate="significance")
+        return
+    if comp.significant:
+        return
+    inside = abs(improvement) <= comp.noise_band_pct
+    more_reps_could_help = not inside and min(n_reps) < 7
+    findings.add("DELTA_NOT_SIGNIFICANT", "FAIL",
+                 f"{metric} improves {improvement:+.2f}% (p={comp.p_value:.3g}) against a noise band of "
+                 f"±{comp.noise_band_pct:.2f}% [{comp.noise_band_source}]: "
+                 + ("inside the noise band" if inside else "not significant at the rep level"),
+                 measured={"improvement_pct": round(improvement, 4), "p_value": comp.p_value},
+                 threshold={"noise_band_pct": round(comp.noise_band_pct, 4), "alpha": stats.ALPHA},
+                 action="remeasure" if more_reps_could_help else "eject", gate="significance")
+
+
+def check_hidden_regressions(comparisons: dict[str, Comparison], headline_metric: str, base: LegEvidence,
+                             cand: LegEvidence, findings: Findings) -> None:
+    """A throughput headline must not hide a latency regression (TTFT/TPOT/ITL/e2e)."""
+    if headline_metric in LATENCY_METRICS:
+        others = [m for m in LATENCY_METRICS if m != headline_metric]
+    else:
+        others = list(LATENCY_METRICS)
+    for metric in others:
+        comp = comparisons.get(metric)
+        if comp is None or not significant_worse(comp, base, cand):
+            continue
+        worse = -stats.improvement_pct(comp.delta_pct, comp.higher_is_better)
+        findings.add("HIDDEN_LATENCY_REGRESSION", "FLAG",
+                     f"{metric} is {worse:.1f}% worse in the candidate (p<{stats.ALPHA}), outside the ±"
+                     f"{comp.noise_band_pct:.2f}% band, behind a {headline_metric} headline",
+                     measured=round(comp.delta_pct, 3), threshold=round(comp.noise_band_pct, 3),
+                     evidence=[line_evidence_for(cand, 0)], action="flag", gate="latency")
+
+
+def line_evidence_for(leg: LegEvidence, index: int):
+    rep = leg.reps[min(index, len(leg.reps) - 1)]
+    run = rep.ref.path.parents[2]
+    return line_evidence(run, rep.ref)
+
+
+def check_noisy_baseline(run: Path, base: LegEvidence, aa_legs: list[LegEvidence], metric: str,
+                         findings: Findings) -> None:
+    """Baseline rep spread must sit inside what same-session A/A reps show (or the documented default)."""
+    values = [r.metrics[metric] for r in base.reps if metric in r.metrics]
+    if len(values) < 2:
+        findings.add("NOISY_BASELINE", "FLAG", f"baseline {base.name!r} has {len(values)} rep(s) of {metric}: "
+                     "its noise cannot be judged", measured=len(values), threshold=">= 2 reps",
+                     action="remeasure", gate="noise")
+        return
+    spread = stats.spread_pct(values)
+    aa_spreads = []
+    for leg in aa_legs:
+        aa_values = [r.metrics[metric] for r in leg.reps if metric in r.metrics]
+        if len(aa_values) >= 2:
+            aa_spreads.append(stats.spread_pct(aa_values))
+    if aa_spreads:
+        limit = max(1.0, 2.0 * float(np.median(aa_spreads)))
+        source = f"2x median spread of {len(aa_spreads)} A/A leg(s)"
+    else:
+        limit = stats.DEFAULT_MAX_BASELINE_SPREAD_PCT
+        source = "documented default (no A/A legs)"
+    if spread > limit:
+        med = float(np.median(values))
+        worst = max(range(len(values)), key=lambda i: abs(values[i] - med))
+        findings.add("NOISY_BASELINE", "FLAG", f"baseline {metric} reps spread {spread:.2f}% > {limit:.2f}% "
+                     f"[{source}]; rep {base.reps[worst].rep} is furthest from the median",
+                     measured=round(spread, 4), threshold=round(limit, 4),
+                     evidence=[line_evidence(run, base.reps[worst].ref)], action="remeasure", gate="noise")
+
+
+def check_drift(run: Path, claim: Claim, base: LegEvidence, band_pct: float, not_checked: list[str],
+                findings: Findings) -> None:
+    """A previously provided baseline number must agree with the re-derived one."""
+    provided = claim.provided_baseline
+    if provided is None:
+        return
+    values = [r.metrics[provided.metric] for r in base.reps if provided.metric in r.metrics]
+    if not values:
+        findings.add("EVIDENCE_MISSING", "FAIL", f"cannot re-derive {provided.metric!r} to check drift",
+                     gate="drift")
+        return
+    med = float(np.median(values))
+    if any(abs(provided.value - v) <= 1e-9 * max(1.0, abs(v)) for v in values + [med]):
+        not_checked.append(f"BASELINE_DRIFT: the provided baseline {provided.value!r} is this leg's own "
+                           "number, so drift is unmeasurable")
+        return
+    drift = stats.relative_delta_pct(provided.value, med)
+    limit = max(DRIFT_FLOOR_PCT, band_pct)
+    if abs(drift) > limit:
+        findings.add("BASELINE_DRIFT", "FAIL", f"re-derived baseline {provided.metric} {med:.3f} differs "
+                     f"{drift:+.2f}% from the provided {provided.value!r} ({provided.source or 'no source'})",
+                     measured=round(med, 4), threshold={"provided": provided.value, "max_drift_pct": limit},
+                     evidence=[line_evidence(run, r.ref) for r in base.reps[:3]], action="eject", gate="drift")
+
+
+def check_contention(run: Path, leg: LegEvidence, findings: Findings, severity: str = "FLAG") -> None:
+    """Another busy process during a rep makes that rep's numbers a measure of the neighbour too."""
+    for rep in leg.reps:
+        busy = _busy_processes(rep.contention)
+        if busy:
+            top = max(busy, key=lambda p: p[1])
+            findings.add("CONTENDED_LEG", severity, f"leg {leg.name!r} rep {rep.rep}: process {top[0]!r} used "
+                         f"{top[1]:.0f}% CPU during the rep", measured=round(top[1], 1),
+                         threshold=BUSY_PROCESS_CPU_PCT, evidence=[line_evidence(run, rep.ref)],
+                         action="remeasure", gate="contention")
+
+
+def _busy_processes(contention: dict | None) -> list[tuple[str, float]]:
+    """Busy other processes from a contention sample (start and/or end samples, any of the shapes
+    the harness writes: ``busy``/``busy_processes`` lists of {name, cpu_pct})."""
+    if not isinstance(contention, dict):
+        return []
+    samples = [contention] + [contention[k] for k in ("start", "end") if isinstance(contention.get(k), dict)]
+    out = []
+    for sample in samples:
+        for key in ("busy", "busy_processes", "other_busy"):
+            for proc in sample.get(key) or []:
+                if not isinstance(proc, dict):
+                    continue
+                cpu = proc.get("cpu_pct", proc.get("cpu_percent"))
+                if isinstance(cpu, (int, float)) and math.isfinite(cpu) and cpu >= BUSY_PROCESS_CPU_PCT:
+                    out.append((str(proc.get("name", proc.get("pid", "?"))), float(cpu)))
+    return out
+
+
+def check_errors(run: Path, leg: LegEvidence, findings: Findings, severity: str, action: str) -> int:
+    """Failed requests in a leg; returns the count."""
+    total = sum(r.n_errors for r in leg.reps)
+    if total:
+        first = next(r for r in leg.reps if r.n_errors)
+        sample = first.error_samples[0].strip().splitlines()[-1][:160] if first.error_samples else ""
+        n_all = sum(r.n_requests for r in leg.reps)
+        findings.add("REQUEST_ERRORS", severity, f"leg {leg.name!r}: {total} of {n_all} requests failed "
+                     f"(e.g. {sample!r})", measured=total, threshold=0,
+                     evidence=[line_evidence(run, first.ref)], action=action, gate="errors")
+    return total
+
+
+def check_crash(run: Path, leg: LegEvidence, expected_reps: int | None, findings: Findings) -> None:
+    """A crashed server or a leg with missing reps fails the do-no-harm gate."""
+    if leg.spec is not None and leg.spec.status == "failed":
+        findings.add("SERVER_CRASH", "FAIL", f"leg {leg.name!r} failed: {leg.spec.failure or 'no reason recorded'}",
+                     evidence=[leg.spec_file.evidence(run, leg.spec_file.key_line("status"))] if leg.spec_file else [],
+                     action="eject", gate="crash")
+    if leg.log is not None:
+        for i, text in enumerate(leg.log.lines, 1):
+            if CRASH_PATTERNS.search(text):
+                findings.add("SERVER_CRASH", "FAIL", f"server log of {leg.name!r} line {i}: {text.strip()[:160]!r}",
+                             evidence=[leg.log.evidence(run, i)], action="eject", gate="crash")
+                break
+    if expected_reps is not None and leg.reps and len(leg.reps) < expected_reps:
+        findings.add("SERVER_CRASH", "FAIL", f"leg {leg.name!r} has {len(leg.reps)} reps, the baseline has "
+                     f"{expected_reps}: reps are missing", measured=len(leg.reps), threshold=expected_reps,
+                     action="eject", gate="crash")
+
+
+def check_line_aggregates(run: Path, leg: LegEvidence, findings: Findings) -> None:
+    """A bench line's own aggregates must agree with its per-request arrays."""
+    for rep in leg.reps:
+        for name, reported in rep.reported.items():
+            ours = rep.metrics.get(name)
+            if ours is None or not math.isfinite(reported):
+                continue
+            tol = AGGREGATE_TOLERANCE_PCT.get(name, AGGREGATE_TOLERANCE_PCT["default"])
+            if ours == 0 and reported == 0:
+                continue
+            off = abs(reported - ours) / max(abs(ours), 1e-12) * 100.0
+            if off > tol:
+                findings.add("REPORTED_MISMATCH", "FLAG", f"leg {leg.name!r} rep {rep.rep}: the line reports "
+                             f"{name}={reported:.4g} but its per-request data give {ours:.4g} ({off:.1f}% off)",
+                             measured=round(ours, 6), threshold={"reported": reported, "tolerance_pct": tol},
+                             evidence=[line_evidence(run, rep.ref)], action="flag", gate="reported")
+
+
+def check_reported_numbers(claim: Claim, leg_stats: dict[str, dict[str, MetricStats]], headline_delta: float | None,
+                           findings: Findings) -> None:
+    """Cross-check numbers the producer reported; nulls mean "not reported" and raise nothing."""
+    reported = claim.reported if isinstance(claim.reported, dict) else {}
+    role_to_leg = {"baseline": claim.legs.baseline, "candidate": claim.legs.candidate}
+    for leg_key, metrics in (reported.get("legs") or {}).items():
+        leg_name = role_to_leg.get(leg_key) or leg_key
+        if not isinstance(metrics, dict):
+            continue
+        for metric, value in metrics.items():
+            stated = value.get("median") if isinstance(value, dict) else value
+            ours = leg_stats.get(leg_name, {}).get(metric)
+            if not isinstance(stated, (int, float)) or isinstance(stated, bool) or ours is None:
+                continue
+            off = abs(stated - ours.median) / max(abs(ours.median), 1e-12) * 100.0
+            if off > REPORTED_TOLERANCE_PCT:
+                findings.add("REPORTED_MISMATCH", "FLAG", f"reported {leg_name}.{metric} median {stated!r} vs "
+                             f"re-derived {ours.median:.4f} ({off:.1f}% off)", measured=round(ours.median, 6),
+                             threshold={"reported": stated, "tolerance_pct": REPORTED_TOLERANCE_PCT},
+                             action="downgrade_headline", gate="reported")
+    claimed = claim.headline.value
+    if claimed is not None and headline_delta is not None and math.isfinite(claimed):
+        if abs(claimed - headline_delta) > max(HEADLINE_TOLERANCE_PTS, 0.1 * abs(headline_delta)):
+            findings.add("REPORTED_MISMATCH", "FLAG", f"headline claims {claimed:+.2f}% but the raw gives "
+                         f"{headline_delta:+.2f}%", measured=round(headline_delta, 4),
+                         threshold={"claimed": claimed}, action="downgrade_headline", gate="reported")
+
+
+def interleaving_note(base: LegEvidence, cand: LegEvidence) -> str | None:
+    """Whether reps were interleaved (A B A B): sequential legs let slow drift masquerade as a delta."""
+    times = [(r.started_at, "b") for r in base.reps] + [(r.started_at, "c") for r in cand.reps]
+    if any(t is None for t, _ in times):
+        return "rep start times absent: interleaving (A B A B) not verifiable"
+    order = "".join(tag for _, tag in sorted(times))
+    if order.count("bc") + order.count("cb") <= 1 and len(order) > 2:
+        return f"legs were measured one after the other ({order}), not interleaved"
+    return None
+
+
+def summarize(values: list[Any]) -> str:
+    return ", ".join(f"{v:.4g}" for v in values)

@@ -1,0 +1,173 @@
+"""Re-derive one rep's metrics from its per-request arrays (never from the line's own aggregates).
+
+Units follow sglang's bench_serving: per-request ``ttfts``/``itls``/``latencies`` are seconds; the
+metrics returned here are milliseconds for latencies and per-second for throughputs. A request counts as
+successful when its error string is empty, as in sglang (``completed`` counts successes only).
+
+Per-request e2e latency is ``latencies`` when the file has it (perfwarden adds it), else
+``ttft + sum(itls)`` -- sglang's own output has no per-request latency array, and the sum of gaps ends
+at the last token, which is when sglang stops its clock too. TPOT per request is
+``(e2e - ttft) / (output_len - 1)`` for requests with more than one output token, as in sglang.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from perfwarden.harness.jsonl import BenchRunLine, LineRef
+
+# Metric -> whether higher is better. The one place that says which way each metric improves.
+METRICS: dict[str, bool] = {
+    "output_throughput": True,
+    "request_throughput": True,
+    "total_throughput": True,
+    "median_ttft_ms": False,
+    "p99_ttft_ms": False,
+    "median_tpot_ms": False,
+    "p99_tpot_ms": False,
+    "median_itl_ms": False,
+    "p99_itl_ms": False,
+    "median_e2e_latency_ms": False,
+    "p99_e2e_latency_ms": False,
+}
+LATENCY_METRICS = ("median_ttft_ms", "median_tpot_ms", "median_itl_ms", "median_e2e_latency_ms",
+                   "p99_ttft_ms", "p99_tpot_ms")
+# Aggregates a line reports that we cross-check against our re-derivation (field -> our metric).
+CROSS_CHECKED = ("output_throughput", "request_throughput", "median_ttft_ms", "median_itl_ms",
+                 "median_tpot_ms", "median_e2e_latency_ms")
+
+_REQUIRED_ARRAYS = ("output_lens", "ttfts", "errors")
+
+
+class RepError(ValueError):
+    """The line cannot be re-derived: message says which field and why (a corrupt or missing case)."""
+
+    def __init__(self, kind: str, message: str):
+        super().__init__(message)
+        self.kind = kind  # "missing" | "corrupt"
+
+
+@dataclass
+class RepMetrics:
+    """Metrics of one rep, re-derived from raw per-request data."""
+
+    leg: str
+    rep: int
+    ref: LineRef
+    n_requests: int
+    n_ok: int
+    n_errors: int
+    duration_s: float
+    metrics: dict[str, float] = field(default_factory=dict)
+    mean_output_len: float = math.nan
+    output_len_quantiles: tuple[float, float, float] = (math.nan, math.nan, math.nan)
+    accept_length: float | None = None
+    cache_hit_rate: float | None = None
+    contention: dict | None = None
+    started_at: float | None = None
+    reported: dict[str, float] = field(default_factory=dict)
+    error_samples: list[str] = field(default_factory=list)
+    missing: list[str] = field(default_factory=list)
+    """Optional metrics that could not be derived (e.g. no ITLs because every output is one token)."""
+
+
+def _as_array(values, name: str, n: int) -> np.ndarray:
+    arr = np.asarray(values, dtype=float)
+    if arr.shape != (n,):
+        raise RepError("corrupt", f"{name!r} has {arr.size} entries, expected {n}")
+    if not np.all(np.isfinite(arr)):
+        raise RepError("corrupt", f"{name!r} holds non-finite values")
+    if np.any(arr < 0):
+        raise RepError("corrupt", f"{name!r} holds negative values")
+    return arr
+
+
+def rederive_rep(line: BenchRunLine, ref: LineRef, leg: str, rep_index: int) -> RepMetrics:
+    """Re-derive one rep; raise ``RepError`` when a needed array is absent or inconsistent."""
+    for name in _REQUIRED_ARRAYS:
+        if getattr(line, name) is None:
+            raise RepError("missing", f"line {ref.line} has no {name!r} array")
+    if line.duration is None:
+        raise RepError("missing", f"line {ref.line} has no 'duration'")
+    if not math.isfinite(line.duration) or line.duration <= 0:
+        raise RepError("corrupt", f"line {ref.line} has duration {line.duration!r}")
+    n = len(line.errors)
+    out_lens = _as_array(line.output_lens, "output_lens", n)
+    ttfts = _as_array(line.ttfts, "ttfts", n)
+    ok = np.array([not e for e in line.errors], dtype=bool)
+    n_ok = int(ok.sum())
+    rep = line.rep if line.rep is not None else rep_index
+    result = RepMetrics(leg=leg, rep=rep, ref=ref, n_requests=n, n_ok=n_ok, n_errors=n - n_ok,
+                        duration_s=float(line.duration), accept_length=line.accept_length,
+                        contention=line.contention, started_at=line.started_at)
+    result.error_samples = [e for e in line.errors if e][:3]
+    if n_ok == 0:
+        raise RepError("corrupt", f"line {ref.line}: none of {n} requests succeeded")
+
+    itl_lists = line.itls
+    if itl_lists is not None and len(itl_lists) != n:
+        raise RepError("corrupt", f"'itls' has {len(itl_lists)} entries, expected {n}")
+    ok_idx = np.flatnonzero(ok)
+    ok_ttft = ttfts[ok_idx]
+    ok_out = out_lens[ok_idx]
+    if line.latencies is not None:
+        e2e = _as_array(line.latencies, "latencies", n)[ok_idx]
+    elif itl_lists is not None:
+        e2e = ok_ttft + np.array([math.fsum(itl_lists[i]) for i in ok_idx])
+    else:
+        e2e = None
+    if e2e is not None and np.any(e2e + 1e-9 < ok_ttft):
+        raise RepError("corrupt", f"line {ref.line}: a request ends before its first token")
+
+    m = result.metrics
+    total_out = float(ok_out.sum())
+    m["output_throughput"] = total_out / line.duration
+    m["request_throughput"] = n_ok / line.duration
+    if line.input_lens is not None:
+        in_lens = _as_array(line.input_lens, "input_lens", n)
+        m["total_throughput"] = (total_out + float(in_lens[ok_idx].sum())) / line.duration
+    else:
+        result.missing.append("total_throughput")
+    ttft_ms = ok_ttft * 1000.0
+    m["median_ttft_ms"] = float(np.median(ttft_ms))
+    m["p99_ttft_ms"] = float(np.percentile(ttft_ms, 99))
+    if e2e is not None:
+        e2e_ms = e2e * 1000.0
+        m["median_e2e_latency_ms"] = float(np.median(e2e_ms))
+        m["p99_e2e_latency_ms"] = float(np.percentile(e2e_ms, 99))
+        multi = ok_out > 1
+        if np.any(multi):
+            tpot = (e2e_ms[multi] - ttft_ms[multi]) / (ok_out[multi] - 1)
+            m["median_tpot_ms"] = float(np.median(tpot))
+            m["p99_tpot_ms"] = float(np.percentile(tpot, 99))
+        else:
+            result.missing += ["median_tpot_ms", "p99_tpot_ms"]
+    else:
+        result.missing += ["median_e2e_latency_ms", "p99_e2e_latency_ms", "median_tpot_ms", "p99_tpot_ms"]
+    if itl_lists is not None:
+        gaps = [g for i in ok_idx for g in itl_lists[i]]
+        if gaps:
+            gaps_ms = np.asarray(gaps, dtype=float) * 1000.0
+            if not np.all(np.isfinite(gaps_ms)) or np.any(gaps_ms < 0):
+                raise RepError("corrupt", f"line {ref.line}: 'itls' holds negative or non-finite gaps")
+            m["median_itl_ms"] = float(np.median(gaps_ms))
+            m["p99_itl_ms"] = float(np.percentile(gaps_ms, 99))
+        else:
+            result.missing += ["median_itl_ms", "p99_itl_ms"]
+    else:
+        result.missing += ["median_itl_ms", "p99_itl_ms"]
+
+    result.mean_output_len = float(ok_out.mean())
+    result.output_len_quantiles = tuple(float(q) for q in np.percentile(ok_out, [10, 50, 90]))
+    if line.cache_hits is not None:
+        hits = _as_array(line.cache_hits, "cache_hits", n)[ok_idx]
+        in_total = float(np.asarray(line.input_lens, dtype=float)[ok_idx].sum()) if line.input_lens else 0.0
+        result.cache_hit_rate = float(hits.sum() / in_total) if in_total > 0 else None
+    for name in CROSS_CHECKED:
+        value = getattr(line, name, None)
+        if value is not None:
+            result.reported[name] = float(value)
+    return result

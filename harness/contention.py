@@ -1,0 +1,188 @@
+"""Contention sampler: was anything else busy on this machine when a rep started or ended?
+
+A rep measured while another process burns CPU is not evidence about the serving change (design §4,
+``CONTENDED_LEG``). The harness therefore records, at rep start and end, the load average and the
+processes that used CPU during a short sampling window. The parsing is pure functions over the text
+of ``/proc`` files (testable with literal strings); :func:`sample_contention` is the thin reader.
+
+Sample format (one dict, stored under ``contention.start`` / ``contention.end`` of a bench line)::
+
+    {"t": 1732230000.1,            # unix time the window ended
+     "interval_s": 0.25,           # length of the CPU sampling window
+     "ncpu": 2,                    # logical CPUs (os.cpu_count())
+     "loadavg": [0.52, 0.58, 0.59],# 1, 5, 15-minute load averages
+     "procs_running": 2, "procs_total": 345,
+     "cpu_busy_pct": 12.5,         # whole machine, 0..100, over the window (from /proc/stat)
+     "busy": [{"pid": 4242, "name": "python3", "cpu_pct": 97.0}, ...],  # >= threshold, busiest first
+     "threshold_pct": 5.0,         # per-process CPU% (100 = one core) to be listed in "busy"
+     "self_pid": 1234, "excluded_pids": [1234],
+     "error": null}                # a string when /proc could not be read: nothing else is then set
+
+Processes listed in ``excluded_pids`` (the harness itself, and whatever the caller passes, e.g. the
+server under test) are left out of ``busy`` and say so, so a reader can tell "nothing busy" from "not
+looked at".
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+PROC = Path("/proc")
+
+
+@dataclass(frozen=True)
+class LoadAvg:
+    """``/proc/loadavg``: load averages and scheduler entity counts."""
+
+    load1: float
+    load5: float
+    load15: float
+    running: int
+    total: int
+
+
+@dataclass(frozen=True)
+class CpuTimes:
+    """Aggregate CPU jiffies from the first ``cpu`` line of ``/proc/stat``."""
+
+    total: int
+    idle: int
+    """idle + iowait: time no task wanted the CPU."""
+
+
+@dataclass(frozen=True)
+class PidStat:
+    """The parts of ``/proc/<pid>/stat`` the sampler needs."""
+
+    pid: int
+    name: str
+    state: str
+    cpu_ticks: int
+    """utime + stime, in clock ticks (all threads of the process)."""
+
+
+def parse_loadavg(text: str) -> LoadAvg:
+    """Parse ``/proc/loadavg`` (``"0.52 0.58 0.59 2/345 12345"``)."""
+    fields = text.split()
+    if len(fields) < 4 or "/" not in fields[3]:
+        raise ValueError(f"unexpected /proc/loadavg content: {text!r}")
+    running, total = fields[3].split("/", 1)
+    return LoadAvg(float(fields[0]), float(fields[1]), float(fields[2]), int(running), int(total))
+
+
+def parse_cpu_times(text: str) -> CpuTimes:
+    """Parse the aggregate ``cpu`` line of ``/proc/stat`` (user nice system idle iowait irq softirq
+    steal ...); guest time is already inside user/nice, so it is not added twice."""
+    for line in text.splitlines():
+        if line.startswith("cpu "):
+            values = [int(v) for v in line.split()[1:]]
+            if len(values) < 4:
+                break
+            total = sum(values[:8])
+            idle = values[3] + (values[4] if len(values) > 4 else 0)
+            return CpuTimes(total=total, idle=idle)
+    raise ValueError("no aggregate 'cpu ' line in /proc/stat")
+
+
+def parse_pid_stat(text: str) -> PidStat:
+    """Parse ``/proc/<pid>/stat``. The name (``comm``) is in parentheses and may itself contain
+    spaces and parentheses, so split on the *last* ``)``."""
+    open_paren = text.index("(")
+    close_paren = text.rindex(")")
+    pid = int(text[:open_paren].strip())
+    name = text[open_paren + 1:close_paren]
+    rest = text[close_paren + 2:].split()
+    # rest[0] is field 3 (state); utime and stime are fields 14 and 15.
+    return PidStat(pid=pid, name=name, state=rest[0], cpu_ticks=int(rest[11]) + int(rest[12]))
+
+
+def cpu_busy_pct(before: CpuTimes, after: CpuTimes) -> float | None:
+    """Whole-machine busy percentage between two ``/proc/stat`` readings (None if no time passed)."""
+    total = after.total - before.total
+    if total <= 0:
+        return None
+    return 100.0 * (total - (after.idle - before.idle)) / total
+
+
+def busy_processes(before: Mapping[int, PidStat], after: Mapping[int, PidStat], interval_s: float,
+                   clk_tck: int, threshold_pct: float, exclude: Iterable[int] = ()) -> list[dict[str, Any]]:
+    """Processes whose CPU use over the window is at least ``threshold_pct`` (100 = one full core),
+    busiest first. A pid present in only one reading (started or exited during the window) is
+    skipped: its share of the window is unknown, and guessing would invent contention."""
+    if interval_s <= 0:
+        raise ValueError(f"interval_s={interval_s!r} must be > 0")
+    excluded = set(exclude)
+    busy = []
+    for pid, end in after.items():
+        start = before.get(pid)
+        if start is None or pid in excluded or start.name != end.name:
+            continue
+        pct = 100.0 * (end.cpu_ticks - start.cpu_ticks) / clk_tck / interval_s
+        if pct >= threshold_pct:
+            busy.append({"pid": pid, "name": end.name, "cpu_pct": round(pct, 1)})
+    busy.sort(key=lambda p: (-p["cpu_pct"], p["pid"]))
+    return busy
+
+
+# --------------------------------------------------------------------------------------- readers
+
+
+def read_pid_stats(proc: Path = PROC) -> dict[int, PidStat]:
+    """Read ``/proc/<pid>/stat`` for every process; processes that exit mid-read are skipped."""
+    stats: dict[int, PidStat] = {}
+    for entry in os.scandir(proc):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(os.path.join(entry.path, "stat"), encoding="utf-8", errors="replace") as handle:
+                stat = parse_pid_stat(handle.read())
+        except (OSError, ValueError, IndexError):
+            continue
+        stats[stat.pid] = stat
+    return stats
+
+
+def sample_contention(interval_s: float = 0.25, threshold_pct: float = 5.0, exclude_pids: Iterable[int] = (),
+                      top: int = 10, proc: Path = PROC) -> dict[str, Any]:
+    """Take one contention sample (format in the module docstring).
+
+    Blocks for ``interval_s`` (CPU use needs two readings). Never raises for an unreadable ``/proc``
+    (e.g. not Linux): the sample then carries ``error`` so the auditor reports "not checked" instead
+    of the harness crashing a rep or pretending the machine was idle.
+    """
+    self_pid = os.getpid()
+    excluded = sorted({self_pid, *exclude_pids})
+    try:
+        clk_tck = os.sysconf("SC_CLK_TCK")
+        cpu0 = parse_cpu_times((proc / "stat").read_text())
+        pids0 = read_pid_stats(proc)
+        t0 = time.perf_counter()
+        time.sleep(interval_s)
+        cpu1 = parse_cpu_times((proc / "stat").read_text())
+        pids1 = read_pid_stats(proc)
+        elapsed = time.perf_counter() - t0
+        load = parse_loadavg((proc / "loadavg").read_text())
+    except (OSError, ValueError) as exc:
+        return {"t": time.time(), "error": f"cannot sample contention from {str(proc)!r}: {exc}",
+                "self_pid": self_pid, "excluded_pids": excluded}
+    busy = busy_processes(pids0, pids1, elapsed, clk_tck, threshold_pct, excluded)
+    busy_pct = cpu_busy_pct(cpu0, cpu1)
+    return {
+        "t": time.time(),
+        "interval_s": round(elapsed, 4),
+        "ncpu": os.cpu_count(),
+        "loadavg": [load.load1, load.load5, load.load15],
+        "procs_running": load.running,
+        "procs_total": load.total,
+        "cpu_busy_pct": None if busy_pct is None else round(busy_pct, 1),
+        "busy": busy[:top],
+        "threshold_pct": threshold_pct,
+        "self_pid": self_pid,
+        "excluded_pids": excluded,
+        "error": None,
+    }

@@ -1,0 +1,257 @@
+"""Line-oriented raw files: strict, streaming readers and the line schemas.
+
+Rules every reader here follows (design §2, issue 2):
+- only newline-terminated lines count as written; a torn last line is reported, never parsed;
+- a line that does not decode is reported with its number, never skipped silently;
+- every record carries a ``LineRef`` (file, 1-based line, byte offset, length) so a finding can cite
+  the exact raw line and its sha256 later without hashing every line up front.
+
+The schemas are msgspec Structs so that the hot path (``bench_runs.jsonl`` with per-request arrays)
+decodes straight into typed columns. Unknown fields are ignored (a real sglang/vLLM file audits as-is);
+absent fields decode to ``None`` and the auditor turns that into ``EVIDENCE_MISSING`` where a gate needs
+the field.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Generic, Literal, TypeVar
+
+import msgspec
+
+T = TypeVar("T")
+
+# Lines larger than this are read in full anyway; the constant only sizes the read buffer.
+_READ_CHUNK = 1 << 20
+
+
+@dataclass(frozen=True)
+class LineRef:
+    """Where a record came from: enough to re-read the raw bytes and hash them on demand."""
+
+    path: Path
+    line: int
+    offset: int
+    length: int
+
+    def raw(self) -> bytes:
+        with open(self.path, "rb") as handle:
+            handle.seek(self.offset)
+            return handle.read(self.length)
+
+    def sha256(self) -> str:
+        return hashlib.sha256(self.raw()).hexdigest()
+
+
+@dataclass(frozen=True)
+class LineIssue:
+    """A line that could not be taken as written evidence."""
+
+    kind: Literal["torn_tail", "corrupt", "empty_file", "unreadable"]
+    ref: LineRef
+    message: str
+
+
+@dataclass
+class ReadReport(Generic[T]):
+    """Everything a reader learned about one file: records in order, plus problems."""
+
+    path: Path
+    records: list[tuple[LineRef, T]] = field(default_factory=list)
+    issues: list[LineIssue] = field(default_factory=list)
+    sha256: str = ""
+
+
+def iter_raw_lines(path: Path, issues: list[LineIssue], digest: "hashlib._Hash | None" = None
+                   ) -> Iterator[tuple[LineRef, bytes]]:
+    """Yield complete (newline-terminated) lines with their location; report a torn tail.
+
+    Blank lines are skipped (they carry nothing). ``digest`` is fed the whole file, so the caller
+    gets the file's sha256 from the same single pass.
+    """
+    path = Path(path)
+    line_no = 0
+    offset = 0
+    pending = b""
+    pending_offset = 0
+    with open(path, "rb") as handle:
+        while True:
+            chunk = handle.read(_READ_CHUNK)
+            if not chunk:
+                break
+            if digest is not None:
+                digest.update(chunk)
+            data = pending + chunk if pending else chunk
+            data_offset = pending_offset if pending else offset
+            start = 0
+            while True:
+                nl = data.find(b"\n", start)
+                if nl < 0:
+                    break
+                line_no += 1
+                line = data[start:nl]
+                if line.endswith(b"\r"):
+                    line = line[:-1]
+                if line.strip():
+                    yield LineRef(path, line_no, data_offset + start, len(line)), line
+                start = nl + 1
+            pending = data[start:]
+            pending_offset = data_offset + start
+            offset += len(chunk)
+    if pending.strip():
+        ref = LineRef(path, line_no + 1, pending_offset, len(pending))
+        issues.append(LineIssue("torn_tail", ref, f"last line {line_no + 1} of {path.name!r} has no "
+                                "newline: the writer did not finish it, so it is not evidence"))
+    elif line_no == 0:
+        issues.append(LineIssue("empty_file", LineRef(path, 0, 0, 0), f"{path.name!r} is empty"))
+
+
+def read_jsonl(path: Path, schema: type[T]) -> ReadReport[T]:
+    """Decode every complete line of ``path`` into ``schema``; collect problems instead of raising."""
+    report: ReadReport[T] = ReadReport(Path(path))
+    decoder = msgspec.json.Decoder(schema)
+    digest = hashlib.sha256()
+    try:
+        for ref, line in iter_raw_lines(path, report.issues, digest):
+            try:
+                report.records.append((ref, decoder.decode(line)))
+            except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+                report.issues.append(LineIssue("corrupt", ref, f"line {ref.line} of {Path(path).name!r}"
+                                               f" does not decode as {schema.__name__}: {exc}"))
+    except OSError as exc:
+        report.issues.append(LineIssue("unreadable", LineRef(Path(path), 0, 0, 0),
+                                       f"cannot read {str(path)!r}: {exc}"))
+    report.sha256 = digest.hexdigest()
+    return report
+
+
+def iter_jsonl(path: Path, schema: type[T], issues: list[LineIssue],
+               digest: "hashlib._Hash | None" = None) -> Iterator[tuple[LineRef, T]]:
+    """Streaming variant of :func:`read_jsonl` for files too large to hold (bench runs)."""
+    decoder = msgspec.json.Decoder(schema)
+    for ref, line in iter_raw_lines(path, issues, digest):
+        try:
+            yield ref, decoder.decode(line)
+        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+            issues.append(LineIssue("corrupt", ref, f"line {ref.line} of {Path(path).name!r} does not "
+                                    f"decode as {schema.__name__}: {exc}"))
+
+
+# ------------------------------------------------------------------------------------ line schemas
+
+OptFloat = float | None
+
+
+class BenchRunLine(msgspec.Struct, kw_only=True):
+    """One line of ``bench_runs.jsonl``: one timed repetition.
+
+    Line-compatible with ``sglang.bench_serving --output-file … --output-details``. Units follow
+    sglang: aggregates in **milliseconds**, per-request ``ttfts``/``itls``/``latencies`` in
+    **seconds**, throughputs per second of ``duration``. perfwarden adds ``leg``, ``rep``,
+    ``request_starts``, ``latencies``, ``contention`` and ``schema_version``.
+    """
+
+    schema_version: int | None = None
+    leg: str | None = None
+    rep: int | None = None
+    backend: str | None = None
+    dataset_name: str | None = None
+    request_rate: float | str | None = None
+    max_concurrency: int | None = None
+    server_info: dict | None = None
+    duration: OptFloat = None
+    completed: int | None = None
+    total_input_tokens: int | None = None
+    total_output_tokens: int | None = None
+    request_throughput: OptFloat = None
+    output_throughput: OptFloat = None
+    total_throughput: OptFloat = None
+    mean_ttft_ms: OptFloat = None
+    median_ttft_ms: OptFloat = None
+    p99_ttft_ms: OptFloat = None
+    mean_tpot_ms: OptFloat = None
+    median_tpot_ms: OptFloat = None
+    p99_tpot_ms: OptFloat = None
+    mean_itl_ms: OptFloat = None
+    median_itl_ms: OptFloat = None
+    p99_itl_ms: OptFloat = None
+    mean_e2e_latency_ms: OptFloat = None
+    median_e2e_latency_ms: OptFloat = None
+    p99_e2e_latency_ms: OptFloat = None
+    accept_length: OptFloat = None
+    input_lens: list[int] | None = None
+    output_lens: list[int] | None = None
+    ttfts: list[float] | None = None
+    itls: list[list[float]] | None = None
+    errors: list[str | None] | None = None
+    # perfwarden additions
+    request_starts: list[float] | None = None
+    """Per-request start, seconds since the rep started."""
+    latencies: list[float] | None = None
+    """Per-request end-to-end latency, seconds."""
+    cache_hits: list[int] | None = None
+    """Per-request prefix-cache hit tokens, when the server reports them."""
+    contention: dict | None = None
+    """Load average and other busy processes sampled at rep start (and end)."""
+    started_at: OptFloat = None
+    """Unix time the rep started (orders interleaved reps)."""
+
+
+class OutputLine(msgspec.Struct, kw_only=True):
+    """One line of ``outputs.jsonl``: the greedy output for one fixed prompt (parity dump)."""
+
+    prompt_id: str | int
+    text: str
+    token_ids: list[int] | None = None
+    finish_reason: str | None = None
+    seed: int | None = None
+    prompt: str | None = None
+
+
+class OpBenchLine(msgspec.Struct, kw_only=True):
+    """One line of ``opbench.jsonl``: one (backend, shape, trial) of an op benchmark."""
+
+    op: str
+    backend: str
+    shape: list[int] | str
+    trial: int = 0
+    dtype: str | None = None
+    times_ms: list[float] | None = None
+    """Per-iteration times of the timed iterations (warm-up already discarded)."""
+    warmup_discarded: int | None = None
+    fresh_inputs: bool | None = None
+    """Whether every timed iteration got fresh inputs (defeats cache-warm timing)."""
+    correct: bool | None = None
+    max_abs_err: OptFloat = None
+    max_rel_err: OptFloat = None
+    atol: OptFloat = None
+    rtol: OptFloat = None
+    dispatch: str | None = None
+    """Dispatch path timed: ``eager``, ``graph_replay``, ``compiled``."""
+    seed: int | None = None
+    raised: str | None = None
+    is_reference: bool | None = None
+    """True for the reference implementation the speedup is computed against."""
+    impl_sha256: str | None = None
+    """Digest of the implementation's source, to detect a backend compared against itself."""
+    measured: bool = True
+    """False when timing was not possible here (e.g. Triton on CPU); then ``times_ms`` is null."""
+
+
+class ProfileLine(msgspec.Struct, kw_only=True):
+    """One line of ``profile.jsonl``: time aggregated for one op/kernel name (and shapes)."""
+
+    name: str
+    """Kernel or op name as the profiler reported it."""
+    self_time_us: float
+    """Self time, microseconds (device time on GPU, CPU time on CPU)."""
+    count: int | None = None
+    op: str | None = None
+    """Logical op this kernel belongs to, if the profiler/harness mapped it."""
+    shapes: list | None = None
+    device: str | None = None
+    total_time_us: OptFloat = None
+    """Total wall time of the profiled window, microseconds (same on every line)."""

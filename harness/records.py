@@ -1,0 +1,500 @@
+"""Persisted record formats shared by the harness (writer) and the auditor (reader).
+
+Everything here is a *format*: field names, units and versions. Nothing here computes a number the
+auditor checks -- that stays in ``perfwarden.agents.auditor`` so the auditor remains independent of
+the code paths that produced the measurements (design §3, README "independence").
+
+Small, human-edited records (manifests, leg specs, claims, verdicts, quality evals) are versioned
+pydantic models with a docstring per field. Large line-oriented files (``bench_runs.jsonl``,
+``opbench.jsonl``, ``profile.jsonl``, ``outputs.jsonl``) are read by ``perfwarden.harness.jsonl``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+SCHEMA_VERSION = 1
+
+LegRole = Literal["baseline", "candidate", "validation", "caching_audit", "aa", "reference"]
+Scope = Literal["baseline", "profile", "harness", "patch", "bundle"]
+VerdictLabel = Literal["PASS", "FLAG", "FAIL"]
+Action = Literal[
+    "pass",
+    "flag",
+    "downgrade_headline",
+    "replace_headline_with_e2e",
+    "remeasure",
+    "redo_harness",
+    "eject",
+]
+Severity = Literal["INFO", "FLAG", "FAIL"]
+LeverClass = Literal["A", "B"]
+MechanismName = Literal[
+    "baseline", "kv_quantization", "kv_compression", "compressed_attention", "speculative_decoding"
+]
+SupportStatus = Literal["supported", "experimental", "unsupported"]
+ParityKind = Literal["exact_text", "token_ids", "none"]
+
+
+class Record(BaseModel):
+    """Base for persisted records: unknown fields are kept (forward compatible), types are strict."""
+
+    model_config = ConfigDict(extra="allow", use_attribute_docstrings=True)
+
+
+# --------------------------------------------------------------------------------------------- run
+
+
+class RunManifest(Record):
+    """``<run>/run.json``: identifies a run and the software that produced it."""
+
+    schema_version: int = SCHEMA_VERSION
+    """Version of this record's schema."""
+    id: str
+    """Run identifier, unique per run directory."""
+    target: str
+    """Serving target name, e.g. ``embedded`` or ``sglang``."""
+    model: str
+    """Model served, e.g. ``SmolLM2-135M-Instruct``."""
+    seed: int = 0
+    """Seed of the run's prompt sampling and load schedule."""
+    versions: dict[str, str] = Field(default_factory=dict)
+    """Package versions that matter for the measurement (torch, transformers, loadgen, perfwarden)."""
+    git_commit: str | None = None
+    """perfwarden's git commit when the run started, if known."""
+    git_dirty: bool | None = None
+    """Whether perfwarden's work tree had uncommitted changes."""
+    started_at: str | None = None
+    """ISO-8601 UTC start time."""
+
+
+class KernelPatch(Record):
+    """One op override in a leg's overlay (the kernel half of an overlay)."""
+
+    op: str
+    """Op replaced, e.g. ``rmsnorm``, ``rotary``, ``silu_mul``, ``attention``."""
+    impl: str
+    """Implementation name or path of the file that provides it."""
+    sha256: str | None = None
+    """Digest of the implementation file, when it is a file."""
+
+
+class Overlay(Record):
+    """What a leg changes relative to the target's defaults."""
+
+    config: dict[str, Any] = Field(default_factory=dict)
+    """Server knobs set for this leg (name -> value)."""
+    kernel_patches: list[KernelPatch] = Field(default_factory=list)
+    """Op overrides installed in this leg."""
+
+
+class LegSpec(Record):
+    """``<run>/legs/<leg>/leg.json``: what a leg is for and what it runs with."""
+
+    schema_version: int = SCHEMA_VERSION
+    """Version of this record's schema."""
+    leg: str
+    """Leg name; equals its directory name."""
+    role: LegRole
+    """Role of the leg in the experiment."""
+    overlay: Overlay = Field(default_factory=Overlay)
+    """Config diff and kernel patches relative to the target's defaults."""
+    purpose: str = ""
+    """One line saying why this leg was measured."""
+    parent_leg: str | None = None
+    """Leg this one was derived from (its baseline), if any."""
+    status: Literal["ok", "failed"] = "ok"
+    """``failed`` when the server never came up or the leg was aborted; see ``failure``."""
+    failure: str | None = None
+    """Why the leg failed, when it did."""
+
+
+# ------------------------------------------------------------------------------------------ quality
+
+
+class QualityEval(Record):
+    """``<run>/quality/<eval>.json``: a completed quality evaluation of one leg."""
+
+    schema_version: int = SCHEMA_VERSION
+    """Version of this record's schema."""
+    eval_id: str
+    """Registered eval id (see the auditor's quality-eval registry)."""
+    leg: str
+    """Leg evaluated."""
+    n: int
+    """Number of items scored."""
+    score: float
+    """Score in [0, 1] (exact match rate) or the eval's registered unit."""
+    ci_low: float | None = None
+    """Lower bound of the 95% confidence interval of ``score``."""
+    ci_high: float | None = None
+    """Upper bound of the 95% confidence interval of ``score``."""
+    baseline_score: float | None = None
+    """Score of the true baseline on the same items, when measured."""
+    baseline_leg: str | None = None
+    """Leg that produced ``baseline_score``."""
+    completed: bool = True
+    """False when the eval was started but did not finish."""
+
+
+# -------------------------------------------------------------------------------------------- claim
+
+
+class LegRefs(Record):
+    """Which legs a claim rests on."""
+
+    baseline: str | None = None
+    """The true baseline leg (no overlay) or the reference leg."""
+    candidate: str | None = None
+    """The leg with the change."""
+    validation: str | None = None
+    """A validation leg re-measuring the candidate against the true baseline (bundle)."""
+    caching_audit: str | None = None
+    """A TEST04-style leg: one prompt repeated, with the candidate's config."""
+    aa: list[str] = Field(default_factory=list)
+    """Same-session A/A legs (the baseline config re-measured) that calibrate the noise band."""
+
+
+class DeclaredLever(Record):
+    """The change a producer says it made."""
+
+    name: str
+    """Short name of the change, e.g. ``rmsnorm_fused`` or ``max_batch_size=8``."""
+    lever_class: LeverClass
+    """``A`` = kernel/implementation; ``B`` = orthogonal serving lever (spec decode, TP, memory
+    fraction, quantization, batching, caching)."""
+    config_keys: list[str] = Field(default_factory=list)
+    """``server_info`` keys the change is expected to alter."""
+    kernel_ops: list[str] = Field(default_factory=list)
+    """Ops whose implementation the change replaces."""
+    components: list[str] = Field(default_factory=list)
+    """For bundles: names of the accepted changes combined (lever decomposition)."""
+
+
+class Headline(Record):
+    """The headline number a producer wants to bank."""
+
+    metric: str = "output_throughput"
+    """Metric, e.g. ``output_throughput`` (tok/s), ``median_ttft_ms``."""
+    value: float | None = None
+    """Claimed relative change in percent (e.g. ``66.93``), or None if only the direction is claimed."""
+    kind: Literal["e2e", "isolated", "kernel"] = "e2e"
+    """What the headline is presented as: an end-to-end win, an isolated op speedup, a kernel win."""
+
+
+class IsolatedSpeedup(Record):
+    """An op-level speedup the producer cites, with the op benchmark it comes from."""
+
+    value: float
+    """Claimed speedup factor (e.g. ``3.03``)."""
+    op: str
+    """Op benchmarked."""
+    opbench: str | None = None
+    """Path of the ``opbench.jsonl`` inside the run directory."""
+    baseline_backend: str | None = None
+    """Backend the producer says it compared against."""
+    candidate_backend: str | None = None
+    """Backend the producer says won."""
+    op_time_fraction: float | None = None
+    """Fraction of e2e time the producer says this op takes (for an Amdahl bound)."""
+
+
+class Correctness(Record):
+    """How the producer says correctness was established."""
+
+    parity: ParityKind = "exact_text"
+    """Parity kind checked between baseline and candidate greedy outputs."""
+    quality_eval_id: str | None = None
+    """Registered quality eval that was completed for this change (lossy mechanisms)."""
+
+
+class Mechanism(Record):
+    """The serving mechanism the change uses (ISB1 vocabulary)."""
+
+    name: MechanismName = "baseline"
+    """Mechanism class."""
+    variant: str | None = None
+    """Variant, e.g. ``int8_dynamic``, ``prompt_lookup``, ``NEXTN``."""
+    support: SupportStatus = "supported"
+    """Support status the producer claims."""
+    draft_model_id: str | None = None
+    """Speculative decoding: draft model or method id."""
+    acceptance_rate: float | None = None
+    """Speculative decoding: acceptance rate the producer measured."""
+
+
+class ProvidedBaseline(Record):
+    """A baseline number supplied from elsewhere (earlier session, a dashboard)."""
+
+    metric: str = "output_throughput"
+    """Metric the number is for."""
+    value: float
+    """The number."""
+    source: str = ""
+    """Where it comes from."""
+
+
+class Claim(Record):
+    """``<run>/claims/<seq>-<scope>.json``: what a producer wants banked."""
+
+    schema_version: int = SCHEMA_VERSION
+    """Version of this record's schema."""
+    seq: int = 0
+    """Sequence number in the run; verdict files reuse it."""
+    scope: Scope
+    """Audit scope (design §4)."""
+    producer: str = "unknown"
+    """Producer agent that submitted the claim."""
+    legs: LegRefs = Field(default_factory=LegRefs)
+    """Legs the claim rests on."""
+    lever: DeclaredLever | None = None
+    """The declared change (patch/bundle)."""
+    headline: Headline = Field(default_factory=Headline)
+    """Headline to bank."""
+    isolated_speedup: IsolatedSpeedup | None = None
+    """Isolated op speedup cited, if any (harness/patch)."""
+    correctness: Correctness = Field(default_factory=Correctness)
+    """Correctness basis."""
+    mechanism: Mechanism = Field(default_factory=Mechanism)
+    """Mechanism and its support status."""
+    provided_baseline: ProvidedBaseline | None = None
+    """Previously provided baseline to check drift against (baseline scope)."""
+    op: str | None = None
+    """Profile/harness scope: the op routed for optimization or benchmarked."""
+    opbench: str | None = None
+    """Harness scope: path of the op benchmark file inside the run directory."""
+    report: str | None = None
+    """Path of a prose report (markdown) inside the run directory whose numbers must trace."""
+    reported: dict[str, Any] = Field(default_factory=dict)
+    """Numbers the producer computed. Cross-checked only, never used. Known keys:
+    ``legs.<leg>.<metric>.median``, ``delta_pct``, ``conditions.<key>.<leg>``."""
+
+
+# ------------------------------------------------------------------------------------------ verdict
+
+
+class EvidenceRef(Record):
+    """Points at one raw line that supports a finding."""
+
+    file: str
+    """Path relative to the run directory."""
+    line: int | None = None
+    """1-based line number; None when the finding is about the whole file (e.g. it is missing)."""
+    sha256: str | None = None
+    """sha256 of the line's bytes (without the newline), so a reviewer can prove what was read."""
+    excerpt: str | None = None
+    """Up to 200 characters of the line, for humans."""
+
+
+class Finding(Record):
+    """One rule's outcome."""
+
+    code: str
+    """Stable finding code (design §3); answer keys refer to these."""
+    severity: Severity
+    """INFO does not change the verdict; FLAG and FAIL do."""
+    message: str
+    """One line for humans."""
+    gate: str = ""
+    """Gate that produced it."""
+    measured: Any = None
+    """Measured value (re-derived from raw)."""
+    threshold: Any = None
+    """Threshold the value was compared to."""
+    evidence: list[EvidenceRef] = Field(default_factory=list)
+    """Raw lines that support the finding."""
+    action: Action | None = None
+    """Action this finding asks for, if it asks for one."""
+    source: Literal["deterministic", "llm"] = "deterministic"
+    """Who raised it: the deterministic gates or the LLM persona."""
+
+
+class MetricStats(Record):
+    """Re-derived statistics of one metric over one leg's reps (the rep is the unit)."""
+
+    n: int
+    """Number of reps with a value."""
+    values: list[float]
+    """Per-rep values, in rep order."""
+    median: float
+    """Median over reps."""
+    min: float
+    """Minimum over reps."""
+    max: float
+    """Maximum over reps."""
+    spread_pct: float
+    """(max - min) / median, in percent."""
+    ci_low: float | None = None
+    """Lower bound of a 95% CI of the median (None with fewer than 3 reps)."""
+    ci_high: float | None = None
+    """Upper bound of a 95% CI of the median."""
+
+
+class Comparison(Record):
+    """Re-derived comparison of one metric between baseline and candidate legs."""
+
+    metric: str
+    """Metric compared."""
+    higher_is_better: bool
+    """Direction of improvement."""
+    delta_pct: float
+    """(candidate median / baseline median - 1) * 100."""
+    p_value: float | None
+    """One-sided Welch t-test p on log values, rep level (None with < 2 reps per leg)."""
+    noise_band_pct: float
+    """Noise band used, in percent."""
+    noise_band_source: str
+    """``aa_reps`` (calibrated from same-session A/A reps) or ``default``."""
+    worst_candidate_vs_best_baseline_pct: float
+    """Worst candidate rep vs best baseline rep, in percent (positive = still better)."""
+    ratio_ci_low: float | None = None
+    """Lower bound of a bootstrap 95% CI of the median ratio."""
+    ratio_ci_high: float | None = None
+    """Upper bound of a bootstrap 95% CI of the median ratio."""
+    significant: bool = False
+    """True when the delta is outside the noise band and p < alpha, in the better direction."""
+
+
+class Verdict(Record):
+    """``<run>/verdicts/<seq>-<scope>.json``: the auditor's answer to one claim."""
+
+    schema_version: int = SCHEMA_VERSION
+    """Version of this record's schema."""
+    scope: Scope
+    """Scope audited."""
+    claim: str
+    """Path of the claim answered, relative to the run directory (or as given)."""
+    claim_seq: int = 0
+    """Sequence number of the claim."""
+    verdict: VerdictLabel
+    """PASS, FLAG or FAIL."""
+    action: Action
+    """What should happen to the claim."""
+    findings: list[Finding] = Field(default_factory=list)
+    """Every finding raised, INFO included."""
+    legs: dict[str, dict[str, MetricStats]] = Field(default_factory=dict)
+    """Per leg, per metric: re-derived statistics over reps."""
+    comparisons: list[Comparison] = Field(default_factory=list)
+    """Baseline vs candidate comparisons per metric."""
+    headline_claimed: float | None = None
+    """Headline delta the producer claimed (percent)."""
+    headline_rederived: float | None = None
+    """Headline delta re-derived from raw (percent)."""
+    lever_declared: LeverClass | None = None
+    """Lever class the producer declared."""
+    lever_detected: LeverClass | None = None
+    """Lever class the auditor detected from the diff and raw signals."""
+    lever_signals: list[str] = Field(default_factory=list)
+    """What the detection rests on."""
+    server_info_diff: dict[str, list[Any]] = Field(default_factory=dict)
+    """Keys whose values differ between baseline and candidate ``server_info``: [baseline, candidate]."""
+    correctness: Literal["verified", "unverifiable", "failed", "not_applicable"] = "not_applicable"
+    """Correctness status."""
+    not_checked: list[str] = Field(default_factory=list)
+    """Checks that could not be made, with the reason (never reported as passed)."""
+    degraded: bool = False
+    """The auditor itself could not run a part (tool failure, LLM unavailable)."""
+    degraded_reasons: list[str] = Field(default_factory=list)
+    """Why the verdict is degraded."""
+    auditor_version: str = ""
+    """Version of the auditor that wrote this verdict."""
+    input_digests: dict[str, str] = Field(default_factory=dict)
+    """sha256 of every input file read, keyed by path relative to the run directory."""
+    digest: str = ""
+    """sha256 over the claim and ``input_digests``: same files, same digest, same verdict."""
+
+
+# ------------------------------------------------------------------------------------------- writers
+
+
+def write_json_atomic(path: Path, payload: Any) -> None:
+    """Write JSON so that readers see either the old file or the whole new one, never a torn file."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    text = payload.model_dump_json(indent=2) if isinstance(payload, BaseModel) else json.dumps(
+        payload, indent=2, sort_keys=True, allow_nan=False
+    )
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text + "\n")
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def append_jsonl(path: Path, record: dict[str, Any]) -> None:
+    """Append one JSON line; the newline is written with the record so a crash leaves a torn tail
+    that readers detect, never a line that silently merges with the next."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    line = json.dumps(record, allow_nan=False, separators=(",", ":")) + "\n"
+    with open(path, "a", encoding="utf-8") as handle:
+        handle.write(line)
+        handle.flush()
+        os.fsync(handle.fileno())
+
+
+class RunDir:
+    """Paths of a run directory (design §2), in one place."""
+
+    def __init__(self, root: Path | str):
+        self.root = Path(root)
+
+    @property
+    def manifest(self) -> Path:
+        return self.root / "run.json"
+
+    def leg_dir(self, leg: str) -> Path:
+        return self.root / "legs" / leg
+
+    def leg_spec(self, leg: str) -> Path:
+        return self.leg_dir(leg) / "leg.json"
+
+    def server_info(self, leg: str) -> Path:
+        return self.leg_dir(leg) / "server_info.json"
+
+    def server_log(self, leg: str) -> Path:
+        return self.leg_dir(leg) / "server.log"
+
+    def bench_runs(self, leg: str) -> Path:
+        return self.leg_dir(leg) / "bench_runs.jsonl"
+
+    def loadgen_rep(self, leg: str, rep: int) -> Path:
+        return self.leg_dir(leg) / "loadgen" / f"rep-{rep}"
+
+    def outputs(self, leg: str) -> Path:
+        return self.leg_dir(leg) / "outputs.jsonl"
+
+    def opbench(self, op: str) -> Path:
+        return self.root / "opbench" / op / "opbench.jsonl"
+
+    @property
+    def profile(self) -> Path:
+        return self.root / "profile" / "profile.jsonl"
+
+    def quality(self, eval_id: str) -> Path:
+        return self.root / "quality" / f"{eval_id}.json"
+
+    def claim(self, seq: int, scope: str) -> Path:
+        return self.root / "claims" / f"{seq:03d}-{scope}.json"
+
+    def verdict(self, seq: int, scope: str) -> Path:
+        return self.root / "verdicts" / f"{seq:03d}-{scope}.json"
+
+    @property
+    def events(self) -> Path:
+        return self.root / "events.jsonl"
+
+    def legs(self) -> list[str]:
+        base = self.root / "legs"
+        return sorted(p.name for p in base.iterdir() if p.is_dir()) if base.is_dir() else []

@@ -1,0 +1,33 @@
+"""The ``perfwarden`` command line.
+
+Exit codes are part of the contract (scripts and CI depend on them):
+0 PASS, 10 FLAG, 20 FAIL, 3 unreadable or invalid input, 2 usage error. A FAIL never exits 0.
+"""
+
+from __future__ import annotations
+
+import typer
+
+from perfwarden.orchestrator import cli_audit, cli_mlperf
+
+EXIT_PASS, EXIT_FLAG, EXIT_FAIL, EXIT_INVALID, EXIT_USAGE = 0, 10, 20, 3, 2
+EXIT_BY_VERDICT = {"PASS": EXIT_PASS, "FLAG": EXIT_FLAG, "FAIL": EXIT_FAIL}
+
+app = typer.Typer(
+    name="perfwarden",
+    help="Optimize LLM serving and bank only what an independent auditor re-derives from raw data.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)
+
+app.command("audit")(cli_audit.audit)
+app.command("audit-mlperf")(cli_mlperf.audit_mlperf)
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,127 @@
+"""``perfwarden audit-mlperf``: re-derive an MLPerf LoadGen compliance verdict (TEST01/04/05).
+
+Usage::
+
+    perfwarden audit-mlperf --reference RUN_DIR --compliance RUN_DIR [--test TEST04] [--json]
+
+Each RUN_DIR holds ``mlperf_log_summary.txt`` and ``mlperf_log_detail.txt`` (or is a submission
+directory with them under ``performance/run_1/``). The test type is detected from the compliance
+run's audit settings (see :func:`perfwarden.agents.auditor.mlperf.detect_test`); ``--test``
+overrides it, and a compliance run whose settings do not match the declared test is a FAIL.
+
+Exit codes (the CLI contract in ``orchestrator/cli.py``): 0 PASS, 10 FLAG, 20 FAIL, 3 unreadable or
+invalid input (verdict ``error``; with ``--json`` an object with ``"verdict": "error"`` and a
+``message``), 2 usage error (e.g. an unknown ``--test``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import traceback
+from pathlib import Path
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from perfwarden.agents.auditor import mlperf
+
+# Same values as perfwarden.orchestrator.cli (not imported: cli imports this module).
+EXIT_PASS, EXIT_FLAG, EXIT_FAIL, EXIT_INVALID, EXIT_USAGE = 0, 10, 20, 3, 2
+EXIT_BY_VERDICT = {"PASS": EXIT_PASS, "FLAG": EXIT_FLAG, "FAIL": EXIT_FAIL, "error": EXIT_INVALID}
+_STYLE = {"PASS": "bold green", "FLAG": "bold yellow", "FAIL": "bold red", "error": "bold red",
+          "INFO": "dim", }
+
+
+def _short(path: str, parts: int = 3) -> str:
+    p = Path(path).parts
+    return str(Path(*p[-parts:])) if len(p) > parts else path
+
+
+def _fmt(v: float | None) -> str:
+    return "-" if v is None else f"{v:.6g}"
+
+
+def render(result: mlperf.MlperfAudit, console: Console) -> None:
+    """Human-readable report: verdict line, scores, findings, what was not checked."""
+    style = _STYLE.get(result.verdict, "bold")
+    head = f"[{style}]{result.verdict}[/]"
+    if result.test or result.scenario:
+        src = f", test from {result.test_source}" if result.test_source else ""
+        head += f"  {result.test or 'test unknown'} {result.scenario or ''}{src}"
+    console.print(f"perfwarden audit-mlperf: {head}")
+    if result.message:
+        console.print(escape(result.message), style="dim" if result.verdict == "PASS" else None)
+    if result.verdict != "error" and result.reference_score is not None:
+        scores = Table(title="Scores (re-derived from the detail logs)", show_lines=False)
+        for col in ("run", "scenario", "detail", "summary", "unit"):
+            scores.add_column(col)
+        scores.add_row("reference", result.scenario or "-", _fmt(result.reference_score),
+                       _fmt(result.summary_scores.get("reference")), result.score_unit or "")
+        scores.add_row("compliance", result.compliance_scenario or "-", _fmt(result.compliance_score),
+                       _fmt(result.summary_scores.get("compliance")), result.score_unit or "")
+        console.print(scores)
+        if result.ratio is not None:
+            console.print(f"ratio compliance/reference = {result.ratio:.4f}; threshold "
+                          f"{result.threshold:g}; rule: {escape(result.rule or '')}")
+    if result.findings:
+        table = Table(title="Findings")
+        for col in ("severity", "code", "message", "evidence"):
+            table.add_column(col, overflow="fold")
+        for f in sorted(result.findings, key=lambda f: {"FAIL": 0, "FLAG": 1, "INFO": 2}[f.severity]):
+            ev = ", ".join(f"{_short(e.file)}:{e.line}" if e.line else _short(e.file)
+                           for e in f.evidence[:3])
+            table.add_row(f"[{_STYLE.get(f.severity, '')}]{f.severity}[/]", f.code, escape(f.message),
+                          escape(ev))
+        console.print(table)
+    for item in result.not_checked:
+        console.print(f"not checked: {escape(item)}", style="yellow")
+
+
+def audit_mlperf(
+    reference: Path = typer.Option(..., "--reference", "-r",
+                                   help="Reference run directory (mlperf_log_summary.txt + "
+                                        "mlperf_log_detail.txt)."),
+    compliance: Path = typer.Option(..., "--compliance", "-c",
+                                    help="Compliance run directory (TEST01/TEST04/TEST05 "
+                                         "performance run)."),
+    test: str | None = typer.Option(None, "--test", "-t",
+                                    help="TEST01, TEST04 or TEST05; default: detected from the "
+                                         "compliance run's audit settings."),
+    json_out: bool = typer.Option(False, "--json", help="Print one JSON object instead of tables."),
+) -> None:
+    """Re-derive an MLPerf LoadGen compliance verdict (TEST01/TEST04/TEST05) from the raw logs."""
+    try:
+        declared = mlperf.normalize_test(test)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="'--test'") from exc
+    try:
+        result = mlperf.audit(reference, compliance, declared)
+    except Exception as exc:  # the auditor's own failure: report it, marked degraded, never a PASS
+        if os.environ.get("PERFWARDEN_DEBUG"):
+            traceback.print_exc()
+        payload = {"verdict": "error", "message": f"internal error in the MLPerf auditor: {exc!r}",
+                   "degraded": True, "internal_error": True, "test": declared,
+                   "auditor_version": mlperf.AUDITOR_VERSION}
+        if json_out:
+            typer.echo(json.dumps(payload, sort_keys=True))
+        else:
+            Console(stderr=True).print(f"[bold red]error[/] {escape(payload['message'])}")
+        raise typer.Exit(EXIT_INVALID) from None
+    if json_out:
+        typer.echo(result.model_dump_json(indent=None))
+    elif result.verdict == "error":
+        err = Console(stderr=True)
+        err.print(f"[bold red]error[/]: unreadable or malformed LoadGen logs")
+        for f in result.findings:
+            loc = ""
+            if f.evidence:
+                e = f.evidence[0]
+                loc = f" ({e.file}{':' + str(e.line) if e.line else ''})"
+            err.print(f"  {f.code}: {escape(f.message)}{escape(loc)}")
+    else:
+        render(result, Console(file=sys.stdout))
+    raise typer.Exit(EXIT_BY_VERDICT[result.verdict])

@@ -1,0 +1,133 @@
+"""Build run directories from figures: synthesized raw evidence consistent with given per-rep numbers.
+
+Used to transcribe published cases (GEAK's answer key gives per-leg medians, spreads, TTFT/TPOT), to
+make hand-built test runs for every finding code, and to make the large runs the benchmarks audit.
+It writes *raw* records (per-request arrays) whose re-derived statistics equal the figures asked for;
+it never writes a verdict or an answer.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from perfwarden.harness.records import (Claim, LegSpec, Overlay, RunManifest, append_jsonl, write_json_atomic)
+
+COHERENT_TEXTS = [
+    "The capital of France is Paris, a city known for its museums and long history.",
+    "Water boils at one hundred degrees Celsius at sea level, and the temperature drops with altitude.",
+    "A binary search works by repeatedly halving the part of the list that could contain the item.",
+    "Photosynthesis lets plants turn sunlight, water and carbon dioxide into sugar and oxygen.",
+    "To make tea, boil fresh water, pour it over the leaves and let it steep for a few minutes.",
+    "The moon orbits the earth about once every twenty seven days and shows phases as it moves.",
+    "Exercise improves heart health, mood and sleep when it is done regularly and safely.",
+    "A good email has a clear subject line, a short greeting and one request per message.",
+    "Rivers carry sediment from the mountains to the sea, building deltas where they slow down.",
+    "The library opens at nine in the morning and closes at six in the evening on weekdays.",
+    "Learning a new language takes practice every day, patience and a lot of listening.",
+    "Bees help flowers reproduce by carrying pollen from one plant to another as they feed.",
+]
+GIBBERISH_TEXTS = [
+    "ocialbuckets crap Vert Vertuzzzz PMID herbs?\u00bb\u00bb\u00bb contempl Bolt Bolt Bolt Bolt trom",
+    "Pir Pir Pir Pir Pir Pir Pir Pir Pir Pir Pir Pir Pir Pir Pir Pir Pir Pir Pir Pir Pir",
+    "\u0437\u0430 rasp)\"); ],\r uint8 ValueError spectro ancest ancest ancest \u2581\u2581\u2581 xcd",
+    "CorporatePiratesEscapeMaliSinFloatsLyingInTheSeaTruTruTruTru Floats Floats",
+    "eqn)}} dtype ARR ARR antagon Sinai Sinai rpm rpm rpm quantum@@ \\\\ \\\\ Whit",
+    "illon illon illon illon illon illon illon illon illon illon illon illon illon",
+    "%%%% 0x1f 0x1f ;;;; kW kW kW kW )))) ]]]] ~~~~ ^^^^ ????",
+    "mgmgmgmg zzxq vbnrt plkjh qwrtp zxcvb nmlkj hgfds poiuy trewq lkjhg",
+    "____ ____ ____ ____ ____ ____ ____ ____ ____ ____ ____ ____",
+    "unt unt unt ikh ikh ikh zzt zzt zzt blorp blorp blorp",
+    "Sov Sov Sov Sov Sov Sov Sov Sov Sov Sov Sov Sov Sov Sov",
+    "\u00e2\u20ac\u2122 \u00e2\u20ac\u0153 \u00c3\u00a9 \u00c3\u00a8 \u00e2\u20ac\u2122 \u00e2\u20ac\u0153 \u00c3\u00a9 \u00c3\u00a8",
+]
+
+
+def _spread(center: float, n: int, rel: float) -> list[float]:
+    """n values with median exactly ``center`` and a symmetric relative spread ``rel``."""
+    if n == 1:
+        return [center]
+    step = 2 * rel / (n - 1)
+    return [center * (1 - rel + i * step) for i in range(n)]
+
+
+def make_rep(leg: str, rep: int, *, throughput: float, ttft_ms: float = 100.0, tpot_ms: float = 20.0,
+             n_requests: int = 16, output_len: int = 64, input_len: int = 128, errors: int = 0,
+             accept_length: float | None = None, contention: dict | None = None, started_at: float | None = None,
+             cache_hit_rate: float | None = None, jitter: float = 0.05, error_text: str = "HTTP 500: boom",
+             with_latencies: bool = True) -> dict[str, Any]:
+    """One bench_runs line whose re-derived output throughput, median TTFT and median TPOT are the
+    given numbers (failed requests are extra: they carry no tokens)."""
+    ok = n_requests
+    ttfts = [t / 1000.0 for t in _spread(ttft_ms, ok, jitter)]
+    tpots = [t / 1000.0 for t in _spread(tpot_ms, ok, jitter)]
+    out_lens = [output_len] * ok
+    itls = [[tp] * (output_len - 1) for tp in tpots]
+    lat = [tt + tp * (output_len - 1) for tt, tp in zip(ttfts, tpots)]
+    total_out = sum(out_lens)
+    duration = total_out / throughput
+    line: dict[str, Any] = {
+        "schema_version": 1, "leg": leg, "rep": rep, "backend": "perfwarden", "dataset_name": "synthetic",
+        "request_rate": "inf", "max_concurrency": 16, "server_info": None, "duration": duration,
+        "completed": ok, "total_input_tokens": input_len * ok, "total_output_tokens": total_out,
+        "request_throughput": ok / duration, "output_throughput": throughput,
+        "total_throughput": (total_out + input_len * ok) / duration,
+        "median_ttft_ms": ttft_ms, "median_tpot_ms": tpot_ms, "accept_length": accept_length,
+        "input_lens": [input_len] * ok + [input_len] * errors,
+        "output_lens": out_lens + [0] * errors,
+        "ttfts": ttfts + [0.0] * errors,
+        "itls": itls + [[] for _ in range(errors)],
+        "generated_texts": ["x"] * ok + [""] * errors,
+        "errors": [""] * ok + [error_text] * errors,
+        "request_starts": [i * 0.01 for i in range(ok + errors)],
+        "contention": contention if contention is not None else {"loadavg_1m": 0.5, "ncpu": 2, "busy": []},
+        "started_at": started_at if started_at is not None else 1_700_000_000.0 + rep * 60.0,
+    }
+    if with_latencies:
+        line["latencies"] = lat + [0.0] * errors
+    if cache_hit_rate is not None:
+        line["cache_hits"] = [int(input_len * cache_hit_rate)] * ok + [0] * errors
+    return line
+
+
+def write_manifest(run: Path, run_id: str = "synthetic", target: str = "synthetic", model: str = "model") -> None:
+    write_json_atomic(Path(run) / "run.json", RunManifest(id=run_id, target=target, model=model))
+
+
+def write_leg(run: Path, leg: str, role: str, server_info: dict[str, Any], reps: list[dict[str, Any]],
+              log_lines: list[str] | None = None, outputs: list[str] | None = None,
+              overlay: dict[str, Any] | None = None, status: str = "ok", failure: str | None = None,
+              parent: str | None = None) -> Path:
+    """Write one leg directory: leg.json, server_info.json, server.log, bench_runs.jsonl, outputs.jsonl."""
+    leg_dir = Path(run) / "legs" / leg
+    leg_dir.mkdir(parents=True, exist_ok=True)
+    spec = LegSpec(leg=leg, role=role, overlay=Overlay(**(overlay or {})), purpose=f"{role} leg",
+                   parent_leg=parent, status=status, failure=failure)
+    write_json_atomic(leg_dir / "leg.json", spec)
+    write_json_atomic(leg_dir / "server_info.json", server_info)
+    (leg_dir / "server.log").write_text("".join(f"{line}\n" for line in (log_lines or ["server ready"])))
+    bench = leg_dir / "bench_runs.jsonl"
+    bench.unlink(missing_ok=True)
+    for line in reps:
+        append_jsonl(bench, line)
+    if outputs is not None:
+        out = leg_dir / "outputs.jsonl"
+        out.unlink(missing_ok=True)
+        for i, text in enumerate(outputs):
+            append_jsonl(out, {"prompt_id": f"p{i:02d}", "text": text, "finish_reason": "length", "seed": 0})
+    return leg_dir
+
+
+def write_claim(run: Path, claim: dict[str, Any] | Claim, name: str | None = None) -> Path:
+    model = claim if isinstance(claim, Claim) else Claim.model_validate(claim)
+    path = Path(run) / "claims" / (name or f"{model.seq:03d}-{model.scope}.json")
+    write_json_atomic(path, model)
+    return path
+
+
+def write_jsonl(path: Path, rows: list[dict[str, Any]]) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
