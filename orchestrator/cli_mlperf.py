@@ -36,7 +36,7 @@ _STYLE = {"PASS": "bold green", "FLAG": "bold yellow", "FAIL": "bold red", "erro
           "INFO": "dim", }
 
 
-def _short(path: str, parts: int = 3) -> str:
+def _short(path: str, parts: int = 2) -> str:
     p = Path(path).parts
     return str(Path(*p[-parts:])) if len(p) > parts else path
 
@@ -53,8 +53,8 @@ def render(result: mlperf.MlperfAudit, console: Console) -> None:
         src = f", test from {result.test_source}" if result.test_source else ""
         head += f"  {result.test or 'test unknown'} {result.scenario or ''}{src}"
     console.print(f"perfwarden audit-mlperf: {head}")
-    if result.message:
-        console.print(escape(result.message), style="dim" if result.verdict == "PASS" else None)
+    if result.message and not any(f.severity != "INFO" for f in result.findings):
+        console.print(escape(result.message), style="dim")
     if result.verdict != "error" and result.reference_score is not None:
         scores = Table(title="Scores (re-derived from the detail logs)", show_lines=False)
         for col in ("run", "scenario", "detail", "summary", "unit"):
@@ -115,7 +115,7 @@ def audit_mlperf(
         typer.echo(result.model_dump_json(indent=None))
     elif result.verdict == "error":
         err = Console(stderr=True)
-        err.print(f"[bold red]error[/]: unreadable or malformed LoadGen logs")
+        err.print("[bold red]error[/]: unreadable or malformed LoadGen logs")
         for f in result.findings:
             loc = ""
             if f.evidence:

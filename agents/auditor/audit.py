@@ -82,10 +82,10 @@ class Audit:
             self.not_checked.append(f"{name}: {traceback.format_exception_only(type(exc), exc)[-1].strip()}")
             return None
 
-    def leg(self, name: str | None, need_outputs: bool = False) -> LegEvidence | None:
+    def leg(self, name: str | None, need_outputs: bool = False, need_conditions: bool = False) -> LegEvidence | None:
         if not name:
             return None
-        leg = self.loader.leg(name, need_outputs)
+        leg = self.loader.leg(name, need_outputs, need_conditions)
         if name not in self.legs_stats and leg.reps:
             self.legs_stats[name] = measurement.leg_metric_stats(leg.reps)
         return leg
@@ -180,8 +180,8 @@ def audit_patch(a: Audit, bundle: bool = False) -> None:
     claim = a.claim
     if not (_require(a, "baseline", claim.legs.baseline) and _require(a, "candidate", claim.legs.candidate)):
         return
-    base = a.leg(claim.legs.baseline, need_outputs=True)
-    cand = a.leg(claim.legs.candidate, need_outputs=True)
+    base = a.leg(claim.legs.baseline, need_outputs=True, need_conditions=True)
+    cand = a.leg(claim.legs.candidate, need_outputs=True, need_conditions=True)
     legs = {base.name: base, cand.name: cand}
     if claim.legs.validation:
         val = a.leg(claim.legs.validation)

@@ -98,6 +98,7 @@ class RunLoader:
         self.findings = findings
         self.digests: dict[str, str] = {}
         self._legs: dict[str, LegEvidence] = {}
+        self._conditions_reported: set[str] = set()
 
     # ---------------------------------------------------------------- generic
     def _digest(self, path: Path, sha: str) -> None:
@@ -150,12 +151,20 @@ class RunLoader:
                 self.findings.add("EVIDENCE_CORRUPT", "FAIL", f"{what}: {issue.message}", evidence=ev, gate="evidence")
 
     # ---------------------------------------------------------------- legs
-    def leg(self, name: str, need_outputs: bool = False) -> LegEvidence:
+    def leg(self, name: str, need_outputs: bool = False, need_conditions: bool = False) -> LegEvidence:
+        """Load a leg once. ``need_conditions``: its server_info is required (patch/bundle compare
+        conditions); otherwise a foreign benchmark file without one still audits."""
         if name in self._legs:
             leg = self._legs[name]
         else:
             leg = self._load_leg(name)
             self._legs[name] = leg
+        if need_conditions and leg.server_info is None and name not in self._conditions_reported:
+            self._conditions_reported.add(name)
+            path = self.paths.server_info(name)
+            if leg.server_info_file is None:
+                self.findings.add("EVIDENCE_MISSING", "FAIL", f"server_info of {name!r} is missing: conditions cannot"
+                                  " be compared", evidence=[EvidenceRef(file=_rel(self.run, path))], gate="evidence")
         if need_outputs and leg.outputs is None:
             leg.outputs = self._load_outputs(name)
         return leg
@@ -167,7 +176,7 @@ class RunLoader:
             self.findings.add("EVIDENCE_MISSING", "FAIL", f"leg {name!r} has no directory {_rel(self.run, leg_dir)!r}",
                               evidence=[EvidenceRef(file=_rel(self.run, leg_dir))], gate="evidence")
             return leg
-        spec_obj, leg.spec_file = self.json_object(self.paths.leg_spec(name), True, f"leg spec of {name!r}")
+        spec_obj, leg.spec_file = self.json_object(self.paths.leg_spec(name), False, f"leg spec of {name!r}")
         if spec_obj is not None:
             try:
                 leg.spec = LegSpec.model_validate(spec_obj)
@@ -175,7 +184,7 @@ class RunLoader:
                 self.findings.add("EVIDENCE_CORRUPT", "FAIL", f"leg spec of {name!r} is invalid: "
                                   f"{exc.errors()[0]['msg']} at {exc.errors()[0]['loc']!r}",
                                   evidence=[leg.spec_file.evidence(self.run, None)], gate="evidence")
-        leg.server_info, leg.server_info_file = self.json_object(self.paths.server_info(name), True,
+        leg.server_info, leg.server_info_file = self.json_object(self.paths.server_info(name), False,
                                                                  f"server_info of {name!r}")
         leg.log = self.text(self.paths.server_log(name), False, f"server log of {name!r}")
         leg.bench_path = self.paths.bench_runs(name)

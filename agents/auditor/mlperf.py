@@ -77,6 +77,7 @@ Finding codes used here (design §3 codes where they fit, plus MLPerf-specific o
 
 from __future__ import annotations
 
+import hashlib
 import math
 import re
 from collections.abc import Iterable
@@ -285,8 +286,6 @@ def evidence(ref: LineRef | None) -> EvidenceRef | None:
         raw = ref.raw()
     except OSError:
         return EvidenceRef(file=str(ref.path), line=ref.line)
-    import hashlib
-
     return EvidenceRef(file=str(ref.path), line=ref.line, sha256=hashlib.sha256(raw).hexdigest(),
                        excerpt=raw[:200].decode("utf-8", "replace"))
 
@@ -1063,11 +1062,10 @@ def _error_result(errors: list[MlperfLogError], inputs: dict[str, str], test: st
     for e in errors:
         ev = []
         if e.path is not None:
-            ref_line = None
             if e.line is not None and e.path.is_file():
                 ev.append(_line_evidence(e.path, e.line))
             else:
-                ev.append(EvidenceRef(file=str(e.path), line=ref_line))
+                ev.append(EvidenceRef(file=str(e.path), line=None))
         findings.append(Finding(code=EVIDENCE_MISSING if e.kind == "missing" else EVIDENCE_CORRUPT,
                                 severity="FAIL", gate="read_logs", message=e.message, evidence=ev,
                                 action="remeasure"))
@@ -1077,8 +1075,6 @@ def _error_result(errors: list[MlperfLogError], inputs: dict[str, str], test: st
 
 def _line_evidence(path: Path, line: int) -> EvidenceRef:
     """Evidence for line ``line`` of ``path`` found by scanning (used for error reports only)."""
-    import hashlib
-
     with open(path, "rb") as handle:
         for i, raw in enumerate(handle, 1):
             if i == line:

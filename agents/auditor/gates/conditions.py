@@ -105,9 +105,7 @@ def check_conditions(run: Path, claim: Claim, base: LegEvidence, cand: LegEviden
                      findings: Findings) -> dict[str, list[Any]]:
     """Diff the legs' server_info; every undeclared, non-inert difference is a confound."""
     if base.server_info is None or cand.server_info is None:
-        findings.add("EVIDENCE_MISSING", "FAIL", "server_info of a leg is missing, so conditions cannot be "
-                     "compared", gate="conditions")
-        return {}
+        return {}  # the loader already reported the missing/corrupt file (fail closed)
     diff = diff_server_info(base.server_info, cand.server_info)
     declared = declared_keys(claim)
     for key, values in diff.items():
