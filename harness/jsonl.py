@@ -71,12 +71,15 @@ def iter_raw_lines(path: Path, issues: list[LineIssue], digest: "hashlib._Hash |
 
     Blank lines are skipped (they carry nothing). ``digest`` is fed the whole file, so the caller
     gets the file's sha256 from the same single pass.
+
+    A line longer than the read chunk (a 100k-request rep is tens of MB) is collected as a list of
+    pieces and joined once when its newline arrives, so reading stays linear in the line's size
+    (concatenating the pending bytes to every new chunk would copy the line once per chunk).
     """
     path = Path(path)
     line_no = 0
-    offset = 0
-    pending = b""
-    pending_offset = 0
+    offset = 0  # file offset of the first byte of the line being assembled
+    pieces: list[bytes] = []
     with open(path, "rb") as handle:
         while True:
             chunk = handle.read(_READ_CHUNK)
@@ -84,25 +87,31 @@ def iter_raw_lines(path: Path, issues: list[LineIssue], digest: "hashlib._Hash |
                 break
             if digest is not None:
                 digest.update(chunk)
-            data = pending + chunk if pending else chunk
-            data_offset = pending_offset if pending else offset
+            find = chunk.find
             start = 0
             while True:
-                nl = data.find(b"\n", start)
+                nl = find(b"\n", start)
                 if nl < 0:
                     break
+                if pieces:
+                    pieces.append(chunk[start:nl])
+                    line = b"".join(pieces)
+                    pieces = []
+                else:
+                    line = chunk[start:nl]
                 line_no += 1
-                line = data[start:nl]
+                line_offset = offset
+                offset += len(line) + 1
+                start = nl + 1
                 if line.endswith(b"\r"):
                     line = line[:-1]
                 if line.strip():
-                    yield LineRef(path, line_no, data_offset + start, len(line)), line
-                start = nl + 1
-            pending = data[start:]
-            pending_offset = data_offset + start
-            offset += len(chunk)
+                    yield LineRef(path, line_no, line_offset, len(line)), line
+            if start < len(chunk):
+                pieces.append(chunk[start:] if start else chunk)
+    pending = b"".join(pieces)
     if pending.strip():
-        ref = LineRef(path, line_no + 1, pending_offset, len(pending))
+        ref = LineRef(path, line_no + 1, offset, len(pending))
         issues.append(LineIssue("torn_tail", ref, f"last line {line_no + 1} of {path.name!r} has no "
                                 "newline: the writer did not finish it, so it is not evidence"))
     elif line_no == 0:

@@ -100,6 +100,11 @@ class LoadSettings:
     """Extra request fields (e.g. ``{"ignore_eos": True}``); may not override the fixed ones."""
     api_key: str | None = None
     """Bearer token, if the server wants one."""
+    client_warmup: bool = True
+    """Before LoadGen starts, ``GET /v1/models`` once (result ignored). httpx imports its anyio
+    socket machinery lazily on the first request, which adds ~20 ms to the first TTFT of every rep
+    run in a fresh process; the warm-up pays that outside the measurement and leaves a keep-alive
+    connection open. It never generates, so it cannot warm the server's caches."""
     seed: int = 0
     """LoadGen's qsl/sample-index/schedule RNG seed: same seed, same arrivals and prompts."""
     sample_concatenate_permutation: bool = False
@@ -160,8 +165,17 @@ def request_payload(prompt: str, settings: LoadSettings) -> dict[str, Any]:
 
 def completions_url(base_url: str) -> str:
     """``{base_url}/v1/completions``, accepting a base URL with or without the ``/v1`` suffix."""
+    return f"{_v1_root(base_url)}/completions"
+
+
+def models_url(base_url: str) -> str:
+    """``{base_url}/v1/models`` (the client warm-up target)."""
+    return f"{_v1_root(base_url)}/models"
+
+
+def _v1_root(base_url: str) -> str:
     base = base_url.rstrip("/")
-    return f"{base}/completions" if base.endswith("/v1") else f"{base}/v1/completions"
+    return base if base.endswith("/v1") else f"{base}/v1"
 
 
 # ------------------------------------------------------------------------------------------ SSE
@@ -386,7 +400,8 @@ class RepResult:
 class _LoopThread:
     """An asyncio loop in a daemon thread, with one ``httpx.AsyncClient`` living on it."""
 
-    def __init__(self, settings: LoadSettings):
+    def __init__(self, settings: LoadSettings, warmup_url: str | None = None):
+        self.warmup_url = warmup_url
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, name="perfwarden-sut-loop",
                                        daemon=True)
@@ -420,6 +435,11 @@ class _LoopThread:
                                   write=s.request_timeout_s, pool=None),
             limits=httpx.Limits(max_connections=limit, max_keepalive_connections=limit),
             headers=headers, trust_env=False)
+        if self.warmup_url and s.client_warmup:
+            try:
+                await self.client.get(self.warmup_url, timeout=min(5.0, s.request_timeout_s))
+            except httpx.HTTPError:
+                pass  # the warm-up only loads client code; the rep itself reports server trouble
 
     async def _close(self) -> None:
         if self.client is not None:
@@ -433,6 +453,7 @@ class OpenAIStreamingSUT:
         if not prompts:
             raise ValueError("a rep needs at least one prompt")
         self.url = completions_url(base_url)
+        self.warmup_url = models_url(base_url)
         self.prompts = list(prompts)
         self.payloads = [request_payload(p.text, settings) for p in self.prompts]
         self.settings = settings
@@ -468,9 +489,9 @@ class OpenAIStreamingSUT:
             task.add_done_callback(self._tasks.discard)
 
     async def _one(self, qid: int, index: int, order: int, t_issued: float) -> None:
+        """Measure one sample and complete it with LoadGen exactly once, whatever happens."""
         lg = self._lg
         first_reported = False
-        record: RequestRecord | None = None
 
         def report_first() -> None:
             nonlocal first_reported
@@ -478,44 +499,53 @@ class OpenAIStreamingSUT:
             lg.FirstTokenComplete([lg.QuerySampleResponse(qid, 0, 0)])
 
         try:
-            prompt = self.prompts[index]
-            if self._sem is not None:
-                await self._sem.acquire()
-            try:
-                if time.perf_counter() > self._deadline:
-                    result = StreamResult(t_send=time.perf_counter(), t_end=time.perf_counter(),
-                                          error=f"not sent: rep deadline of {self.settings.max_duration_s}s "
-                                                "passed while the request waited")
-                else:
-                    result = await stream_completion(self._io.client, self.url, self.payloads[index],
-                                                     self.settings.request_timeout_s, report_first)
-            finally:
-                if self._sem is not None:
-                    self._sem.release()
-            record = to_record(result, index=order, sample_index=index, prompt=prompt, t0=self._t0,
-                               t_issued=t_issued)
-        except BaseException as exc:  # our bug (or cancellation): still complete the sample below
+            record = await self._measure(index, order, t_issued, report_first)
+        except BaseException as exc:  # our bug or a cancellation: LoadGen must still hear back
             self.bugs.append(exc)
-            now = time.perf_counter()
-            record = RequestRecord(index=order, sample_index=index,
-                                   prompt_id=self.prompts[index].id if 0 <= index < len(self.prompts) else "?",
-                                   issued_s=t_issued - self._t0, start_s=now - self._t0, latency_s=0.0,
-                                   error=f"client bug: {type(exc).__name__}: {exc}")
+            record = RequestRecord(index=order, sample_index=index, prompt_id=f"sample-{index}",
+                                   issued_s=t_issued - self._t0, start_s=t_issued - self._t0,
+                                   latency_s=0.0, error=f"client bug: {type(exc).__name__}: {exc}")
             if not isinstance(exc, Exception):
+                self._complete(qid, record, first_reported)
                 raise
+        self._complete(qid, record, first_reported)
+
+    async def _measure(self, index: int, order: int, t_issued: float,
+                       report_first: Callable[[], None]) -> RequestRecord:
+        """Wait for a concurrency slot, send the request (unless the rep deadline passed), time it."""
+        if self._sem is not None:
+            await self._sem.acquire()
+        try:
+            if time.perf_counter() > self._deadline:
+                now = time.perf_counter()
+                result = StreamResult(t_send=now, t_end=now, error=(
+                    f"not sent: rep deadline of {self.settings.max_duration_s}s passed while it waited"))
+            else:
+                result = await stream_completion(self._io.client, self.url, self.payloads[index],
+                                                 self.settings.request_timeout_s, report_first)
         finally:
-            if record is None:  # only reachable if building the record itself failed
-                record = RequestRecord(index=order, sample_index=index, prompt_id="?",
-                                       issued_s=t_issued - self._t0, start_s=t_issued - self._t0,
-                                       latency_s=0.0, error="client bug: no record")
-            with self._lock:
-                self.records.append(record)
-            if not first_reported:
-                lg.FirstTokenComplete([lg.QuerySampleResponse(qid, 0, 0)])
-            data = array.array("B", record.text.encode("utf-8"))
-            address, length = data.buffer_info()
-            lg.QuerySamplesComplete([lg.QuerySampleResponse(qid, address, length, record.output_tokens
-                                                            if record.ok else record.stream_chunks)])
+            if self._sem is not None:
+                self._sem.release()
+        return to_record(result, index=order, sample_index=index, prompt=self.prompts[index],
+                         t0=self._t0, t_issued=t_issued)
+
+    def _complete(self, qid: int, record: RequestRecord, first_reported: bool) -> None:
+        """Store the record and tell LoadGen the sample is done (first token first, as it requires).
+
+        ``n_tokens`` is the true count (streamed chunks for a failed request): below 2 LoadGen logs
+        an ``error_runtime``, which is the honest outcome for a request that produced nothing.
+        The response data is the generated text, so LoadGen's accuracy log (when an audit config
+        samples it) holds real outputs.
+        """
+        lg = self._lg
+        with self._lock:
+            self.records.append(record)
+        if not first_reported:
+            lg.FirstTokenComplete([lg.QuerySampleResponse(qid, 0, 0)])
+        data = array.array("B", record.text.encode("utf-8"))
+        address, length = data.buffer_info()
+        n_tokens = record.output_tokens if record.ok else record.stream_chunks
+        lg.QuerySamplesComplete([lg.QuerySampleResponse(qid, address, length, n_tokens)])
 
     # -- driver --------------------------------------------------------------------------------
 
@@ -538,7 +568,7 @@ class OpenAIStreamingSUT:
         log_settings.log_output.copy_summary_to_stdout = False
         log_settings.enable_trace = False
 
-        with _LoopThread(self.settings) as io:
+        with _LoopThread(self.settings, self.warmup_url) as io:
             self._io = io
             if self.settings.max_concurrency is not None:
                 self._sem = io.call(_make_semaphore(self.settings.max_concurrency))

@@ -21,7 +21,9 @@ official ``tools/submission/log_parser.py`` (``MLPerfLog(strict=True)``):
 **Summary log** (human-readable ``key : value`` lines in sections separated by ``====`` rules). Every
 line with a colon becomes a :class:`SummaryEntry` (bullets ``*`` stripped from the key); other lines
 (section titles, ``No errors encountered during test.``, early-stopping prose) are kept as text.
-First occurrence of a key wins here too, with all occurrences recorded.
+First occurrence of a key wins here too, with all occurrences recorded. A summary without its
+``MLPerf Results Summary`` header, or without the closing ``No errors encountered`` / ``N ERRORS``
+line that LoadGen always writes last, is an error (not a summary / truncated).
 
 Every record carries a :class:`perfwarden.harness.jsonl.LineRef` (file, line, byte offset, length) so
 a finding can cite the exact raw line and its sha256.
@@ -405,6 +407,10 @@ def read_summary(path: Path | str) -> SummaryLog:
     if not saw_title:
         raise MlperfLogError(f"summary log {str(path)!r} has no {SUMMARY_TITLE!r} header: not a "
                              "LoadGen summary", path=path)
+    if log.errors_reported is None:
+        # LoadGen ends every summary with "No errors encountered during test." or "N ERROR(s) ...".
+        raise MlperfLogError(f"summary log {str(path)!r} has no closing 'errors encountered' line: "
+                             "the file is truncated", path=path, kind="corrupt")
     return log
 
 

@@ -47,6 +47,20 @@ def directives(prompt: str) -> dict[str, float | None]:
     return {m.group(1): (float(m.group(2)) if m.group(2) else None) for m in _DIRECTIVE.finditer(prompt)}
 
 
+def _listening_socket(host: str, port: int) -> socket.socket:
+    """Bind the server socket ourselves (port 0 = any free port).
+
+    ``proto=IPPROTO_TCP`` matters: asyncio sets TCP_NODELAY on accepted connections only when the
+    socket's proto says TCP, and a bare ``socket(AF_INET, SOCK_STREAM)`` has proto 0. Without it,
+    Nagle holds every small SSE chunk on a reused keep-alive connection until the client's delayed
+    ACK (~40 ms on Linux), which would swamp the timings this server exists to provide.
+    """
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    return sock
+
+
 class _Disconnect(Exception):
     """Raised inside the body iterator: uvicorn then closes the connection mid-body."""
 
@@ -142,9 +156,7 @@ class FakeOpenAIServer:
         return f"http://{self.host}:{self.port}"
 
     def start(self) -> "FakeOpenAIServer":
-        self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self._sock.bind((self.host, self.port))
+        self._sock = _listening_socket(self.host, self.port)
         self.port = self._sock.getsockname()[1]
         config = uvicorn.Config(self.app, log_level="critical", access_log=False, lifespan="off")
         self._server = uvicorn.Server(config)
@@ -174,9 +186,7 @@ class FakeOpenAIServer:
 
     def serve_forever(self) -> None:
         """Foreground mode for the subprocess entry point."""
-        self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self._sock.bind((self.host, self.port))
+        self._sock = _listening_socket(self.host, self.port)
         self.port = self._sock.getsockname()[1]
         print(f"PORT {self.port}", flush=True)
         config = uvicorn.Config(self.app, log_level="critical", access_log=False, lifespan="off")

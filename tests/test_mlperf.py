@@ -161,6 +161,12 @@ def test_summary_reader(copy_case):
         read_summary(ref / SUMMARY)
     with pytest.raises(MlperfLogError, match="does not exist"):
         read_summary(ref / "nope.txt")
+    # Cut before LoadGen's closing "No errors encountered" line: truncated, even at a line boundary.
+    text = (comp / SUMMARY).read_text()
+    (comp / SUMMARY).write_text(text[: text.index("Test Parameters Used")])
+    with pytest.raises(MlperfLogError, match="truncated"):
+        read_summary(comp / SUMMARY)
+    assert audit(ref.parent / "reference", comp).verdict == "error"
 
 
 # ------------------------------------------------------------------------------------------- rules
