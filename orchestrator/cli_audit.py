@@ -22,7 +22,7 @@ def audit(
     save: bool = typer.Option(False, "--save", help="Also write verdicts/<seq>-<scope>.json in the run."),
 ) -> None:
     """Audit one claim against the run's raw files. Exit 0 PASS, 10 FLAG, 20 FAIL, 3 invalid input."""
-    err = Console(stderr=True)
+    err = Console(stderr=True, soft_wrap=True)
     try:
         verdict = audit_path(run_dir, claim)
     except ClaimError as exc:

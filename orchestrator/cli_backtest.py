@@ -30,7 +30,7 @@ def backtest(
         extra.append(lambda: mlperf_results(corpus))
     report = run_backtest(roots, extra)
     if not report.results:
-        Console(stderr=True).print(f"[red]error:[/red] no fixtures (answer_key.json) under {[str(r) for r in roots]!r}")
+        Console(stderr=True, soft_wrap=True).print(f"[red]error:[/red] no fixtures (answer_key.json) under {[str(r) for r in roots]!r}")
         raise typer.Exit(3)
     if json_out:
         sys.stdout.write(json.dumps(report.to_json(), indent=2, default=str) + "\n")

@@ -44,8 +44,10 @@ from pydantic import BaseModel, ConfigDict
 
 COHERENCE_VERSION = 1
 """Bump when the statistics or the formula change (recorded calibrations name the version they used)."""
-THRESHOLD = 0.3
-"""Per-text and set-level threshold; calibrated in ``proof/calibration/coherence.md``."""
+THRESHOLD = 0.47
+"""Per-text and set-level threshold: the midpoint (rounded down) between the lowest real-weight chat
+output (0.650) and the highest negative (0.293, uniformly random tokens) in the recorded calibration,
+``proof/calibration/coherence.md``; margin ~0.18 on both sides."""
 MIN_CHARS = 16
 """Texts with fewer characters than this are too short to judge (whitespace counts: a long run of
 newlines is a judgeable, degenerate output)."""
@@ -194,7 +196,7 @@ def char_entropy(text: str) -> float | None:
         return None
     counts = Counter(text)
     total = len(text)
-    return -sum(c / total * math.log2(c / total) for c in counts.values())
+    return max(0.0, -sum(c / total * math.log2(c / total) for c in counts.values()))  # no "-0.0"
 
 
 def compression_ratio(text: str) -> float | None:
