@@ -482,8 +482,10 @@ class RunDir:
     def profile(self) -> Path:
         return self.root / "profile" / "profile.jsonl"
 
-    def quality(self, eval_id: str) -> Path:
-        return self.root / "quality" / f"{eval_id}.json"
+    def quality(self, eval_id: str, leg: str | None = None) -> Path:
+        """``quality/<eval>@<leg>.json`` when a leg is named (several legs can run one eval), else
+        ``quality/<eval>.json``."""
+        return self.root / "quality" / (f"{eval_id}@{leg}.json" if leg else f"{eval_id}.json")
 
     def claim(self, seq: int, scope: str) -> Path:
         return self.root / "claims" / f"{seq:03d}-{scope}.json"

@@ -89,9 +89,10 @@ def test_server_scenario_rep_writes_a_decodable_sglang_line_and_loadgen_logs(ser
     assert all(FIRST_DELAY <= t < 1.0 for t in rec.ttfts), rec.ttfts
     assert rec.median_ttft_ms == pytest.approx(1000 * statistics.median(rec.ttfts))
     gaps = [g for per_req in rec.itls for g in per_req]
-    assert len(gaps) == n * 4 and all(0.0005 < g < 0.5 for g in gaps)
+    # a gap can be ~0 when the client thread was late and read two chunks at once; the mean cannot
+    assert len(gaps) == n * 4 and all(0.0 <= g < 0.5 for g in gaps)
     assert rec.mean_itl_ms == pytest.approx(1000 * statistics.fmean(gaps))
-    assert 1.0 < rec.mean_itl_ms < 500.0
+    assert 1000 * TOKEN_DELAY * 0.8 < rec.median_itl_ms < 500.0
     assert all(lat >= t for lat, t in zip(rec.latencies, rec.ttfts))
     assert rec.output_lens == [5] * n and set(line["output_lens_source"]) == {"usage"}
     assert rec.input_lens == [len(by_id[i].text.split()) for i in ids]  # the server's usage

@@ -256,8 +256,11 @@ class RunLoader:
     def profile(self) -> list[tuple[LineRef, ProfileLine]] | None:
         return self.jsonl(self.paths.profile, ProfileLine, "profile")
 
-    def quality(self, eval_id: str) -> tuple[QualityEval | None, TextFile | None]:
-        obj, tf = self.json_object(self.paths.quality(eval_id), False, f"quality eval {eval_id!r}")
+    def quality(self, eval_id: str, leg: str | None = None) -> tuple[QualityEval | None, TextFile | None]:
+        path = self.paths.quality(eval_id, leg)
+        if leg and not path.is_file():
+            path = self.paths.quality(eval_id)
+        obj, tf = self.json_object(path, False, f"quality eval {eval_id!r}")
         if obj is None:
             return None, tf
         try:

@@ -114,7 +114,7 @@ def check_quality(run: Path, claim: Claim, loader, cand_name: str, lossy: list[s
         findings.add("QUALITY_EVAL_MISSING", severity, f"quality eval {eval_id!r} is not registered "
                      f"(registered: {sorted(registered)!r})", action="eject", gate="quality")
         return
-    qe, tf = loader.quality(eval_id)
+    qe, tf = loader.quality(eval_id, cand_name)
     if qe is None:
         findings.add("QUALITY_EVAL_MISSING", severity, f"quality eval {eval_id!r} has no result file in the run",
                      action="eject", gate="quality")

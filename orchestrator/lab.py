@@ -1,0 +1,56 @@
+"""The lab: what the producers can ask to be measured, behind one interface.
+
+``EmbeddedLab`` runs the real embedded CPU target with mlcommons-loadgen (harness/). The graph's unit
+tests use a synthetic lab (tests/synthetic_lab.py) that writes raw evidence with known effects, so
+that routing can be tested in seconds; the real lab keeps its own end-to-end test.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal, Protocol
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class LabError(RuntimeError):
+    """The target misbehaved (server did not start, crashed, timed out): the target's fault, recorded
+    against the proposal; the run goes on."""
+
+
+class LegPlan(BaseModel):
+    """A leg to measure: name, role and the full config its server runs with."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    leg: str
+    role: Literal["baseline", "candidate", "validation", "caching_audit", "aa", "reference"]
+    config: dict[str, Any] = Field(default_factory=dict)
+    overlay: dict[str, Any] = Field(default_factory=dict)
+    prompts: Literal["varied", "repeat"] = "varied"
+    parent: str | None = None
+    purpose: str = ""
+
+
+class Lab(Protocol):
+    def measure(self, run: Path, legs: list[LegPlan], reps: int) -> dict[str, str]:
+        """Measure ``reps`` reps of every leg, interleaved (A B A B …), skipping reps already written.
+        Returns leg -> "ok" | "failed: <why>"."""
+
+    def profile(self, run: Path, config: dict[str, Any]) -> Path:
+        """Profile the target under a short load; write profile/profile.jsonl."""
+
+    def opbench(self, run: Path, op: str, candidates: list[str], shapes: list[list[int]]) -> Path:
+        """Benchmark candidates of ``op`` against the reference; write opbench/<op>/opbench.jsonl."""
+
+    def quality(self, run: Path, leg: LegPlan, baseline: LegPlan) -> str:
+        """Run the registered quality eval on ``leg`` (and ``baseline``); return the eval id."""
+
+    def overridable_ops(self) -> list[str]:
+        """Ops the target can override (the kernel overlay)."""
+
+    def alternatives(self, op: str) -> list[str]:
+        """Implementation specs (``path.py:function``) available for ``op``."""
+
+    def base_config(self) -> dict[str, Any]:
+        """The target's true-baseline knobs."""

@@ -1,0 +1,293 @@
+"""Load what a review shows: a run's verdict trail, the claims they answer, the legs' conditions.
+
+Everything read here is untrusted (verdicts and claims are files anyone could have edited), so paths
+named inside them are resolved strictly inside the run directory, and unreadable primary input (a
+verdict file, or a claim that must be audited now) raises ``ReviewError`` for the CLI to turn into a
+clear message and exit 3. Auxiliary input (a claim next to a saved verdict, ``report.json``, a leg's
+``server_info.json``) that cannot be read becomes a visible note instead, so one bad side file never
+hides the whole trail.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from perfwarden.harness.records import Claim, RunManifest, Verdict
+
+AUDITED_NOW = "(audited now, not saved)"
+"""``VerdictEntry.path`` of a verdict the review produced itself because the run had none saved."""
+
+HEADLINE_KEEPING_ACTIONS = ("downgrade_headline", "replace_headline_with_e2e")
+"""FLAG actions that still bank the change (under its true class, or with the e2e number)."""
+
+
+class ReviewError(ValueError):
+    """The input cannot be reviewed (missing run, unreadable verdict); the CLI exits 3."""
+
+
+@dataclass
+class VerdictEntry:
+    """One verdict of the trail, with the claim it answers when that claim is readable."""
+
+    verdict: Verdict
+    path: str
+    """Verdict file relative to the run directory, or ``AUDITED_NOW``."""
+    claim: Claim | None = None
+    claim_note: str | None = None
+    """Why ``claim`` is None (missing or unreadable claim file)."""
+
+    @property
+    def key(self) -> str:
+        """``<seq>-<scope>``: the name verdict and claim files share, used to pair and to anchor."""
+        return f"{self.verdict.claim_seq:03d}-{self.verdict.scope}"
+
+    @property
+    def lever_class(self) -> str | None:
+        """The auditor's detected class wins over the declared one: a downgraded headline banks the
+        change under its true class."""
+        return self.verdict.lever_detected or self.verdict.lever_declared
+
+    @property
+    def lever_name(self) -> str | None:
+        return self.claim.lever.name if self.claim is not None and self.claim.lever is not None else None
+
+    @property
+    def headline_metric(self) -> str:
+        return self.claim.headline.metric if self.claim is not None else "output_throughput"
+
+    def role_legs(self) -> dict[str, str]:
+        """role -> leg for the legs the verdict measured (baseline first), from the claim when it is
+        readable, else by the auditor's insertion order (it loads the baseline first)."""
+        measured = list(self.verdict.legs)
+        roles: dict[str, str] = {}
+        if self.claim is not None:
+            refs = self.claim.legs
+            for role, leg in (("baseline", refs.baseline), ("candidate", refs.candidate),
+                              ("validation", refs.validation), ("caching_audit", refs.caching_audit)):
+                if leg:
+                    roles[role] = leg
+            for i, leg in enumerate(refs.aa):
+                roles[f"aa{i + 1}"] = leg
+        elif measured:
+            roles["baseline"] = measured[0]
+            if len(measured) > 1:
+                roles["candidate"] = measured[1]
+        return roles
+
+    def baseline_leg(self) -> str | None:
+        return self.role_legs().get("baseline")
+
+
+@dataclass
+class RunReview:
+    """Everything one review renders, loaded once."""
+
+    root: Path
+    entries: list[VerdictEntry]
+    manifest: RunManifest | None = None
+    audited_now: bool = False
+    """True when the run had no saved verdicts and its claims were audited for this review."""
+    report_banked: list[Any] | None = None
+    """``report.json``'s ``banked`` list, when the run has a readable one."""
+    notes: list[str] = field(default_factory=list)
+    """Problems with auxiliary input, shown to the reader (never silently dropped)."""
+    events: list[dict[str, Any]] = field(default_factory=list)
+    """Orchestrator step records from ``events.jsonl`` (node, duration, error), when present."""
+    label: str = ""
+    """How the input was named on the command line (for titles and comparisons)."""
+
+    @property
+    def run_id(self) -> str:
+        return self.manifest.id if self.manifest is not None else self.root.name
+
+
+def inside(root: Path, rel: str | None) -> Path | None:
+    """``root / rel`` when it stays inside ``root``; None for absent or escaping paths (a verdict or
+    claim is untrusted and must not make the review read ``/etc/passwd``)."""
+    if not rel:
+        return None
+    try:
+        base = root.resolve()
+        path = (base / rel).resolve()
+    except (OSError, RuntimeError, ValueError):
+        return None
+    return path if path.is_relative_to(base) else None
+
+
+def resolve_input(path: Path) -> tuple[Path, Path | None]:
+    """(run directory, single verdict file or None) for a run directory or a verdict JSON file.
+
+    A verdict file inside ``<run>/verdicts/`` keeps its run, so its evidence lines can be re-read."""
+    path = Path(path)
+    if path.is_dir():
+        return path, None
+    if path.is_file():
+        root = path.parent.parent if path.parent.name == "verdicts" else path.parent
+        return root, path
+    raise ReviewError(f"{str(path)!r} is neither a run directory nor a verdict file")
+
+
+def read_verdict(path: Path) -> Verdict:
+    """Parse one verdict file; any problem is a ``ReviewError`` naming the file."""
+    try:
+        text = Path(path).read_text("utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ReviewError(f"cannot read verdict {str(path)!r}: {exc}") from None
+    try:
+        return Verdict.model_validate_json(text)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        where = ".".join(map(str, err["loc"])) or "the top level"
+        raise ReviewError(f"verdict {str(path)!r} is invalid: {err['msg']} at {where!r}") from None
+
+
+def read_claim(root: Path, rel: str) -> tuple[Claim | None, str | None]:
+    """(claim, None) or (None, why not): a claim beside a saved verdict is context, not the input."""
+    from perfwarden.agents.auditor.audit import ClaimError, load_claim
+
+    path = inside(root, rel)
+    if path is None:
+        return None, f"claim {rel!r} is outside the run directory; not read"
+    if not path.is_file():
+        return None, f"claim {rel!r} is missing"
+    try:
+        return load_claim(path)[0], None
+    except ClaimError as exc:
+        return None, str(exc)
+
+
+def _seq_order(entry: VerdictEntry) -> tuple[int, str]:
+    return entry.verdict.claim_seq, entry.path
+
+
+def load_saved_verdicts(root: Path) -> list[VerdictEntry]:
+    """Every ``verdicts/*.json`` in seq order (hidden temp files of atomic writes are skipped)."""
+    vdir = root / "verdicts"
+    if not vdir.is_dir():
+        return []
+    entries = []
+    for path in sorted(p for p in vdir.glob("*.json") if not p.name.startswith(".")):
+        verdict = read_verdict(path)
+        claim, note = read_claim(root, verdict.claim)
+        entries.append(VerdictEntry(verdict, str(path.relative_to(root)), claim, note))
+    return sorted(entries, key=_seq_order)
+
+
+def audit_claims_now(root: Path) -> list[VerdictEntry]:
+    """Audit every ``claims/*.json`` of a run that has no saved verdict (nothing is written)."""
+    from perfwarden.agents.auditor.audit import ClaimError, audit_path
+
+    entries = []
+    for path in sorted(p for p in (root / "claims").glob("*.json") if not p.name.startswith(".")):
+        try:
+            verdict = audit_path(root, path)
+        except ClaimError as exc:
+            raise ReviewError(str(exc)) from None
+        claim, note = read_claim(root, verdict.claim)
+        entries.append(VerdictEntry(verdict, AUDITED_NOW, claim, note))
+    return sorted(entries, key=_seq_order)
+
+
+def read_manifest(root: Path, notes: list[str]) -> RunManifest | None:
+    path = root / "run.json"
+    if not path.is_file():
+        return None
+    try:
+        return RunManifest.model_validate_json(path.read_text("utf-8"))
+    except (OSError, UnicodeDecodeError, ValidationError) as exc:
+        notes.append(f"run.json is unreadable ({type(exc).__name__}); the run is named by its directory")
+        return None
+
+
+def read_report_banked(root: Path, notes: list[str]) -> list[Any] | None:
+    """``report.json``'s ``banked`` list; a broken report is a visible note, and the banked results
+    are then taken from the verdicts."""
+    path = root / "report.json"
+    if not path.is_file():
+        return None
+    try:
+        obj = json.loads(path.read_text("utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
+        notes.append(f"report.json is unreadable ({exc}); banked results are taken from the verdicts")
+        return None
+    banked = obj.get("banked") if isinstance(obj, dict) else None
+    if not isinstance(banked, list):
+        notes.append("report.json has no 'banked' list; banked results are taken from the verdicts")
+        return None
+    return banked
+
+
+def read_events(root: Path, notes: list[str], limit: int = 2000) -> list[dict[str, Any]]:
+    """Orchestrator step records; the timeline shows at most ``limit`` of them (a long run's steps
+    would otherwise dominate the page)."""
+    path = root / "events.jsonl"
+    if not path.is_file():
+        return []
+    events: list[dict[str, Any]] = []
+    bad = 0
+    try:
+        with open(path, "rb") as handle:
+            for raw in handle:
+                if len(events) >= limit:
+                    notes.append(f"events.jsonl: only the first {limit} steps are shown")
+                    break
+                try:
+                    obj = json.loads(raw)
+                except ValueError:
+                    bad += 1
+                    continue
+                if isinstance(obj, dict):
+                    events.append(obj)
+    except OSError as exc:
+        notes.append(f"events.jsonl is unreadable: {exc}")
+    if bad:
+        notes.append(f"events.jsonl: {bad} line(s) are not JSON and are not shown")
+    return events
+
+
+def load_review(path: Path, audit_if_needed: bool = True) -> RunReview:
+    """Load a run directory (all its verdicts) or one verdict file for review.
+
+    A run with no saved verdict has its claims audited now, and the review says so."""
+    root, single = resolve_input(Path(path))
+    notes: list[str] = []
+    audited_now = False
+    if single is not None:
+        verdict = read_verdict(single)
+        claim, note = read_claim(root, verdict.claim)
+        try:
+            rel = str(single.resolve().relative_to(root.resolve()))
+        except ValueError:
+            rel = str(single)
+        entries = [VerdictEntry(verdict, rel, claim, note)]
+    else:
+        entries = load_saved_verdicts(root)
+        if not entries and audit_if_needed and (root / "claims").is_dir():
+            entries = audit_claims_now(root)
+            audited_now = bool(entries)
+        if not entries:
+            raise ReviewError(f"nothing to review in {str(root)!r}: no verdicts/*.json and no claims/*.json")
+    return RunReview(root=root, entries=entries, manifest=read_manifest(root, notes), audited_now=audited_now,
+                     report_banked=read_report_banked(root, notes), notes=notes,
+                     events=read_events(root, notes), label=str(path))
+
+
+def read_server_info(root: Path, leg: str) -> tuple[dict[str, Any] | None, str | None]:
+    """A leg's full ``server_info.json`` (what the server itself reported), or why it is absent."""
+    path = inside(root, f"legs/{leg}/server_info.json")
+    if path is None:
+        return None, f"leg {leg!r} is outside the run directory"
+    if not path.is_file():
+        return None, f"legs/{leg}/server_info.json is missing"
+    try:
+        obj = json.loads(path.read_text("utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
+        return None, f"legs/{leg}/server_info.json is unreadable: {exc}"
+    if not isinstance(obj, dict):
+        return None, f"legs/{leg}/server_info.json is not a JSON object"
+    return obj, None

@@ -1,0 +1,235 @@
+"""``perfwarden review`` in the terminal (rich), laid out to read well at 80 columns.
+
+Every piece of run data is printed through ``Text`` objects built from ``printable()`` text, never
+through rich markup: verdicts, server logs and generated text are untrusted, and a ``[/]`` in a log
+line must neither break the markup parser nor style the screen, nor may an escape sequence reach the
+terminal. Indented blocks use ``Padding`` so wrapped lines keep their indent.
+"""
+
+from __future__ import annotations
+
+import unicodedata
+
+from rich.console import Console, Group, RenderableType
+from rich.padding import Padding
+from rich.rule import Rule
+from rich.table import Table
+from rich.text import Text
+
+from perfwarden.orchestrator.review.compare import PLOT_METRICS, Comparison, Pair, metric_rows
+from perfwarden.orchestrator.review.evidence import LineReader
+from perfwarden.orchestrator.review.model import AUDITED_NOW, HEADLINE_KEEPING_ACTIONS, RunReview, VerdictEntry
+from perfwarden.orchestrator.review.summary import (LEVER_CLASSES, SEVERITIES, banked, fmt_pct, fmt_value,
+                                                    gate_table, gates_of, verdict_counts)
+
+VERDICT_STYLE = {"PASS": "bold green", "FLAG": "bold yellow", "FAIL": "bold red"}
+SEVERITY_STYLE = {"INFO": "dim", "FLAG": "yellow", "FAIL": "red"}
+STATUS_MARK = {"verified": "sha256 ok", "changed": "CHANGED since audit", "no_hash": "no sha256 recorded",
+               "missing": "not in run", "whole_file": "whole file", "outside": "outside run, not read",
+               "unreadable": "unreadable"}
+
+
+def printable(value: object) -> str:
+    """Text safe for a terminal: control and format characters (ESC, bidi overrides, newlines)
+    are shown as escapes instead of being interpreted."""
+    out = []
+    for ch in str(value):
+        if ch == "\t":
+            out.append(" ")
+        elif unicodedata.category(ch) in ("Cc", "Cf", "Zl", "Zp"):
+            out.append(ch.encode("unicode_escape").decode("ascii"))
+        else:
+            out.append(ch)
+    return "".join(out)
+
+
+def t(*parts: str | tuple[str, str]) -> Text:
+    """``Text.assemble`` over printable parts (a part is ``text`` or ``(text, style)``)."""
+    return Text.assemble(*[(printable(p[0]), p[1]) if isinstance(p, tuple) else printable(p) for p in parts])
+
+
+def indent(renderable: RenderableType, n: int) -> Padding:
+    return Padding(renderable, (0, 0, 0, n))
+
+
+def verdict_head(entry: VerdictEntry) -> Text:
+    v = entry.verdict
+    return t((entry.key, "bold"), "  ", (v.verdict, VERDICT_STYLE.get(v.verdict, "bold")), "  ", v.action)
+
+
+def headline_line(entry: VerdictEntry) -> Text | None:
+    v = entry.verdict
+    if v.headline_claimed is None and v.headline_rederived is None:
+        return None
+    return t("headline ", entry.headline_metric, ": claimed ", fmt_pct(v.headline_claimed),
+             ", re-derived ", (fmt_pct(v.headline_rederived), "bold"))
+
+
+def lever_line(entry: VerdictEntry) -> Text | None:
+    v = entry.verdict
+    if not (v.lever_declared or v.lever_detected or entry.lever_name):
+        return None
+    name = f"{entry.lever_name!r} " if entry.lever_name else ""
+    mismatch = v.lever_declared and v.lever_detected and v.lever_declared != v.lever_detected
+    return t("lever ", name, "declared ", v.lever_declared or "-", ", detected ",
+             (v.lever_detected or "-", "bold yellow" if mismatch else ""))
+
+
+def trail_block(entry: VerdictEntry) -> Group:
+    """One verdict of the trail: head line, then claim, headline, lever and gates, indented."""
+    v = entry.verdict
+    lines: list[RenderableType] = [t("claim ", v.claim, "" if entry.path == AUDITED_NOW else f"  ({entry.path})")]
+    for line in (headline_line(entry), lever_line(entry)):
+        if line is not None:
+            lines.append(line)
+    gates = gates_of(entry)
+    if gates:
+        parts: list[str | tuple[str, str]] = ["gates: "]
+        for i, (gate, severity, count) in enumerate(gates):
+            parts += [" · " if i else "", gate, " ", (f"{severity}×{count}", SEVERITY_STYLE[severity])]
+        lines.append(t(*parts))
+    else:
+        lines.append(t(("gates: no finding", "dim")))
+    return Group(verdict_head(entry), indent(Group(*lines), 4))
+
+
+def header(review: RunReview) -> Group:
+    m = review.manifest
+    title = t(("Review of run ", "bold"), (repr(review.run_id), "bold"),
+              *(() if m is None else (f"  model {m.model!r}, target {m.target!r}",)))
+    counts = verdict_counts(review.entries)
+    summary = ", ".join(f"{counts[k]} {k}" for k in ("PASS", "FLAG", "FAIL") if counts[k]) or "none"
+    source = "claims audited now" if review.audited_now else "verdicts/*.json"
+    lines: list[RenderableType] = [title, t(str(review.root)),
+                                   t(f"{len(review.entries)} verdict(s) from {source}: {summary}")]
+    if review.audited_now:
+        lines.append(t(("The run has no saved verdict: its claims were audited now and nothing was "
+                        "written. Keep them with `perfwarden audit RUN --claim CLAIM --save`.", "yellow")))
+    lines += [t(("note: ", "yellow"), note) for note in review.notes]
+    return Group(*lines)
+
+
+def gates_section(review: RunReview) -> RenderableType:
+    rows = gate_table(review.entries)
+    if not rows:
+        return t(("No gate raised a finding.", "dim"))
+    table = Table(pad_edge=False, box=None, show_edge=False)
+    table.add_column("gate", overflow="fold")
+    table.add_column("scope", overflow="fold")
+    for sev in SEVERITIES:
+        table.add_column(sev, justify="right", style=SEVERITY_STYLE[sev])
+    for gate, scope, counts in rows:
+        table.add_row(t(gate), t(scope), *[str(counts[s]) if counts[s] else "·" for s in SEVERITIES])
+    return table
+
+
+def banked_section(review: RunReview) -> Group:
+    b = banked(review)
+    rule = ("PASS, or FLAG with " + " / ".join(HEADLINE_KEEPING_ACTIONS))
+    lines: list[RenderableType] = [t(("source: ", "dim"), b.source if b.source != "verdicts" else f"verdicts ({rule})")]
+    for cls, items in b.by_class().items():
+        lines.append(t((LEVER_CLASSES.get(cls, str(cls)) + ":", "bold"), "" if items else " none"))
+        for item in items:
+            style = "red" if item.problem else ""
+            lines.append(indent(t((item.label, style), "  ", item.headline), 2))
+    for problem in b.problems:
+        lines.append(t(("! report banks ", "bold red"), problem))
+    for entry in b.unreported:
+        lines.append(t(("bankable but not in report.json: ", "yellow"), entry.key))
+    return Group(*lines)
+
+
+def finding_block(finding, reader: LineReader) -> Group:
+    """One finding: severity and code, then message, measured vs threshold and evidence, indented."""
+    body: list[RenderableType] = [t(finding.message)]
+    if finding.measured is not None or finding.threshold is not None:
+        body.append(t(("measured ", "dim"), fmt_value(finding.measured, 60), ("  threshold ", "dim"),
+                      fmt_value(finding.threshold, 60)))
+    for ref in finding.evidence[:4]:
+        quote = reader.quote(ref)
+        body.append(t(("evidence ", "dim"), quote.location,
+                      (f"  ({STATUS_MARK[quote.status]})", "red" if quote.status == "changed" else "dim")))
+    if len(finding.evidence) > 4:
+        body.append(t((f"… and {len(finding.evidence) - 4} more evidence line(s)", "dim")))
+    extra = f"  gate {finding.gate}" if finding.gate else ""
+    head = t((finding.severity, SEVERITY_STYLE[finding.severity]), " ", (finding.code, "bold"), (extra, "dim"),
+             (f"  asks {finding.action}" if finding.action else "", "dim"))
+    return Group(head, indent(Group(*body), 5))
+
+
+def details_section(review: RunReview, reader: LineReader) -> Group:
+    flagged = [e for e in review.entries if e.verdict.verdict != "PASS"]
+    if not flagged:
+        return Group(t(("No FLAG or FAIL.", "green")))
+    parts: list[RenderableType] = []
+    for entry in flagged:
+        v = entry.verdict
+        parts.append(t((entry.key, "bold"), "  ", (v.verdict, VERDICT_STYLE[v.verdict]), "  ", v.action,
+                       "  ", v.claim))
+        inner: list[RenderableType] = [finding_block(f, reader) for f in v.findings]
+        inner += [t(("not checked: ", "dim"), item) for item in v.not_checked]
+        if v.degraded:
+            inner.append(t(("degraded: ", "yellow"), "; ".join(v.degraded_reasons)))
+        parts.append(indent(Group(*inner), 2))
+        parts.append(Text(""))
+    return Group(*parts)
+
+
+def print_review(review: RunReview, console: Console) -> None:
+    """The whole terminal review: header, trail, gates by scope, banked, FLAG/FAIL details."""
+    reader = LineReader(review.root)
+    console.print(header(review))
+    console.print(Rule("verdict trail (seq order)"))
+    for entry in review.entries:
+        console.print(trail_block(entry))
+    console.print(Rule("findings by gate and scope"))
+    console.print(gates_section(review))
+    console.print(Rule("banked results by lever class"))
+    console.print(banked_section(review))
+    console.print(Rule("FLAG and FAIL, with findings"))
+    console.print(details_section(review, reader))
+
+
+# --------------------------------------------------------------------------------------- compare
+
+
+def pair_block(pair: Pair) -> Group:
+    a, b = pair.a, pair.b
+
+    def side(e: VerdictEntry | None) -> tuple[str, str]:
+        return (f"{e.verdict.verdict} {e.verdict.action}", VERDICT_STYLE.get(e.verdict.verdict, "")) if e else (
+            "absent", "dim")
+
+    lines: list[RenderableType] = []
+    ha = a.verdict.headline_rederived if a else None
+    hb = b.verdict.headline_rederived if b else None
+    if ha is not None or hb is not None:
+        lines.append(t("headline re-derived: A ", fmt_pct(ha), " → B ", fmt_pct(hb)))
+    rows = metric_rows(pair)
+    if rows:
+        table = Table(pad_edge=False, box=None, show_edge=False)
+        for col, just in (("role", "left"), ("metric", "left"), ("A", "right"), ("B", "right"), ("B vs A", "right")):
+            table.add_column(col, justify=just, overflow="fold")
+        for row in rows:
+            table.add_row(row.role, PLOT_METRICS[row.metric].split(",")[0].split(" (")[0],
+                          fmt_value(row.a, 12), fmt_value(row.b, 12), fmt_pct(row.change))
+        lines.append(table)
+    only_a, only_b, both = pair.codes()
+    for label, codes in (("only in A", only_a), ("only in B", only_b), ("in both", both)):
+        if codes:
+            lines.append(t((f"{label}: ", "dim"), ", ".join(codes)))
+    return Group(t((pair.key, "bold"), "  A ", side(a), "  →  B ", side(b)), indent(Group(*lines), 4))
+
+
+def print_comparison(comp: Comparison, console: Console) -> None:
+    console.print(t(("Comparison", "bold"), "  A ", repr(comp.a.run_id), "  vs  B ", repr(comp.b.run_id)))
+    console.print(t("A: ", comp.a.label))
+    console.print(t("B: ", comp.b.label))
+    for review, name in ((comp.a, "A"), (comp.b, "B")):
+        if review.audited_now:
+            console.print(t((f"{name} has no saved verdict: its claims were audited now (not saved).", "yellow")))
+        for note in review.notes:
+            console.print(t((f"{name} note: ", "yellow"), note))
+    console.print(Rule("paired verdicts"))
+    for pair in comp.pairs:
+        console.print(pair_block(pair))

@@ -1,0 +1,54 @@
+"""Settings of an autonomous run: every loop bound and budget in one place."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class RunSettings(BaseModel):
+    """What ``perfwarden run`` does and how far each loop may go."""
+
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
+
+    target: Literal["embedded", "synthetic"] = "embedded"
+    """Serving target. ``synthetic`` is the test double used by the graph's unit tests."""
+    budget_minutes: float = 14.0
+    """Wall-clock budget; when it runs out, remaining proposals are skipped and the report is written."""
+    seed: int = 0
+    """Seed of prompt sampling and load schedules."""
+    reps: int = 3
+    """Reps per leg on the first measurement of a comparison."""
+    max_reps: int = 7
+    """Reps per leg after re-measuring (the auditor's power target assumes <= 7)."""
+    rep_seconds: float = 4.0
+    """LoadGen min_duration per rep."""
+    scenario: Literal["server", "offline"] = "server"
+    """LoadGen scenario."""
+    qps: float = 6.0
+    """Target QPS of the Server scenario."""
+    max_tokens: int = 24
+    """Output tokens per request (ignore_eos keeps lengths fixed)."""
+    max_baseline_remeasures: int = 2
+    """Baseline re-measures after a FLAG/FAIL baseline audit before the run gives up."""
+    max_fix_attempts: int = 2
+    """Times a producer may fix and resubmit one change after a FAIL."""
+    max_harness_redos: int = 2
+    """Times the op-benchmarker may redo a rig after a FAIL."""
+    max_proposals: int = 8
+    """Upper bound on changes tried in one run."""
+    recursion_limit: int = 200
+    """LangGraph recursion limit (every loop is bounded anyway; this is the backstop)."""
+    base_config: dict = Field(default_factory=dict)
+    """Target knobs of the true baseline (the target's defaults when empty)."""
+    levers: list[str] | None = None
+    """Restrict the search to these lever names (None: the producers' full default space)."""
+    kernels: bool = True
+    """Whether the kernel path (profile, extract, op bench, integrate) runs."""
+    llm_model: str | None = None
+    """Model name for the LLM brains and the auditor persona (None: deterministic only)."""
+    llm_timeout_s: float = 60.0
+    """Timeout of one LLM call."""
+    llm_max_retries: int = 2
+    """Retries of an LLM call whose output fails validation or whose request fails."""

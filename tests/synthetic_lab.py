@@ -1,0 +1,141 @@
+"""A synthetic lab for graph tests: writes raw evidence whose effects are fixed by a table.
+
+It is a test double for the real EmbeddedLab (which keeps its own end-to-end test): graph routing,
+fix loops, bounds and resume can be tested in seconds. Effects are multiplicative on throughput with
+seeded lognormal rep noise, so the auditor still has to decide from data.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+from pathlib import Path
+from typing import Any
+
+from perfwarden.harness.records import QualityEval, RunDir, write_json_atomic
+from perfwarden.orchestrator.lab import LabError, LegPlan
+from perfwarden.proof.synth import COHERENT_TEXTS, make_rep, write_jsonl
+
+BASE = {"model": "SmolLM2-135M-Instruct", "threads": 2, "max_batch_size": 1, "batch_wait_ms": 0,
+        "dtype": "float32", "attn_implementation": "sdpa", "torch_compile": False, "prompt_lookup": False,
+        "quantization": "none", "response_cache": False, "op_overrides": {}}
+
+
+class SyntheticLab:
+    def __init__(self, effects: dict[str, dict[str, Any]] | None = None, cv: float = 0.01, seed: int = 0,
+                 crash_after: int | None = None):
+        self.effects = effects if effects is not None else {
+            "max_batch_size": {"tput": 1.35},
+            "response_cache": {"tput": 2.0, "log": "response cache hit for request 3"},
+            "prompt_lookup": {"tput": 1.2, "accept_length": 1.8},
+            "quantization": {"tput": 1.15, "quality": (0.40, 0.42)},
+            "batch_wait_ms": {"tput": 1.1, "ttft": 2.5},
+            "op_overrides": {"tput": 1.07},
+        }
+        self.cv = cv
+        self.rng = random.Random(seed)
+        self.calls: list[tuple[str, Any]] = []
+        self.reps_written = 0
+        self.crash_after = crash_after
+
+    # --- Lab protocol
+    def base_config(self) -> dict[str, Any]:
+        return dict(BASE)
+
+    def overridable_ops(self) -> list[str]:
+        return ["rmsnorm", "silu_mul", "rotary"]
+
+    def alternatives(self, op: str) -> list[str]:
+        return [f"alt/{op}_wrong.py:impl", f"alt/{op}_fast.py:impl"] if op == "rmsnorm" else []
+
+    def _effect(self, config: dict[str, Any]) -> dict[str, float]:
+        out = {"tput": 1.0, "ttft": 1.0}
+        for key, eff in self.effects.items():
+            if config.get(key) != BASE.get(key):
+                out["tput"] *= eff.get("tput", 1.0)
+                out["ttft"] *= eff.get("ttft", 1.0)
+                if "accept_length" in eff:
+                    out["accept_length"] = eff["accept_length"]
+        return out
+
+    def measure(self, run: Path, legs: list[LegPlan], reps: int) -> dict[str, str]:
+        self.calls.append(("measure", [leg.leg for leg in legs], reps))
+        paths = RunDir(run)
+        for plan in legs:
+            d = paths.leg_dir(plan.leg)
+            d.mkdir(parents=True, exist_ok=True)
+            info = {**plan.config, "port": 9000 + len(plan.leg), "weights_digest": "synthetic"}
+            write_json_atomic(paths.server_info(plan.leg), info)
+            write_json_atomic(paths.leg_spec(plan.leg), {"schema_version": 1, "leg": plan.leg, "role": plan.role,
+                                                         "overlay": plan.overlay, "purpose": plan.purpose,
+                                                         "parent_leg": plan.parent})
+            log = ["server ready"]
+            for op in (plan.config.get("op_overrides") or {}):
+                log.append(f"override {op} engaged: 30 modules")
+            for key, eff in self.effects.items():
+                if plan.config.get(key) != BASE.get(key) and "log" in eff:
+                    log.append(eff["log"])
+            paths.server_log(plan.leg).write_text("\n".join(log) + "\n")
+            if not paths.outputs(plan.leg).is_file():
+                write_jsonl(paths.outputs(plan.leg), [{"prompt_id": f"p{i}", "text": t} for i, t in enumerate(COHERENT_TEXTS)])
+        for k in range(reps):
+            for plan in legs:
+                bench = paths.bench_runs(plan.leg)
+                have = {json.loads(line)["rep"] for line in bench.read_text().splitlines()} if bench.is_file() else set()
+                if k in have:
+                    continue
+                if self.crash_after is not None and self.reps_written >= self.crash_after:
+                    raise KeyboardInterrupt("simulated crash during a rep")
+                eff = self._effect(plan.config)
+                tput = 100.0 * eff["tput"] * math.exp(self.rng.gauss(0, self.cv))
+                line = make_rep(plan.leg, k, throughput=tput, ttft_ms=80.0 * eff["ttft"],
+                                accept_length=eff.get("accept_length"), n_requests=8, output_len=16,
+                                started_at=1000.0 + self.reps_written)
+                with open(bench, "a") as fh:
+                    fh.write(json.dumps(line) + "\n")
+                self.reps_written += 1
+        return {plan.leg: "ok" for plan in legs}
+
+    def profile(self, run: Path, config: dict[str, Any]) -> Path:
+        self.calls.append(("profile", None))
+        path = RunDir(run).profile
+        write_jsonl(path, [
+            {"name": "aten::linear", "op": "linear", "self_time_us": 5000.0, "shapes": [[8, 576]]},
+            {"name": "rmsnorm", "op": "rmsnorm", "self_time_us": 1500.0, "shapes": [[8, 576]]},
+            {"name": "silu_mul", "op": "silu_mul", "self_time_us": 700.0, "shapes": [[8, 1536]]}])
+        return path
+
+    def opbench(self, run: Path, op: str, candidates: list[str], shapes: list) -> Path:
+        self.calls.append(("opbench", op, list(candidates)))
+        rows = []
+        for t, seed in enumerate((0, 1, 2)):
+            rows.append(_row(op, "reference", 2.0, True, seed, t, 1e-7))
+            for c in candidates:
+                wrong = "wrong" in c
+                rows.append(_row(op, c, 0.5 if wrong else 1.6, False, seed, t, 0.3 if wrong else 1e-7))
+        path = RunDir(run).opbench(op)
+        write_jsonl(path, rows)
+        return path
+
+    def quality(self, run: Path, leg: LegPlan, baseline: LegPlan) -> str:
+        self.calls.append(("quality", leg.leg))
+        score, base = (0.42, 0.42)
+        for key, eff in self.effects.items():
+            if leg.config.get(key) != BASE.get(key) and "quality" in eff:
+                score, base = eff["quality"]
+        write_json_atomic(RunDir(run).quality("pw-qa-exact-v1", leg.leg), QualityEval(
+            eval_id="pw-qa-exact-v1", leg=leg.leg, n=40, score=score, baseline_score=base, baseline_leg=baseline.leg))
+        return "pw-qa-exact-v1"
+
+
+def _row(op, backend, ms, ref, seed, trial, err):
+    return {"op": op, "backend": backend, "shape": [8, 576], "trial": trial, "dtype": "float32",
+            "times_ms": [ms, ms * 1.01, ms * 0.99], "warmup_discarded": 3, "fresh_inputs": True,
+            "correct": err < 1e-4, "max_abs_err": err, "max_rel_err": err, "dispatch": "eager", "seed": seed,
+            "is_reference": ref, "impl_sha256": backend, "measured": True}
+
+
+class FailingLab(SyntheticLab):
+    def measure(self, run, legs, reps):
+        raise LabError("server did not come up: port in use")
