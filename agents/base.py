@@ -44,6 +44,10 @@ class Proposal(BaseModel):
     """Mechanism variant."""
     support: Literal["supported", "experimental", "unsupported"] = "supported"
     """Support status the producer claims."""
+    draft_model_id: str | None = None
+    """Speculative decoding: the draft model or method."""
+    acceptance_rate: float | None = None
+    """Speculative decoding: acceptance the producer measured (mean accept length per step)."""
     quality_eval_id: str | None = None
     """Quality eval the producer cites (filled by a fix after QUALITY_EVAL_MISSING)."""
     isolated_speedup: float | None = None

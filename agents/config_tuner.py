@@ -9,6 +9,8 @@ judges the class from the diff and the raw (``accept_length``), never from this 
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
 from perfwarden.agents.base import FixDecision, Proposal
@@ -44,6 +46,20 @@ def propose(base_config: dict[str, Any], allowed: list[str] | None, max_proposal
 def fix(proposal: Proposal, verdict: dict[str, Any], max_reps: int) -> FixDecision:
     """Deterministic answer to a verdict: re-measure, add evidence, reclassify, or give up."""
     return shared_fix(proposal, verdict, max_reps)
+
+
+def reclassify(proposal: Proposal, verdict: dict[str, Any], run: Path) -> Proposal:
+    """Accept the auditor's lever class; for speculative decoding, document the draft method and the
+    acceptance the producer itself measured (mean accept_length of its candidate reps)."""
+    update: dict[str, Any] = {"believed_class": "B", "headline_kind": "e2e"}
+    if any("speculative" in f["message"] for f in verdict.get("findings", [])) and proposal.legs:
+        bench = Path(run) / "legs" / proposal.legs[1] / "bench_runs.jsonl"
+        accepts = [json.loads(line).get("accept_length") for line in bench.read_text().splitlines() if line.strip()]
+        accepts = [a for a in accepts if isinstance(a, (int, float))]
+        update.update(mechanism="speculative_decoding", mechanism_variant=next(iter(proposal.config), None),
+                      draft_model_id="prompt_lookup" if "prompt_lookup" in proposal.config else "unknown",
+                      acceptance_rate=round(sum(accepts) / len(accepts), 4) if accepts else None)
+    return proposal.model_copy(update=update)
 
 
 DROP_CODES = {

@@ -48,7 +48,8 @@ def patch_claim(proposal: Proposal, seq: int, base_leg: str, cand_leg: str, opbe
                   "kernel_ops": [proposal.op] if proposal.kind == "kernel" else []},
         "headline": {"metric": "output_throughput", "kind": proposal.headline_kind},
         "correctness": {"parity": "exact_text", "quality_eval_id": proposal.quality_eval_id},
-        "mechanism": {"name": proposal.mechanism, "variant": proposal.mechanism_variant, "support": proposal.support},
+        "mechanism": {"name": proposal.mechanism, "variant": proposal.mechanism_variant, "support": proposal.support,
+                      "draft_model_id": proposal.draft_model_id, "acceptance_rate": proposal.acceptance_rate},
     }
     if proposal.kind == "kernel" and proposal.isolated_speedup:
         claim["isolated_speedup"] = {"value": proposal.isolated_speedup, "op": proposal.op, "opbench": opbench_rel,
@@ -61,10 +62,13 @@ def bundle_claim(banked: list[dict[str, Any]], seq: int, base_leg: str, bundle_l
     keys = sorted({k for b in banked for k in b.get("config_keys", [])})
     ops = sorted({b["op"] for b in banked if b.get("op")})
     classes = {b["lever_class"] for b in banked}
+    spec = next((b["mechanism"] for b in banked
+                 if (b.get("mechanism") or {}).get("name") == "speculative_decoding"), None)
     return {"seq": seq, "scope": "bundle", "producer": "integrator",
             "legs": {"baseline": base_leg, "candidate": bundle_leg, "validation": bundle_leg,
                      "caching_audit": caching_leg},
             "lever": {"name": "bundle", "lever_class": "B" if "B" in classes else "A", "config_keys": keys,
                       "kernel_ops": ops, "components": [b["name"] for b in banked]},
             "headline": {"metric": "output_throughput", "kind": "e2e"},
-            "correctness": {"parity": "exact_text"}}
+            "correctness": {"parity": "exact_text"},
+            "mechanism": spec or {"name": "baseline"}}

@@ -267,6 +267,9 @@ def apply_event(result: StreamResult, data: str, t_arrival: float) -> bool:
     if isinstance(usage, dict):
         result.usage = usage
     choices = obj.get("choices")
+    if choices is not None and not isinstance(choices, list):
+        result.error = f"malformed SSE data (choices is not a list): {data[:200]!r}"
+        return True
     if choices:
         choice = choices[0]
         if not isinstance(choice, dict):
@@ -296,20 +299,32 @@ def classify_exception(exc: BaseException, timeout_s: float) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
-async def stream_completion(client: httpx.AsyncClient, url: str, payload: Mapping[str, Any],
-                            timeout_s: float,
-                            on_first_token: Callable[[], None] | None = None) -> StreamResult:
-    """Send one streaming completion and time it. Never raises for a server-side failure: HTTP
-    errors, timeouts, disconnects, ``error`` events, malformed SSE and a stream that ends without
-    ``[DONE]`` all come back as ``result.error``.
+_JSON_HEADERS = {"content-type": "application/json"}
 
-    ``on_first_token`` runs synchronously right after the first text chunk is timed (the SUT reports
-    it to LoadGen there).
+
+class _CallbackFailed(Exception):
+    """``on_first_token`` raised: that is our bug, not a failed request, so it must propagate."""
+
+
+def encode_payload(payload: Mapping[str, Any]) -> bytes:
+    """Request body bytes, encoded once per prompt before the rep instead of once per request."""
+    return json.dumps(payload, separators=(",", ":")).encode("utf-8")
+
+
+async def stream_completion(client: httpx.AsyncClient, url: str, body: bytes, timeout_s: float,
+                            on_first_token: Callable[[], None] | None = None) -> StreamResult:
+    """Send one streaming completion (``body``: JSON bytes, see :func:`encode_payload`) and time it.
+
+    Never raises for a server-side failure: HTTP errors, timeouts, disconnects, ``error`` events,
+    malformed SSE and a stream that ends without ``[DONE]`` all come back as ``result.error``. A
+    failure *after* ``[DONE]`` (while draining the body for connection reuse) does not undo a
+    complete response. ``on_first_token`` runs synchronously right after the first text chunk is
+    timed (the SUT reports it to LoadGen there).
     """
     result = StreamResult(t_send=time.perf_counter())
     try:
         async with asyncio.timeout(timeout_s):
-            async with client.stream("POST", url, json=payload) as response:
+            async with client.stream("POST", url, content=body, headers=_JSON_HEADERS) as response:
                 if response.status_code != 200:
                     body = (await response.aread())[:500]
                     result.error = f"HTTP {response.status_code} from {url!r}: {body!r}"
@@ -326,7 +341,10 @@ async def stream_completion(client: httpx.AsyncClient, url: str, payload: Mappin
                     first_before = result.t_first
                     finished = apply_event(result, data, t_arrival)
                     if first_before is None and result.t_first is not None and on_first_token:
-                        on_first_token()
+                        try:
+                            on_first_token()
+                        except Exception as exc:
+                            raise _CallbackFailed(repr(exc)) from exc
                     if result.error:
                         return result
                 if not finished:
@@ -340,8 +358,11 @@ async def stream_completion(client: httpx.AsyncClient, url: str, payload: Mappin
                     ctype = response.headers.get("content-type", "")
                     result.error = (f"incomplete stream: ended without [DONE] after "
                                     f"{len(result.chunk_times)} text chunks (content-type {ctype!r}{detail})")
+    except _CallbackFailed as exc:
+        raise exc.__cause__ from None
     except Exception as exc:  # noqa: BLE001 - every failure of the request is recorded, not raised
-        result.error = classify_exception(exc, timeout_s)
+        if result.t_end is None or result.error:
+            result.error = result.error or classify_exception(exc, timeout_s)
     return result
 
 
@@ -353,8 +374,8 @@ def to_record(result: StreamResult, *, index: int, sample_index: int, prompt: Pr
     usage = result.usage or {}
     completion_tokens = usage.get("completion_tokens")
     prompt_tokens = usage.get("prompt_tokens")
-    use_out = isinstance(completion_tokens, int) and not result.error
-    use_in = isinstance(prompt_tokens, int)
+    use_out = type(completion_tokens) is int and not result.error  # bool is not a count
+    use_in = type(prompt_tokens) is int
     return RequestRecord(
         index=index,
         sample_index=sample_index,
@@ -455,7 +476,7 @@ class OpenAIStreamingSUT:
         self.url = completions_url(base_url)
         self.warmup_url = models_url(base_url)
         self.prompts = list(prompts)
-        self.payloads = [request_payload(p.text, settings) for p in self.prompts]
+        self.bodies = [encode_payload(request_payload(p.text, settings)) for p in self.prompts]
         self.settings = settings
         self.records: list[RequestRecord] = []
         self.bugs: list[BaseException] = []
@@ -521,7 +542,7 @@ class OpenAIStreamingSUT:
                 result = StreamResult(t_send=now, t_end=now, error=(
                     f"not sent: rep deadline of {self.settings.max_duration_s}s passed while it waited"))
             else:
-                result = await stream_completion(self._io.client, self.url, self.payloads[index],
+                result = await stream_completion(self._io.client, self.url, self.bodies[index],
                                                  self.settings.request_timeout_s, report_first)
         finally:
             if self._sem is not None:

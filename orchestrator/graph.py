@@ -323,7 +323,7 @@ def build_graph(services: Services):
                 "name": p.id, "proposal": p.id, "kind": p.kind, "lever_class": v["lever_detected"] or p.believed_class,
                 "config": p.config, "config_keys": sorted(p.config), "op": p.op, "impl": p.chosen,
                 "verdict": v["path"], "claim": v["claim"], "headline_rederived_pct": v["headline_rederived"],
-                "quality_eval_id": p.quality_eval_id, "legs": claim["legs"]}]
+                "quality_eval_id": p.quality_eval_id, "legs": claim["legs"], "mechanism": claim.get("mechanism")}]
             return {"proposals": _replace(state, p), "banked": banked, "fix_action": "done"}
         decision = config_tuner.fix(p, v, settings.max_reps)
         p.history.append(f"patch audit {v['verdict']} ({v['action']}): {decision.action} -- {decision.reason}")
@@ -341,8 +341,7 @@ def build_graph(services: Services):
                 p.legs = None  # contention or conditions: measure fresh legs
             p.reps = settings.max_reps
         elif action == "reclassify":
-            p.believed_class = decision.believed_class or p.believed_class
-            p.headline_kind = decision.headline_kind or p.headline_kind
+            p = config_tuner.reclassify(p, v, _run(state))
         elif action == "run_quality_eval":
             pass
         return {"proposals": _replace(state, p), "fix_action": action}

@@ -39,6 +39,11 @@ def build_report(state: dict[str, Any]) -> dict[str, Any]:
 
 def render_markdown(report: dict[str, Any]) -> str:
     lines = ["# perfwarden run report", "", f"Run: `{report['run_dir']}`", ""]
+    baselines = [v for v in report["verdicts"] if v["scope"] == "baseline"]
+    if baselines and all(v["verdict"] != "PASS" for v in baselines):
+        lines += [f"**The run stopped: no baseline passed the audit after {len(baselines)} measurement(s)** "
+                  f"(last: {baselines[-1]['verdict']} `{baselines[-1]['action']}`). Nothing can be compared "
+                  "against an unreliable baseline.", ""]
     lines += ["## Banked", ""]
     if not report["banked"]:
         lines.append("Nothing was banked: no change passed the auditor.")

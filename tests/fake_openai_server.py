@@ -14,6 +14,7 @@ Failures are scripted by directives inside the prompt, so one rep can mix good a
 ``[[error_event]]``        stream 1 chunk, then ``data: {"error": {...}}``
 ``[[stall=0.8]]``          wait that many seconds before the first chunk
 ``[[tokens=3]]``           stream 3 chunks for this request
+``[[linger=2]]``           after ``[DONE]``, keep the body open that many seconds before ending it
 
 Run in-process (``with FakeOpenAIServer(...) as srv: srv.base_url``; uvicorn in a thread on
 127.0.0.1, port 0) or as a subprocess (``python tests/fake_openai_server.py --token-delay 0.001``
@@ -145,6 +146,8 @@ class FakeOpenAIServer:
                 yield f"data: {json.dumps(chunk)}\n\n".encode()
             if "no_done" not in d:
                 yield b"data: [DONE]\n\n"
+            if d.get("linger"):
+                await asyncio.sleep(d["linger"])
         finally:
             with self._lock:
                 self.in_flight -= 1

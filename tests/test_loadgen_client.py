@@ -19,17 +19,21 @@ from fake_openai_server import FakeOpenAIServer  # noqa: E402
 
 from perfwarden.harness.bench_writer import build_bench_line  # noqa: E402
 from perfwarden.harness.jsonl import BenchRunLine, read_jsonl  # noqa: E402
+from perfwarden.harness import loadgen_client  # noqa: E402
 from perfwarden.harness.loadgen_client import (  # noqa: E402
+    ClientBug,
     LoadSettings,
     SSEDecoder,
     StreamResult,
     apply_event,
     completions_url,
+    encode_payload,
     loadgen_test_settings,
     measure_rep,
     offline_sample_count,
     request_payload,
     run_rep,
+    stream_completion,
     to_record,
 )
 from perfwarden.harness.prompts import Prompt, varied_prompts  # noqa: E402
@@ -141,7 +145,8 @@ ERROR_PROMPTS = {
 
 
 def test_offline_rep_records_every_kind_of_failure_and_stays_bounded(server, tmp_path):
-    good = varied_prompts(3)
+    # the last "good" prompt's server keeps the body open after [DONE]: complete, not a timeout
+    good = varied_prompts(2) + [Prompt("g-linger", "done but lingering [[linger=2]]", "varied")]
     bad = [Prompt(pid, text, "varied") for pid, (text, _) in ERROR_PROMPTS.items()]
     prompts = good + bad
     settings = LoadSettings(scenario="Offline", target_qps=1.0, min_duration_s=0.1, max_duration_s=5.0,
@@ -161,6 +166,8 @@ def test_offline_rep_records_every_kind_of_failure_and_stays_bounded(server, tmp
     for pid, (_, prefix) in ERROR_PROMPTS.items():
         assert errors[pid].startswith(prefix), (pid, errors[pid])
     assert all(errors[p.id] == "" for p in good)
+    lingering = next(r for r in result.records if r.prompt_id == "g-linger")
+    assert lingering.latency_s < 0.5 and lingering.output_tokens == 4, "clock stops at [DONE]"
     disconnected = next(r for r in result.records if r.prompt_id == "e-disconnect")
     assert disconnected.stream_chunks == 2 and disconnected.ttft_s is not None
     assert len(disconnected.itls_s) == 1 and disconnected.text == " t0 t1"
@@ -208,6 +215,59 @@ def test_rep_deadline_fails_requests_that_could_not_be_sent(server, tmp_path):
     assert len(server.requests) - n_before == 1, "only the first request was sent before the deadline"
     errors = sorted(r.error for r in result.records)
     assert errors[0] == "" and all(e.startswith("not sent: rep deadline") for e in errors[1:])
+
+
+def test_unreachable_server_fails_every_request_without_hanging(tmp_path):
+    import socket
+
+    with socket.socket() as sock:  # a port that was free a moment ago: nothing listens there
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    prompts = varied_prompts(3)
+    settings = LoadSettings(scenario="Offline", target_qps=1.0, min_duration_s=0.1, min_query_count=3,
+                            max_duration_s=5.0, request_timeout_s=2.0, connect_timeout_s=1.0)
+    t = time.perf_counter()
+    result = run_rep(f"http://127.0.0.1:{port}", prompts, settings, tmp_path / "rep-0")
+    assert time.perf_counter() - t < 3.0
+    assert len(result.records) == 3
+    assert all(r.error.startswith("network: ConnectError") for r in result.records), result.records[0].error
+    assert (tmp_path / "rep-0" / "mlperf_log_summary.txt").is_file()
+
+
+def test_our_own_bug_raises_after_loadgen_got_every_sample_back(server, tmp_path, monkeypatch):
+    real = loadgen_client.to_record
+
+    def flaky(result, **kw):
+        if kw["index"] == 1:
+            raise RuntimeError("bug in record building")
+        return real(result, **kw)
+
+    monkeypatch.setattr(loadgen_client, "to_record", flaky)
+    settings = LoadSettings(scenario="Offline", target_qps=1.0, min_duration_s=0.1, min_query_count=3,
+                            max_duration_s=5.0, max_tokens=3, request_timeout_s=5.0)
+    with pytest.raises(ClientBug, match="bug in record building"):
+        run_rep(server.base_url, varied_prompts(3), settings, tmp_path / "rep-0")
+    assert (tmp_path / "rep-0" / "mlperf_log_summary.txt").is_file(), "LoadGen finished: no hang"
+
+
+def test_first_token_callback_failure_is_raised_not_recorded_as_a_request_error(server):
+    import asyncio
+
+    import httpx
+
+    def boom():
+        raise RuntimeError("boom in callback")
+
+    async def go():
+        async with httpx.AsyncClient(trust_env=False) as client:
+            body = encode_payload(request_payload("hello", LoadSettings(max_tokens=3)))
+            return await stream_completion(client, completions_url(server.base_url), body, 5.0, boom)
+
+    n_before = len(server.requests)
+    with pytest.raises(RuntimeError, match="boom in callback"):
+        asyncio.run(go())
+    assert server.requests[n_before:] == [{"prompt": "hello", "max_tokens": 3, "temperature": 0,
+                                          "stream": True, "stream_options": {"include_usage": True}}]
 
 
 # --------------------------------------------------------------------------------------- pure parts

@@ -84,11 +84,17 @@ class Row:
     median: float | None
 
 
+def clip(text: str, width_px: float, char_px: float = 6.2) -> str:
+    """Shorten ``text`` to fit ``width_px`` at roughly ``char_px`` per character (SVG text does not wrap)."""
+    n = max(int(width_px / char_px), 4)
+    return text if len(text) <= n else text[: n - 1] + "…"
+
+
 def strip_plot(title: str, rows: list[Row], band: tuple[float, float] | None = None,
-               center: float | None = None, width: int = 640, css_class: str = "plot") -> str:
+               center: float | None = None, width: int = 640, css_class: str = "plot", subtitle: str = "") -> str:
     """Every rep a dot per row, each row's median a bar, and the noise band (shaded) with the
     baseline median (dashed) drawn across all rows."""
-    left, right, top, row_h, bottom = 150, 16, 26, 30, 30
+    left, right, top, row_h, bottom = 150, 16, 42, 30, 30
     height = top + row_h * max(len(rows), 1) + bottom
     all_values = [v for r in rows for v in r.values]
     markers = [m for m in ([center] if center is not None else []) + (list(band) if band else []) if m is not None]
@@ -100,7 +106,8 @@ def strip_plot(title: str, rows: list[Row], band: tuple[float, float] | None = N
 
     parts = [f'<svg class="{esc(css_class)}" xmlns="http://www.w3.org/2000/svg" width="{width}" '
              f'height="{height}" viewBox="0 0 {width} {height}" role="img" aria-label="{esc(title)}">',
-             f'<text class="ptitle" x="{left}" y="16">{esc(title)}</text>']
+             f'<text class="ptitle" x="10" y="16">{esc(clip(title, width - 20, 7.0))}</text>',
+             f'<text class="psub" x="10" y="31">{esc(clip(subtitle, width - 20))}</text>']
     plot_top, plot_bottom = top, top + row_h * max(len(rows), 1)
     if band is not None:
         b0, b1 = sorted(band)

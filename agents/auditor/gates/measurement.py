@@ -28,6 +28,8 @@ HEADLINE_TOLERANCE_PTS = 1.0
 """Claimed headline delta vs re-derived, in percentage points, before it is a mismatch."""
 BUSY_PROCESS_CPU_PCT = 50.0
 """Another process using this much CPU during a rep contends with the measurement."""
+MAX_REPS = 7
+"""Most reps per leg a comparison may use (the power target assumes <= 7)."""
 DRIFT_FLOOR_PCT = 2.0
 """Smallest drift reported, even when the band is narrower."""
 CRASH_PATTERNS = re.compile(
@@ -113,7 +115,10 @@ def check_headline(run: Path, claim: Claim, comp: Comparison | None, n_reps: tup
     if comp.significant:
         return
     inside = abs(improvement) <= comp.noise_band_pct
-    more_reps_could_help = not inside and min(n_reps) < 7
+    # The band shrinks with reps: re-measuring can only help if the observed improvement would clear
+    # the band at the most reps a comparison may use.
+    band_at_max = comp.noise_band_pct * math.sqrt((2.0 / MAX_REPS) / (1.0 / n_reps[0] + 1.0 / n_reps[1]))
+    more_reps_could_help = min(n_reps) < MAX_REPS and improvement > band_at_max
     findings.add("DELTA_NOT_SIGNIFICANT", "FAIL",
                  f"{metric} improves {improvement:+.2f}% (p={comp.p_value:.3g}) against a noise band of "
                  f"±{comp.noise_band_pct:.2f}% [{comp.noise_band_source}]: "

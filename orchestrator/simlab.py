@@ -1,18 +1,21 @@
-"""A synthetic lab for graph tests: writes raw evidence whose effects are fixed by a table.
+"""The simulated target (``perfwarden run --target synthetic``): raw evidence with known effects.
 
-It is a test double for the real EmbeddedLab (which keeps its own end-to-end test): graph routing,
-fix loops, bounds and resume can be tested in seconds. Effects are multiplicative on throughput with
-seeded lognormal rep noise, so the auditor still has to decide from data.
+It stands in for a serving target where none can run: the graph's tests (routing, fix loops, bounds,
+crash and resume) run in seconds, and a user can watch the orchestrator and the auditor work without a
+model. Effects are multiplicative on throughput with seeded lognormal rep noise, so the auditor still
+decides from data. The real target is EmbeddedLab, which keeps its own end-to-end test.
 """
 
 from __future__ import annotations
 
-import json
 import math
+import os
 import random
+import time
 from pathlib import Path
 from typing import Any
 
+from perfwarden.harness.bench_writer import append_bench_line, rep_exists
 from perfwarden.harness.records import QualityEval, RunDir, write_json_atomic
 from perfwarden.orchestrator.lab import LabError, LegPlan
 from perfwarden.proof.synth import COHERENT_TEXTS, make_rep, write_jsonl
@@ -24,7 +27,7 @@ BASE = {"model": "SmolLM2-135M-Instruct", "threads": 2, "max_batch_size": 1, "ba
 
 class SyntheticLab:
     def __init__(self, effects: dict[str, dict[str, Any]] | None = None, cv: float = 0.01, seed: int = 0,
-                 crash_after: int | None = None):
+                 crash_after: int | None = None, contended: bool | str = False):
         self.effects = effects if effects is not None else {
             "max_batch_size": {"tput": 1.35},
             "response_cache": {"tput": 2.0, "log": "response cache hit for request 3"},
@@ -38,6 +41,9 @@ class SyntheticLab:
         self.calls: list[tuple[str, Any]] = []
         self.reps_written = 0
         self.crash_after = crash_after
+        self.contended = contended  # True: every leg; a string: legs whose name contains it
+        self.hog = {"loadavg_1m": 2.9, "ncpu": 2, "busy": [{"pid": 4242, "name": "stress-ng", "cpu_pct": 98.0}]}
+        self.rep_delay_s = float(os.environ.get("PERFWARDEN_SIM_REP_DELAY", "0"))
 
     # --- Lab protocol
     def base_config(self) -> dict[str, Any]:
@@ -82,18 +88,19 @@ class SyntheticLab:
         for k in range(reps):
             for plan in legs:
                 bench = paths.bench_runs(plan.leg)
-                have = {json.loads(line)["rep"] for line in bench.read_text().splitlines()} if bench.is_file() else set()
-                if k in have:
+                if rep_exists(bench, plan.leg, k):
                     continue
                 if self.crash_after is not None and self.reps_written >= self.crash_after:
                     raise KeyboardInterrupt("simulated crash during a rep")
+                time.sleep(self.rep_delay_s)
                 eff = self._effect(plan.config)
                 tput = 100.0 * eff["tput"] * math.exp(self.rng.gauss(0, self.cv))
                 line = make_rep(plan.leg, k, throughput=tput, ttft_ms=80.0 * eff["ttft"],
                                 accept_length=eff.get("accept_length"), n_requests=8, output_len=16,
+                                contention=self.hog if self.contended is True or (
+                                    isinstance(self.contended, str) and self.contended in plan.leg) else None,
                                 started_at=1000.0 + self.reps_written)
-                with open(bench, "a") as fh:
-                    fh.write(json.dumps(line) + "\n")
+                append_bench_line(bench, line)
                 self.reps_written += 1
         return {plan.leg: "ok" for plan in legs}
 
@@ -113,7 +120,7 @@ class SyntheticLab:
             rows.append(_row(op, "reference", 2.0, True, seed, t, 1e-7))
             for c in candidates:
                 wrong = "wrong" in c
-                rows.append(_row(op, c, 0.5 if wrong else 1.6, False, seed, t, 0.3 if wrong else 1e-7))
+                rows.append(_row(op, c, 0.5 if wrong else 1.0, False, seed, t, 0.3 if wrong else 1e-7))
         path = RunDir(run).opbench(op)
         write_jsonl(path, rows)
         return path

@@ -1,0 +1,187 @@
+"""``perfwarden review --format md|json|csv``: the review as data for other tools.
+
+- ``json``: the verdicts as written (every field), plus the banked list and, when comparing, the pairs.
+- ``md``: the trail, banked results and findings as GitHub-flavoured markdown tables.
+- ``csv``: one row per finding (a verdict without findings still gets one row), or one row per
+  compared metric with ``--compare``.
+
+Exported text is untrusted run data. In markdown, table cells escape ``|`` and markup characters and
+newlines, and HTML is entity-escaped (markdown renderers pass raw HTML through). In CSV, a text cell
+starting with ``= + - @`` that is not a number is prefixed with ``'`` so a spreadsheet shows it
+instead of evaluating it as a formula.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from html import escape
+from typing import Any
+
+from perfwarden.orchestrator.review.compare import Comparison, metric_rows
+from perfwarden.orchestrator.review.model import RunReview, VerdictEntry
+from perfwarden.orchestrator.review.summary import LEVER_CLASSES, banked, fmt_pct, fmt_value, is_banked
+
+FORMATS = ("md", "json", "csv")
+
+
+# -------------------------------------------------------------------------------------------- json
+
+
+def entry_json(entry: VerdictEntry) -> dict[str, Any]:
+    return {"key": entry.key, "path": entry.path, "banked": is_banked(entry), "lever_class": entry.lever_class,
+            "lever_name": entry.lever_name, "claim_note": entry.claim_note,
+            "verdict": entry.verdict.model_dump(mode="json")}
+
+
+def review_json(review: RunReview) -> dict[str, Any]:
+    b = banked(review)
+    return {
+        "run": review.run_id, "root": str(review.root), "audited_now": review.audited_now, "notes": review.notes,
+        "banked": {"source": b.source,
+                   "items": [{"label": i.label, "lever_class": i.lever_class, "verdict_key": i.entry.key if i.entry
+                              else None, "headline": i.headline, "problem": i.problem} for i in b.items],
+                   "bankable_not_in_report": [e.key for e in b.unreported]},
+        "verdicts": [entry_json(e) for e in review.entries],
+    }
+
+
+def compare_json(comp: Comparison) -> dict[str, Any]:
+    pairs = []
+    for p in comp.pairs:
+        only_a, only_b, both = p.codes()
+        pairs.append({"key": p.key, "a": p.a.key if p.a else None, "b": p.b.key if p.b else None,
+                      "verdict": [p.a.verdict.verdict if p.a else None, p.b.verdict.verdict if p.b else None],
+                      "action": [p.a.verdict.action if p.a else None, p.b.verdict.action if p.b else None],
+                      "headline_rederived": [p.a.verdict.headline_rederived if p.a else None,
+                                             p.b.verdict.headline_rederived if p.b else None],
+                      "metrics": [{"role": r.role, "metric": r.metric, "a": r.a, "b": r.b, "change_pct": r.change}
+                                  for r in metric_rows(p)],
+                      "codes_only_in_a": only_a, "codes_only_in_b": only_b, "codes_in_both": both})
+    return {"a": review_json(comp.a), "b": review_json(comp.b), "pairs": pairs}
+
+
+# ---------------------------------------------------------------------------------------------- md
+
+
+_MD_SPECIAL = "\\`*[]|"
+
+
+def md_cell(value: object) -> str:
+    """A value safe inside a markdown table cell: HTML entity-escaped (renderers pass raw HTML
+    through), markup and pipe characters backslash-escaped, newlines flattened."""
+    text = " ".join(escape(str(value), quote=False).splitlines())
+    return "".join("\\" + ch if ch in _MD_SPECIAL else ch for ch in text)
+
+
+def md_table(headers: list[str], rows: list[list[object]]) -> str:
+    out = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
+    out += ["| " + " | ".join(md_cell(c) for c in row) + " |" for row in rows]
+    return "\n".join(out)
+
+
+def review_md(review: RunReview) -> str:
+    lines = [f"# perfwarden review: {md_cell(review.run_id)}", ""]
+    if review.audited_now:
+        lines += ["> The run has no saved verdict: its claims were audited now (not saved).", ""]
+    lines += [f"> note: {md_cell(n)}" for n in review.notes]
+    lines += ["## Verdict trail", "", md_table(
+        ["claim", "scope", "verdict", "action", "metric", "claimed", "re-derived", "lever decl.", "lever det."],
+        [[e.key, e.verdict.scope, e.verdict.verdict, e.verdict.action, e.headline_metric,
+          fmt_pct(e.verdict.headline_claimed), fmt_pct(e.verdict.headline_rederived),
+          e.verdict.lever_declared or "-", e.verdict.lever_detected or "-"] for e in review.entries]), ""]
+    b = banked(review)
+    lines += ["## Banked results by lever class", "", f"source: {md_cell(b.source)}", ""]
+    for cls, items in b.by_class().items():
+        lines.append(f"- **{LEVER_CLASSES[cls]}**: " + (", ".join(
+            f"{md_cell(i.label)} ({md_cell(i.headline)})" + (f" **problem: {md_cell(i.problem)}**" if i.problem else "")
+            for i in items) or "none"))
+    lines += ["", "## Findings", ""]
+    rows = [[e.key, e.verdict.verdict, f.severity, f.code, f.gate or "-", fmt_value(f.measured, 60),
+             fmt_value(f.threshold, 60), evidence_text(f), f.message]
+            for e in review.entries for f in e.verdict.findings]
+    lines.append(md_table(["claim", "verdict", "severity", "code", "gate", "measured", "threshold", "evidence",
+                           "message"], rows) if rows else "No finding.")
+    return "\n".join(lines) + "\n"
+
+
+def compare_md(comp: Comparison) -> str:
+    lines = [f"# perfwarden review: {md_cell(comp.a.run_id)} (A) vs {md_cell(comp.b.run_id)} (B)", ""]
+    rows = []
+    for p in comp.pairs:
+        only_a, only_b, _ = p.codes()
+        rows.append([p.key, p.a.verdict.verdict if p.a else "absent", p.b.verdict.verdict if p.b else "absent",
+                     fmt_pct(p.a.verdict.headline_rederived if p.a else None),
+                     fmt_pct(p.b.verdict.headline_rederived if p.b else None),
+                     ", ".join(only_a) or "-", ", ".join(only_b) or "-"])
+    lines += [md_table(["claim", "A", "B", "A headline", "B headline", "codes only in A", "codes only in B"], rows),
+              "", "## Metrics (re-derived rep medians)", ""]
+    mrows = [[p.key, r.role, r.metric, fmt_value(r.a, 14), fmt_value(r.b, 14), fmt_pct(r.change)]
+             for p in comp.pairs for r in metric_rows(p)]
+    lines.append(md_table(["claim", "role", "metric", "A", "B", "B vs A"], mrows) if mrows else "No metric.")
+    return "\n".join(lines) + "\n"
+
+
+# --------------------------------------------------------------------------------------------- csv
+
+
+def evidence_text(finding) -> str:
+    return "; ".join(f"{e.file}:{e.line}" if e.line else e.file for e in finding.evidence)
+
+
+def csv_safe(value: object) -> object:
+    """Neutralize spreadsheet formulas in text cells (numbers are left as they are)."""
+    if not isinstance(value, str) or not value or value[0] not in "=+-@\t\r":
+        return value
+    try:
+        float(value)
+        return value
+    except ValueError:
+        return "'" + value
+
+
+def _csv(headers: list[str], rows: list[list[object]]) -> str:
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    writer.writerow(headers)
+    writer.writerows([[csv_safe(c) for c in row] for row in rows])
+    return buf.getvalue()
+
+
+def review_csv(review: RunReview) -> str:
+    headers = ["claim", "scope", "verdict", "action", "banked", "headline_claimed", "headline_rederived",
+               "severity", "code", "gate", "measured", "threshold", "evidence", "message"]
+    rows = []
+    for e in review.entries:
+        v = e.verdict
+        head = [e.key, v.scope, v.verdict, v.action, is_banked(e), v.headline_claimed, v.headline_rederived]
+        if not v.findings:
+            rows.append(head + ["", "", "", "", "", "", ""])
+        for f in v.findings:
+            rows.append(head + [f.severity, f.code, f.gate, _json(f.measured), _json(f.threshold), evidence_text(f),
+                                f.message])
+    return _csv(headers, rows)
+
+
+def compare_csv(comp: Comparison) -> str:
+    rows = [[p.key, p.a.verdict.verdict if p.a else "", p.b.verdict.verdict if p.b else "", r.role, r.metric,
+             r.a, r.b, r.change] for p in comp.pairs for r in metric_rows(p)]
+    return _csv(["claim", "verdict_a", "verdict_b", "role", "metric", "a", "b", "change_pct"], rows)
+
+
+def _json(value: Any) -> str:
+    if value is None:
+        return ""
+    return value if isinstance(value, str) else json.dumps(value, sort_keys=True, default=str)
+
+
+def export(review: RunReview, fmt: str, comp: Comparison | None = None) -> str:
+    """The review (or the comparison) in ``fmt``."""
+    if fmt == "json":
+        return json.dumps(compare_json(comp) if comp else review_json(review), indent=2, default=str) + "\n"
+    if fmt == "md":
+        return compare_md(comp) if comp else review_md(review)
+    if fmt == "csv":
+        return compare_csv(comp) if comp else review_csv(review)
+    raise ValueError(f"unknown format {fmt!r}: use one of {FORMATS!r}")
