@@ -16,14 +16,15 @@ Where sglang would report ``np.mean([] or 0)`` (a silent zero) this module write
 is evidence the auditor must see (design §8), never a number.
 
 This is the *producer* side. The auditor re-derives every number from the per-request arrays with its
-own code (``perfwarden.agents.auditor``); nothing here imports it, and nothing there imports this.
+own code (``perfwarden.agents.auditor``); nothing here imports it.
 
 perfwarden's additions to the sglang line: ``schema_version``, ``leg``, ``rep``, ``started_at`` (unix
 time of rep start), ``request_starts`` (s since rep start), ``latencies`` (per-request e2e, s),
 ``contention`` ({"start": sample, "end": sample}, see ``perfwarden.harness.contention``), and
 per-request provenance: ``issue_delays`` (s between LoadGen issuing a query and the request being
 sent), ``input_lens_source`` (``usage`` | ``estimate``), ``output_lens_source`` (``usage`` |
-``stream_chunks``), ``finish_reasons``, plus ``scenario`` and ``loadgen`` (settings and log folder).
+``stream_chunks``), ``finish_reasons``, ``prompt_ids``, plus ``scenario`` and ``loadgen`` (settings
+and log folder) when the LoadGen client wrote the line. sglang's ``input_throughput`` is kept too.
 """
 
 from __future__ import annotations

@@ -247,7 +247,7 @@ def merge_batches(a: Batch, b: Batch) -> Batch:
     width = max(a.columns, b.columns)
     pa, pb = width - a.columns, width - b.columns
     tensors = []
-    for (ka, va), (kb, vb) in zip(cache_tensors(a.cache), cache_tensors(b.cache)):
+    for (ka, va), (kb, vb) in zip(cache_tensors(a.cache), cache_tensors(b.cache), strict=True):
         tensors.append(
             (
                 torch.cat([_left_pad(ka, pa, 2), _left_pad(kb, pb, 2)], dim=0),
@@ -521,7 +521,7 @@ class Engine:
             last_token=torch.tensor(first, dtype=torch.long),
         )
         now = time.monotonic()
-        for r, tok in zip(reqs, first):
+        for r, tok in zip(reqs, first, strict=True):
             r.first_token_at = now
             self._append(r, [tok])
         return batch
@@ -558,7 +558,7 @@ class Engine:
         self.counters.decode_steps += 1
         new_last = []
         committed = torch.zeros((B, q_len), dtype=torch.bool)
-        for i, (req, d) in enumerate(zip(batch.reqs, drafts)):
+        for i, (req, d) in enumerate(zip(batch.reqs, drafts, strict=True)):
             accepted, nxt = verify_draft(logits[i], d, req.params, req.generator)
             committed[i, : 1 + accepted] = True  # the fed token and the accepted drafts are now in the cache
             produced = d[:accepted] + [nxt]

@@ -30,7 +30,6 @@ import sys
 import time
 import traceback
 import uuid
-from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator

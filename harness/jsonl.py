@@ -106,7 +106,11 @@ def iter_raw_lines(path: Path, issues: list[LineIssue], digest: "hashlib._Hash |
                 if line.endswith(b"\r"):
                     line = line[:-1]
                 if line.strip():
-                    yield LineRef(path, line_no, line_offset, len(line)), line
+                    # Hand the line over without keeping a reference in this frame: a rep's line can
+                    # be tens of MB, and it must be freed as soon as the consumer has decoded it.
+                    slot = [(LineRef(path, line_no, line_offset, len(line)), line)]
+                    line = None
+                    yield slot.pop()
             if start < len(chunk):
                 pieces.append(chunk[start:] if start else chunk)
     pending = b"".join(pieces)
@@ -118,6 +122,20 @@ def iter_raw_lines(path: Path, issues: list[LineIssue], digest: "hashlib._Hash |
         issues.append(LineIssue("empty_file", LineRef(path, 0, 0, 0), f"{path.name!r} is empty"))
 
 
+# What decoding one hostile line can raise besides msgspec's own errors: invalid UTF-8 inside a string
+# (UnicodeDecodeError) and nesting deeper than msgspec's recursion limit (RecursionError). Both mean
+# the line is corrupt; neither may escape a reader.
+_DECODE_ERRORS = (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError, RecursionError)
+
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, UnicodeDecodeError):
+        return f"invalid UTF-8 at byte {exc.start} of a string"
+    if isinstance(exc, RecursionError):
+        return "nested too deeply"
+    return str(exc)
+
+
 def read_jsonl(path: Path, schema: type[T]) -> ReadReport[T]:
     """Decode every complete line of ``path`` into ``schema``; collect problems instead of raising."""
     report: ReadReport[T] = ReadReport(Path(path))
@@ -127,9 +145,9 @@ def read_jsonl(path: Path, schema: type[T]) -> ReadReport[T]:
         for ref, line in iter_raw_lines(path, report.issues, digest):
             try:
                 report.records.append((ref, decoder.decode(line)))
-            except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+            except _DECODE_ERRORS as exc:
                 report.issues.append(LineIssue("corrupt", ref, f"line {ref.line} of {Path(path).name!r}"
-                                               f" does not decode as {schema.__name__}: {exc}"))
+                                               f" does not decode as {schema.__name__}: {_describe(exc)}"))
     except OSError as exc:
         report.issues.append(LineIssue("unreadable", LineRef(Path(path), 0, 0, 0),
                                        f"cannot read {str(path)!r}: {exc}"))
@@ -143,10 +161,15 @@ def iter_jsonl(path: Path, schema: type[T], issues: list[LineIssue],
     decoder = msgspec.json.Decoder(schema)
     for ref, line in iter_raw_lines(path, issues, digest):
         try:
-            yield ref, decoder.decode(line)
-        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+            record = decoder.decode(line)
+        except _DECODE_ERRORS as exc:
             issues.append(LineIssue("corrupt", ref, f"line {ref.line} of {Path(path).name!r} does not "
-                                    f"decode as {schema.__name__}: {exc}"))
+                                    f"decode as {schema.__name__}: {_describe(exc)}"))
+            continue
+        finally:
+            line = None  # the raw bytes are not needed once decoded (memory stays one line)
+        yield ref, record
+        record = None  # the consumer decides how long the decoded record lives
 
 
 # ------------------------------------------------------------------------------------ line schemas

@@ -18,6 +18,8 @@ def backtest(
     dirs: list[Path] = typer.Argument(None, help="Fixture directories (default: the shipped proof/fixtures)."),
     json_out: bool = typer.Option(False, "--json", help="Print the full report as JSON."),
     mlperf: bool = typer.Option(True, "--mlperf/--no-mlperf", help="Include the shared MLPerf corpus when present."),
+    html: Path | None = typer.Option(None, "--html", help="Also write a self-contained HTML report: each fixture's "
+                                     "expected vs actual verdict with drill-down to findings and evidence."),
 ) -> None:
     """Run the auditor blind over every fixture, then score it against the answer keys.
     Exit 0 when every fixture agrees, 1 otherwise."""
@@ -36,7 +38,28 @@ def backtest(
         sys.stdout.write(json.dumps(report.to_json(), indent=2, default=str) + "\n")
     else:
         print_report(report, Console())
+    if html is not None:
+        write_html(report, roots, html)
     raise typer.Exit(0 if report.agreement == 1.0 else 1)
+
+
+def write_html(report: Report, roots: list[Path], path: Path) -> None:
+    """Write the backtest's HTML view (exit 3 when the file cannot be written)."""
+    from rich.text import Text
+
+    from perfwarden.orchestrator.cli_review import write_text_atomic
+    from perfwarden.orchestrator.review.backtest_html import render_backtest_html
+    from perfwarden.proof.backtest import find_fixtures
+
+    runs = {fixture.name: fixture / "run" for fixture in find_fixtures(roots)}
+    page = render_backtest_html(report, runs)
+    err = Console(stderr=True, soft_wrap=True, highlight=False)
+    try:
+        write_text_atomic(path, page)
+    except OSError as exc:
+        err.print(Text.assemble(("error: ", "red"), f"cannot write the HTML report {str(path)!r}: {exc}"))
+        raise typer.Exit(3) from None
+    err.print(f"wrote {str(path)!r} ({len(page.encode('utf-8')) / 1024:.0f} KiB)", markup=False)
 
 
 def print_report(report: Report, console: Console) -> None:

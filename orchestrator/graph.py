@@ -70,6 +70,7 @@ class Services:
     lab: Lab
     settings: RunSettings
     llm: LLMClient | None = None
+    brains: Any = None
     clock: Callable[[], float] = time.time
     on_event: Callable[[str, str], None] = field(default=lambda node, msg: None)
 
@@ -133,6 +134,11 @@ def _node(name: str, services: Services):
 def build_graph(services: Services):
     settings = services.settings
     lab = services.lab
+    if services.brains is None:
+        from perfwarden.agents.brains import Brains
+
+        services.brains = Brains(llm=services.llm)
+    brains = services.brains
     g = StateGraph(RunState)
 
     @_node("setup", services)
@@ -219,7 +225,7 @@ def build_graph(services: Services):
 
     @_node("strategize", services)
     def strategize(state: RunState) -> dict:
-        proposals = config_tuner.propose(base_config(), settings.levers, settings.max_proposals, settings.reps)
+        proposals = brains.propose_config(base_config(), settings.levers, settings.max_proposals, settings.reps)
         profile_ok = any(v["scope"] == "profile" and v["verdict"] == "PASS" for v in state.get("verdicts", []))
         if settings.kernels and profile_ok:
             hot = [(op, share) for op, share in state.get("hot_ops", [])]
@@ -325,7 +331,7 @@ def build_graph(services: Services):
                 "verdict": v["path"], "claim": v["claim"], "headline_rederived_pct": v["headline_rederived"],
                 "quality_eval_id": p.quality_eval_id, "legs": claim["legs"], "mechanism": claim.get("mechanism")}]
             return {"proposals": _replace(state, p), "banked": banked, "fix_action": "done"}
-        decision = config_tuner.fix(p, v, settings.max_reps)
+        decision = brains.fix(p, v, settings.max_reps)
         p.history.append(f"patch audit {v['verdict']} ({v['action']}): {decision.action} -- {decision.reason}")
         action = decision.action
         if p.attempts > settings.max_fix_attempts + 1 and action != "drop":
@@ -426,7 +432,12 @@ def build_graph(services: Services):
     def report(state: RunState) -> dict:
         from perfwarden.orchestrator.report import write_report
 
-        write_report(_run(state), state)
+        notes = state.get("notes", []) + list(brains.notes)
+        if services.llm is not None:
+            u = services.llm.usage
+            notes.append(f"LLM {services.llm.model!r}: {u.calls} calls, {u.prompt_tokens} prompt + "
+                         f"{u.completion_tokens} completion tokens, {u.failures} invalid outputs")
+        write_report(_run(state), {**state, "notes": notes})
         return {"stage": "done"}
 
     for name, fn in [("setup", setup), ("baseline", baseline), ("auditor", auditor), ("profile", profile),

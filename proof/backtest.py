@@ -33,6 +33,9 @@ class CaseResult:
     must_exclude: list[str] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
     kind: str = "run"
+    verdict_record: Any = field(default=None, repr=False, compare=False)
+    """The verdict object the auditor produced for this case, kept so ``backtest --html`` can drill
+    down to findings and evidence; never used in scoring (None when the claim was unreadable)."""
 
     @property
     def agrees(self) -> bool:
@@ -74,7 +77,8 @@ def score_fixture(fixture: Path) -> list[CaseResult]:
             res = CaseResult(fixture.name, rel, "error", "error", [])
         else:
             res = CaseResult(fixture.name, rel, verdict.verdict, verdict.action,
-                             sorted({f.code for f in verdict.findings if f.severity != "INFO"}))
+                             sorted({f.code for f in verdict.findings if f.severity != "INFO"}),
+                             verdict_record=verdict)
         answer = answers.pop(rel, None)
         if answer is None:
             res.problems.append("no answer for this claim in the key")
@@ -144,7 +148,8 @@ class Report:
     def to_json(self) -> dict[str, Any]:
         return {"n": len(self.results), "agreement": self.agreement, "action_agreement": self.action_agreement(),
                 "confusion": self.confusion(), "per_code": self.per_code(),
-                "results": [{**r.__dict__, "agrees": r.agrees} for r in self.results]}
+                "results": [{**{k: v for k, v in r.__dict__.items() if k != "verdict_record"}, "agrees": r.agrees}
+                            for r in self.results]}
 
 
 def run_backtest(roots: list[Path], extra: list[Callable[[], list[CaseResult]]] | None = None) -> Report:

@@ -187,7 +187,7 @@ def adjacent_repeat_ratio(words: list[str]) -> float | None:
     if len(words) < 2:
         return None
     lower = [w.lower() for w in words]
-    return sum(a == b for a, b in zip(lower, lower[1:])) / (len(lower) - 1)
+    return sum(a == b for a, b in zip(lower, lower[1:], strict=False)) / (len(lower) - 1)
 
 
 def char_entropy(text: str) -> float | None:

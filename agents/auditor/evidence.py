@@ -23,6 +23,10 @@ from perfwarden.harness.jsonl import (BenchRunLine, LineIssue, LineRef, OpBenchL
 from perfwarden.harness.records import EvidenceRef, LegSpec, QualityEval, RunDir
 
 _EXCERPT = 200
+# Per-request arrays every sglang/vLLM bench file carries but rederive can do without: absent, the
+# metrics they feed are silently underivable, so their absence is reported (FLAG: a gate cannot decide).
+_STANDARD_ARRAYS = {"itls": "ITL metrics (and e2e/TPOT when there is no 'latencies' array)",
+                    "input_lens": "total throughput and prefix-cache hit rates"}
 
 
 def line_evidence(run: Path, ref: LineRef) -> EvidenceRef:
@@ -46,6 +50,8 @@ class TextFile:
     path: Path
     lines: list[str]
     sha256: str
+    utf8: bool = True
+    """False when the bytes were not valid UTF-8 (the lines then hold replacement characters)."""
 
     def evidence(self, run: Path, line_no: int | None) -> EvidenceRef:
         if line_no is None or not 1 <= line_no <= len(self.lines):
@@ -119,14 +125,22 @@ class RunLoader:
             return None
         sha = hashlib.sha256(data).hexdigest()
         self._digest(path, sha)
-        return TextFile(path, data.decode("utf-8", "replace").splitlines(), sha)
+        try:
+            return TextFile(path, data.decode("utf-8").splitlines(), sha)
+        except UnicodeDecodeError:
+            return TextFile(path, data.decode("utf-8", "replace").splitlines(), sha, utf8=False)
 
     def json_object(self, path: Path, required: bool, what: str) -> tuple[dict | None, TextFile | None]:
         tf = self.text(path, required, what)
         if tf is None:
             return None, None
+        if not tf.utf8:
+            # Replacement characters would make two different damaged values compare equal.
+            self.findings.add("EVIDENCE_CORRUPT", "FAIL", f"{what} {_rel(self.run, path)!r} is not valid UTF-8",
+                              evidence=[tf.evidence(self.run, None)], gate="evidence")
+            return None, tf
         try:
-            obj = json.loads("\n".join(tf.lines), parse_constant=_reject_constant)
+            obj = json.loads("\n".join(tf.lines), parse_constant=_reject_constant, parse_float=_finite_float)
         except (ValueError, RecursionError) as exc:
             self.findings.add("EVIDENCE_CORRUPT", "FAIL", f"{what} {_rel(self.run, path)!r} is not valid JSON: {exc}",
                               evidence=[tf.evidence(self.run, None)], gate="evidence")
@@ -172,6 +186,11 @@ class RunLoader:
     def _load_leg(self, name: str) -> LegEvidence:
         leg = LegEvidence(name)
         leg_dir = self.paths.leg_dir(name)
+        if not _plain_name(name):
+            self.findings.add("EVIDENCE_MISSING", "FAIL", f"leg name {name!r} is not a directory name under "
+                              "legs/: evidence outside the run directory is not read",
+                              evidence=[EvidenceRef(file="legs")], gate="evidence")
+            return leg
         if not leg_dir.is_dir():
             self.findings.add("EVIDENCE_MISSING", "FAIL", f"leg {name!r} has no directory {_rel(self.run, leg_dir)!r}",
                               evidence=[EvidenceRef(file=_rel(self.run, leg_dir))], gate="evidence")
@@ -201,33 +220,60 @@ class RunLoader:
         digest = hashlib.sha256()
         reps: list[RepMetrics] = []
         seen: dict[int, RepMetrics] = {}
-        for index, (ref, line) in enumerate(iter_jsonl(path, BenchRunLine, issues, digest)):
-            if line.leg is not None and line.leg != name:
-                self.findings.add("EVIDENCE_CORRUPT", "FAIL", f"line {ref.line} says leg {line.leg!r} but lives "
-                                  f"in leg {name!r}", evidence=[line_evidence(self.run, ref)], gate="evidence")
-                continue
-            try:
-                rep = rederive_rep(line, ref, name, index)
-            except RepError as exc:
-                code = "EVIDENCE_MISSING" if exc.kind == "missing" else "EVIDENCE_CORRUPT"
-                self.findings.add(code, "FAIL", f"leg {name!r} rep at line {ref.line}: {exc}",
-                                  evidence=[line_evidence(self.run, ref)], gate="evidence")
-                continue
-            if rep.rep in seen:
-                first = seen[rep.rep]
-                same = first.ref.raw() == ref.raw()
-                self.findings.add("EVIDENCE_CORRUPT", "INFO" if same else "FAIL",
-                                  f"leg {name!r} rep {rep.rep} appears twice (lines {first.ref.line} and {ref.line})"
-                                  + ("; identical, counted once" if same else "; they differ, so neither is trusted"),
-                                  evidence=[line_evidence(self.run, first.ref), line_evidence(self.run, ref)],
-                                  gate="evidence")
-                if not same:
-                    reps = [r for r in reps if r.rep != rep.rep]
-                continue
-            seen[rep.rep] = rep
-            reps.append(rep)
+        absent: dict[str, list[int]] = {}
+        index = -1
+        try:
+            # No enumerate(): it keeps the previous item alive while the next line is read, i.e. two
+            # reps' decoded arrays at once. Here ``line`` is dropped before the next read.
+            for ref, line in iter_jsonl(path, BenchRunLine, issues, digest):
+                index += 1
+                claimed_leg, rep, error = line.leg, None, None
+                if claimed_leg is None or claimed_leg == name:
+                    try:
+                        rep = rederive_rep(line, ref, name, index)
+                    except RepError as exc:
+                        error = exc
+                    else:
+                        for array in _STANDARD_ARRAYS:
+                            if getattr(line, array) is None:
+                                absent.setdefault(array, []).append(ref.line)
+                del line
+                if claimed_leg is not None and claimed_leg != name:
+                    self.findings.add("EVIDENCE_CORRUPT", "FAIL", f"line {ref.line} says leg {claimed_leg!r} but "
+                                      f"lives in leg {name!r}", evidence=[line_evidence(self.run, ref)],
+                                      gate="evidence")
+                    continue
+                if error is not None:
+                    code = "EVIDENCE_MISSING" if error.kind == "missing" else "EVIDENCE_CORRUPT"
+                    self.findings.add(code, "FAIL", f"leg {name!r} rep at line {ref.line}: {error}",
+                                      evidence=[line_evidence(self.run, ref)], gate="evidence")
+                    continue
+                if rep.rep in seen:
+                    first = seen[rep.rep]
+                    same = first.ref.raw() == ref.raw()
+                    self.findings.add("EVIDENCE_CORRUPT", "INFO" if same else "FAIL",
+                                      f"leg {name!r} rep {rep.rep} appears twice (lines {first.ref.line} and "
+                                      f"{ref.line})" + ("; identical, counted once" if same
+                                                        else "; they differ, so neither is trusted"),
+                                      evidence=[line_evidence(self.run, first.ref), line_evidence(self.run, ref)],
+                                      gate="evidence")
+                    if not same:
+                        reps = [r for r in reps if r.rep != rep.rep]
+                    continue
+                seen[rep.rep] = rep
+                reps.append(rep)
+        except OSError as exc:
+            self.findings.add("EVIDENCE_MISSING", "FAIL", f"cannot read bench_runs of leg {name!r}: {exc}",
+                              evidence=[EvidenceRef(file=_rel(self.run, path))], gate="evidence")
+            return []
         self._digest(path, digest.hexdigest())
         self.report_issues(issues, f"bench_runs of leg {name!r}")
+        for array, lines in absent.items():
+            self.findings.add("EVIDENCE_MISSING", "FLAG", f"leg {name!r}: {len(lines)} rep(s) (lines "
+                              f"{_line_list(lines)}) have no {array!r} array, so {_STANDARD_ARRAYS[array]} "
+                              "cannot be re-derived and the gates that use them cannot check them",
+                              evidence=[EvidenceRef(file=_rel(self.run, path), line=lines[0])],
+                              action="remeasure", gate="evidence")
         return reps
 
     def _load_outputs(self, name: str) -> list[tuple[LineRef, OutputLine]] | None:
@@ -281,5 +327,21 @@ class RunLoader:
         return self._inside(rel_path)
 
 
+def _line_list(lines: list[int]) -> str:
+    return ", ".join(map(str, lines[:5])) + (f", … ({len(lines)} in all)" if len(lines) > 5 else "")
+
+
+def _plain_name(name: str) -> bool:
+    """A single path component that stays inside its parent (no separators, no '..', no NUL)."""
+    return bool(name) and name not in (".", "..") and not any(c in name for c in ("/", "\\", "\x00"))
+
+
 def _reject_constant(name: str) -> Any:
     raise ValueError(f"non-finite JSON constant {name!r}")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"number {text[:40]!r} is out of range (not a finite float)")
+    return value

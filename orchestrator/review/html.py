@@ -420,10 +420,10 @@ def anchor(tag: str, index: int, entry: VerdictEntry) -> str:
     return f"{tag}v{index}-{entry.key}"
 
 
-def verdict_card(entry: VerdictEntry, review: RunReview, reader: LineReader, anchor_id: str) -> str:
+def verdict_body(entry: VerdictEntry, review: RunReview, reader: LineReader) -> str:
+    """Everything about one verdict: facts, findings with quoted evidence, not-checked items, rep
+    plots with exact statistics, comparisons, lever (and its decomposition) and conditions."""
     v = entry.verdict
-    head = (f"{badge(v.verdict)} <b>{esc(entry.key)}</b> · action <code>{esc(v.action)}</code> · "
-            f"<code>{esc(v.claim)}</code>")
     facts = [[td("verdict file"), td(entry.path)],
              [td("headline metric"), td(entry.headline_metric)],
              [td("headline claimed"), td(fmt_pct(v.headline_claimed))],
@@ -446,10 +446,22 @@ def verdict_card(entry: VerdictEntry, review: RunReview, reader: LineReader, anc
         body.append("<h3>baseline vs candidate (re-derived)</h3>" + comps)
     body.append(lever_html(entry, review))
     body.append(conditions_html(entry, review.root))
+    return "".join(body)
+
+
+def verdict_summary(entry: VerdictEntry) -> str:
+    v = entry.verdict
+    return (f"{badge(v.verdict)} <b>{esc(entry.key)}</b> · action <code>{esc(v.action)}</code> · "
+            f"<code>{esc(v.claim)}</code>")
+
+
+def verdict_card(entry: VerdictEntry, review: RunReview, reader: LineReader, anchor_id: str) -> str:
+    """A collapsible card (open unless PASS) that the filters show or hide."""
+    v = entry.verdict
     attrs = data_attrs(fi="card", verdict=v.verdict, scope=v.scope, codes=entry_codes(entry))
     is_open = " open" if v.verdict != "PASS" else ""
-    return (f'<details class="block card" id="{esc(anchor_id)}"{attrs}{is_open}><summary>{head}</summary>'
-            f'{"".join(body)}</details>')
+    return (f'<details class="block card" id="{esc(anchor_id)}"{attrs}{is_open}><summary>{verdict_summary(entry)}'
+            f'</summary>{verdict_body(entry, review, reader)}</details>')
 
 
 # ------------------------------------------------------------------------------------------ review

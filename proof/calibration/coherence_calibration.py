@@ -95,12 +95,12 @@ def record() -> dict[str, Any]:
     real, tok = M.load_model()
     for group, chat, ignore_eos in (("real_chat", True, False), ("real_raw", False, False),
                                     ("real_raw_ignore_eos", False, True)):
-        for p, row in zip(PROMPTS, _greedy(real, tok, prompts, chat, ignore_eos)):
+        for p, row in zip(PROMPTS, _greedy(real, tok, prompts, chat, ignore_eos), strict=True):
             add(group, p.id, row)
     del real
     rnd, _ = M.random_weight_model()
     for group, chat in (("random_chat", True), ("random_raw", False)):
-        for p, row in zip(PROMPTS, _greedy(rnd, tok, prompts, chat, ignore_eos=False)):
+        for p, row in zip(PROMPTS, _greedy(rnd, tok, prompts, chat, ignore_eos=False), strict=True):
             add(group, p.id, row)
     del rnd
 
