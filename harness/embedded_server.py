@@ -303,7 +303,9 @@ class IncrementalDetokenizer:
         return self._delta(self.tokenizer.decode(self.ids, skip_special_tokens=True))
 
     def _delta(self, text: str) -> str:
-        delta = text[len(self.sent) :] if text.startswith(self.sent) else text[len(self.sent) :]
+        # Byte-level BPE decoding is prefix-stable once no partial character trails, so the new text is
+        # the old text plus a suffix; what was already streamed cannot be taken back either way.
+        delta = text[len(self.sent) :]
         self.sent = text
         return delta
 

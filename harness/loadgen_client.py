@@ -63,6 +63,7 @@ from perfwarden.harness.prompts import Prompt, estimate_tokens
 from perfwarden.harness.records import RunDir
 
 Scenario = Literal["Server", "Offline"]
+Endpoint = Literal["completions", "chat"]
 
 LOADGEN_LOGS = ("mlperf_log_summary.txt", "mlperf_log_detail.txt")
 """LoadGen outputs a rep must have; the accuracy and (empty) trace files are kept when present."""
@@ -86,6 +87,10 @@ class LoadSettings:
     """LoadGen stops issuing after this; requests not yet sent by then fail as ``not sent``."""
     max_tokens: int = 64
     """``max_tokens`` of every request."""
+    endpoint: Endpoint = "completions"
+    """``completions``: ``POST /v1/completions`` with ``prompt`` (the default, as sglang's
+    bench_serving). ``chat``: ``POST /v1/chat/completions`` with one user message, for instruct
+    models that answer a raw prompt with an immediate end-of-sequence."""
     request_timeout_s: float = 120.0
     """Hard limit on one request, from send to end of stream (also the read timeout)."""
     connect_timeout_s: float = 10.0
@@ -131,7 +136,9 @@ class LoadSettings:
             raise ValueError(f"max_tokens={self.max_tokens!r} must be >= 1")
         if self.max_concurrency is not None and self.max_concurrency < 1:
             raise ValueError(f"max_concurrency={self.max_concurrency!r} must be >= 1 or None")
-        fixed = set(self.extra_body) & {"prompt", "stream", "max_tokens", "temperature", "model"}
+        if self.endpoint not in ("completions", "chat"):
+            raise ValueError(f"endpoint={self.endpoint!r} must be 'completions' or 'chat'")
+        fixed = set(self.extra_body) & {"prompt", "messages", "stream", "max_tokens", "temperature", "model"}
         if fixed:
             raise ValueError(f"extra_body may not override {sorted(fixed)!r}")
         if self.scenario == "Offline" and offline_sample_count(self) > self.max_query_count:
@@ -155,17 +162,21 @@ def request_payload(prompt: str, settings: LoadSettings) -> dict[str, Any]:
     payload: dict[str, Any] = {}
     if settings.model is not None:
         payload["model"] = settings.model
-    payload.update({"prompt": prompt, "max_tokens": settings.max_tokens, "temperature": 0,
-                    "stream": True})
+    if settings.endpoint == "chat":
+        payload["messages"] = [{"role": "user", "content": prompt}]
+    else:
+        payload["prompt"] = prompt
+    payload.update({"max_tokens": settings.max_tokens, "temperature": 0, "stream": True})
     if settings.include_usage:
         payload["stream_options"] = {"include_usage": True}
     payload.update(settings.extra_body)
     return payload
 
 
-def completions_url(base_url: str) -> str:
-    """``{base_url}/v1/completions``, accepting a base URL with or without the ``/v1`` suffix."""
-    return f"{_v1_root(base_url)}/completions"
+def completions_url(base_url: str, endpoint: Endpoint = "completions") -> str:
+    """``{base_url}/v1/completions`` (or ``/v1/chat/completions``), accepting a base URL with or
+    without the ``/v1`` suffix."""
+    return f"{_v1_root(base_url)}/{'chat/completions' if endpoint == 'chat' else 'completions'}"
 
 
 def models_url(base_url: str) -> str:
@@ -316,9 +327,10 @@ async def stream_completion(client: httpx.AsyncClient, url: str, body: bytes, ti
     """Send one streaming completion (``body``: JSON bytes, see :func:`encode_payload`) and time it.
 
     Never raises for a server-side failure: HTTP errors, timeouts, disconnects, ``error`` events,
-    malformed SSE and a stream that ends without ``[DONE]`` all come back as ``result.error``. A
-    failure *after* ``[DONE]`` (while draining the body for connection reuse) does not undo a
-    complete response. ``on_first_token`` runs synchronously right after the first text chunk is
+    malformed SSE, a stream that ends without ``[DONE]`` and a complete stream without any text
+    (``empty completion``: no first token exists, and a 0 s TTFT would be a silent zero) all come
+    back as ``result.error``. A failure *after* ``[DONE]`` (while draining the body for connection
+    reuse) does not undo a complete response. ``on_first_token`` runs synchronously right after the first text chunk is
     timed (the SUT reports it to LoadGen there).
     """
     result = StreamResult(t_send=time.perf_counter())
@@ -363,6 +375,11 @@ async def stream_completion(client: httpx.AsyncClient, url: str, body: bytes, ti
     except Exception as exc:  # noqa: BLE001 - every failure of the request is recorded, not raised
         if result.t_end is None or result.error:
             result.error = result.error or classify_exception(exc, timeout_s)
+    if not result.error and result.t_first is None:
+        usage = (result.usage or {}).get("completion_tokens")
+        result.error = (f"empty completion: the stream finished (finish_reason {result.finish_reason!r}, "
+                        f"usage completion_tokens {usage!r}) without any text, so there is no first "
+                        "token to time")
     return result
 
 
@@ -473,7 +490,7 @@ class OpenAIStreamingSUT:
     def __init__(self, base_url: str, prompts: Sequence[Prompt], settings: LoadSettings):
         if not prompts:
             raise ValueError("a rep needs at least one prompt")
-        self.url = completions_url(base_url)
+        self.url = completions_url(base_url, settings.endpoint)
         self.warmup_url = models_url(base_url)
         self.prompts = list(prompts)
         self.bodies = [encode_payload(request_payload(p.text, settings)) for p in self.prompts]

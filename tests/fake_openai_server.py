@@ -2,7 +2,8 @@
 
 Not a model: ``POST /v1/completions`` with ``stream: true`` answers with ``n`` text chunks (``n`` =
 ``min(max_tokens, tokens)``), each after a fixed delay, then an optional ``usage`` chunk and
-``data: [DONE]``. Every request body is recorded (``server.requests``) so tests can assert the payload
+``data: [DONE]``; ``POST /v1/chat/completions`` does the same with ``delta.content`` chunks and takes
+the prompt from the last message. Every request body is recorded (``server.requests``) so tests can assert the payload
 the client sent, and the peak number of requests in flight is tracked (``server.max_in_flight``).
 
 Failures are scripted by directives inside the prompt, so one rep can mix good and bad requests:
@@ -14,6 +15,8 @@ Failures are scripted by directives inside the prompt, so one rep can mix good a
 ``[[error_event]]``        stream 1 chunk, then ``data: {"error": {...}}``
 ``[[stall=0.8]]``          wait that many seconds before the first chunk
 ``[[tokens=3]]``           stream 3 chunks for this request
+``[[empty]]``              finish at once (``finish_reason: stop``) without any text, like an
+                           instruct model that answers a raw prompt with end-of-sequence
 ``[[linger=2]]``           after ``[DONE]``, keep the body open that many seconds before ending it
 
 Run in-process (``with FakeOpenAIServer(...) as srv: srv.base_url``; uvicorn in a thread on
@@ -87,6 +90,7 @@ class FakeOpenAIServer:
         self._sock: socket.socket | None = None
         self.app = Starlette(routes=[
             Route("/v1/completions", self._completions, methods=["POST"]),
+            Route("/v1/chat/completions", self._completions, methods=["POST"]),
             Route("/v1/models", self._models, methods=["GET"]),
             Route("/server_info", self._server_info, methods=["GET"]),
         ])
@@ -104,7 +108,12 @@ class FakeOpenAIServer:
         body = await request.json()
         with self._lock:
             self.requests.append(body)
-        prompt = str(body.get("prompt", ""))
+        chat = request.url.path.endswith("/chat/completions")
+        if chat:
+            messages = body.get("messages") or [{}]
+            prompt = str(messages[-1].get("content", ""))
+        else:
+            prompt = str(body.get("prompt", ""))
         d = directives(prompt)
         if "status" in d:
             return JSONResponse({"error": {"message": f"scripted status {int(d['status'])}"}},
@@ -113,9 +122,11 @@ class FakeOpenAIServer:
             return JSONResponse({"error": {"message": "this fake server only streams"}}, status_code=400)
         n = min(int(body.get("max_tokens") or 16), int(d.get("tokens") or self.tokens))
         include_usage = bool((body.get("stream_options") or {}).get("include_usage")) and self.send_usage
-        return StreamingResponse(self._stream(prompt, n, d, include_usage), media_type="text/event-stream")
+        if "empty" in d:
+            n = 0
+        return StreamingResponse(self._stream(prompt, n, d, include_usage, chat), media_type="text/event-stream")
 
-    async def _stream(self, prompt: str, n: int, d: dict[str, float | None], include_usage: bool):
+    async def _stream(self, prompt: str, n: int, d: dict[str, float | None], include_usage: bool, chat: bool):
         with self._lock:
             self.in_flight += 1
             self.max_in_flight = max(self.max_in_flight, self.in_flight)
@@ -133,11 +144,17 @@ class FakeOpenAIServer:
                 if "error_event" in d and i == 1:
                     yield b'data: {"error": {"message": "scripted error event", "code": 500}}\n\n'
                     return
-                chunk = {"id": "cmpl-fake", "object": "text_completion", "created": created,
-                         "model": self.model,
-                         "choices": [{"index": 0, "text": f" t{i}", "logprobs": None,
-                                      "finish_reason": "length" if i == n - 1 else None}]}
+                finish = "length" if i == n - 1 else None
+                if chat:
+                    choice = {"index": 0, "delta": {"content": f" t{i}"}, "finish_reason": finish}
+                else:
+                    choice = {"index": 0, "text": f" t{i}", "logprobs": None, "finish_reason": finish}
+                chunk = {"id": "cmpl-fake", "object": "chat.completion.chunk" if chat else "text_completion",
+                         "created": created, "model": self.model, "choices": [choice]}
                 yield f"data: {json.dumps(chunk)}\n\n".encode()
+            if n == 0:
+                choice = {"index": 0, "text": "", "finish_reason": "stop"}
+                yield f"data: {json.dumps({'id': 'cmpl-fake', 'choices': [choice]})}\n\n".encode()
             if include_usage:
                 usage = {"prompt_tokens": len(prompt.split()), "completion_tokens": n,
                          "total_tokens": len(prompt.split()) + n}

@@ -133,6 +133,19 @@ def test_verify_draft_sampling_keeps_certain_drafts_and_is_seeded():
 
 
 @pytest.mark.slow
+def test_incremental_detokenizer_streams_exactly_the_full_text():
+    from perfwarden.harness import model as M
+
+    tok = M.load_tokenizer()
+    text = "Caf\u00e9 au lait \U0001f600 costs 3\u20ac \u2014 na\u00efve r\u00e9sum\u00e9."
+    ids = tok.encode(text, add_special_tokens=False)
+    detok = S.IncrementalDetokenizer(tok)
+    pieces = [detok.add([i]) for i in ids] + [detok.flush()]
+    assert "".join(pieces) == tok.decode(ids) == text
+    assert all("\ufffd" not in p for p in pieces)  # partial characters are held back, never streamed
+
+
+@pytest.mark.slow
 def test_engine_batched_and_merged_greedy_equals_unbatched_generate():
     import torch
 
@@ -144,7 +157,7 @@ def test_engine_batched_and_merged_greedy_equals_unbatched_generate():
     texts = ["Why is the sky blue?", "Name a large animal.", "Write one word about the sea."]
     prompts = [tok.apply_chat_template([{"role": "user", "content": t}], add_generation_prompt=True,
                                        tokenize=True, return_dict=True)["input_ids"] for t in texts]
-    n = 8
+    n = 6
     expected = []
     with torch.inference_mode():
         for ids in prompts:
@@ -167,7 +180,7 @@ def test_engine_batched_and_merged_greedy_equals_unbatched_generate():
 
     for i, ids in enumerate(prompts):  # staggered: later requests join (merge into) a running batch
         engine.submit(GenRequest(rid=f"r{i}", prompt_ids=ids, params=GenParams(max_tokens=n), emit=sink(i)))
-        time.sleep(0.15)
+        time.sleep(0.1)
     for _ in prompts:
         assert done.acquire(timeout=60)
     engine.stop()

@@ -141,6 +141,7 @@ ERROR_PROMPTS = {
     "e-nodone": ("unterminated [[no_done]]", "incomplete stream: ended without [DONE]"),
     "e-event": ("error event [[error_event]]", "server error event: "),
     "e-stall": ("slow [[stall=3]]", "timeout: "),
+    "e-empty": ("say nothing [[empty]]", "empty completion: "),
 }
 
 
@@ -185,7 +186,7 @@ def test_offline_rep_records_every_kind_of_failure_and_stays_bounded(server, tmp
     # LoadGen counted every sample as completed; the ones with < 2 tokens are errors in its own log
     log = _mllog(tmp_path / "rep-0" / "mlperf_log_detail.txt")
     runtime_errors = [e for e in log if e["key"] == "error_runtime"]
-    assert len(runtime_errors) == 4  # status, malformed (1 chunk), error event (1 chunk), stall
+    assert len(runtime_errors) == 5  # status, malformed (1 chunk), error event (1 chunk), stall, empty
     assert "Scenario : Offline" in (tmp_path / "rep-0" / "mlperf_log_summary.txt").read_text()
 
 
@@ -215,6 +216,20 @@ def test_rep_deadline_fails_requests_that_could_not_be_sent(server, tmp_path):
     assert len(server.requests) - n_before == 1, "only the first request was sent before the deadline"
     errors = sorted(r.error for r in result.records)
     assert errors[0] == "" and all(e.startswith("not sent: rep deadline") for e in errors[1:])
+
+
+def test_chat_endpoint_sends_messages_and_reads_deltas(server, tmp_path):
+    settings = LoadSettings(scenario="Offline", target_qps=1.0, min_duration_s=0.1, min_query_count=2,
+                            max_duration_s=5.0, max_tokens=3, request_timeout_s=5.0, endpoint="chat",
+                            extra_body={"ignore_eos": True})
+    prompts = varied_prompts(2)
+    n_before = len(server.requests)
+    result = run_rep(server.base_url, prompts, settings, tmp_path / "rep-0")
+    sent = server.requests[n_before:]
+    assert sorted(json.dumps(p, sort_keys=True) for p in sent) == sorted(json.dumps(
+        {"messages": [{"role": "user", "content": p.text}], "max_tokens": 3, "temperature": 0, "stream": True,
+         "stream_options": {"include_usage": True}, "ignore_eos": True}, sort_keys=True) for p in prompts)
+    assert all(r.ok and r.text == " t0 t1 t2" and r.output_tokens == 3 for r in result.records)
 
 
 def test_unreachable_server_fails_every_request_without_hanging(tmp_path):
@@ -334,3 +349,4 @@ def test_settings_validation_and_translation():
                                         "ignore_eos": True}
     assert "api_key" not in s.summary()
     assert completions_url("http://h:1") == completions_url("http://h:1/v1/") == "http://h:1/v1/completions"
+    assert completions_url("http://h:1", "chat") == "http://h:1/v1/chat/completions"

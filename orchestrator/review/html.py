@@ -174,7 +174,7 @@ def badge(label: str) -> str:
 def table(headers: Iterable[str], rows: Iterable[Iterable[str]], attrs: str = "") -> str:
     """A table whose cells are already-escaped HTML fragments."""
     head = "".join(f"<th>{esc(h)}</th>" for h in headers)
-    body = "".join(f"<tr>{''.join(rows_cells)}</tr>" for rows_cells in ([c for c in r] for r in rows))
+    body = "".join(f"<tr>{''.join(cells)}</tr>" for cells in rows)
     return f"<table{attrs}><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
