@@ -50,7 +50,8 @@ class LineRef:
 class LineIssue:
     """A line that could not be taken as written evidence."""
 
-    kind: Literal["torn_tail", "corrupt", "empty_file", "unreadable"]
+    kind: Literal["torn_tail", "corrupt", "missing_field", "empty_file", "unreadable"]
+    """``missing_field``: the line is a JSON object but lacks a field the schema requires."""
     ref: LineRef
     message: str
 
@@ -128,6 +129,12 @@ def iter_raw_lines(path: Path, issues: list[LineIssue], digest: "hashlib._Hash |
 _DECODE_ERRORS = (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError, RecursionError)
 
 
+def _issue_kind(exc: BaseException) -> Literal["corrupt", "missing_field"]:
+    if isinstance(exc, msgspec.ValidationError) and str(exc).startswith("Object missing required field"):
+        return "missing_field"
+    return "corrupt"
+
+
 def _describe(exc: BaseException) -> str:
     if isinstance(exc, UnicodeDecodeError):
         return f"invalid UTF-8 at byte {exc.start} of a string"
@@ -146,7 +153,7 @@ def read_jsonl(path: Path, schema: type[T]) -> ReadReport[T]:
             try:
                 report.records.append((ref, decoder.decode(line)))
             except _DECODE_ERRORS as exc:
-                report.issues.append(LineIssue("corrupt", ref, f"line {ref.line} of {Path(path).name!r}"
+                report.issues.append(LineIssue(_issue_kind(exc), ref, f"line {ref.line} of {Path(path).name!r}"
                                                f" does not decode as {schema.__name__}: {_describe(exc)}"))
     except OSError as exc:
         report.issues.append(LineIssue("unreadable", LineRef(Path(path), 0, 0, 0),
@@ -163,7 +170,7 @@ def iter_jsonl(path: Path, schema: type[T], issues: list[LineIssue],
         try:
             record = decoder.decode(line)
         except _DECODE_ERRORS as exc:
-            issues.append(LineIssue("corrupt", ref, f"line {ref.line} of {Path(path).name!r} does not "
+            issues.append(LineIssue(_issue_kind(exc), ref, f"line {ref.line} of {Path(path).name!r} does not "
                                     f"decode as {schema.__name__}: {_describe(exc)}"))
             continue
         finally:

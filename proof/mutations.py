@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from perfwarden.harness.records import Claim, write_json_atomic
+from perfwarden.harness.records import Claim, IsolatedSpeedup, write_json_atomic
 
 
 @dataclass(frozen=True)
@@ -69,10 +69,8 @@ def provided_baseline_drift(run: Path, claim: Claim) -> Claim:
     """I2: a provided baseline number 30% above the re-derived one (a baseline-scope claim)."""
     from statistics import median
 
-    from perfwarden.agents.auditor.rederive import rederive_rep  # noqa: F401  (documentation: raw-derived)
-
     lines = _bench_lines(run, claim.legs.baseline)
-    reported = median(float(l["output_throughput"]) for l in lines)  # the harness's own aggregate
+    reported = median(float(line["output_throughput"]) for line in lines)  # the harness's own aggregate
     return Claim(scope="baseline", seq=claim.seq, legs={"baseline": claim.legs.baseline},
                  provided_baseline={"metric": "output_throughput", "value": round(reported * 1.3, 3),
                                     "source": "mutation I2"})
@@ -115,7 +113,7 @@ def isolated_within_noise(run: Path, claim: Claim) -> Claim:
         line["leg"] = claim.legs.candidate
         line["started_at"] = (line.get("started_at") or 0) + 1.0
     _write_bench(run, claim.legs.candidate, lines)
-    iso = {"value": 3.0, "op": (claim.lever.kernel_ops or ["op"])[0]}
+    iso = IsolatedSpeedup(value=3.0, op=(claim.lever.kernel_ops or ["op"])[0])
     return claim.model_copy(update={"isolated_speedup": iso,
                                     "headline": claim.headline.model_copy(update={"kind": "kernel"})})
 

@@ -53,7 +53,7 @@ def _spread(center: float, n: int, rel: float) -> list[float]:
 
 
 def make_rep(leg: str, rep: int, *, throughput: float, ttft_ms: float = 100.0, tpot_ms: float = 20.0,
-             n_requests: int = 16, output_len: int = 64, input_len: int = 128, errors: int = 0,
+             n_requests: int = 8, output_len: int = 32, input_len: int = 128, errors: int = 0,
              accept_length: float | None = None, contention: dict | None = None, started_at: float | None = None,
              cache_hit_rate: float | None = None, jitter: float = 0.05, error_text: str = "HTTP 500: boom",
              with_latencies: bool = True) -> dict[str, Any]:
@@ -145,9 +145,20 @@ BASE_TPUT = [100.0, 101.2, 99.1, 100.6, 99.7]
 CAND_TPUT = [110.3, 109.6, 111.0, 110.1, 109.2]
 
 
+REP_LATENCY_JITTER = (-0.010, 0.0, 0.010, -0.005, 0.005, 0.002, -0.002)
+"""Per-rep relative jitter of TTFT/TPOT, so latency metrics vary across reps as measured ones do."""
+
+
 def reps(leg: str, values: list[float], offset: float, **kw) -> list[dict]:
-    """Interleaved reps (A B A B: start times alternate between legs) with the given throughputs."""
-    return [make_rep(leg, k, throughput=v, started_at=1_000.0 + 2 * k + offset, **kw) for k, v in enumerate(values)]
+    """Interleaved reps (A B A B: start times alternate between legs) with the given throughputs and
+    per-rep latency jitter around the given (or default) TTFT and TPOT."""
+    ttft, tpot = kw.pop("ttft_ms", 100.0), kw.pop("tpot_ms", 20.0)
+    out = []
+    for k, v in enumerate(values):
+        j = 1.0 + REP_LATENCY_JITTER[k % len(REP_LATENCY_JITTER)]
+        out.append(make_rep(leg, k, throughput=v, ttft_ms=ttft * j, tpot_ms=tpot * j,
+                            started_at=1_000.0 + 2 * k + offset, **kw))
+    return out
 
 
 def build_ab_run(run: Path, *, base_info: dict | None = None, cand_info: dict | None = None,

@@ -159,7 +159,7 @@ class RunLoader:
             if issue.kind == "torn_tail":
                 self.findings.add("EVIDENCE_CORRUPT", "FLAG", f"{what}: {issue.message}", evidence=ev,
                                   gate="evidence", action="remeasure")
-            elif issue.kind == "empty_file":
+            elif issue.kind in ("empty_file", "missing_field"):
                 self.findings.add("EVIDENCE_MISSING", "FAIL", f"{what}: {issue.message}", evidence=ev, gate="evidence")
             else:
                 self.findings.add("EVIDENCE_CORRUPT", "FAIL", f"{what}: {issue.message}", evidence=ev, gate="evidence")
@@ -200,7 +200,7 @@ class RunLoader:
             try:
                 leg.spec = LegSpec.model_validate(spec_obj)
             except ValidationError as exc:
-                self.findings.add("EVIDENCE_CORRUPT", "FAIL", f"leg spec of {name!r} is invalid: "
+                self.findings.add(_invalid_code(exc), "FAIL", f"leg spec of {name!r} is invalid: "
                                   f"{exc.errors()[0]['msg']} at {exc.errors()[0]['loc']!r}",
                                   evidence=[leg.spec_file.evidence(self.run, None)], gate="evidence")
         leg.server_info, leg.server_info_file = self.json_object(self.paths.server_info(name), False,
@@ -312,7 +312,8 @@ class RunLoader:
         try:
             return QualityEval.model_validate(obj), tf
         except ValidationError as exc:
-            self.findings.add("EVIDENCE_CORRUPT", "FAIL", f"quality eval {eval_id!r} is invalid: {exc.errors()[0]['msg']}",
+            self.findings.add(_invalid_code(exc), "FAIL", f"quality eval {eval_id!r} is invalid: {exc.errors()[0]['msg']}"
+                              f" at {exc.errors()[0]['loc']!r}",
                               evidence=[tf.evidence(self.run, None)], gate="evidence")
             return None, tf
 
@@ -325,6 +326,11 @@ class RunLoader:
 
     def inside(self, rel_path: str) -> Path:
         return self._inside(rel_path)
+
+
+def _invalid_code(exc: ValidationError) -> str:
+    """A record that only lacks required fields is missing evidence; anything else is corrupt."""
+    return "EVIDENCE_MISSING" if all(e["type"] == "missing" for e in exc.errors()) else "EVIDENCE_CORRUPT"
 
 
 def _line_list(lines: list[int]) -> str:

@@ -100,6 +100,15 @@ def _median_p99(values: np.ndarray) -> tuple[float, float]:
     return float(np.median(ordered)), float(np.percentile(ordered, 99))
 
 
+def _check_finite(ref: LineRef, *arrays: np.ndarray | None) -> None:
+    """Seconds must stay finite in milliseconds: a value near the float maximum is damage, and would
+    otherwise turn into inf (or NaN) inside a percentile without failing anything."""
+    for arr in arrays:
+        if arr is not None and arr.size and not np.isfinite(arr.max() * 1000.0):
+            raise RepError("corrupt", f"line {ref.line}: a per-request time is too large to be a time "
+                           f"({float(arr.max())!r} s)")
+
+
 def rederive_rep(line: BenchRunLine, ref: LineRef, leg: str, rep_index: int) -> RepMetrics:
     """Re-derive one rep; raise ``RepError`` when a needed array is absent or inconsistent."""
     for name in _REQUIRED_ARRAYS:
@@ -155,6 +164,7 @@ def rederive_rep(line: BenchRunLine, ref: LineRef, leg: str, rep_index: int) -> 
         raise RepError("corrupt", f"line {ref.line}: a request ends before its first token")
 
     m = result.metrics
+    _check_finite(ref, ok_ttft, e2e, gaps)
     total_out = float(ok_out.sum())
     m["output_throughput"] = total_out / line.duration
     m["request_throughput"] = n_ok / line.duration

@@ -79,6 +79,8 @@ def trail_block(entry: VerdictEntry) -> Group:
     """One verdict of the trail: head line, then claim, headline, lever and gates, indented."""
     v = entry.verdict
     lines: list[RenderableType] = [t("claim ", v.claim, "" if entry.path == AUDITED_NOW else f"  ({entry.path})")]
+    if entry.claim_note:
+        lines.append(t(("claim not read: ", "yellow"), entry.claim_note))
     for line in (headline_line(entry), lever_line(entry)):
         if line is not None:
             lines.append(line)
