@@ -18,6 +18,7 @@ from perfwarden.agents.base import FixDecision, Proposal
 # knob, value, believed class, headline kind, mechanism, why. Ordered: most promising first.
 DEFAULT_SPACE: list[tuple[str, Any, str, str, str, str]] = [
     ("max_batch_size", 4, "B", "e2e", "baseline", "batch concurrent decodes: more tokens per forward pass"),
+    ("attn_implementation", "eager", "A", "e2e", "baseline", "plain matmul attention beats SDPA dispatch at tiny shapes"),
     ("response_cache", True, "B", "e2e", "baseline", "serve repeated requests from memory"),
     ("prompt_lookup", True, "A", "kernel", "baseline", "faster decoding kernel path via n-gram lookup"),
     ("quantization", "int8_dynamic", "B", "e2e", "baseline", "int8 matmuls are cheaper on CPU"),

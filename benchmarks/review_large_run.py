@@ -35,7 +35,7 @@ from pathlib import Path
 from rich.console import Console
 
 from perfwarden.agents.auditor.audit import audit_path, write_verdict
-from perfwarden.orchestrator.review.html import render_review_html
+from perfwarden.orchestrator.review.report_html import render_review_html
 from perfwarden.orchestrator.review.model import load_review
 from perfwarden.orchestrator.review.terminal import print_review
 from perfwarden.proof.synth import make_rep, write_claim, write_leg, write_manifest
@@ -112,7 +112,8 @@ def main() -> None:
         synthesize(run, args.records, args.reps)
         size = sum(p.stat().st_size for p in run.glob("legs/*/bench_runs.jsonl"))
         print(f"synthesized {args.records:,} request records ({args.reps} reps x 2 legs x "
-              f"{args.records // (2 * args.reps):,}) in {time.perf_counter() - t0:.1f} s; bench files {size / 1e6:.0f} MB")
+              f"{args.records // (2 * args.reps):,}) in {time.perf_counter() - t0:.1f} s; "
+              f"bench files {size / 1e6:.0f} MB")
 
         t0 = time.perf_counter()
         verdict = audit_path(run, run / "claims" / "001-patch.json")

@@ -419,34 +419,58 @@ class EmbeddedServer:
                  op, spec, installed.source, installed.sha256, installed.modules_patched)
 
     def _compile(self) -> None:
+        """Compile the forward and warm it up through the real engine so compile stalls and compile
+        errors happen before ``/health`` answers, never inside a timed rep.
+
+        Phases cover the shape classes torch specializes on (batch 1 vs >1; one query token vs many):
+        one request alone, then two together (when the batch allows), each prefilled and decoded.
+        Later recompilations are logged (``torch._logging`` "recompiles") so they show up in server.log.
+        """
         import torch
 
         t0 = time.monotonic()
+        torch._logging.set_logs(recompiles=True)
         self.model.forward = torch.compile(self.model.forward, dynamic=True)
-        from perfwarden.harness.embedded_engine import Engine, EngineOptions, GenParams, GenRequest
-
-        # Warm up through the real decode path (prefill + a few steps) so compile errors fail the start.
-        warm = Engine(self.model, EngineOptions(max_batch_size=2, batch_wait_ms=0.0))
-        events: list[Any] = []
-        import threading
-
-        done = threading.Event()
-
-        def emit(ev: Any) -> None:
-            events.append(ev)
-            if type(ev).__name__ in ("DoneEvent", "ErrorEvent"):
-                done.set()
-
-        warm.start()
-        warm.submit(GenRequest(rid="warmup", prompt_ids=[1, 2, 3, 4], params=GenParams(max_tokens=3), emit=emit))
-        done.wait(600)
-        warm.stop()
-        errors = [e for e in events if type(e).__name__ == "ErrorEvent"]
-        if errors or not done.is_set():
-            raise RuntimeError(f"torch_compile warm-up failed: {errors[0].message if errors else 'timed out'}")
+        phases = [[[1, 2, 3, 4]]]
+        if self.cfg.max_batch_size >= 2:
+            phases.append([[5, 6, 7, 8, 9, 10], [11, 12, 13]])
+        for number, prompts in enumerate(phases, start=1):
+            started = time.monotonic()
+            self._warm_up(prompts)
+            log.info("torch_compile warm-up phase %d (batch %d) took %.2fs", number, len(prompts), time.monotonic() - started)
         self.startup["torch_compile_warmup_s"] = round(time.monotonic() - t0, 3)
         log.info("ENGAGED torch_compile dynamic=True backend='inductor' warmup_s=%.2f",
                  self.startup["torch_compile_warmup_s"])
+
+    def _warm_up(self, prompts: list[list[int]]) -> None:
+        import threading
+
+        from perfwarden.harness.embedded_engine import DoneEvent, Engine, EngineOptions, ErrorEvent, GenParams, GenRequest
+
+        engine = Engine(self.model, EngineOptions(max_batch_size=len(prompts), batch_wait_ms=1000.0,
+                                                  prompt_lookup=self.cfg.prompt_lookup,
+                                                  prompt_lookup_num_tokens=self.cfg.prompt_lookup_num_tokens,
+                                                  prompt_lookup_max_ngram=self.cfg.prompt_lookup_max_ngram))
+        errors: list[str] = []
+        pending = threading.Semaphore(0)
+
+        def emit(event: Any) -> None:
+            if isinstance(event, ErrorEvent):
+                errors.append(event.message)
+            if isinstance(event, (DoneEvent, ErrorEvent)):
+                pending.release()
+
+        engine.start()
+        try:
+            for i, ids in enumerate(prompts):
+                engine.submit(GenRequest(rid=f"warmup-{i}", prompt_ids=ids, params=GenParams(max_tokens=3), emit=emit))
+            for _ in prompts:
+                if not pending.acquire(timeout=1800):
+                    raise RuntimeError("torch_compile warm-up timed out after 1800s")
+        finally:
+            engine.stop()
+        if errors:
+            raise RuntimeError(f"torch_compile warm-up failed: {errors[0]}")
 
     def _on_fatal(self, exc: BaseException) -> None:
         log.critical("scheduler crashed (%s: %s); exiting with code %d", type(exc).__name__, exc, EXIT_CRASH)

@@ -7,6 +7,9 @@ settings), tells LoadGen when the first token arrived (``FirstTokenComplete``) a
 finished (``QuerySamplesComplete`` with ``n_tokens``), and records what it measured per request
 (:class:`perfwarden.harness.bench_writer.RequestRecord`). One rep = one LoadGen test run, whose
 ``mlperf_log_summary.txt``/``mlperf_log_detail.txt`` land in ``legs/<leg>/loadgen/rep-<k>/``.
+``endpoint="chat"`` sends one user message to ``/v1/chat/completions`` instead (instruct models often
+answer a raw prompt with an immediate end-of-sequence; such a stream is recorded as an ``empty
+completion`` error, never as a 0 s TTFT).
 
 Threading: LoadGen calls ``IssueQuery`` on its own thread with the GIL held, and in the Server
 scenario a slow callback delays the *next* arrival. The callback therefore only hands the samples to
@@ -20,8 +23,9 @@ LoadGen facts this module relies on (mlcommons-loadgen 6.0.x, read from loadgen.
   ``FirstTokenComplete`` before ``QuerySamplesComplete`` for each sample (else it logs
   ``error_runtime`` and reads an unset first-token slot), and it computes
   ``TPOT = (latency - ttft) / (n_tokens - 1)``; ``n_tokens < 2`` is logged as ``error_runtime`` and
-  makes that sample's TPOT negative. We always report a first token (at failure time when none
-  arrived) and always report the true count, so an errored or one-token request shows up as an error
+  makes that sample's TPOT negative. Offline does not check the first-token slot but still reads it
+  for TPOT. We always report a first token, in both scenarios (at failure time when none arrived),
+  and always report the true count, so an errored or one-token request shows up as an error
   in LoadGen's own log instead of being hidden behind an invented token count.
 - LoadGen's defaults are ``min_query_count=100`` and ``min_duration_ms=10000``; a short test must set
   both (Server generates queries until *both* are met). Offline issues one query of

@@ -71,6 +71,8 @@ class ItemSet:
     items: tuple[QAItem, ...]
     prompt_template: str
     version: int
+    few_shot: tuple[tuple[str, str], ...]
+    """(question, answer) exchanges sent before every item as earlier chat turns (the answer format)."""
     sha256: str
     """Digest of the item file's bytes: a baseline and a candidate must have used the same set."""
 
@@ -82,6 +84,7 @@ def load_items(path: Path | str | None = None) -> ItemSet:
     try:
         data = json.loads(raw)
         template = data["prompt_template"]
+        few_shot = tuple((str(s["question"]), str(s["answer"])) for s in data.get("few_shot", []))
         items = tuple(QAItem(id=str(i["id"]), question=str(i["question"]),
                              answers=tuple(str(a) for a in i["answers"]), category=str(i.get("category", "")))
                       for i in data["items"])
@@ -92,7 +95,10 @@ def load_items(path: Path | str | None = None) -> ItemSet:
     ids = [i.id for i in items]
     if not items or len(set(ids)) != len(ids) or any(not i.answers for i in items):
         raise QualityError(f"item set {str(path)!r} needs items with unique ids and at least one answer each")
-    return ItemSet(items, template, int(data.get("version", 1)), hashlib.sha256(raw).hexdigest())
+    overlap = {q for q, _ in few_shot} & {i.question for i in items}
+    if overlap:
+        raise QualityError(f"few-shot examples {sorted(overlap)!r} are also items in {str(path)!r}")
+    return ItemSet(items, template, int(data.get("version", 1)), few_shot, hashlib.sha256(raw).hexdigest())
 
 
 def render_prompt(template: str, question: str) -> str:
@@ -156,10 +162,19 @@ def wilson_interval(successes: int, n: int, z: float = Z_95) -> tuple[float, flo
 # ---------------------------------------------------------------------------------------- requests
 
 
-def chat_payload(model: str, prompt: str, max_tokens: int) -> dict[str, Any]:
+def item_messages(items: ItemSet, question: str) -> list[dict[str, str]]:
+    """The chat messages of one item: the few-shot exchanges, then the item's question."""
+    messages: list[dict[str, str]] = []
+    for q, a in items.few_shot:
+        messages += [{"role": "user", "content": render_prompt(items.prompt_template, q)},
+                     {"role": "assistant", "content": a}]
+    messages.append({"role": "user", "content": render_prompt(items.prompt_template, question)})
+    return messages
+
+
+def chat_payload(model: str, messages: list[dict[str, str]], max_tokens: int) -> dict[str, Any]:
     """The request body sent for one item (greedy, non-streaming)."""
-    return {"model": model, "messages": [{"role": "user", "content": prompt}], "temperature": 0,
-            "max_tokens": max_tokens, "stream": False}
+    return {"model": model, "messages": messages, "temperature": 0, "max_tokens": max_tokens, "stream": False}
 
 
 def _headers(api_key: str | None) -> dict[str, str]:
@@ -225,7 +240,7 @@ def evaluate_qa(
     baseline: QualityEval | Path | str | None = None,
     timeout_s: float = 30.0,
     deadline_s: float = 900.0,
-    max_tokens: int = 16,
+    max_tokens: int = 12,
     concurrency: int = 1,
     max_error_rate: float = MAX_ERROR_RATE,
     api_key: str | None = None,
@@ -242,12 +257,12 @@ def evaluate_qa(
         model = model or discover_model(client, base_url, timeout_s)
 
         def one(item: QAItem) -> dict[str, Any]:
-            prompt = render_prompt(items.prompt_template, item.question)
+            messages = item_messages(items, item.question)
             left = deadline - time.monotonic()
             if left <= 0:
                 text, error = None, f"not sent: eval deadline of {deadline_s:g}s passed"
             else:
-                text, error = _chat(client, url, chat_payload(model, prompt, max_tokens), min(timeout_s, left))
+                text, error = _chat(client, url, chat_payload(model, messages, max_tokens), min(timeout_s, left))
             correct = error is None and is_match(text or "", item.answers)
             return {"id": item.id, "category": item.category, "answers": list(item.answers), "response": text,
                     "normalized": normalize(text) if text is not None else None, "correct": correct,
@@ -264,7 +279,8 @@ def evaluate_qa(
         baseline_score=base.score if base else None, baseline_leg=base.leg if base else None,
         completed=errors <= max_error_rate * n,
         errors=errors, error_rate=errors / n, max_error_rate=max_error_rate, correct=right,
-        model=model, endpoint=url, prompt_template=items.prompt_template, item_set_version=items.version,
+        model=model, endpoint=url, prompt_template=items.prompt_template, few_shot=[list(s) for s in items.few_shot],
+        item_set_version=items.version,
         item_set_sha256=items.sha256, max_tokens=max_tokens, temperature=0, started_at=started,
         duration_s=round(time.time() - started, 3), items=details,
     )

@@ -23,7 +23,7 @@ from rich.text import Text
 
 from perfwarden.orchestrator.review.compare import compare as pair_reviews
 from perfwarden.orchestrator.review.export import FORMATS, export
-from perfwarden.orchestrator.review.html import render_compare_html, render_review_html
+from perfwarden.orchestrator.review.report_html import render_compare_html, render_review_html
 from perfwarden.orchestrator.review.model import ReviewError, load_review
 from perfwarden.orchestrator.review.terminal import print_comparison, print_review
 

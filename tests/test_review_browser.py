@@ -79,13 +79,17 @@ class Opened:
         assert self.errors == [], self.errors
         assert self.requests == [self.url], f"network requests besides the file: {self.requests}"
 
-    def shot(self, tmp_path: Path, name: str, selector: str | None = None, keep: bool = False) -> Path:
+    def shot(self, tmp_path: Path, name: str, selector: str | None = None, keep: bool = False,
+             full_page: bool = False) -> Path:
+        """Screenshot the viewport, the whole page or one element (for an element, the sticky filter
+        bar is unstuck first so it does not cover the element)."""
         out = tmp_path / f"{name}.png"
         if selector:
-            self.page.locator(selector).first.scroll_into_view_if_needed()
+            self.page.evaluate("document.getElementById('filters').style.position = 'static'")
             self.page.locator(selector).first.screenshot(path=str(out), timeout=10_000)
+            self.page.evaluate("document.getElementById('filters').style.position = ''")
         else:
-            self.page.screenshot(path=str(out), full_page=True)
+            self.page.screenshot(path=str(out), full_page=full_page)
         if keep and os.environ.get("PERFWARDEN_KEEP_SCREENSHOTS") == "1":
             KEEP_DIR.mkdir(parents=True, exist_ok=True)
             (KEEP_DIR / ".gitignore").write_text("*\n")
@@ -126,7 +130,8 @@ def test_review_page_loads_clean_offline_and_renders_hostile_text_inert(browser,
         assert o.page.locator("#f-count").inner_text() == "5 of 5 shown"
         assert o.visible(".card") == CARDS
         assert o.page.locator("svg.timeline .tl-node").count() == 5
-        o.shot(tmp_path, "review-full", keep=True)
+        o.shot(tmp_path, "review-full", full_page=True)
+        o.shot(tmp_path, "review-top", keep=True)
         o.shot(tmp_path, "review-timeline", "section.block:has(svg.timeline)", keep=True)
         o.shot(tmp_path, "review-fail-findings", "#v3-004-patch .finding", keep=True)
         o.page.evaluate("document.getElementById('v1-002-patch').open = true")  # PASS cards start closed

@@ -215,3 +215,11 @@ def install_override(
         raise OverrideError(f"op {op!r}: no module of {type(model).__name__!r} matched; nothing to override")
     return InstalledOverride(op=op, spec=spec, source=source, sha256=digest, modules_patched=count,
                              counter=counter, restore=restore)
+
+
+def patch_function(model: Any, op: str, fn: Callable[..., Any]) -> tuple[int, Callable[[], None]]:
+    """Route ``op`` in ``model`` through an in-process callable (profiling wrappers, tests); returns
+    ``(modules patched, restore)``. Overrides from files go through :func:`install_override`."""
+    if op not in _PATCHERS:
+        raise OverrideError(f"op {op!r} cannot be overridden; supported ops: {list(SUPPORTED_OPS)!r}")
+    return _PATCHERS[op](model, fn)

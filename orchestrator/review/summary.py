@@ -43,10 +43,14 @@ class BankedItem:
         """The number that may be banked: the re-derived one (never the producer's)."""
         if self.entry is None:
             return "-"
-        v = self.entry.verdict
-        if v.headline_rederived is None:
-            return "no re-derived headline"
-        return f"{self.entry.headline_metric} {v.headline_rederived:+.2f}% (re-derived)"
+        v, metric = self.entry.verdict, self.entry.headline_metric
+        if v.headline_rederived is not None:
+            return f"{metric} {v.headline_rederived:+.2f}% (re-derived)"
+        base = self.entry.baseline_leg()
+        stats = v.legs.get(base, {}).get(metric) if base else None
+        if stats is not None:  # a baseline banks its level, not a delta
+            return f"{metric} median {stats.median:.6g} over {stats.n} reps (re-derived)"
+        return "no re-derived headline"
 
 
 @dataclass

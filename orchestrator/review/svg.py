@@ -111,8 +111,9 @@ def strip_plot(title: str, rows: list[Row], band: tuple[float, float] | None = N
     plot_top, plot_bottom = top, top + row_h * max(len(rows), 1)
     if band is not None:
         b0, b1 = sorted(band)
+        tip = esc(f"noise band {b0:.4g} .. {b1:.4g}")
         parts.append(f'<rect class="band" x="{fnum(x(b0))}" y="{plot_top}" width="{fnum(max(x(b1) - x(b0), 1))}" '
-                     f'height="{plot_bottom - plot_top}"><title>{esc(f"noise band {b0:.4g} .. {b1:.4g}")}</title></rect>')
+                     f'height="{plot_bottom - plot_top}"><title>{tip}</title></rect>')
     if center is not None and math.isfinite(center):
         parts.append(f'<line class="center" x1="{fnum(x(center))}" x2="{fnum(x(center))}" y1="{plot_top}" '
                      f'y2="{plot_bottom}"><title>{esc(f"baseline median {center:.6g}")}</title></line>')

@@ -20,8 +20,7 @@ from typing import Any, Iterable
 
 from perfwarden.orchestrator.review.compare import PLOT_METRICS, Comparison, Pair, metric_rows
 from perfwarden.orchestrator.review.evidence import STATUS_TEXT, LineReader
-from perfwarden.orchestrator.review.model import (AUDITED_NOW, HEADLINE_KEEPING_ACTIONS, RunReview, VerdictEntry,
-                                                  read_server_info)
+from perfwarden.orchestrator.review.model import HEADLINE_KEEPING_ACTIONS, RunReview, VerdictEntry, read_server_info
 from perfwarden.orchestrator.review.summary import (LEVER_CLASSES, SEVERITIES, all_codes, banked, fmt_pct,
                                                     fmt_value, gate_table, gates_of, is_banked, verdict_counts)
 from perfwarden.orchestrator.review.svg import Row, TimelineNode, esc, strip_plot, timeline
@@ -88,6 +87,7 @@ tr.differ td.key{font-weight:700}
 #filters .count{color:var(--mute);margin-left:auto}
 .filtered-out{display:none !important}
 .tl-node.filtered-out{display:inline !important;opacity:.15}
+.pair{border-top:1px solid var(--line);padding-top:4px;margin-top:10px}
 .up{color:var(--pass)}.down{color:var(--fail)}
 """
 
@@ -214,7 +214,7 @@ def quote_html(reader: LineReader, ref) -> str:
     """One evidence line: file:line, the recorded sha256, whether the run still has that line, and
     the excerpt (re-read from the run when present)."""
     quote = reader.quote(ref)
-    status_cls = "st-verified" if quote.status == "verified" else "st-changed" if quote.status == "changed" else "st-other"
+    status_cls = {"verified": "st-verified", "changed": "st-changed"}.get(quote.status, "st-other")
     sha = f'sha256 <code>{esc(ref.sha256)}</code>' if ref.sha256 else "no sha256 recorded"
     excerpt = f"<pre>{esc(quote.excerpt)}</pre>" if quote.excerpt else ""
     return (f'<div class="evidence"><div><code class="loc">{esc(quote.location)}</code> · {sha} · '
@@ -235,7 +235,8 @@ def finding_html(finding, reader: LineReader) -> str:
         mt = (f'<div><span class="kv">measured</span> <code>{esc(fmt_value(finding.measured, 400))}</code> '
               f'<span class="kv">vs threshold</span> <code>{esc(fmt_value(finding.threshold, 400))}</code></div>')
     return (f'<div class="finding sev-{esc(finding.severity)}" data-code="{esc(finding.code)}">'
-            f'<div>{badge(finding.severity)} <b>{esc(finding.code)}</b> <span class="kv">{" · ".join(meta)}</span></div>'
+            f'<div>{badge(finding.severity)} <b>{esc(finding.code)}</b> '
+            f'<span class="kv">{" · ".join(meta)}</span></div>'
             f'<div class="msg">{esc(finding.message)}</div>{mt}{ev}</div>')
 
 
@@ -329,13 +330,14 @@ def flatten(info: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     return auditor_flatten(info, prefix)
 
 
+_ABSENT = object()
+"""A key one leg's server_info lacks (distinct from a JSON null)."""
+
+
 def _cell(value: Any) -> str:
     if value is _ABSENT:
         return "<absent>"
-    return json.dumps(value, sort_keys=True, default=str) if not isinstance(value, str) else value
-
-
-_ABSENT = object()
+    return value if isinstance(value, str) else json.dumps(value, sort_keys=True, default=str)
 
 
 def conditions_html(entry: VerdictEntry, root) -> str:
@@ -581,7 +583,9 @@ def pair_html(pair: Pair, index: int) -> str:
     from perfwarden.agents.auditor.rederive import METRICS
 
     def side(e: VerdictEntry | None) -> str:
-        return f"{badge(e.verdict.verdict)} <code>{esc(e.verdict.action)}</code>" if e else '<span class="kv">absent</span>'
+        if e is None:
+            return '<span class="kv">absent</span>'
+        return f"{badge(e.verdict.verdict)} <code>{esc(e.verdict.action)}</code>"
 
     rows = [[td(r.role), td(r.metric), td(fmt_value(r.a, 14), True), td(fmt_value(r.b, 14), True),
              _change_cell(r.change, METRICS.get(r.metric))] for r in metric_rows(pair)]

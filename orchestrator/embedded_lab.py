@@ -1,0 +1,157 @@
+"""The real lab: the embedded CPU target (SmolLM2-135M on torch) measured by mlcommons-loadgen.
+
+One ``measure`` call starts one server per leg, writes each leg's spec, server_info (what the server
+reported), server log and parity dump, then runs the reps interleaved (A B A B …) so slow drift of the
+machine cannot masquerade as a delta. Reps already on disk are skipped (resume never duplicates one).
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from perfwarden.harness.bench_writer import rep_exists
+from perfwarden.harness.loadgen_client import LoadSettings, measure_rep
+from perfwarden.harness.prompts import parity_prompts, varied_prompts
+from perfwarden.harness.records import (LegSpec, Overlay, RunDir, append_jsonl, write_json_atomic)
+from perfwarden.harness.targets import EmbeddedTarget, TargetError
+from perfwarden.orchestrator.lab import LabError, LegPlan
+
+OPS_DIR = Path(__file__).resolve().parents[1] / "harness" / "ops"
+
+# The untuned starting point of a run: one sequence at a time, no batching window, no tricks. Every
+# knob the tuner may change is set explicitly so server_info diffs show exactly what changed.
+EMBEDDED_BASE: dict[str, Any] = {
+    "threads": 2, "max_batch_size": 1, "batch_wait_ms": 0, "dtype": "float32", "attn_implementation": "sdpa",
+    "torch_compile": False, "prompt_lookup": False, "quantization": "none", "response_cache": False,
+}
+
+
+class EmbeddedLab:
+    """Lab protocol over the embedded target."""
+
+    def __init__(self, *, qps: float = 6.0, rep_seconds: float = 4.0, max_tokens: int = 24,
+                 scenario: str = "Server", seed: int = 0, parity_tokens: int = 24, start_timeout_s: float = 180.0):
+        self.load = LoadSettings(scenario=scenario, target_qps=qps, min_duration_s=rep_seconds,
+                                 max_duration_s=max(60.0, rep_seconds * 10), max_tokens=max_tokens, seed=seed,
+                                 extra_body={"ignore_eos": True}, request_timeout_s=60.0)
+        self.parity_tokens = parity_tokens
+        self.start_timeout_s = start_timeout_s
+
+    # ------------------------------------------------------------------ protocol
+    def base_config(self) -> dict[str, Any]:
+        return dict(EMBEDDED_BASE)
+
+    def overridable_ops(self) -> list[str]:
+        from perfwarden.harness.ops import SUPPORTED_OPS
+
+        return list(SUPPORTED_OPS)
+
+    def alternatives(self, op: str) -> list[str]:
+        from perfwarden.harness.opbench import alternatives_for
+
+        return alternatives_for(op)
+
+    def measure(self, run: Path, legs: list[LegPlan], reps: int) -> dict[str, str]:
+        paths = RunDir(run)
+        targets: dict[str, EmbeddedTarget] = {}
+        status: dict[str, str] = {}
+        try:
+            for plan in legs:
+                status[plan.leg] = self._start(paths, plan, targets)
+            pids = [t.proc.pid for t in targets.values() if t.proc is not None]
+            for k in range(reps):
+                for plan in legs:
+                    target = targets.get(plan.leg)
+                    if target is None or rep_exists(paths.bench_runs(plan.leg), plan.leg, k):
+                        continue
+                    try:
+                        target.ensure_running()
+                        measure_rep(paths, plan.leg, k, target.base_url, self._prompts(plan), self.load,
+                                    dataset_name=f"perfwarden-{plan.prompts}", exclude_pids=pids)
+                        target.ensure_running()
+                    except TargetError as exc:
+                        status[plan.leg] = f"failed: {exc}"
+                        self._fail_leg(paths, plan, str(exc))
+                        targets.pop(plan.leg).stop()
+        finally:
+            for target in targets.values():
+                target.stop()
+        return status
+
+    def profile(self, run: Path, config: dict[str, Any]) -> Path:
+        from perfwarden.harness.profiling import profile_model
+
+        try:
+            return profile_model(RunDir(run).profile, config, max_tokens=self.load.max_tokens)
+        except Exception as exc:  # the target's failure, not ours: recorded by the graph
+            raise LabError(f"profiling failed: {type(exc).__name__}: {exc}") from exc
+
+    def opbench(self, run: Path, op: str, candidates: list[str], shapes: list[list[int]]) -> Path:
+        from perfwarden.harness.opbench import run_opbench_for_lab
+
+        return run_opbench_for_lab(Path(run), op, candidates, shapes)
+
+    def quality(self, run: Path, leg: LegPlan, baseline: LegPlan) -> str:
+        from perfwarden.harness.quality import run_quality_pair
+
+        try:
+            return run_quality_pair(Path(run), leg.leg, leg.config, baseline.leg, baseline.config)
+        except Exception as exc:
+            raise LabError(f"quality eval failed: {type(exc).__name__}: {exc}") from exc
+
+    # ------------------------------------------------------------------ helpers
+    def _prompts(self, plan: LegPlan):
+        prompts = varied_prompts()
+        return prompts[:1] if plan.prompts == "repeat" else prompts
+
+    def _start(self, paths: RunDir, plan: LegPlan, targets: dict[str, EmbeddedTarget]) -> str:
+        leg_dir = paths.leg_dir(plan.leg)
+        leg_dir.mkdir(parents=True, exist_ok=True)
+        spec = LegSpec(leg=plan.leg, role=plan.role, overlay=Overlay(**plan.overlay) if plan.overlay else Overlay(),
+                       purpose=plan.purpose, parent_leg=plan.parent)
+        write_json_atomic(paths.leg_spec(plan.leg), spec)
+        target = EmbeddedTarget(leg_dir, plan.config, start_timeout_s=self.start_timeout_s)
+        try:
+            target.start()
+        except TargetError as exc:
+            self._fail_leg(paths, plan, f"server did not start: {exc}")
+            return f"failed: {exc}"
+        targets[plan.leg] = target
+        if not paths.outputs(plan.leg).is_file():
+            self._parity_dump(paths, plan.leg, target.base_url)
+        return "ok"
+
+    def _fail_leg(self, paths: RunDir, plan: LegPlan, why: str) -> None:
+        spec = LegSpec(leg=plan.leg, role=plan.role, overlay=Overlay(**plan.overlay) if plan.overlay else Overlay(),
+                       purpose=plan.purpose, parent_leg=plan.parent, status="failed", failure=why[:500])
+        write_json_atomic(paths.leg_spec(plan.leg), spec)
+
+    def _parity_dump(self, paths: RunDir, leg: str, base_url: str) -> None:
+        """Greedy outputs for the fixed parity prompts (outputs.jsonl), written whole or not at all."""
+        rows = []
+        with httpx.Client(timeout=120.0) as client:
+            for prompt in parity_prompts():
+                body = {"prompt": prompt.text, "max_tokens": self.parity_tokens, "temperature": 0, "seed": 0}
+                try:
+                    resp = client.post(f"{base_url}/v1/completions", json=body)
+                    resp.raise_for_status()
+                    choice = resp.json()["choices"][0]
+                    rows.append({"prompt_id": prompt.id, "text": choice.get("text", ""),
+                                 "token_ids": choice.get("token_ids"), "finish_reason": choice.get("finish_reason"),
+                                 "seed": 0, "prompt": prompt.text})
+                except (httpx.HTTPError, ValueError, KeyError, IndexError) as exc:
+                    rows.append({"prompt_id": prompt.id, "text": "", "finish_reason": "error", "seed": 0,
+                                 "error": f"{type(exc).__name__}: {exc}"})
+        tmp = paths.outputs(leg).with_suffix(".tmp")
+        tmp.unlink(missing_ok=True)
+        for row in rows:
+            append_jsonl(tmp, row)
+        tmp.replace(paths.outputs(leg))
+
+
+def _now() -> float:
+    return time.time()
