@@ -365,13 +365,15 @@ class Engine:
         return self._queue.qsize()
 
     def internal_state(self) -> dict[str, Any]:
+        """A snapshot for ``/server_info`` (read from the HTTP thread while the scheduler runs)."""
         c = self.counters
+        batch = self._batch  # read once: the scheduler may replace it concurrently
         state = dict(vars(c))
         state["avg_spec_accept_length"] = (
             c.spec_produced / c.spec_verify_steps if self.options.prompt_lookup and c.spec_verify_steps else None
         )
         state["response_cache_entries"] = len(self._response_cache) if self.options.response_cache else None
-        state["running_batch"] = len(self._batch.reqs) if self._batch is not None else 0
+        state["running_batch"] = len(batch.reqs) if batch is not None else 0
         state["queued"] = self._queue.qsize()
         return state
 

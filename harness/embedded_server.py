@@ -178,6 +178,20 @@ def build_config(raw: dict[str, Any]) -> ServerConfig:
         raise ConfigError("; ".join(problems)) from None
 
 
+def check_overrides(cfg: ServerConfig) -> None:
+    """Load every override function now (before the slow model load) so a missing file or function
+    fails the start at once; installing them into the model happens after the load."""
+    if not cfg.op_overrides:
+        return
+    from perfwarden.harness.ops import OverrideError, load_function
+
+    for op, spec in sorted(cfg.op_overrides.items()):
+        try:
+            load_function(spec)
+        except OverrideError as exc:
+            raise ConfigError(f"invalid knob 'op_overrides' for op {op!r}: {exc}") from None
+
+
 # ---------------------------------------------------------------------------------------- requests
 
 
@@ -781,6 +795,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         raw = parse_set_args(args.sets)
         cfg = build_config(raw)
+        check_overrides(cfg)
         sock = bind_port(args.host, args.port)
     except ConfigError as exc:
         return _fail(EXIT_BAD_CONFIG, str(exc))

@@ -876,11 +876,16 @@ def run_opbench(
     # Ground truth, computed here from the trusted reference (never in a process a candidate ran in).
     ref_fn = _load_impl(ref_spec, add_path=False)
     truth: dict[tuple[tuple[int, ...], int], list] = {}
-    with torch.no_grad():
-        for shape in shape_list:
-            for seed in seeds:
-                args = make_inputs(op, shape, dtype, check_seed(seed, shape))
-                truth[(shape, seed)] = [t.detach().clone() for t in _as_tensors(ref_fn(*_clone(args)))]
+    caller_threads = torch.get_num_threads()
+    torch.set_num_threads(threads)  # the workers' thread count: same reduction split as theirs
+    try:
+        with torch.no_grad():
+            for shape in shape_list:
+                for seed in seeds:
+                    args = make_inputs(op, shape, dtype, check_seed(seed, shape))
+                    truth[(shape, seed)] = [t.detach().clone() for t in _as_tensors(ref_fn(*_clone(args)))]
+    finally:
+        torch.set_num_threads(caller_threads)
 
     job = {"op": op, "dtype": dtype, "threads": threads, "dispatch": dispatch,
            "mem_limit_bytes": int(mem_limit_mb) * 1024 * 1024 if mem_limit_mb else 0,

@@ -2,7 +2,8 @@
 
 ``pw-qa-exact-v1`` asks every item of the project-written set ``quality_items.json`` (40 short-answer
 questions a 135M instruct model can partly solve) through any OpenAI-compatible endpoint
-(``POST /v1/chat/completions``, greedy: ``temperature 0``) and scores exact match after normalization
+(``POST /v1/chat/completions``, greedy: ``temperature 0``), each after the same four few-shot
+exchanges that teach the one-word answer format, and scores exact match after normalization
 (``normalize``; a one-word gold answer also matches the first word of the response). The score comes
 with a Wilson 95% interval. Bounded: every request has a timeout and the whole eval a deadline; a
 request that fails (transport error, HTTP error, malformed body, deadline passed) is scored **wrong**
@@ -31,7 +32,7 @@ import time
 import unicodedata
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -75,6 +76,15 @@ class ItemSet:
     """(question, answer) exchanges sent before every item as earlier chat turns (the answer format)."""
     sha256: str
     """Digest of the item file's bytes: a baseline and a candidate must have used the same set."""
+
+    def subset(self, n: int) -> "ItemSet":
+        """The first ``n`` items (smoke runs); its digest differs from the full set's."""
+        if not 0 < n <= len(self.items):
+            raise ValueError(f"subset size {n!r} outside 1..{len(self.items)}")
+        if n == len(self.items):
+            return self
+        return replace(self, items=self.items[:n],
+                       sha256=hashlib.sha256(f"{self.sha256}:first-{n}".encode()).hexdigest())
 
 
 def load_items(path: Path | str | None = None) -> ItemSet:

@@ -34,12 +34,14 @@ class EmbeddedLab:
     """Lab protocol over the embedded target."""
 
     def __init__(self, *, qps: float = 6.0, rep_seconds: float = 4.0, max_tokens: int = 24,
-                 scenario: str = "Server", seed: int = 0, parity_tokens: int = 24, start_timeout_s: float = 180.0):
+                 scenario: str = "Server", seed: int = 0, parity_tokens: int = 24, start_timeout_s: float = 180.0,
+                 on_rep=None):
         self.load = LoadSettings(scenario=scenario, target_qps=qps, min_duration_s=rep_seconds,
                                  max_duration_s=max(60.0, rep_seconds * 10), max_tokens=max_tokens, seed=seed,
                                  extra_body={"ignore_eos": True}, request_timeout_s=60.0)
         self.parity_tokens = parity_tokens
         self.start_timeout_s = start_timeout_s
+        self.on_rep = on_rep or (lambda leg, rep, status: None)
 
     # ------------------------------------------------------------------ protocol
     def base_config(self) -> dict[str, Any]:
@@ -73,10 +75,12 @@ class EmbeddedLab:
                         measure_rep(paths, plan.leg, k, target.base_url, self._prompts(plan), self.load,
                                     dataset_name=f"perfwarden-{plan.prompts}", exclude_pids=pids)
                         target.ensure_running()
+                        self.on_rep(plan.leg, k, "ok")
                     except TargetError as exc:
                         status[plan.leg] = f"failed: {exc}"
                         self._fail_leg(paths, plan, str(exc))
                         targets.pop(plan.leg).stop()
+                        self.on_rep(plan.leg, k, "failed")
         finally:
             for target in targets.values():
                 target.stop()

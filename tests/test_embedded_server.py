@@ -188,6 +188,78 @@ def test_engine_batched_and_merged_greedy_equals_unbatched_generate():
     assert engine.counters.prefill_batches >= 2 and engine.counters.max_running_batch >= 2
 
 
+# ------------------------------------------------------------------------------------ op overrides
+
+
+def _tiny_llama():
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64)
+    return LlamaForCausalLM(config).eval()
+
+
+def test_reference_ops_match_transformers_and_alternatives_are_close():
+    import torch
+    from transformers.models.llama import modeling_llama as ml
+
+    from perfwarden.harness.ops import reference, rmsnorm_alt, rotary_alt, silu_mul_alt
+
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(2, 5, 32, generator=g)
+    norm = ml.LlamaRMSNorm(32, eps=1e-5)
+    norm.weight.data = torch.randn(32, generator=g)
+    assert torch.equal(reference.rmsnorm(x, norm.weight, 1e-5), norm(x))
+    torch.testing.assert_close(rmsnorm_alt.rmsnorm(x, norm.weight, 1e-5), norm(x), rtol=1e-5, atol=1e-5)
+
+    gate, up = torch.randn(3, 64, generator=g), torch.randn(3, 64, generator=g)
+    expected = torch.nn.functional.silu(gate) * up
+    assert torch.equal(reference.silu_mul(gate, up), expected)
+    assert torch.equal(silu_mul_alt.silu_mul(gate.clone(), up), expected)
+
+    q, k = torch.randn(2, 4, 5, 8, generator=g), torch.randn(2, 2, 5, 8, generator=g)
+    cos, sin = torch.randn(2, 5, 8, generator=g), torch.randn(2, 5, 8, generator=g)
+    for got, want in zip(reference.rotary(q, k, cos, sin), ml.apply_rotary_pos_emb(q, k, cos, sin), strict=True):
+        assert torch.equal(got, want)
+    for got, want in zip(rotary_alt.rotary(q, k, cos, sin), ml.apply_rotary_pos_emb(q, k, cos, sin), strict=True):
+        torch.testing.assert_close(got, want)
+
+
+def test_installed_overrides_route_every_call_count_it_and_restore():
+    import torch
+
+    from perfwarden.harness.ops import OverrideError, install_override
+
+    model = _tiny_llama()
+    ids = torch.tensor([[1, 2, 3, 4, 5]])
+    with torch.inference_mode():
+        before = model(ids).logits
+    firsts: list[str] = []
+    installed = [
+        install_override(model, "rmsnorm", "perfwarden.harness.ops.reference:rmsnorm", on_first_call=firsts.append),
+        install_override(model, "silu_mul", str(REPO / "harness/ops/reference.py") + ":silu_mul"),
+        install_override(model, "rotary", "perfwarden.harness.ops.reference:rotary"),
+    ]
+    assert [o.modules_patched for o in installed] == [5, 2, 2]  # 2 layers x 2 norms + final norm
+    with torch.inference_mode():
+        after = model(ids).logits
+    assert torch.equal(before, after)  # the reference overrides are the model's own math
+    assert [o.counter.calls for o in installed] == [5, 2, 2] and firsts == ["rmsnorm"]
+    for o in installed:
+        o.restore()
+    with torch.inference_mode():
+        model(ids)
+    assert [o.counter.calls for o in installed] == [5, 2, 2]  # restored: no longer routed
+    with pytest.raises(OverrideError, match="'softmax'"):
+        install_override(model, "softmax", "perfwarden.harness.ops.reference:rmsnorm")
+    with pytest.raises(OverrideError, match="no callable 'missing'"):
+        install_override(model, "rmsnorm", "perfwarden.harness.ops.reference:missing")
+    with pytest.raises(OverrideError, match="does not exist"):
+        install_override(model, "rmsnorm", "no/such/file.py:rmsnorm")
+
+
 # -------------------------------------------------------------------------------- HTTP helpers
 
 
@@ -328,6 +400,16 @@ def test_a_port_in_use_fails_the_start_clearly(tmp_path):
             target.start()
     assert info.value.returncode == S.EXIT_PORT
     assert f"port {port}" in str(info.value)
+
+
+def test_a_missing_override_file_fails_the_start_before_the_model_loads(tmp_path):
+    target = EmbeddedTarget(tmp_path / "leg", {"threads": 1, "op_overrides": {"rotary": "nowhere/rot.py:rotary"}},
+                            cwd=REPO)
+    with pytest.raises(TargetStartError) as info:
+        target.start()
+    assert info.value.returncode == S.EXIT_BAD_CONFIG
+    assert "'rotary'" in str(info.value) and "nowhere/rot.py" in str(info.value) and "does not exist" in str(info.value)
+    assert "model loaded" not in target.log_text()
 
 
 def test_port_zero_is_refused(tmp_path):

@@ -181,3 +181,10 @@ def test_strip_plot_escapes_labels_and_downsamples():
                      center=2500.0)
     assert "<b>" not in svg and "&lt;b&gt;leg&lt;/b&gt; (200 of 5000)" in svg
     assert svg.count("<circle") == 200
+
+
+def test_strip_plot_ignores_non_finite_numbers():
+    nan, inf = float("nan"), float("inf")
+    svg = strip_plot("t", [Row("a", [1.0, nan, 2.0, inf], nan), Row("b", [], None)], band=(nan, 2.0), center=nan)
+    assert "nan" not in svg.lower() and "inf" not in svg.lower()
+    assert svg.count("<circle") == 2

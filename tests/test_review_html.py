@@ -167,3 +167,20 @@ def test_backtest_cli_writes_html(tmp_path):
     r = runner.invoke(app, ["backtest", str(fixture), "--no-mlperf", "--html", str(out)])
     assert r.exit_code in (0, 1), r.output
     assert fixture.name in out.read_text("utf-8")
+
+
+def test_orchestrator_steps_are_listed_escaped(demo, tmp_path):
+    import shutil
+
+    run = tmp_path / "run"
+    shutil.copytree(demo, run)
+    hostile = "<img src=x onerror=alert(1)>"
+    (run / "events.jsonl").write_text(json.dumps({"node": "baseline", "duration_s": 1.5, "error": None}) + "\n"
+                                      + json.dumps({"node": hostile, "duration_s": 0.2, "error": "boom"}) + "\n"
+                                      + "{torn\n")
+    review = load_review(run)
+    page = render_review_html(review)
+    assert "orchestrator steps (events.jsonl)" in page and hostile not in page
+    assert "&lt;img src=x onerror=alert(1)&gt;" in page
+    assert any("1 line(s) are not JSON" in n for n in review.notes)
+    assert_self_contained(page)

@@ -187,3 +187,12 @@ def test_hostile_claim_paths_are_not_read(demo, tmp_path):
     assert "outside the run directory" in " ".join(text.split())
     assert "../secret.json:1  (outside run, not read)" in text
     assert EVIL not in secret.read_text()
+
+
+def test_a_claim_without_a_verdict_is_noted(demo, tmp_path):
+    run = tmp_path / "run"
+    shutil.copytree(demo, run)
+    (run / "verdicts" / "003-patch.json").unlink()
+    text = render(print_review, load_review(run))
+    assert "note: claim 'claims/003-patch.json' has no verdict yet" in text
+    assert "003-patch" not in text.split("verdict trail")[1].split("findings by gate")[0]

@@ -100,11 +100,14 @@ def _median_p99(values: np.ndarray) -> tuple[float, float]:
     return float(np.median(ordered)), float(np.percentile(ordered, 99))
 
 
+_MAX_SECONDS = float(np.finfo(float).max) / 1000.0
+
+
 def _check_finite(ref: LineRef, *arrays: np.ndarray | None) -> None:
     """Seconds must stay finite in milliseconds: a value near the float maximum is damage, and would
     otherwise turn into inf (or NaN) inside a percentile without failing anything."""
     for arr in arrays:
-        if arr is not None and arr.size and not np.isfinite(arr.max() * 1000.0):
+        if arr is not None and arr.size and not float(arr.max()) <= _MAX_SECONDS:
             raise RepError("corrupt", f"line {ref.line}: a per-request time is too large to be a time "
                            f"({float(arr.max())!r} s)")
 

@@ -193,6 +193,15 @@ def audit_claims_now(root: Path) -> list[VerdictEntry]:
     return sorted(entries, key=_seq_order)
 
 
+def unanswered_claims(root: Path, entries: list[VerdictEntry]) -> list[str]:
+    """Notes for claims that have no verdict yet (a trail with a gap must say so, not hide it)."""
+    answered = {e.verdict.claim for e in entries}
+    claims = sorted(p for p in (root / "claims").glob("*.json") if not p.name.startswith(".")) \
+        if (root / "claims").is_dir() else []
+    return [f"claim {str(p.relative_to(root))!r} has no verdict yet" for p in claims
+            if str(p.relative_to(root)) not in answered]
+
+
 def read_manifest(root: Path, notes: list[str]) -> RunManifest | None:
     path = root / "run.json"
     if not path.is_file():
@@ -272,6 +281,7 @@ def load_review(path: Path, audit_if_needed: bool = True) -> RunReview:
             audited_now = bool(entries)
         if not entries:
             raise ReviewError(f"nothing to review in {str(root)!r}: no verdicts/*.json and no claims/*.json")
+        notes += unanswered_claims(root, entries)
     return RunReview(root=root, entries=entries, manifest=read_manifest(root, notes), audited_now=audited_now,
                      report_banked=read_report_banked(root, notes), notes=notes,
                      events=read_events(root, notes), label=str(path))

@@ -95,6 +95,9 @@ def strip_plot(title: str, rows: list[Row], band: tuple[float, float] | None = N
     """Every rep a dot per row, each row's median a bar, and the noise band (shaded) with the
     baseline median (dashed) drawn across all rows."""
     left, right, top, row_h, bottom = 150, 16, 42, 30, 30
+    # A tampered verdict may hold NaN/inf; a non-finite coordinate is an SVG error in the console.
+    center = center if center is not None and math.isfinite(center) else None
+    band = band if band is not None and all(math.isfinite(b) for b in band) else None
     height = top + row_h * max(len(rows), 1) + bottom
     all_values = [v for r in rows for v in r.values]
     markers = [m for m in ([center] if center is not None else []) + (list(band) if band else []) if m is not None]
@@ -114,7 +117,7 @@ def strip_plot(title: str, rows: list[Row], band: tuple[float, float] | None = N
         tip = esc(f"noise band {b0:.4g} .. {b1:.4g}")
         parts.append(f'<rect class="band" x="{fnum(x(b0))}" y="{plot_top}" width="{fnum(max(x(b1) - x(b0), 1))}" '
                      f'height="{plot_bottom - plot_top}"><title>{tip}</title></rect>')
-    if center is not None and math.isfinite(center):
+    if center is not None:
         parts.append(f'<line class="center" x1="{fnum(x(center))}" x2="{fnum(x(center))}" y1="{plot_top}" '
                      f'y2="{plot_bottom}"><title>{esc(f"baseline median {center:.6g}")}</title></line>')
     for t in nice_ticks(lo, hi):
@@ -126,7 +129,7 @@ def strip_plot(title: str, rows: list[Row], band: tuple[float, float] | None = N
     for i, row in enumerate(rows):
         cy = top + row_h * i + row_h / 2
         color = ROW_COLORS[i % len(ROW_COLORS)]
-        shown = downsample(row.values)
+        shown = downsample(row.values)  # also drops non-finite values
         label = row.label if len(shown) == len(row.values) else f"{row.label} ({len(shown)} of {len(row.values)})"
         parts.append(f'<text class="rlabel" x="{left - 8}" y="{fnum(cy + 4)}" text-anchor="end">{esc(label)}</text>')
         for k, v in enumerate(shown):

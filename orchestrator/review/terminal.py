@@ -107,6 +107,10 @@ def header(review: RunReview) -> Group:
     if review.audited_now:
         lines.append(t(("The run has no saved verdict: its claims were audited now and nothing was "
                         "written. Keep them with `perfwarden audit RUN --claim CLAIM --save`.", "yellow")))
+    if review.events:
+        failed = sum(1 for ev in review.events if ev.get("error"))
+        lines.append(t(f"{len(review.events)} orchestrator step(s) in events.jsonl",
+                       (f", {failed} with an error" if failed else "", "red")))
     lines += [t(("note: ", "yellow"), note) for note in review.notes]
     return Group(*lines)
 

@@ -1,0 +1,72 @@
+"""``perfwarden measure``: record one leg on a target (server up, reps under LoadGen, parity dump, down)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from perfwarden.harness.embedded_server import ConfigError, build_config, parse_set_args
+from perfwarden.harness.records import RunDir, RunManifest, write_json_atomic
+from perfwarden.orchestrator.lab import LegPlan
+
+
+def measure(
+    out: Path = typer.Option(..., "--out", help="Run directory (created if missing)."),
+    leg: str = typer.Option(..., "--leg", help="Leg name (its directory under legs/)."),
+    role: str = typer.Option("baseline", "--role", help="baseline, candidate, validation, caching_audit, aa."),
+    target: str = typer.Option("embedded", "--target", help="Serving target (embedded)."),
+    set_: list[str] = typer.Option([], "--set", help="Server knob, key=value (repeatable)."),
+    reps: int = typer.Option(3, "--reps", min=1, max=50, help="Timed repetitions (LoadGen tests)."),
+    duration: float = typer.Option(5.0, "--duration", min=0.5, help="Seconds of LoadGen schedule per rep."),
+    scenario: str = typer.Option("server", "--scenario", help="server (Poisson arrivals) or offline."),
+    qps: float = typer.Option(4.0, "--qps", min=0.01, help="Target QPS (server scenario)."),
+    max_tokens: int = typer.Option(24, "--max-tokens", min=1, help="Output tokens per request."),
+    prompts: str = typer.Option("varied", "--prompts", help="varied or repeat (one prompt, TEST04-style)."),
+) -> None:
+    """Start the target with this config, record the leg's raw evidence, and stop it."""
+    err = Console(stderr=True, soft_wrap=True)
+    if target != "embedded":
+        err.print(f"[red]error:[/red] target {target!r} cannot be measured here (embedded only; sglang needs a GPU host)")
+        raise typer.Exit(2)
+    if scenario not in ("server", "offline") or prompts not in ("varied", "repeat"):
+        err.print(f"[red]error:[/red] --scenario must be server|offline and --prompts varied|repeat")
+        raise typer.Exit(2)
+    try:
+        raw = parse_set_args(set_)
+        validated = build_config(dict(raw))  # validate every knob before anything starts
+        config = {key: getattr(validated, key) for key in raw}
+    except (ConfigError, ValueError) as exc:
+        err.print(f"[red]error:[/red] bad --set: {exc}")
+        raise typer.Exit(3) from None
+    from perfwarden.orchestrator.embedded_lab import EMBEDDED_BASE, EmbeddedLab
+
+    full = {**EMBEDDED_BASE, **config}
+    paths = RunDir(out)
+    out.mkdir(parents=True, exist_ok=True)
+    if not paths.manifest.is_file():
+        write_json_atomic(paths.manifest, RunManifest(id=out.name, target=target, model="SmolLM2-135M-Instruct"))
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=err, transient=False) as progress:
+        task = progress.add_task(f"{leg}: starting", total=reps)
+
+        def on_rep(leg_name: str, rep: int, status: str) -> None:
+            progress.update(task, advance=1, description=f"{leg_name}: rep {rep} {status}")
+
+        lab = EmbeddedLab(qps=qps, rep_seconds=duration, max_tokens=max_tokens,
+                          scenario="Server" if scenario == "server" else "Offline", on_rep=on_rep)
+        status = lab.measure(out, [LegPlan(leg=leg, role=role, config=full, overlay={"config": config},
+                                           prompts=prompts, purpose="perfwarden measure")], reps)
+    result = status.get(leg, "failed")
+    if result != "ok":
+        err.print(f"[red]leg {leg!r} failed:[/red] {result}\nsee {paths.server_log(leg)}")
+        raise typer.Exit(1)
+    lines = paths.bench_runs(leg).read_text().splitlines()
+    Console().print(f"leg {leg!r}: {len(lines)} rep(s) in {paths.bench_runs(leg)}")
+    for line in lines:
+        d = json.loads(line)
+        Console().print(f"  rep {d['rep']}: {d.get('completed')} ok, output {d.get('output_throughput') or 0:.1f} tok/s, "
+                        f"median TTFT {d.get('median_ttft_ms') or float('nan'):.1f} ms")
