@@ -17,6 +17,10 @@ Reported (Wilson 95% CIs):
 - power for a true 5% improvement at 2% rep CV with <= 7 reps per leg, fixed-n and sequential (with the
   mean reps used per leg); target >= 90%.
 
+``sequential_compare`` spends ``ALPHA`` over its looks (``SEQUENTIAL_SPEND``, summing to ALPHA, so the
+union bound caps the false-win rate without relying on this simulation) and stops an interim look for
+futility when the candidate is not better at all; "mean reps/leg" shows how early it stops.
+
 Usage::
 
     python benchmarks/aa_power.py                 # 20,000 trials per cell
@@ -114,9 +118,10 @@ def main() -> None:
     rng = np.random.default_rng(args.seed)
     t0 = time.perf_counter()
     T = args.trials
-    looks = (3, 5, 7)
+    looks = stats.SEQUENTIAL_LOOKS
     print(f"stats: ALPHA={stats.ALPHA} BAND_Z={stats.BAND_Z} MIN_NOISE_BAND_PCT={stats.MIN_NOISE_BAND_PCT} "
-          f"DEFAULT_NOISE_BAND_PCT={stats.DEFAULT_NOISE_BAND_PCT}; {T} trials per cell; seed {args.seed}")
+          f"DEFAULT_NOISE_BAND_PCT={stats.DEFAULT_NOISE_BAND_PCT}; sequential looks {stats.SEQUENTIAL_LOOKS} "
+          f"spending {stats.SEQUENTIAL_SPEND} of ALPHA; {T} trials per cell; seed {args.seed}")
     missed = []
 
     print("\nA/A false 'real win' rate (target <= 1%), rate [Wilson 95% CI]")

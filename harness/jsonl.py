@@ -126,7 +126,7 @@ def iter_raw_lines(path: Path, issues: list[LineIssue], digest: "hashlib._Hash |
 # What decoding one hostile line can raise besides msgspec's own errors: invalid UTF-8 inside a string
 # (UnicodeDecodeError) and nesting deeper than msgspec's recursion limit (RecursionError). Both mean
 # the line is corrupt; neither may escape a reader.
-_DECODE_ERRORS = (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError, RecursionError)
+DECODE_ERRORS = (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError, RecursionError)
 
 
 def _issue_kind(exc: BaseException) -> Literal["corrupt", "missing_field"]:
@@ -152,7 +152,7 @@ def read_jsonl(path: Path, schema: type[T]) -> ReadReport[T]:
         for ref, line in iter_raw_lines(path, report.issues, digest):
             try:
                 report.records.append((ref, decoder.decode(line)))
-            except _DECODE_ERRORS as exc:
+            except DECODE_ERRORS as exc:
                 report.issues.append(LineIssue(_issue_kind(exc), ref, f"line {ref.line} of {Path(path).name!r}"
                                                f" does not decode as {schema.__name__}: {_describe(exc)}"))
     except OSError as exc:
@@ -169,7 +169,7 @@ def iter_jsonl(path: Path, schema: type[T], issues: list[LineIssue],
     for ref, line in iter_raw_lines(path, issues, digest):
         try:
             record = decoder.decode(line)
-        except _DECODE_ERRORS as exc:
+        except DECODE_ERRORS as exc:
             issues.append(LineIssue(_issue_kind(exc), ref, f"line {ref.line} of {Path(path).name!r} does not "
                                     f"decode as {schema.__name__}: {_describe(exc)}"))
             continue

@@ -682,6 +682,20 @@ def run_rep(base_url: str, prompts: Sequence[Prompt], settings: LoadSettings, ou
 # ------------------------------------------------------------------------------ rep -> raw files
 
 
+def fetch_server_info(base_url: str, timeout_s: float = 5.0) -> dict | None:
+    """GET ``/server_info`` (or sglang's older ``/get_server_info``); None when neither answers."""
+    root = base_url.rstrip("/").removesuffix("/v1")
+    with httpx.Client(timeout=timeout_s) as client:
+        for path in ("/server_info", "/get_server_info"):
+            try:
+                resp = client.get(root + path)
+                if resp.status_code == 200 and isinstance(resp.json(), dict):
+                    return resp.json()
+            except (httpx.HTTPError, ValueError):
+                continue
+    return None
+
+
 def measure_rep(run_dir: Path | RunDir, leg: str, rep: int, base_url: str, prompts: Sequence[Prompt],
                 settings: LoadSettings, *, dataset_name: str, backend: str = "openai",
                 server_info: dict | None = None, exclude_pids: Sequence[int] = (),
@@ -703,6 +717,9 @@ def measure_rep(run_dir: Path | RunDir, leg: str, rep: int, base_url: str, promp
     before = sample_contention(contention_interval_s, exclude_pids=exclude_pids)
     result = run_rep(base_url, prompts, settings, run.loadgen_rep(leg, rep))
     after = sample_contention(contention_interval_s, exclude_pids=exclude_pids)
+    # As sglang's bench_serving: read server_info *after* the rep, when its runtime counters (e.g. the
+    # speculative accept length) reflect the load; fall back to the copy taken at start-up.
+    server_info = fetch_server_info(base_url) or server_info
     line = build_bench_line(
         result.records, leg=leg, rep=rep, started_at=result.started_at, duration_s=result.duration_s,
         request_rate=settings.target_qps if settings.scenario == "Server" else "inf",

@@ -410,3 +410,43 @@ def evaluate_ppl(
 def run_ppl_eval(run_dir: Path | str, leg: str, **kwargs: Any) -> Path:
     """``evaluate_ppl`` + ``write_eval``."""
     return write_eval(run_dir, evaluate_ppl(leg, **kwargs))
+
+
+# ---------------------------------------------------------------------------------------------- lab
+
+
+def run_quality_pair(run_dir: Path | str, leg: str, leg_config: dict[str, Any], baseline_leg: str,
+                     baseline_config: dict[str, Any], *, items: ItemSet | None = None, timeout_s: float = 120.0,
+                     concurrency: int = 2, start_timeout_s: float = 180.0) -> str:
+    """Run ``pw-qa-exact-v1`` on the embedded target for ``baseline_leg`` then ``leg`` (each on its own
+    server started with that leg's config), write both results, and return the eval id.
+
+    The servers log under ``<run>/quality/servers/<leg>/`` so a leg's own ``server.log`` stays the
+    record of its measured reps. A completed baseline result already in the run for the same item set
+    is reused (resume; several candidates against one baseline).
+    """
+    from perfwarden.harness.targets import EmbeddedTarget
+
+    items = items or load_items()
+    paths = RunDir(run_dir)
+
+    def evaluate(name: str, config: dict[str, Any], baseline: QualityEval | None) -> QualityEval:
+        server_dir = Path(run_dir) / "quality" / "servers" / name
+        with EmbeddedTarget(server_dir, config, start_timeout_s=start_timeout_s) as target:
+            return evaluate_qa(target.base_url, name, items=items, baseline=baseline, timeout_s=timeout_s,
+                               concurrency=concurrency)
+
+    base: QualityEval | None = None
+    existing = paths.quality(QA_EVAL_ID, baseline_leg)
+    if existing.is_file():
+        try:
+            prior = QualityEval.model_validate_json(existing.read_text(encoding="utf-8"))
+        except ValueError:
+            prior = None
+        if prior is not None and prior.completed and (prior.model_extra or {}).get("item_set_sha256") == items.sha256:
+            base = prior
+    if base is None:
+        base = evaluate(baseline_leg, baseline_config, None)
+        write_eval(run_dir, base)
+    write_eval(run_dir, evaluate(leg, leg_config, base if base.completed else None))
+    return QA_EVAL_ID

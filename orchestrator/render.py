@@ -30,8 +30,8 @@ def findings_table(verdict: Verdict) -> Table:
     table.add_column("message", overflow="fold", ratio=1)
     for f in verdict.findings:
         ev = ", ".join(f"{e.file}:{e.line}" if e.line else e.file for e in f.evidence[:2]) or "-"
-        table.add_row(Text(f.severity, style=SEVERITY_STYLE[f.severity]), f.code,
-                      f"{short(f.measured)} / {short(f.threshold)}", ev, f.message)
+        table.add_row(Text(f.severity, style=SEVERITY_STYLE[f.severity]), Text(f.code),
+                      Text(f"{short(f.measured)} / {short(f.threshold)}"), Text(ev), Text(f.message))
     return table
 
 
@@ -41,13 +41,13 @@ def print_verdict(verdict: Verdict, console: Console | None = None) -> None:
                          f"  scope={verdict.scope}  claim={verdict.claim}")
     console.print(head)
     if verdict.headline_rederived is not None or verdict.headline_claimed is not None:
-        console.print(f"headline: claimed {short(verdict.headline_claimed)}  re-derived "
-                      f"{short(verdict.headline_rederived)}")
+        console.print(Text(f"headline: claimed {short(verdict.headline_claimed)}  re-derived "
+                           f"{short(verdict.headline_rederived)}"))
     if verdict.lever_declared or verdict.lever_detected:
-        console.print(f"lever: declared {verdict.lever_declared or '-'}  detected {verdict.lever_detected or '-'}")
+        console.print(Text(f"lever: declared {verdict.lever_declared or '-'}  detected {verdict.lever_detected or '-'}"))
     if verdict.findings:
         console.print(findings_table(verdict))
     for item in verdict.not_checked:
-        console.print(f"[dim]not checked: {item}[/dim]")
+        console.print(Text(f"not checked: {item}", style="dim"))
     if verdict.degraded:
-        console.print(f"[yellow]degraded: {'; '.join(verdict.degraded_reasons)}[/yellow]")
+        console.print(Text(f"degraded: {'; '.join(verdict.degraded_reasons)}", style="yellow"))

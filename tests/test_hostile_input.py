@@ -24,6 +24,7 @@ sglang file audits as-is), so mutations only touch fields the schemas declare.
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import tempfile
@@ -34,6 +35,7 @@ import msgspec
 import pytest
 from hypothesis import HealthCheck, assume, given, note, settings
 from hypothesis import strategies as st
+from hypothesis.errors import InvalidArgument
 from pydantic import ValidationError
 from typer.testing import CliRunner
 
@@ -45,7 +47,10 @@ from perfwarden.harness.records import Claim, LegSpec, QualityEval, Verdict, wri
 from perfwarden.orchestrator.cli import app
 from perfwarden.proof.synth import BASE_INFO, build_ab_run, write_claim, write_jsonl
 
-SETTINGS = settings(max_examples=40, deadline=None, derandomize=True, database=None,
+# Modest and derandomized so the file runs in well under a minute and the same way every time; set
+# PERFWARDEN_HOSTILE_SCALE=10 for a deeper, randomized hunt (pytest --hypothesis-seed=N to replay).
+_SCALE = int(os.environ.get("PERFWARDEN_HOSTILE_SCALE", "1"))
+SETTINGS = settings(max_examples=40 * _SCALE, deadline=None, derandomize=_SCALE == 1, database=None,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 EXIT_CODES = {"PASS": 0, "FLAG": 10, "FAIL": 20}
 
@@ -117,8 +122,15 @@ def audit_damaged(runs: dict[str, Path], rel: str, damage: Callable[[Path], None
         shutil.copytree(runs[template], run)
         damage(run / rel)
         verdict = audit_path(run, run / claim_rel)  # anything but a Verdict is a failure of the test
-    note(f"verdict {verdict.verdict}: {[(f.code, f.severity, f.message[:120]) for f in verdict.findings]}")
+    _note(f"verdict {verdict.verdict}: {[(f.code, f.severity, f.message[:120]) for f in verdict.findings]}")
     return verdict
+
+
+def _note(text: str) -> None:
+    try:
+        note(text)
+    except InvalidArgument:  # outside a hypothesis test
+        pass
 
 
 def has(verdict: Verdict, code: str, severity: str | None = None) -> bool:
@@ -450,7 +462,7 @@ def test_damaged_outputs_opbench_profile(runs, data):
     check(audit_damaged(runs, rel, damage), outcome)
 
 
-@settings(SETTINGS, max_examples=15)
+@settings(SETTINGS, max_examples=15 * _SCALE)
 @given(rel=st.sampled_from(BENCH + OUTPUTS + (OPBENCH, PROFILE)),
        edit=st.sampled_from(["blank_lines", "crlf", "dup_identical"]))
 def test_benign_line_edits_keep_the_pass(runs, rel, edit):
@@ -468,6 +480,17 @@ def test_benign_line_edits_keep_the_pass(runs, rel, edit):
     assert verdict.verdict == "PASS", [f.message for f in verdict.findings]
     if edit == "dup_identical":
         assert has(verdict, "EVIDENCE_CORRUPT", "INFO")
+
+
+@pytest.mark.parametrize("rel", BENCH)
+def test_a_deleted_or_spliced_away_rep_is_not_a_pass(runs, rel):
+    """A splice can yield a valid line (prefix of rep k + suffix of rep k+1), i.e. rep k silently gone;
+    numbered reps with a gap are reported."""
+    def damage(path: Path) -> None:
+        lines = read_lines(path)
+        write_lines(path, lines[:2] + lines[3:])
+    verdict = audit_damaged(runs, rel, damage)
+    assert verdict.verdict != "PASS" and has(verdict, "EVIDENCE_MISSING")
 
 
 # ---------------------------------------------------------------- JSON object files
@@ -625,7 +648,7 @@ def _any_damage(data: st.DataObject, runs: dict[str, Path]) -> tuple[str, Callab
     return rel, damage
 
 
-@settings(SETTINGS, max_examples=30)
+@settings(SETTINGS, max_examples=30 * _SCALE)
 @given(data=st.data(), as_json=st.booleans(), claim_too=st.booleans())
 def test_cli_exit_codes_and_no_traceback(runs, data, as_json, claim_too):
     rel, damage = _any_damage(data, runs)
@@ -648,8 +671,6 @@ def test_cli_exit_codes_and_no_traceback(runs, data, as_json, claim_too):
         assert EXIT_CODES[verdict["verdict"]] == result.exit_code
 
 
-@pytest.mark.xfail(strict=True, reason="orchestrator/render.py prints evidence text as rich markup: a '[/red]' "
-                   "in a leg name crashes the CLI with MarkupError (reported; render.py is not this file's owner's)")
 def test_cli_renders_hostile_text_without_crashing(runs, tmp_path):
     """Evidence text reaches the terminal: rich markup in it must be shown, not interpreted."""
     run = tmp_path / "run"
@@ -667,7 +688,7 @@ def test_cli_renders_hostile_text_without_crashing(runs, tmp_path):
 # ------------------------------------------------------------------ the readers themselves
 
 
-@settings(SETTINGS, max_examples=60)
+@settings(SETTINGS, max_examples=60 * _SCALE)
 @given(content=st.one_of(st.binary(max_size=300),
                          st.lists(st.one_of(st.sampled_from(GARBAGE + [b"", b"  ", b"\r"]),
                                             st.builds(lambda d: json.dumps(d).encode(), _json_values)),

@@ -118,6 +118,8 @@ def test_one_line_per_backend_shape_trial_in_the_auditors_format(rig):
     assert all(r.max_abs_err == 0.0 for r in ref)  # the worker reproduces the in-process reference exactly
     rig_json = json.loads((rig["path"].parent / "rig.json").read_text())
     assert rig_json["threads"] == 1 and rig_json["iters"] == ITERS and rig_json["shapes"] == [SHAPE]
+    assert {"start", "end"} <= set(rig_json["contention"])  # the machine's load, so noise can be judged
+    assert [b["backend"] for b in rig_json["backends"]][0] == "reference"
 
 
 def test_correct_alternative_passes_every_seed(rig):
@@ -237,7 +239,8 @@ def test_digest_sees_through_copies_and_reexports_but_not_edits(tmp_path):
     assert ob.impl_digest(edited + ":rmsnorm") != ref
     # rotary reaches its module-level helper: changing the helper changes the digest
     rsrc = Path(ob.spec_file("perfwarden.harness.ops.reference:rotary")).read_text()
-    helper_edit = _write(tmp_path / "rot.py", rsrc.replace("torch.cat((-x2, x1), dim=-1)", "torch.cat((x2, -x1), dim=-1)"))
+    helper_edit = _write(tmp_path / "rot.py",
+                         rsrc.replace("torch.cat((-x2, x1), dim=-1)", "torch.cat((x2, -x1), dim=-1)"))
     assert ob.impl_digest(helper_edit + ":rotary") != ob.impl_digest("perfwarden.harness.ops.reference:rotary")
 
 
@@ -288,3 +291,19 @@ def test_bad_requests_are_the_callers_error(tmp_path):
     with pytest.raises(ob.OpBenchError, match="does not exist"):
         ob.run_opbench(tmp_path, "rmsnorm", [str(tmp_path / "missing.py") + ":rmsnorm"], [SHAPE])
     assert not (tmp_path / "opbench").exists()
+
+
+def test_lab_entry_points(tmp_path, monkeypatch):
+    specs = ob.alternatives_for("rmsnorm")
+    assert all(Path(s.rsplit(":", 1)[0]).is_file() and s.endswith(":rmsnorm") for s in specs)
+    assert ALT["self_copy"].spec in specs and ALT["wrong"].spec in specs
+    assert ob.alternatives_for("rmsnorm", kinds=("alternative",)) == [
+        s for s in specs if "eps_outside" not in s and "rowloop" not in s and "selfcopy" not in s]
+    seen = {}
+    monkeypatch.setattr(ob, "run_opbench", lambda *a, **kw: seen.update(args=a, kw=kw) or tmp_path)
+    ob.run_opbench_for_lab(tmp_path, "rmsnorm", specs[:2] + specs[:1], [[1, 7, 576]])
+    # backends are named by their spec: the name the producer claims and the integrator installs
+    assert seen["args"][2] == {s: s for s in specs[:2]} and seen["args"][3] == [[1, 7, 576]]
+    assert seen["kw"]["threads"] == 2 and seen["args"][4] == "float32"
+    with pytest.raises(ob.OpBenchError, match="served shapes"):
+        ob.run_opbench_for_lab(tmp_path, "rmsnorm", specs, [])

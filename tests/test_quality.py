@@ -288,6 +288,40 @@ def test_perplexity_from_endpoint_logprobs_and_fallback():
             Q.evaluate_ppl("cand", base_url=srv.base_url)
 
 
+def test_quality_pair_for_the_lab_runs_baseline_then_candidate_and_reuses_the_baseline(tmp_path, monkeypatch):
+    import perfwarden.harness.targets as targets
+
+    started: list[tuple[str, dict]] = []
+
+    class FakeTarget:
+        """Stands in for EmbeddedTarget: a scripted server per leg, recording where and how it started."""
+
+        def __init__(self, leg_dir, config, **kw):
+            started.append((str(Path(leg_dir).relative_to(tmp_path)), config))
+            self.srv = ChatServer(model="served-model")
+
+        def __enter__(self):
+            self.srv.start()
+            self.base_url = self.srv.base_url
+            return self
+
+        def __exit__(self, *exc):
+            self.srv.stop()
+
+    monkeypatch.setattr(targets, "EmbeddedTarget", FakeTarget)
+    items = ITEMS.subset(20)
+    assert Q.run_quality_pair(tmp_path, "cand", {"quantization": "int8_dynamic"}, "base", {"quantization": "none"},
+                              items=items, timeout_s=TIMEOUT_S) == Q.QA_EVAL_ID
+    assert started == [("quality/servers/base", {"quantization": "none"}),
+                       ("quality/servers/cand", {"quantization": "int8_dynamic"})]
+    base = QualityEval.model_validate_json(RunDir(tmp_path).quality(Q.QA_EVAL_ID, "base").read_text())
+    cand = QualityEval.model_validate_json(RunDir(tmp_path).quality(Q.QA_EVAL_ID, "cand").read_text())
+    assert base.leg == "base" and base.baseline_score is None and base.n == 20
+    assert cand.leg == "cand" and cand.baseline_leg == "base" and cand.baseline_score == base.score
+    Q.run_quality_pair(tmp_path, "cand2", {"max_batch_size": 8}, "base", {}, items=items, timeout_s=TIMEOUT_S)
+    assert [s[0] for s in started[2:]] == ["quality/servers/cand2"]  # the baseline result was reused
+
+
 # ---------------------------------------------------------------------------- real embedded server
 
 

@@ -268,6 +268,13 @@ class RunLoader:
             return []
         self._digest(path, digest.hexdigest())
         self.report_issues(issues, f"bench_runs of leg {name!r}")
+        numbered = sorted(seen)
+        gaps = sorted(set(range(numbered[0], numbered[-1] + 1)) - set(seen)) if numbered else []
+        if gaps:
+            self.findings.add("EVIDENCE_MISSING", "FLAG", f"leg {name!r} has reps {numbered!r}: rep(s) "
+                              f"{gaps[:10]!r} between them are missing (a lost, deleted or spliced line)",
+                              measured=numbered, threshold="consecutive rep numbers",
+                              evidence=[EvidenceRef(file=_rel(self.run, path))], action="remeasure", gate="evidence")
         for array, lines in absent.items():
             self.findings.add("EVIDENCE_MISSING", "FLAG", f"leg {name!r}: {len(lines)} rep(s) (lines "
                               f"{_line_list(lines)}) have no {array!r} array, so {_STANDARD_ARRAYS[array]} "

@@ -43,10 +43,13 @@ def check_reference_coherence(run: Path, ref: LegEvidence, findings: Findings) -
     texts = [o.text for _, o in ref.outputs]
     result = coherence_score(texts)
     if not result.is_coherent:
-        worst = int(np.argmin([s.score for s in result.per_text])) if result.per_text else 0
-        findings.add("NONCOHERENT_REFERENCE", "FAIL", f"reference outputs of {ref.name!r} score {result.score:.3f} "
+        scored = [(i, s.score) for i, s in enumerate(result.per_text) if s.score is not None]
+        worst = min(scored, key=lambda kv: kv[1])[0] if scored else 0
+        score = "unjudgeable (too little text)" if result.score is None else f"{result.score:.3f}"
+        findings.add("NONCOHERENT_REFERENCE", "FAIL", f"reference outputs of {ref.name!r} score {score} "
                      f"on the coherence check (threshold {result.threshold:.3f}): parity against them is "
-                     "unverifiable", measured=round(result.score, 4), threshold=result.threshold,
+                     "unverifiable", measured=None if result.score is None else round(result.score, 4),
+                     threshold=result.threshold,
                      evidence=[line_evidence(run, ref.outputs[worst][0])], action="eject", gate="coherence")
         return False
     return True
