@@ -92,11 +92,14 @@ def start_failure_line(log_text: str) -> str | None:
     return None
 
 
-class EmbeddedTarget:
-    """Runs ``python -m perfwarden.harness.embedded_server`` for one leg."""
+class ServerTarget:
+    """A server subprocess for one leg: start, wait for health, record what it reports, stop.
 
-    name = "embedded"
-    module = "perfwarden.harness.embedded_server"
+    Subclasses say how to build the command line and where the server reports itself."""
+
+    name = "server"
+    health_path = "/health"
+    info_paths: tuple[str, ...] = ("/server_info",)
 
     def __init__(
         self,
@@ -138,7 +141,11 @@ class EmbeddedTarget:
         return f"http://{self.host}:{self.port}"
 
     def command(self) -> list[str]:
-        return [self.python, "-m", self.module, "--host", self.host, "--port", str(self.port), *knob_args(self.config)]
+        raise NotImplementedError
+
+    def thread_env(self) -> dict[str, str]:
+        """Environment that pins the server's threads (none by default)."""
+        return {}
 
     def log_text(self) -> str:
         return self.server_log.read_text(encoding="utf-8", errors="replace") if self.server_log.exists() else ""
@@ -155,8 +162,7 @@ class EmbeddedTarget:
         self.leg_dir.mkdir(parents=True, exist_ok=True)
         env = dict(os.environ)
         env["PYTHONUNBUFFERED"] = "1"
-        if "threads" in self.config:
-            env["OMP_NUM_THREADS"] = str(self.config["threads"])
+        env.update(self.thread_env())
         env.update(self.extra_env)
         cmd = self.command()
         self._log_handle = open(self.server_log, "ab")
@@ -168,18 +174,27 @@ class EmbeddedTarget:
             env=env, cwd=self.cwd, start_new_session=True,
         )
         self._wait_healthy()
-        try:
-            with httpx.Client(timeout=10.0) as client:
-                response = client.get(f"{self.base_url}/server_info")
-                response.raise_for_status()
-                info = response.json()
-        except (httpx.HTTPError, ValueError) as exc:
+        info = self.fetch_info()
+        if info is None:
             self._kill()
-            raise TargetStartError(f"server at {self.base_url} is healthy but /server_info failed: {exc}",
-                                   returncode=self._returncode(), log_tail=self.log_tail()) from exc
+            raise TargetStartError(f"server at {self.base_url} is healthy but none of {list(self.info_paths)!r} "
+                                   "answered with a JSON object", returncode=self._returncode(),
+                                   log_tail=self.log_tail())
         write_json_atomic(self.server_info_path, info)
         self.server_info = info
         return info
+
+    def fetch_info(self) -> dict[str, Any] | None:
+        """What the running server reports about its launch (first info path that answers)."""
+        with httpx.Client(timeout=10.0) as client:
+            for path in self.info_paths:
+                try:
+                    response = client.get(f"{self.base_url}{path}")
+                    if response.status_code == 200 and isinstance(response.json(), dict):
+                        return response.json()
+                except (httpx.HTTPError, ValueError):
+                    continue
+        return None
 
     def _wait_healthy(self) -> None:
         assert self.proc is not None
@@ -190,17 +205,17 @@ class EmbeddedTarget:
                 if rc is not None:
                     self._close_log()
                     reason = start_failure_line(self.log_text()) or "no START FAILED line; see the log tail"
-                    raise TargetStartError(f"embedded server exited with code {rc} before becoming healthy: {reason}",
+                    raise TargetStartError(f"{self.name} server exited with code {rc} before becoming healthy: {reason}",
                                            returncode=rc, log_tail=self.log_tail())
                 try:
-                    if client.get(f"{self.base_url}/health").status_code == 200:
+                    if client.get(f"{self.base_url}{self.health_path}").status_code == 200:
                         return
                 except httpx.HTTPError:
                     pass
                 if time.monotonic() > deadline:
                     self._kill()
                     raise TargetTimeout(
-                        f"embedded server did not become healthy within {self.start_timeout_s:.0f}s at {self.base_url}",
+                        f"{self.name} server did not become healthy within {self.start_timeout_s:.0f}s at {self.base_url}",
                         returncode=self._returncode(), log_tail=self.log_tail(),
                     )
                 time.sleep(0.1)
@@ -212,7 +227,7 @@ class EmbeddedTarget:
         rc = self.proc.poll()
         if rc is not None and not self._stopping:
             self._close_log()
-            raise TargetCrashed(f"embedded server exited unexpectedly with code {rc}", returncode=rc,
+            raise TargetCrashed(f"{self.name} server exited unexpectedly with code {rc}", returncode=rc,
                                 log_tail=self.log_tail())
 
     def is_running(self) -> bool:
@@ -252,9 +267,22 @@ class EmbeddedTarget:
         if self._log_handle is not None and not self._log_handle.closed:
             self._log_handle.close()
 
-    def __enter__(self) -> EmbeddedTarget:
+    def __enter__(self) -> ServerTarget:
         self.start()
         return self
 
     def __exit__(self, *exc: Any) -> None:
         self.stop()
+
+
+class EmbeddedTarget(ServerTarget):
+    """Runs ``python -m perfwarden.harness.embedded_server`` for one leg."""
+
+    name = "embedded"
+    module = "perfwarden.harness.embedded_server"
+
+    def command(self) -> list[str]:
+        return [self.python, "-m", self.module, "--host", self.host, "--port", str(self.port), *knob_args(self.config)]
+
+    def thread_env(self) -> dict[str, str]:
+        return {"OMP_NUM_THREADS": str(self.config["threads"])} if "threads" in self.config else {}
