@@ -129,8 +129,14 @@ def iter_raw_lines(path: Path, issues: list[LineIssue], digest: "hashlib._Hash |
 DECODE_ERRORS = (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError, RecursionError)
 
 
-def _issue_kind(exc: BaseException) -> Literal["corrupt", "missing_field"]:
+def _issue_kind(exc: BaseException, line: bytes) -> Literal["corrupt", "missing_field"]:
+    """``missing_field`` only for a well-formed JSON line that lacks a required field (msgspec checks
+    the fields of the first value before it notices trailing garbage such as ``{}{}``)."""
     if isinstance(exc, msgspec.ValidationError) and str(exc).startswith("Object missing required field"):
+        try:
+            msgspec.json.decode(line)
+        except DECODE_ERRORS:
+            return "corrupt"
         return "missing_field"
     return "corrupt"
 
@@ -153,7 +159,7 @@ def read_jsonl(path: Path, schema: type[T]) -> ReadReport[T]:
             try:
                 report.records.append((ref, decoder.decode(line)))
             except DECODE_ERRORS as exc:
-                report.issues.append(LineIssue(_issue_kind(exc), ref, f"line {ref.line} of {Path(path).name!r}"
+                report.issues.append(LineIssue(_issue_kind(exc, line), ref, f"line {ref.line} of {Path(path).name!r}"
                                                f" does not decode as {schema.__name__}: {_describe(exc)}"))
     except OSError as exc:
         report.issues.append(LineIssue("unreadable", LineRef(Path(path), 0, 0, 0),
@@ -170,7 +176,7 @@ def iter_jsonl(path: Path, schema: type[T], issues: list[LineIssue],
         try:
             record = decoder.decode(line)
         except DECODE_ERRORS as exc:
-            issues.append(LineIssue(_issue_kind(exc), ref, f"line {ref.line} of {Path(path).name!r} does not "
+            issues.append(LineIssue(_issue_kind(exc, line), ref, f"line {ref.line} of {Path(path).name!r} does not "
                                     f"decode as {schema.__name__}: {_describe(exc)}"))
             continue
         finally:

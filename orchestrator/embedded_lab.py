@@ -95,15 +95,25 @@ class EmbeddedLab:
             raise LabError(f"profiling failed: {type(exc).__name__}: {exc}") from exc
 
     def opbench(self, run: Path, op: str, candidates: list[str], shapes: list[list[int]]) -> Path:
-        from perfwarden.harness.opbench import run_opbench_for_lab
-
-        return run_opbench_for_lab(Path(run), op, candidates, shapes)
-
-    def quality(self, run: Path, leg: LegPlan, baseline: LegPlan) -> str:
-        from perfwarden.harness.quality import run_quality_pair
+        from perfwarden.harness.opbench import OpBenchError, run_opbench_for_lab
 
         try:
-            return run_quality_pair(Path(run), leg.leg, leg.config, baseline.leg, baseline.config)
+            return run_opbench_for_lab(Path(run), op, candidates, shapes)
+        except OpBenchError as exc:
+            raise LabError(f"op bench of {op!r} failed: {exc}") from exc
+
+    def quality(self, run: Path, leg: LegPlan, baseline: LegPlan) -> str:
+        """The registered QA eval on both legs' numerics. The eval servers batch (max_batch_size 8):
+        scheduling knobs do not change greedy outputs (batched == unbatched is tested in
+        tests/test_embedded_server.py), and unbatched the eval would cost minutes per leg."""
+        from perfwarden.harness.quality import run_quality_pair
+
+        def batched(config: dict[str, Any]) -> dict[str, Any]:
+            return {**config, "max_batch_size": max(8, int(config.get("max_batch_size", 1))), "batch_wait_ms": 5}
+
+        try:
+            return run_quality_pair(Path(run), leg.leg, batched(leg.config), baseline.leg, batched(baseline.config),
+                                    concurrency=8)
         except Exception as exc:
             raise LabError(f"quality eval failed: {type(exc).__name__}: {exc}") from exc
 
