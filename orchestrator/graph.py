@@ -61,6 +61,8 @@ class RunState(TypedDict, total=False):
     bundle_done: bool
     notes: list
     fix_action: str | None
+    durations: list
+    picked_at: float
 
 
 @dataclass
@@ -236,12 +238,27 @@ def build_graph(services: Services):
 
     @_node("pick", services)
     def pick(state: RunState) -> dict:
+        now = services.clock()
+        durations = list(state.get("durations", []))
         pending = [p for p in state["proposals"] if p["status"] in ("pending", "benchmarked", "measuring")]
-        if not pending or _over_budget(state, services):
+        if state.get("current") and (not pending or pending[0]["id"] != state["current"]):
+            durations.append(now - state.get("picked_at", now))  # the previous proposal just finished
+        update: dict[str, Any] = {"durations": durations, "picked_at": now}
+        if pending and pending[0]["id"] == state.get("current"):
+            update["picked_at"] = state.get("picked_at", now)  # still working on the same proposal
+        remaining = settings.budget_minutes * 60.0 - (now - state["started_at"])
+        typical = sorted(durations)[len(durations) // 2] if durations else 0.0
+        # Stop starting new work when one more typical proposal plus the bundle would overrun the budget.
+        out_of_time = remaining < 2.5 * typical or remaining <= 0
+        if not pending or (out_of_time and (not pending or pending[0]["id"] != state.get("current"))):
             skipped = [dict(p, status="skipped") if p["status"] in ("pending", "benchmarked", "measuring") else p
                        for p in state["proposals"]]
-            return {"current": None, "proposals": skipped}
-        return {"current": pending[0]["id"]}
+            notes = state.get("notes", [])
+            if pending:
+                notes = notes + [f"budget: {remaining:.0f}s left, a change takes ~{typical:.0f}s; skipped "
+                                 f"{[p['id'] for p in pending]}"]
+            return {**update, "current": None, "proposals": skipped, "notes": notes}
+        return {**update, "current": pending[0]["id"]}
 
     def route_pick(state: RunState) -> str:
         if state.get("current") is None:
