@@ -22,6 +22,10 @@ DEFAULT_SPACE: list[tuple[str, Any, str, str, str, str]] = [
     ("response_cache", True, "B", "e2e", "baseline", "serve repeated requests from memory"),
     ("prompt_lookup", True, "A", "kernel", "baseline", "faster decoding kernel path via n-gram lookup"),
     ("quantization", "int8_dynamic", "B", "e2e", "baseline", "int8 matmuls are cheaper on CPU"),
+]
+# Levers searched only when named (--levers): a batching window only shows its cost (TTFT) under
+# Poisson arrivals, i.e. with the Server scenario.
+EXTRA_SPACE: list[tuple[str, Any, str, str, str, str]] = [
     ("batch_wait_ms", 40, "B", "e2e", "baseline", "wait to fill batches"),
 ]
 
@@ -30,7 +34,8 @@ def propose(base_config: dict[str, Any], allowed: list[str] | None, max_proposal
             reps: int) -> list[Proposal]:
     """Deterministic brain: one proposal per knob value that differs from the baseline."""
     out: list[Proposal] = []
-    for knob, value, cls, kind, mech, why in DEFAULT_SPACE:
+    space = DEFAULT_SPACE + [e for e in EXTRA_SPACE if allowed is not None and e[0] in allowed]
+    for knob, value, cls, kind, mech, why in space:
         name = f"{knob}={value}"
         if allowed is not None and knob not in allowed and name not in allowed:
             continue

@@ -15,6 +15,9 @@ the field.
 from __future__ import annotations
 
 import hashlib
+import os
+import queue
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -71,7 +74,7 @@ def iter_raw_lines(path: Path, issues: list[LineIssue], digest: "hashlib._Hash |
     """Yield complete (newline-terminated) lines with their location; report a torn tail.
 
     Blank lines are skipped (they carry nothing). ``digest`` is fed the whole file, so the caller
-    gets the file's sha256 from the same single pass.
+    gets the file's sha256 from the same single pass (complete once the iterator is exhausted).
 
     A line longer than the read chunk (a 100k-request rep is tens of MB) is collected as a list of
     pieces and joined once when its newline arrives, so reading stays linear in the line's size
@@ -82,38 +85,43 @@ def iter_raw_lines(path: Path, issues: list[LineIssue], digest: "hashlib._Hash |
     offset = 0  # file offset of the first byte of the line being assembled
     pieces: list[bytes] = []
     with open(path, "rb") as handle:
-        while True:
-            chunk = handle.read(_READ_CHUNK)
-            if not chunk:
-                break
-            if digest is not None:
-                digest.update(chunk)
-            find = chunk.find
-            start = 0
+        hasher = _Hasher(digest, os.fstat(handle.fileno()).st_size) if digest is not None else None
+        try:
             while True:
-                nl = find(b"\n", start)
-                if nl < 0:
+                chunk = handle.read(_READ_CHUNK)
+                if not chunk:
                     break
-                if pieces:
-                    pieces.append(chunk[start:nl])
-                    line = b"".join(pieces)
-                    pieces = []
-                else:
-                    line = chunk[start:nl]
-                line_no += 1
-                line_offset = offset
-                offset += len(line) + 1
-                start = nl + 1
-                if line.endswith(b"\r"):
-                    line = line[:-1]
-                if line.strip():
-                    # Hand the line over without keeping a reference in this frame: a rep's line can
-                    # be tens of MB, and it must be freed as soon as the consumer has decoded it.
-                    slot = [(LineRef(path, line_no, line_offset, len(line)), line)]
-                    line = None
-                    yield slot.pop()
-            if start < len(chunk):
-                pieces.append(chunk[start:] if start else chunk)
+                if hasher is not None:
+                    hasher.feed(chunk)
+                find = chunk.find
+                start = 0
+                while True:
+                    nl = find(b"\n", start)
+                    if nl < 0:
+                        break
+                    if pieces:
+                        pieces.append(chunk[start:nl])
+                        line = b"".join(pieces)
+                        pieces = []
+                    else:
+                        line = chunk[start:nl]
+                    line_no += 1
+                    line_offset = offset
+                    offset += len(line) + 1
+                    start = nl + 1
+                    if line.endswith(b"\r"):
+                        line = line[:-1]
+                    if line.strip():
+                        # Hand the line over without keeping a reference in this frame: a rep's line
+                        # can be tens of MB, and it must be freed as soon as the consumer decoded it.
+                        slot = [(LineRef(path, line_no, line_offset, len(line)), line)]
+                        line = None
+                        yield slot.pop()
+                if start < len(chunk):
+                    pieces.append(chunk[start:] if start else chunk)
+        finally:
+            if hasher is not None:
+                hasher.close()
     pending = b"".join(pieces)
     if pending.strip():
         ref = LineRef(path, line_no + 1, offset, len(pending))
@@ -121,6 +129,47 @@ def iter_raw_lines(path: Path, issues: list[LineIssue], digest: "hashlib._Hash |
                                 "newline: the writer did not finish it, so it is not evidence"))
     elif line_no == 0:
         issues.append(LineIssue("empty_file", LineRef(path, 0, 0, 0), f"{path.name!r} is empty"))
+
+
+class _Hasher:
+    """Feeds ``digest`` the file's chunks in order, on a worker thread for large files.
+
+    ``hashlib`` releases the GIL while it hashes a buffer, so a worker hashes chunk k while the main
+    thread splits and decodes (the sha256 of a 700 MB bench file is ~0.4 s of a ~6 s audit). The
+    worker hashes exactly the bytes that were parsed (the same chunk objects, in order), so the
+    digest still certifies what was read. The queue is bounded: a lagging worker blocks the reader
+    instead of holding the file in memory. Small files are hashed inline.
+    """
+
+    THREAD_MIN_BYTES = 16 << 20
+    QUEUE_CHUNKS = 32
+
+    def __init__(self, digest: "hashlib._Hash", size: int):
+        self._digest = digest
+        self._queue: queue.Queue[bytes | None] | None = None
+        self._thread: threading.Thread | None = None
+        if size >= self.THREAD_MIN_BYTES:
+            self._queue = queue.Queue(maxsize=self.QUEUE_CHUNKS)
+            self._thread = threading.Thread(target=self._run, name="perfwarden-sha256", daemon=True)
+            self._thread.start()
+
+    def _run(self) -> None:
+        update, get = self._digest.update, self._queue.get
+        while (chunk := get()) is not None:
+            update(chunk)
+
+    def feed(self, chunk: bytes) -> None:
+        if self._queue is None:
+            self._digest.update(chunk)
+        else:
+            self._queue.put(chunk)
+
+    def close(self) -> None:
+        """Wait until every fed chunk is hashed (the digest is complete after this)."""
+        if self._thread is not None:
+            self._queue.put(None)
+            self._thread.join()
+            self._thread = None
 
 
 # What decoding one hostile line can raise besides msgspec's own errors: invalid UTF-8 inside a string

@@ -12,14 +12,14 @@ from perfwarden.orchestrator.runner import RunUsageError, run_graph
 from perfwarden.orchestrator.settings import RunSettings
 
 
-def make_lab(target: str):
-    if target == "synthetic":
+def make_lab(settings: RunSettings):
+    if settings.target == "synthetic":
         from perfwarden.orchestrator.simlab import SyntheticLab
 
         return SyntheticLab()
     from perfwarden.orchestrator.embedded_lab import EmbeddedLab
 
-    return EmbeddedLab()
+    return EmbeddedLab.from_settings(settings)
 
 
 def run(
@@ -70,7 +70,7 @@ def run(
         err.print(f"[dim]{time.time() - started:6.1f}s[/dim] {node}" + (f" [cyan]{detail}[/cyan]" if detail else ""))
 
     try:
-        lab = make_lab(settings.target)
+        lab = make_lab(settings)
         state = run_graph(Path(run_dir), settings, lab, resume=resume is not None, llm=client,
                           checkpointer_url=checkpointer, on_event=on_event)
     except RunUsageError as exc:

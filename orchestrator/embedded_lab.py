@@ -8,6 +8,7 @@ machine cannot masquerade as a delta. Reps already on disk are skipped (resume n
 from __future__ import annotations
 
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -33,15 +34,28 @@ EMBEDDED_BASE: dict[str, Any] = {
 class EmbeddedLab:
     """Lab protocol over the embedded target."""
 
-    def __init__(self, *, qps: float = 6.0, rep_seconds: float = 4.0, max_tokens: int = 24,
-                 scenario: str = "Server", seed: int = 0, parity_tokens: int = 24, start_timeout_s: float = 180.0,
-                 on_rep=None):
-        self.load = LoadSettings(scenario=scenario, target_qps=qps, min_duration_s=rep_seconds,
-                                 max_duration_s=max(60.0, rep_seconds * 10), max_tokens=max_tokens, seed=seed,
-                                 extra_body={"ignore_eos": True}, request_timeout_s=60.0)
+    def __init__(self, *, qps: float = 2.0, rep_seconds: float = 4.0, max_tokens: int = 16,
+                 scenario: str = "Offline", offline_samples: int = 8, seed: int = 0, parity_tokens: int = 16,
+                 start_timeout_s: float = 180.0, on_rep=None):
+        if scenario == "Offline":  # one query of exactly ``offline_samples`` prompts, issued at once
+            self.load = LoadSettings(scenario="Offline", target_qps=1.0, min_duration_s=0.1,
+                                     min_query_count=offline_samples, max_duration_s=300.0, max_tokens=max_tokens,
+                                     seed=seed, extra_body={"ignore_eos": True}, request_timeout_s=240.0,
+                                     sample_concatenate_permutation=False)
+        else:
+            self.load = LoadSettings(scenario="Server", target_qps=qps, min_duration_s=rep_seconds,
+                                     max_duration_s=max(60.0, rep_seconds * 10), max_tokens=max_tokens, seed=seed,
+                                     extra_body={"ignore_eos": True}, request_timeout_s=60.0)
         self.parity_tokens = parity_tokens
         self.start_timeout_s = start_timeout_s
         self.on_rep = on_rep or (lambda leg, rep, status: None)
+
+    @classmethod
+    def from_settings(cls, settings, on_rep=None) -> "EmbeddedLab":
+        return cls(qps=settings.qps, rep_seconds=settings.rep_seconds, max_tokens=settings.max_tokens,
+                   scenario="Offline" if settings.scenario == "offline" else "Server",
+                   offline_samples=settings.offline_samples, seed=settings.seed, parity_tokens=settings.max_tokens,
+                   on_rep=on_rep)
 
     # ------------------------------------------------------------------ protocol
     def base_config(self) -> dict[str, Any]:
@@ -62,8 +76,10 @@ class EmbeddedLab:
         targets: dict[str, EmbeddedTarget] = {}
         status: dict[str, str] = {}
         try:
-            for plan in legs:
-                status[plan.leg] = self._start(paths, plan, targets)
+            # Servers load their models concurrently (start-up is mostly I/O and one-off work).
+            with ThreadPoolExecutor(max_workers=len(legs)) as pool:
+                started = list(pool.map(lambda plan: (plan.leg, self._start(paths, plan, targets)), legs))
+            status.update(started)
             pids = [t.proc.pid for t in targets.values() if t.proc is not None]
             for k in range(reps):
                 for plan in legs:
@@ -146,20 +162,22 @@ class EmbeddedLab:
 
     def _parity_dump(self, paths: RunDir, leg: str, base_url: str) -> None:
         """Greedy outputs for the fixed parity prompts (outputs.jsonl), written whole or not at all."""
-        rows = []
-        with httpx.Client(timeout=120.0) as client:
-            for prompt in parity_prompts():
-                body = {"prompt": prompt.text, "max_tokens": self.parity_tokens, "temperature": 0, "seed": 0}
-                try:
+        def one(prompt) -> dict[str, Any]:
+            body = {"prompt": prompt.text, "max_tokens": self.parity_tokens, "temperature": 0, "seed": 0}
+            try:
+                with httpx.Client(timeout=240.0) as client:
                     resp = client.post(f"{base_url}/v1/completions", json=body)
-                    resp.raise_for_status()
-                    choice = resp.json()["choices"][0]
-                    rows.append({"prompt_id": prompt.id, "text": choice.get("text", ""),
-                                 "token_ids": choice.get("token_ids"), "finish_reason": choice.get("finish_reason"),
-                                 "seed": 0, "prompt": prompt.text})
-                except (httpx.HTTPError, ValueError, KeyError, IndexError) as exc:
-                    rows.append({"prompt_id": prompt.id, "text": "", "finish_reason": "error", "seed": 0,
-                                 "error": f"{type(exc).__name__}: {exc}"})
+                resp.raise_for_status()
+                choice = resp.json()["choices"][0]
+                return {"prompt_id": prompt.id, "text": choice.get("text", ""), "token_ids": choice.get("token_ids"),
+                        "finish_reason": choice.get("finish_reason"), "seed": 0, "prompt": prompt.text}
+            except (httpx.HTTPError, ValueError, KeyError, IndexError) as exc:
+                return {"prompt_id": prompt.id, "text": "", "finish_reason": "error", "seed": 0,
+                        "error": f"{type(exc).__name__}: {exc}"}
+
+        # Sent concurrently so batching servers batch them; greedy outputs do not depend on batching.
+        with ThreadPoolExecutor(max_workers=4) as pool:
+            rows = list(pool.map(one, parity_prompts()))
         tmp = paths.outputs(leg).with_suffix(".tmp")
         tmp.unlink(missing_ok=True)
         for row in rows:

@@ -23,12 +23,15 @@ class RunSettings(BaseModel):
     max_reps: int = 7
     """Reps per leg after re-measuring (the auditor's power target assumes <= 7)."""
     rep_seconds: float = 4.0
-    """LoadGen min_duration per rep."""
-    scenario: Literal["server", "offline"] = "server"
-    """LoadGen scenario."""
-    qps: float = 6.0
+    """LoadGen min_duration per rep (Server scenario)."""
+    scenario: Literal["server", "offline"] = "offline"
+    """LoadGen scenario. Offline by default: on a 2-core CPU a fixed Server QPS either sits below
+    capacity (throughput then equals the offered load for every config) or queues without bound."""
+    qps: float = 2.0
     """Target QPS of the Server scenario."""
-    max_tokens: int = 24
+    offline_samples: int = 8
+    """Samples in one Offline rep (all issued at once)."""
+    max_tokens: int = 16
     """Output tokens per request (ignore_eos keeps lengths fixed)."""
     max_baseline_remeasures: int = 2
     """Baseline re-measures after a FLAG/FAIL baseline audit before the run gives up."""

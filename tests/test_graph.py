@@ -29,8 +29,12 @@ def reps_by_leg(run: Path) -> dict[str, list[int]]:
     return out
 
 
+ALL_LEVERS = ["max_batch_size", "attn_implementation", "response_cache", "prompt_lookup", "quantization",
+              "batch_wait_ms"]
+
+
 def test_full_run_banks_real_wins_and_refuses_tempting_levers(tmp_path):
-    state = run_graph(tmp_path / "run", settings(), SyntheticLab())
+    state = run_graph(tmp_path / "run", settings(levers=ALL_LEVERS, max_proposals=10), SyntheticLab())
     banked = {b["name"]: b for b in state["banked"]}
     assert banked["cfg-max_batch_size"]["lever_class"] == "B"
     assert banked["krn-rmsnorm"]["lever_class"] == "A"

@@ -39,7 +39,11 @@ LATENCY_METRICS = ("median_ttft_ms", "median_tpot_ms", "median_itl_ms", "median_
                    "p99_ttft_ms", "p99_tpot_ms")
 # Aggregates a line reports that we cross-check against our re-derivation (field -> our metric).
 CROSS_CHECKED = ("output_throughput", "request_throughput", "median_ttft_ms", "median_itl_ms",
-                 "median_tpot_ms", "median_e2e_latency_ms")
+                 "median_tpot_ms", "median_e2e_latency_ms", "completed", "total_output_tokens",
+                 "total_input_tokens")
+"""The last three are counts over successful requests (sglang's ``completed``/``total_*_tokens``); they
+are re-derived into ``RepMetrics.metrics`` only so that a line's own summary can be held against its
+arrays -- they are not compared between legs (``METRICS`` lists what is)."""
 
 _REQUIRED_ARRAYS = ("output_lens", "ttfts", "errors")
 
@@ -171,9 +175,13 @@ def rederive_rep(line: BenchRunLine, ref: LineRef, leg: str, rep_index: int) -> 
     total_out = float(ok_out.sum())
     m["output_throughput"] = total_out / line.duration
     m["request_throughput"] = n_ok / line.duration
+    m["completed"] = float(n_ok)
+    m["total_output_tokens"] = total_out
     if line.input_lens is not None:
         in_lens = _as_array(line.input_lens, "input_lens", n)
-        m["total_throughput"] = (total_out + float((in_lens if all_ok else in_lens[ok_idx]).sum())) / line.duration
+        total_in = float((in_lens if all_ok else in_lens[ok_idx]).sum())
+        m["total_input_tokens"] = total_in
+        m["total_throughput"] = (total_out + total_in) / line.duration
     else:
         result.missing.append("total_throughput")
     ttft_ms = ok_ttft * 1000.0
