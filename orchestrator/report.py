@@ -46,7 +46,7 @@ def render_markdown(report: dict[str, Any]) -> str:
                   "against an unreliable baseline.", ""]
     lines += ["## Banked", ""]
     if not report["banked"]:
-        lines.append("Nothing was banked: no change passed the auditor.")
+        lines += ["Nothing was banked: no change passed the auditor.", ""]
     for cls in ("A", "B"):
         entries = report["headlines"][cls]
         lines += [f"### {CLASS_TITLE[cls]}", ""]

@@ -107,6 +107,25 @@ def _median_p99(values: np.ndarray) -> tuple[float, float]:
 _MAX_SECONDS = float(np.finfo(float).max) / 1000.0
 
 
+def _segment_sums(gaps: np.ndarray, lists: list[list[float]]) -> np.ndarray:
+    """Per-request sums of the flattened gaps (``np.add.reduceat``; a request without gaps sums to 0).
+
+    Vectorized: ``math.fsum`` per request cost ~0.1 s per million gaps, a third of the decode itself.
+    The sums can differ from a correctly rounded ``fsum`` in the last bit or two, far below any
+    threshold the gates use. An overflowing sum becomes inf, which ``_check_finite`` rejects.
+    """
+    lens = np.fromiter(map(len, lists), dtype=np.intp, count=len(lists))
+    if lens.size == 0:
+        return np.zeros(0)
+    starts = np.zeros(lens.size, dtype=np.intp)
+    np.cumsum(lens[:-1], out=starts[1:])
+    # A trailing 0.0 makes every start a valid index (trailing empty lists) and adds nothing exactly.
+    with np.errstate(over="ignore"):
+        sums = np.add.reduceat(np.append(gaps, 0.0), starts)
+    sums[lens == 0] = 0.0  # reduceat returns the element at an empty segment's start, not 0
+    return sums
+
+
 def _check_finite(ref: LineRef, *arrays: np.ndarray | None) -> None:
     """Seconds must stay finite in milliseconds: a value near the float maximum is damage, and would
     otherwise turn into inf (or NaN) inside a percentile without failing anything."""
@@ -161,10 +180,7 @@ def rederive_rep(line: BenchRunLine, ref: LineRef, leg: str, rep_index: int) -> 
         if not all_ok:
             e2e = e2e[ok_idx]
     elif ok_lists is not None:
-        try:
-            e2e = ok_ttft + np.fromiter(map(math.fsum, ok_lists), dtype=float, count=len(ok_lists))
-        except OverflowError:
-            raise RepError("corrupt", f"line {ref.line}: a request's 'itls' sum overflows") from None
+        e2e = ok_ttft + _segment_sums(gaps, ok_lists)
     else:
         e2e = None
     if e2e is not None and np.any(e2e + 1e-9 < ok_ttft):
