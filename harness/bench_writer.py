@@ -39,7 +39,7 @@ from typing import Any, Literal
 import msgspec
 import numpy as np
 
-from perfwarden.harness.jsonl import LineIssue, iter_raw_lines
+from perfwarden.harness.jsonl import DECODE_ERRORS, LineIssue, iter_raw_lines
 from perfwarden.harness.records import SCHEMA_VERSION, append_jsonl
 
 InputLenSource = Literal["usage", "estimate"]
@@ -233,7 +233,7 @@ def existing_reps(path: Path) -> set[tuple[str | None, int | None]]:
     for _, raw in iter_raw_lines(path, issues):
         try:
             key = decoder.decode(raw)
-        except (msgspec.DecodeError, msgspec.ValidationError):
+        except DECODE_ERRORS:  # a line that does not decode is not a rep that exists
             continue
         keys.add((key.leg, key.rep))
     return keys

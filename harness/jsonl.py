@@ -21,7 +21,7 @@ import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Generic, Literal, TypeVar
+from typing import Annotated, Generic, Literal, TypeVar
 
 import msgspec
 
@@ -237,6 +237,9 @@ def iter_jsonl(path: Path, schema: type[T], issues: list[LineIssue],
 # ------------------------------------------------------------------------------------ line schemas
 
 OptFloat = float | None
+Millis = Annotated[float, msgspec.Meta(ge=0, le=1e9)]
+"""A duration in ms: never negative, never beyond ~11 days (a value outside is a corrupt record)."""
+Micros = Annotated[float, msgspec.Meta(ge=0, le=1e15)]
 
 
 class BenchRunLine(msgspec.Struct, kw_only=True):
@@ -313,7 +316,7 @@ class OpBenchLine(msgspec.Struct, kw_only=True):
     shape: list[int] | str
     trial: int = 0
     dtype: str | None = None
-    times_ms: list[float] | None = None
+    times_ms: list[Millis] | None = None
     """Per-iteration times of the timed iterations (warm-up already discarded)."""
     warmup_discarded: int | None = None
     fresh_inputs: bool | None = None
@@ -340,7 +343,7 @@ class ProfileLine(msgspec.Struct, kw_only=True):
 
     name: str
     """Kernel or op name as the profiler reported it."""
-    self_time_us: float
+    self_time_us: Micros
     """Self time, microseconds (device time on GPU, CPU time on CPU)."""
     count: int | None = None
     op: str | None = None

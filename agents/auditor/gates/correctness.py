@@ -3,6 +3,7 @@ mechanisms, and an unchanged output-length distribution."""
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
 
@@ -124,6 +125,13 @@ def check_quality(run: Path, claim: Claim, loader, cand_name: str, lossy: list[s
         return
     spec = registered[eval_id]
     ev = [tf.evidence(run, tf.key_line("score"))] if tf else []
+    bounded = spec.get("metric") in ("exact_match", "accuracy")
+    values = [v for v in (qe.score, qe.baseline_score) if v is not None]
+    if any(not math.isfinite(v) or v < 0 or (bounded and v > 1) for v in values) or qe.n < 0:
+        findings.add("EVIDENCE_CORRUPT", "FAIL", f"quality eval {eval_id!r} holds impossible values "
+                     f"(score {qe.score!r}, baseline {qe.baseline_score!r}, n {qe.n!r})", evidence=ev,
+                     action="eject", gate="quality")
+        return
     if not qe.completed or qe.n < spec.get("min_n", 1) or qe.leg != cand_name:
         findings.add("QUALITY_EVAL_MISSING", severity, f"quality eval {eval_id!r} is incomplete or for another leg "
                      f"(completed={qe.completed}, n={qe.n}, leg={qe.leg!r}, need n>={spec.get('min_n', 1)} on "

@@ -211,7 +211,12 @@ def check_drift(run: Path, claim: Claim, base: LegEvidence, band_pct: float, not
 def check_contention(run: Path, leg: LegEvidence, findings: Findings, severity: str = "FLAG") -> None:
     """Another busy process during a rep makes that rep's numbers a measure of the neighbour too."""
     for rep in leg.reps:
-        busy = _busy_processes(rep.contention)
+        try:
+            busy = _busy_processes(rep.contention)
+        except ContentionFormatError as exc:
+            findings.add("EVIDENCE_CORRUPT", "FAIL", f"leg {leg.name!r} rep {rep.rep}: {exc}",
+                         evidence=[line_evidence(run, rep.ref)], gate="contention")
+            continue
         if busy:
             top = max(busy, key=lambda p: p[1])
             findings.add("CONTENDED_LEG", severity, f"leg {leg.name!r} rep {rep.rep}: process {top[0]!r} used "
@@ -229,13 +234,24 @@ def _busy_processes(contention: dict | None) -> list[tuple[str, float]]:
     out = []
     for sample in samples:
         for key in ("busy", "busy_processes", "other_busy"):
-            for proc in sample.get(key) or []:
+            procs = sample.get(key)
+            if procs is None:
+                continue
+            if not isinstance(procs, list):
+                raise ContentionFormatError(f"contention {key!r} is {type(procs).__name__}, not a list")
+            for proc in procs:
                 if not isinstance(proc, dict):
-                    continue
+                    raise ContentionFormatError(f"contention {key!r} entry {proc!r} is not an object")
                 cpu = proc.get("cpu_pct", proc.get("cpu_percent"))
-                if isinstance(cpu, (int, float)) and math.isfinite(cpu) and cpu >= BUSY_PROCESS_CPU_PCT:
+                if isinstance(cpu, bool) or not isinstance(cpu, (int, float)) or not math.isfinite(cpu):
+                    raise ContentionFormatError(f"contention {key!r} entry has cpu_pct {cpu!r}")
+                if cpu >= BUSY_PROCESS_CPU_PCT:
                     out.append((str(proc.get("name", proc.get("pid", "?"))), float(cpu)))
     return out
+
+
+class ContentionFormatError(ValueError):
+    """A contention sample the harness could not have written: the evidence is corrupt."""
 
 
 def check_errors(run: Path, leg: LegEvidence, findings: Findings, severity: str, action: str) -> int:
