@@ -61,7 +61,9 @@ def run_graph(run: Path, settings: RunSettings, lab: Lab, *, resume: bool = Fals
     try:
         if resume:
             snapshot = graph.get_state(config)
-            if not snapshot.next:
+            # A task that finished just before the crash has its writes saved but no checkpoint after
+            # it yet: ``next`` is then empty while ``tasks`` is not, and invoking applies those writes.
+            if not snapshot.next and not snapshot.tasks:
                 return dict(snapshot.values)
             return graph.invoke(None, config)
         initial = {"run_dir": str(run), "settings": settings.model_dump(), "started_at": clock(), "seq": 0,
