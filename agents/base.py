@@ -52,6 +52,8 @@ class Proposal(BaseModel):
     """Quality eval the producer cites (filled by a fix after QUALITY_EVAL_MISSING)."""
     isolated_speedup: float | None = None
     """Kernel proposals: the op-bench speedup the harness audit re-derived."""
+    disclosed_regressions: dict[str, float] = Field(default_factory=dict)
+    """Latency metrics the producer states got worse (percent), from its own reading of the legs."""
     reps: int = 3
     """Reps per leg for the next measurement."""
     attempts: int = 0
@@ -74,7 +76,7 @@ class FixDecision(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    action: Literal["resubmit", "remeasure", "run_quality_eval", "reclassify", "drop"]
+    action: Literal["resubmit", "remeasure", "run_quality_eval", "reclassify", "disclose", "drop"]
     """What to do next."""
     reason: str
     """One line, for the report."""

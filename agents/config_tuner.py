@@ -68,6 +68,26 @@ def reclassify(proposal: Proposal, verdict: dict[str, Any], run: Path) -> Propos
     return proposal.model_copy(update=update)
 
 
+def disclose(proposal: Proposal, verdict: dict[str, Any], run: Path) -> Proposal:
+    """State the latency regressions the auditor saw, sized from the producer's own reading of its
+    legs (the harness's per-rep aggregates), never copied from the auditor's numbers."""
+    metrics = sorted({f["measured"]["metric"] for f in verdict.get("findings", [])
+                      if f["code"] == "HIDDEN_LATENCY_REGRESSION" and isinstance(f.get("measured"), dict)})
+    stated: dict[str, float] = {}
+    base, cand = (Path(run) / "legs" / leg / "bench_runs.jsonl" for leg in proposal.legs or ())
+    for metric in metrics:
+        b, c = _own_median(base, metric), _own_median(cand, metric)
+        if b and c:
+            stated[metric] = round((c / b - 1.0) * 100.0, 1)
+    return proposal.model_copy(update={"disclosed_regressions": stated})
+
+
+def _own_median(bench: Path, metric: str) -> float | None:
+    values = sorted(v for v in (json.loads(line).get(metric) for line in bench.read_text().splitlines() if line.strip())
+                    if isinstance(v, (int, float)))
+    return values[len(values) // 2] if values else None
+
+
 DROP_CODES = {
     "CACHING_SUSPECTED": "the change is a cache, not a speedup",
     "SERVER_CRASH": "the change crashed the server",
@@ -76,7 +96,6 @@ DROP_CODES = {
     "OUTPUT_LENGTH_SHIFT": "the change alters output lengths",
     "NOT_ENGAGED": "the change never engaged",
     "NONCOHERENT_REFERENCE": "the reference is gibberish",
-    "HIDDEN_LATENCY_REGRESSION": "the gain is bought with latency",
 }
 
 
@@ -88,6 +107,8 @@ def shared_fix(proposal: Proposal, verdict: dict[str, Any], max_reps: int) -> Fi
             return FixDecision(action="drop", reason=f"{code}: {why}")
     if "QUALITY_EVAL_MISSING" in codes and proposal.quality_eval_id is None:
         return FixDecision(action="run_quality_eval", reason="lossy change: run the registered quality eval")
+    if "HIDDEN_LATENCY_REGRESSION" in codes and not proposal.disclosed_regressions:
+        return FixDecision(action="disclose", reason="a latency trade-off: state it in the claim, with its size")
     if "ORTHOGONAL_LEVER" in codes:
         return FixDecision(action="reclassify", reason="the auditor detected a class-B lever; headline it as one",
                            believed_class="B", headline_kind="e2e")

@@ -186,6 +186,9 @@ class Headline(Record):
     """Claimed relative change in percent (e.g. ``66.93``), or None if only the direction is claimed."""
     kind: Literal["e2e", "isolated", "kernel"] = "e2e"
     """What the headline is presented as: an end-to-end win, an isolated op speedup, a kernel win."""
+    disclosed_regressions: dict[str, float] = Field(default_factory=dict)
+    """Latency metrics the producer states got worse, with the regression it states (percent). A
+    disclosed trade-off is not hidden: the auditor checks the stated size instead of flagging it."""
 
 
 class IsolatedSpeedup(Record):

@@ -76,10 +76,16 @@ class EmbeddedLab:
         targets: dict[str, EmbeddedTarget] = {}
         status: dict[str, str] = {}
         try:
-            # Servers load their models concurrently (start-up is mostly I/O and one-off work).
+            # Servers load their models concurrently (start-up is mostly I/O and one-off work); the
+            # parity dumps then run one server at a time: two servers computing at once on 2 cores
+            # oversubscribe the threads and run several times slower than either alone.
             with ThreadPoolExecutor(max_workers=len(legs)) as pool:
                 started = list(pool.map(lambda plan: (plan.leg, self._start(paths, plan, targets)), legs))
             status.update(started)
+            for plan in legs:
+                target = targets.get(plan.leg)
+                if target is not None and not paths.outputs(plan.leg).is_file():
+                    self._parity_dump(paths, plan.leg, target.base_url)
             pids = [t.proc.pid for t in targets.values() if t.proc is not None]
             for k in range(reps):
                 for plan in legs:
@@ -151,8 +157,6 @@ class EmbeddedLab:
             self._fail_leg(paths, plan, f"server did not start: {exc}")
             return f"failed: {exc}"
         targets[plan.leg] = target
-        if not paths.outputs(plan.leg).is_file():
-            self._parity_dump(paths, plan.leg, target.base_url)
         return "ok"
 
     def _fail_leg(self, paths: RunDir, plan: LegPlan, why: str) -> None:

@@ -176,7 +176,7 @@ def build_graph(services: Services):
         summary = {"seq": verdict.claim_seq, "scope": verdict.scope, "verdict": verdict.verdict,
                    "action": verdict.action, "path": str(path.relative_to(run)), "claim": rel,
                    "proposal": state.get("current") if verdict.scope in ("harness", "patch") else None,
-                   "findings": [{"code": f.code, "severity": f.severity, "message": f.message}
+                   "findings": [{"code": f.code, "severity": f.severity, "message": f.message, "measured": f.measured}
                                 for f in verdict.findings],
                    "headline_rederived": verdict.headline_rederived, "lever_detected": verdict.lever_detected,
                    "degraded": verdict.degraded}
@@ -346,7 +346,8 @@ def build_graph(services: Services):
                 "name": p.id, "proposal": p.id, "kind": p.kind, "lever_class": v["lever_detected"] or p.believed_class,
                 "config": p.config, "config_keys": sorted(p.config), "op": p.op, "impl": p.chosen,
                 "verdict": v["path"], "claim": v["claim"], "headline_rederived_pct": v["headline_rederived"],
-                "quality_eval_id": p.quality_eval_id, "legs": claim["legs"], "mechanism": claim.get("mechanism")}]
+                "quality_eval_id": p.quality_eval_id, "legs": claim["legs"], "mechanism": claim.get("mechanism"),
+                "disclosed_regressions": p.disclosed_regressions}]
             return {"proposals": _replace(state, p), "banked": banked, "fix_action": "done"}
         decision = brains.fix(p, v, settings.max_reps)
         p.history.append(f"patch audit {v['verdict']} ({v['action']}): {decision.action} -- {decision.reason}")
@@ -365,6 +366,8 @@ def build_graph(services: Services):
             p.reps = settings.max_reps
         elif action == "reclassify":
             p = config_tuner.reclassify(p, v, _run(state))
+        elif action == "disclose":
+            p = config_tuner.disclose(p, v, _run(state))
         elif action == "run_quality_eval":
             pass
         return {"proposals": _replace(state, p), "fix_action": action}
@@ -375,7 +378,7 @@ def build_graph(services: Services):
             return "pick"
         if action == "run_quality_eval":
             return "quality_eval"
-        if action == "reclassify":
+        if action in ("reclassify", "disclose"):
             return "resubmit"
         return "integrator"
 
@@ -433,6 +436,12 @@ def build_graph(services: Services):
             return {"bundle_done": True, "notes": state.get("notes", []) + [f"bundle failed: {exc}"],
                     "pending_claim": None}
         claim = integrator.bundle_claim(banked, 0, "bundle-base", "bundle", "bundle-test04")
+        traded = sorted({m for b in banked for m in (b.get("disclosed_regressions") or {})})
+        if traded:  # restate each trade-off at the size the bundle legs show (the producer's own reading)
+            proxy = Proposal(id="bundle", kind="config", producer="integrator", legs=["bundle-base", "bundle"])
+            findings = [{"code": "HIDDEN_LATENCY_REGRESSION", "measured": {"metric": m}} for m in traded]
+            claim["headline"]["disclosed_regressions"] = config_tuner.disclose(
+                proxy, {"findings": findings}, run).disclosed_regressions
         lossy = [b for b in banked if b.get("quality_eval_id")]
         if lossy:
             try:

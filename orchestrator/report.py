@@ -20,7 +20,8 @@ def build_report(state: dict[str, Any]) -> dict[str, Any]:
     headlines: dict[str, list[dict[str, Any]]] = {"A": [], "B": []}
     for b in banked:
         headlines[b["lever_class"]].append({"change": b["name"], "output_throughput_delta_pct": b["headline_rederived_pct"],
-                                            "verdict": b["verdict"]})
+                                            "verdict": b["verdict"],
+                                            "disclosed_regressions": b.get("disclosed_regressions") or {}})
     refused = [v for v in verdicts if v["scope"] == "patch" and v["verdict"] != "PASS"]
     return {
         "run_dir": state.get("run_dir"),
@@ -54,8 +55,10 @@ def render_markdown(report: dict[str, Any]) -> str:
             lines.append("- none")
         for e in entries:
             delta = e["output_throughput_delta_pct"]
-            lines.append(f"- `{e['change']}`: output throughput {delta:+.2f}% (re-derived; verdict `{e['verdict']}`)"
-                         if delta is not None else f"- `{e['change']}` (verdict `{e['verdict']}`)")
+            traded = ", ".join(f"{m} {v:+.1f}%" for m, v in e["disclosed_regressions"].items())
+            lines.append((f"- `{e['change']}`: output throughput {delta:+.2f}% (re-derived; verdict `{e['verdict']}`)"
+                          if delta is not None else f"- `{e['change']}` (verdict `{e['verdict']}`)")
+                         + (f"; trade-off disclosed: {traded}" if traded else ""))
         lines.append("")
     if report["bundle"]:
         b = report["bundle"]

@@ -9,6 +9,8 @@ it never writes a verdict or an answer.
 from __future__ import annotations
 
 import json
+
+import numpy as np
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +54,14 @@ def _spread(center: float, n: int, rel: float) -> list[float]:
     return [center * (1 - rel + i * step) for i in range(n)]
 
 
+def _median(values: list[float]) -> float:
+    return float(np.median(values))
+
+
+def _p99(values: list[float]) -> float:
+    return float(np.percentile(values, 99))
+
+
 def make_rep(leg: str, rep: int, *, throughput: float, ttft_ms: float = 100.0, tpot_ms: float = 20.0,
              n_requests: int = 8, output_len: int = 32, input_len: int = 128, errors: int = 0,
              accept_length: float | None = None, contention: dict | None = None, started_at: float | None = None,
@@ -74,6 +84,9 @@ def make_rep(leg: str, rep: int, *, throughput: float, ttft_ms: float = 100.0, t
         "request_throughput": ok / duration, "output_throughput": throughput,
         "total_throughput": (total_out + input_len * ok) / duration,
         "median_ttft_ms": ttft_ms, "median_tpot_ms": tpot_ms, "accept_length": accept_length,
+        "p99_ttft_ms": _p99([t * 1000 for t in ttfts]), "p99_tpot_ms": _p99([t * 1000 for t in tpots]),
+        "median_e2e_latency_ms": _median([x * 1000 for x in lat]), "p99_e2e_latency_ms": _p99([x * 1000 for x in lat]),
+        "median_itl_ms": _median([t * 1000 for t in tpots]), "p99_itl_ms": _p99([t * 1000 for t in tpots]),
         "input_lens": [input_len] * ok + [input_len] * errors,
         "output_lens": out_lens + [0] * errors,
         "ttfts": ttfts + [0.0] * errors,

@@ -41,7 +41,11 @@ def test_full_run_banks_real_wins_and_refuses_tempting_levers(tmp_path):
     assert banked["cfg-prompt_lookup"]["lever_class"] == "B"  # reclassified from the producer's belief "A"
     rejected = {r["name"]: r for r in state["rejected"]}
     assert "CACHING_SUSPECTED" in rejected["cfg-response_cache"]["reason"]
-    assert "HIDDEN_LATENCY_REGRESSION" in rejected["cfg-batch_wait_ms"]["reason"]
+    # a latency trade-off is banked only once the claim discloses it at its real size
+    wait = banked["cfg-batch_wait_ms"]
+    assert wait["disclosed_regressions"]["median_ttft_ms"] == pytest.approx(150.0, abs=5.0)
+    first = next(v for v in state["verdicts"] if v["proposal"] == "cfg-batch_wait_ms")
+    assert first["verdict"] == "FLAG" and any(f["code"] == "HIDDEN_LATENCY_REGRESSION" for f in first["findings"])
     trail = state["verdicts"]
     assert [v["seq"] for v in trail] == list(range(1, len(trail) + 1))
     assert len(list((tmp_path / "run" / "verdicts").glob("*.json"))) == len(trail)

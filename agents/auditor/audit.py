@@ -210,7 +210,7 @@ def audit_patch(a: Audit, bundle: bool = False) -> None:
         a.gate("significance", lambda: measurement.check_headline(
             a.run, claim, head, (len(base.reps), len(cand.reps)), a.findings))
         a.gate("latency", lambda: measurement.check_hidden_regressions(
-            a.comparisons, claim.headline.metric, base, cand, a.findings))
+            a.comparisons, claim.headline.metric, base, cand, a.findings, claim.headline.disclosed_regressions))
         a.gate("output_length", lambda: correctness.check_output_length(a.run, base, cand, a.findings))
         note = measurement.interleaving_note(base, cand)
         if note:

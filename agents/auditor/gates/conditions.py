@@ -111,6 +111,9 @@ def check_conditions(run: Path, claim: Claim, base: LegEvidence, cand: LegEviden
     for key, values in diff.items():
         if registry.is_inert(key) or is_declared(key, declared):
             continue
+        parents = registry.levers().get("reports", {}).get(registry.top_key(key), [])
+        if any(is_declared(p, declared) for p in parents):
+            continue  # a report of how the declared knob was applied, not a second knob
         inert, why = derived_is_inert(key, values, declared, base, cand)
         evidence = key_evidence(run, base, key) + key_evidence(run, cand, key)
         if inert:
