@@ -38,12 +38,14 @@ def leg_names(proposal: Proposal, attempt: int) -> tuple[str, str]:
     return f"{safe}-a{attempt}-base", f"{safe}-a{attempt}-cand"
 
 
-def patch_claim(proposal: Proposal, seq: int, base_leg: str, cand_leg: str, opbench_rel: str | None) -> dict:
-    """The claim as the producer would write it (its beliefs, not the auditor's)."""
+def patch_claim(proposal: Proposal, seq: int, base_leg: str, cand_leg: str, opbench_rel: str | None,
+                aa_legs: list[str] | None = None) -> dict:
+    """The claim as the producer would write it (its beliefs, not the auditor's). ``aa_legs``: the run's
+    same-config legs (baseline and its A/A twin) that calibrate the noise band."""
     keys = sorted(proposal.config) if proposal.kind == "config" else []
     claim: dict[str, Any] = {
         "seq": seq, "scope": "patch", "producer": proposal.producer,
-        "legs": {"baseline": base_leg, "candidate": cand_leg},
+        "legs": {"baseline": base_leg, "candidate": cand_leg, "aa": list(aa_legs or [])},
         "lever": {"name": proposal.id, "lever_class": proposal.believed_class, "config_keys": keys,
                   "kernel_ops": [proposal.op] if proposal.kind == "kernel" else []},
         "headline": {"metric": "output_throughput", "kind": proposal.headline_kind,

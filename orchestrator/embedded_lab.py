@@ -142,7 +142,9 @@ class EmbeddedLab:
     # ------------------------------------------------------------------ helpers
     def _prompts(self, plan: LegPlan):
         prompts = varied_prompts()
-        return prompts[:1] if plan.prompts == "repeat" else prompts
+        if plan.prompts == "repeat":  # TEST04-style: one prompt of typical (median) length, repeated
+            return [sorted(prompts, key=lambda p: len(p.text))[len(prompts) // 2]]
+        return prompts
 
     def _start(self, paths: RunDir, plan: LegPlan, targets: dict[str, EmbeddedTarget]) -> str:
         leg_dir = paths.leg_dir(plan.leg)

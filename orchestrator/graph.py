@@ -63,6 +63,7 @@ class RunState(TypedDict, total=False):
     fix_action: str | None
     durations: list
     picked_at: float
+    aa_legs: list
 
 
 @dataclass
@@ -160,11 +161,17 @@ def build_graph(services: Services):
     def baseline(state: RunState) -> dict:
         attempt = state.get("baseline_attempts", 0)
         leg = BASELINE_LEG if attempt == 0 else f"{BASELINE_LEG}-r{attempt}"
+        # An A/A leg (the same config, interleaved) calibrates this session's noise band: the auditor
+        # judges the baseline's spread against it instead of against a fixed constant.
         lab.measure(_run(state), [LegPlan(leg=leg, role="baseline", config=base_config(),
-                                          purpose="true no-overlay baseline")], settings.reps)
-        seq, rel = _submit(state, {"scope": "baseline", "producer": "integrator", "legs": {"baseline": leg}})
+                                          purpose="true no-overlay baseline"),
+                                  LegPlan(leg=f"{leg}-aa", role="aa", config=base_config(),
+                                          purpose="A/A: the baseline config again, to calibrate noise")],
+                    settings.reps)
+        seq, rel = _submit(state, {"scope": "baseline", "producer": "integrator",
+                                   "legs": {"baseline": leg, "aa": [f"{leg}-aa"]}})
         return {"seq": seq, "pending_claim": rel, "stage": "baseline", "baseline_attempts": attempt + 1,
-                "notes": state.get("notes", []) + [f"baseline leg {leg!r}"]}
+                "aa_legs": [leg, f"{leg}-aa"], "notes": state.get("notes", []) + [f"baseline leg {leg!r} (+ A/A)"]}
 
     @_node("auditor", services)
     def auditor(state: RunState) -> dict:
@@ -232,7 +239,14 @@ def build_graph(services: Services):
         if settings.kernels and profile_ok:
             hot = [(op, share) for op, share in state.get("hot_ops", [])]
             alts = {op: lab.alternatives(op) for op in lab.overridable_ops()}
-            proposals += kernel_extractor.propose(hot, lab.overridable_ops(), alts, reps=settings.reps)
+            kernels = kernel_extractor.propose(hot, lab.overridable_ops(), alts, reps=settings.reps)
+            for i, k in enumerate(kernels):  # the LLM brain writes one more candidate per op (sandboxed later)
+                written = brains.write_kernel(_run(state), k.op, dict(hot).get(k.op, 0.0),
+                                              state.get("served_shapes", {}).get(k.op, []), _reference_source(k.op),
+                                              k.op, i)
+                if written:
+                    k.candidates.insert(0, written)
+            proposals += kernels
         proposals = proposals[: settings.max_proposals]
         return {"proposals": [p.model_dump() for p in proposals], "stage": "search", "current": None}
 
@@ -330,7 +344,7 @@ def build_graph(services: Services):
         p.status = "measuring"
         p.attempts += 1
         opbench_rel = f"opbench/{p.op}/opbench.jsonl" if p.kind == "kernel" else None
-        seq, rel = _submit(state, integrator.patch_claim(p, 0, base_leg, cand_leg, opbench_rel))
+        seq, rel = _submit(state, integrator.patch_claim(p, 0, base_leg, cand_leg, opbench_rel, state.get("aa_legs")))
         p.history.append(f"A/B {base_leg} vs {cand_leg} x{p.reps} reps ({status.get(cand_leg, 'ok')}); claim {rel}")
         return {"seq": seq, "pending_claim": rel, "proposals": _replace(state, p)}
 
@@ -408,7 +422,7 @@ def build_graph(services: Services):
         base_leg, cand_leg = p.legs
         opbench_rel = f"opbench/{p.op}/opbench.jsonl" if p.kind == "kernel" else None
         p.attempts += 1
-        seq, rel = _submit(state, integrator.patch_claim(p, 0, base_leg, cand_leg, opbench_rel))
+        seq, rel = _submit(state, integrator.patch_claim(p, 0, base_leg, cand_leg, opbench_rel, state.get("aa_legs")))
         p.history.append(f"resubmitted as {rel}")
         return {"seq": seq, "pending_claim": rel, "proposals": _replace(state, p)}
 
@@ -488,6 +502,16 @@ def build_graph(services: Services):
     g.add_conditional_edges("bundle", route_bundle, ["auditor", "report"])
     g.add_edge("report", END)
     return g
+
+
+def _reference_source(op: str) -> str:
+    """Source of the reference implementation an LLM-written kernel must match."""
+    import inspect
+
+    from perfwarden.harness.ops import reference
+
+    fn = getattr(reference, op, None)
+    return inspect.getsource(fn) if fn is not None else f"# no reference implementation for {op!r}"
 
 
 def _base_leg(state: RunState) -> str:

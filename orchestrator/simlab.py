@@ -37,7 +37,7 @@ class SyntheticLab:
             "op_overrides": {"tput": 1.07},
         }
         self.cv = cv
-        self.rng = random.Random(seed)
+        self.seed = seed
         self.calls: list[tuple[str, Any]] = []
         self.reps_written = 0
         self.crash_after = crash_after
@@ -94,7 +94,10 @@ class SyntheticLab:
                     raise KeyboardInterrupt("simulated crash during a rep")
                 time.sleep(self.rep_delay_s)
                 eff = self._effect(plan.config)
-                tput = 100.0 * eff["tput"] * math.exp(self.rng.gauss(0, self.cv))
+                # Noise is a function of (seed, leg, rep), not of call order: a resumed run re-draws the
+                # same numbers for the reps it still has to measure.
+                rng = random.Random(f"{self.seed}:{plan.leg}:{k}")
+                tput = 100.0 * eff["tput"] * math.exp(rng.gauss(0, self.cv))
                 line = make_rep(plan.leg, k, throughput=tput, ttft_ms=80.0 * eff["ttft"],
                                 accept_length=eff.get("accept_length"), n_requests=8, output_len=16,
                                 contention=self.hog if self.contended is True or (

@@ -145,7 +145,8 @@ def test_nodes_alone(tmp_path):
     state |= g.nodes["setup"].runnable.invoke(state)
     assert (run / "run.json").is_file()
     state |= g.nodes["baseline"].runnable.invoke(state)
-    assert state["pending_claim"] == "claims/001-baseline.json" and reps_by_leg(run) == {"baseline": [0, 1, 2]}
+    assert state["pending_claim"] == "claims/001-baseline.json"
+    assert reps_by_leg(run) == {"baseline": [0, 1, 2], "baseline-aa": [0, 1, 2]}  # the A/A twin calibrates noise
     state |= g.nodes["auditor"].runnable.invoke(state)
     assert state["last_verdict"]["verdict"] == "PASS" and (run / "verdicts" / "001-baseline.json").is_file()
     state |= g.nodes["strategize"].runnable.invoke(state)

@@ -148,3 +148,26 @@ def test_client_raises_output_error_after_retries():
         with pytest.raises(LLMOutputError):
             client(llm, retries=2).complete_json("s", "u", PersonaAnswer)
         assert len(llm.requests) == 3
+
+
+def test_llm_kernel_extractor_writes_a_candidate_that_goes_to_the_op_bench(tmp_path):
+    code = "import torch\ndef rmsnorm(hidden_states, weight, eps):\n    return weight * hidden_states\n"
+
+    def reply(payload):
+        system = payload["messages"][0]["content"]
+        if "kernel-extractor" in system:
+            assert "def rmsnorm" in payload["messages"][1]["content"]  # the reference travels with the ask
+            return json.dumps({"code": code, "rationale": "fewer ops"})
+        if "config-tuner" in system:
+            return json.dumps({"proposals": []})
+        return json.dumps({"findings": []})
+
+    lab = SyntheticLab()
+    with ScriptedLLM([], default=None) as llm:
+        llm.default = reply
+        settings = RunSettings(target="synthetic", levers=[], kernels=True)
+        run_graph(tmp_path / "run", settings, lab, llm=client(llm))
+    written = tmp_path / "run" / "generated" / "rmsnorm_llm_0.py"
+    assert written.read_text() == code
+    benched = [c for c in lab.calls if c[0] == "opbench"]
+    assert benched and benched[0][2][0] == f"{written}:rmsnorm"
