@@ -342,10 +342,15 @@ def build_graph(services: Services):
         except LabError as exc:
             status = {cand_leg: f"failed: {exc}"}
         p.status = "measuring"
+        return submit_patch(state, p, f"A/B {base_leg} vs {cand_leg} x{p.reps} reps ({status.get(cand_leg, 'ok')})")
+
+    def submit_patch(state: RunState, p: Proposal, what: str) -> dict:
+        """Write the proposal's patch claim over its current legs; the auditor node answers it."""
+        base_leg, cand_leg = p.legs
         p.attempts += 1
         opbench_rel = f"opbench/{p.op}/opbench.jsonl" if p.kind == "kernel" else None
         seq, rel = _submit(state, integrator.patch_claim(p, 0, base_leg, cand_leg, opbench_rel, state.get("aa_legs")))
-        p.history.append(f"A/B {base_leg} vs {cand_leg} x{p.reps} reps ({status.get(cand_leg, 'ok')}); claim {rel}")
+        p.history.append(f"{what}; claim {rel}")
         return {"seq": seq, "pending_claim": rel, "proposals": _replace(state, p)}
 
     @_node("fix", services)
@@ -418,13 +423,7 @@ def build_graph(services: Services):
     @_node("resubmit", services)
     def resubmit(state: RunState) -> dict:
         """Same legs, corrected claim (reclassified headline or a quality eval added): no re-measure."""
-        p = _proposal(state)
-        base_leg, cand_leg = p.legs
-        opbench_rel = f"opbench/{p.op}/opbench.jsonl" if p.kind == "kernel" else None
-        p.attempts += 1
-        seq, rel = _submit(state, integrator.patch_claim(p, 0, base_leg, cand_leg, opbench_rel, state.get("aa_legs")))
-        p.history.append(f"resubmitted as {rel}")
-        return {"seq": seq, "pending_claim": rel, "proposals": _replace(state, p)}
+        return submit_patch(state, _proposal(state), "resubmitted on the same legs")
 
     @_node("bundle", services)
     def bundle(state: RunState) -> dict:

@@ -11,13 +11,12 @@ so in the commit).
 
 from __future__ import annotations
 
-import argparse
 import shutil
 from pathlib import Path
 from typing import Any, Callable
 
 from perfwarden.harness.records import QualityEval, write_json_atomic
-from perfwarden.proof.synth import (BASE_INFO, BASE_TPUT, CAND_TPUT, COHERENT_TEXTS, GIBBERISH_TEXTS, build_ab_run,
+from perfwarden.proof.synth import (fixture_builder_main, BASE_INFO, BASE_TPUT, CAND_TPUT, COHERENT_TEXTS, GIBBERISH_TEXTS, build_ab_run,
                                     make_rep, reps, write_claim, write_jsonl)
 
 PATCH_CODES = ["EVIDENCE_MISSING", "EVIDENCE_CORRUPT", "REPORTED_MISMATCH", "CONDITIONS_DIFFER",
@@ -270,11 +269,7 @@ def build_all(out: Path) -> list[str]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, default=Path(__file__).parent / "fixtures")
-    args = parser.parse_args()
-    for name in build_all(args.out):
-        print(f"built {args.out / name}")
+    fixture_builder_main(__doc__, build_all, Path(__file__).parent / "fixtures")
 
 
 if __name__ == "__main__":

@@ -196,3 +196,15 @@ def build_ab_run(run: Path, *, base_info: dict | None = None, cand_info: dict | 
             "headline": {"metric": "output_throughput", "value": 10.0, "kind": "e2e"}}
     body.update(claim or {})
     return write_claim(run, body)
+
+
+def fixture_builder_main(doc: str, build_all, default_out: Path) -> None:
+    """The command line every fixture builder shares: ``--out DIR``, then one line per fixture built."""
+    import argparse
+
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=default_out)
+    args = parser.parse_args()
+    for name in build_all(args.out):
+        print(f"built {args.out / name}")
+

@@ -10,12 +10,11 @@ live beside each fixture and were written before this script ran; this script ne
 
 from __future__ import annotations
 
-import argparse
 import shutil
 from pathlib import Path
 from typing import Any
 
-from perfwarden.proof.synth import (COHERENT_TEXTS, GIBBERISH_TEXTS, make_rep, write_claim, write_jsonl, write_leg,
+from perfwarden.proof.synth import (fixture_builder_main, COHERENT_TEXTS, GIBBERISH_TEXTS, make_rep, write_claim, write_jsonl, write_leg,
                                     write_manifest)
 
 SGLANG_INFO: dict[str, Any] = {
@@ -198,11 +197,7 @@ def build_all(out: Path) -> list[str]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, default=Path(__file__).parent / "fixtures")
-    args = parser.parse_args()
-    for name in build_all(args.out):
-        print(f"built {args.out / name / 'run'}")
+    fixture_builder_main(__doc__, build_all, Path(__file__).parent / "fixtures")
 
 
 if __name__ == "__main__":

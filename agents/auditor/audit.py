@@ -207,8 +207,9 @@ def audit_patch(a: Audit, bundle: bool = False) -> None:
                 a.comparisons[metric] = comp
         head = a.comparisons.get(claim.headline.metric)
         a.headline_rederived = head.delta_pct if head else None
+        contended = a.findings.has("CONTENDED_LEG", "FLAG")
         a.gate("significance", lambda: measurement.check_headline(
-            a.run, claim, head, (len(base.reps), len(cand.reps)), a.findings))
+            a.run, claim, head, (len(base.reps), len(cand.reps)), a.findings, contended, a.not_checked))
         a.gate("latency", lambda: measurement.check_hidden_regressions(
             a.comparisons, claim.headline.metric, base, cand, a.findings, claim.headline.disclosed_regressions))
         a.gate("output_length", lambda: correctness.check_output_length(a.run, base, cand, a.findings))

@@ -154,8 +154,9 @@ def rederive_rep(line: BenchRunLine, ref: LineRef, leg: str, rep_index: int) -> 
                         duration_s=float(line.duration), accept_length=line.accept_length,
                         contention=line.contention, started_at=line.started_at)
     result.error_samples = [e for e in line.errors if e][:3]
-    if n_ok == 0:
-        raise RepError("corrupt", f"line {ref.line}: none of {n} requests succeeded")
+    if n_ok == 0:  # a rep whose every request failed is request errors, not corrupt evidence
+        result.missing = list(METRICS)
+        return result
     if line.request_starts is not None:
         _as_array(line.request_starts, "request_starts", n)
 

@@ -160,8 +160,8 @@ def check_spec_decode_documented(claim: Claim, detected_spec: bool, findings: Fi
 
 def check_output_length(run: Path, base: LegEvidence, cand: LegEvidence, findings: Findings) -> None:
     """Truncation or early EOS shows as a shift in output lengths; tok/s then measures something else."""
-    b = [r.mean_output_len for r in base.reps]
-    c = [r.mean_output_len for r in cand.reps]
+    b = [r.mean_output_len for r in base.reps if r.n_ok]
+    c = [r.mean_output_len for r in cand.reps if r.n_ok]
     if not b or not c:
         return
     mb, mc = float(np.median(b)), float(np.median(c))

@@ -32,10 +32,13 @@ MAX_REPS = 7
 """Most reps per leg a comparison may use (the power target assumes <= 7)."""
 DRIFT_FLOOR_PCT = 2.0
 """Smallest drift reported, even when the band is narrower."""
-CRASH_PATTERNS = re.compile(
-    r"(Traceback \(most recent call last\)|Segmentation fault|core dumped|\bKilled\b|out of memory|"
-    r"CUDA error|RuntimeError:|server (crashed|died|exited)|fatal error|SIGABRT|SIGSEGV|"
-    r"Worker .* died|exited with (code|status) [1-9])", re.IGNORECASE)
+FATAL_PATTERNS = re.compile(
+    r"(Segmentation fault|core dumped|\bKilled\b|out of memory|illegal memory access|server (crashed|died|exited)|"
+    r"fatal error|\bFATAL\b|SIGABRT|SIGSEGV|Worker .* died|scheduler crash|exited with (code|status) -?[1-9])",
+    re.IGNORECASE)
+"""Log lines that mean the server process itself went down."""
+ERROR_PATTERNS = re.compile(r"(Traceback \(most recent call last\)|RuntimeError:|CUDA error)")
+"""Log lines that are a crash only when the leg also died (a server may log a failed request and live)."""
 
 
 def leg_metric_stats(reps: list[RepMetrics]) -> dict[str, MetricStats]:
@@ -99,8 +102,12 @@ def significant_worse(comp: Comparison, base: LegEvidence, cand: LegEvidence) ->
 
 
 def check_headline(run: Path, claim: Claim, comp: Comparison | None, n_reps: tuple[int, int],
-                   findings: Findings) -> None:
-    """The headline must be a real change: outside the noise band and significant at the rep level."""
+                   findings: Findings, contended: bool = False, not_checked: list[str] | None = None) -> None:
+    """The headline must be a real change: outside the noise band and significant at the rep level.
+
+    When a leg was contended, a missing delta may be the neighbour's doing: the change is neither
+    banked nor ejected on that data -- the check is reported as not made and the verdict (FLAG from
+    CONTENDED_LEG) asks for a re-measure."""
     metric = claim.headline.metric
     if comp is None:
         findings.add("EVIDENCE_MISSING", "FAIL", f"headline metric {metric!r} cannot be re-derived for both legs",
@@ -113,6 +120,12 @@ def check_headline(run: Path, claim: Claim, comp: Comparison | None, n_reps: tup
                      action="remeasure", gate="significance")
         return
     if comp.significant:
+        return
+    if contended:
+        findings.add("DELTA_NOT_SIGNIFICANT", "INFO", f"{metric} improves {improvement:+.2f}% (p={comp.p_value:.3g}) "
+                     "on contended legs: not judged", measured=round(improvement, 4), gate="significance")
+        if not_checked is not None:
+            not_checked.append("significance: a leg was contended, so the delta cannot be judged; re-measure")
         return
     inside = abs(improvement) <= comp.noise_band_pct
     # The band shrinks with reps: re-measuring can only help if the observed improvement would clear
@@ -287,9 +300,11 @@ def check_crash(run: Path, leg: LegEvidence, expected_reps: int | None, findings
         findings.add("SERVER_CRASH", "FAIL", f"leg {leg.name!r} failed: {leg.spec.failure or 'no reason recorded'}",
                      evidence=[leg.spec_file.evidence(run, leg.spec_file.key_line("status"))] if leg.spec_file else [],
                      action="eject", gate="crash")
+    died = (leg.spec is not None and leg.spec.status == "failed") or (
+        expected_reps is not None and leg.reps and len(leg.reps) < expected_reps)
     if leg.log is not None:
         for i, text in enumerate(leg.log.lines, 1):
-            if CRASH_PATTERNS.search(text):
+            if FATAL_PATTERNS.search(text) or (died and ERROR_PATTERNS.search(text)):
                 findings.add("SERVER_CRASH", "FAIL", f"server log of {leg.name!r} line {i}: {text.strip()[:160]!r}",
                              evidence=[leg.log.evidence(run, i)], action="eject", gate="crash")
                 break
