@@ -69,7 +69,7 @@ def bundle_claim(banked: list[dict[str, Any]], seq: int, base_leg: str, bundle_l
                  if (b.get("mechanism") or {}).get("name") == "speculative_decoding"), None)
     return {"seq": seq, "scope": "bundle", "producer": "integrator",
             "legs": {"baseline": base_leg, "candidate": bundle_leg, "validation": bundle_leg,
-                     "caching_audit": caching_leg},
+                     "caching_audit": caching_leg, "caching_control": f"{caching_leg}-control" if caching_leg else None},
             "lever": {"name": "bundle", "lever_class": "B" if "B" in classes else "A", "config_keys": keys,
                       "kernel_ops": ops, "components": [b["name"] for b in banked]},
             "headline": {"metric": "output_throughput", "kind": "e2e"},

@@ -157,6 +157,9 @@ class LegRefs(Record):
     """A validation leg re-measuring the candidate against the true baseline (bundle)."""
     caching_audit: str | None = None
     """A TEST04-style leg: one prompt repeated, with the candidate's config."""
+    caching_control: str | None = None
+    """The control for ``caching_audit``: distinct prompts of the same length, same config. Without it
+    the candidate leg is the control, which also differs in prompt lengths (padding, prefill)."""
     aa: list[str] = Field(default_factory=list)
     """Same-session A/A legs (the baseline config re-measured) that calibrate the noise band."""
 

@@ -16,7 +16,7 @@ import httpx
 
 from perfwarden.harness.bench_writer import rep_exists
 from perfwarden.harness.loadgen_client import LoadSettings, measure_rep
-from perfwarden.harness.prompts import parity_prompts, varied_prompts
+from perfwarden.harness.prompts import parity_prompts, random_word_prompts, varied_prompts
 from perfwarden.harness.records import (LegSpec, Overlay, RunDir, append_jsonl, write_json_atomic)
 from perfwarden.harness.targets import EmbeddedTarget, TargetError
 from perfwarden.orchestrator.lab import LabError, LegPlan
@@ -141,10 +141,12 @@ class EmbeddedLab:
 
     # ------------------------------------------------------------------ helpers
     def _prompts(self, plan: LegPlan):
-        prompts = varied_prompts()
-        if plan.prompts == "repeat":  # TEST04-style: one prompt of typical (median) length, repeated
-            return [sorted(prompts, key=lambda p: len(p.text))[len(prompts) // 2]]
-        return prompts
+        if plan.prompts == "varied":
+            return varied_prompts()
+        # TEST04 pair: distinct random-word prompts of one length, and the first of them repeated, so
+        # the two legs differ only in repetition (not in prompt lengths, padding or prefill).
+        same = random_word_prompts(16, input_len=24, seed=404)
+        return same[:1] if plan.prompts == "repeat" else same
 
     def _start(self, paths: RunDir, plan: LegPlan, targets: dict[str, EmbeddedTarget]) -> str:
         leg_dir = paths.leg_dir(plan.leg)

@@ -442,7 +442,9 @@ def build_graph(services: Services):
                 LegPlan(leg="bundle", role="validation", config=config, overlay=overlay, parent="bundle-base",
                         purpose="every banked change together"),
                 LegPlan(leg="bundle-test04", role="caching_audit", config=config, prompts="repeat",
-                        purpose="TEST04-style: one prompt repeated")]
+                        purpose="TEST04-style: one prompt repeated"),
+                LegPlan(leg="bundle-test04-control", role="candidate", config=config, prompts="same_length",
+                        purpose="TEST04 control: distinct prompts of the repeated prompt's length")]
         try:
             lab.measure(run, legs, settings.reps)
         except LabError as exc:

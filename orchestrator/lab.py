@@ -27,7 +27,9 @@ class LegPlan(BaseModel):
     role: Literal["baseline", "candidate", "validation", "caching_audit", "aa", "reference"]
     config: dict[str, Any] = Field(default_factory=dict)
     overlay: dict[str, Any] = Field(default_factory=dict)
-    prompts: Literal["varied", "repeat"] = "varied"
+    prompts: Literal["varied", "repeat", "same_length"] = "varied"
+    """varied: the hand-written mixed set; repeat: one prompt repeated (TEST04); same_length: distinct
+    prompts of that one prompt's length (TEST04's control: only the repetition differs)."""
     parent: str | None = None
     purpose: str = ""
 

@@ -238,8 +238,9 @@ def audit_patch(a: Audit, bundle: bool = False) -> None:
     a.gate("prefix_warmth", lambda: caching.check_prefix_warmth(a.run, base, cand, a.findings, a.not_checked))
     if claim.legs.caching_audit:
         cache_leg = a.leg(claim.legs.caching_audit)
-        if cache_leg.reps and cand.reps:
-            a.gate("test04", lambda: caching.check_test04_leg(a.run, cand, cache_leg, a.findings))
+        control = a.leg(claim.legs.caching_control) if claim.legs.caching_control else cand
+        if cache_leg.reps and control.reps:
+            a.gate("test04", lambda: caching.check_test04_leg(a.run, control, cache_leg, a.findings))
     elif bundle:
         a.not_checked.append("TEST04-style caching leg: none was measured")
 
