@@ -19,10 +19,10 @@ from pydantic import ValidationError
 
 from perfwarden.agents.auditor import stats
 from perfwarden.agents.auditor.evidence import LegEvidence, RunLoader
-from perfwarden.agents.auditor.findings import Findings, choose_action, verdict_label
+from perfwarden.agents.auditor.findings import Findings, GateResult, choose_action, verdict_label
 from perfwarden.agents.auditor.gates import caching, conditions, correctness, lever, measurement, opbench, profile, prose
 from perfwarden.agents.auditor.rederive import METRICS
-from perfwarden.harness.records import Claim, Comparison, MetricStats, Verdict, write_json_atomic
+from perfwarden.harness.records import Claim, Comparison, Finding, MetricStats, Verdict, write_json_atomic
 
 AUDITOR_VERSION = "1.0.0"
 
@@ -72,15 +72,27 @@ class Audit:
     extra_values: list[float] = field(default_factory=list)
 
     def gate(self, name: str, fn: Callable[[], Any]) -> Any:
-        """Run one gate; an exception in our own code degrades the verdict instead of crashing it."""
+        """Run one gate; an exception in our own code degrades the verdict instead of crashing it.
+
+        A pure gate returns a ``GateResult`` (or a plain list of findings): its findings and
+        not-checked notes are collected here and its ``value`` is returned. Older gates that still add
+        to ``a.findings`` themselves return anything else, which is passed through."""
         try:
-            return fn()
+            result = fn()
         except Exception as exc:  # noqa: BLE001 - the whole point is to contain our own bugs
             self.degraded.append(f"gate {name!r} failed: {type(exc).__name__}: {exc}")
             self.findings.add("AUDITOR_DEGRADED", "FLAG", f"gate {name!r} could not run ({type(exc).__name__}); "
                               "its check is not made", gate=name, action="flag")
             self.not_checked.append(f"{name}: {traceback.format_exception_only(type(exc), exc)[-1].strip()}")
             return None
+        if isinstance(result, GateResult):
+            self.findings.extend(result.findings)
+            self.not_checked.extend(result.not_checked)
+            return result.value
+        if isinstance(result, list) and all(isinstance(f, Finding) for f in result) and result:
+            self.findings.extend(result)
+            return None
+        return result
 
     def leg(self, name: str | None, need_outputs: bool = False, need_conditions: bool = False) -> LegEvidence | None:
         if not name:

@@ -7,7 +7,8 @@ gate's FAIL (eject) outranks a headline FLAG (downgrade).
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar
 
 from perfwarden.agents.auditor.codes import known
 from perfwarden.harness.records import Action, EvidenceRef, Finding, Severity, VerdictLabel
@@ -25,6 +26,29 @@ ACTION_PRECEDENCE: tuple[Action, ...] = (
 _DEFAULT_ACTION: dict[str, Action] = {"FAIL": "eject", "FLAG": "flag", "INFO": "pass"}
 
 
+T = TypeVar("T")
+
+
+def finding(code: str, severity: Severity, message: str, *, measured: Any = None, threshold: Any = None,
+            evidence: list[EvidenceRef] | None = None, action: Action | None = None, gate: str = "") -> Finding:
+    """One finding, its code checked against the catalog. Pure gates build their results with this."""
+    if not known(code):
+        raise ValueError(f"unknown finding code {code!r}: add it to codes.CATALOG first")
+    return Finding(code=code, severity=severity, message=message, measured=measured, threshold=threshold,
+                   evidence=evidence or [], action=action, gate=gate)
+
+
+@dataclass(frozen=True)
+class GateResult(Generic[T]):
+    """What a pure gate returns: its findings, the checks it could not make (with why), and a value
+    other gates may use (e.g. the server_info diff). Gates never mutate shared state; ``Audit.gate``
+    collects these."""
+
+    findings: list[Finding] = field(default_factory=list)
+    not_checked: list[str] = field(default_factory=list)
+    value: T | None = None
+
+
 class Findings:
     """An ordered list of findings with a small builder API (one line per rule in the gates)."""
 
@@ -34,12 +58,10 @@ class Findings:
     def add(self, code: str, severity: Severity, message: str, *, measured: Any = None,
             threshold: Any = None, evidence: list[EvidenceRef] | None = None, action: Action | None = None,
             gate: str = "") -> Finding:
-        if not known(code):
-            raise ValueError(f"unknown finding code {code!r}: add it to codes.CATALOG first")
-        finding = Finding(code=code, severity=severity, message=message, measured=measured,
-                          threshold=threshold, evidence=evidence or [], action=action, gate=gate)
-        self.items.append(finding)
-        return finding
+        made = finding(code, severity, message, measured=measured, threshold=threshold, evidence=evidence,
+                       action=action, gate=gate)
+        self.items.append(made)
+        return made
 
     def extend(self, other: list[Finding]) -> None:
         self.items.extend(other)
