@@ -1,153 +1,793 @@
-"""Run untrusted generated code (LLM-written kernels) in a confined subprocess.
+"""The one sandbox for code perfwarden did not write: op-bench candidates and servers that load them.
 
-Layers, each cheap and each recorded when it trips:
-- a separate process with a wall-clock timeout (the whole process group is killed);
-- resource limits: CPU seconds, address space, file size, open files;
-- a scrubbed environment (no API keys, no proxies) and ``python -I`` (no user site, no PYTHON* vars);
-- no network: a fresh network namespace when the kernel allows it (root on Linux), and in any case an
-  audit hook that refuses socket creation/connection and subprocesses;
-- confinement to the run directory: the audit hook refuses opening files for writing outside it.
+Generated code (an LLM's kernel, any candidate a producer hands over) runs in a separate process
+isolated by the operating system with bubblewrap (``bwrap``, Debian's ``bubblewrap`` package, installed
+by ``scripts/install.sh``). Nothing here relies on Python-level guards: the code inside may rebind
+anything in its own interpreter, fork, exec or load native code, and still meets the same walls.
 
-The audit hook is defence in depth, not a security boundary against hostile native code; the namespace
-and rlimits are what hold then. Results come back as one JSON object on a dedicated file descriptor.
+What every sandbox gets:
+
+- **fresh namespaces**: user (mapped to uid/gid 65534, every capability dropped, no further user
+  namespaces), mount, PID, network (loopback only, not the host's), IPC, UTS and cgroup; a new session
+  (no terminal to inject into), killed with its parent (``--die-with-parent``);
+- **a read-only view of the system**: ``/usr`` and its merged-usr links, the dynamic loader's cache,
+  the Python installation, the virtual environment and perfwarden's own package folders, each bound
+  read-only at its own path; whatever else the caller names (a candidate file, the model cache) also
+  read-only. ``/root``, ``/home``, the rest of ``/etc``, the run directory's evidence: not there;
+- **one writable directory** (``Policy.writable``, inside the run directory), also HOME, TMPDIR and
+  every tool cache; it cannot be a parent of the code or the interpreter (checked);
+- **an empty environment** plus an explicit allow-list; a name that looks like a secret is refused;
+- **a fresh ``/proc``** of its own PID namespace: the parent's processes (and their ``environ``) are
+  not in it;
+- **limits**: CPU seconds per process (``RLIMIT_CPU``), file size, open files, no core dumps; wall time
+  enforced from outside by killing the PID namespace's init (the kernel then kills every process in
+  it, ``setsid`` orphans included); memory by a cgroup limit (v1 or v2, a child of the caller's own
+  cgroup) when one can be created, else by a watchdog over the resident memory of every process in
+  the PID namespace -- never ``RLIMIT_AS``, which CUDA cannot live under; process count by a
+  ``pids`` cgroup when one can be created (else only the wall time bounds a fork bomb: recorded);
+- **devices**: ``/dev/null``, ``zero``, ``random``, ``urandom``, ``tty`` only; the GPU's nodes
+  (``/dev/nvidia*``, ``/dev/dri``) and ``/sys`` only when the caller asks for ``device="cuda"``.
+
+What it does not contain (README, "Threat model"): kernel exploits (the namespaces share the host
+kernel; no seccomp filter is installed), other processes' GPU memory and the GPU driver's own attack
+surface, timing and cache side channels, disk use summed over many files in the writable directory
+(each file is bounded, the total only by time), and a host without bwrap or user namespaces -- there
+:func:`available` says why not, and callers refuse to run generated code.
 """
 
 from __future__ import annotations
 
-import ctypes
+import errno
+import glob
 import json
 import os
-import resource
+import re
+import select
+import shutil
 import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
-from dataclasses import dataclass
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import IO, Any, Literal
 
-CLONE_NEWNET = 0x40000000
-SAFE_ENV_KEYS = ("PATH", "LANG", "LC_ALL", "TZ")
+Device = Literal["cpu", "cuda"]
+MemoryBound = Literal["cgroup_v1", "cgroup_v2", "rss_watchdog"]
+PidsBound = Literal["cgroup_v1", "cgroup_v2", "wall_time_only"]
+
+INSTALL_HINT = (
+    "install bubblewrap: `apt-get install bubblewrap` on Debian/Ubuntu (`bash scripts/install.sh` does it), "
+    "`dnf install bubblewrap` on Fedora; unprivileged user namespaces must be allowed (Ubuntu 24.04: "
+    "`sysctl kernel.apparmor_restrict_unprivileged_userns=0`)")
+"""What to do when the sandbox cannot run here; every refusal quotes it."""
+
+SANDBOX_UID = 65534
+"""uid/gid inside the sandbox (``nobody``); the writable directory appears owned by it."""
+
+ENV_FROM_CALLER = ("LANG", "LC_ALL", "TZ")
+"""Harmless variables copied from the caller when set; nothing else of the caller's environment is."""
+DEVICE_ENV_FROM_CALLER = ("CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES", "LD_LIBRARY_PATH", "CUDA_HOME",
+                          "TRITON_LIBCUDA_PATH", "TRITON_PTXAS_PATH")
+"""Also copied with ``device="cuda"``: where the driver and toolkit are, which GPU to use."""
+_SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSW|CREDENTIAL|AUTH|COOKIE|SESSION", re.IGNORECASE)
+
+_ETC_FILES = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "alternatives", "localtime")
+"""What of ``/etc`` the loader and libc need; ``passwd``, ``shadow`` and the rest stay outside."""
+_MERGED_USR = ("bin", "sbin", "lib", "lib32", "lib64", "libx32")
+_GPU_NODES = ("/dev/nvidia*", "/dev/nvidia-caps", "/dev/dri")
+_PACKAGES = ("perfwarden.agents", "perfwarden.harness", "perfwarden.orchestrator", "perfwarden.proof",
+             "perfwarden.skills")
+
+
+class SandboxUnavailable(RuntimeError):
+    """bwrap (or the kernel features it needs) is not usable here; the message says how to fix it."""
+
+
+class SandboxConfigError(ValueError):
+    """A policy that would not confine (writable code, a secret in the environment): our bug."""
+
+
+# ------------------------------------------------------------------------------------------ policy
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Resource bounds of one sandbox (``None``: not bounded by this mechanism)."""
+
+    wall_s: float | None = 60.0
+    """Wall-clock seconds before the whole PID namespace is killed."""
+    cpu_s: int | None = 120
+    """CPU seconds per process (RLIMIT_CPU: SIGXCPU, then SIGKILL one second later)."""
+    memory_bytes: int = 4 << 30
+    """Resident memory of the whole sandbox (cgroup limit, else RSS watchdog)."""
+    pids: int = 256
+    """Processes and threads in the sandbox (pids cgroup, where one can be created)."""
+    file_bytes: int = 256 << 20
+    """Largest file a process may write (RLIMIT_FSIZE)."""
+    open_files: int = 1024
+    """Open file descriptors per process (RLIMIT_NOFILE)."""
+
+
+@dataclass(frozen=True)
+class Policy:
+    """What one sandbox may see and do."""
+
+    writable: Path
+    """The one writable directory (created if missing); HOME, TMPDIR and the tool caches live in it."""
+    read_only: tuple[Path, ...] = ()
+    """Extra files or directories visible read-only at their own path (a candidate, the model cache)."""
+    env: Mapping[str, str] = field(default_factory=dict)
+    """Extra environment variables (on top of the fixed allow-list); no secret-looking names."""
+    device: Device = "cpu"
+    """``cuda`` makes the GPU's device nodes and ``/sys`` visible."""
+    limits: Limits = field(default_factory=Limits)
+    cwd: Path | None = None
+    """Working directory inside (default: ``writable``)."""
+
+
+@dataclass
+class Confinement:
+    """How a sandbox was actually confined (recorded in ``rig.json`` and the server log)."""
+
+    tool: str
+    memory: MemoryBound
+    memory_bytes: int
+    pids: PidsBound
+    pids_max: int | None
+    cpu_s: int | None
+    wall_s: float | None
+    device: Device
+    writable: str
+    network: str = "none (own network namespace, loopback only)"
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+# ------------------------------------------------------------------------------------ availability
+
+
+@lru_cache(maxsize=1)
+def _probe() -> tuple[str | None, str]:
+    """``(why not, bwrap version)``: one real sandboxed ``true`` with every namespace we use."""
+    bwrap = shutil.which("bwrap")
+    if bwrap is None:
+        return f"bubblewrap (bwrap) is not installed; {INSTALL_HINT}", ""
+    if shutil.which("prlimit") is None:
+        return "prlimit (util-linux) is not installed: `apt-get install util-linux`", ""
+    try:
+        version = subprocess.run([bwrap, "--version"], capture_output=True, text=True, timeout=10).stdout.strip()
+        probe = subprocess.run([bwrap, *_namespace_args(), "--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev",
+                                "--", "/bin/true"], capture_output=True, text=True, timeout=20, env={})
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"bwrap could not be run ({type(exc).__name__}: {exc}); {INSTALL_HINT}", ""
+    if probe.returncode != 0:
+        return (f"bwrap cannot create the sandbox's namespaces here ({probe.stderr.strip()[:300]!r}); "
+                f"{INSTALL_HINT}"), version
+    return None, version
+
+
+def available() -> str | None:
+    """``None`` when the sandbox works here, else why not (with how to fix it)."""
+    return _probe()[0]
+
+
+def require() -> None:
+    """Raise :class:`SandboxUnavailable` unless the sandbox works here."""
+    why = available()
+    if why is not None:
+        raise SandboxUnavailable(why)
+
+
+def _namespace_args() -> list[str]:
+    return ["--unshare-all", "--unshare-user", "--disable-userns", "--uid", str(SANDBOX_UID), "--gid",
+            str(SANDBOX_UID), "--cap-drop", "ALL", "--die-with-parent", "--new-session", "--hostname", "sandbox"]
+
+
+# ------------------------------------------------------------------------------------- what it sees
+
+
+def python_roots() -> list[Path]:
+    """The interpreter, the virtual environment and perfwarden's package folders (read-only inside)."""
+    import importlib.util
+
+    roots = {Path(p).resolve() for p in (sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix)}
+    roots.add(Path(os.path.realpath(sys.executable)).parent)
+    for name in _PACKAGES:
+        try:
+            spec = importlib.util.find_spec(name)
+        except (ImportError, ValueError):
+            continue
+        for loc in (spec.submodule_search_locations or []) if spec else []:
+            roots.add(Path(loc).resolve())
+    return sorted(r for r in roots if r.exists())
+
+
+def sandbox_env(policy: Policy) -> dict[str, str]:
+    """The whole environment inside: the fixed allow-list, the caller's extras, nothing else."""
+    w = str(Path(policy.writable).resolve())
+    env = {
+        "PATH": "/usr/local/bin:/usr/bin:/bin",
+        "HOME": w, "TMPDIR": f"{w}/tmp", "USER": "sandbox", "LOGNAME": "sandbox", "LANG": "C.UTF-8",
+        "PYTHONDONTWRITEBYTECODE": "1", "PYTHONNOUSERSITE": "1", "XDG_CACHE_HOME": f"{w}/.cache",
+        "TORCHINDUCTOR_CACHE_DIR": f"{w}/inductor", "TRITON_CACHE_DIR": f"{w}/triton",
+        "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_HUB_DISABLE_TELEMETRY": "1",
+    }
+    names = ENV_FROM_CALLER + (DEVICE_ENV_FROM_CALLER if policy.device == "cuda" else ())
+    env.update({k: os.environ[k] for k in names if k in os.environ})
+    for key, value in policy.env.items():
+        if _SECRET_NAME.search(key):
+            raise SandboxConfigError(f"environment variable {key!r} looks like a secret; the sandbox never gets one")
+        env[key] = str(value)
+    return env
+
+
+def _inside(path: Path, root: Path) -> bool:
+    return path == root or root in path.parents
+
+
+def bwrap_args(policy: Policy, info_fd: int | None = None) -> list[str]:
+    """bwrap's arguments (before ``--``) for ``policy``: what is bound where, read-only or not."""
+    writable = Path(policy.writable).resolve()
+    code = python_roots()
+    for root in code:
+        if _inside(root, writable):
+            raise SandboxConfigError(f"writable directory {str(writable)!r} contains code {str(root)!r}: "
+                                     "the sandbox could rewrite what runs next")
+    if writable == Path("/") or any(writable == Path(p) for p in ("/usr", "/etc", "/proc", "/dev", "/sys")):
+        raise SandboxConfigError(f"writable directory {str(writable)!r} is a system directory")
+    args = _namespace_args()
+    args += ["--ro-bind", "/usr", "/usr"]
+    for name in _MERGED_USR:
+        top = Path("/") / name
+        if top.is_symlink():
+            args += ["--symlink", os.readlink(top), str(top)]
+        elif top.is_dir():
+            args += ["--ro-bind", str(top), str(top)]
+    for name in _ETC_FILES:
+        args += ["--ro-bind-try", f"/etc/{name}", f"/etc/{name}"]
+    args += ["--proc", "/proc", "--dev", "/dev"]
+    binds: list[tuple[str, Path]] = [("--ro-bind", p) for p in code]
+    binds += [("--ro-bind", Path(p).resolve()) for p in policy.read_only]
+    if policy.device == "cuda":
+        for pattern in _GPU_NODES:
+            binds += [("--dev-bind", Path(p)) for p in sorted(glob.glob(pattern))]
+        binds.append(("--ro-bind", Path("/sys")))
+        for entry in os.environ.get("LD_LIBRARY_PATH", "").split(":"):
+            if entry and Path(entry).is_dir() and not Path(entry).resolve().is_relative_to("/usr"):
+                binds.append(("--ro-bind", Path(entry).resolve()))
+    binds.append(("--bind", writable))
+    # Parents before children, so a read-only file inside the writable directory stays read-only.
+    seen: set[tuple[str, Path]] = set()
+    for kind, path in sorted(binds, key=lambda b: (len(b[1].parts), b[0] != "--bind", str(b[1]))):
+        if (kind, path) in seen or not path.exists():
+            continue
+        seen.add((kind, path))
+        args += [kind, str(path), str(path)]
+    # bwrap builds the view on a tmpfs root (with the mount points it needs); make that read-only too,
+    # so the writable directory really is the only place a write can land.
+    args += ["--remount-ro", "/"]
+    args += ["--chdir", str(Path(policy.cwd).resolve() if policy.cwd else writable)]
+    if info_fd is not None:
+        args += ["--info-fd", str(info_fd)]
+    return args
+
+
+# ------------------------------------------------------------------------------------------ cgroups
+
+
+def _own_cgroups(proc_self: Path = Path("/proc/self")) -> dict[str, tuple[str, Path]]:
+    """Controller -> (hierarchy version, the caller's own cgroup directory), from /proc/self."""
+    mounts: dict[str, Path] = {}
+    v2_mount: Path | None = None
+    try:
+        for line in (proc_self / "mountinfo").read_text().splitlines():
+            pre, _, post = line.partition(" - ")
+            fstype, _, super_opts = (post.split(" ") + ["", "", ""])[:3]
+            mount_point = Path(pre.split(" ")[4])
+            if fstype == "cgroup2":
+                v2_mount = mount_point
+            elif fstype == "cgroup":
+                for opt in super_opts.split(","):
+                    if opt in ("memory", "pids"):
+                        mounts[opt] = mount_point
+        lines = (proc_self / "cgroup").read_text().splitlines()
+    except OSError:
+        return {}
+    out: dict[str, tuple[str, Path]] = {}
+    for line in lines:
+        hier, _, rest = line.partition(":")
+        controllers, _, path = rest.partition(":")
+        for ctrl in controllers.split(","):
+            if ctrl in mounts:
+                out[ctrl] = ("cgroup_v1", mounts[ctrl] / path.lstrip("/"))
+        if hier == "0" and controllers == "" and v2_mount is not None:
+            out.setdefault("v2", ("cgroup_v2", v2_mount / path.lstrip("/")))
+    return out
+
+
+class _Cgroups:
+    """Child cgroups of the caller's own (so every limit above ours still applies), one per sandbox."""
+
+    def __init__(self, limits: Limits):
+        self.dirs: list[Path] = []
+        self.procs_files: list[Path] = []
+        self.memory: MemoryBound = "rss_watchdog"
+        self.pids: PidsBound = "wall_time_only"
+        self._oom_file: Path | None = None
+        self._v2_dir: Path | None = None
+        name = f"perfwarden-sandbox-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        own = _own_cgroups()
+        if "v2" in own and "memory" not in own:
+            self._try_v2(own["v2"][1] / name, limits)
+            return
+        if "memory" in own and self._make(own["memory"][1] / name, {"memory.limit_in_bytes": limits.memory_bytes}):
+            memsw = own["memory"][1] / name / "memory.memsw.limit_in_bytes"
+            if memsw.exists():
+                self._write(memsw, limits.memory_bytes)
+            self.memory, self._oom_file = "cgroup_v1", own["memory"][1] / name / "memory.oom_control"
+        if "pids" in own and self._make(own["pids"][1] / name, {"pids.max": limits.pids}):
+            self.pids = "cgroup_v1"
+
+    def _try_v2(self, path: Path, limits: Limits) -> None:
+        try:
+            path.mkdir()
+        except OSError:
+            return
+        self.dirs.append(path)
+        controllers = (path / "cgroup.controllers").read_text().split() if (path / "cgroup.controllers").exists() else []
+        ok = False
+        if "memory" in controllers and self._write(path / "memory.max", limits.memory_bytes):
+            self._write(path / "memory.swap.max", 0)
+            self.memory, self._oom_file, ok = "cgroup_v2", path / "memory.events", True
+        if "pids" in controllers and self._write(path / "pids.max", limits.pids):
+            self.pids, ok = "cgroup_v2", True
+        if ok:
+            self.procs_files.append(path / "cgroup.procs")
+            self._v2_dir = path
+        else:
+            self.remove()
+
+    def _make(self, path: Path, settings: Mapping[str, int]) -> bool:
+        try:
+            path.mkdir()
+        except OSError:
+            return False
+        self.dirs.append(path)
+        if all(self._write(path / key, value) for key, value in settings.items()):
+            self.procs_files.append(path / "cgroup.procs")
+            return True
+        return False
+
+    @staticmethod
+    def _write(path: Path, value: int) -> bool:
+        try:
+            path.write_text(str(value))
+            return True
+        except OSError:
+            return False
+
+    def pids_inside(self) -> list[int]:
+        for procs in self.procs_files:
+            try:
+                return [int(p) for p in procs.read_text().split()]
+            except (OSError, ValueError):
+                continue
+        return []
+
+    def oom_killed(self) -> bool:
+        if self._oom_file is None:
+            return False
+        try:
+            for line in self._oom_file.read_text().splitlines():
+                key, _, value = line.partition(" ")
+                if key == "oom_kill" and int(value) > 0:
+                    return True
+        except (OSError, ValueError):
+            pass
+        return False
+
+    def kill_all(self) -> None:
+        if self._v2_dir is not None and (self._v2_dir / "cgroup.kill").exists():
+            self._write(self._v2_dir / "cgroup.kill", 1)
+        for _ in range(50):
+            pids = self.pids_inside()
+            if not pids:
+                return
+            for pid in pids:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            time.sleep(0.02)
+
+    def remove(self) -> None:
+        for path in reversed(self.dirs):
+            for _ in range(50):
+                try:
+                    path.rmdir()
+                    break
+                except OSError as exc:
+                    if exc.errno == errno.ENOENT:
+                        break
+                    time.sleep(0.02)
+        self.dirs, self.procs_files = [], []
+
+
+_JOIN_CGROUPS = 'while [ "$1" != "--" ]; do echo $$ > "$1" || exit 125; shift; done; shift; exec "$@"'
+"""Moves the launcher shell into the sandbox's cgroups, then execs prlimit -> bwrap (all inherit them)."""
+
+
+def _rlimit_args(limits: Limits) -> list[str]:
+    args = [f"--fsize={limits.file_bytes}:{limits.file_bytes}", f"--nofile={limits.open_files}:{limits.open_files}",
+            "--core=0:0"]
+    if limits.cpu_s is not None:
+        args.append(f"--cpu={int(limits.cpu_s)}:{int(limits.cpu_s) + 1}")
+    return args
+
+
+# -------------------------------------------------------------------------------------- a sandbox
+
+
+def _tree_rss_bytes(init_pid: int) -> int:
+    """Resident memory of every process in ``init_pid``'s PID namespace (the RSS watchdog's reading)."""
+    try:
+        ns = os.readlink(f"/proc/{init_pid}/ns/pid")
+    except OSError:
+        return 0
+    page = os.sysconf("SC_PAGE_SIZE")
+    total = 0
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            if os.readlink(f"/proc/{entry.name}/ns/pid") != ns:
+                continue
+            with open(f"/proc/{entry.name}/statm", encoding="ascii") as handle:
+                total += int(handle.read().split()[1]) * page
+        except (OSError, ValueError, IndexError):
+            continue
+    return total
+
+
+class Confined:
+    """One running sandbox around ``argv``. Use like a ``Popen``: ``poll``, ``wait``, ``terminate``,
+    ``kill``; ``killed_for`` says why perfwarden stopped it (wall time, memory), ``None`` otherwise.
+
+    Raises :class:`SandboxUnavailable` when bwrap cannot run here (never falls back to running the code
+    unconfined)."""
+
+    def __init__(self, argv: Sequence[str], policy: Policy, *, stdin: Any = subprocess.DEVNULL,
+                 stdout: Any = subprocess.DEVNULL, stderr: Any = subprocess.DEVNULL, pass_fds: Sequence[int] = ()):
+        require()
+        self.policy = policy
+        writable = Path(policy.writable)
+        writable.mkdir(parents=True, exist_ok=True)
+        for sub in ("tmp", ".cache"):
+            (writable / sub).mkdir(exist_ok=True)
+        env = sandbox_env(policy)
+        info_r, info_w = os.pipe()
+        args = bwrap_args(policy, info_fd=info_w)
+        self.cgroups = _Cgroups(policy.limits)
+        launcher: list[str] = []
+        if self.cgroups.procs_files:
+            launcher = ["/bin/sh", "-c", _JOIN_CGROUPS, "sh", *map(str, self.cgroups.procs_files), "--"]
+        cmd = [*launcher, shutil.which("prlimit") or "prlimit", *_rlimit_args(policy.limits), "--",
+               shutil.which("bwrap") or "bwrap", *args, "--", *argv]
+        self.confinement = Confinement(
+            tool=_probe()[1], memory=self.cgroups.memory, memory_bytes=policy.limits.memory_bytes,
+            pids=self.cgroups.pids, pids_max=policy.limits.pids if self.cgroups.pids != "wall_time_only" else None,
+            cpu_s=policy.limits.cpu_s, wall_s=policy.limits.wall_s, device=policy.device, writable=str(writable))
+        self.killed_for: str | None = None
+        self.started = time.monotonic()
+        self._init_pid: int | None = None
+        self._pidfd: int | None = None
+        self._lock = threading.Lock()
+        try:
+            self.proc = subprocess.Popen(cmd, env=env, stdin=stdin, stdout=stdout, stderr=stderr,
+                                         pass_fds=(info_w, *pass_fds), start_new_session=True, cwd=writable)
+        except BaseException:
+            os.close(info_r)
+            self.cgroups.remove()
+            raise
+        finally:
+            os.close(info_w)
+        self._info_r = info_r
+        self._done = threading.Event()
+        self._watch = threading.Thread(target=self._watchdog, name=f"sandbox-{self.proc.pid}", daemon=True)
+        self._watch.start()
+
+    # -- Popen-like surface
+    @property
+    def pid(self) -> int:
+        """pid of the outer bwrap process (the sandbox's processes are its descendants)."""
+        return self.proc.pid
+
+    @property
+    def returncode(self) -> int | None:
+        return self.proc.returncode
+
+    def poll(self) -> int | None:
+        return self.proc.poll()
+
+    def wait(self, timeout: float | None = None) -> int:
+        code = self.proc.wait(timeout)
+        self._finish()
+        return code
+
+    def pids(self) -> list[int]:
+        """Host pids of every process in the sandbox (for contention samples to exclude)."""
+        inside = set(self.cgroups.pids_inside())
+        if self._init_pid is not None:
+            try:
+                ns = os.readlink(f"/proc/{self._init_pid}/ns/pid")
+                for entry in os.scandir("/proc"):
+                    if entry.name.isdigit():
+                        try:
+                            if os.readlink(f"/proc/{entry.name}/ns/pid") == ns:
+                                inside.add(int(entry.name))
+                        except OSError:
+                            continue
+            except OSError:
+                pass
+        return sorted(inside | {self.proc.pid})
+
+    def terminate(self) -> None:
+        """SIGTERM to the sandboxed command itself (bwrap's init does not forward signals), so a server
+        can shut down cleanly and log its final state; :meth:`kill` is the guarantee."""
+        target = self._command_pid()
+        try:
+            if target is not None:
+                os.kill(target, signal.SIGTERM)
+            else:
+                self.proc.send_signal(signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+
+    def kill(self, reason: str | None = None) -> None:
+        """SIGKILL the whole sandbox: its PID namespace's init (the kernel kills everything in the
+        namespace with it), the launcher, and anything left in its cgroups; waits until they are gone."""
+        with self._lock:
+            if reason and self.killed_for is None:
+                self.killed_for = reason
+        if self._pidfd is not None:
+            try:
+                signal.pidfd_send_signal(self._pidfd, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        self.cgroups.kill_all()
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:  # pragma: no cover - the kernel did not reap it
+            pass
+        if self._pidfd is not None:
+            select.select([self._pidfd], [], [], 10)  # readable once the init (and so the namespace) is gone
+        self._finish()
+
+    def exit_reason(self) -> str | None:
+        """Why the sandbox ended, when it was not a plain exit: perfwarden's kill, or the memory limit."""
+        if self.killed_for:
+            return self.killed_for
+        if self.cgroups.oom_killed():
+            return f"memory limit ({self.policy.limits.memory_bytes >> 20} MiB, cgroup OOM kill)"
+        return None
+
+    # -- internals
+    def _command_pid(self) -> int | None:
+        if self._init_pid is None:
+            return None
+        try:
+            children = Path(f"/proc/{self._init_pid}/task/{self._init_pid}/children").read_text().split()
+            return int(children[0]) if children else None
+        except (OSError, ValueError):
+            return None
+
+    def _read_info(self, deadline: float) -> None:
+        buf = b""
+        while time.monotonic() < deadline:
+            ready, _, _ = select.select([self._info_r], [], [], 0.05)
+            if ready:
+                chunk = os.read(self._info_r, 4096)
+                buf += chunk
+                if not chunk or buf.rstrip().endswith(b"}"):
+                    break
+            if self.proc.poll() is not None:
+                break
+        try:
+            self._init_pid = int(json.loads(buf.decode())["child-pid"])
+            self._pidfd = os.pidfd_open(self._init_pid)
+        except (ValueError, KeyError, OSError):
+            self._init_pid = None
+
+    def _watchdog(self) -> None:
+        limits = self.policy.limits
+        deadline = self.started + limits.wall_s if limits.wall_s is not None else None
+        self._read_info(min(deadline, time.monotonic() + 30) if deadline else time.monotonic() + 30)
+        rss = self.cgroups.memory == "rss_watchdog"
+        while self.proc.poll() is None and not self._done.is_set():
+            now = time.monotonic()
+            if deadline is not None and now >= deadline:
+                self.kill(f"wall time limit ({limits.wall_s:g}s)")
+                return
+            if rss and self._init_pid is not None and _tree_rss_bytes(self._init_pid) > limits.memory_bytes:
+                self.kill(f"memory limit ({limits.memory_bytes >> 20} MiB, RSS watchdog)")
+                return
+            wait = 0.1 if rss else 0.25
+            if deadline is not None:
+                wait = min(wait, max(0.0, deadline - now))
+            self._done.wait(wait)
+        self._finish()
+
+    def _finish(self) -> None:
+        if self.proc.poll() is None:
+            return
+        with self._lock:
+            if self._done.is_set():
+                return
+            self._done.set()
+        # The outer bwrap is gone; make sure nothing of the sandbox outlived it, then drop the cgroups.
+        if self._pidfd is not None:
+            try:
+                signal.pidfd_send_signal(self._pidfd, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            select.select([self._pidfd], [], [], 10)
+            os.close(self._pidfd)
+            self._pidfd = None
+        self.cgroups.kill_all()
+        self.cgroups.remove()
+        try:
+            os.close(self._info_r)
+        except OSError:
+            pass
+
+
+@dataclass
+class Completed:
+    """A finished sandboxed command."""
+
+    returncode: int | None
+    stdout: bytes
+    stderr: bytes
+    seconds: float
+    killed_for: str | None
+    """Why the sandbox was stopped from outside (``wall time limit …``, ``memory limit …``), else None."""
+    confinement: Confinement
+
+
+def run(argv: Sequence[str], policy: Policy, *, input: bytes | None = None, pass_fds: Sequence[int] = ()) -> Completed:
+    """Run ``argv`` confined until it exits or a limit stops it; output is captured (bounded by the file
+    size limit, since it goes through files in the writable directory)."""
+    out_dir = Path(policy.writable)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    with open(out_dir / ".sandbox.stdout", "w+b") as out, open(out_dir / ".sandbox.stderr", "w+b") as err:
+        box = Confined(argv, policy, stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL,
+                       stdout=out, stderr=err, pass_fds=pass_fds)
+        if input is not None:
+            assert box.proc.stdin is not None
+            try:
+                box.proc.stdin.write(input)
+                box.proc.stdin.close()
+            except (BrokenPipeError, OSError):
+                pass
+        code = box.wait()
+        limit = policy.limits.file_bytes
+        out.seek(0)
+        err.seek(0)
+        result = Completed(code, out.read(limit), err.read(limit), time.monotonic() - box.started,
+                           box.exit_reason(), box.confinement)
+    for name in (".sandbox.stdout", ".sandbox.stderr"):
+        (out_dir / name).unlink(missing_ok=True)
+    return result
+
+
+# ---------------------------------------------------------------------------- calling one function
 
 
 @dataclass
 class SandboxResult:
-    """What happened to one sandboxed call."""
+    """What happened to one sandboxed function call."""
 
     ok: bool
     value: Any = None
     error: str | None = None
-    """Why it failed: ``timeout``, ``killed by signal N``, ``blocked: …``, or the exception it raised."""
+    """Why it failed: ``wall time limit …``, ``memory limit …``, ``killed by SIGXCPU …``, or the
+    exception it raised (``Type: message``)."""
     seconds: float = 0.0
     stderr_tail: str = ""
-    network_namespace: bool = False
+    confinement: Confinement | None = None
 
 
-_BOOTSTRAP = textwrap.dedent(r'''
-    import json, os, sys
-    RUN_DIR = os.path.realpath(sys.argv[1])
-    OUT_FD = int(sys.argv[2])
-    MODULE_PATH, FUNC = sys.argv[3], sys.argv[4]
-    PAYLOAD = json.loads(sys.argv[5])
-
-    def _inside(path):
-        try:
-            p = os.path.realpath(os.fsdecode(path))
-        except Exception:
-            return False
-        return p == RUN_DIR or p.startswith(RUN_DIR + os.sep) or p.startswith("/dev/null")
-
-    def _hook(event, args):
-        if event in ("socket.__new__", "socket.connect", "socket.bind", "socket.getaddrinfo", "socket.sendto"):
-            raise PermissionError("blocked: network access (" + event + ")")
-        if event in ("subprocess.Popen", "os.system", "os.exec", "os.posix_spawn", "os.fork", "os.spawn", "pty.spawn"):
-            raise PermissionError("blocked: process creation (" + event + ")")
-        if event == "open" and args and isinstance(args[0], (str, bytes, os.PathLike)):
-            mode = args[1] if len(args) > 1 and isinstance(args[1], str) else "r"
-            flags = args[2] if len(args) > 2 and isinstance(args[2], int) else 0
-            writes = any(c in mode for c in "wax+") or (flags & (os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_APPEND))
-            if writes and not _inside(args[0]):
-                raise PermissionError("blocked: write outside the run directory: " + os.fsdecode(args[0]))
-        if event in ("os.remove", "os.rename", "os.rmdir", "os.mkdir", "shutil.rmtree", "os.chmod") and args:
-            if not _inside(args[0]):
-                raise PermissionError("blocked: " + event + " outside the run directory")
-
-    import importlib.util
-    spec = importlib.util.spec_from_file_location("candidate", MODULE_PATH)
-    module = importlib.util.module_from_spec(spec)
-    out = os.fdopen(OUT_FD, "w")
-    sys.addaudithook(_hook)
+_CALL = textwrap.dedent(r'''
+    import importlib.util, json, os, sys
+    out = os.fdopen(int(sys.argv[1]), "w")
+    path, func, payload = sys.argv[2], sys.argv[3], json.loads(sys.argv[4])
     try:
+        spec = importlib.util.spec_from_file_location("candidate", path)
+        module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
-        value = getattr(module, FUNC)(**PAYLOAD)
-        out.write(json.dumps({"ok": True, "value": value}))
+        value = getattr(module, func)(**payload)
+        text = json.dumps({"ok": True, "value": value})
     except BaseException as exc:
-        out.write(json.dumps({"ok": False, "error": type(exc).__name__ + ": " + str(exc)[:500]}))
+        text = json.dumps({"ok": False, "error": type(exc).__name__ + ": " + str(exc)[:500]})
+    out.write(text)
     out.flush()
 ''')
 
 
-def _limits(cpu_s: int, mem_bytes: int, fsize_bytes: int, net_ns: bool):
-    def apply() -> None:
-        os.setsid()
-        resource.setrlimit(resource.RLIMIT_CPU, (cpu_s, cpu_s + 1))
-        resource.setrlimit(resource.RLIMIT_AS, (mem_bytes, mem_bytes))
-        resource.setrlimit(resource.RLIMIT_FSIZE, (fsize_bytes, fsize_bytes))
-        resource.setrlimit(resource.RLIMIT_NOFILE, (64, 64))
-        if net_ns:
-            libc = ctypes.CDLL(None, use_errno=True)
-            libc.unshare(CLONE_NEWNET)  # best effort: without privileges the audit hook still blocks sockets
-    return apply
-
-
-def network_namespace_available() -> bool:
-    """Whether this process may create a network namespace (root on Linux)."""
-    return sys.platform.startswith("linux") and os.geteuid() == 0
-
-
-def run_sandboxed(module_path: Path, function: str, run_dir: Path, payload: dict[str, Any] | None = None, *,
-                  timeout_s: float = 30.0, cpu_s: int = 60, mem_bytes: int = 4 << 30,
-                  fsize_bytes: int = 64 << 20, extra_env: dict[str, str] | None = None) -> SandboxResult:
-    """Call ``function(**payload)`` from ``module_path`` in a confined child; never raises for the
-    child's misbehaviour (it is recorded in the result)."""
-    run_dir = Path(run_dir).resolve()
-    work = run_dir / "sandbox"
-    work.mkdir(parents=True, exist_ok=True)
-    env = {k: os.environ[k] for k in SAFE_ENV_KEYS if k in os.environ}
-    env.update({"HOME": str(work), "TMPDIR": str(work), "OMP_NUM_THREADS": "1", **(extra_env or {})})
-    read_fd, write_fd = os.pipe()
-    net_ns = network_namespace_available()
-    cmd = [sys.executable, "-I", "-c", _BOOTSTRAP, str(run_dir), str(write_fd), str(Path(module_path).resolve()),
-           function, json.dumps(payload or {})]
-    started = time.monotonic()
+def _signal_name(code: int) -> str:
     try:
-        proc = subprocess.Popen(cmd, cwd=work, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                stderr=subprocess.PIPE, pass_fds=(write_fd,),
-                                preexec_fn=_limits(cpu_s, mem_bytes, fsize_bytes, net_ns))
+        return signal.Signals(code).name
+    except ValueError:
+        return f"signal {code}"
+
+
+def describe_exit(code: int | None) -> str:
+    """A sandboxed command's exit status in words (bwrap reports a signal death as 128 + signal)."""
+    if code is None:
+        return "still running"
+    if code < 0:
+        return f"killed by {_signal_name(-code)}"
+    if code > 128 and code - 128 in {s.value for s in signal.Signals}:
+        name = _signal_name(code - 128)
+        hint = {"SIGXCPU": " (CPU-time limit)", "SIGXFSZ": " (file-size limit)", "SIGKILL": " (killed)",
+                "SIGSEGV": " (segmentation fault)"}.get(name, "")
+        return f"killed by {name}{hint}"
+    return f"exit status {code}"
+
+
+def call_function(module_path: Path | str, function: str, payload: Mapping[str, Any] | None,
+                  policy: Policy) -> SandboxResult:
+    """Call ``function(**payload)`` from the file ``module_path`` inside a sandbox (the file is made
+    visible read-only); the JSON-able return value comes back. Never raises for the code's misbehaviour."""
+    module_path = Path(module_path).resolve()
+    policy = Policy(writable=policy.writable, read_only=(*policy.read_only, module_path), env=policy.env,
+                    device=policy.device, limits=policy.limits, cwd=policy.cwd)
+    read_fd, write_fd = os.pipe()
+    chunks: list[bytes] = []
+    reader = threading.Thread(target=lambda: _drain(read_fd, chunks), daemon=True)
+    reader.start()
+    try:
+        done = run([sys.executable, "-I", "-c", _CALL, str(write_fd), str(module_path), function,
+                    json.dumps(dict(payload or {}))], policy, pass_fds=(write_fd,))
     finally:
         os.close(write_fd)
+    reader.join(5)
+    tail = done.stderr.decode("utf-8", "replace")[-2000:]
+    base = {"seconds": done.seconds, "stderr_tail": tail, "confinement": done.confinement}
+    if done.killed_for:
+        return SandboxResult(False, error=done.killed_for, **base)
     try:
-        _, stderr = proc.communicate(timeout=timeout_s)
-        timed_out = False
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        _, stderr = proc.communicate()
-        timed_out = True
-    with os.fdopen(read_fd, "r") as handle:
-        raw = handle.read()
-    seconds = time.monotonic() - started
-    tail = stderr.decode("utf-8", "replace")[-2000:]
-    if timed_out:
-        return SandboxResult(False, error=f"timeout after {timeout_s:.0f}s", seconds=seconds, stderr_tail=tail,
-                             network_namespace=net_ns)
-    if proc.returncode and proc.returncode < 0:
-        return SandboxResult(False, error=f"killed by signal {-proc.returncode}", seconds=seconds,
-                             stderr_tail=tail, network_namespace=net_ns)
-    try:
-        body = json.loads(raw)
+        body = json.loads(b"".join(chunks).decode("utf-8", "replace"))
     except ValueError:
-        return SandboxResult(False, error=f"no result (exit code {proc.returncode})", seconds=seconds,
-                             stderr_tail=tail, network_namespace=net_ns)
-    return SandboxResult(bool(body.get("ok")), value=body.get("value"), error=body.get("error"), seconds=seconds,
-                         stderr_tail=tail, network_namespace=net_ns)
+        return SandboxResult(False, error=f"no result ({describe_exit(done.returncode)})", **base)
+    if not isinstance(body, dict):
+        return SandboxResult(False, error="malformed result", **base)
+    return SandboxResult(bool(body.get("ok")), value=body.get("value"), error=body.get("error"), **base)
+
+
+def _drain(fd: int, chunks: list[bytes], limit: int = 16 << 20) -> None:
+    with os.fdopen(fd, "rb") as handle:
+        total = 0
+        while total < limit:
+            chunk = handle.read(65536)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            total += len(chunk)
+
+
+def open_log(path: Path) -> IO[bytes]:
+    """Append handle for a sandboxed process's log, opened by the parent (the sandbox never sees the path)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return open(path, "ab")

@@ -1,92 +1,418 @@
-"""Generated code runs confined: endless loops, writes outside the run dir, sockets and subprocesses
-are stopped and recorded, and a well-behaved function still returns its value."""
+"""The sandbox holds against code that tries to get out (issue 12 §1).
+
+Each escape test runs real hostile code inside the real sandbox (bubblewrap) and fails if the escape
+works: the effect is checked from outside (a file that must not appear or change, a marker an orphan
+would keep writing, a secret that must not come back), never from what the code inside says.
+Python-level guards play no part: the code is free to rebind anything in its own interpreter.
+"""
 
 from __future__ import annotations
 
+import os
+import socket
+import subprocess
+import sys
+import textwrap
+import time
 from pathlib import Path
 
 import pytest
 
-from perfwarden.harness.sandbox import run_sandboxed
+from perfwarden.harness import sandbox as sb
 
-GENERATED = '''
-import os, socket
-def good(n):
-    return n * 2
-def loop_forever():
-    while True:
-        pass
-def write_outside(target):
-    with open(target, "w") as f:
-        f.write("escaped")
-    return "wrote"
-def write_inside():
-    with open("scratch.txt", "w") as f:
-        f.write("fine")
-    return os.path.realpath("scratch.txt")
-def open_socket():
-    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    s.connect(("127.0.0.1", 9))
-    return "connected"
-def spawn():
-    import subprocess
-    return subprocess.run(["true"]).returncode
-def leak_env():
-    return sorted(os.environ)
-def explode():
-    raise ValueError("bad shape")
-'''
+pytestmark = pytest.mark.skipif(sb.available() is not None, reason=f"sandbox unavailable: {sb.available()}")
+
+SECRET = "sk-perfwarden-test-secret-4242"
+
+HOSTILE = textwrap.dedent('''
+    import ctypes, json, os, socket, subprocess, sys, time
+
+    def good(n):
+        return n * 2
+
+    def write(path, text="escaped"):
+        with open(path, "w") as f:
+            f.write(text)
+        return "wrote"
+
+    def append(path):
+        with open(path, "a") as f:
+            f.write("appended")
+        return "appended"
+
+    def system(cmd):
+        return os.system(cmd)
+
+    def truncate(path):
+        os.truncate(path, 0)
+        return "truncated"
+
+    def hardlink(src, dst):
+        os.link(src, dst)
+        with open(dst, "w") as f:
+            f.write("via link")
+        return "linked"
+
+    def find_secret(secret):
+        """Every environ this process can read, its own, its parents', any pid's."""
+        hits = []
+        for pid in os.listdir("/proc"):
+            if pid.isdigit() or pid == "self":
+                try:
+                    with open(f"/proc/{pid}/environ", "rb") as f:
+                        if secret.encode() in f.read():
+                            hits.append(pid)
+                except OSError:
+                    pass
+        if secret in json.dumps(dict(os.environ)):
+            hits.append("os.environ")
+        try:
+            with open(f"/proc/{os.getppid()}/environ", "rb") as f:
+                if secret.encode() in f.read():
+                    hits.append("ppid")
+        except OSError:
+            pass
+        return {"hits": hits, "pids": sorted(p for p in os.listdir("/proc") if p.isdigit())}
+
+    def connect(port):
+        s = socket.create_connection(("127.0.0.1", port), timeout=2)
+        s.sendall(b"escaped")
+        s.close()
+        return "connected"
+
+    def connect_abstract(name):
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.connect("\\0" + name)
+        s.sendall(b"escaped")
+        return "connected"
+
+    def ctypes_escape(port):
+        """No Python guard to rebind: go straight to libc for what a guard would have blocked."""
+        libc = ctypes.CDLL(None, use_errno=True)
+        out = {}
+        out["unshare_user"] = libc.unshare(0x10000000)           # CLONE_NEWUSER: regain capabilities?
+        out["unshare_user_errno"] = ctypes.get_errno()
+        out["mount_remount_rw"] = libc.mount(b"none", b"/usr", None, 32 | 4096, None)  # MS_REMOUNT|MS_BIND
+        import __main__
+        __main__.__dict__["guard"] = None                          # nothing to disable
+        fd = libc.socket(2, 1, 0)
+        import struct
+        addr = struct.pack("!HH4s8x", 2, port, bytes([127, 0, 0, 1]))
+        addr = struct.pack("=H", 2) + addr[2:]
+        out["connect"] = libc.connect(fd, addr, len(addr))
+        return out
+
+    def fork_bomb(n, marker):
+        """Bounded on purpose: try to hold n sleeping processes, report how many we got."""
+        got = 0
+        for _ in range(n):
+            try:
+                pid = os.fork()
+            except OSError:
+                break
+            if pid == 0:
+                time.sleep(60)
+                os._exit(0)
+            got += 1
+        with open(marker, "w") as f:
+            f.write(str(got))
+        time.sleep(60)
+
+    def orphan(marker):
+        """A setsid grandchild that keeps writing a heartbeat; the parent then spins past the limit."""
+        code = ("import os, time\\n"
+                "while True:\\n"
+                f"    open({marker!r}, 'w').write(str(time.time()))\\n"
+                "    time.sleep(0.1)\\n")
+        subprocess.Popen([sys.executable, "-c", code], start_new_session=True,
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        while True:
+            pass
+
+    def eat_memory(mb):
+        blocks = []
+        for _ in range(mb):
+            blocks.append(bytearray(1 << 20))
+        return len(blocks)
+
+    def spin():
+        while True:
+            pass
+
+    def big_file(mb):
+        with open("big.bin", "wb") as f:
+            for _ in range(mb):
+                f.write(b"x" * (1 << 20))
+        return "written"
+
+    def read(path):
+        with open(path, "rb") as f:
+            return f.read(200).decode("latin-1")
+
+    def kill_parent():
+        """The parent pid is not visible; pid 1 is the sandbox's own init."""
+        os.kill(os.getppid(), 9)
+        return "killed"
+''')
 
 
 @pytest.fixture
-def module(tmp_path) -> Path:
-    path = tmp_path / "run" / "generated" / "op.py"
-    path.parent.mkdir(parents=True)
-    path.write_text(GENERATED)
-    return path
+def box(tmp_path):
+    """A run directory with the hostile module, a writable work dir inside it, and evidence beside it."""
+    run = tmp_path / "run"
+    work = run / "opbench" / "rmsnorm" / "work" / "00-hostile"
+    work.mkdir(parents=True)
+    evidence = run / "legs" / "base" / "bench_runs.jsonl"
+    evidence.parent.mkdir(parents=True)
+    evidence.write_text('{"rep": 0}\n')
+    module = tmp_path / "generated" / "hostile.py"
+    module.parent.mkdir()
+    module.write_text(HOSTILE)
+    return {"run": run, "work": work, "evidence": evidence, "module": module, "tmp": tmp_path}
 
 
-def call(module: Path, fn: str, **payload):
-    return run_sandboxed(module, fn, module.parents[1], payload, timeout_s=3)
+def call(box, fn: str, *, wall_s: float = 20, cpu_s: int = 20, memory_mb: int = 1024, pids: int = 64, **payload):
+    policy = sb.Policy(writable=box["work"], limits=sb.Limits(wall_s=wall_s, cpu_s=cpu_s, memory_bytes=memory_mb << 20,
+                                                              pids=pids, file_bytes=64 << 20))
+    return sb.call_function(box["module"], fn, payload, policy)
 
 
-def test_good_function_returns_its_value(module):
-    r = call(module, "good", n=21)
+# ------------------------------------------------------------------------------------------- basics
+
+
+def test_a_well_behaved_function_returns_its_value(box):
+    r = call(box, "good", n=21)
     assert r.ok and r.value == 42 and r.error is None
+    assert r.confinement.network.startswith("none") and r.confinement.device == "cpu"
 
 
-def test_endless_loop_is_stopped_by_the_timeout(module):
-    r = call(module, "loop_forever")
-    assert not r.ok and r.error.startswith("timeout") and 2.5 < r.seconds < 10
+def test_writing_inside_the_writable_directory_works(box):
+    target = box["work"] / "scratch.txt"
+    r = call(box, "write", path=str(target), text="fine")
+    assert r.ok and target.read_text() == "fine"
 
 
-def test_write_outside_the_run_dir_is_blocked(module, tmp_path):
-    target = tmp_path / "outside.txt"
-    r = call(module, "write_outside", target=str(target))
-    assert not r.ok and "outside the run directory" in r.error and not target.exists()
+# ------------------------------------------------------------------------------------------ escapes
 
 
-def test_write_inside_the_run_dir_is_allowed(module):
-    r = call(module, "write_inside")
-    assert r.ok and r.value.startswith(str(module.parents[1].resolve()))
+def test_write_outside_the_writable_directory_is_contained(box):
+    outside = box["tmp"] / "outside.txt"
+    for target in (outside, box["run"] / "verdicts" / "0001-patch.json", Path("/tmp") / f"pw-escape-{os.getpid()}"):
+        r = call(box, "write", path=str(target))
+        assert not r.ok and not target.exists(), target
+    r = call(box, "append", path=str(box["evidence"]))
+    assert not r.ok and box["evidence"].read_text() == '{"rep": 0}\n'
 
 
-def test_socket_is_blocked(module):
-    r = call(module, "open_socket")
-    assert not r.ok and "network" in r.error
+def test_os_system_runs_only_inside(box):
+    outside = box["tmp"] / "from-shell.txt"
+    r = call(box, "system", cmd=f"echo escaped > {outside}; cat /etc/shadow > {box['work']}/shadow 2>/dev/null")
+    assert r.ok  # the shell itself may run: it is inside the same walls
+    assert not outside.exists()
+    assert not (box["work"] / "shadow").exists() or (box["work"] / "shadow").read_text() == ""
 
 
-def test_subprocess_is_blocked(module):
-    r = call(module, "spawn")
-    assert not r.ok and "process creation" in r.error
+def test_code_and_files_outside_cannot_be_truncated_or_hard_linked(box):
+    from perfwarden.harness.ops import reference
+
+    code = Path(reference.__file__)
+    before = code.read_bytes()
+    r = call(box, "truncate", path=str(code))
+    assert not r.ok and code.read_bytes() == before
+    r = call(box, "truncate", path=str(box["evidence"]))
+    assert not r.ok and box["evidence"].read_text() == '{"rep": 0}\n'
+    r = call(box, "hardlink", src=str(code), dst=str(box["work"] / "link.py"))
+    assert not r.ok and code.read_bytes() == before
+    r = call(box, "hardlink", src=str(box["evidence"]), dst=str(box["work"] / "ev.jsonl"))
+    assert not r.ok and box["evidence"].read_text() == '{"rep": 0}\n'
 
 
-def test_environment_is_scrubbed(module, monkeypatch):
-    monkeypatch.setenv("OPENAI_API_KEY", "sk-secret")
-    r = call(module, "leak_env")
-    assert r.ok and "OPENAI_API_KEY" not in r.value and "HOME" in r.value
+def test_the_parents_environment_secrets_are_unreachable(box, monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", SECRET)
+    monkeypatch.setenv("PERFWARDEN_TEST_TOKEN", SECRET)
+    r = call(box, "find_secret", secret=SECRET)
+    assert r.ok, r.error
+    assert r.value["hits"] == []
+    assert str(os.getpid()) not in r.value["pids"] or len(r.value["pids"]) <= 3  # its own PID namespace
+    assert len(r.value["pids"]) <= 3  # bwrap's init, the python, nothing of the host
 
 
-def test_an_exception_is_recorded(module):
-    r = call(module, "explode")
-    assert not r.ok and r.error == "ValueError: bad shape"
+def test_host_secrets_files_are_not_visible(box):
+    for path in ("/etc/shadow", "/root/.bash_history", str(Path.home() / ".ssh" / "id_rsa"), "/proc/1/environ"):
+        r = call(box, "read", path=path)
+        if path == "/proc/1/environ":  # the sandbox's own init: readable, but holds only the sandbox env
+            assert not r.ok or SECRET not in (r.value or "")
+        else:
+            assert not r.ok, path
+
+
+def test_network_to_a_listening_localhost_port_is_contained(box):
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(4)
+        listener.settimeout(0.5)
+        port = listener.getsockname()[1]
+        r = call(box, "connect", port=port)
+        assert not r.ok and "ConnectionRefused" in r.error
+        with pytest.raises(socket.timeout):
+            listener.accept()
+
+
+def test_abstract_unix_socket_of_the_host_is_not_reachable(box):
+    name = f"perfwarden-test-{os.getpid()}"
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as listener:
+        listener.bind("\0" + name)
+        listener.listen(1)
+        listener.settimeout(0.5)
+        r = call(box, "connect_abstract", name=name)
+        assert not r.ok
+        with pytest.raises(socket.timeout):
+            listener.accept()
+
+
+def test_ctypes_and_main_rebinding_gain_nothing(box):
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(4)
+        listener.settimeout(0.5)
+        r = call(box, "ctypes_escape", port=listener.getsockname()[1])
+        assert r.ok, r.error
+        assert r.value["unshare_user"] == -1          # no new user namespace, so no capabilities back
+        assert r.value["mount_remount_rw"] == -1      # the read-only view stays read-only
+        assert r.value["connect"] == -1               # libc's connect meets the same network namespace
+        with pytest.raises(socket.timeout):
+            listener.accept()
+
+
+def test_fork_bomb_is_bounded_and_dies_with_the_sandbox(box):
+    marker = box["work"] / "forks.txt"
+    started = time.monotonic()
+    r = call(box, "fork_bomb", n=400, marker=str(marker), pids=32, wall_s=6)
+    assert time.monotonic() - started < 15
+    assert not r.ok and r.error.startswith("wall time limit")
+    got = int(marker.read_text())
+    if r.confinement.pids != "wall_time_only":
+        assert got < 32, got
+    assert r.confinement.pids in ("cgroup_v1", "cgroup_v2") or sys.platform != "linux"
+
+
+def test_setsid_orphan_does_not_outlive_the_limit(box):
+    marker = box["work"] / "heartbeat.txt"
+    started = time.monotonic()
+    r = call(box, "orphan", marker=str(marker), wall_s=3)
+    elapsed = time.monotonic() - started
+    assert not r.ok and r.error.startswith("wall time limit") and elapsed < 6, (r.error, elapsed)
+    assert marker.exists()  # the orphan did run ...
+    last = marker.read_text()
+    time.sleep(0.6)
+    assert marker.read_text() == last  # ... and is dead: no heartbeat after the call returned
+
+
+def test_memory_blow_up_is_stopped(box):
+    r = call(box, "eat_memory", mb=2048, memory_mb=256)
+    assert not r.ok and r.error is not None
+    assert "memory" in r.error or "SIGKILL" in r.error or "MemoryError" in r.error, r.error
+
+
+def test_cpu_spin_is_stopped_by_the_cpu_limit(box):
+    started = time.monotonic()
+    r = call(box, "spin", cpu_s=2, wall_s=30)
+    assert not r.ok and "SIGXCPU" in r.error and time.monotonic() - started < 12, r.error
+
+
+def test_a_huge_file_is_stopped_by_the_file_size_limit(box):
+    r = call(box, "big_file", mb=200)
+    assert not r.ok and "SIGXFSZ" in r.error or "File too large" in (r.error or ""), r.error
+    assert (box["work"] / "big.bin").stat().st_size <= 64 << 20
+
+
+def test_the_parent_is_not_a_process_the_sandbox_can_signal(box):
+    r = call(box, "kill_parent")  # its "parent" is the namespace's init, which ignores it; we are untouched
+    assert r.ok or r.error
+    os.kill(os.getpid(), 0)
+
+
+# --------------------------------------------------------------------------------- policy and errors
+
+
+def test_the_view_holds_no_home_no_etc_secrets_and_no_writable_code(box):
+    args = sb.bwrap_args(sb.Policy(writable=box["work"]))
+    bound = [args[i + 1] for i, a in enumerate(args) if a in ("--bind", "--ro-bind", "--dev-bind")]
+    writable = [args[i + 1] for i, a in enumerate(args) if a == "--bind"]
+    assert writable == [str(box["work"].resolve())]
+    assert not any(p in ("/", "/root", "/home", "/etc", "/etc/shadow", "/etc/passwd") for p in bound), bound
+    assert not any(p.startswith("/dev/nvidia") for p in bound)
+    for flag in ("--unshare-all", "--unshare-user", "--disable-userns", "--die-with-parent", "--new-session"):
+        assert flag in args
+    with pytest.raises(sb.SandboxConfigError, match="contains code"):
+        sb.bwrap_args(sb.Policy(writable=Path(sb.python_roots()[0]).parent))
+
+
+def test_gpu_nodes_only_when_a_device_is_asked_for(box, monkeypatch):
+    fake = box["tmp"] / "dev"
+    fake.mkdir()
+    (fake / "nvidia0").write_text("")
+    (fake / "nvidiactl").write_text("")
+    monkeypatch.setattr(sb, "_GPU_NODES", (str(fake / "nvidia*"),))
+    cpu = sb.bwrap_args(sb.Policy(writable=box["work"]))
+    cuda = sb.bwrap_args(sb.Policy(writable=box["work"], device="cuda"))
+    assert str(fake / "nvidia0") not in cpu
+    assert cuda[cuda.index(str(fake / "nvidia0")) - 1] == "--dev-bind" and str(fake / "nvidiactl") in cuda
+
+
+def test_secret_looking_environment_is_refused(box):
+    for name in ("OPENAI_API_KEY", "HF_TOKEN", "AWS_SECRET_ACCESS_KEY", "DB_PASSWORD"):
+        with pytest.raises(sb.SandboxConfigError, match=name):
+            sb.sandbox_env(sb.Policy(writable=box["work"], env={name: "x"}))
+    env = sb.sandbox_env(sb.Policy(writable=box["work"], env={"OMP_NUM_THREADS": "1"}))
+    assert env["OMP_NUM_THREADS"] == "1" and env["HOME"] == str(box["work"].resolve())
+
+
+def test_missing_bwrap_is_a_clear_refusal(box, monkeypatch):
+    real_which = sb.shutil.which
+    monkeypatch.setattr(sb.shutil, "which", lambda name: None if name == "bwrap" else real_which(name))
+    sb._probe.cache_clear()
+    try:
+        assert "apt-get install bubblewrap" in sb.available()
+        with pytest.raises(sb.SandboxUnavailable, match="bubblewrap"):
+            sb.Confined([sys.executable, "-c", "pass"], sb.Policy(writable=box["work"]))
+    finally:
+        monkeypatch.undo()
+        sb._probe.cache_clear()
+    assert sb.available() is None
+
+
+def test_terminate_reaches_the_command_so_it_can_shut_down_cleanly(box):
+    code = ("import signal, sys, time\n"
+            "signal.signal(signal.SIGTERM, lambda *a: (open('bye.txt', 'w').write('clean'), sys.exit(0)))\n"
+            "open('ready.txt', 'w').write('1')\n"
+            "time.sleep(60)\n")
+    proc = sb.Confined([sys.executable, "-I", "-c", code], sb.Policy(writable=box["work"],
+                                                                     limits=sb.Limits(wall_s=30)))
+    deadline = time.monotonic() + 20
+    while not (box["work"] / "ready.txt").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    proc.terminate()
+    assert proc.wait(10) == 0
+    assert (box["work"] / "bye.txt").read_text() == "clean"
+    assert proc.killed_for is None
+
+
+@pytest.mark.skipif(not Path("/dev/nvidiactl").exists(), reason="needs an NVIDIA GPU (device nodes) on this host")
+def test_gpu_is_reachable_only_with_device_cuda(box):
+    pytest.importorskip("torch")
+    code = ("import torch\n"
+            "ok = torch.cuda.is_available()\n"
+            "x = (torch.ones(1024, device='cuda') * 2).sum().item() if ok else None\n"
+            "print(ok, x)\n")
+    cuda = sb.run([sys.executable, "-I", "-c", code],
+                  sb.Policy(writable=box["work"], device="cuda", limits=sb.Limits(wall_s=120, memory_bytes=8 << 30)))
+    assert cuda.stdout.split() == [b"True", b"2048.0"], cuda.stderr[-2000:]
+    cpu = sb.run([sys.executable, "-I", "-c", code], sb.Policy(writable=box["work"], limits=sb.Limits(wall_s=120)))
+    assert cpu.stdout.split()[:1] == [b"False"], cpu.stderr[-2000:]
+
+
+def test_no_python_guard_is_left_in_the_sandbox_module():
+    source = Path(sb.__file__).read_text()
+    assert "addaudithook" not in source and "socket.socket.connect =" not in source
+    assert subprocess.run(["bwrap", "--version"], capture_output=True).returncode == 0
