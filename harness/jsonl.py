@@ -336,6 +336,18 @@ class OpBenchLine(msgspec.Struct, kw_only=True):
     """Digest of the implementation's source, to detect a backend compared against itself."""
     measured: bool = True
     """False when timing was not possible here (e.g. Triton on CPU); then ``times_ms`` is null."""
+    device: str | None = None
+    """Device the backend ran on (``cpu``, ``cuda``); absent in rigs older than the GPU path (CPU)."""
+    timing_method: str | None = None
+    """How intervals were measured: ``host_clock`` (CPU) or ``cuda_events``."""
+    graph_times_ms: list[Millis] | None = None
+    """Per-call times from CUDA-graph replays over distinct input sets (the kernel itself, what a
+    CUDA-graph server pays); one figure per replay, warm-up replays discarded. ``times_ms`` is always
+    call by call (what an eager server pays, launch overhead included). Null on CPU."""
+    graph_raised: str | None = None
+    """Why no graph figure was taken on a device that has graphs (e.g. the op could not be captured)."""
+    l2_flushed: bool | None = None
+    """Whether the device cache was flushed before every timed call (GPU)."""
 
 
 class ProfileLine(msgspec.Struct, kw_only=True):

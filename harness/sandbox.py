@@ -217,7 +217,6 @@ def sandbox_env(policy: Policy) -> dict[str, str]:
         "HOME": w, "TMPDIR": f"{w}/tmp", "USER": "sandbox", "LOGNAME": "sandbox", "LANG": "C.UTF-8",
         "PYTHONDONTWRITEBYTECODE": "1", "PYTHONNOUSERSITE": "1", "XDG_CACHE_HOME": f"{w}/.cache",
         "TORCHINDUCTOR_CACHE_DIR": f"{w}/inductor", "TRITON_CACHE_DIR": f"{w}/triton",
-        "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_HUB_DISABLE_TELEMETRY": "1",
     }
     names = ENV_FROM_CALLER + (DEVICE_ENV_FROM_CALLER if policy.device == "cuda" else ())
     env.update({k: os.environ[k] for k in names if k in os.environ})

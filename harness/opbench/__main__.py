@@ -1,0 +1,5 @@
+import sys
+
+from perfwarden.harness.opbench.cli import main
+
+sys.exit(main())
