@@ -80,6 +80,23 @@ def rig(tmp_path_factory, listener):
             def rmsnorm(hidden_states, weight, eps):
                 raise RuntimeError("boom")
             """) + ":rmsnorm",
+        # The implementation runs in the worker's process: it can replace the worker's torch.save and
+        # hand back a FIFO (the parent must not block on it) or a link out (never followed).
+        "fifo": _write(cands / "fifo.py", """
+            import os, torch
+            torch.save = lambda obj, path: os.mkfifo(path)
+            from perfwarden.harness.ops.reference import rmsnorm as _ref
+
+            def rmsnorm(hidden_states, weight, eps):
+                return _ref(hidden_states, weight, eps) * 1.0
+            """) + ":rmsnorm",
+        "link": _write(cands / "link.py", """
+            import os, torch
+            torch.save = lambda obj, path: os.symlink("/proc/self/environ", path)
+
+            def rmsnorm(hidden_states, weight, eps):
+                return hidden_states * weight
+            """) + ":rmsnorm",
         "triton_kernel": _write(cands / "triton_kernel.py", """
             import triton
             import triton.language as tl
@@ -103,7 +120,7 @@ def rig(tmp_path_factory, listener):
 
 def test_one_line_per_backend_shape_trial_in_the_auditors_format(rig):
     lines = rig["path"].read_bytes().splitlines()
-    assert len(lines) == 7 * 1 * TRIALS
+    assert len(lines) == 9 * 1 * TRIALS
     for line in lines:
         raw = json.loads(line)
         assert set(raw) == set(OpBenchLine.__struct_fields__), set(raw) ^ set(OpBenchLine.__struct_fields__)
@@ -167,6 +184,12 @@ def test_candidates_run_sandboxed(rig):
     assert box["network"].startswith("none") and box["device"] == "cpu"
     leaked = [k for k in probe["env"] if k.startswith(("VIRTUAL_ENV", "PYTEST", "OPENAI", "HF_", "AWS", "GITHUB"))]
     assert not leaked and "HOME" in probe["env"]
+
+
+def test_forged_output_files_are_bad_outputs_not_hangs(rig):
+    for backend in ("fifo", "link"):
+        rows = rig["rows"][backend]
+        assert all(r.correct is False and r.raised.startswith("bad output") for r in rows), backend
 
 
 def test_self_copy_has_the_references_digest(rig):

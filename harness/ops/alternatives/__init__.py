@@ -9,7 +9,9 @@ from a deliberately broken one:
 - ``slow``: correct but deliberately slow (a rig must rank it last);
 - ``wrong``: subtly incorrect (a rig's correctness check must flag it);
 - ``self_copy``: the reference copied under another name (a rig comparing it with the reference compares
-  the reference with itself; its source digest equals the reference's).
+  the reference with itself; its source digest equals the reference's);
+- ``triton``: a hand-written Triton kernel for SmolLM2-135M's served shapes; timed on a GPU, and on a CPU
+  only checked under ``TRITON_INTERPRET=1`` (recorded as not measured).
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-Kind = Literal["alternative", "slow", "wrong", "self_copy"]
+Kind = Literal["alternative", "slow", "wrong", "self_copy", "triton"]
 
 HERE = Path(__file__).resolve().parent
 
@@ -56,9 +58,15 @@ CATALOG: tuple[Alternative, ...] = (
                 "gate * sigmoid(gate) * up written out, the product accumulated in place"),
     Alternative("rotary", "rotary_complex.py", "rotary", "alternative",
                 "rotation as a complex multiplication of (x1 + i x2) by (cos + i sin), in float32"),
+    Alternative("rmsnorm", "rmsnorm_triton.py", "rmsnorm", "triton",
+                "one Triton program per row: sum of squares, rsqrt and both scalings fused"),
+    Alternative("silu_mul", "silu_mul_triton.py", "silu_mul", "triton",
+                "one elementwise Triton kernel, computed in float32 and rounded once"),
+    Alternative("rotary", "rotary_triton.py", "rotary", "triton",
+                "q and k rotated in one Triton launch, strided inputs read in place"),
 )
 
 
-def for_op(op: str, kinds: tuple[Kind, ...] = ("alternative", "slow", "wrong", "self_copy")) -> list[Alternative]:
+def for_op(op: str, kinds: tuple[Kind, ...] = ("alternative", "slow", "wrong", "self_copy", "triton")) -> list[Alternative]:
     """Catalogued implementations of ``op`` of the given kinds, in catalogue order."""
     return [a for a in CATALOG if a.op == op and a.kind in kinds]
