@@ -732,6 +732,19 @@ def bind_port(host: str, port: int) -> socket.socket:
     return sock
 
 
+def inherited_socket(fd: int) -> socket.socket:
+    """The listening socket the parent passed as ``fd`` (it lives in the parent's network namespace, so
+    clients reach it although this process has no network of its own)."""
+    try:
+        sock = socket.socket(fileno=fd)
+    except OSError as exc:
+        raise PortError(f"--fd {fd}: not an inherited socket: {exc.strerror or exc}") from exc
+    if sock.type != socket.SOCK_STREAM:
+        raise PortError(f"--fd {fd}: not a stream socket")
+    sock.set_inheritable(False)
+    return sock
+
+
 class PortError(OSError):
     """The port cannot be bound."""
 
@@ -788,6 +801,9 @@ def main(argv: list[str] | None = None) -> int:
                                      description="perfwarden's embedded OpenAI-compatible CPU server (SmolLM2-135M).")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--fd", type=int, default=None,
+                        help="serve on this inherited listening socket (bound to --host:--port by the parent, which "
+                             "starts the server inside the sandbox's own network namespace)")
     parser.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
                         help=f"a knob, repeatable; knobs: {', '.join(ServerConfig.model_fields)}")
     args = parser.parse_args(argv)
@@ -796,7 +812,7 @@ def main(argv: list[str] | None = None) -> int:
         raw = parse_set_args(args.sets)
         cfg = build_config(raw)
         check_overrides(cfg)
-        sock = bind_port(args.host, args.port)
+        sock = inherited_socket(args.fd) if args.fd is not None else bind_port(args.host, args.port)
     except ConfigError as exc:
         return _fail(EXIT_BAD_CONFIG, str(exc))
     except PortError as exc:

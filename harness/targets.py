@@ -24,6 +24,7 @@ from typing import Any, Literal
 
 import httpx
 
+from perfwarden.harness import sandbox
 from perfwarden.harness.records import write_json_atomic
 
 FailureKind = Literal["start_failure", "crash", "timeout"]
@@ -92,6 +93,43 @@ def start_failure_line(log_text: str) -> str | None:
     return None
 
 
+class PlainProcess:
+    """An unconfined server process in its own session (targets that load no generated code)."""
+
+    def __init__(self, popen: subprocess.Popen[bytes]):
+        self.popen = popen
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+    @property
+    def returncode(self) -> int | None:
+        return self.popen.returncode
+
+    def poll(self) -> int | None:
+        return self.popen.poll()
+
+    def wait(self, timeout: float | None = None) -> int:
+        return self.popen.wait(timeout)
+
+    def terminate(self) -> None:
+        self.popen.send_signal(signal.SIGTERM)
+
+    def kill(self, reason: str | None = None) -> None:
+        try:
+            os.killpg(self.popen.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        try:
+            self.popen.wait(10)
+        except subprocess.TimeoutExpired:  # pragma: no cover - the kernel did not reap it
+            pass
+
+    def pids(self) -> list[int]:
+        return [self.popen.pid]
+
+
 class ServerTarget:
     """A server subprocess for one leg: start, wait for health, record what it reports, stop.
 
@@ -121,7 +159,8 @@ class ServerTarget:
         self.python = python or sys.executable
         self.extra_env = dict(env or {})
         self.cwd = Path(cwd) if cwd is not None else None
-        self.proc: subprocess.Popen[bytes] | None = None
+        self.proc: Any = None
+        """The running server: a ``PlainProcess`` or a ``sandbox.Confined`` (both Popen-like)."""
         self.server_info: dict[str, Any] | None = None
         self._stopping = False
         self._log_handle: Any = None
@@ -147,6 +186,23 @@ class ServerTarget:
         """Environment that pins the server's threads (none by default)."""
         return {}
 
+    def environment(self) -> dict[str, str]:
+        """The server's whole environment (the caller's, for servers from their own environments)."""
+        env = dict(os.environ)
+        env["PYTHONUNBUFFERED"] = "1"
+        env.update(self.thread_env())
+        env.update(self.extra_env)
+        return env
+
+    def launch(self, cmd: list[str], env: dict[str, str], log: Any) -> Any:
+        """Start the server process; returns a Popen-like handle (``poll``, ``wait``, ``terminate``, ``kill``)."""
+        return PlainProcess(subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                             env=env, cwd=self.cwd, start_new_session=True))
+
+    def pids(self) -> list[int]:
+        """Host pids of the server's processes (contention samples exclude them)."""
+        return self.proc.pids() if self.proc is not None else []
+
     def log_text(self) -> str:
         return self.server_log.read_text(encoding="utf-8", errors="replace") if self.server_log.exists() else ""
 
@@ -160,19 +216,17 @@ class ServerTarget:
         if self.proc is not None:
             raise RuntimeError(f"target for {str(self.leg_dir)!r} already started")
         self.leg_dir.mkdir(parents=True, exist_ok=True)
-        env = dict(os.environ)
-        env["PYTHONUNBUFFERED"] = "1"
-        env.update(self.thread_env())
-        env.update(self.extra_env)
+        env = self.environment()
         cmd = self.command()
         self._log_handle = open(self.server_log, "ab")
         header = f"=== perfwarden EmbeddedTarget start {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())} cmd={cmd!r}\n"
         self._log_handle.write(header.encode())
         self._log_handle.flush()
-        self.proc = subprocess.Popen(
-            cmd, stdout=self._log_handle, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            env=env, cwd=self.cwd, start_new_session=True,
-        )
+        try:
+            self.proc = self.launch(cmd, env, self._log_handle)
+        except BaseException:
+            self._close_log()
+            raise
         self._wait_healthy()
         info = self.fetch_info()
         if info is None:
@@ -240,24 +294,18 @@ class ServerTarget:
         self._stopping = True
         if self.proc.poll() is None:
             try:
-                self.proc.send_signal(signal.SIGTERM)
+                self.proc.terminate()
                 self.proc.wait(timeout_s)
             except subprocess.TimeoutExpired:
                 self._kill()
+        self.proc.kill()  # nothing of it outlives the stop (a sandbox's orphans included)
         self._close_log()
         return self.proc.returncode
 
     def _kill(self) -> None:
         assert self.proc is not None
         self._stopping = True
-        try:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-        try:
-            self.proc.wait(10)
-        except subprocess.TimeoutExpired:  # pragma: no cover - the kernel did not reap it
-            pass
+        self.proc.kill()
         self._close_log()
 
     def _returncode(self) -> int | None:
@@ -276,13 +324,133 @@ class ServerTarget:
 
 
 class EmbeddedTarget(ServerTarget):
-    """Runs ``python -m perfwarden.harness.embedded_server`` for one leg."""
+    """Runs ``python -m perfwarden.harness.embedded_server`` for one leg, inside the sandbox.
+
+    A banked kernel is loaded into this server, so the server is started like any other generated
+    code (``perfwarden.harness.sandbox``): its own namespaces, a read-only view (code, interpreter, the
+    model cache, the override files), one writable scratch directory inside the leg directory, an
+    environment holding no secret, a memory bound. It serves on a listening socket the parent binds
+    in its own network namespace and passes down (``--fd``), so clients reach it while the server
+    itself has no network. Its output goes to ``server.log`` through a handle the parent opened.
+
+    Every leg is started this way when the sandbox works here, not only legs with generated code: a
+    baseline started differently from its candidate would be a condition the auditor cannot see
+    (start-up cost of the sandbox: README, "Threat model"). Without a working sandbox, a leg whose
+    overlay loads code from outside perfwarden's own package refuses to start (``TargetStartError``
+    saying how to install bubblewrap); other legs start unconfined with the same scrubbed environment.
+    """
 
     name = "embedded"
     module = "perfwarden.harness.embedded_server"
+    memory_bytes = 6 << 30
+    """Resident memory bound of one server (the model is ~0.5 GB in float32)."""
+
+    def __init__(self, leg_dir: Path | str, config: dict[str, Any] | None = None, *, confine: bool | None = None,
+                 **kwargs: Any):
+        super().__init__(leg_dir, config, **kwargs)
+        self.confine = confine
+        """``None``: confined when the sandbox works here; ``True``: confined or refuse; ``False``: unconfined
+        (refused for generated code)."""
+        self.confinement: dict[str, Any] | None = None
+        """How the running server is confined (``None`` when it runs unconfined)."""
+
+    @property
+    def scratch_dir(self) -> Path:
+        """The server's one writable directory (HOME, TMPDIR, compile caches)."""
+        return self.leg_dir / "server-scratch"
+
+    def override_files(self) -> list[Path]:
+        """The files the leg's op overrides load (made visible read-only to the server)."""
+        files = []
+        for spec in dict(self.config.get("op_overrides") or {}).values():
+            target, sep, _ = str(spec).rpartition(":")
+            if sep and (target.endswith(".py") or "/" in target):
+                files.append(Path(_absolute_spec(str(spec), self.cwd).rpartition(":")[0]))
+        return files
+
+    def generated_code(self) -> list[Path]:
+        """Override files from outside perfwarden's own package: code someone generated."""
+        own = Path(__file__).resolve().parent  # perfwarden.harness (harness/ops and its alternatives)
+        return [f for f in self.override_files() if not f.is_relative_to(own)]
 
     def command(self) -> list[str]:
-        return [self.python, "-m", self.module, "--host", self.host, "--port", str(self.port), *knob_args(self.config)]
+        config = dict(self.config)
+        if config.get("op_overrides"):  # file specs absolute: the server's working directory is its scratch dir
+            config["op_overrides"] = {op: _absolute_spec(str(spec), self.cwd)
+                                      for op, spec in config["op_overrides"].items()}
+        return [self.python, "-m", self.module, "--host", self.host, "--port", str(self.port), *knob_args(config)]
 
     def thread_env(self) -> dict[str, str]:
         return {"OMP_NUM_THREADS": str(self.config["threads"])} if "threads" in self.config else {}
+
+    def environment(self) -> dict[str, str]:
+        """Only what the server needs; the caller's environment (API keys included) never reaches it."""
+        from perfwarden.harness.model import cache_root
+
+        return {"PYTHONUNBUFFERED": "1", "PERFWARDEN_CACHE": str(cache_root()), "HF_HUB_OFFLINE": "1",
+                "TRANSFORMERS_OFFLINE": "1", "HF_HUB_DISABLE_TELEMETRY": "1", **self.thread_env(), **self.extra_env}
+
+    def _confined(self) -> bool:
+        why = sandbox.available()
+        if self.confine is False or (self.confine is None and why is not None):
+            generated = self.generated_code()
+            if generated:
+                raise TargetStartError(
+                    f"refusing to load generated code {[str(p) for p in generated]!r} into an unconfined server: "
+                    + (why or "confinement was turned off"))
+            return False
+        if why is not None:
+            raise TargetStartError(f"the embedded server must run confined, but the sandbox cannot run here: {why}")
+        return True
+
+    def launch(self, cmd: list[str], env: dict[str, str], log: Any) -> Any:
+        from perfwarden.harness.model import cache_root, ensure_converted
+
+        ensure_converted()  # the trusted parent converts the weights once; the server sees the cache read-only
+        device = "cuda" if str(self.config.get("device", "cpu")).startswith("cuda") else "cpu"
+        policy = sandbox.Policy(writable=self.scratch_dir, read_only=(cache_root(), *self.override_files()),
+                                env=env, device=device,
+                                limits=sandbox.Limits(wall_s=None, cpu_s=None, memory_bytes=self.memory_bytes,
+                                                      pids=1024, file_bytes=1 << 30, open_files=4096))
+        if not self._confined():
+            self.confinement = None
+            return PlainProcess(subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                                 env=sandbox.sandbox_env(policy), cwd=self.cwd,
+                                                 start_new_session=True))
+        sock = _listen(self.host, self.port)
+        try:
+            proc = sandbox.Confined([*cmd, "--fd", str(sock.fileno())], policy, stdout=log,
+                                    stderr=subprocess.STDOUT, pass_fds=(sock.fileno(),))
+        finally:
+            sock.close()  # the server holds its own copy
+        self.confinement = proc.confinement.as_dict()
+        log.write(f"=== sandbox {json.dumps(self.confinement, sort_keys=True)}\n".encode())
+        log.flush()
+        return proc
+
+
+def _absolute_spec(spec: str, base: Path | None) -> str:
+    """A file spec made absolute against ``base`` (the directory the server would have run in)."""
+    target, sep, name = spec.rpartition(":")
+    if sep and (target.endswith(".py") or "/" in target):
+        path = Path(target)
+        return f"{((base or Path.cwd()) / path).resolve() if not path.is_absolute() else path.resolve()}:{name}"
+    return spec
+
+
+def _listen(host: str, port: int) -> socket.socket:
+    """A listening socket in the caller's network namespace, inherited by a confined server."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+        sock.listen(128)
+    except OSError as exc:
+        sock.close()
+        from perfwarden.harness.embedded_server import EXIT_PORT
+
+        raise TargetStartError(f"cannot listen on {host}:{port}: {exc.strerror or exc} (is another server using "
+                               f"port {port}?)", returncode=EXIT_PORT) from exc
+    sock.set_inheritable(True)
+    return sock
