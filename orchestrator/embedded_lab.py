@@ -69,7 +69,7 @@ class EmbeddedLab:
     def alternatives(self, op: str) -> list[str]:
         from perfwarden.harness.opbench import alternatives_for
 
-        return alternatives_for(op)
+        return alternatives_for(op, device=self._device())
 
     def measure(self, run: Path, legs: list[LegPlan], reps: int) -> dict[str, str]:
         paths = RunDir(run)
@@ -86,7 +86,7 @@ class EmbeddedLab:
                 target = targets.get(plan.leg)
                 if target is not None and not paths.outputs(plan.leg).is_file():
                     self._parity_dump(paths, plan.leg, target.base_url)
-            pids = [t.proc.pid for t in targets.values() if t.proc is not None]
+            pids = [pid for t in targets.values() for pid in t.pids()]  # every process of each (sandboxed) server
             for k in range(reps):
                 for plan in legs:
                     target = targets.get(plan.leg)
@@ -120,7 +120,7 @@ class EmbeddedLab:
         from perfwarden.harness.opbench import OpBenchError, run_opbench_for_lab
 
         try:
-            return run_opbench_for_lab(Path(run), op, candidates, shapes)
+            return run_opbench_for_lab(Path(run), op, candidates, shapes, device=self._device())
         except OpBenchError as exc:
             raise LabError(f"op bench of {op!r} failed: {exc}") from exc
 
@@ -140,6 +140,10 @@ class EmbeddedLab:
             raise LabError(f"quality eval failed: {type(exc).__name__}: {exc}") from exc
 
     # ------------------------------------------------------------------ helpers
+    def _device(self) -> str:
+        """The device the target serves on: the op bench runs there too."""
+        return "cuda" if str(self.base_config().get("device", "cpu")).startswith("cuda") else "cpu"
+
     def _prompts(self, plan: LegPlan):
         if plan.prompts == "varied":
             return varied_prompts()
