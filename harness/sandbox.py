@@ -55,7 +55,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from functools import lru_cache
 from pathlib import Path
-from typing import IO, Any, Literal
+from typing import Any, Literal
 
 Device = Literal["cpu", "cuda"]
 MemoryBound = Literal["cgroup_v1", "cgroup_v2", "rss_watchdog"]
@@ -353,7 +353,19 @@ class _Cgroups:
         else:
             self.remove()
 
+    @staticmethod
+    def _drop_stale(parent: Path) -> None:
+        """Remove empty sandbox cgroups left by a perfwarden process that was killed before cleaning up."""
+        for stale in parent.glob("perfwarden-sandbox-*"):
+            pid = stale.name.split("-")[2]
+            if pid.isdigit() and not Path(f"/proc/{pid}").exists():
+                try:
+                    stale.rmdir()
+                except OSError:
+                    pass
+
     def _make(self, path: Path, settings: Mapping[str, int]) -> bool:
+        self._drop_stale(path.parent)
         try:
             path.mkdir()
         except OSError:
@@ -784,9 +796,3 @@ def _drain(fd: int, chunks: list[bytes], limit: int = 16 << 20) -> None:
                 break
             chunks.append(chunk)
             total += len(chunk)
-
-
-def open_log(path: Path) -> IO[bytes]:
-    """Append handle for a sandboxed process's log, opened by the parent (the sandbox never sees the path)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    return open(path, "ab")

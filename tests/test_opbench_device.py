@@ -151,6 +151,20 @@ def test_output_files_are_read_only_when_regular_and_bounded(tmp_path):
         read_output_file(good, limit=10)
 
 
+def test_cli_defaults_to_the_targets_device_and_refuses_bad_input_clearly(tmp_path, capsys):
+    from perfwarden.harness.opbench.cli import main, target_device
+
+    assert target_device(tmp_path) == "cpu"
+    leg = tmp_path / "legs" / "base"
+    leg.mkdir(parents=True)
+    (leg / "server_info.json").write_text(json.dumps({"server_args": {"device": "cuda:0"}}))
+    assert target_device(tmp_path) == "cuda"
+    (leg / "server_info.json").write_text("{not json")
+    assert target_device(tmp_path) == "cpu"
+    assert main(["--run-dir", str(tmp_path), "--op", "rmsnorm", "--shape", "1x7x576", "--trials", "1"]) == 3
+    assert "trials (1) < number of seeds (3)" in capsys.readouterr().err
+
+
 def test_triton_kernels_are_catalogued_for_every_op_and_offered_on_gpu_only():
     assert {a.op for a in for_op("rmsnorm") + for_op("silu_mul") + for_op("rotary") if a.kind == "triton"} == {
         "rmsnorm", "silu_mul", "rotary"}

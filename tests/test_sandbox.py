@@ -314,6 +314,14 @@ def test_memory_blow_up_is_stopped(box):
     assert "memory" in r.error or "SIGKILL" in r.error or "MemoryError" in r.error, r.error
 
 
+def test_without_cgroups_the_rss_watchdog_bounds_memory(box, monkeypatch):
+    """Hosts where no cgroup can be created (CI may differ): the watchdog over the PID namespace holds."""
+    monkeypatch.setattr(sb, "_own_cgroups", lambda *a, **k: {})
+    r = call(box, "eat_memory", mb=4096, memory_mb=300, wall_s=60)
+    assert not r.ok and "RSS watchdog" in r.error, r.error
+    assert r.confinement.memory == "rss_watchdog" and r.confinement.pids == "wall_time_only"
+
+
 def test_cpu_spin_is_stopped_by_the_cpu_limit(box):
     started = time.monotonic()
     r = call(box, "spin", cpu_s=2, wall_s=30)
