@@ -287,7 +287,7 @@ def test_ctypes_and_main_rebinding_gain_nothing(box):
 def test_fork_bomb_is_bounded_and_dies_with_the_sandbox(box):
     marker = box["work"] / "forks.txt"
     started = time.monotonic()
-    r = call(box, "fork_bomb", n=400, marker=str(marker), pids=32, wall_s=6)
+    r = call(box, "fork_bomb", n=400, marker=str(marker), pids=32, wall_s=3)
     assert time.monotonic() - started < 15
     assert not r.ok and r.error.startswith("wall time limit")
     got = int(marker.read_text())
