@@ -178,7 +178,7 @@ def audit_harness(a: Audit) -> None:
     iso = claim.isolated_speedup
     result = a.gate("harness", lambda: opbench.audit_rig(
         a.run, rows, iso.baseline_backend if iso else None, iso.candidate_backend if iso else None,
-        server_info, profile_rows, op, a.findings))
+        server_info, profile_rows, op, claimed_speedup=iso.value if iso else None))
     if result and result.speedup is not None:
         a.headline_rederived = result.speedup
         a.extra_values += [result.speedup, *result.per_shape.values()]
@@ -277,17 +277,17 @@ def _isolated_vs_e2e(a: Audit, base: LegEvidence, cand: LegEvidence) -> None:
     iso = a.claim.isolated_speedup
     head = a.comparisons.get(a.claim.headline.metric)
     e2e_real = head is not None and head.significant
-    rig_findings = Findings()
     if iso.opbench:
         rows = a.loader.opbench(iso.opbench)
         if rows:
             profile_rows = a.loader.profile() if a.loader.paths.profile.is_file() else None
             # In a patch audit the e2e legs are the evidence: a bad rig discredits the isolated number,
             # so its findings ask to replace the headline with the e2e delta when that delta is real.
-            opbench.audit_rig(a.run, rows, iso.baseline_backend, iso.candidate_backend, base.server_info,
-                              profile_rows, iso.op, rig_findings, severity="FLAG" if e2e_real else "FAIL",
-                              action="replace_headline_with_e2e" if e2e_real else "eject")
-            a.findings.extend(rig_findings.items)
+            rig = opbench.audit_rig(a.run, rows, iso.baseline_backend, iso.candidate_backend, base.server_info,
+                                    profile_rows, iso.op, severity="FLAG" if e2e_real else "FAIL",
+                                    action="replace_headline_with_e2e" if e2e_real else "eject",
+                                    claimed_speedup=iso.value)
+            a.findings.extend(rig.findings)
     else:
         a.not_checked.append("isolated speedup: no op benchmark file cited, rig not audited")
     if head is None:

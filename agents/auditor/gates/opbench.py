@@ -15,9 +15,10 @@ from pathlib import Path
 import numpy as np
 
 from perfwarden.agents.auditor.evidence import line_evidence
-from perfwarden.agents.auditor.findings import Findings
+from perfwarden.agents.auditor.findings import GateResult, finding
 from perfwarden.agents.auditor.gates.conditions import flatten
 from perfwarden.harness.jsonl import LineRef, OpBenchLine, ProfileLine
+from perfwarden.harness.records import Finding
 
 # rtol by dtype (torch.testing defaults, relaxed 10x for fused reductions), used when a row has none.
 DEFAULT_RTOL = {"float32": 1e-4, "fp32": 1e-4, "float16": 1e-2, "fp16": 1e-2, "bfloat16": 5e-2, "bf16": 5e-2,
@@ -34,6 +35,11 @@ def shape_key(shape) -> str:
     return "x".join(str(s) for s in shape) if isinstance(shape, list) else str(shape)
 
 
+TimingPath = str
+"""``call`` (``times_ms``: launched call by call, what an eager server pays) or ``graph`` (``graph_times_ms``:
+replayed inside a CUDA graph, what a CUDA-graph server pays)."""
+
+
 @dataclass
 class Backend:
     name: str
@@ -43,8 +49,9 @@ class Backend:
     def is_reference(self) -> bool:
         return any(r.is_reference for _, r in self.rows)
 
-    def median_ms(self, shape: str) -> float | None:
-        times = [t for _, r in self.rows if shape_key(r.shape) == shape and r.times_ms for t in r.times_ms]
+    def median_ms(self, shape: str, path: TimingPath = "call") -> float | None:
+        times = [t for _, r in self.rows if shape_key(r.shape) == shape
+                 for t in ((r.graph_times_ms if path == "graph" else r.times_ms) or [])]
         return float(np.median(times)) if times else None
 
     def shapes(self) -> set[str]:
@@ -53,12 +60,30 @@ class Backend:
     def digests(self) -> set[str]:
         return {r.impl_sha256 for _, r in self.rows if r.impl_sha256}
 
+    def devices(self) -> set[str]:
+        """Devices the rows ran on; rigs older than the GPU path wrote none and ran on the CPU."""
+        return {device_kind(r.device) or "cpu" for _, r in self.rows}
+
+    def timed_dispatch(self) -> set[str]:
+        """Dispatch paths timed: each row's ``dispatch`` and, where it has graph figures, graph replay."""
+        paths = {r.dispatch for _, r in self.rows if r.dispatch}
+        if any(r.graph_times_ms for _, r in self.rows):
+            paths.add("graph_replay")
+        return paths
+
 
 def group_backends(rows: list[tuple[LineRef, OpBenchLine]]) -> dict[str, Backend]:
     out: dict[str, Backend] = {}
     for ref, row in rows:
         out.setdefault(row.backend, Backend(row.backend)).rows.append((ref, row))
     return out
+
+
+def device_kind(device: object) -> str | None:
+    """``cuda:0`` -> ``cuda``; None when absent or not a string."""
+    if not isinstance(device, str) or not device.strip():
+        return None
+    return device.strip().lower().split(":", 1)[0]
 
 
 def served_dispatch(server_info: dict | None) -> str | None:
@@ -73,6 +98,12 @@ def served_dispatch(server_info: dict | None) -> str | None:
     if "disable_cuda_graph" in info:
         return "eager" if info["disable_cuda_graph"] in (True, "true", 1) else "graph_replay"
     return "eager"
+
+
+def served_device(server_info: dict | None) -> str | None:
+    """Device the server serves on, when its server_info says (``device``, as sglang and the embedded
+    target report it)."""
+    return device_kind(flatten(server_info).get("device")) if server_info else None
 
 
 def served_shapes(profile_rows: list[tuple[LineRef, ProfileLine]] | None, op: str) -> set[str] | None:
@@ -92,12 +123,34 @@ class RigResult:
     reference: str | None = None
     candidate: str | None = None
     per_shape: dict[str, float] = field(default_factory=dict)
+    timing_path: TimingPath = "call"
+    """Which figure the speedup was derived from: the one of the dispatch path the server runs."""
+
+
+def geomean_speedup(ref: Backend, cand: Backend, shapes: set[str], path: TimingPath) -> dict[str, float]:
+    """Per shape: reference median / candidate median on one timing path (shapes lacking it are left out)."""
+    out = {}
+    for shape in sorted(shapes):
+        rt, ct = ref.median_ms(shape, path), cand.median_ms(shape, path)
+        if rt and ct:
+            out[shape] = rt / ct
+    return out
+
+
+def _geomean(values) -> float:
+    return float(np.exp(np.mean(np.log(list(values)))))
 
 
 def audit_rig(run: Path, rows: list[tuple[LineRef, OpBenchLine]], claimed_ref: str | None, claimed_cand: str | None,
-              server_info: dict | None, profile_rows, op: str, findings: Findings, severity: str = "FAIL",
-              action: str = "redo_harness") -> RigResult:
-    """Every harness gate over one op benchmark; returns the re-derived speedup."""
+              server_info: dict | None, profile_rows, op: str, severity: str = "FAIL",
+              action: str = "redo_harness", claimed_speedup: float | None = None) -> GateResult[RigResult]:
+    """Every harness gate over one op benchmark; its value is the re-derived speedup on the timing path
+    of the dispatch the server runs."""
+    out: list[Finding] = []
+
+    def add(code: str, sev: str, message: str, **kw) -> None:
+        out.append(finding(code, sev, message, gate="harness", **kw))
+
     backends = group_backends(rows)
     result = RigResult()
     refs = [b for b in backends.values() if b.is_reference]
@@ -107,86 +160,113 @@ def audit_rig(run: Path, rows: list[tuple[LineRef, OpBenchLine]], claimed_ref: s
         others = [b for b in backends.values() if b is not ref]
         cand = min(others, key=lambda b: np.median([b.median_ms(s) or np.inf for s in b.shapes()]), default=None)
     if ref is None or cand is None:
-        findings.add("EVIDENCE_MISSING", severity, f"op bench of {op!r} lacks a reference or candidate backend "
-                     f"(backends: {sorted(backends)!r})", gate="harness")
-        return result
+        add("EVIDENCE_MISSING", severity, f"op bench of {op!r} lacks a reference or candidate backend "
+            f"(backends: {sorted(backends)!r})")
+        return GateResult(out, value=result)
     result.reference, result.candidate = ref.name, cand.name
     first = [line_evidence(run, cand.rows[0][0])]
 
     # Self comparison: same backend name, same implementation digest, or a reference that is not one.
     same_digest = ref.digests() & cand.digests()
     if ref.name == cand.name or same_digest or (claimed_ref and claimed_ref == claimed_cand):
-        findings.add("HARNESS_SELF_COMPARE", severity, f"the rig compares {cand.name!r} against "
-                     f"{ref.name!r}, the same implementation" + (" (same source digest)" if same_digest else ""),
-                     measured=[ref.name, cand.name], threshold="different implementations", evidence=first,
-                     action=action, gate="harness")
+        add("HARNESS_SELF_COMPARE", severity, f"the rig compares {cand.name!r} against {ref.name!r}, the same "
+            "implementation" + (" (same source digest)" if same_digest else ""), measured=[ref.name, cand.name],
+            threshold="different implementations", evidence=first, action=action)
     elif refs and ref.name not in {b.name for b in refs}:
-        findings.add("HARNESS_SELF_COMPARE", severity, f"the claimed baseline {ref.name!r} is not the rig's reference "
-                     f"implementation {refs[0].name!r}", evidence=first, action=action, gate="harness")
+        add("HARNESS_SELF_COMPARE", severity, f"the claimed baseline {ref.name!r} is not the rig's reference "
+            f"implementation {refs[0].name!r}", evidence=first, action=action)
 
     # Correctness over seeds, with dtype-aware tolerance.
-    for backend in (cand,):
-        seeds = {r.seed for _, r in backend.rows if r.seed is not None}
-        for ref_line, row in backend.rows:
-            rtol = row.rtol if row.rtol is not None else DEFAULT_RTOL.get((row.dtype or "float32").lower(), 1e-4)
-            bad = row.raised or row.correct is False or (row.max_rel_err is not None and row.max_rel_err > rtol)
-            if row.correct is None and row.max_rel_err is None and not row.raised:
-                findings.add("HARNESS_INCORRECT", severity, f"{backend.name!r} shape {shape_key(row.shape)}: no "
-                             "correctness result recorded", evidence=[line_evidence(run, ref_line)], action=action,
-                             gate="harness")
-                break
-            if bad:
-                findings.add("HARNESS_INCORRECT", severity, f"{backend.name!r} shape {shape_key(row.shape)} seed "
-                             f"{row.seed}: " + (f"raised {row.raised!r}" if row.raised else
-                                                f"max_rel_err {row.max_rel_err!r} > rtol {rtol!r}"),
-                             measured=row.max_rel_err, threshold=rtol, evidence=[line_evidence(run, ref_line)],
-                             action=action, gate="harness")
-                break
-        if len(seeds) < MIN_SEEDS:
-            findings.add("HARNESS_INCORRECT", severity, f"{backend.name!r} was checked on {len(seeds)} input seed(s); "
-                         f"need >= {MIN_SEEDS}", measured=len(seeds), threshold=MIN_SEEDS, evidence=first,
-                         action=action, gate="harness")
-        stale = [(lr, r) for lr, r in backend.rows + ref.rows if r.fresh_inputs is False or r.warmup_discarded == 0]
-        if stale:
-            lr, r = stale[0]
-            findings.add("HARNESS_INCORRECT", severity, f"{r.backend!r} timed " + (
-                "the same inputs every iteration (cache-warm)" if r.fresh_inputs is False else
-                "without discarding warm-up"), evidence=[line_evidence(run, lr)], action=action, gate="harness")
+    seeds = {r.seed for _, r in cand.rows if r.seed is not None}
+    for ref_line, row in cand.rows:
+        rtol = row.rtol if row.rtol is not None else DEFAULT_RTOL.get((row.dtype or "float32").lower(), 1e-4)
+        bad = row.raised or row.correct is False or (row.max_rel_err is not None and row.max_rel_err > rtol)
+        if row.correct is None and row.max_rel_err is None and not row.raised:
+            add("HARNESS_INCORRECT", severity, f"{cand.name!r} shape {shape_key(row.shape)}: no correctness result "
+                "recorded", evidence=[line_evidence(run, ref_line)], action=action)
+            break
+        if bad:
+            add("HARNESS_INCORRECT", severity, f"{cand.name!r} shape {shape_key(row.shape)} seed {row.seed}: "
+                + (f"raised {row.raised!r}" if row.raised else f"max_rel_err {row.max_rel_err!r} > rtol {rtol!r}"),
+                measured=row.max_rel_err, threshold=rtol, evidence=[line_evidence(run, ref_line)], action=action)
+            break
+    if len(seeds) < MIN_SEEDS:
+        add("HARNESS_INCORRECT", severity, f"{cand.name!r} was checked on {len(seeds)} input seed(s); need >= "
+            f"{MIN_SEEDS}", measured=len(seeds), threshold=MIN_SEEDS, evidence=first, action=action)
+    stale = [(lr, r) for lr, r in cand.rows + ref.rows if r.fresh_inputs is False or r.warmup_discarded == 0]
+    if stale:
+        lr, r = stale[0]
+        add("HARNESS_INCORRECT", severity, f"{r.backend!r} timed " + (
+            "the same inputs every iteration (cache-warm)" if r.fresh_inputs is False else
+            "without discarding warm-up"), evidence=[line_evidence(run, lr)], action=action)
+    warm_l2 = [(lr, r) for lr, r in cand.rows + ref.rows if device_kind(r.device) == "cuda" and r.l2_flushed is False]
+    if warm_l2:
+        lr, r = warm_l2[0]
+        add("HARNESS_INCORRECT", severity, f"{r.backend!r} was timed on the GPU without flushing the L2 cache between "
+            "calls: its inputs stay cache-resident, a server's fresh activations do not", measured=False,
+            threshold="l2_flushed true", evidence=[line_evidence(run, lr)], action=action)
 
-    # Dispatch path and shapes must be what the server runs.
+    # Device, dispatch path and shapes must be what the server runs.
+    device = served_device(server_info)
+    rig_devices = ref.devices() | cand.devices()
+    if device and rig_devices != {device}:
+        add("HARNESS_DISPATCH_MISMATCH", severity, f"the rig ran on {sorted(rig_devices)!r}, the server serves on "
+            f"{device!r}", measured=sorted(rig_devices), threshold=device, evidence=first, action=action)
     dispatch = served_dispatch(server_info)
-    timed_dispatch = {r.dispatch for _, r in cand.rows if r.dispatch}
-    if dispatch and timed_dispatch and timed_dispatch != {dispatch}:
-        findings.add("HARNESS_DISPATCH_MISMATCH", severity, f"the rig timed {sorted(timed_dispatch)!r}, the server "
-                     f"runs {dispatch!r}", measured=sorted(timed_dispatch), threshold=dispatch, evidence=first,
-                     action=action, gate="harness")
+    path: TimingPath = "graph" if dispatch == "graph_replay" else "call"
+    result.timing_path = path
+    timed = cand.timed_dispatch()
+    raised = next(((lr, r) for lr, r in cand.rows if r.graph_raised), None)
+    if dispatch == "graph_replay" and raised is not None:
+        lr, r = raised
+        add("HARNESS_INCORRECT", severity, f"{cand.name!r} could not be captured in a CUDA graph "
+            f"({r.graph_raised!r}) and the server replays graphs: it would not run as served",
+            measured=r.graph_raised, threshold="capturable", evidence=[line_evidence(run, lr)], action=action)
+    elif dispatch and timed and dispatch not in timed:
+        add("HARNESS_DISPATCH_MISMATCH", severity, f"the rig timed {sorted(timed)!r}, the server runs {dispatch!r}",
+            measured=sorted(timed), threshold=dispatch, evidence=first, action=action)
     served = served_shapes(profile_rows, op)
     benched = cand.shapes()
     if served is not None:
         unserved = sorted(benched - served)
         if unserved and not (benched & served):
-            findings.add("HARNESS_UNSERVED_SHAPES", severity, f"benchmarked shapes {unserved!r} are not among the "
-                         f"served shapes {sorted(served)!r}", measured=unserved, threshold=sorted(served),
-                         evidence=first, action=action, gate="harness")
+            add("HARNESS_UNSERVED_SHAPES", severity, f"benchmarked shapes {unserved!r} are not among the served "
+                f"shapes {sorted(served)!r}", measured=unserved, threshold=sorted(served), evidence=first,
+                action=action)
         elif unserved:
-            findings.add("HARNESS_UNSERVED_SHAPES", "FLAG", f"some benchmarked shapes are not served: {unserved!r}",
-                         measured=unserved, threshold=sorted(served), evidence=first, action="flag", gate="harness")
+            add("HARNESS_UNSERVED_SHAPES", "FLAG", f"some benchmarked shapes are not served: {unserved!r}",
+                measured=unserved, threshold=sorted(served), evidence=first, action="flag")
 
-    # Re-derived speedup over measured shapes (Triton on CPU is recorded unmeasured, never as a number).
-    for shape in sorted(benched & ref.shapes()):
-        rt, ct = ref.median_ms(shape), cand.median_ms(shape)
-        if rt and ct:
-            result.per_shape[shape] = rt / ct
+    # Re-derived speedup on the served path (Triton on CPU is recorded unmeasured, never as a number).
+    result.per_shape = geomean_speedup(ref, cand, benched & ref.shapes(), path)
     if result.per_shape:
-        result.speedup = float(np.exp(np.mean(np.log(list(result.per_shape.values())))))
+        result.speedup = _geomean(result.per_shape.values())
         if result.speedup > PLAUSIBLE_SPEEDUP:
-            findings.add("IMPLAUSIBLE_SPEEDUP", "FLAG", f"re-derived isolated speedup {result.speedup:.2f}x exceeds "
-                         f"{PLAUSIBLE_SPEEDUP}x without extra proof", measured=round(result.speedup, 3),
-                         threshold=PLAUSIBLE_SPEEDUP, evidence=first, action="redo_harness", gate="harness")
+            add("IMPLAUSIBLE_SPEEDUP", "FLAG", f"re-derived isolated speedup {result.speedup:.2f}x exceeds "
+                f"{PLAUSIBLE_SPEEDUP}x without extra proof", measured=round(result.speedup, 3),
+                threshold=PLAUSIBLE_SPEEDUP, evidence=first, action="redo_harness")
+        other = geomean_speedup(ref, cand, benched & ref.shapes(), "call" if path == "graph" else "graph")
+        if claimed_speedup is not None and other and _claims_other_path(claimed_speedup, result.speedup,
+                                                                       _geomean(other.values())):
+            add("HARNESS_DISPATCH_MISMATCH", severity, f"the claimed {claimed_speedup:.3g}x is the "
+                f"{'CUDA-graph' if path == 'call' else 'call-by-call'} figure; the server runs {dispatch!r}, where "
+                f"the rig measured {result.speedup:.3g}x", measured=round(result.speedup, 4),
+                threshold={"claimed": claimed_speedup, "served_path": path}, evidence=first, action=action)
     elif any(r.measured is False for _, r in cand.rows):
-        findings.add("EVIDENCE_MISSING", severity, f"{cand.name!r} timing was not measured on this device; no speedup "
-                     "can be derived", evidence=first, action=action, gate="harness")
-    return result
+        add("EVIDENCE_MISSING", severity, f"{cand.name!r} timing was not measured on this device; no speedup can be "
+            "derived", evidence=first, action=action)
+    else:
+        figure = "graph_times_ms (the server replays CUDA graphs)" if path == "graph" else "times_ms"
+        add("EVIDENCE_MISSING", severity, f"no shape has {figure} for both {ref.name!r} and {cand.name!r}: no "
+            "speedup can be derived", threshold=figure, evidence=first, action=action)
+    return GateResult(out, value=result)
+
+
+def _claims_other_path(claimed: float, served: float, other: float) -> bool:
+    """The claim matches the figure of the path the server does not run, and not the served one."""
+    def near(a: float, b: float) -> bool:
+        return abs(a - b) <= SPEEDUP_TOLERANCE * b
+    return near(claimed, other) and not near(claimed, served)
 
 
 def amdahl_bound_pct(speedup: float, fraction: float) -> float:
