@@ -11,7 +11,7 @@ from rich.console import Console
 from rich.table import Table
 
 from perfwarden.orchestrator.paths import default_fixture_roots, shared_corpus
-from perfwarden.proof.backtest import LABELS, Report, run_backtest
+from perfwarden.proof.backtest import LABELS, AnswerKeyError, Report, run_backtest
 
 
 def backtest(
@@ -30,7 +30,11 @@ def backtest(
         from perfwarden.proof.mlperf_cases import mlperf_results
 
         extra.append(lambda: mlperf_results(corpus))
-    report = run_backtest(roots, extra)
+    try:
+        report = run_backtest(roots, extra)
+    except AnswerKeyError as exc:
+        Console(stderr=True, soft_wrap=True, highlight=False).print(f"error: {exc}", markup=False)
+        raise typer.Exit(3) from None
     if not report.results:
         Console(stderr=True, soft_wrap=True).print(f"[red]error:[/red] no fixtures (answer_key.json) under {[str(r) for r in roots]!r}")
         raise typer.Exit(3)
