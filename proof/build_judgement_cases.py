@@ -372,9 +372,12 @@ CASES: dict[str, Case] = {
     "jdg-disclose-inflated": Case(
         lambda r: build_ab_run(r, cand_reps=cand_reps(ttft_ms=130.0),
                                claim={"headline": {"metric": "output_throughput", "value": 10.0, "kind": "e2e",
-                                                   "disclosed_regressions": {"median_ttft_ms": 200.0}}}),
-        "FLAG", "flag", "TTFT is 30% worse; the claim discloses 200%: an inflated disclosure does not cover the real "
-        "regression.", include=["HIDDEN_LATENCY_REGRESSION"]),
+                                                   "disclosed_regressions": {"median_ttft_ms": 200.0,
+                                                                             "p99_ttft_ms": 30.0,
+                                                                             "median_e2e_latency_ms": 4.2,
+                                                                             "p99_e2e_latency_ms": 4.2}}}),
+        "FLAG", "flag", "Median TTFT is 30% worse; the claim discloses 200% (the other regressions at their real "
+        "size): an inflated disclosure does not cover the real regression.", include=["HIDDEN_LATENCY_REGRESSION"]),
     "jdg-disclose-blanket": Case(
         lambda r: build_ab_run(r, cand_reps=cand_reps(ttft_ms=130.0),
                                claim={"headline": {"metric": "output_throughput", "value": 10.0, "kind": "e2e",
