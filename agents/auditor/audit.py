@@ -20,7 +20,8 @@ from pydantic import ValidationError
 from perfwarden.agents.auditor import stats
 from perfwarden.agents.auditor.evidence import LegEvidence, RunLoader
 from perfwarden.agents.auditor.findings import Findings, GateResult, choose_action, verdict_label
-from perfwarden.agents.auditor.gates import caching, conditions, correctness, lever, measurement, opbench, profile, prose
+from perfwarden.agents.auditor.gates import (caching, conditions, correctness, explain, knobs, lever, measurement,
+                                             opbench, profile, prose, served)
 from perfwarden.agents.auditor.rederive import METRICS
 from perfwarden.harness.records import Claim, Comparison, Finding, MetricStats, Verdict, write_json_atomic
 
@@ -208,6 +209,7 @@ def audit_patch(a: Audit, bundle: bool = False) -> None:
         a.gate("aggregates", lambda leg=leg: measurement.check_line_aggregates(a.run, leg, a.findings))
 
     a.diff = a.gate("conditions", lambda: conditions.check_conditions(a.run, claim, base, cand, a.findings)) or {}
+    unknown = a.gate("knobs", lambda: knobs.check_unknown_knobs(a.run, claim, a.diff, base, cand)) or []
     a.gate("reported_conditions", lambda: conditions.check_reported_conditions(a.run, claim, legs, a.findings))
     if bundle:
         a.gate("bundle", lambda: _bundle_gates(a, base, cand))
@@ -223,7 +225,8 @@ def audit_patch(a: Audit, bundle: bool = False) -> None:
         a.gate("significance", lambda: measurement.check_headline(
             a.run, claim, head, (len(base.reps), len(cand.reps)), a.findings, contended, a.not_checked))
         a.gate("latency", lambda: measurement.check_hidden_regressions(
-            a.comparisons, claim.headline.metric, base, cand, a.findings, claim.headline.disclosed_regressions))
+            a.comparisons, claim.headline.metric, base, cand, claim.headline.disclosed_regressions))
+        a.gate("explain", lambda: explain.check_unexplained_delta(claim, head, _profile_rows(a)))
         a.gate("output_length", lambda: correctness.check_output_length(a.run, base, cand, a.findings))
         note = measurement.interleaving_note(base, cand)
         if note:
@@ -238,15 +241,19 @@ def audit_patch(a: Audit, bundle: bool = False) -> None:
         a.gate("orthogonal", lambda: lever.check_orthogonal(claim, a.lever_detected, a.lever_signals, cand, a.run,
                                                             a.findings))
     a.gate("engagement", lambda: lever.check_engagement(claim, cand, a.run, a.findings))
+    a.gate("signals", lambda: lever.check_undeclared_signals(a.run, claim, base, cand))
+    a.gate("acceptance", lambda: lever.check_acceptance_rate(a.run, claim, cand))
 
-    lossy = correctness.lossy_signals(claim, a.diff)
+    lossy = correctness.lossy_signals(claim, a.diff) + knobs.lossy_reasons(unknown, base, cand)
     a.correctness = a.gate("parity", lambda: correctness.check_parity(a.run, claim, base, cand, bool(lossy),
                                                                       a.findings)) or "unverifiable"
-    a.gate("quality", lambda: correctness.check_quality(a.run, claim, a.loader, cand.name, lossy, a.findings))
-    spec = any(r.accept_length is not None for r in cand.reps)
-    a.gate("spec_decode", lambda: correctness.check_spec_decode_documented(claim, spec, a.findings))
+    a.gate("served", lambda: _served_gates(a, base, cand, bool(lossy), bool(unknown)))
+    a.gate("quality", lambda: correctness.check_quality(a.run, claim, a.loader, base.name, cand.name, lossy))
+    spec_signals = [s for s in lever.raw_signals(cand) if s.family == "spec_decode"]
+    a.gate("spec_decode", lambda: correctness.check_spec_decode_documented(claim, bool(spec_signals),
+                                                                           bool(spec_signals)))
 
-    a.gate("response_cache", lambda: caching.check_response_cache(a.run, [base, cand], a.findings))
+    a.gate("response_cache", lambda: caching.check_response_cache(a.run, [base, cand]))
     a.gate("prefix_warmth", lambda: caching.check_prefix_warmth(a.run, base, cand, a.findings, a.not_checked))
     if claim.legs.caching_audit:
         cache_leg = a.leg(claim.legs.caching_audit)
@@ -260,6 +267,25 @@ def audit_patch(a: Audit, bundle: bool = False) -> None:
         a.gate("isolated_vs_e2e", lambda: _isolated_vs_e2e(a, base, cand))
     a.gate("reported", lambda: measurement.check_reported_numbers(claim, a.legs_stats, a.headline_rederived,
                                                                   a.findings))
+
+
+def _profile_rows(a: Audit):
+    return a.loader.profile() if a.loader.paths.profile.is_file() else None
+
+
+def _served_gates(a: Audit, base: LegEvidence, cand: LegEvidence, lossy: bool, unknown_knob: bool) -> None:
+    """Parity from what was served: each leg's dump against its own served texts, then served texts
+    across legs (exact for an unclassified knob)."""
+    base_served, cand_served = served.read_served(base.bench_path), served.read_served(cand.bench_path)
+    results = [served.check_dump_matches_served(a.run, base, base_served),
+               served.check_dump_matches_served(a.run, cand, cand_served),
+               served.check_served_parity(a.run, base, cand, base_served, cand_served, lossy,
+                                          1.0 if unknown_knob else correctness.PARITY_MIN_IDENTICAL)]
+    for result in results:
+        a.findings.extend(result.findings)
+        a.not_checked.extend(result.not_checked)
+    if any(f.severity == "FAIL" for r in results for f in r.findings):
+        a.correctness = "failed"
 
 
 def _errors(a: Audit, base: LegEvidence, cand: LegEvidence) -> None:
