@@ -186,7 +186,9 @@ CASES: dict[str, tuple[Callable[[Path], Any], str, str, list[str], list[str], st
                          ["CACHING_SUSPECTED"], [], "Candidate ran with a warm prefix cache (70% hits), baseline cold."),
     "syn-test04-leg": (lambda r: build_ab_run(r, extra_legs={"t04": ("caching_audit", CAND_INFO, reps("t04", [175.0, 178.0, 176.0], 40))},
                                               claim={"legs": {"baseline": "base", "candidate": "cand", "caching_audit": "t04"}}),
-                       "FAIL", "eject", ["CACHING_SUSPECTED"], [], "One prompt repeated runs 60% faster: cached."),
+                       "FLAG", "flag", ["CACHING_SUSPECTED"], [],
+                       "One prompt repeated: +60% output throughput, same TTFT and TPOT -- an unexplained throughput-only "
+                       "beat (issue 9 rule 10: FLAG; a TPOT beat is the FAIL)."),
     "syn-test04-honest": (lambda r: build_ab_run(r, extra_legs={"t04": ("caching_audit", CAND_INFO, reps("t04", [111.0, 110.2, 109.0], 40))},
                                                  claim={"legs": {"baseline": "base", "candidate": "cand", "caching_audit": "t04"}}),
                           "PASS", "pass", [], ["CACHING_SUSPECTED"], "The repeated-prompt leg runs like the varied one."),
