@@ -11,14 +11,13 @@ so in the commit).
 
 from __future__ import annotations
 
-import hashlib
 import shutil
 from pathlib import Path
 from typing import Any, Callable
 
-from perfwarden.harness.records import QualityEval, write_json_atomic
+from perfwarden.harness.records import write_json_atomic
 from perfwarden.proof.synth import (fixture_builder_main, BASE_INFO, BASE_TPUT, CAND_TPUT, COHERENT_TEXTS, GIBBERISH_TEXTS, build_ab_run,
-                                    make_rep, reps, write_claim, write_jsonl)
+                                    make_rep, reps, write_claim, write_jsonl, write_quality_pair)
 
 PATCH_CODES = ["EVIDENCE_MISSING", "EVIDENCE_CORRUPT", "REPORTED_MISMATCH", "CONDITIONS_DIFFER",
                "CONDITIONS_MISREPORTED", "CONTENDED_LEG", "DELTA_NOT_SIGNIFICANT", "HIDDEN_LATENCY_REGRESSION",
@@ -27,7 +26,6 @@ PATCH_CODES = ["EVIDENCE_MISSING", "EVIDENCE_CORRUPT", "REPORTED_MISMATCH", "CON
                "CACHING_SUSPECTED", "ISOLATED_E2E_GAP", "IMPLAUSIBLE_SPEEDUP", "UNTRACED_CLAIM"]
 CAND_INFO = {**BASE_INFO, "max_batch_size": 8, "port": 8101}
 KERNEL_INFO = {**BASE_INFO, "port": 8101, "op_overrides": {"rmsnorm": "ops/rmsnorm_fused.py:rmsnorm"}}
-QA_ITEMS = Path(__file__).resolve().parents[1] / "harness" / "quality_items.json"
 KERNEL_CLAIM = {"lever": {"name": "rmsnorm_fused", "lever_class": "A", "kernel_ops": ["rmsnorm"]},
                 "headline": {"metric": "output_throughput", "value": 10.0, "kind": "kernel"}}
 
@@ -73,14 +71,7 @@ def _baseline_only(run: Path, base_reps: list[dict] | None = None, **claim: Any)
 
 
 def _quality(run: Path, score: float, base: float) -> None:
-    """Both legs' records, as ``harness/quality.run_quality_pair`` writes them (one file per leg, the
-    item set's digest, the baseline's score copied into the candidate's record)."""
-    digest = hashlib.sha256(QA_ITEMS.read_bytes()).hexdigest()
-    write_json_atomic(run / "quality" / "pw-qa-exact-v1@base.json", QualityEval(
-        eval_id="pw-qa-exact-v1", leg="base", n=40, score=base, item_set_sha256=digest, items_sha256=digest))
-    write_json_atomic(run / "quality" / "pw-qa-exact-v1@cand.json", QualityEval(
-        eval_id="pw-qa-exact-v1", leg="cand", n=40, score=score, baseline_score=base, baseline_leg="base",
-        item_set_sha256=digest, items_sha256=digest))
+    write_quality_pair(run, base_score=base, cand_score=score)
 
 
 INT8 = {"lever": {"name": "int8", "lever_class": "B", "config_keys": ["quantization"]}}
