@@ -140,9 +140,13 @@ def _declares(claim: Claim, signal: Signal) -> bool:
         return claim.mechanism.name == "speculative_decoding" or any(registry.is_spec_decode_key(k) for k in declared)
     if signal.family == "response_cache":
         return any(registry.is_response_cache_key(k) for k in declared)
+    # Declaring one op's override does not declare another's: only the named ops, or an explicit
+    # config key for that op (or for every override), cover an engaged override.
     ops = {o.lower() for o in (claim.lever.kernel_ops if claim.lever else [])}
-    return (signal.detail in ops if signal.detail else bool(ops)) or is_declared("op_overrides", declared) \
-        or "kernel_patches" in declared
+    keys = set(claim.lever.config_keys if claim.lever else [])
+    if signal.detail is None:
+        return bool(ops) or bool(keys & {"op_overrides", "kernel_patches"})
+    return signal.detail in ops or bool(keys & {"op_overrides", "kernel_patches", f"op_overrides.{signal.detail}"})
 
 
 def check_undeclared_signals(run: Path, claim: Claim, base: LegEvidence, cand: LegEvidence) -> GateResult:
