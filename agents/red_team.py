@@ -419,7 +419,8 @@ def write_success(run: Path, claim_path: Path, result: AttackResult, out: Path) 
     key = {"schema_version": 1, "frozen": time.strftime("%Y-%m-%d", time.gmtime()), "answers": [answer],
            "provenance": f"red team: attack {result.family!r} on {result.base!r} (seed {result.seed!r}); the answer is "
                          "the attack's own definition (agents/red_team_families.py), written when it succeeded",
-           "rationale": f"{exp.why} The auditor answered {result.verdict}: {result.success}."}
+           "rationale": f"{exp.why.rstrip('.')}. When this fixture was written the auditor answered "
+                        f"{result.verdict}: {result.success}."}
     write_json_atomic(fixture / "answer_key.json", key)
     return name
 
