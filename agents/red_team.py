@@ -425,8 +425,10 @@ def write_success(run: Path, claim_path: Path, result: AttackResult, out: Path) 
     return name
 
 
-def plan(bases: list[Base], families: dict[str, Family], rounds: int, seed: int) -> list[tuple[Base, list[str], str]]:
-    """Every family on every base each round, plus as many random pairs of combinable families."""
+def plan(bases: list[Base], families: dict[str, Family], rounds: int, seed: int,
+         pairs: bool = True) -> list[tuple[Base, list[str], str]]:
+    """Every family on every base each round, plus (``pairs``) half as many random pairs of combinable
+    families that rewrite different parts of the claim."""
     jobs = []
     names = sorted(families)
     combinable = [n for n in names if families[n].combinable]
@@ -435,7 +437,7 @@ def plan(bases: list[Base], families: dict[str, Family], rounds: int, seed: int)
         for base in bases:
             for name in names:
                 jobs.append((base, [name], f"{seed}:{rnd}:{base.name}:{name}"))
-            for _ in range(len(names) // 2):
+            for _ in range(len(names) // 2 if pairs and len(combinable) >= 2 else 0):
                 pair = rng.sample(combinable, 2)
                 if families[pair[0]].touches & families[pair[1]].touches:
                     continue
@@ -444,7 +446,8 @@ def plan(bases: list[Base], families: dict[str, Family], rounds: int, seed: int)
 
 
 def redteam(fixtures: list[Path], rounds: int = 1, seed: int = 0, out: Path | None = None,
-            only: list[str] | None = None, progress: Callable[[AttackResult], None] | None = None) -> Report:
+            only: list[str] | None = None, progress: Callable[[AttackResult], None] | None = None,
+            pairs: bool = True) -> Report:
     """Attack every base with every family (and random pairs) for ``rounds`` rounds."""
     from perfwarden.agents.auditor.audit import audit_path
 
@@ -478,7 +481,7 @@ def redteam(fixtures: list[Path], rounds: int = 1, seed: int = 0, out: Path | No
         report.bases.append(base.name)
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="pw-redteam-") as tmp:
-        for base, names, job_seed in plan(bases, families, rounds, seed):
+        for base, names, job_seed in plan(bases, families, rounds, seed, pairs):
             result = run_attack(base, names, families, job_seed, Path(tmp), out)
             if result is not None:
                 report.results.append(result)

@@ -22,11 +22,16 @@ def backtest(
     json_out: bool = typer.Option(False, "--json", help="Print the full report as JSON."),
     mlperf: bool = typer.Option(True, "--mlperf/--no-mlperf", help="Include the shared MLPerf corpora (mlperf, "
                                 "mlperf-more) when present; each case is audited with and without --test."),
+    quality_registry: Path | None = typer.Option(None, "--quality-registry", help="A JSON file of extra registered "
+                                                 "quality evals (see perfwarden audit --help)."),
     html: Path | None = typer.Option(None, "--html", help="Also write a self-contained HTML report: each fixture's "
                                      "expected vs actual verdict with drill-down to findings and evidence."),
 ) -> None:
     """Run the auditor blind over every fixture, then score it against the answer keys.
     Exit 0 when every fixture agrees, 1 otherwise."""
+    from perfwarden.orchestrator.cli_audit import use_quality_registry
+
+    use_quality_registry(quality_registry, Console(stderr=True, soft_wrap=True))
     roots = list(dirs) if dirs else default_fixture_roots()
     extra = []
     for name in MLPERF_CORPORA if mlperf else ():
