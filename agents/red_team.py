@@ -627,7 +627,9 @@ def auditor_docs() -> str:
     """What the LLM red team may read about its target: the persona prompt's rules and the catalog."""
     from perfwarden.agents.auditor.codes import CATALOG
 
-    skill = (Path(__file__).resolve().parents[1] / "skills" / "patch_auditor" / "skill.md").read_text("utf-8")
+    from perfwarden.agents.auditor.persona import load_skill
+
+    skill = load_skill("patch_auditor")
     rules = skill.split("## Answer format")[0]
     codes = "\n".join(f"- {code}: {text}" for code, text in CATALOG.items())
     return rules.replace("{codes}", codes).replace("{{", "{").replace("}}", "}")
