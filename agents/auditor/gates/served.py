@@ -62,7 +62,9 @@ def read_served(path: Path | None) -> Served | None:
     issues: list[LineIssue] = []  # torn/corrupt lines are reported by the evidence loader
     for ref, line in iter_jsonl(path, ServedLine, issues):
         if line.prompt_ids is None or line.generated_texts is None:
-            continue
+            if not keyed:
+                return None  # a writer names its prompts on every line or on none: no second pass over a
+            continue         # million-request file that has none (plain sglang/vLLM output)
         keyed = True
         errors = line.errors or [None] * len(line.prompt_ids)
         for pid, text, err in zip(line.prompt_ids, line.generated_texts, errors):
