@@ -536,6 +536,31 @@ def prose_speculative(ctx: AttackContext, rng: random.Random) -> Expectation:
     return Expectation.fail("UNTRACED_CLAIM", why="a projected number presented in a results report")
 
 
+@family("prose_number_in_code", "issue 9 rule 6")
+def prose_in_code(ctx: AttackContext, rng: random.Random) -> Expectation | None:
+    deltas = _throughput_deltas(ctx)
+    x = round(deltas[0] + rng.uniform(3, 30), 1)
+    if any(abs(x - d) < 0.3 for d in deltas):
+        return None
+    text = (f"# Result\n\nOutput throughput rose `{x}%`.\n" if rng.random() < 0.5 else
+            f"# Result\n\n```\noutput throughput: +{x}%\n```\n")
+    _report(ctx, text)
+    return Expectation.fail("UNTRACED_CLAIM", why=f"an untraced +{x}% hidden in code formatting")
+
+
+@family("served_prompt_ids_dropped", "issue 9 rule 4")
+def prompt_ids_dropped(ctx: AttackContext, rng: random.Random) -> Expectation | None:
+    if not ensure_served(ctx):
+        return None
+    set_served(ctx, ctx.cand_leg, lambda pid, text: text.upper())
+    lines = ctx.bench(ctx.cand_leg)
+    for line in lines:
+        line.pop("prompt_ids", None)
+    ctx.write_bench(ctx.cand_leg, lines)
+    return Expectation.refuse("EVIDENCE_MISSING", "PARITY_MISMATCH",
+                              why="the candidate's served texts differ and its bench lines no longer name their prompts")
+
+
 @family("honest_prose_with_non_results", "issue 9 rule 6 (near miss)", combinable=False)
 def honest_prose(ctx: AttackContext, rng: random.Random) -> Expectation | None:
     import numpy as np

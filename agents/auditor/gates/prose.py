@@ -124,19 +124,40 @@ class Quoted:
     pvalue: bool
 
 
+RESULT_UNIT = re.compile(r"[-+]?\d[\d,]*(?:\.\d+)?\s?(?:%|×|x\b|tok/s|tokens/s|req/s)")
+"""A number with a result's unit: checked even inside code, where identifiers and logs are not."""
+
+
+def _code_span(m: re.Match) -> str:
+    """Inline code is an identifier or a command (not checked) unless it is a bare result (`25%`)."""
+    inner = m.group(1).strip()
+    return f" {inner} " if RESULT_UNIT.fullmatch(inner) else " "
+
+
 def _prose_lines(tf: TextFile):
+    """Lines to read, with what is not prose removed. Inside fenced blocks (commands, logs) only numbers
+    with a result's unit (%, x, tok/s, req/s) are kept: a result does not hide in a code block."""
     in_fence = False
     for i, line in enumerate(tf.lines, 1):
         if line.strip().startswith("```"):
             in_fence = not in_fence
             continue
         if in_fence:
+            families = _families_only(line)
+            kept = " ; ".join(f"{families} {m.group(0)}" for m in RESULT_UNIT.finditer(line))
+            if kept:
+                yield i, line, kept
             continue
-        text = re.sub(r"`[^`]*`", " ", line)
+        text = re.sub(r"`([^`]*)`", _code_span, line)
         text = re.sub(r"^\s*(#+|\d+\.|[-*])\s", " ", text)
         for rx in NON_RESULTS:
             text = rx.sub(" ", text)
         yield i, line, text
+
+
+def _families_only(line: str) -> str:
+    """The metric words of a code line (so a result in it is read as what it claims to be)."""
+    return " ".join(m.group(0) for rx in FAMILIES.values() for m in rx.finditer(line))
 
 
 def _decimals(token: str) -> int:

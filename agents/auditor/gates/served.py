@@ -111,6 +111,13 @@ def check_served_parity(run: Path, base: LegEvidence, cand: LegEvidence, base_se
                         cand_served: Served | None, lossy: bool, min_identical: float = PARITY_MIN_IDENTICAL
                         ) -> GateResult:
     """For a lossless change the candidate's server must have returned the baseline's texts."""
+    if (base_served is None) != (cand_served is None):
+        missing, other = (base, cand) if base_served is None else (cand, base)
+        return GateResult(findings=[finding(
+            "EVIDENCE_MISSING", "FLAG", f"the bench lines of {missing.name!r} name no prompt_ids while those of "
+            f"{other.name!r} do: what {missing.name!r} served cannot be checked against its parity dump or the "
+            "other leg", evidence=[line_evidence(run, missing.reps[0].ref)] if missing.reps else [],
+            action="remeasure", gate="served")])
     if base_served is None or cand_served is None:
         return GateResult(not_checked=["served parity: the bench lines carry no prompt_ids, so served texts "
                                        "cannot be joined across legs"])
