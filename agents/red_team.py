@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import random
 import resource
 import shutil
@@ -203,9 +202,10 @@ class Family:
     apply: FamilyFn
     combinable: bool = True
     touches: frozenset[str] = frozenset()
-    """Parts of the claim it rewrites (``lever``, ``headline``): two families that rewrite the same part
-    change each other's premise (a kernel-only claim that another family gives a config knob is no
-    longer kernel-only), so they are never combined."""
+    """Parts of the attack's premise it rewrites (``lever``, ``headline``, ``delta`` -- the headline's
+    measured change): two families that rewrite the same part change each other's premise (a
+    kernel-only claim that another family gives a config knob is no longer kernel-only; a "no real
+    delta" attack that another gives a real TTFT win has a real delta), so they are never combined."""
 
 
 FAMILIES: dict[str, Family] = {}
@@ -679,7 +679,3 @@ def llm_round(brain: LLMRedTeam, bases: list[Base], workdir: Path, out: Path | N
             result.fixture = write_success(dest, claim_path, result, out)
         results.append(result)
     return results
-
-
-def finite(x: float) -> bool:
-    return isinstance(x, (int, float)) and math.isfinite(x)

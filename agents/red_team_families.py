@@ -454,7 +454,7 @@ def honest_disclosure(ctx: AttackContext, rng: random.Random) -> Expectation | N
     return Expectation.honest("a TTFT trade-off disclosed at its measured size")
 
 
-@family("ttft_headline_hides_throughput_loss", "issue 9 rule 5", touches=("headline",))
+@family("ttft_headline_hides_throughput_loss", "issue 9 rule 5", touches=("headline", "delta"))
 def ttft_headline(ctx: AttackContext, rng: random.Random) -> Expectation | None:
     loss = rng.uniform(0.12, 0.4)
     faster = rng.uniform(0.5, 0.8)
@@ -597,7 +597,7 @@ def _as_kernel_claim(ctx: AttackContext, share: float) -> None:
     ctx.write_text("profile/profile.jsonl", "".join(json.dumps(r) + "\n" for r in rows))
 
 
-@family("unexplained_delta", "issue 9 rule 7", touches=("lever", "headline"))
+@family("unexplained_delta", "issue 9 rule 7", touches=("lever", "headline", "delta"))
 def unexplained_delta(ctx: AttackContext, rng: random.Random) -> Expectation | None:
     if lossy_claim(ctx):
         return None
@@ -704,7 +704,7 @@ def misreported_conditions(ctx: AttackContext, rng: random.Random) -> Expectatio
     return Expectation.fail("CONDITIONS_MISREPORTED", why=f"the summary misstates the baseline's {key}")
 
 
-@family("inflated_headline", "evidence: reported numbers", touches=("headline",))
+@family("inflated_headline", "evidence: reported numbers", touches=("headline", "delta"))
 def inflated_headline(ctx: AttackContext, rng: random.Random) -> Expectation:
     ctx.headline()["value"] = round(measured_delta(ctx) * rng.uniform(1.6, 4.0) + 3.0, 2)
     return Expectation.refuse("REPORTED_MISMATCH", why="the headline overstates the re-derived delta")
@@ -819,13 +819,13 @@ def _noise_copy(ctx: AttackContext, rng: random.Random) -> None:
     ctx.write_bench(ctx.cand_leg, lines)
 
 
-@family("win_inside_the_noise", "evidence: significance")
+@family("win_inside_the_noise", "evidence: significance", touches=("delta",))
 def noise_win(ctx: AttackContext, rng: random.Random) -> Expectation:
     _noise_copy(ctx, rng)
     return Expectation.fail("DELTA_NOT_SIGNIFICANT", why="the candidate's reps are the baseline's, within noise")
 
 
-@family("isolated_speedup_inside_the_noise", "evidence: significance")
+@family("isolated_speedup_inside_the_noise", "evidence: significance", touches=("delta",))
 def isolated_noise(ctx: AttackContext, rng: random.Random) -> Expectation:
     _noise_copy(ctx, rng)
     ops = (ctx.claim.get("lever") or {}).get("kernel_ops") or ["rmsnorm"]

@@ -21,7 +21,7 @@ import numpy as np
 from perfwarden.agents.auditor import registry
 from perfwarden.agents.auditor.evidence import LegEvidence, line_evidence
 from perfwarden.agents.auditor.findings import Findings, GateResult, finding
-from perfwarden.agents.auditor.gates.conditions import declared_keys, flatten, is_declared
+from perfwarden.agents.auditor.gates.conditions import declared_keys, flatten
 from perfwarden.harness.records import Claim, EvidenceRef
 
 RESPONSE_CACHE_HIT = re.compile(r"response[ _-]?cache[^\n]*\bhit\b", re.IGNORECASE)

@@ -16,7 +16,7 @@ import numpy as np
 from perfwarden.agents.auditor import stats
 from perfwarden.agents.auditor.evidence import LegEvidence, line_evidence
 from perfwarden.agents.auditor.findings import Findings, GateResult, finding
-from perfwarden.agents.auditor.rederive import LATENCY_METRICS, METRICS, RepMetrics
+from perfwarden.agents.auditor.rederive import METRICS, RepMetrics
 from perfwarden.harness.records import Claim, Comparison, MetricStats
 
 # Tolerance for a line's own aggregates vs our re-derivation. Wider for e2e/TPOT when the file has no
