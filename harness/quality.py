@@ -18,7 +18,8 @@ better; ``n`` is the number of scored tokens.
 Results are ``perfwarden.harness.records.QualityEval`` written to ``<run>/quality/<eval>@<leg>.json``
 (``RunDir.quality(eval_id, leg)``), with the baseline's score copied in when the baseline result is
 given. Extra fields (kept by the record) carry what a reviewer needs: per-item responses, the error
-count, the item set digest, the prompt template, the endpoint and model.
+count, the item set digest (``items_sha256``, the field the auditor compares across legs), the prompt
+template, the endpoint and model.
 """
 
 from __future__ import annotations
@@ -290,7 +291,7 @@ def evaluate_qa(
         completed=errors <= max_error_rate * n,
         errors=errors, error_rate=errors / n, max_error_rate=max_error_rate, correct=right,
         model=model, endpoint=url, prompt_template=items.prompt_template, few_shot=[list(s) for s in items.few_shot],
-        item_set_version=items.version,
+        item_set_version=items.version, items_sha256=items.sha256,
         item_set_sha256=items.sha256, max_tokens=max_tokens, temperature=0, started_at=started,
         duration_s=round(time.time() - started, 3), items=details,
     )
@@ -402,7 +403,7 @@ def evaluate_ppl(
     return QualityEval(
         eval_id=PPL_EVAL_ID, leg=leg, n=len(nlls), score=ppl, ci_low=low, ci_high=high,
         baseline_score=base.score if base else None, baseline_leg=base.leg if base else None, completed=True,
-        method=method, endpoint_unavailable=why_not_endpoint, text_sha256=text_sha,
+        method=method, endpoint_unavailable=why_not_endpoint, text_sha256=text_sha, items_sha256=text_sha,
         mean_nll=sum(nlls) / len(nlls), started_at=started, duration_s=round(time.time() - started, 3),
     )
 

@@ -139,6 +139,8 @@ class QualityEval(Record):
     """Score of the true baseline on the same items, when measured."""
     baseline_leg: str | None = None
     """Leg that produced ``baseline_score``."""
+    items_sha256: str | None = None
+    """sha256 of the item set (or text) scored: two results compare only when they share it."""
     completed: bool = True
     """False when the eval was started but did not finish."""
 

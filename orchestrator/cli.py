@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import typer
 
-from perfwarden.orchestrator import cli_audit, cli_backtest, cli_measure, cli_mlperf, cli_review, cli_run
+from perfwarden.orchestrator import cli_audit, cli_backtest, cli_measure, cli_mlperf, cli_redteam, cli_review, cli_run
 
 EXIT_PASS, EXIT_FLAG, EXIT_FAIL, EXIT_INVALID, EXIT_USAGE = 0, 10, 20, 3, 2
 EXIT_BY_VERDICT = {"PASS": EXIT_PASS, "FLAG": EXIT_FLAG, "FAIL": EXIT_FAIL}
@@ -27,6 +27,7 @@ app.command("audit")(cli_audit.audit)
 app.command("audit-mlperf")(cli_mlperf.audit_mlperf)
 app.command("backtest")(cli_backtest.backtest)
 app.command("review")(cli_review.review)
+app.command("redteam")(cli_redteam.redteam)
 
 
 def main() -> None:

@@ -11,26 +11,40 @@ from rich.console import Console
 from rich.table import Table
 
 from perfwarden.orchestrator.paths import default_fixture_roots, shared_corpus
-from perfwarden.proof.backtest import LABELS, Report, run_backtest
+
+MLPERF_CORPORA = ("mlperf", "mlperf-more")
+"""Shared MLPerf compliance corpora folded into the backtest (beside the shipped fixtures)."""
+from perfwarden.proof.backtest import LABELS, AnswerKeyError, Report, run_backtest
 
 
 def backtest(
     dirs: list[Path] = typer.Argument(None, help="Fixture directories (default: the shipped proof/fixtures)."),
     json_out: bool = typer.Option(False, "--json", help="Print the full report as JSON."),
-    mlperf: bool = typer.Option(True, "--mlperf/--no-mlperf", help="Include the shared MLPerf corpus when present."),
+    mlperf: bool = typer.Option(True, "--mlperf/--no-mlperf", help="Include the shared MLPerf corpora (mlperf, "
+                                "mlperf-more) when present; each case is audited with and without --test."),
+    quality_registry: Path | None = typer.Option(None, "--quality-registry", help="A JSON file of extra registered "
+                                                 "quality evals (see perfwarden audit --help)."),
     html: Path | None = typer.Option(None, "--html", help="Also write a self-contained HTML report: each fixture's "
                                      "expected vs actual verdict with drill-down to findings and evidence."),
 ) -> None:
     """Run the auditor blind over every fixture, then score it against the answer keys.
     Exit 0 when every fixture agrees, 1 otherwise."""
+    from perfwarden.orchestrator.cli_audit import use_quality_registry
+
+    use_quality_registry(quality_registry, Console(stderr=True, soft_wrap=True))
     roots = list(dirs) if dirs else default_fixture_roots()
     extra = []
-    corpus = shared_corpus() / "mlperf" if mlperf else None
-    if corpus is not None and (corpus / "manifest.json").is_file():
-        from perfwarden.proof.mlperf_cases import mlperf_results
+    for name in MLPERF_CORPORA if mlperf else ():
+        corpus = shared_corpus() / name
+        if (corpus / "manifest.json").is_file():
+            from perfwarden.proof.mlperf_cases import mlperf_results
 
-        extra.append(lambda: mlperf_results(corpus))
-    report = run_backtest(roots, extra)
+            extra.append(lambda corpus=corpus: mlperf_results(corpus))
+    try:
+        report = run_backtest(roots, extra)
+    except AnswerKeyError as exc:
+        Console(stderr=True, soft_wrap=True, highlight=False).print(f"error: {exc}", markup=False)
+        raise typer.Exit(3) from None
     if not report.results:
         Console(stderr=True, soft_wrap=True).print(f"[red]error:[/red] no fixtures (answer_key.json) under {[str(r) for r in roots]!r}")
         raise typer.Exit(3)

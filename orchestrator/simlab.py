@@ -134,8 +134,15 @@ class SyntheticLab:
         for key, eff in self.effects.items():
             if leg.config.get(key) != BASE.get(key) and "quality" in eff:
                 score, base = eff["quality"]
+        # As harness/quality.run_quality_pair records it: one record per leg, on the shipped item set.
+        from perfwarden.harness.quality import load_items
+
+        digest = load_items().sha256
+        write_json_atomic(RunDir(run).quality("pw-qa-exact-v1", baseline.leg), QualityEval(
+            eval_id="pw-qa-exact-v1", leg=baseline.leg, n=40, score=base, items_sha256=digest))
         write_json_atomic(RunDir(run).quality("pw-qa-exact-v1", leg.leg), QualityEval(
-            eval_id="pw-qa-exact-v1", leg=leg.leg, n=40, score=score, baseline_score=base, baseline_leg=baseline.leg))
+            eval_id="pw-qa-exact-v1", leg=leg.leg, n=40, score=score, baseline_score=base, baseline_leg=baseline.leg,
+            items_sha256=digest))
         return "pw-qa-exact-v1"
 
 

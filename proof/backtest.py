@@ -1,19 +1,22 @@
 """Backtest the auditor on fixtures with frozen answer keys.
 
 The auditor runs blind: each fixture's claims are audited first, and its ``answer_key.json`` is read
-only afterwards, for scoring. A fixture agrees when the verdict and action match and every
-``must_include`` code is raised and no ``must_exclude`` code is (INFO findings don't count as raised).
+only afterwards, for scoring. A fixture agrees when the verdict and action are among the allowed ones, every
+``must_include`` code and one code of each ``must_include_any`` group is raised, and no ``must_exclude``
+code is (INFO findings don't count as raised). The key's format: ``proof/answer_key.py``.
 """
 
 from __future__ import annotations
 
-import json
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
 from perfwarden.agents.auditor.audit import ClaimError, audit_path
+from perfwarden.proof.answer_key import ANSWER_KEY_NAME, Answer, AnswerKeyError, answer_problems, load_answer_key
+
+__all__ = ["AnswerKeyError", "CaseResult", "Report", "find_fixtures", "run_backtest", "score_fixture"]
 
 LABELS = ("PASS", "FLAG", "FAIL")
 
@@ -31,6 +34,7 @@ class CaseResult:
     expected_actions: list[str] = field(default_factory=list)
     must_include: list[str] = field(default_factory=list)
     must_exclude: list[str] = field(default_factory=list)
+    must_include_any: list[list[str]] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
     kind: str = "run"
     verdict_record: Any = field(default=None, repr=False, compare=False)
@@ -68,9 +72,10 @@ def _audit_blind(fixture: Path) -> list[tuple[str, Any]]:
 
 
 def score_fixture(fixture: Path) -> list[CaseResult]:
+    """Audit the fixture blind, then score it (raises :class:`AnswerKeyError` for a damaged key)."""
     audited = _audit_blind(fixture)
-    key = json.loads((fixture / "answer_key.json").read_text("utf-8"))  # read only after auditing
-    answers = {a["claim"]: a for a in key.get("answers", [])}
+    key = load_answer_key(fixture / ANSWER_KEY_NAME)  # read only after auditing
+    answers = {a.claim: a for a in key.answers}
     results = []
     for rel, verdict in audited:
         if isinstance(verdict, ClaimError):
@@ -90,22 +95,13 @@ def score_fixture(fixture: Path) -> list[CaseResult]:
     return results
 
 
-def _compare(res: CaseResult, answer: dict[str, Any]) -> None:
-    res.expected_verdict = answer["verdict"]
-    actions = answer.get("action")
-    res.expected_actions = actions if isinstance(actions, list) else [actions] if actions else []
-    res.must_include = list(answer.get("must_include", []))
-    res.must_exclude = list(answer.get("must_exclude", []))
-    if res.verdict != res.expected_verdict:
-        res.problems.append(f"verdict {res.verdict} != expected {res.expected_verdict}")
-    if res.expected_actions and res.action not in res.expected_actions:
-        res.problems.append(f"action {res.action} not in {res.expected_actions}")
-    missing = [c for c in res.must_include if c not in res.codes]
-    if missing:
-        res.problems.append(f"missing codes {missing}")
-    extra = [c for c in res.must_exclude if c in res.codes]
-    if extra:
-        res.problems.append(f"forbidden codes raised {extra}")
+def _compare(res: CaseResult, answer: Answer) -> None:
+    res.expected_verdict = "|".join(answer.verdict)
+    res.expected_actions = list(answer.action)
+    res.must_include = list(answer.must_include)
+    res.must_include_any = [list(g) for g in answer.must_include_any]
+    res.must_exclude = list(answer.must_exclude)
+    res.problems.extend(answer_problems(answer, res.verdict, res.action, set(res.codes)))
 
 
 @dataclass
@@ -117,7 +113,8 @@ class Report:
         return sum(r.agrees for r in self.results) / len(self.results) if self.results else 0.0
 
     def confusion(self) -> dict[str, dict[str, int]]:
-        """expected -> actual -> count, over PASS/FLAG/FAIL (plus 'error' where it occurs)."""
+        """expected -> actual -> count, over PASS/FLAG/FAIL (plus 'error' where it occurs). A set of
+        allowed verdicts is its own row (e.g. ``FLAG|FAIL``)."""
         table: dict[str, Counter] = defaultdict(Counter)
         for r in self.results:
             if r.expected_verdict:

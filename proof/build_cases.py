@@ -15,9 +15,9 @@ import shutil
 from pathlib import Path
 from typing import Any, Callable
 
-from perfwarden.harness.records import QualityEval, write_json_atomic
+from perfwarden.harness.records import write_json_atomic
 from perfwarden.proof.synth import (fixture_builder_main, BASE_INFO, BASE_TPUT, CAND_TPUT, COHERENT_TEXTS, GIBBERISH_TEXTS, build_ab_run,
-                                    make_rep, reps, write_claim, write_jsonl)
+                                    make_rep, reps, write_claim, write_jsonl, write_quality_pair)
 
 PATCH_CODES = ["EVIDENCE_MISSING", "EVIDENCE_CORRUPT", "REPORTED_MISMATCH", "CONDITIONS_DIFFER",
                "CONDITIONS_MISREPORTED", "CONTENDED_LEG", "DELTA_NOT_SIGNIFICANT", "HIDDEN_LATENCY_REGRESSION",
@@ -71,8 +71,7 @@ def _baseline_only(run: Path, base_reps: list[dict] | None = None, **claim: Any)
 
 
 def _quality(run: Path, score: float, base: float) -> None:
-    write_json_atomic(run / "quality" / "pw-qa-exact-v1.json", QualityEval(
-        eval_id="pw-qa-exact-v1", leg="cand", n=40, score=score, baseline_score=base, baseline_leg="base"))
+    write_quality_pair(run, base_score=base, cand_score=score)
 
 
 INT8 = {"lever": {"name": "int8", "lever_class": "B", "config_keys": ["quantization"]}}
@@ -178,7 +177,9 @@ CASES: dict[str, tuple[Callable[[Path], Any], str, str, list[str], list[str], st
                          ["CACHING_SUSPECTED"], [], "Candidate ran with a warm prefix cache (70% hits), baseline cold."),
     "syn-test04-leg": (lambda r: build_ab_run(r, extra_legs={"t04": ("caching_audit", CAND_INFO, reps("t04", [175.0, 178.0, 176.0], 40))},
                                               claim={"legs": {"baseline": "base", "candidate": "cand", "caching_audit": "t04"}}),
-                       "FAIL", "eject", ["CACHING_SUSPECTED"], [], "One prompt repeated runs 60% faster: cached."),
+                       "FLAG", "flag", ["CACHING_SUSPECTED"], [],
+                       "One prompt repeated: +60% output throughput, same TTFT and TPOT -- an unexplained throughput-only "
+                       "beat (issue 9 rule 10: FLAG; a TPOT beat is the FAIL)."),
     "syn-test04-honest": (lambda r: build_ab_run(r, extra_legs={"t04": ("caching_audit", CAND_INFO, reps("t04", [111.0, 110.2, 109.0], 40))},
                                                  claim={"legs": {"baseline": "base", "candidate": "cand", "caching_audit": "t04"}}),
                           "PASS", "pass", [], ["CACHING_SUSPECTED"], "The repeated-prompt leg runs like the varied one."),

@@ -1,8 +1,14 @@
-"""The shared MLPerf compliance corpus as backtest cases.
+"""MLPerf compliance corpora as backtest cases (``../shared/corpus/mlperf`` and ``mlperf-more``).
 
 Each manifest case is audited blind (``agents/auditor/mlperf.audit`` on its reference and compliance
-directories); its ``expected`` list is read only afterwards. A case agrees when the verdict is in
-``expected`` (the official verdict, except where the official script is demonstrably wrong).
+directories), twice when the manifest names the test: with the test given (what a reviewer does: the
+submission folder names it) and with the test detected from the logs. Its ``expected`` list is read only
+afterwards. A case agrees when every audit's verdict is in ``expected`` (the official verdict, except
+where the official script is demonstrably wrong). An exception inside the auditor is a ``crash``, which
+agrees with nothing -- ``audit-mlperf`` promises ``"verdict": "error"`` for unreadable logs.
+
+Layouts: cases live in ``<corpus>/cases/<id>/`` or directly in ``<corpus>/<id>/``; the manifest keys a
+case by ``case_id`` or ``id``.
 """
 
 from __future__ import annotations
@@ -14,24 +20,50 @@ from perfwarden.agents.auditor import mlperf
 from perfwarden.proof.backtest import CaseResult
 
 
-def mlperf_results(corpus: Path) -> list[CaseResult]:
+def _case_dirs(corpus: Path) -> dict[str, Path]:
+    root = corpus / "cases" if (corpus / "cases").is_dir() else corpus
+    return {p.name: p for p in sorted(root.iterdir()) if (p / "reference").is_dir() or (p / "compliance").is_dir()}
+
+
+def _audit(case: Path, test: str | None) -> tuple[str, list[str], str]:
+    try:
+        result = mlperf.audit(case / "reference", case / "compliance", test)
+    except Exception as exc:  # noqa: BLE001 - a crash is scored, never raised
+        return "crash", [], f"{type(exc).__name__}: {exc}"
+    return result.verdict, sorted({f.code for f in result.findings if f.severity != "INFO"}), result.message
+
+
+def mlperf_results(corpus: Path, label: str | None = None) -> list[CaseResult]:
+    """Score one corpus; ``label`` prefixes the case names (default: the corpus folder's name)."""
     corpus = Path(corpus)
-    cases = sorted(p for p in (corpus / "cases").iterdir() if p.is_dir())
-    audited = []
-    for case in cases:
-        result = mlperf.audit(case / "reference", case / "compliance")
-        codes = sorted({f.code for f in result.findings if f.severity != "INFO"})
-        audited.append(CaseResult(f"mlperf/{case.name}", "reference+compliance", result.verdict,
-                                  result.verdict.lower() if result.verdict != "error" else "error", codes,
-                                  kind="mlperf"))
-    manifest = {c["case_id"]: c for c in json.loads((corpus / "manifest.json").read_text("utf-8"))}
-    for res in audited:
-        entry = manifest.get(res.fixture.split("/", 1)[1])
+    label = label or corpus.name
+    dirs = _case_dirs(corpus)
+    runs: list[tuple[str, str | None, tuple[str, list[str], str]]] = []
+    manifest_tests = {}
+    for entry in json.loads((corpus / "manifest.json").read_text("utf-8")):
+        manifest_tests[entry.get("case_id") or entry.get("id")] = entry.get("test")
+    for name, case in dirs.items():
+        test = manifest_tests.get(name)
+        for given in ([test, None] if test else [None]):
+            runs.append((name, given, _audit(case, given)))
+    manifest = {(c.get("case_id") or c.get("id")): c for c in json.loads((corpus / "manifest.json").read_text("utf-8"))}
+    out = []
+    for name, given, (verdict, codes, message) in runs:
+        how = f"--test {given}" if given else "test detected"
+        res = CaseResult(f"{label}/{name}", f"reference+compliance ({how})", verdict,
+                         verdict.lower() if verdict in ("PASS", "FLAG", "FAIL") else verdict, codes, kind="mlperf")
+        entry = manifest.get(name)
         if entry is None:
             res.problems.append("case not in manifest.json")
-            continue
-        expected = entry["expected"]
-        res.expected_verdict = expected[0] if len(expected) == 1 else "|".join(expected)
-        if res.verdict not in expected:
-            res.problems.append(f"verdict {res.verdict} not in expected {expected}")
-    return audited
+        else:
+            expected = entry["expected"]
+            res.expected_verdict = "|".join(expected)
+            normalized = {e.lower() if e.lower() == "error" else e.upper() for e in expected}
+            if verdict not in normalized:
+                res.problems.append(f"verdict {verdict} not in expected {expected}" +
+                                    (f" ({message[:200]})" if message else ""))
+        out.append(res)
+    for name in sorted(set(manifest) - set(dirs)):
+        out.append(CaseResult(f"{label}/{name}", "reference+compliance", "missing", "missing", [], kind="mlperf",
+                              problems=["case directory missing"]))
+    return out

@@ -14,7 +14,8 @@ import numpy as np
 from pathlib import Path
 from typing import Any
 
-from perfwarden.harness.records import (Claim, LegSpec, Overlay, RunManifest, append_jsonl, write_json_atomic)
+from perfwarden.harness.records import (Claim, LegSpec, Overlay, QualityEval, RunManifest, append_jsonl,
+                                        write_json_atomic)
 
 COHERENT_TEXTS = [
     "The capital of France is Paris, a city known for its museums and long history.",
@@ -137,6 +138,24 @@ def write_claim(run: Path, claim: dict[str, Any] | Claim, name: str | None = Non
     path = Path(run) / "claims" / (name or f"{model.seq:03d}-{model.scope}.json")
     write_json_atomic(path, model)
     return path
+
+
+QA_ITEMS_PATH = Path(__file__).resolve().parents[1] / "harness" / "quality_items.json"
+
+
+def write_quality_pair(run: Path, *, base_score: float, cand_score: float, base_leg: str = "base",
+                       cand_leg: str = "cand", n: int = 40) -> None:
+    """``pw-qa-exact-v1`` for both legs, as ``harness/quality.run_quality_pair`` writes it: one record
+    per leg (``quality/<eval>@<leg>.json``) with the item set's digest, the baseline's score copied into
+    the candidate's record."""
+    import hashlib
+
+    digest = hashlib.sha256(QA_ITEMS_PATH.read_bytes()).hexdigest()
+    write_json_atomic(Path(run) / "quality" / f"pw-qa-exact-v1@{base_leg}.json", QualityEval(
+        eval_id="pw-qa-exact-v1", leg=base_leg, n=n, score=base_score, items_sha256=digest, item_set_sha256=digest))
+    write_json_atomic(Path(run) / "quality" / f"pw-qa-exact-v1@{cand_leg}.json", QualityEval(
+        eval_id="pw-qa-exact-v1", leg=cand_leg, n=n, score=cand_score, baseline_score=base_score,
+        baseline_leg=base_leg, items_sha256=digest, item_set_sha256=digest))
 
 
 def write_jsonl(path: Path, rows: list[dict[str, Any]]) -> Path:

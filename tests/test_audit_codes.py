@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from perfwarden.agents.auditor.codes import CATALOG
-from perfwarden.proof.synth import GIBBERISH_TEXTS, make_rep, write_jsonl
+from perfwarden.proof.synth import COHERENT_TEXTS as COHERENT, GIBBERISH_TEXTS, make_rep, write_jsonl
 
 from auditor_cases import BASE_INFO, BASE_TPUT, CAND_TPUT, audit, build, codes, reps
 
@@ -204,9 +204,8 @@ def test_quality_eval_missing_and_regression(tmp_path):
         "mechanism": {"name": "baseline", "support": "supported"}})
     v = audit(tmp_path, claim)
     assert v.verdict == "FAIL" and "QUALITY_EVAL_MISSING" in codes(v)
-    from perfwarden.harness.records import QualityEval, write_json_atomic
-    write_json_atomic(tmp_path / "quality" / "pw-qa-exact-v1.json", QualityEval(
-        eval_id="pw-qa-exact-v1", leg="cand", n=40, score=0.30, baseline_score=0.45, baseline_leg="base"))
+    from perfwarden.proof.synth import write_quality_pair
+    write_quality_pair(tmp_path, base_score=0.45, cand_score=0.30)  # both legs' records, as the harness writes
     claim = build(tmp_path, cand_info=info, claim={
         "lever": {"name": "int8", "lever_class": "B", "config_keys": ["quantization"]},
         "correctness": {"parity": "none", "quality_eval_id": "pw-qa-exact-v1"}})
@@ -241,7 +240,42 @@ def test_test04_caching_leg(tmp_path):
     claim = build(tmp_path, extra_legs={"cache": ("caching_audit", cand_info, cache_reps)},
                   claim={"legs": {"baseline": "base", "candidate": "cand", "caching_audit": "cache"}})
     v = audit(tmp_path, claim)
-    assert v.verdict == "FAIL" and "CACHING_SUSPECTED" in codes(v)
+    # Issue 9 rule 10: a throughput-only beat (same TTFT, same TPOT) is unexplained, not proof: FLAG.
+    assert v.verdict == "FLAG" and "CACHING_SUSPECTED" in codes(v, "FLAG")
+
+
+def test_test04_decode_beat_is_caching(tmp_path):
+    cand_info = {**BASE_INFO, "max_batch_size": 8, "port": 8101}
+    cache_reps = reps("cache", [111.0, 110.0, 109.5], 50, tpot_ms=12.0)  # decodes 40% faster per token
+    claim = build(tmp_path, extra_legs={"cache": ("caching_audit", cand_info, cache_reps)},
+                  claim={"legs": {"baseline": "base", "candidate": "cand", "caching_audit": "cache"}})
+    v = audit(tmp_path, claim)
+    assert v.verdict == "FAIL" and "CACHING_SUSPECTED" in codes(v, "FAIL")
+
+
+def test_unknown_knob_is_at_least_flag_and_needs_exact_parity(tmp_path):
+    info = {**BASE_INFO, "port": 8101, "warp_drive": 3}
+    lever = {"lever": {"name": "warp", "lever_class": "A", "config_keys": ["warp_drive"]}}
+    v = audit(tmp_path, build(tmp_path, cand_info=info, claim=lever))
+    assert v.verdict == "FLAG" and codes(v) == {"UNKNOWN_KNOB"} and v.lever_detected is None
+    ev = next(f for f in v.findings if f.code == "UNKNOWN_KNOB").evidence
+    assert ev and ev[-1].file == "legs/cand/server_info.json" and "warp_drive" in ev[-1].excerpt
+    texts = COHERENT[:11] + ["One late token differs."]
+    v = audit(tmp_path, build(tmp_path, cand_info=info, cand_outputs=texts, claim=lever))
+    assert v.verdict == "FAIL" and "QUALITY_EVAL_MISSING" in codes(v, "FAIL")  # 11/12 is not exact
+
+
+def test_unexplained_delta_beyond_the_ops_profile_share(tmp_path):
+    write_jsonl(tmp_path / "profile" / "profile.jsonl", [
+        {"name": "rmsnorm", "op": "rmsnorm", "self_time_us": 400.0},
+        {"name": "aten::linear", "op": "linear", "self_time_us": 9600.0}])  # rmsnorm 4%: at most +4.2%
+    kernel = {"lever": {"name": "rms", "lever_class": "A", "kernel_ops": ["rmsnorm"]},
+              "headline": {"metric": "output_throughput", "value": 10.0, "kind": "kernel"}}
+    info = {**BASE_INFO, "port": 8101, "op_overrides": {"rmsnorm": "fused"}}
+    v = audit(tmp_path, build(tmp_path, cand_info=info, cand_log=["override rmsnorm engaged"], claim=kernel))
+    assert v.verdict == "FAIL" and "UNEXPLAINED_DELTA" in codes(v, "FAIL")
+    f = next(f for f in v.findings if f.code == "UNEXPLAINED_DELTA")
+    assert f.threshold["amdahl_bound_pct"] == pytest.approx(100 / 96 * 100 - 100, abs=0.01)
 
 
 def _opbench(run: Path, rows: list[dict]) -> str:
@@ -362,6 +396,6 @@ def test_gate_crash_degrades_never_passes(tmp_path, monkeypatch):
 
 
 def test_every_catalog_code_is_tested_here_or_in_mlperf():
-    text = Path(__file__).read_text()
+    text = Path(__file__).read_text() + (Path(__file__).parent / "test_mlperf.py").read_text()
     untested = [c for c in CATALOG if c not in text]
     assert untested == [], untested

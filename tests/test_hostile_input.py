@@ -45,7 +45,7 @@ from perfwarden.agents.auditor.findings import Findings
 from perfwarden.harness import jsonl
 from perfwarden.harness.records import Claim, LegSpec, QualityEval, Verdict, write_json_atomic
 from perfwarden.orchestrator.cli import app
-from perfwarden.proof.synth import BASE_INFO, build_ab_run, write_claim, write_jsonl
+from perfwarden.proof.synth import BASE_INFO, build_ab_run, write_claim, write_jsonl, write_quality_pair
 
 # Modest and derandomized so the file runs in well under a minute and the same way every time; set
 # PERFWARDEN_HOSTILE_SCALE=10 for a deeper, randomized hunt (pytest --hypothesis-seed=N to replay).
@@ -60,7 +60,7 @@ BENCH = ("legs/base/bench_runs.jsonl", "legs/cand/bench_runs.jsonl")
 OUTPUTS = ("legs/base/outputs.jsonl", "legs/cand/outputs.jsonl")
 OPBENCH = "opbench/rmsnorm/opbench.jsonl"
 PROFILE = "profile/profile.jsonl"
-QUALITY = "quality/pw-qa-exact-v1.json"
+QUALITY = "quality/pw-qa-exact-v1@cand.json"  # the candidate's record (the baseline's sits beside it)
 PATCH, BASELINE, HARNESS, PROF = "claims/001-patch.json", "claims/002-baseline.json", "claims/005-harness.json", \
     "claims/006-profile.json"
 
@@ -103,8 +103,7 @@ def _build_templates(root: Path) -> dict[str, Path]:
     build_ab_run(lossy, cand_info={**BASE_INFO, "port": 8101, "quantization": "int8_dynamic"}, claim={
         "lever": {"name": "int8", "lever_class": "B", "config_keys": ["quantization"]},
         "correctness": {"parity": "none", "quality_eval_id": "pw-qa-exact-v1"}})
-    write_json_atomic(lossy / QUALITY, QualityEval(eval_id="pw-qa-exact-v1", leg="cand", n=40, score=0.45,
-                                                   baseline_score=0.45, baseline_leg="base"))
+    write_quality_pair(lossy, base_score=0.45, cand_score=0.45)
     return {"main": main, "lossy": lossy}
 
 

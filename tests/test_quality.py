@@ -75,7 +75,7 @@ def test_shipped_item_set():
     assert len(items.items) == 40 and len({i.id for i in items.items}) == 40
     assert len({i.category for i in items.items}) >= 6
     assert items.few_shot and not {q for q, _ in items.few_shot} & {i.question for i in items.items}
-    assert registry.quality_evals()[Q.QA_EVAL_ID]["min_n"] <= len(items.items)
+    assert registry.quality_evals()[Q.QA_EVAL_ID].min_n <= len(items.items)
     messages = Q.item_messages(items, "What is 2 + 2?")
     assert [m["role"] for m in messages] == ["user", "assistant"] * len(items.few_shot) + ["user"]
     assert messages[-1]["content"] == "What is 2 + 2?\nAnswer with a single word or number."

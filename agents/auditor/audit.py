@@ -20,7 +20,8 @@ from pydantic import ValidationError
 from perfwarden.agents.auditor import stats
 from perfwarden.agents.auditor.evidence import LegEvidence, RunLoader
 from perfwarden.agents.auditor.findings import Findings, GateResult, choose_action, verdict_label
-from perfwarden.agents.auditor.gates import caching, conditions, correctness, lever, measurement, opbench, profile, prose
+from perfwarden.agents.auditor.gates import (caching, conditions, correctness, explain, knobs, lever, measurement,
+                                             opbench, profile, prose, served)
 from perfwarden.agents.auditor.rederive import METRICS
 from perfwarden.harness.records import Claim, Comparison, Finding, MetricStats, Verdict, write_json_atomic
 
@@ -70,6 +71,8 @@ class Audit:
     correctness: str = "not_applicable"
     headline_rederived: float | None = None
     extra_values: list[float] = field(default_factory=list)
+    extra_kind: str = "ratio"
+    """What ``extra_values`` are, for prose tracing: ``share`` (profile scope) or ``ratio`` (speedups)."""
 
     def gate(self, name: str, fn: Callable[[], Any]) -> Any:
         """Run one gate; an exception in our own code degrades the verdict instead of crashing it.
@@ -151,6 +154,7 @@ def audit_profile(a: Audit) -> None:
         return
     reported = a.claim.reported.get("op_share") if isinstance(a.claim.reported, dict) else None
     ranking = a.gate("profile", lambda: profile.check_routed_op(a.run, rows, a.claim.op, reported, a.findings))
+    a.extra_kind = "share"
     for _, share in ranking or []:
         a.extra_values.append(share)
 
@@ -208,6 +212,7 @@ def audit_patch(a: Audit, bundle: bool = False) -> None:
         a.gate("aggregates", lambda leg=leg: measurement.check_line_aggregates(a.run, leg, a.findings))
 
     a.diff = a.gate("conditions", lambda: conditions.check_conditions(a.run, claim, base, cand, a.findings)) or {}
+    unknown = a.gate("knobs", lambda: knobs.check_unknown_knobs(a.run, claim, a.diff, base, cand)) or []
     a.gate("reported_conditions", lambda: conditions.check_reported_conditions(a.run, claim, legs, a.findings))
     if bundle:
         a.gate("bundle", lambda: _bundle_gates(a, base, cand))
@@ -223,7 +228,8 @@ def audit_patch(a: Audit, bundle: bool = False) -> None:
         a.gate("significance", lambda: measurement.check_headline(
             a.run, claim, head, (len(base.reps), len(cand.reps)), a.findings, contended, a.not_checked))
         a.gate("latency", lambda: measurement.check_hidden_regressions(
-            a.comparisons, claim.headline.metric, base, cand, a.findings, claim.headline.disclosed_regressions))
+            a.comparisons, claim.headline.metric, base, cand, claim.headline.disclosed_regressions))
+        a.gate("explain", lambda: explain.check_unexplained_delta(claim, head, _profile_rows(a)))
         a.gate("output_length", lambda: correctness.check_output_length(a.run, base, cand, a.findings))
         note = measurement.interleaving_note(base, cand)
         if note:
@@ -238,15 +244,19 @@ def audit_patch(a: Audit, bundle: bool = False) -> None:
         a.gate("orthogonal", lambda: lever.check_orthogonal(claim, a.lever_detected, a.lever_signals, cand, a.run,
                                                             a.findings))
     a.gate("engagement", lambda: lever.check_engagement(claim, cand, a.run, a.findings))
+    a.gate("signals", lambda: lever.check_undeclared_signals(a.run, claim, base, cand))
+    a.gate("acceptance", lambda: lever.check_acceptance_rate(a.run, claim, cand))
 
-    lossy = correctness.lossy_signals(claim, a.diff)
+    lossy = correctness.lossy_signals(claim, a.diff) + knobs.lossy_reasons(unknown, base, cand)
     a.correctness = a.gate("parity", lambda: correctness.check_parity(a.run, claim, base, cand, bool(lossy),
                                                                       a.findings)) or "unverifiable"
-    a.gate("quality", lambda: correctness.check_quality(a.run, claim, a.loader, cand.name, lossy, a.findings))
-    spec = any(r.accept_length is not None for r in cand.reps)
-    a.gate("spec_decode", lambda: correctness.check_spec_decode_documented(claim, spec, a.findings))
+    a.gate("served", lambda: _served_gates(a, base, cand, bool(lossy), bool(unknown)))
+    a.gate("quality", lambda: correctness.check_quality(a.run, claim, a.loader, base.name, cand.name, lossy))
+    spec_signals = [s for s in lever.raw_signals(cand) if s.family == "spec_decode"]
+    a.gate("spec_decode", lambda: correctness.check_spec_decode_documented(claim, bool(spec_signals),
+                                                                           bool(spec_signals)))
 
-    a.gate("response_cache", lambda: caching.check_response_cache(a.run, [base, cand], a.findings))
+    a.gate("response_cache", lambda: caching.check_response_cache(a.run, [base, cand]))
     a.gate("prefix_warmth", lambda: caching.check_prefix_warmth(a.run, base, cand, a.findings, a.not_checked))
     if claim.legs.caching_audit:
         cache_leg = a.leg(claim.legs.caching_audit)
@@ -260,6 +270,25 @@ def audit_patch(a: Audit, bundle: bool = False) -> None:
         a.gate("isolated_vs_e2e", lambda: _isolated_vs_e2e(a, base, cand))
     a.gate("reported", lambda: measurement.check_reported_numbers(claim, a.legs_stats, a.headline_rederived,
                                                                   a.findings))
+
+
+def _profile_rows(a: Audit):
+    return a.loader.profile() if a.loader.paths.profile.is_file() else None
+
+
+def _served_gates(a: Audit, base: LegEvidence, cand: LegEvidence, lossy: bool, unknown_knob: bool) -> None:
+    """Parity from what was served: each leg's dump against its own served texts, then served texts
+    across legs (exact for an unclassified knob)."""
+    base_served, cand_served = served.read_served(base.bench_path), served.read_served(cand.bench_path)
+    results = [served.check_dump_matches_served(a.run, base, base_served),
+               served.check_dump_matches_served(a.run, cand, cand_served),
+               served.check_served_parity(a.run, base, cand, base_served, cand_served, lossy,
+                                          1.0 if unknown_knob else correctness.PARITY_MIN_IDENTICAL)]
+    for result in results:
+        a.findings.extend(result.findings)
+        a.not_checked.extend(result.not_checked)
+    if any(f.severity == "FAIL" for r in results for f in r.findings):
+        a.correctness = "failed"
 
 
 def _errors(a: Audit, base: LegEvidence, cand: LegEvidence) -> None:
@@ -375,29 +404,59 @@ def audit_claim(run: Path, claim: Claim, claim_ref: str, claim_sha: str) -> Verd
     return build_verdict(a, claim_ref, claim_sha)
 
 
-def _prose(a: Audit) -> None:
+def _prose(a: Audit):
     tf = a.loader.text(a.loader.inside(a.claim.report), True, "report")
     if tf is None:
-        return
-    values: list[float] = list(a.extra_values)
-    for per_metric in a.legs_stats.values():
-        for st in per_metric.values():
-            values += [*st.values, st.median, st.min, st.max, st.spread_pct]
-            values += [v for v in (st.ci_low, st.ci_high) if v is not None]
-    for comp in a.comparisons.values():
-        values += [comp.delta_pct, comp.noise_band_pct, comp.worst_candidate_vs_best_baseline_pct]
-        values += [v for v in (comp.p_value, comp.ratio_ci_low, comp.ratio_ci_high) if v is not None]
-    if a.headline_rederived is not None:
-        values.append(a.headline_rederived)
-    for name in list(a.legs_stats):
-        leg = a.loader.leg(name)
-        values += [len(leg.reps), sum(r.n_requests for r in leg.reps)]
+        return None
+    return prose.check_report(a.run, tf, traceable_pool(a), a.claim.headline.metric, a.claim.legs.baseline,
+                              a.claim.legs.candidate, a.legs_stats)
+
+
+def traceable_pool(a: Audit) -> list[prose.Traceable]:
+    """Every re-derived value a report may quote, typed by what it is (prose traces by meaning)."""
+    T = prose.Traceable
+    pool: list[prose.Traceable] = []
+    for leg_name, per_metric in a.legs_stats.items():
+        for metric, st in per_metric.items():
+            levels = [*st.values, st.median, st.min, st.max, st.ci_low, st.ci_high]
+            pool += [T(v, "level", metric, leg_name) for v in prose.finite(levels)]
+            pool += [T(v, "spread", metric, leg_name) for v in prose.finite([st.spread_pct])]
+        leg = a.loader.leg(leg_name)
+        pool += [T(v, "count", None, leg_name) for v in (len(leg.reps), sum(r.n_requests for r in leg.reps))]
         for r in leg.reps:
-            values += [r.n_requests, r.n_ok, r.duration_s, r.mean_output_len]
+            pool += [T(v, "count", None, leg_name) for v in prose.finite([r.n_requests, r.n_ok, r.mean_output_len])]
+            pool += [T(v, "duration", None, leg_name) for v in prose.finite([r.duration_s])]
         for v in conditions.flatten(leg.server_info or {}).values():
-            if isinstance(v, (int, float)) and not isinstance(v, bool):
-                values.append(v)
-    prose.check_report(a.run, tf, values, a.findings)
+            pool += [T(x, "config", None, leg_name) for x in prose.finite([v])]
+    for comp in a.comparisons.values():
+        m = comp.metric
+        pool += [T(comp.delta_pct, "delta", m), T(1.0 + comp.delta_pct / 100.0, "ratio", m),
+                 T(comp.noise_band_pct, "band", m), T(comp.worst_candidate_vs_best_baseline_pct, "worst", m)]
+        if 100.0 + comp.delta_pct > 0:
+            pool.append(T(100.0 / (100.0 + comp.delta_pct), "ratio", m))  # "2x faster" on a lower-is-better metric
+        pool += [T((v - 1.0) * 100.0, "ci", m) for v in prose.finite([comp.ratio_ci_low, comp.ratio_ci_high])]
+        pool += [T(v, "pvalue", m) for v in prose.finite([comp.p_value])]
+    if a.comparisons:
+        pool.append(prose.Traceable(stats.ALPHA, "pvalue"))
+    pool += [T(v, a.extra_kind, None) for v in prose.finite(a.extra_values)]
+    if a.headline_rederived is not None and a.claim.scope == "harness":
+        pool.append(T(a.headline_rederived, "ratio"))
+    pool += _quality_values(a)
+    return pool
+
+
+def _quality_values(a: Audit) -> list[prose.Traceable]:
+    eval_id = a.claim.correctness.quality_eval_id
+    out = []
+    if eval_id:
+        for leg in filter(None, (a.claim.legs.baseline, a.claim.legs.candidate)):
+            if a.loader.paths.quality(eval_id, leg).is_file():
+                qe, _ = a.loader.quality(eval_id, leg)
+                if qe is not None:
+                    out += [prose.Traceable(v, "quality", None, leg) for v in prose.finite([qe.score, qe.ci_low,
+                                                                                             qe.ci_high])]
+                    out.append(prose.Traceable(float(qe.n), "count", None, leg))
+    return out
 
 
 def build_verdict(a: Audit, claim_ref: str, claim_sha: str) -> Verdict:

@@ -23,6 +23,9 @@ CATALOG: dict[str, str] = {
     # lever
     "ORTHOGONAL_LEVER": "A class-B serving lever (spec decode, batching, caching, …) is presented as a kernel win.",
     "NOT_ENGAGED": "The declared kernel/override never engaged according to the server log.",
+    "UNKNOWN_KNOB": "A changed server knob the lever registry does not know: unclassified, it takes no class or "
+                    "losslessness from the producer and needs exact parity or a passing registered quality eval "
+                    "(added).",
     # do no harm
     "REQUEST_ERRORS": "Requests failed or errored.",
     "SERVER_CRASH": "The server crashed or a leg died.",
@@ -40,15 +43,25 @@ CATALOG: dict[str, str] = {
     "HARNESS_UNSERVED_SHAPES": "The benchmark timed shapes the server does not serve.",
     "ISOLATED_E2E_GAP": "The isolated speedup is inconsistent with the e2e delta (Amdahl).",
     "IMPLAUSIBLE_SPEEDUP": "A speedup beyond 10x or beyond the Amdahl bound without extra proof.",
+    "UNEXPLAINED_DELTA": "The e2e delta exceeds what the declared change can produce: more than the Amdahl bound of "
+                         "removing the changed op's whole profile share (added).",
     # profile
     "PROFILE_MISATTRIBUTION": "The op routed for optimization is not hot once fragments are merged.",
     # prose
     "UNTRACED_CLAIM": "A number in a report traces to no re-derived value, or is presented as measured when it is not.",
     # auditor itself
     "AUDITOR_DEGRADED": "Part of the audit could not run (tool failure); recorded, never turned into PASS (added).",
-}
 
-# MLPerf-specific codes are registered by agents/auditor/mlperf.py when it extends this catalog.
+    # MLPerf LoadGen compliance (agents/auditor/mlperf.py)
+    "MLPERF_THRESHOLD": "MLPerf TEST01/TEST05: the compliance score is outside the allowed band (INFO when inside) "
+                        "(added).",
+    "MLPERF_INVALID_RESULT": "An MLPerf run is INVALID or not a PerformanceOnly run (added).",
+    "MLPERF_SAME_RUN": "The MLPerf compliance logs are (a copy of) the reference run (added).",
+    "MLPERF_AUDIT_SETTINGS": "The MLPerf compliance run's audit settings do not match its test (added).",
+    "MLPERF_LOG_ERRORS": "LoadGen reported errors during an MLPerf run (added).",
+    "MLPERF_DUPLICATE_KEY": "A LoadGen key the verdict uses occurs more than once with different values (added).",
+    "MLPERF_LOADGEN_VERSION": "The MLPerf runs used different LoadGen builds (INFO) (added).",
+}
 
 
 def known(code: str) -> bool:

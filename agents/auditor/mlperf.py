@@ -35,12 +35,14 @@ What is re-derived (``official`` = what the MLCommons scripts do):
 - **Validity**: ``result_validity`` (detail) and ``Result is`` (summary) must be ``VALID`` in both
   runs, and both must be ``PerformanceOnly`` runs.
 - **Same benchmark and constraints** (official scripts never compare the benchmark, and TEST04's
-  target-latency check is dead code): scenario must match (FAIL); the dataset size
-  ``qsl_reported_total_count`` identifies the benchmark's dataset -- LoadGen logs carry no model or
-  benchmark key, so this is the benchmark fingerprint (FAIL on mismatch); Server
-  ``effective_target_latency_ns`` / ``requested_server_target_latency_ns`` must match (FAIL);
-  MultiStream ``effective_samples_per_query``, ``sut_name``, ``qsl_name``,
-  ``qsl_reported_performance_count`` / ``effective_performance_sample_count`` should match (FLAG).
+  target-latency check is dead code): scenario must match (FAIL). LoadGen logs carry no model or
+  benchmark key, so the benchmark is identified by the settings mlperf.conf fixes per model
+  (``BENCHMARK_SETTINGS``: token-latency mode, LLM TTFT/TPOT constraints, latency percentile) and,
+  for Server, ``effective_target_latency_ns`` / ``requested_server_target_latency_ns`` (FAIL on
+  mismatch). A dataset size is *not* a fingerprint -- performance runs may legally load a subset --
+  so ``qsl_reported_total_count``, the performance sample set, ``sut_name``, ``qsl_name`` and
+  MultiStream ``effective_samples_per_query`` should match (FLAG). When the runs are of different
+  benchmarks the score comparison is still computed and shown (INFO), never judged.
 - **Summary agrees with detail** in each run: scenario, mode, validity and score (FAIL), and every
   other shared field -- latency statistics, flags, test parameters (FAIL, one finding per run).
   Printed precision is allowed for (half a unit in the last printed digit of either side).
@@ -88,6 +90,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
+from perfwarden.agents.auditor.findings import finding
 from perfwarden.harness.jsonl import LineRef
 from perfwarden.harness.mlperf_log import (
     DetailLog,
@@ -311,8 +314,9 @@ def _evs(refs: Iterable[LineRef | None]) -> list[EvidenceRef]:
 def _finding(code: str, severity: Severity, gate: str, message: str, *, measured: Any = None,
              threshold: Any = None, refs: Iterable[LineRef | None] = (),
              extra_evidence: Iterable[EvidenceRef] = ()) -> Finding:
-    return Finding(code=code, severity=severity, gate=gate, message=message, measured=measured,
-                   threshold=threshold, evidence=[*extra_evidence, *_evs(refs)],
+    """A finding through the shared constructor (its code must be in ``codes.CATALOG``)."""
+    return finding(code, severity, message, measured=measured, threshold=threshold,
+                   evidence=[*extra_evidence, *_evs(refs)], gate=gate,
                    action=None if severity == "INFO" else ("flag" if severity == "FLAG" else "eject"))
 
 
@@ -746,22 +750,54 @@ def _compare_key(ref: RunLogs, comp: RunLogs, key: str, severity: Severity, why:
                     refs=[r.ref, c.ref])
 
 
-def check_same_benchmark(ref: RunLogs, comp: RunLogs, scenario: str) -> tuple[list[Finding], list[str]]:
-    """Both runs must measure the same benchmark under the same latency constraint.
+# Benchmark settings mlperf.conf fixes per model and scenario (a submitter's user.conf cannot change
+# them): two runs that differ in one are runs of different benchmarks. Key -> (value when the log does
+# not print it -- older LoadGen builds omit the LLM keys, whose default is off --, why).
+BENCHMARK_SETTINGS: dict[str, tuple[Any, str]] = {
+    "use_token_latencies": (False, "token-latency (LLM) mode"),
+    "server_ttft_latency": (None, "LLM Server TTFT constraint"),
+    "server_tpot_latency": (None, "LLM Server TPOT constraint"),
+    "target_latency_percentile": (None, "latency percentile"),
+}
+# Settings that identify the sample set or implementation: a difference is worth a reviewer's look,
+# not proof of another benchmark (performance runs may legally load a subset of the dataset).
+SAMPLE_SET_SETTINGS: dict[str, str] = {
+    "qsl_reported_total_count": "a different dataset size (performance runs may legally load a subset)",
+    "qsl_reported_performance_count": "a different performance sample set",
+    "effective_performance_sample_count": "a different performance sample set",
+    "sut_name": "a different SUT implementation",
+    "qsl_name": "a different QSL implementation",
+}
 
-    LoadGen logs carry no model/benchmark key (checked up to LoadGen 5.1), so the benchmark is
-    fingerprinted by the QSL's dataset size (``qsl_reported_total_count``) and, for Server, by the
-    latency target; the SUT/QSL names and the performance-sample count identify the implementation.
+
+def _setting(detail: DetailLog, name: str, default: Any) -> tuple[Any, LineRef | None]:
+    for key in (f"effective_{name}", f"requested_{name}"):
+        rec = detail.record(key)
+        if rec is not None:
+            return rec.value, rec.ref
+    return default, None
+
+
+def check_same_benchmark(ref: RunLogs, comp: RunLogs, scenario: str) -> tuple[list[Finding], list[str]]:
+    """Both runs must measure the same benchmark under the same constraints (issue 9 rule 9).
+
+    LoadGen logs carry no model or benchmark name, so the benchmark is identified by the settings
+    mlperf.conf fixes per model: token-latency (LLM) mode, the LLM Server TTFT/TPOT constraints, the
+    Server latency target and the stream scenarios' latency percentile (FAIL when they differ). The
+    dataset size is *not* a fingerprint: a performance run may load a subset (the submission checker
+    only bounds the performance sample count from below), so a different ``qsl_reported_total_count``,
+    performance sample set, SUT or QSL name is a FLAG for a reviewer, not a different benchmark.
     """
     out: list[Finding] = []
     not_checked: list[str] = []
-    f = _compare_key(ref, comp, "qsl_reported_total_count", "FAIL",
-                     "the dataset sizes differ: the runs are of different benchmarks")
-    if f:
-        out.append(f)
-    elif ref.detail.record("qsl_reported_total_count") is None or \
-            comp.detail.record("qsl_reported_total_count") is None:
-        not_checked.append("benchmark fingerprint: qsl_reported_total_count is absent from a detail log")
+    for name, (default, why) in BENCHMARK_SETTINGS.items():
+        (rv, rr), (cv, cr) = _setting(ref.detail, name, default), _setting(comp.detail, name, default)
+        if _as_number(rv) != _as_number(cv) if _is_number(rv) or _is_number(cv) else rv != cv:
+            out.append(_finding(CONDITIONS_DIFFER, "FAIL", "same_benchmark",
+                                f"{name} differs: reference {rv!r}, compliance {cv!r} ({why} is fixed per benchmark "
+                                "by mlperf.conf: the runs are of different benchmarks)",
+                                measured={"reference": rv, "compliance": cv}, threshold="equal",
+                                refs=[r for r in (rr, cr) if r is not None]))
     if scenario == "Server":
         checked = False
         for key in ("effective_target_latency_ns", "requested_server_target_latency_ns"):
@@ -778,22 +814,21 @@ def check_same_benchmark(ref: RunLogs, comp: RunLogs, scenario: str) -> tuple[li
                          "MultiStream queries of a different size")
         if f:
             out.append(f)
-    for key, why in (("sut_name", "a different SUT implementation"),
-                     ("qsl_name", "a different QSL implementation"),
-                     ("qsl_reported_performance_count", "a different performance sample set"),
-                     ("effective_performance_sample_count", "a different performance sample set"),
-                     ("requested_use_token_latencies", "token-latency mode differs")):
+    for key, why in (*SAMPLE_SET_SETTINGS.items(), ("requested_sample_concatenate_permutation",
+                                                     "sample concatenation differs (set per model by mlperf.conf)")):
         f = _compare_key(ref, comp, key, "FLAG", why)
         if f:
             out.append(f)
+    if ref.detail.record("qsl_reported_total_count") is None or comp.detail.record("qsl_reported_total_count") is None:
+        not_checked.append("dataset size: qsl_reported_total_count is absent from a detail log")
     if not any(x.severity != "INFO" for x in out):
-        measured = {k: ref.detail.get(k) for k in ("qsl_reported_total_count", "sut_name")}
+        measured = {k: _setting(ref.detail, k, d)[0] for k, (d, _) in BENCHMARK_SETTINGS.items()}
         if scenario == "Server":
             measured["effective_target_latency_ns"] = ref.detail.get("effective_target_latency_ns")
         out.append(_finding(CONDITIONS_DIFFER, "INFO", "same_benchmark",
-                            "reference and compliance runs agree on the benchmark fingerprint "
-                            "(dataset size, SUT/QSL names" + (", latency target" if scenario == "Server"
-                                                              else "") + ")",
+                            "reference and compliance runs agree on the benchmark settings (token-latency mode, "
+                            "LLM constraints, latency percentile" + (", latency target" if scenario == "Server"
+                                                                      else "") + ") and on the sample set",
                             measured=measured, threshold="equal"))
     return out, not_checked
 
@@ -1066,9 +1101,8 @@ def _error_result(errors: list[MlperfLogError], inputs: dict[str, str], test: st
                 ev.append(_line_evidence(e.path, e.line))
             else:
                 ev.append(EvidenceRef(file=str(e.path), line=None))
-        findings.append(Finding(code=EVIDENCE_MISSING if e.kind == "missing" else EVIDENCE_CORRUPT,
-                                severity="FAIL", gate="read_logs", message=e.message, evidence=ev,
-                                action="remeasure"))
+        findings.append(finding(EVIDENCE_MISSING if e.kind == "missing" else EVIDENCE_CORRUPT, "FAIL", e.message,
+                                evidence=ev, action="remeasure", gate="read_logs"))
     return MlperfAudit(verdict="error", message="; ".join(e.message for e in errors), test=test,
                        test_source="override" if test else None, findings=findings, inputs=inputs)
 
@@ -1179,14 +1213,18 @@ def audit(reference: Path | str, compliance: Path | str, test: str | None = None
                            "(pass --test)")
     elif scen["reference"] != scen["compliance"]:
         not_checked.append("threshold: the runs are of different scenarios")
-    elif any(f.severity == "FAIL" for f in same_bench):
-        not_checked.append("threshold: the runs are of different benchmarks or latency targets, so "
-                           "their scores are not comparable")
     elif rd.value <= 0 or cd.value <= 0:
         not_checked.append(f"threshold: a score is not positive ({rd.value:g}, {cd.value:g}) in an "
                            "INVALID run")
     else:
         rule, fs = check_threshold(effective_test, rd, cd)
+        if any(f.severity == "FAIL" for f in same_bench):
+            # The scores are not comparable, but the reviewer still sees the comparison it would have made.
+            fs = [f.model_copy(update={"severity": "INFO", "action": None,
+                                       "message": "not judged (the runs are of different benchmarks or latency "
+                                                  "targets); it would have read: " + f.message}) for f in fs]
+            not_checked.append("threshold: the runs are of different benchmarks or latency targets, so their "
+                               "scores are not comparable (the comparison is shown as INFO)")
         findings += fs
         result.ratio = cd.value / rd.value
         result.threshold, result.intended_threshold = rule.threshold, rule.intended_threshold

@@ -12,9 +12,9 @@ import numpy as np
 from perfwarden.agents.auditor import registry
 from perfwarden.agents.auditor.coherence import coherence_score
 from perfwarden.agents.auditor.evidence import LegEvidence, line_evidence
-from perfwarden.agents.auditor.findings import Findings
+from perfwarden.agents.auditor.findings import Findings, GateResult, finding
 from perfwarden.agents.auditor.gates.conditions import flatten
-from perfwarden.harness.records import Claim
+from perfwarden.harness.records import Claim, QualityEval
 
 PARITY_MIN_IDENTICAL = 0.75
 """Lossless changes: at least this fraction of greedy outputs must be identical to the baseline's.
@@ -29,10 +29,8 @@ def lossy_signals(claim: Claim, diff: dict[str, list[Any]]) -> list[str]:
     mech = registry.mechanisms().get(claim.mechanism.name, {})
     if mech.get("lossy"):
         out.append(f"mechanism {claim.mechanism.name!r}")
-    lossless_values = registry.load("mechanisms.json")["lossy_config_keys"]
     for key, (vb, vc) in diff.items():
-        top = registry.top_key(key)
-        if top in lossless_values and vc not in lossless_values[top] and vc != vb:
+        if registry.is_lossy_change(key, vb, vc):
             out.append(f"{key}={vc!r}")
     return out
 
@@ -101,61 +99,109 @@ def check_parity(run: Path, claim: Claim, base: LegEvidence, cand: LegEvidence, 
     return "verified"
 
 
-def check_quality(run: Path, claim: Claim, loader, cand_name: str, lossy: list[str], findings: Findings) -> None:
-    """Lossy changes need a completed, registered quality eval on the candidate, no worse than baseline."""
+ITEMS_DIGEST_FIELDS = ("items_sha256", "item_set_sha256", "text_sha256")
+"""Where a quality record names the items it scored: the shared field first, then the harness's older
+per-eval names."""
+BASELINE_SCORE_TOLERANCE = 1e-9
+
+
+def items_digest(qe: QualityEval) -> str | None:
+    """The item-set digest a quality record carries (None when it carries none)."""
+    for name in ITEMS_DIGEST_FIELDS:
+        value = getattr(qe, name, None) if name in type(qe).model_fields else (qe.model_extra or {}).get(name)
+        if isinstance(value, str) and value:
+            return value
+    return None
+
+
+def check_quality(run: Path, claim: Claim, loader, base_name: str, cand_name: str, lossy: list[str]) -> GateResult:
+    """A lossy change needs a completed, registered quality eval that the harness recorded for both
+    compared legs, on the same eval and the same items, and no worse than its tolerance.
+
+    The comparison must be the harness's own: the candidate's record names the compared baseline leg as
+    its baseline, that leg has its own record of the same eval on the same item set, and the baseline
+    score the candidate record quotes is that record's score. An eval graded against the candidate
+    itself, another leg or another item set compares nothing, so it counts as missing (issue 9 rule 3)."""
     if not lossy:
-        return
+        return GateResult()
     severity = "FAIL" if claim.mechanism.support == "supported" else "FLAG"
     eval_id = claim.correctness.quality_eval_id
-    registered = registry.quality_evals()
     why = ", ".join(lossy)
+
+    def missing(message: str, ev=None) -> GateResult:
+        return GateResult(findings=[finding("QUALITY_EVAL_MISSING", severity, message, evidence=ev or [],
+                                            threshold="a completed registered eval of both compared legs",
+                                            action="eject", gate="quality")])
+
     if not eval_id:
-        findings.add("QUALITY_EVAL_MISSING", severity, f"lossy change ({why}) claimed "
-                     f"{claim.mechanism.support!r} without a quality eval", threshold="a completed registered eval",
-                     action="eject", gate="quality")
-        return
+        return missing(f"lossy change ({why}) claimed {claim.mechanism.support!r} without a quality eval")
+    registered = registry.quality_evals()
     if eval_id not in registered:
-        findings.add("QUALITY_EVAL_MISSING", severity, f"quality eval {eval_id!r} is not registered "
-                     f"(registered: {sorted(registered)!r})", action="eject", gate="quality")
-        return
+        return missing(f"quality eval {eval_id!r} is not registered (registered: {sorted(registered)!r})")
+    spec = registered[eval_id]
     qe, tf = loader.quality(eval_id, cand_name)
     if qe is None:
-        findings.add("QUALITY_EVAL_MISSING", severity, f"quality eval {eval_id!r} has no result file in the run",
-                     action="eject", gate="quality")
-        return
-    spec = registered[eval_id]
+        return missing(f"quality eval {eval_id!r} has no result file in the run")
     ev = [tf.evidence(run, tf.key_line("score"))] if tf else []
-    bounded = spec.get("metric") in ("exact_match", "accuracy")
+    bounded = spec.metric in ("exact_match", "accuracy")
     values = [v for v in (qe.score, qe.baseline_score) if v is not None]
     if any(not math.isfinite(v) or v < 0 or (bounded and v > 1) for v in values) or qe.n < 0:
-        findings.add("EVIDENCE_CORRUPT", "FAIL", f"quality eval {eval_id!r} holds impossible values "
-                     f"(score {qe.score!r}, baseline {qe.baseline_score!r}, n {qe.n!r})", evidence=ev,
-                     action="eject", gate="quality")
-        return
-    if not qe.completed or qe.n < spec.get("min_n", 1) or qe.leg != cand_name:
-        findings.add("QUALITY_EVAL_MISSING", severity, f"quality eval {eval_id!r} is incomplete or for another leg "
-                     f"(completed={qe.completed}, n={qe.n}, leg={qe.leg!r}, need n>={spec.get('min_n', 1)} on "
-                     f"{cand_name!r})", evidence=ev, action="eject", gate="quality")
-        return
-    if qe.baseline_score is None:
-        findings.add("QUALITY_EVAL_MISSING", severity, f"quality eval {eval_id!r} has no baseline score to compare",
-                     evidence=ev, action="eject", gate="quality")
-        return
-    drop = (qe.baseline_score - qe.score) if spec.get("higher_is_better", True) else (
-        (qe.score - qe.baseline_score) / qe.baseline_score if qe.baseline_score else float("inf"))
-    if drop > spec.get("max_drop", 0.0):
-        findings.add("QUALITY_REGRESSION", "FAIL", f"{eval_id}: candidate {qe.score:.4g} vs baseline "
-                     f"{qe.baseline_score:.4g} (drop {drop:.4g} > {spec['max_drop']})", measured=round(drop, 6),
-                     threshold=spec["max_drop"], evidence=ev, action="eject", gate="quality")
+        return GateResult(findings=[finding("EVIDENCE_CORRUPT", "FAIL", f"quality eval {eval_id!r} holds impossible "
+                                            f"values (score {qe.score!r}, baseline {qe.baseline_score!r}, n {qe.n!r})",
+                                            evidence=ev, action="eject", gate="quality")])
+    if not qe.completed or qe.n < spec.min_n or qe.leg != cand_name:
+        return missing(f"quality eval {eval_id!r} is incomplete or for another leg (completed={qe.completed}, "
+                       f"n={qe.n}, leg={qe.leg!r}, need n>={spec.min_n} on {cand_name!r})", ev)
+    if qe.baseline_leg != base_name:
+        graded = "the candidate itself" if qe.baseline_leg == cand_name else repr(qe.baseline_leg)
+        return missing(f"quality eval {eval_id!r} of {cand_name!r} was graded against {graded}, not the compared "
+                       f"baseline {base_name!r}: it compares nothing this claim rests on", ev)
+    base_path = loader.paths.quality(eval_id, base_name)
+    bq, btf = loader.quality(eval_id, base_name) if base_path.is_file() else (None, None)
+    if bq is None or bq.leg != base_name:
+        return missing(f"the baseline {base_name!r} has no harness record of {eval_id!r} "
+                       f"({'quality/' + base_path.name!r}): the baseline score {qe.baseline_score!r} rests on nothing", ev)
+    bev = [btf.evidence(run, btf.key_line("score"))] if btf else []
+    if not bq.completed or bq.n < spec.min_n or bq.eval_id != eval_id or qe.eval_id != eval_id:
+        return missing(f"the baseline's {eval_id!r} record is incomplete or of another eval (completed={bq.completed},"
+                       f" n={bq.n}, eval {bq.eval_id!r})", bev)
+    if not math.isfinite(bq.score) or bq.score < 0 or (bounded and bq.score > 1):
+        return GateResult(findings=[finding("EVIDENCE_CORRUPT", "FAIL", f"the baseline's {eval_id!r} record holds an "
+                                            f"impossible score {bq.score!r}", evidence=bev, action="eject",
+                                            gate="quality")])
+    dc, db = items_digest(qe), items_digest(bq)
+    if dc is None or db is None or dc != db or (spec.items_sha256 is not None and dc != spec.items_sha256) \
+            or qe.n != bq.n:
+        return missing(f"the legs' {eval_id!r} results are not on one registered item set (candidate items "
+                       f"{dc!r}, n={qe.n}; baseline items {db!r}, n={bq.n}; registered {spec.items_sha256!r})", ev + bev)
+    if qe.baseline_score is not None and abs(qe.baseline_score - bq.score) > BASELINE_SCORE_TOLERANCE:
+        return missing(f"the candidate's record says the baseline scored {qe.baseline_score!r}; the baseline's own "
+                       f"record says {bq.score!r}: the stated comparison is not the harness's", ev + bev)
+    base_score = bq.score
+    drop = (base_score - qe.score) if spec.higher_is_better else (
+        (qe.score - base_score) / base_score if base_score else float("inf"))
+    if drop > spec.max_drop:
+        return GateResult(findings=[finding(
+            "QUALITY_REGRESSION", "FAIL", f"{eval_id}: candidate {qe.score:.4g} vs baseline {base_score:.4g} (drop "
+            f"{drop:.4g} > {spec.max_drop})", measured=round(drop, 6), threshold=spec.max_drop, evidence=ev + bev,
+            action="eject", gate="quality")])
+    return GateResult()
 
 
-def check_spec_decode_documented(claim: Claim, detected_spec: bool, findings: Findings) -> None:
+def check_spec_decode_documented(claim: Claim, detected_spec: bool, raw_signal: bool) -> GateResult:
+    """Speculative decoding must document its draft and acceptance. When the raw carries the acceptance
+    (``accept_length``, engagement/acceptance lines in the log) the auditor reads it there, so missing
+    paperwork is INFO; without any raw signal it is a FLAG (the method may not even have run)."""
     if claim.mechanism.name != "speculative_decoding" and not detected_spec:
-        return
+        return GateResult()
     missing = [f for f in ("draft_model_id", "acceptance_rate") if getattr(claim.mechanism, f) is None]
-    if missing:
-        findings.add("EVIDENCE_MISSING", "FLAG", f"speculative decoding without {missing!r}", action="flag",
-                     gate="quality")
+    if not missing:
+        return GateResult()
+    if raw_signal:
+        return GateResult(findings=[finding("EVIDENCE_MISSING", "INFO", f"speculative decoding without {missing!r} in "
+                                            "the claim; the raw acceptance signal is read instead", gate="quality")])
+    return GateResult(findings=[finding("EVIDENCE_MISSING", "FLAG", f"speculative decoding without {missing!r} and no "
+                                        "raw acceptance signal", action="flag", gate="quality")])
 
 
 def check_output_length(run: Path, base: LegEvidence, cand: LegEvidence, findings: Findings) -> None:

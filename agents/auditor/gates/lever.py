@@ -1,27 +1,115 @@
-"""Lever class (A: kernel/implementation, B: orthogonal serving lever) and engagement.
+"""Lever class (A: kernel/implementation, B: orthogonal serving lever), engagement, and raw signals.
 
 The class is judged from the server_info diff *and* from raw signals, because a diff can hide a lever
-(e.g. speculative decoding switched on by a default) while the raw cannot: a non-null ``accept_length``
-means speculative decoding ran; response-cache hits in the server log mean caching.
+(e.g. speculative decoding switched on by a default) while the raw cannot (issue 9 rule 2): a non-null
+``accept_length``, a speculative method's engagement or acceptance lines in ``server.log`` (the embedded
+target's ``ENGAGED prompt_lookup``/``prompt_lookup rid=…`` lines, sglang's ``accept len:`` decode lines,
+vLLM's ``SpecDecoding metrics:``), a response cache's engagement or hits, a kernel override's
+engagement. A signal only the candidate shows is a lever of the change; one the claim does not declare
+is a second, undisclosed difference between the legs.
 """
 
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
+
+import numpy as np
 
 from perfwarden.agents.auditor import registry
 from perfwarden.agents.auditor.evidence import LegEvidence, line_evidence
-from perfwarden.agents.auditor.findings import Findings
-from perfwarden.harness.records import Claim
+from perfwarden.agents.auditor.findings import Findings, GateResult, finding
+from perfwarden.agents.auditor.gates.conditions import declared_keys, flatten
+from perfwarden.harness.records import Claim, EvidenceRef
 
 RESPONSE_CACHE_HIT = re.compile(r"response[ _-]?cache[^\n]*\bhit\b", re.IGNORECASE)
 NOT_ENGAGED_RX = re.compile(r"not engaged|engaged\s*[=:]\s*(0|false|no)\b|\b0 calls\b", re.IGNORECASE)
 
+Family = Literal["spec_decode", "response_cache", "kernel_override"]
+FAMILY_CLASS: dict[str, str] = {"spec_decode": "B", "response_cache": "B", "kernel_override": "A"}
+
+# (family, pattern) -- each pattern means the mechanism *ran*, not merely that a flag was printed.
+SIGNAL_PATTERNS: list[tuple[Family, re.Pattern]] = [
+    ("spec_decode", re.compile(r"\bENGAGED\s+(prompt_lookup|speculative\w*)", re.IGNORECASE)),
+    ("spec_decode", re.compile(r"\bprompt_lookup rid=\S+ verify_steps=\d+")),
+    ("spec_decode", re.compile(r"\baccept len:\s*[0-9.]+")),                       # sglang decode log
+    ("spec_decode", re.compile(r"SpecDecoding metrics:")),                         # vLLM
+    ("spec_decode", re.compile(r'"avg_spec_accept_length":\s*[0-9.]+')),           # internal_states, non-null
+    ("spec_decode", re.compile(r"speculative_algorithm=['\"](?!None)\w+")),        # sglang ServerArgs print
+    ("response_cache", re.compile(r"\bENGAGED\s+response[ _-]?cache", re.IGNORECASE)),
+    ("response_cache", RESPONSE_CACHE_HIT),
+    ("response_cache", re.compile(r'"response_cache_hits":\s*[1-9]')),
+    ("kernel_override", re.compile(r"\bENGAGED\s+op_override\s+op=['\"]?(\w+)", re.IGNORECASE)),
+    ("kernel_override", re.compile(r"\boverride\s+['\"]?(\w+)['\"]?\s+engaged\b", re.IGNORECASE)),
+    ("kernel_override", re.compile(r'"op_override_calls":\s*\{\s*"(\w+)":\s*[1-9]')),
+    ("kernel_override", re.compile(r"op_override final calls \{\s*'(\w+)':\s*[1-9]")),
+]
+
+# Acceptance counts in logs: (accepted, drafted) per line, or a rate per line.
+_EMBEDDED_COUNTS = re.compile(r"prompt_lookup rid=\S+ verify_steps=\d+ drafted=(\d+) accepted=(\d+)")
+_VLLM_COUNTS = re.compile(r"Accepted: (\d+) tokens, Drafted: (\d+) tokens")
+_SGLANG_RATE = re.compile(r"\baccept rate:\s*([0-9.]+)")
+_DRAFT_WIDTH_KEYS = ("num_speculative_tokens", "speculative_num_draft_tokens", "prompt_lookup_num_tokens",
+                     "speculative_config.num_speculative_tokens")
+ACCEPTANCE_TOLERANCE = 0.05
+"""A claimed acceptance rate may differ from the raw one by this much (absolute)."""
+
+
+@dataclass(frozen=True)
+class Signal:
+    """One raw sign that a mechanism ran in a leg."""
+
+    family: Family
+    line: int
+    text: str
+    detail: str | None = None
+    """The op a kernel-override line names, when it names one."""
+
+
+def raw_signals(leg: LegEvidence) -> list[Signal]:
+    """Every mechanism the leg's raw says ran: log lines and a non-null ``accept_length``."""
+    out: list[Signal] = []
+    for i, text in enumerate(leg.log.lines if leg.log else [], 1):
+        if NOT_ENGAGED_RX.search(text):
+            continue
+        for family, rx in SIGNAL_PATTERNS:
+            m = rx.search(text)
+            if m:
+                detail = m.group(1).lower() if family == "kernel_override" and m.groups() else None
+                out.append(Signal(family, i, text.strip()[:200], detail))
+                break
+    accepts = [r for r in leg.reps if r.accept_length is not None]
+    if accepts:
+        out.append(Signal("spec_decode", 0, f"accept_length={accepts[0].accept_length!r} in rep {accepts[0].rep}"))
+    return out
+
+
+def candidate_only(base: LegEvidence, cand: LegEvidence) -> list[Signal]:
+    """Signals of the candidate whose family (and, for overrides, op) the baseline never shows."""
+    seen = {(s.family, s.detail) for s in raw_signals(base)}
+    seen_families = {f for f, _ in seen}
+    out = []
+    for s in raw_signals(cand):
+        if s.family == "kernel_override" and s.detail is not None:
+            if (s.family, s.detail) not in seen:
+                out.append(s)
+        elif s.family not in seen_families:
+            out.append(s)
+    return out
+
+
+def signal_evidence(run: Path, leg: LegEvidence, signal: Signal) -> list[EvidenceRef]:
+    if signal.line and leg.log is not None:
+        return [leg.log.evidence(run, signal.line)]
+    rep = next((r for r in leg.reps if r.accept_length is not None), None)
+    return [line_evidence(run, rep.ref)] if rep is not None else []
+
 
 def detect_lever(diff: dict[str, list[Any]], base: LegEvidence, cand: LegEvidence) -> tuple[str | None, list[str]]:
-    """Detected lever class and the signals it rests on. Any B signal makes the change class B."""
+    """Detected lever class and the signals it rests on. Any B signal makes the change class B; an
+    unknown knob contributes no class (it is classified by nobody)."""
     signals: list[str] = []
     classes: set[str] = set()
     for key in diff:
@@ -31,19 +119,53 @@ def detect_lever(diff: dict[str, list[Any]], base: LegEvidence, cand: LegEvidenc
         if cls:
             classes.add(cls)
             signals.append(f"diff {key!r}: class {cls} ({why})")
-    cand_accept = [r.accept_length for r in cand.reps if r.accept_length is not None]
-    base_accept = [r.accept_length for r in base.reps if r.accept_length is not None]
-    if cand_accept and not base_accept:
-        classes.add("B")
-        signals.append(f"raw: accept_length={cand_accept[0]!r} in the candidate reps (speculative decoding)")
-    if cand.log is not None and any(RESPONSE_CACHE_HIT.search(t) for t in cand.log.lines):
-        classes.add("B")
-        signals.append("raw: response-cache hits in the candidate server log (caching)")
+        elif not registry.is_known(key):
+            signals.append(f"diff {key!r}: unclassified knob (no class)")
+    for s in candidate_only(base, cand):
+        cls = FAMILY_CLASS[s.family]
+        classes.add(cls)
+        where = f"server.log line {s.line}" if s.line else "bench reps"
+        signals.append(f"raw: {s.family.replace('_', ' ')} in the candidate ({where}: {s.text[:80]!r})")
     if "B" in classes:
         return "B", signals
     if "A" in classes:
         return "A", signals
     return None, signals
+
+
+def _declares(claim: Claim, signal: Signal) -> bool:
+    """Whether the claim discloses the mechanism a candidate-only signal shows."""
+    declared = declared_keys(claim)
+    if signal.family == "spec_decode":
+        return claim.mechanism.name == "speculative_decoding" or any(registry.is_spec_decode_key(k) for k in declared)
+    if signal.family == "response_cache":
+        return any(registry.is_response_cache_key(k) for k in declared)
+    # Declaring one op's override does not declare another's: only the named ops, or an explicit
+    # config key for that op (or for every override), cover an engaged override.
+    ops = {o.lower() for o in (claim.lever.kernel_ops if claim.lever else [])}
+    keys = set(claim.lever.config_keys if claim.lever else [])
+    if signal.detail is None:
+        return bool(ops) or bool(keys & {"op_overrides", "kernel_patches"})
+    return signal.detail in ops or bool(keys & {"op_overrides", "kernel_patches", f"op_overrides.{signal.detail}"})
+
+
+def check_undeclared_signals(run: Path, claim: Claim, base: LegEvidence, cand: LegEvidence) -> GateResult:
+    """A mechanism only the candidate's raw shows, which the claim does not declare, is a second
+    difference between the legs: a confound (FAIL), whatever the server_info diff says."""
+    out = []
+    reported: set[tuple[str, str | None]] = set()
+    for s in candidate_only(base, cand):
+        if _declares(claim, s) or (s.family, s.detail) in reported:
+            continue
+        reported.add((s.family, s.detail))
+        what = {"spec_decode": "speculative decoding", "response_cache": "a response cache",
+                "kernel_override": f"kernel override {s.detail!r}" if s.detail else "a kernel override"}[s.family]
+        out.append(finding(
+            "CONDITIONS_DIFFER", "FAIL", f"the candidate's raw shows {what} ran ({s.text[:100]!r}) and the baseline's "
+            "does not, but the claim does not declare it: an undisclosed lever beside the declared change",
+            measured=s.family, threshold="only the declared change differs", evidence=signal_evidence(run, cand, s),
+            action="eject", gate="lever"))
+    return GateResult(findings=out)
 
 
 def check_orthogonal(claim: Claim, detected: str | None, signals: list[str], cand: LegEvidence, run: Path,
@@ -57,6 +179,82 @@ def check_orthogonal(claim: Claim, detected: str | None, signals: list[str], can
                      + "; ".join(s for s in signals if "class B" in s or s.startswith("raw"))
                      + ") presented as a kernel/implementation win", measured="B", threshold=declared or "A",
                      evidence=evidence, action="downgrade_headline", gate="lever")
+
+
+def raw_acceptance_rate(leg: LegEvidence) -> tuple[float | None, int | None]:
+    """Accepted / drafted draft tokens from the log (embedded or vLLM counts, else sglang's rates);
+    returns the rate and the log line it starts at."""
+    accepted = drafted = 0
+    rates: list[float] = []
+    first = None
+    for i, text in enumerate(leg.log.lines if leg.log else [], 1):
+        m = _EMBEDDED_COUNTS.search(text)
+        if m:
+            drafted += int(m.group(1))
+            accepted += int(m.group(2))
+            first = first or i
+            continue
+        m = _VLLM_COUNTS.search(text)
+        if m:
+            accepted += int(m.group(1))
+            drafted += int(m.group(2))
+            first = first or i
+            continue
+        m = _SGLANG_RATE.search(text)
+        if m:
+            rates.append(float(m.group(1)))
+            first = first or i
+    if drafted > 0:
+        return accepted / drafted, first
+    if rates:
+        return float(np.mean(rates)), first
+    return None, None
+
+
+def draft_width(info: dict | None) -> int | None:
+    """Draft tokens per verify step the server reports (bounds what an accept length implies)."""
+    flat = flatten(info or {})
+    for key in _DRAFT_WIDTH_KEYS:
+        value = flat.get(key)
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+    return None
+
+
+def check_acceptance_rate(run: Path, claim: Claim, cand: LegEvidence) -> GateResult:
+    """A claimed ``acceptance_rate`` (accepted / drafted tokens) must match the raw: the log's counts
+    when it has them, else what the raw ``accept_length`` implies (``L - 1 <= rate * draft width``)."""
+    claimed = claim.mechanism.acceptance_rate
+    if claimed is None:
+        return GateResult()
+    rate, line = raw_acceptance_rate(cand)
+    accepts = [r.accept_length for r in cand.reps if r.accept_length is not None]
+    length = float(np.median(accepts)) if accepts else None
+
+    def mismatch(message: str, raw: Any, evidence: list[EvidenceRef]) -> GateResult:
+        return GateResult(findings=[finding("REPORTED_MISMATCH", "FLAG", message, measured=raw, threshold=claimed,
+                                            evidence=evidence, action="downgrade_headline", gate="lever")])
+
+    log_ev = [cand.log.evidence(run, line)] if line and cand.log else []
+    rep_ev = [line_evidence(run, r.ref) for r in cand.reps[:1]]
+    if claimed > 1.0:
+        if length is not None and abs(claimed - length) <= 0.05 * length:
+            return GateResult(findings=[finding("REPORTED_MISMATCH", "INFO", f"acceptance_rate {claimed!r} is the raw "
+                                                f"accept length ({length:.3g}), not a rate", gate="lever")])
+        return mismatch(f"acceptance_rate {claimed!r} is not a fraction of drafted tokens", rate or length, rep_ev)
+    if rate is not None:
+        if abs(claimed - rate) > ACCEPTANCE_TOLERANCE:
+            return mismatch(f"claimed acceptance rate {claimed:.3g}; the server log gives {rate:.3g} (accepted / "
+                            "drafted tokens)", round(rate, 4), log_ev)
+        return GateResult()
+    width = draft_width(cand.server_info)
+    if length is not None and width is not None:
+        floor = (length - 1.0) / width
+        if claimed < floor - ACCEPTANCE_TOLERANCE or (length <= 1.0 and claimed > ACCEPTANCE_TOLERANCE):
+            return mismatch(f"claimed acceptance rate {claimed:.3g}, but an accept length of {length:.3g} with "
+                            f"{width} draft tokens per step needs at least {floor:.3g}", round(floor, 4), rep_ev)
+        return GateResult()
+    return GateResult(not_checked=["acceptance rate: the raw has no acceptance counts to check the claimed rate"])
 
 
 def _engaged(op: str, lines: list[str]) -> int | None:

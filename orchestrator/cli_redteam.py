@@ -1,0 +1,87 @@
+"""``perfwarden redteam [FIXTURES…] [--rounds N] [--llm MODEL] [--json]``: attack the auditor.
+
+Generates attacks (every registered family on every clean base, plus random pairs, per round), audits
+each blind, and writes every success -- a fake win that PASSes, a FAIL-worthy fault that only FLAGs, an
+honest win that is refused, a crash or resource blow-up -- into ``proof/fixtures/redteam-*`` (or
+``--out``) with the attack's own answer key. Exit 0 when the auditor held, 1 when any attack succeeded,
+3 for unusable input.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import tempfile
+from pathlib import Path
+
+import typer
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from perfwarden.orchestrator.paths import default_fixture_roots
+
+
+def redteam(
+    fixtures: list[Path] = typer.Argument(None, help="Clean fixtures to attack (one patch claim each; default: the "
+                                          "shipped clean synthetic, transcribed and recorded runs)."),
+    rounds: int = typer.Option(1, "--rounds", min=1, max=1000, help="Rounds: each applies every family to every base "
+                               "and as many random pairs, at new sizes."),
+    llm: str | None = typer.Option(None, "--llm", help="Also let an LLM (OpenAI-compatible endpoint: OPENAI_BASE_URL, "
+                                   "OPENAI_API_KEY) invent one attack per base per round from the auditor's docs."),
+    json_out: bool = typer.Option(False, "--json", help="Print the report as JSON."),
+    out: Path | None = typer.Option(None, "--out", help="Where successes become fixtures (default: the shipped "
+                                    "proof/fixtures)."),
+    families: str | None = typer.Option(None, "--families", help="Comma-separated family names (default: all)."),
+    seed: int = typer.Option(0, "--seed", help="Seed of sizes and pairings (same seed, same attacks)."),
+) -> None:
+    """Attack the auditor; exit 1 when any attack succeeds."""
+    from perfwarden.agents import red_team
+
+    err = Console(stderr=True, soft_wrap=True, highlight=False)
+    root = default_fixture_roots()[0]
+    bases = list(fixtures) if fixtures else [root / name for name in red_team.DEFAULT_BASES]
+    missing = [str(b) for b in bases if not (Path(b) / "run" / "claims").is_dir()]
+    if missing:
+        err.print(Text.assemble(("error: ", "red"), f"not fixtures (no run/claims): {missing!r}"))
+        raise typer.Exit(3)
+    only = [f.strip() for f in families.split(",") if f.strip()] if families else None
+    try:
+        report = red_team.redteam(bases, rounds=rounds, seed=seed, out=out or root, only=only)
+    except ValueError as exc:
+        err.print(Text.assemble(("error: ", "red"), str(exc)))
+        raise typer.Exit(3) from None
+    if llm:
+        from perfwarden.agents.llm import LLMClient, LLMUnavailable
+
+        brain = red_team.LLMRedTeam(LLMClient(model=llm))
+        usable = [b for b in (red_team.load_base(Path(f)) for f in bases) if b is not None and b.name in report.bases]
+        with tempfile.TemporaryDirectory(prefix="pw-redteam-llm-") as tmp:
+            for rnd in range(rounds):
+                try:
+                    report.results += red_team.llm_round(brain, usable, Path(tmp), out or root, f"llm:{seed}:{rnd}")
+                except LLMUnavailable as exc:
+                    err.print(Text.assemble(("warning: ", "yellow"), f"LLM brain unavailable: {exc}"))
+                    break
+    data = report.to_json()
+    if json_out:
+        sys.stdout.write(json.dumps(data, indent=2) + "\n")
+    else:
+        print_report(data, Console())
+    raise typer.Exit(1 if report.successes else 0)
+
+
+def print_report(data: dict, console: Console) -> None:
+    table = Table(title="attack families", pad_edge=False)
+    for col in ("family", "attacks", "successes"):
+        table.add_column(col)
+    for name, row in sorted(data["per_family"].items()):
+        table.add_row(name, str(row["attacks"]), str(row["successes"]) if not row["successes"] else
+                      f"[red]{row['successes']}[/red]")
+    console.print(table)
+    for s in data["success_list"][:50]:
+        console.print(Text.assemble(("success ", "red"), f"{s['family']} on {s['base']}: {s['why']} -> {s['fixture']}"))
+    for base, why in data["skipped_bases"].items():
+        console.print(Text(f"skipped base {base}: {why}", style="yellow"))
+    console.print(f"{data['families']} families, {data['attacks']} attacks on {len(data['bases'])} bases, "
+                  f"{data['successes']} successes in {data['seconds']}s ({data['attacks_per_second']} attacks/s)")

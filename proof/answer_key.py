@@ -1,0 +1,157 @@
+"""The answer-key format: what a fixture's ``answer_key.json`` may say, validated strictly.
+
+An answer may name one verdict or a set of allowed verdicts, one action or a set, codes that must all
+be raised (``must_include``), groups of which at least one code must be raised (``must_include_any``),
+and codes that must not be raised (``must_exclude``). So an outside user can freeze an honest answer
+("FLAG or FAIL, and either CONDITIONS_DIFFER or UNKNOWN_KNOB") without over-specifying it.
+
+Validation is strict because a typo in a key would silently turn a required code into one that can
+never be raised: an unknown field, an unknown verdict/action, or a finding code that is not in the
+catalog is an input error (:class:`AnswerKeyError`), never a quiet disagreement or agreement.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from perfwarden.agents.auditor.codes import CATALOG
+from perfwarden.harness.records import Action, VerdictLabel
+
+ANSWER_KEY_NAME = "answer_key.json"
+
+
+class AnswerKeyError(ValueError):
+    """An answer key that cannot be read or does not follow the format (the CLI exits 3)."""
+
+
+def _as_list(value: Any) -> Any:
+    return [value] if isinstance(value, str) else value
+
+
+def _check_codes(codes: list[str], where: str) -> list[str]:
+    unknown = [c for c in codes if c not in CATALOG]
+    if unknown:
+        raise ValueError(f"{where} names codes that are not in the catalog: {unknown!r}")
+    return codes
+
+
+class Answer(BaseModel):
+    """The frozen answer for one claim of a fixture."""
+
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
+
+    claim: str
+    """Claim file, relative to the fixture's ``run/`` (e.g. ``claims/001-patch.json``)."""
+    verdict: list[VerdictLabel] = Field(min_length=1)
+    """Allowed verdicts: one (``"FAIL"``) or a set (``["FLAG", "FAIL"]``)."""
+    action: list[Action] = Field(default_factory=list)
+    """Allowed actions; empty means any action agrees."""
+    must_include: list[str] = Field(default_factory=list)
+    """Codes that must all be raised at FLAG or FAIL (INFO does not count)."""
+    must_include_any: list[list[str]] = Field(default_factory=list)
+    """Groups of codes; from each group at least one must be raised at FLAG or FAIL."""
+    must_exclude: list[str] = Field(default_factory=list)
+    """Codes that must not be raised at FLAG or FAIL (the negatives that give a code its precision)."""
+
+    @field_validator("verdict", "action", mode="before")
+    @classmethod
+    def _one_or_many(cls, value: Any) -> Any:
+        return [] if value is None else _as_list(value)
+
+    @field_validator("must_include", "must_exclude")
+    @classmethod
+    def _known_codes(cls, value: list[str]) -> list[str]:
+        return _check_codes(value, "the answer")
+
+    @field_validator("must_include_any")
+    @classmethod
+    def _known_groups(cls, value: list[list[str]]) -> list[list[str]]:
+        for group in value:
+            if not group:
+                raise ValueError("a must_include_any group is empty (it could never be satisfied)")
+            _check_codes(group, "a must_include_any group")
+        return value
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "Answer":
+        required = set(self.must_include) | {c for g in self.must_include_any if len(g) == 1 for c in g}
+        clash = sorted(required & set(self.must_exclude))
+        if clash:
+            raise ValueError(f"codes {clash!r} are both required and excluded")
+        if self.verdict == ["PASS"] and (self.must_include or self.must_include_any):
+            raise ValueError("a PASS answer cannot require FLAG/FAIL findings")
+        return self
+
+
+class AnswerKey(BaseModel):
+    """``answer_key.json``: the frozen answers of one fixture, written before the auditor ran on it."""
+
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
+
+    schema_version: Literal[1] = 1
+    """Version of this format."""
+    frozen: str | None = None
+    """Date the answers were frozen (ISO-8601)."""
+    answers: list[Answer] = Field(min_length=1)
+    """One answer per claim file under ``run/claims/``."""
+    provenance: str = ""
+    """Where the case comes from (a published case, a recording, a mutation, a red-team attack)."""
+    rationale: str = ""
+    """Why these answers are right, in terms of the design's rules."""
+
+    @model_validator(mode="after")
+    def _one_answer_per_claim(self) -> "AnswerKey":
+        claims = [a.claim for a in self.answers]
+        dup = sorted({c for c in claims if claims.count(c) > 1})
+        if dup:
+            raise ValueError(f"claims {dup!r} have more than one answer")
+        return self
+
+
+def parse_answer_key(data: Any, where: str = "answer key") -> AnswerKey:
+    """Validate an already-decoded answer key; raises :class:`AnswerKeyError` with the first problem."""
+    try:
+        return AnswerKey.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        loc = ".".join(map(str, err["loc"])) or "<top>"
+        raise AnswerKeyError(f"{where} is invalid at {loc!r}: {err['msg']}") from None
+
+
+def load_answer_key(path: Path) -> AnswerKey:
+    """Read and validate ``answer_key.json``."""
+    path = Path(path)
+    try:
+        text = path.read_text("utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise AnswerKeyError(f"cannot read {str(path)!r}: {exc}") from None
+    try:
+        data = json.loads(text)
+    except (ValueError, RecursionError) as exc:
+        raise AnswerKeyError(f"{str(path)!r} is not valid JSON: {exc}") from None
+    return parse_answer_key(data, repr(str(path)))
+
+
+def answer_problems(answer: Answer, verdict: str, action: str, codes: set[str]) -> list[str]:
+    """Why an audited claim disagrees with its answer (empty when it agrees). ``codes`` are the codes
+    raised at FLAG or FAIL."""
+    problems = []
+    if verdict not in answer.verdict:
+        expected = answer.verdict[0] if len(answer.verdict) == 1 else answer.verdict
+        problems.append(f"verdict {verdict} != expected {expected}")
+    if answer.action and action not in answer.action:
+        problems.append(f"action {action} not in {answer.action}")
+    missing = [c for c in answer.must_include if c not in codes]
+    if missing:
+        problems.append(f"missing codes {missing}")
+    for group in answer.must_include_any:
+        if not any(c in codes for c in group):
+            problems.append(f"none of {group} raised")
+    extra = [c for c in answer.must_exclude if c in codes]
+    if extra:
+        problems.append(f"forbidden codes raised {extra}")
+    return problems
