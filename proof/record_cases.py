@@ -72,9 +72,11 @@ CASES: dict[str, tuple[tuple[str, ...], Any, str, str, list[str], list[str], str
         headline={"disclosed_regressions": _own_regressions(run, "base", "mbs4", ["median_tpot_ms", "p99_tpot_ms",
                                                                                    "median_itl_ms", "median_e2e_latency_ms",
                                                                                    "p99_e2e_latency_ms"])}),
-        "PASS", "pass", [], ["HIDDEN_LATENCY_REGRESSION", "CONDITIONS_DIFFER", "DELTA_NOT_SIGNIFICANT"],
-        "The same batching win with its per-token latency cost stated at the size the producer measured: a real, "
-        "disclosed class-B win."),
+        "FLAG", "flag", ["HIDDEN_LATENCY_REGRESSION"], ["CONDITIONS_DIFFER", "DELTA_NOT_SIGNIFICANT"],
+        "The same batching win with its median per-token latency cost stated at the size the producer measured, "
+        "but not its p99 ITL: 77-79 ms per rep in the baseline vs 202-217 ms in mbs4 (+175%), a tail regression "
+        "the disclosure leaves out. Every primary metric is checked whatever the headline (issue 9 rule 5). "
+        "Relabelled from PASS on 2026-11-23 on that raw evidence."),
     "rec-handicapped-baseline": (("threads1", "mbs4"), lambda run: _claim("threads1", "mbs4", "max_batch_size=4"),
                                  "FAIL", "eject", ["CONDITIONS_DIFFER"], [],
                                  "The baseline ran with 1 thread, the candidate with 2; only batching was declared."),
