@@ -8,8 +8,8 @@ from pathlib import Path
 import typer
 from rich.console import Console
 
-from perfwarden.agents.auditor.audit import ClaimError, audit_path, write_verdict
-from perfwarden.orchestrator.render import print_verdict
+from perfwarden.agents.auditor.claim_file import ClaimError, load_claim
+from perfwarden.orchestrator.render import print_error, print_verdict
 
 EXIT_BY_VERDICT = {"PASS": 0, "FLAG": 10, "FAIL": 20}
 EXIT_INVALID = 3
@@ -22,20 +22,27 @@ def audit(
     save: bool = typer.Option(False, "--save", help="Also write verdicts/<seq>-<scope>.json in the run."),
 ) -> None:
     """Audit one claim against the run's raw files. Exit 0 PASS, 10 FLAG, 20 FAIL, 3 invalid input."""
-    err = Console(stderr=True, soft_wrap=True)
+    err = Console(stderr=True, soft_wrap=True, highlight=False)
+    try:
+        load_claim(claim)  # refuse a claim that is not one before the auditor (and its imports) start
+    except ClaimError as exc:
+        print_error(err, exc)
+        raise typer.Exit(EXIT_INVALID) from None
+    from perfwarden.agents.auditor.audit import audit_path, write_verdict
+
     try:
         verdict = audit_path(run_dir, claim)
     except ClaimError as exc:
-        err.print(f"[red]error:[/red] {exc}")
+        print_error(err, exc)
         raise typer.Exit(EXIT_INVALID) from None
     if save:
         try:
             write_verdict(run_dir, verdict)
         except OSError as exc:
-            err.print(f"[red]error:[/red] cannot write the verdict into {str(run_dir)!r}: {exc}")
+            print_error(err, f"cannot write the verdict into {str(run_dir)!r}: {exc}")
             raise typer.Exit(EXIT_INVALID) from None
     if json_out:
         sys.stdout.write(verdict.model_dump_json(indent=2) + "\n")
     else:
-        print_verdict(verdict, Console())
+        print_verdict(verdict, Console(highlight=False))
     raise typer.Exit(EXIT_BY_VERDICT[verdict.verdict])

@@ -5,13 +5,16 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
 from perfwarden.orchestrator.paths import default_fixture_roots, shared_corpus
-from perfwarden.proof.backtest import LABELS, Report, run_backtest
+
+if TYPE_CHECKING:
+    from perfwarden.proof.backtest import Report
 
 
 def backtest(
@@ -23,6 +26,8 @@ def backtest(
 ) -> None:
     """Run the auditor blind over every fixture, then score it against the answer keys.
     Exit 0 when every fixture agrees, 1 otherwise."""
+    from perfwarden.proof.backtest import run_backtest  # the auditor's imports are heavy: only when used
+
     roots = list(dirs) if dirs else default_fixture_roots()
     extra = []
     corpus = shared_corpus() / "mlperf" if mlperf else None
@@ -63,6 +68,8 @@ def write_html(report: Report, roots: list[Path], path: Path) -> None:
 
 
 def print_report(report: Report, console: Console) -> None:
+    from perfwarden.proof.backtest import LABELS
+
     table = Table(title="fixtures", pad_edge=False)
     for col in ("fixture", "claim", "expected", "actual", "action", "ok"):
         table.add_column(col, overflow="fold")
