@@ -23,7 +23,7 @@ from perfwarden.agents.auditor.findings import Findings, GateResult, choose_acti
 from perfwarden.agents.auditor.gates import caching, conditions, correctness, lever, measurement, opbench, profile, prose
 from perfwarden.agents.auditor.rederive import METRICS
 from perfwarden.harness.records import Claim, Comparison, Finding, MetricStats, Verdict, write_json_atomic
-from perfwarden.harness.safe_read import VERDICT_BYTES, exists, read_bytes
+from perfwarden.harness.safe_read import REPORT_BYTES, VERDICT_BYTES, exists, read_bytes
 
 AUDITOR_VERSION = "1.0.0"
 
@@ -351,10 +351,10 @@ def audit_claim(run: Path, claim: Claim, claim_ref: str, claim_sha: str) -> Verd
     return build_verdict(a, claim_ref, claim_sha)
 
 
-def _prose(a: Audit) -> None:
-    tf = a.loader.text(a.loader.inside(a.claim.report), True, "report")
+def _prose(a: Audit) -> GateResult | None:
+    tf = a.loader.text(a.loader.inside(a.claim.report), True, "report", limit=REPORT_BYTES)
     if tf is None:
-        return
+        return None
     values: list[float] = list(a.extra_values)
     for per_metric in a.legs_stats.values():
         for st in per_metric.values():
@@ -373,7 +373,7 @@ def _prose(a: Audit) -> None:
         for v in conditions.flatten(leg.server_info or {}).values():
             if isinstance(v, (int, float)) and not isinstance(v, bool):
                 values.append(v)
-    prose.check_report(a.run, tf, values, a.findings)
+    return prose.check_report(a.run, tf, values)
 
 
 def build_verdict(a: Audit, claim_ref: str, claim_sha: str) -> Verdict:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -39,9 +40,15 @@ def line_evidence(run: Path, ref: LineRef) -> EvidenceRef:
 
 
 def _rel(run: Path, path: Path) -> str:
+    """``path`` relative to the run as it was named (a link out is still cited by its place in the run),
+    else as resolved, else as given."""
+    try:
+        return str(Path(os.path.abspath(path)).relative_to(os.path.abspath(run)))
+    except ValueError:
+        pass
     try:
         return str(Path(path).resolve().relative_to(Path(run).resolve()))
-    except ValueError:
+    except (ValueError, OSError, RuntimeError):
         return str(path)
 
 
@@ -117,8 +124,8 @@ class RunLoader:
         the run directory is evidence that is not in the run (EVIDENCE_MISSING); a FIFO, a device, a
         directory or a file over its size bound is not evidence at all (EVIDENCE_CORRUPT)."""
         code = "EVIDENCE_MISSING" if exc.reason in ("missing", "outside") else "EVIDENCE_CORRUPT"
-        self.findings.add(code, "FAIL", f"{what}: {exc}", evidence=[EvidenceRef(file=_rel(self.run, exc.path))],
-                          gate="evidence")
+        message = str(exc) if str(exc).startswith(what) else f"{what}: {exc}"
+        self.findings.add(code, "FAIL", message, evidence=[EvidenceRef(file=_rel(self.run, exc.path))], gate="evidence")
 
     def present(self, path: Path, required: bool, what: str, missing: str | None = None) -> bool:
         """Whether ``path`` is a regular file inside the run that may be read. Absent: a finding only

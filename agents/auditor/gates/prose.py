@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import math
 import re
+from bisect import bisect_left, bisect_right
 from collections.abc import Iterable
 from pathlib import Path
 
 from perfwarden.agents.auditor.evidence import TextFile
-from perfwarden.agents.auditor.findings import Findings
+from perfwarden.agents.auditor.findings import Findings, GateResult
+from perfwarden.harness.records import EvidenceRef
 
 NUMBER = re.compile(
     r"(?<![\w.\-/])([-+]?\d{1,3}(?:,\d{3})+(?:\.\d+)?|[-+]?\d+(?:\.\d+)?)"
@@ -27,25 +29,35 @@ SMALL_COUNT = 16
 
 
 def traceable_values(values: Iterable[float]) -> list[float]:
-    """Each value plus the forms a report may print it in (percent of a fraction, ratio of a delta)."""
+    """Each value plus the forms a report may print it in (percent of a fraction, ratio of a delta),
+    sorted, so that ``traces`` finds candidates by bisection (a report with 100,000 numbers against
+    thousands of values stays a fraction of a second)."""
     out: list[float] = []
     for v in values:
         if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v):
             continue
         out += [float(v), abs(float(v)), float(v) * 100.0, abs(float(v)) * 100.0, 1.0 + float(v) / 100.0]
-    return out
+    return sorted(x for x in out if math.isfinite(x))
 
 
 def _decimals(token: str) -> int:
     return len(token.split(".", 1)[1]) if "." in token else 0
 
 
+REL_TOLERANCE = 0.005
+"""Integers print rounded: a large integer also traces within this relative tolerance (1,677 vs 1677.476)."""
+
+
 def traces(token: str, value: float, pool: list[float]) -> bool:
+    """Whether ``value`` (printed as ``token``) is some pool value at the printed precision. ``pool`` is
+    sorted (``traceable_values``): only the pool values within the widest tolerance are compared."""
     d = _decimals(token)
     tol = 0.5 * 10 ** (-d) + 1e-9
-    # Integers print rounded: also accept a relative tolerance for large magnitudes (1,677 vs 1677.476).
-    rel = 0.005 if d == 0 and abs(value) >= 100 else 0.0
-    return any(abs(p - value) <= max(tol, rel * abs(p)) for p in pool)
+    rel = REL_TOLERANCE if d == 0 and abs(value) >= 100 else 0.0
+    # |p - v| <= rel*|p| implies |p - v| <= rel*|v| / (1 - rel): a window that holds every candidate.
+    window = max(tol, rel * abs(value) / (1 - rel) + 1e-9)
+    lo, hi = bisect_left(pool, value - window), bisect_right(pool, value + window)
+    return any(abs(p - value) <= max(tol, rel * abs(p)) for p in pool[lo:hi])
 
 
 def _prose_lines(tf: TextFile):
@@ -62,27 +74,40 @@ def _prose_lines(tf: TextFile):
         yield i, line, text
 
 
-def check_report(run: Path, report: TextFile, values: Iterable[float], findings: Findings) -> int:
-    """Return how many numbers were checked; add UNTRACED_CLAIM findings for the rest."""
+def check_report(run: Path, report: TextFile, values: Iterable[float]) -> GateResult[int]:
+    """Every number of the report traces to a re-derived value; ``value``: how many were checked.
+
+    Pure: the findings are collected in a local, bounded ``Findings`` (at most ``MAX_LISTED`` listed,
+    the rest counted in one summary) and each line's evidence is hashed once, however many numbers it
+    holds."""
     pool = traceable_values(values)
+    out = Findings()
+    evidence: dict[int, list[EvidenceRef]] = {}
+
+    def cite(line_no: int) -> list[EvidenceRef]:
+        if line_no not in evidence:
+            evidence[line_no] = [report.evidence(run, line_no)]
+        return evidence[line_no]
+
     checked = 0
     for line_no, raw, text in _prose_lines(report):
         speculative = SPECULATIVE.search(text)
         for m in NUMBER.finditer(text):
             token, unit = m.group(1), (m.group(2) or "").strip()
             value = float(token.replace(",", ""))
-            if not unit and value.is_integer() and abs(value) <= SMALL_COUNT:
+            finite = math.isfinite(value)  # a 400-digit number is a claim no measurement gives
+            if finite and not unit and value.is_integer() and abs(value) <= SMALL_COUNT:
                 continue
             checked += 1
-            traced = traces(token.replace(",", ""), value, pool)
+            traced = finite and traces(token.replace(",", ""), value, pool)
             if speculative:
-                findings.add("UNTRACED_CLAIM", "FAIL", f"line {line_no}: {token}{unit} is presented in a results "
-                             f"report but called {speculative.group(0)!r}: not a measurement",
-                             measured=f"{token}{unit}", threshold="measured values only",
-                             evidence=[report.evidence(run, line_no)], action="eject", gate="prose")
+                out.add("UNTRACED_CLAIM", "FAIL", f"line {line_no}: {token[:40]}{unit} is presented in a results "
+                        f"report but called {speculative.group(0)!r}: not a measurement",
+                        measured=f"{token[:40]}{unit}", threshold="measured values only",
+                        evidence=cite(line_no), action="eject", gate="prose")
                 break
             if not traced:
-                findings.add("UNTRACED_CLAIM", "FAIL", f"line {line_no}: {token}{unit} traces to no re-derived value",
-                             measured=f"{token}{unit}", threshold="a re-derived value at the printed precision",
-                             evidence=[report.evidence(run, line_no)], action="eject", gate="prose")
-    return checked
+                out.add("UNTRACED_CLAIM", "FAIL", f"line {line_no}: {token[:40]}{unit} traces to no re-derived value",
+                        measured=f"{token[:40]}{unit}", threshold="a re-derived value at the printed precision",
+                        evidence=cite(line_no), action="eject", gate="prose")
+    return GateResult(findings=out.items, value=checked)
