@@ -38,6 +38,8 @@ CLAIM_BYTES = 1 * MiB
 """A claim is a small JSON record (names, paths, a headline, a few reported numbers)."""
 STRING_CHARS = 4096
 """One string field of a claim, verdict or answer key (names, paths, metrics are far shorter)."""
+MESSAGE_CHARS = 64 * KiB
+"""One string of a verdict (a finding message quoting names, a not-checked note, an excerpt)."""
 RECORD_BYTES = 16 * MiB
 """Small JSON records read whole: leg.json, server_info.json, quality evals, run.json, answer keys."""
 VERDICT_BYTES = 64 * MiB

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -42,7 +43,8 @@ def audit(
             print_error(err, f"cannot write the verdict into {str(run_dir)!r}: {exc}")
             raise typer.Exit(EXIT_INVALID) from None
     if json_out:
-        sys.stdout.write(verdict.model_dump_json(indent=2) + "\n")
+        # ASCII-only JSON: a C1 control or a bidi override in a message is escaped, not printed raw.
+        sys.stdout.write(json.dumps(json.loads(verdict.model_dump_json()), indent=2, ensure_ascii=True) + "\n")
     else:
         print_verdict(verdict, Console(highlight=False))
     raise typer.Exit(EXIT_BY_VERDICT[verdict.verdict])

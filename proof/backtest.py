@@ -14,8 +14,54 @@ from pathlib import Path
 from typing import Any, Callable
 
 from perfwarden.agents.auditor.audit import ClaimError, audit_path
+from perfwarden.harness.safe_read import RECORD_BYTES, STRING_CHARS, long_string, read_bytes
 
 LABELS = ("PASS", "FLAG", "FAIL")
+
+
+class AnswerKeyError(ValueError):
+    """An answer key that cannot be scored against (unreadable, not JSON, wrong shape): an input
+    error (``backtest`` exits 3), never a traceback and never a silent disagreement."""
+
+
+def load_answer_key(fixture: Path) -> dict[str, dict[str, Any]]:
+    """claim -> answer, from ``answer_key.json`` read the safe way (a regular file inside the fixture,
+    bounded) and checked for the fields scoring reads; anything else is an ``AnswerKeyError``."""
+    path = Path(fixture) / "answer_key.json"
+    try:
+        key = json.loads(read_bytes(path, fixture, limit=RECORD_BYTES, what="answer key"))
+    except OSError as exc:
+        raise AnswerKeyError(str(exc)) from None
+    except (ValueError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError
+        raise AnswerKeyError(f"answer key {str(path)!r} is not valid JSON: {exc}") from None
+    too_long = long_string(key, STRING_CHARS)
+    if too_long is not None:
+        raise AnswerKeyError(f"answer key {str(path)!r}: the string at {too_long[0]!r} is {too_long[1]:,} characters,"
+                             f" over the {STRING_CHARS:,}-character bound")
+    answers = key.get("answers") if isinstance(key, dict) else None
+    if not isinstance(answers, list):
+        raise AnswerKeyError(f"answer key {str(path)!r} has no 'answers' list")
+    out: dict[str, dict[str, Any]] = {}
+    for i, answer in enumerate(answers):
+        where = f"answer key {str(path)!r} answers[{i}]"
+        if not isinstance(answer, dict) or not isinstance(answer.get("claim"), str):
+            raise AnswerKeyError(f"{where} is not an object naming its 'claim'")
+        if answer.get("verdict") not in LABELS:
+            raise AnswerKeyError(f"{where}: 'verdict' must be one of {LABELS!r}")
+        action = answer.get("action")
+        if action is not None and not isinstance(action, str) and not _strings(action):
+            raise AnswerKeyError(f"{where}: 'action' must be a string or a list of strings")
+        for field_name in ("must_include", "must_exclude"):
+            if not _strings(answer.get(field_name, [])):
+                raise AnswerKeyError(f"{where}: {field_name!r} must be a list of strings")
+        if answer["claim"] in out:
+            raise AnswerKeyError(f"{where}: claim {answer['claim']!r} is answered twice")
+        out[answer["claim"]] = answer
+    return out
+
+
+def _strings(value: Any) -> bool:
+    return isinstance(value, list) and all(isinstance(v, str) for v in value)
 
 
 @dataclass
@@ -61,7 +107,7 @@ def _audit_blind(fixture: Path) -> list[tuple[str, Any]]:
     for claim in sorted((run / "claims").glob("*.json")):
         rel = str(claim.relative_to(run))
         try:
-            out.append((rel, audit_path(run, claim)))
+            out.append((rel, audit_path(run, claim, claim_root=run)))
         except ClaimError as exc:
             out.append((rel, exc))
     return out
@@ -69,12 +115,19 @@ def _audit_blind(fixture: Path) -> list[tuple[str, Any]]:
 
 def score_fixture(fixture: Path) -> list[CaseResult]:
     audited = _audit_blind(fixture)
-    key = json.loads((fixture / "answer_key.json").read_text("utf-8"))  # read only after auditing
-    answers = {a["claim"]: a for a in key.get("answers", [])}
+    try:
+        answers = load_answer_key(fixture)  # read only after auditing
+    except AnswerKeyError as exc:
+        return [CaseResult(fixture.name, rel, "error" if isinstance(v, ClaimError) else v.verdict,
+                           "error" if isinstance(v, ClaimError) else v.action, [], kind="input_error",
+                           problems=[f"answer key unusable: {exc}"]) for rel, v in audited] or [
+            CaseResult(fixture.name, "answer_key.json", "error", "error", [], kind="input_error",
+                       problems=[f"answer key unusable: {exc}"])]
     results = []
     for rel, verdict in audited:
         if isinstance(verdict, ClaimError):
-            res = CaseResult(fixture.name, rel, "error", "error", [])
+            res = CaseResult(fixture.name, rel, "error", "error", [], kind="input_error",
+                             problems=[f"claim unreadable: {verdict}"])
         else:
             res = CaseResult(fixture.name, rel, verdict.verdict, verdict.action,
                              sorted({f.code for f in verdict.findings if f.severity != "INFO"}),
@@ -111,6 +164,11 @@ def _compare(res: CaseResult, answer: dict[str, Any]) -> None:
 @dataclass
 class Report:
     results: list[CaseResult]
+
+    @property
+    def input_errors(self) -> list[str]:
+        """Damaged inputs (claims, answer keys): the backtest cannot score them (exit 3)."""
+        return [f"{r.fixture}/{r.claim}: {'; '.join(r.problems)}" for r in self.results if r.kind == "input_error"]
 
     @property
     def agreement(self) -> float:
