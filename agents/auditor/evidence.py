@@ -7,6 +7,7 @@ pretty-printed JSON file, a server-log line.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import math
@@ -42,6 +43,11 @@ def line_evidence(run: Path, ref: LineRef) -> EvidenceRef:
 def _rel(run: Path, path: Path) -> str:
     """``path`` relative to the run as it was named (a link out is still cited by its place in the run),
     else as resolved, else as given."""
+    return _rel_cached(str(run), str(path))
+
+
+@functools.lru_cache(maxsize=4096)
+def _rel_cached(run: str, path: str) -> str:
     try:
         return str(Path(os.path.abspath(path)).relative_to(os.path.abspath(run)))
     except ValueError:

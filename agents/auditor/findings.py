@@ -70,13 +70,18 @@ class _Overflow:
     evidence: list[EvidenceRef] = field(default_factory=list)
 
     def add(self, f: Finding, weight: int) -> None:
-        self.count += weight
-        if _SEVERITY_RANK[f.severity] > _SEVERITY_RANK[self.severity]:
-            self.severity, self.actions = f.severity, set()
-        if f.severity == self.severity:
-            self.actions.add(f.action or _DEFAULT_ACTION[f.severity])
-        if not self.evidence and f.evidence:
-            self.evidence = list(f.evidence[:1])
+        self.count += weight - 1
+        self.note(f.severity, f.action, f.evidence)
+
+    def note(self, severity: Severity, action: Action | None, evidence: list[EvidenceRef] | None) -> None:
+        """Count one more finding of this key."""
+        self.count += 1
+        if _SEVERITY_RANK[severity] > _SEVERITY_RANK[self.severity]:
+            self.severity, self.actions = severity, set()
+        if severity == self.severity:
+            self.actions.add(action or _DEFAULT_ACTION[severity])
+        if not self.evidence and evidence:
+            self.evidence = list(evidence[:1])
 
     def summary(self, cap: int) -> Finding:
         action = next((a for a in ACTION_PRECEDENCE if a in self.actions), _DEFAULT_ACTION[self.severity])
@@ -104,6 +109,11 @@ class Findings:
         """The listed findings, summaries in place (a new list: add findings with ``add``/``extend``)."""
         return [self._over[f].summary(self.cap) if isinstance(f, tuple) else f for f in self._listed]
 
+    def full(self, gate: str, code: str) -> bool:
+        """Whether a further finding of (gate, code) would only be counted: a gate can then skip
+        building its evidence."""
+        return self._counts.get((gate, code), 0) >= self.cap
+
     def _append(self, f: Finding) -> None:
         key = (f.gate, f.code)
         weight = 1 + (f.omitted or 0)  # a summary from another collection stands for its omitted findings too
@@ -119,7 +129,17 @@ class Findings:
 
     def add(self, code: str, severity: Severity, message: str, *, measured: Any = None,
             threshold: Any = None, evidence: list[EvidenceRef] | None = None, action: Action | None = None,
-            gate: str = "") -> Finding:
+            gate: str = "") -> Finding | None:
+        """Add one finding; returns it, or None when it was only counted (its (gate, code) is full)."""
+        key = (gate, code)
+        if self._counts.get(key, 0) >= self.cap and known(code):
+            # Counted without building it: 100,000 findings cost a counter, not 100,000 records.
+            self._counts[key] += 1
+            if key not in self._over:
+                self._over[key] = _Overflow(gate, code)
+                self._listed.append(key)
+            self._over[key].note(severity, action, evidence)
+            return None
         made = finding(code, severity, message, measured=measured, threshold=threshold, evidence=evidence,
                        action=action, gate=gate)
         self._append(made)

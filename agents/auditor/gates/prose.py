@@ -84,7 +84,14 @@ def check_report(run: Path, report: TextFile, values: Iterable[float]) -> GateRe
     out = Findings()
     evidence: dict[int, list[EvidenceRef]] = {}
 
+    omitted_cited = False
+
     def cite(line_no: int) -> list[EvidenceRef]:
+        nonlocal omitted_cited
+        if out.full("prose", "UNTRACED_CLAIM"):
+            if omitted_cited:
+                return []  # only counted: the summary cites the first omitted finding's line
+            omitted_cited = True
         if line_no not in evidence:
             evidence[line_no] = [report.evidence(run, line_no)]
         return evidence[line_no]
