@@ -22,6 +22,8 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from perfwarden.agents.auditor.audit import ClaimError, audit_path, load_claim
@@ -419,3 +421,42 @@ def test_resume_of_a_directory_that_is_not_a_run_says_why(tmp_path):
     (tmp_path / "empty").mkdir()
     result = runner.invoke(app, ["run", "--resume", str(tmp_path / "empty")])
     assert result.exit_code == 3 and "not a perfwarden run directory" in result.output, result.output
+
+
+# ------------------------------------------------------------------- findings bounded per gate
+
+
+def test_a_bench_file_with_thousands_of_corrupt_lines_gives_a_bounded_verdict(run):
+    path = run / "legs" / "cand" / "bench_runs.jsonl"
+    good = path.read_bytes()
+    path.write_bytes(good + b"not json\n" * 20_000 + good)
+    verdict = audit_path(run, run / PATCH)
+    corrupt = [f for f in verdict.findings if f.code == "EVIDENCE_CORRUPT" and f.gate == "evidence"]
+    assert verdict.verdict == "FAIL" and len(corrupt) == 26, len(corrupt)
+    assert sum(f.omitted or 0 for f in corrupt) + 25 >= 20_000
+    assert len(verdict.model_dump_json()) < 300_000
+
+
+@settings(max_examples=60, deadline=None, derandomize=True, database=None)
+@given(st.lists(st.tuples(st.sampled_from(["g1", "g2"]), st.sampled_from(["EVIDENCE_CORRUPT", "UNTRACED_CLAIM"]),
+                          st.sampled_from(["INFO", "FLAG", "FAIL"]),
+                          st.sampled_from([None, "eject", "remeasure", "downgrade_headline", "flag"])),
+                max_size=60), st.integers(1, 5))
+def test_bounding_findings_never_changes_the_verdict_or_the_action(items, cap):
+    """However many findings are summarized, the verdict and the action are those of the full list."""
+    from perfwarden.agents.auditor.findings import Findings, choose_action, verdict_label
+
+    full, bounded, nested = Findings(cap=10**9), Findings(cap=cap), Findings(cap=cap)
+    inner = Findings(cap=cap)
+    for i, (gate, code, severity, action) in enumerate(items):
+        for f in (full, bounded):
+            f.add(code, severity, f"finding {i}", gate=gate, action=action)
+        inner.add(code, severity, f"finding {i}", gate=gate, action=action)
+    nested.extend(inner.items)  # a bounded collection handed to another one (a rig audited inside a patch)
+    for f in (bounded, nested):
+        assert verdict_label(f.items) == verdict_label(full.items)
+        assert choose_action(f.items, verdict_label(f.items)) == choose_action(full.items, verdict_label(full.items))
+        counted = sum(1 + (x.omitted or 0) - (1 if x.omitted else 0) for x in f.items)
+        assert counted == len(full.items)
+        assert all(sum(1 for x in f.items if (x.gate, x.code) == key) <= cap + 1
+                   for key in {(x.gate, x.code) for x in f.items})

@@ -116,7 +116,7 @@ class Findings:
 
     def _append(self, f: Finding) -> None:
         key = (f.gate, f.code)
-        weight = 1 + (f.omitted or 0)  # a summary from another collection stands for its omitted findings too
+        weight = f.omitted or 1  # a summary from another collection stands for the findings it omitted
         seen = self._counts.get(key, 0)
         self._counts[key] = seen + weight
         if seen < self.cap and not f.omitted:
