@@ -21,11 +21,11 @@ import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Generic, Literal, TypeVar
+from typing import Annotated, ClassVar, Generic, Literal, TypeVar
 
 import msgspec
 
-from perfwarden.harness.safe_read import LINE_BYTES, RefusedInput, open_regular, size_text
+from perfwarden.harness.safe_read import LINE_BYTES, MAX_DEPTH, RefusedInput, open_regular, size_text, too_deep
 
 T = TypeVar("T")
 
@@ -246,7 +246,11 @@ def decode_line(decoder: "msgspec.json.Decoder[T]", line: bytes) -> T:
     an unknown key mid-file is corruption too). ``isascii`` is a C scan that allocates nothing."""
     if not line.isascii():
         line.decode("utf-8")
-    return decoder.decode(line)
+    record = decoder.decode(line)
+    for name in getattr(record, "FREE_FORM", ()):  # untyped values: nesting is not bounded by the schema
+        if too_deep(getattr(record, name)):
+            raise msgspec.ValidationError(f"{name!r} nests deeper than {MAX_DEPTH} levels")
+    return record
 
 
 def _describe(exc: BaseException) -> str:
@@ -358,6 +362,9 @@ class BenchRunLine(msgspec.Struct, kw_only=True):
     started_at: OptFloat = None
     """Unix time the rep started (orders interleaved reps)."""
 
+    FREE_FORM: ClassVar[tuple[str, ...]] = ("server_info", "contention")
+    """Fields whose values the schema does not type (their nesting is bounded when decoded)."""
+
 
 class OutputLine(msgspec.Struct, kw_only=True):
     """One line of ``outputs.jsonl``: the greedy output for one fixed prompt (parity dump)."""
@@ -414,3 +421,6 @@ class ProfileLine(msgspec.Struct, kw_only=True):
     device: str | None = None
     total_time_us: OptFloat = None
     """Total wall time of the profiled window, microseconds (same on every line)."""
+
+    FREE_FORM: ClassVar[tuple[str, ...]] = ("shapes",)
+    """Fields whose values the schema does not type (their nesting is bounded when decoded)."""

@@ -46,6 +46,9 @@ VERDICT_BYTES = 64 * MiB
 """A verdict or report.json (findings are bounded per gate, so real ones are well under a MiB)."""
 TEXT_BYTES = 256 * MiB
 """A text file read whole into lines (a server log)."""
+LOG_LINE_CHARS = 64 * KiB
+"""One line of a server log (a logged request is a few KiB): the gates scan log lines with regexes, and
+a longer line is not a log line."""
 REPORT_BYTES = 8 * MiB
 """A producer's prose report whose numbers are traced."""
 LINE_BYTES = 64 * MiB
@@ -184,6 +187,27 @@ def read_bytes(path: Path | str, root: Path | str | None = None, *, limit: int, 
         raise RefusedInput(path, "too_large", f"{what} {_shown(Path(path), root)!r} grew past the "
                            f"{size_text(limit)} bound while it was read: not read")
     return data
+
+
+MAX_DEPTH = 64
+"""Nesting of a decoded JSON value (real records nest a handful of levels). Deeper values are refused
+where they are read: a value nested 900 deep parses, then breaks every serializer that touches it."""
+
+
+def too_deep(obj: object, limit: int = MAX_DEPTH) -> bool:
+    """Whether a decoded JSON value nests deeper than ``limit`` (iterative: no recursion limit)."""
+    stack: list[tuple[object, int]] = [(obj, 0)]
+    while stack:
+        value, depth = stack.pop()
+        if isinstance(value, dict):
+            if depth >= limit:
+                return True
+            stack.extend((v, depth + 1) for v in value.values())
+        elif isinstance(value, list):
+            if depth >= limit:
+                return True
+            stack.extend((v, depth + 1) for v in value if isinstance(v, (dict, list)))
+    return False
 
 
 def long_string(obj: object, limit: int = STRING_CHARS) -> tuple[str, int] | None:

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from perfwarden.agents.auditor.audit import ClaimError, audit_path
-from perfwarden.harness.safe_read import RECORD_BYTES, STRING_CHARS, long_string, read_bytes
+from perfwarden.harness.safe_read import MAX_DEPTH, RECORD_BYTES, STRING_CHARS, long_string, read_bytes, too_deep
 
 LABELS = ("PASS", "FLAG", "FAIL")
 
@@ -34,6 +34,8 @@ def load_answer_key(fixture: Path) -> dict[str, dict[str, Any]]:
         raise AnswerKeyError(str(exc)) from None
     except (ValueError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError
         raise AnswerKeyError(f"answer key {str(path)!r} is not valid JSON: {exc}") from None
+    if too_deep(key):
+        raise AnswerKeyError(f"answer key {str(path)!r} nests deeper than {MAX_DEPTH} levels")
     too_long = long_string(key, STRING_CHARS)
     if too_long is not None:
         raise AnswerKeyError(f"answer key {str(path)!r}: the string at {too_long[0]!r} is {too_long[1]:,} characters,"

@@ -547,10 +547,12 @@ class Fuzzer:
         rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
         old = signal.signal(signal.SIGALRM, _alarm)
         signal.alarm(self.timeout_s)
+        self._current = Outcome(target, "?", [])
         try:
             outcome = getattr(self, "_" + target.replace("-", "_"))(choose, work)
         except Hang:
-            outcome = Outcome(target, "?", [], problems=["hang"])
+            outcome = self._current  # what the input was, as far as it got
+            outcome.problems.append("hang")
         finally:
             signal.alarm(0)
             signal.signal(signal.SIGALRM, old)
@@ -597,7 +599,8 @@ class Fuzzer:
         claim = Claim.model_validate_json((run / claim_rel).read_text())
         files = _files(run)
         weighted = [r for r in must_read(claim) if r in files] + [claim_rel]
-        outcome = Outcome("audit", f"{fixture.name}/{claim_rel}", self._mutate_some(choose, run, files, weighted, work))
+        outcome = self._current = Outcome("audit", f"{fixture.name}/{claim_rel}",
+                                          self._mutate_some(choose, run, files, weighted, work))
         as_json = bool(choose.integer(0, 1, "json"))
         result = self._invoke(outcome, ["audit", str(run), "--claim", str(run / claim_rel)]
                               + (["--json"] if as_json else []), human=not as_json)
@@ -620,7 +623,7 @@ class Fuzzer:
         shutil.copytree(case / "reference", ref)
         shutil.copytree(case / "compliance", comp)
         files = [f"reference/{f}" for f in _files(ref)] + [f"compliance/{f}" for f in _files(comp)]
-        outcome = Outcome("audit-mlperf", case.name, self._mutate_some(choose, work, files, [], work))
+        outcome = self._current = Outcome("audit-mlperf", case.name, self._mutate_some(choose, work, files, [], work))
         as_json = bool(choose.integer(0, 1, "json"))
         result = self._invoke(outcome, ["audit-mlperf", "--reference", str(ref), "--compliance", str(comp)]
                               + (["--json"] if as_json else []), human=not as_json)
@@ -638,7 +641,7 @@ class Fuzzer:
         shutil.copytree(fixture, copy)
         files = _files(copy)
         weighted = ["answer_key.json"] + [f for f in files if f.startswith("run/claims/")]
-        outcome = Outcome("backtest", fixture.name, self._mutate_some(choose, copy, files, weighted, work))
+        outcome = self._current = Outcome("backtest", fixture.name, self._mutate_some(choose, copy, files, weighted, work))
         result = self._invoke(outcome, ["backtest", str(copy), "--no-mlperf", "--json"], human=False)
         if result.exit_code in (0, 1, 3) and result.stdout.strip():
             try:
@@ -673,7 +676,7 @@ class Fuzzer:
         shutil.copytree(self._review_seed(fixture), run)
         files = _files(run)
         weighted = [f for f in files if f.startswith(("verdicts/", "claims/"))]
-        outcome = Outcome("review", fixture.name, self._mutate_some(choose, run, files, weighted, work))
+        outcome = self._current = Outcome("review", fixture.name, self._mutate_some(choose, run, files, weighted, work))
         fmt = choose.pick([[], [], ["--format", "md"], ["--format", "csv"], ["--format", "json"]], "format")
         single = choose.integer(0, 3, "single") == 0 and (run / "verdicts").is_dir()
         target = str(next(iter(sorted((run / "verdicts").glob("*.json"))), run)) if single else str(run)
@@ -693,7 +696,7 @@ class Fuzzer:
         shutil.copytree(fixture, copy)
         run = copy / "run"
         files = _files(copy)
-        outcome = Outcome("readers", fixture.name, self._mutate_some(choose, copy, files, files, work))
+        outcome = self._current = Outcome("readers", fixture.name, self._mutate_some(choose, copy, files, files, work))
         calls: list[tuple[str, Callable[[], Any], tuple[type, ...]]] = [
             ("load_claim", lambda: load_claim(run / claim_rel, run), (ClaimError,)),
             ("load_answer_key", lambda: load_answer_key(copy), (AnswerKeyError,)),

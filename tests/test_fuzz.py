@@ -10,6 +10,8 @@ and replays from the printed choices; ``derandomize`` makes the suite run the sa
 from __future__ import annotations
 
 import os
+import shutil
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, note, settings
@@ -117,3 +119,79 @@ def test_must_read_follows_the_scope():
     assert "legs/c/outputs.jsonl" not in no_parity
     assert must_read(Claim(scope="profile")) == {"profile/profile.jsonl": ("profile", True)}
     assert "<outside>" in must_read(Claim(scope="baseline", legs={"baseline": "../x"}))
+
+
+# --------------------------------------------------------- what benchmarks/fuzz.py found (seed 0)
+
+
+CLEAN = Path(__file__).resolve().parents[1] / "proof" / "fixtures" / "syn-clean-patch-win"
+
+
+@pytest.fixture
+def run(tmp_path) -> Path:
+    shutil.copytree(CLEAN / "run", tmp_path / "run")
+    return tmp_path / "run"
+
+
+def test_server_info_nested_900_deep_is_corrupt_not_a_serializer_crash(run):
+    """Inputs 1202, 1482, 4529, ...: json parses 900 levels, pydantic then failed to serialize the verdict."""
+    from perfwarden.agents.auditor.audit import audit_path
+
+    (run / "legs" / "cand" / "server_info.json").write_text('{"threads": ' + "[" * 900 + "1" + "]" * 900 + "}")
+    verdict = audit_path(run, run / "claims" / "001-patch.json")
+    assert verdict.verdict == "FAIL" and any("nests deeper" in f.message for f in verdict.findings)
+    verdict.model_dump_json()
+
+
+def test_a_verdict_nested_900_deep_is_an_input_error_for_review(run):
+    """Input 4564: the review loaded it, then its JSON export failed."""
+    from typer.testing import CliRunner
+
+    from perfwarden.orchestrator.cli import app
+
+    (run / "verdicts").mkdir()
+    (run / "verdicts" / "001-patch.json").write_text(
+        '{"scope": "patch", "claim": "c", "verdict": "PASS", "action": "pass", "legs": {"x": '
+        + "{\"a\": " * 900 + "1" + "}" * 900 + "}}")
+    result = CliRunner().invoke(app, ["review", str(run), "--format", "json"])
+    assert result.exit_code == 3 and "nests deeper" in result.output, result.output
+
+
+def test_a_huge_integer_in_a_loadgen_log_is_corrupt_not_an_internal_error(tmp_path):
+    """Input 3906: ``float(10**400)`` raised OverflowError inside the reader (an internal error, exit 3
+    marked degraded); now the line is a malformed LoadGen line like any other."""
+    from perfwarden.harness.mlperf_log import MlperfLogError, read_detail
+
+    src = Path(__file__).parent / "data" / "mlperf" / "test04_e01_v41_offline_resnet50_cisco" / "reference"
+    detail = tmp_path / "mlperf_log_detail.txt"
+    lines = (src / "mlperf_log_detail.txt").read_text().splitlines()
+    lines[3] = lines[3].replace('"time_ms": ', '"time_ms": 1' + "0" * 400 + ", \"was\": ", 1)
+    detail.write_text("\n".join(lines) + "\n")
+    with pytest.raises(MlperfLogError, match="64-bit range"):
+        read_detail(detail)
+
+
+def test_a_70_mb_log_line_is_refused_fast(run):
+    """Inputs 3167, 4474, ...: a sparse 70 MB server log (one line of NUL bytes) took 23 s of regex scans."""
+    import time
+
+    from perfwarden.agents.auditor.audit import audit_path
+
+    with open(run / "legs" / "cand" / "server.log", "r+b") as handle:
+        handle.truncate(70 << 20)
+    started = time.monotonic()
+    verdict = audit_path(run, run / "claims" / "001-patch.json")
+    assert verdict.verdict == "FAIL" and any("bound for one log line" in f.message for f in verdict.findings)
+    assert time.monotonic() - started < 10
+
+
+def test_the_crash_pattern_is_linear_on_repeated_worker_lines():
+    """``Worker .* died`` was quadratic: 112 KB of "Worker " took 3.6 s per line scanned."""
+    import time
+
+    from perfwarden.agents.auditor.gates.measurement import FATAL_PATTERNS
+
+    started = time.monotonic()
+    assert FATAL_PATTERNS.search("Worker " * 16000) is None
+    assert time.monotonic() - started < 1.0
+    assert FATAL_PATTERNS.search("Worker 3 (pid 1234) died unexpectedly")

@@ -13,7 +13,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from perfwarden.harness.records import Claim
-from perfwarden.harness.safe_read import CLAIM_BYTES, STRING_CHARS, long_string, read_bytes
+from perfwarden.harness.safe_read import CLAIM_BYTES, MAX_DEPTH, STRING_CHARS, long_string, read_bytes, too_deep
 
 
 class ClaimError(ValueError):
@@ -34,6 +34,8 @@ def load_claim(path: Path, root: Path | None = None) -> tuple[Claim, str]:
         obj = json.loads(data, parse_constant=_reject)
     except (ValueError, RecursionError) as exc:
         raise ClaimError(f"claim {str(path)!r} is not valid JSON: {exc}") from None
+    if too_deep(obj):
+        raise ClaimError(f"claim {str(path)!r} nests deeper than {MAX_DEPTH} levels")
     too_long = long_string(obj)
     if too_long is not None:
         raise ClaimError(f"claim {str(path)!r}: the string at {too_long[0]!r} is {too_long[1]:,} characters, over "

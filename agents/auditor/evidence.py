@@ -23,8 +23,8 @@ from perfwarden.agents.auditor.rederive import RepError, RepMetrics, rederive_re
 from perfwarden.harness.jsonl import (BenchRunLine, LineIssue, LineRef, OpBenchLine, OutputLine,
                                       ProfileLine, iter_jsonl, read_jsonl)
 from perfwarden.harness.records import EvidenceRef, LegSpec, QualityEval, RunDir
-from perfwarden.harness.safe_read import (BENCH_LINE_BYTES, RECORD_BYTES, TEXT_BYTES, RefusedInput, check_regular,
-                                          exists, read_bytes)
+from perfwarden.harness.safe_read import (BENCH_LINE_BYTES, LOG_LINE_CHARS, MAX_DEPTH, RECORD_BYTES, TEXT_BYTES,
+                                          RefusedInput, check_regular, exists, read_bytes, too_deep)
 
 _EXCERPT = 200
 # Per-request arrays every sglang/vLLM bench file carries but rederive can do without: absent, the
@@ -150,9 +150,12 @@ class RunLoader:
             return False
         return True
 
-    def text(self, path: Path, required: bool, what: str, limit: int = TEXT_BYTES) -> TextFile | None:
+    def text(self, path: Path, required: bool, what: str, limit: int = TEXT_BYTES,
+             max_line_chars: int | None = None) -> TextFile | None:
         """Read a text file of at most ``limit`` bytes; a missing required file is EVIDENCE_MISSING
-        (fail closed), and so is anything ``present`` refuses."""
+        (fail closed), and so is anything ``present`` refuses. With ``max_line_chars`` (server logs), a
+        longer line is EVIDENCE_CORRUPT and the file is kept only up to it, cut at the bound: the
+        verdict is a FAIL anyway, and the gates never scan megabytes of one line with regexes."""
         if not self.present(path, required, what):
             return None
         try:
@@ -167,9 +170,25 @@ class RunLoader:
         sha = hashlib.sha256(data).hexdigest()
         self._digest(path, sha)
         try:
-            return TextFile(path, data.decode("utf-8").splitlines(), sha)
+            tf = TextFile(path, data.decode("utf-8").splitlines(), sha)
         except UnicodeDecodeError:
-            return TextFile(path, data.decode("utf-8", "replace").splitlines(), sha, utf8=False)
+            tf = TextFile(path, data.decode("utf-8", "replace").splitlines(), sha, utf8=False)
+        if max_line_chars is not None:
+            self._cut_long_line(tf, max_line_chars, what)
+        return tf
+
+    def _cut_long_line(self, tf: TextFile, bound: int, what: str) -> None:
+        index = next((i for i, line in enumerate(tf.lines) if len(line) > bound), None)
+        if index is None:
+            return
+        line = tf.lines[index]
+        self.findings.add("EVIDENCE_CORRUPT", "FAIL", f"{what} {_rel(self.run, tf.path)!r} line {index + 1} is "
+                          f"{len(line):,} characters, over the {bound:,}-character bound for one log line: the log is "
+                          "not read past it", measured=len(line), threshold=bound,
+                          evidence=[EvidenceRef(file=_rel(self.run, tf.path), line=index + 1,
+                                                sha256=hashlib.sha256(line.encode("utf-8")).hexdigest(),
+                                                excerpt=line[:_EXCERPT])], gate="evidence")
+        tf.lines = tf.lines[:index] + [line[:bound]]
 
     def json_object(self, path: Path, required: bool, what: str,
                     limit: int = RECORD_BYTES) -> tuple[dict | None, TextFile | None]:
@@ -190,6 +209,10 @@ class RunLoader:
         if not isinstance(obj, dict):
             self.findings.add("EVIDENCE_CORRUPT", "FAIL", f"{what} {_rel(self.run, path)!r} is not a JSON object",
                               evidence=[tf.evidence(self.run, None)], gate="evidence")
+            return None, tf
+        if too_deep(obj):
+            self.findings.add("EVIDENCE_CORRUPT", "FAIL", f"{what} {_rel(self.run, path)!r} nests deeper than "
+                              f"{MAX_DEPTH} levels: not a record", evidence=[tf.evidence(self.run, None)], gate="evidence")
             return None, tf
         return obj, tf
 
@@ -248,7 +271,8 @@ class RunLoader:
                                   evidence=[leg.spec_file.evidence(self.run, None)], gate="evidence")
         leg.server_info, leg.server_info_file = self.json_object(self.paths.server_info(name), False,
                                                                  f"server_info of {name!r}")
-        leg.log = self.text(self.paths.server_log(name), False, f"server log of {name!r}")
+        leg.log = self.text(self.paths.server_log(name), False, f"server log of {name!r}",
+                            max_line_chars=LOG_LINE_CHARS)
         leg.bench_path = self.paths.bench_runs(name)
         leg.reps = self._load_reps(name, leg.bench_path)
         return leg

@@ -19,8 +19,8 @@ from pydantic import ValidationError
 
 from perfwarden.harness.jsonl import LineIssue, iter_raw_lines
 from perfwarden.harness.records import Claim, RunManifest, Verdict
-from perfwarden.harness.safe_read import (MESSAGE_CHARS, RECORD_BYTES, VERDICT_BYTES, check_regular, exists,
-                                          long_string, read_bytes)
+from perfwarden.harness.safe_read import (MAX_DEPTH, MESSAGE_CHARS, RECORD_BYTES, VERDICT_BYTES, check_regular,
+                                          exists, long_string, read_bytes, too_deep)
 
 AUDITED_NOW = "(audited now, not saved)"
 """``VerdictEntry.path`` of a verdict the review produced itself because the run had none saved."""
@@ -146,6 +146,8 @@ def read_verdict(path: Path, root: Path | None = None) -> Verdict:
         raise ReviewError(f"cannot read verdict {str(path)!r}: {exc}") from None
     except (ValueError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError
         raise ReviewError(f"verdict {str(path)!r} is not valid JSON: {exc}") from None
+    if too_deep(obj):
+        raise ReviewError(f"verdict {str(path)!r} nests deeper than {MAX_DEPTH} levels")
     too_long = long_string(obj, MESSAGE_CHARS)
     if too_long is not None:
         raise ReviewError(f"verdict {str(path)!r}: the string at {too_long[0]!r} is {too_long[1]:,} characters, "
@@ -242,6 +244,9 @@ def read_report_banked(root: Path, notes: list[str]) -> list[Any] | None:
     except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
         notes.append(f"report.json is unreadable ({exc}); banked results are taken from the verdicts")
         return None
+    if too_deep(obj):
+        notes.append(f"report.json nests deeper than {MAX_DEPTH} levels; banked results are taken from the verdicts")
+        return None
     banked = obj.get("banked") if isinstance(obj, dict) else None
     if not isinstance(banked, list):
         notes.append("report.json has no 'banked' list; banked results are taken from the verdicts")
@@ -268,8 +273,10 @@ def read_events(root: Path, notes: list[str], limit: int = 2000) -> list[dict[st
             except (ValueError, RecursionError):
                 bad += 1
                 continue
-            if isinstance(obj, dict):
+            if isinstance(obj, dict) and not too_deep(obj):
                 events.append(obj)
+            else:
+                bad += 1
     except OSError as exc:
         notes.append(f"events.jsonl is unreadable: {exc}")
     bad += sum(issue.kind == "corrupt" for issue in issues)  # lines over the size bound
@@ -317,6 +324,6 @@ def read_server_info(root: Path, leg: str) -> tuple[dict[str, Any] | None, str |
         obj = json.loads(read_bytes(path, root, limit=RECORD_BYTES, what=f"legs/{leg}/server_info.json"))
     except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
         return None, f"legs/{leg}/server_info.json is unreadable: {exc}"
-    if not isinstance(obj, dict):
-        return None, f"legs/{leg}/server_info.json is not a JSON object"
+    if not isinstance(obj, dict) or too_deep(obj):
+        return None, f"legs/{leg}/server_info.json is not a JSON object of at most {MAX_DEPTH} levels"
     return obj, None
