@@ -158,9 +158,8 @@ def iter_raw_lines(path: Path, issues: list[LineIssue], digest: "hashlib._Hash |
                                 f"and is {size_text(pending)}, over the {size_text(max_line)} bound for one line: "
                                 "not evidence", issue.sha256))
         return
-    tail = b"".join(pieces)
-    if tail.strip():
-        ref = LineRef(path, line_no + 1, offset, len(tail))
+    if any(piece.strip() for piece in pieces):  # never joined: a torn tail can be a GiB of NUL bytes
+        ref = LineRef(path, line_no + 1, offset, pending)
         issues.append(LineIssue("torn_tail", ref, f"last line {line_no + 1} of {path.name!r} has no "
                                 "newline: the writer did not finish it, so it is not evidence"))
     elif line_no == 0:

@@ -72,8 +72,14 @@ def measure(
     lines = [line for line in paths.bench_runs(leg).read_text("utf-8", "replace").splitlines() if line.strip()]
     out_console.print(safe_text(f"leg {leg!r}: {len(lines)} rep(s) in {paths.bench_runs(leg)}"))
     for line in lines:
-        d = json.loads(line)
-        out_console.print(safe_text(f"  rep {d['rep']}: {d.get('completed')} ok, output "
+        try:
+            d = json.loads(line)
+        except ValueError:
+            out_console.print(safe_text("  (a line that is not JSON: the auditor will report it)"))
+            continue
+        if not isinstance(d, dict):
+            continue
+        out_console.print(safe_text(f"  rep {d.get('rep')}: {d.get('completed')} ok, output "
                                     f"{_num(d.get('output_throughput'))} tok/s, median TTFT "
                                     f"{_num(d.get('median_ttft_ms'))} ms"))
 
