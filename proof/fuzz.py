@@ -104,6 +104,9 @@ class HypothesisChooser:
 
 SCHEMAS: dict[str, type] = {"bench": jsonl_formats.BenchRunLine, "outputs": jsonl_formats.OutputLine,
                             "opbench": jsonl_formats.OpBenchLine, "profile": jsonl_formats.ProfileLine}
+JSONL_KINDS = {"bench_runs.jsonl": "bench", "outputs.jsonl": "outputs", "opbench.jsonl": "opbench",
+               "profile.jsonl": "profile"}
+"""File name -> schema kind, for the readers called directly."""
 ORACLE_READ_BYTES = 64 << 20
 """The oracle reads at most this much of a file; a larger one is damaged for every kind it checks
 (JSON records are bounded far lower, JSONL lines are, and the fixtures' files are kilobytes)."""
@@ -496,9 +499,6 @@ class Outcome:
     verdict: str | None = None
     seconds: float = 0.0
 
-    def failed(self) -> bool:
-        return bool(self.problems)
-
 
 class Hang(BaseException):
     """Raised by the per-input alarm (a BaseException so no ``except Exception`` swallows it)."""
@@ -703,13 +703,9 @@ class Fuzzer:
             ("read_verdict", lambda: read_verdict(run / claim_rel, run), (ReviewError,)),
         ]
         for rel in files:
-            if rel.endswith(".jsonl"):
-                kind = next((k for k, s in (("bench_runs", "bench"), ("outputs", "outputs"), ("opbench", "opbench"),
-                                            ("profile", "profile")) if k in rel), None)
-                if kind:
-                    schema = SCHEMAS[dict(bench_runs="bench", outputs="outputs", opbench="opbench",
-                                          profile="profile")[kind]]
-                    calls.append((f"read_jsonl {rel}", lambda p=copy / rel, s=schema: jsonl_formats.read_jsonl(p, s, copy), ()))
+            schema = next((SCHEMAS[kind] for name, kind in JSONL_KINDS.items() if rel.endswith(name)), None)
+            if schema is not None:
+                calls.append((f"read_jsonl {rel}", lambda p=copy / rel, s=schema: jsonl_formats.read_jsonl(p, s, copy), ()))
             elif rel.endswith(".json") and "/legs/" in f"/{rel}":
                 calls.append((f"json_object {rel}", lambda p=copy / rel: RunLoader(run, Findings()).json_object(
                     p, True, "record"), ()))
