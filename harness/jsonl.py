@@ -21,13 +21,15 @@ import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Generic, Literal, TypeVar
+from typing import Annotated, ClassVar, Generic, Literal, TypeVar
 
 import msgspec
 
+from perfwarden.harness.safe_read import LINE_BYTES, MAX_DEPTH, RefusedInput, open_regular, size_text, too_deep
+
 T = TypeVar("T")
 
-# Lines larger than this are read in full anyway; the constant only sizes the read buffer.
+# The read buffer. Lines longer than a chunk are assembled from pieces, up to the line bound.
 _READ_CHUNK = 1 << 20
 
 
@@ -41,7 +43,9 @@ class LineRef:
     length: int
 
     def raw(self) -> bytes:
-        with open(self.path, "rb") as handle:
+        # Re-opened the safe way: the file was checked when it was read, but it may have been swapped
+        # for a FIFO or a link since (a plain open() would then block or follow it).
+        with open_regular(self.path) as handle:
             handle.seek(self.offset)
             return handle.read(self.length)
 
@@ -57,6 +61,8 @@ class LineIssue:
     """``missing_field``: the line is a JSON object but lacks a field the schema requires."""
     ref: LineRef
     message: str
+    sha256: str | None = None
+    """sha256 of the line when it was hashed while streaming (a line over the bound is never held)."""
 
 
 @dataclass
@@ -69,22 +75,29 @@ class ReadReport(Generic[T]):
     sha256: str = ""
 
 
-def iter_raw_lines(path: Path, issues: list[LineIssue], digest: "hashlib._Hash | None" = None
-                   ) -> Iterator[tuple[LineRef, bytes]]:
+def iter_raw_lines(path: Path, issues: list[LineIssue], digest: "hashlib._Hash | None" = None,
+                   root: Path | None = None, max_line: int = LINE_BYTES) -> Iterator[tuple[LineRef, bytes]]:
     """Yield complete (newline-terminated) lines with their location; report a torn tail.
+
+    The file is opened with :func:`perfwarden.harness.safe_read.open_regular`: it must be a regular
+    file, inside ``root`` when one is given (raises ``RefusedInput``, an ``OSError``, otherwise).
 
     Blank lines are skipped (they carry nothing). ``digest`` is fed the whole file, so the caller
     gets the file's sha256 from the same single pass (complete once the iterator is exhausted).
 
     A line longer than the read chunk (a 100k-request rep is tens of MB) is collected as a list of
     pieces and joined once when its newline arrives, so reading stays linear in the line's size
-    (concatenating the pending bytes to every new chunk would copy the line once per chunk).
+    (concatenating the pending bytes to every new chunk would copy the line once per chunk). A line
+    longer than ``max_line`` is never held: it is hashed while skipped and reported as a ``corrupt``
+    issue naming the bound (a 100 GB file without a newline costs one chunk of memory).
     """
     path = Path(path)
     line_no = 0
     offset = 0  # file offset of the first byte of the line being assembled
     pieces: list[bytes] = []
-    with open(path, "rb") as handle:
+    pending = 0  # bytes of the line being assembled
+    oversize: "hashlib._Hash | None" = None  # set while skipping a line over the bound
+    with open_regular(path, root) as handle:
         hasher = _Hasher(digest, os.fstat(handle.fileno()).st_size) if digest is not None else None
         try:
             while True:
@@ -99,14 +112,23 @@ def iter_raw_lines(path: Path, issues: list[LineIssue], digest: "hashlib._Hash |
                     nl = find(b"\n", start)
                     if nl < 0:
                         break
+                    line_no += 1
+                    line_offset = offset
+                    if oversize is not None or pending + nl - start > max_line:
+                        oversize = oversize or _start_oversize(pieces)
+                        oversize.update(chunk[start:nl])
+                        length = pending + nl - start
+                        issues.append(_oversize_issue(path, line_no, line_offset, length, max_line, oversize))
+                        oversize, pieces, pending = None, [], 0
+                        offset += length + 1
+                        start = nl + 1
+                        continue
                     if pieces:
                         pieces.append(chunk[start:nl])
                         line = b"".join(pieces)
-                        pieces = []
+                        pieces, pending = [], 0
                     else:
                         line = chunk[start:nl]
-                    line_no += 1
-                    line_offset = offset
                     offset += len(line) + 1
                     start = nl + 1
                     if line.endswith(b"\r"):
@@ -118,17 +140,44 @@ def iter_raw_lines(path: Path, issues: list[LineIssue], digest: "hashlib._Hash |
                         line = None
                         yield slot.pop()
                 if start < len(chunk):
-                    pieces.append(chunk[start:] if start else chunk)
+                    rest = chunk[start:] if start else chunk
+                    if oversize is None and pending + len(rest) > max_line:
+                        oversize = _start_oversize(pieces)
+                        pieces = []
+                    if oversize is not None:
+                        oversize.update(rest)
+                    else:
+                        pieces.append(rest)
+                    pending += len(rest)
         finally:
             if hasher is not None:
                 hasher.close()
-    pending = b"".join(pieces)
-    if pending.strip():
-        ref = LineRef(path, line_no + 1, offset, len(pending))
+    if oversize is not None:
+        issue = _oversize_issue(path, line_no + 1, offset, pending, max_line, oversize)
+        issues.append(LineIssue("torn_tail", issue.ref, f"last line {line_no + 1} of {path.name!r} has no newline "
+                                f"and is {size_text(pending)}, over the {size_text(max_line)} bound for one line: "
+                                "not evidence", issue.sha256))
+        return
+    if any(piece.strip() for piece in pieces):  # never joined: a torn tail can be a GiB of NUL bytes
+        ref = LineRef(path, line_no + 1, offset, pending)
         issues.append(LineIssue("torn_tail", ref, f"last line {line_no + 1} of {path.name!r} has no "
                                 "newline: the writer did not finish it, so it is not evidence"))
     elif line_no == 0:
         issues.append(LineIssue("empty_file", LineRef(path, 0, 0, 0), f"{path.name!r} is empty"))
+
+
+def _start_oversize(pieces: list[bytes]) -> "hashlib._Hash":
+    digest = hashlib.sha256()
+    for piece in pieces:
+        digest.update(piece)
+    return digest
+
+
+def _oversize_issue(path: Path, line_no: int, offset: int, length: int, max_line: int,
+                    digest: "hashlib._Hash") -> LineIssue:
+    return LineIssue("corrupt", LineRef(path, line_no, offset, length),
+                     f"line {line_no} of {path.name!r} is {size_text(length)}, over the {size_text(max_line)} "
+                     "bound for one line: not read", digest.hexdigest())
 
 
 class _Hasher:
@@ -190,26 +239,42 @@ def _issue_kind(exc: BaseException, line: bytes) -> Literal["corrupt", "missing_
     return "corrupt"
 
 
+def decode_line(decoder: "msgspec.json.Decoder[T]", line: bytes) -> T:
+    """Decode one JSONL line. JSON text is UTF-8 (RFC 8259): msgspec validates the strings it decodes
+    but skips unknown fields unchecked, so a non-ASCII line is validated whole first (an invalid byte in
+    an unknown key mid-file is corruption too). ``isascii`` is a C scan that allocates nothing."""
+    if not line.isascii():
+        line.decode("utf-8")
+    record = decoder.decode(line)
+    for name in getattr(record, "FREE_FORM", ()):  # untyped values: nesting is not bounded by the schema
+        if too_deep(getattr(record, name)):
+            raise msgspec.ValidationError(f"{name!r} nests deeper than {MAX_DEPTH} levels")
+    return record
+
+
 def _describe(exc: BaseException) -> str:
     if isinstance(exc, UnicodeDecodeError):
-        return f"invalid UTF-8 at byte {exc.start} of a string"
+        return f"invalid UTF-8 at byte {exc.start} (JSON text must be UTF-8)"
     if isinstance(exc, RecursionError):
         return "nested too deeply"
     return str(exc)
 
 
-def read_jsonl(path: Path, schema: type[T]) -> ReadReport[T]:
-    """Decode every complete line of ``path`` into ``schema``; collect problems instead of raising."""
+def read_jsonl(path: Path, schema: type[T], root: Path | None = None, max_line: int = LINE_BYTES) -> ReadReport[T]:
+    """Decode every complete line of ``path`` into ``schema``; collect problems instead of raising
+    (a file refused by ``safe_read`` -- outside ``root``, not regular -- is an ``unreadable`` issue)."""
     report: ReadReport[T] = ReadReport(Path(path))
     decoder = msgspec.json.Decoder(schema)
     digest = hashlib.sha256()
     try:
-        for ref, line in iter_raw_lines(path, report.issues, digest):
+        for ref, line in iter_raw_lines(path, report.issues, digest, root, max_line):
             try:
-                report.records.append((ref, decoder.decode(line)))
+                report.records.append((ref, decode_line(decoder, line)))
             except DECODE_ERRORS as exc:
                 report.issues.append(LineIssue(_issue_kind(exc, line), ref, f"line {ref.line} of {Path(path).name!r}"
                                                f" does not decode as {schema.__name__}: {_describe(exc)}"))
+    except RefusedInput as exc:
+        report.issues.append(LineIssue("unreadable", LineRef(Path(path), 0, 0, 0), str(exc)))
     except OSError as exc:
         report.issues.append(LineIssue("unreadable", LineRef(Path(path), 0, 0, 0),
                                        f"cannot read {str(path)!r}: {exc}"))
@@ -217,13 +282,13 @@ def read_jsonl(path: Path, schema: type[T]) -> ReadReport[T]:
     return report
 
 
-def iter_jsonl(path: Path, schema: type[T], issues: list[LineIssue],
-               digest: "hashlib._Hash | None" = None) -> Iterator[tuple[LineRef, T]]:
+def iter_jsonl(path: Path, schema: type[T], issues: list[LineIssue], digest: "hashlib._Hash | None" = None,
+               root: Path | None = None, max_line: int = LINE_BYTES) -> Iterator[tuple[LineRef, T]]:
     """Streaming variant of :func:`read_jsonl` for files too large to hold (bench runs)."""
     decoder = msgspec.json.Decoder(schema)
-    for ref, line in iter_raw_lines(path, issues, digest):
+    for ref, line in iter_raw_lines(path, issues, digest, root, max_line):
         try:
-            record = decoder.decode(line)
+            record = decode_line(decoder, line)
         except DECODE_ERRORS as exc:
             issues.append(LineIssue(_issue_kind(exc, line), ref, f"line {ref.line} of {Path(path).name!r} does not "
                                     f"decode as {schema.__name__}: {_describe(exc)}"))
@@ -296,6 +361,9 @@ class BenchRunLine(msgspec.Struct, kw_only=True):
     started_at: OptFloat = None
     """Unix time the rep started (orders interleaved reps)."""
 
+    FREE_FORM: ClassVar[tuple[str, ...]] = ("server_info", "contention")
+    """Fields whose values the schema does not type (their nesting is bounded when decoded)."""
+
 
 class OutputLine(msgspec.Struct, kw_only=True):
     """One line of ``outputs.jsonl``: the greedy output for one fixed prompt (parity dump)."""
@@ -364,3 +432,6 @@ class ProfileLine(msgspec.Struct, kw_only=True):
     device: str | None = None
     total_time_us: OptFloat = None
     """Total wall time of the profiled window, microseconds (same on every line)."""
+
+    FREE_FORM: ClassVar[tuple[str, ...]] = ("shapes",)
+    """Fields whose values the schema does not type (their nesting is bounded when decoded)."""

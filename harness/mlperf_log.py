@@ -34,12 +34,14 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from perfwarden.harness.jsonl import LineIssue, LineRef, iter_raw_lines
+from perfwarden.harness.safe_read import MAX_DEPTH, RefusedInput, check_regular, too_deep
 
 DETAIL_FILENAME = "mlperf_log_detail.txt"
 SUMMARY_FILENAME = "mlperf_log_summary.txt"
@@ -73,21 +75,43 @@ def _reject_constant(name: str) -> Any:
     raise ValueError(f"non-finite number {name!r} is not valid LoadGen output")
 
 
-def _file_digest(path: Path) -> tuple[str, int]:
+def _int64(text: str) -> int:
+    """LoadGen writes 64-bit integers; a longer one is not its output (and no float can hold it)."""
+    value = int(text)
+    if not -(1 << 64) < value < (1 << 64):
+        raise ValueError(f"integer {text[:24]}… is out of the 64-bit range")
+    return value
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"number {text[:24]} is out of float range")
+    return value
+
+
+def _open_check(path: Path, what: str, root: Path | None) -> None:
+    """Stat, never open: a FIFO, a device or a link out of ``root`` is refused before it is read."""
+    try:
+        check_regular(path, root, what)
+    except RefusedInput as exc:
+        raise MlperfLogError(str(exc), path=path, kind="missing" if exc.reason in ("missing", "outside")
+                             else "corrupt") from None
+
+
+def _read_lines(path: Path, what: str, root: Path | None) -> tuple[list[tuple[LineRef, bytes]], list[LineIssue], str, int]:
+    """(complete lines, issues, sha256, size) in one pass; a line over the size bound is an error."""
     digest = hashlib.sha256()
-    size = 0
-    with open(path, "rb") as handle:
-        for chunk in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(chunk)
-            size += len(chunk)
-    return digest.hexdigest(), size
-
-
-def _open_check(path: Path, what: str) -> None:
-    if not path.exists():
-        raise MlperfLogError(f"{what} {str(path)!r} does not exist", path=path, kind="missing")
-    if not path.is_file():
-        raise MlperfLogError(f"{what} {str(path)!r} is not a regular file", path=path, kind="missing")
+    issues: list[LineIssue] = []
+    try:
+        lines = list(iter_raw_lines(path, issues, digest, root))
+        size = os.stat(path).st_size
+    except OSError as exc:
+        raise MlperfLogError(f"cannot read {what} {str(path)!r}: {exc}", path=path) from exc
+    for issue in issues:
+        if issue.kind == "corrupt" or (issue.kind == "torn_tail" and issue.sha256 is not None):
+            raise MlperfLogError(f"{what}: {issue.message}", path=path, line=issue.ref.line)
+    return lines, issues, digest.hexdigest(), size
 
 
 def _decode_utf8(raw: bytes, path: Path, line: int) -> str:
@@ -192,10 +216,13 @@ class DetailLog:
 def _decode_mllog(text: str, marker: str, ref: LineRef, path: Path) -> MllogRecord:
     payload = text[len(marker):]
     try:
-        obj = json.loads(payload, parse_constant=_reject_constant)
+        obj = json.loads(payload, parse_constant=_reject_constant, parse_int=_int64, parse_float=_finite_float)
     except (ValueError, RecursionError) as exc:
         raise MlperfLogError(f"line {ref.line} of {str(path)!r} is a {marker} line whose JSON does not "
                              f"decode: {exc}", path=path, line=ref.line) from exc
+    if too_deep(obj):
+        raise MlperfLogError(f"line {ref.line} of {str(path)!r}: {marker} payload nests deeper than "
+                             f"{MAX_DEPTH} levels", path=path, line=ref.line)
     if not isinstance(obj, dict):
         raise MlperfLogError(f"line {ref.line} of {str(path)!r}: {marker} payload is a "
                              f"{type(obj).__name__}, not a JSON object", path=path, line=ref.line)
@@ -220,16 +247,12 @@ def _decode_mllog(text: str, marker: str, ref: LineRef, path: Path) -> MllogReco
     )
 
 
-def read_detail(path: Path | str) -> DetailLog:
-    """Parse a LoadGen detail log; raise :class:`MlperfLogError` on anything malformed."""
+def read_detail(path: Path | str, root: Path | str | None = None) -> DetailLog:
+    """Parse a LoadGen detail log (a regular file, inside ``root`` when given); raise
+    :class:`MlperfLogError` on anything malformed."""
     path = Path(path)
-    _open_check(path, "detail log")
-    try:
-        sha, size = _file_digest(path)
-        issues: list[LineIssue] = []
-        lines = list(iter_raw_lines(path, issues))
-    except OSError as exc:
-        raise MlperfLogError(f"cannot read detail log {str(path)!r}: {exc}", path=path) from exc
+    _open_check(path, "detail log", root)
+    lines, issues, sha, size = _read_lines(path, "detail log", root)
     empty = [i for i in issues if i.kind == "empty_file"]
     torn = [i for i in issues if i.kind == "torn_tail"]
     if empty or (not lines and not torn):
@@ -344,16 +367,12 @@ class SummaryLog:
         return out
 
 
-def read_summary(path: Path | str) -> SummaryLog:
-    """Parse a LoadGen summary log; raise :class:`MlperfLogError` when it is not one."""
+def read_summary(path: Path | str, root: Path | str | None = None) -> SummaryLog:
+    """Parse a LoadGen summary log (a regular file, inside ``root`` when given); raise
+    :class:`MlperfLogError` when it is not one."""
     path = Path(path)
-    _open_check(path, "summary log")
-    try:
-        sha, size = _file_digest(path)
-        issues: list[LineIssue] = []
-        lines = list(iter_raw_lines(path, issues))
-    except OSError as exc:
-        raise MlperfLogError(f"cannot read summary log {str(path)!r}: {exc}", path=path) from exc
+    _open_check(path, "summary log", root)
+    lines, issues, sha, size = _read_lines(path, "summary log", root)
     if any(i.kind == "empty_file" for i in issues) or (not lines and not issues):
         raise MlperfLogError(f"summary log {str(path)!r} is empty", path=path, kind="missing")
     log = SummaryLog(path=path, sha256=sha, size=size)

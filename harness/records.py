@@ -321,6 +321,9 @@ class Finding(Record):
     """Action this finding asks for, if it asks for one."""
     source: Literal["deterministic", "llm"] = "deterministic"
     """Who raised it: the deterministic gates or the LLM persona."""
+    omitted: int | None = None
+    """Set on a summary finding: this many more findings of the same gate and code were raised but not
+    listed (findings are bounded per gate and code); its severity and action are theirs, the worst."""
 
 
 class MetricStats(Record):

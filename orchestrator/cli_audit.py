@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
 import typer
 from rich.console import Console
 
-from perfwarden.agents.auditor.audit import ClaimError, audit_path, write_verdict
-from perfwarden.orchestrator.render import print_verdict
+from perfwarden.agents.auditor.claim_file import ClaimError, load_claim
+from perfwarden.orchestrator.render import print_error, print_verdict
 
 EXIT_BY_VERDICT = {"PASS": 0, "FLAG": 10, "FAIL": 20}
 EXIT_INVALID = 3
@@ -25,23 +26,31 @@ def audit(
                                                  "items_sha256, ...}}}); also PERFWARDEN_QUALITY_REGISTRY."),
 ) -> None:
     """Audit one claim against the run's raw files. Exit 0 PASS, 10 FLAG, 20 FAIL, 3 invalid input."""
-    err = Console(stderr=True, soft_wrap=True)
+    err = Console(stderr=True, soft_wrap=True, highlight=False)
     use_quality_registry(quality_registry, err)
+    try:
+        load_claim(claim)  # refuse a claim that is not one before the auditor (and its imports) start
+    except ClaimError as exc:
+        print_error(err, exc)
+        raise typer.Exit(EXIT_INVALID) from None
+    from perfwarden.agents.auditor.audit import audit_path, write_verdict
+
     try:
         verdict = audit_path(run_dir, claim)
     except ClaimError as exc:
-        err.print(f"[red]error:[/red] {exc}")
+        print_error(err, exc)
         raise typer.Exit(EXIT_INVALID) from None
     if save:
         try:
             write_verdict(run_dir, verdict)
         except OSError as exc:
-            err.print(f"[red]error:[/red] cannot write the verdict into {str(run_dir)!r}: {exc}")
+            print_error(err, f"cannot write the verdict into {str(run_dir)!r}: {exc}")
             raise typer.Exit(EXIT_INVALID) from None
     if json_out:
-        sys.stdout.write(verdict.model_dump_json(indent=2) + "\n")
+        # ASCII-only JSON: a C1 control or a bidi override in a message is escaped, not printed raw.
+        sys.stdout.write(json.dumps(json.loads(verdict.model_dump_json()), indent=2, ensure_ascii=True) + "\n")
     else:
-        print_verdict(verdict, Console())
+        print_verdict(verdict, Console(highlight=False))
     raise typer.Exit(EXIT_BY_VERDICT[verdict.verdict])
 
 
@@ -57,5 +66,5 @@ def use_quality_registry(path: Path | None, err: Console) -> None:
     try:
         registry.quality_evals()
     except registry.RegistryError as exc:
-        err.print(f"error: {exc}", markup=False, highlight=False)
+        print_error(err, exc)
         raise typer.Exit(EXIT_INVALID) from None

@@ -5,16 +5,20 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
 from perfwarden.orchestrator.paths import default_fixture_roots, shared_corpus
+from perfwarden.orchestrator.render import print_error, safe_text
+
+if TYPE_CHECKING:
+    from perfwarden.proof.backtest import Report
 
 MLPERF_CORPORA = ("mlperf", "mlperf-more")
 """Shared MLPerf compliance corpora folded into the backtest (beside the shipped fixtures)."""
-from perfwarden.proof.backtest import LABELS, AnswerKeyError, Report, run_backtest
 
 
 def backtest(
@@ -28,10 +32,11 @@ def backtest(
                                      "expected vs actual verdict with drill-down to findings and evidence."),
 ) -> None:
     """Run the auditor blind over every fixture, then score it against the answer keys.
-    Exit 0 when every fixture agrees, 1 otherwise."""
+    Exit 0 when every fixture agrees, 1 otherwise, 3 when a claim or an answer key is unreadable."""
     from perfwarden.orchestrator.cli_audit import use_quality_registry
+    from perfwarden.proof.backtest import run_backtest  # the auditor's imports are heavy: only when used
 
-    use_quality_registry(quality_registry, Console(stderr=True, soft_wrap=True))
+    use_quality_registry(quality_registry, Console(stderr=True, soft_wrap=True, highlight=False))
     roots = list(dirs) if dirs else default_fixture_roots()
     extra = []
     for name in MLPERF_CORPORA if mlperf else ():
@@ -40,27 +45,26 @@ def backtest(
             from perfwarden.proof.mlperf_cases import mlperf_results
 
             extra.append(lambda corpus=corpus: mlperf_results(corpus))
-    try:
-        report = run_backtest(roots, extra)
-    except AnswerKeyError as exc:
-        Console(stderr=True, soft_wrap=True, highlight=False).print(f"error: {exc}", markup=False)
-        raise typer.Exit(3) from None
+    report = run_backtest(roots, extra)
+    err = Console(stderr=True, soft_wrap=True, highlight=False)
     if not report.results:
-        Console(stderr=True, soft_wrap=True).print(f"[red]error:[/red] no fixtures (answer_key.json) under {[str(r) for r in roots]!r}")
+        print_error(err, f"no fixtures (answer_key.json) under {[str(r) for r in roots]!r}")
         raise typer.Exit(3)
     if json_out:
         sys.stdout.write(json.dumps(report.to_json(), indent=2, default=str) + "\n")
     else:
-        print_report(report, Console())
+        print_report(report, Console(highlight=False))
     if html is not None:
         write_html(report, roots, html)
+    for problem in report.input_errors:
+        print_error(err, problem)
+    if report.input_errors:
+        raise typer.Exit(3)
     raise typer.Exit(0 if report.agreement == 1.0 else 1)
 
 
 def write_html(report: Report, roots: list[Path], path: Path) -> None:
     """Write the backtest's HTML view (exit 3 when the file cannot be written)."""
-    from rich.text import Text
-
     from perfwarden.orchestrator.cli_review import write_text_atomic
     from perfwarden.orchestrator.review.backtest_html import render_backtest_html
     from perfwarden.proof.backtest import find_fixtures
@@ -71,34 +75,37 @@ def write_html(report: Report, roots: list[Path], path: Path) -> None:
     try:
         write_text_atomic(path, page)
     except OSError as exc:
-        err.print(Text.assemble(("error: ", "red"), f"cannot write the HTML report {str(path)!r}: {exc}"))
+        print_error(err, f"cannot write the HTML report {str(path)!r}: {exc}")
         raise typer.Exit(3) from None
-    err.print(f"wrote {str(path)!r} ({len(page.encode('utf-8')) / 1024:.0f} KiB)", markup=False)
+    err.print(safe_text(f"wrote {str(path)!r} ({len(page.encode('utf-8')) / 1024:.0f} KiB)"))
 
 
 def print_report(report: Report, console: Console) -> None:
+    from perfwarden.proof.backtest import LABELS
+
     table = Table(title="fixtures", pad_edge=False)
     for col in ("fixture", "claim", "expected", "actual", "action", "ok"):
         table.add_column(col, overflow="fold")
-    for r in report.results:
-        table.add_row(r.fixture, r.claim, r.expected_verdict or "-", r.verdict, r.action,
-                      "[green]yes[/green]" if r.agrees else f"[red]no[/red] {'; '.join(r.problems)}")
+    for r in report.results:  # fixture and claim names, problems (which quote answers) are untrusted text
+        table.add_row(safe_text(r.fixture), safe_text(r.claim), safe_text(r.expected_verdict or "-"),
+                      safe_text(r.verdict), safe_text(r.action),
+                      safe_text(("yes", "green")) if r.agrees else safe_text(("no", "red"), f" {'; '.join(r.problems)}"))
     console.print(table)
     conf = report.confusion()
     matrix = Table(title="confusion (rows expected, columns actual)", pad_edge=False)
     matrix.add_column("")
     actual_labels = list(LABELS) + sorted({a for row in conf.values() for a in row} - set(LABELS))
     for label in actual_labels:
-        matrix.add_column(label)
+        matrix.add_column(safe_text(label))
     for exp, row in conf.items():
-        matrix.add_row(exp, *[str(row.get(a, 0)) for a in actual_labels])
+        matrix.add_row(safe_text(exp), *[str(row.get(a, 0)) for a in actual_labels])
     console.print(matrix)
     codes = Table(title="per finding code", pad_edge=False)
     for col in ("code", "tp", "fn", "fp", "precision", "recall"):
         codes.add_column(col)
     for code, s in report.per_code().items():
         fmt = lambda v: "-" if v is None else f"{v:.2f}"  # noqa: E731
-        codes.add_row(code, str(s["tp"]), str(s["fn"]), str(s["fp"]), fmt(s["precision"]), fmt(s["recall"]))
+        codes.add_row(safe_text(code), str(s["tp"]), str(s["fn"]), str(s["fp"]), fmt(s["precision"]), fmt(s["recall"]))
     console.print(codes)
     n_ok = sum(r.agrees for r in report.results)
     console.print(f"agreement {n_ok}/{len(report.results)} = {report.agreement:.1%}; action agreement "

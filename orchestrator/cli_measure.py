@@ -7,11 +7,13 @@ from pathlib import Path
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from perfwarden.harness.embedded_server import ConfigError, build_config, parse_set_args
 from perfwarden.harness.records import RunDir, RunManifest, write_json_atomic
 from perfwarden.orchestrator.lab import LegPlan
+from perfwarden.orchestrator.render import print_error, printable, safe_text
 
 
 def measure(
@@ -28,19 +30,19 @@ def measure(
     prompts: str = typer.Option("varied", "--prompts", help="varied or repeat (one prompt, TEST04-style)."),
 ) -> None:
     """Start the target with this config, record the leg's raw evidence, and stop it."""
-    err = Console(stderr=True, soft_wrap=True)
+    err = Console(stderr=True, soft_wrap=True, highlight=False)
     if target != "embedded":
-        err.print(f"[red]error:[/red] target {target!r} cannot be measured here (embedded only; sglang needs a GPU host)")
+        print_error(err, f"target {target!r} cannot be measured here (embedded only; sglang needs a GPU host)")
         raise typer.Exit(2)
     if scenario not in ("server", "offline") or prompts not in ("varied", "repeat"):
-        err.print(f"[red]error:[/red] --scenario must be server|offline and --prompts varied|repeat")
+        print_error(err, "--scenario must be server|offline and --prompts varied|repeat")
         raise typer.Exit(2)
     try:
         raw = parse_set_args(set_)
         validated = build_config(dict(raw))  # validate every knob before anything starts
         config = {key: getattr(validated, key) for key in raw}
     except (ConfigError, ValueError) as exc:
-        err.print(f"[red]error:[/red] bad --set: {exc}")
+        print_error(err, f"bad --set: {exc}")
         raise typer.Exit(3) from None
     from perfwarden.orchestrator.embedded_lab import EMBEDDED_BASE, EmbeddedLab
 
@@ -51,10 +53,11 @@ def measure(
         write_json_atomic(paths.manifest, RunManifest(id=out.name, target=target, model="SmolLM2-135M-Instruct"))
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=err, transient=False) as progress:
-        task = progress.add_task(f"{leg}: starting", total=reps)
+        # The description is rendered as rich markup: every part of it is escaped, then made printable.
+        task = progress.add_task(escape(printable(f"{leg}: starting")), total=reps)
 
         def on_rep(leg_name: str, rep: int, status: str) -> None:
-            progress.update(task, advance=1, description=f"{leg_name}: rep {rep} {status}")
+            progress.update(task, advance=1, description=escape(printable(f"{leg_name}: rep {rep} {status}")))
 
         lab = EmbeddedLab(qps=qps, rep_seconds=duration, max_tokens=max_tokens,
                           scenario="Server" if scenario == "server" else "Offline", on_rep=on_rep)
@@ -62,11 +65,25 @@ def measure(
                                            prompts=prompts, purpose="perfwarden measure")], reps)
     result = status.get(leg, "failed")
     if result != "ok":
-        err.print(f"[red]leg {leg!r} failed:[/red] {result}\nsee {paths.server_log(leg)}")
+        err.print(safe_text((f"leg {leg!r} failed:", "red"), f" {result}"))
+        err.print(safe_text(f"see {paths.server_log(leg)}"))
         raise typer.Exit(1)
-    lines = paths.bench_runs(leg).read_text().splitlines()
-    Console().print(f"leg {leg!r}: {len(lines)} rep(s) in {paths.bench_runs(leg)}")
+    out_console = Console(highlight=False)
+    lines = [line for line in paths.bench_runs(leg).read_text("utf-8", "replace").splitlines() if line.strip()]
+    out_console.print(safe_text(f"leg {leg!r}: {len(lines)} rep(s) in {paths.bench_runs(leg)}"))
     for line in lines:
-        d = json.loads(line)
-        Console().print(f"  rep {d['rep']}: {d.get('completed')} ok, output {d.get('output_throughput') or 0:.1f} tok/s, "
-                        f"median TTFT {d.get('median_ttft_ms') or float('nan'):.1f} ms")
+        try:
+            d = json.loads(line)
+        except ValueError:
+            out_console.print(safe_text("  (a line that is not JSON: the auditor will report it)"))
+            continue
+        if not isinstance(d, dict):
+            continue
+        out_console.print(safe_text(f"  rep {d.get('rep')}: {d.get('completed')} ok, output "
+                                    f"{_num(d.get('output_throughput'))} tok/s, median TTFT "
+                                    f"{_num(d.get('median_ttft_ms'))} ms"))
+
+
+def _num(value: object) -> str:
+    """A number as printed (one decimal), or '-' when the line holds none (never a silent zero)."""
+    return f"{value:.1f}" if isinstance(value, (int, float)) and not isinstance(value, bool) else "-"

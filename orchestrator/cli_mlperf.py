@@ -24,10 +24,10 @@ from pathlib import Path
 
 import typer
 from rich.console import Console
-from rich.markup import escape
 from rich.table import Table
 
 from perfwarden.agents.auditor import mlperf
+from perfwarden.orchestrator.render import print_error, safe_text
 
 # Same values as perfwarden.orchestrator.cli (not imported: cli imports this module).
 EXIT_PASS, EXIT_FLAG, EXIT_FAIL, EXIT_INVALID, EXIT_USAGE = 0, 10, 20, 3, 2
@@ -46,27 +46,28 @@ def _fmt(v: float | None) -> str:
 
 
 def render(result: mlperf.MlperfAudit, console: Console) -> None:
-    """Human-readable report: verdict line, scores, findings, what was not checked."""
+    """Human-readable report: verdict line, scores, findings, what was not checked. Everything read
+    from the logs (scenario names, messages, file names) is shown through ``safe_text``."""
     style = _STYLE.get(result.verdict, "bold")
-    head = f"[{style}]{result.verdict}[/]"
+    head = [("perfwarden audit-mlperf: ", ""), (result.verdict, style)]
     if result.test or result.scenario:
         src = f", test from {result.test_source}" if result.test_source else ""
-        head += f"  {result.test or 'test unknown'} {result.scenario or ''}{src}"
-    console.print(f"perfwarden audit-mlperf: {head}")
+        head.append(f"  {result.test or 'test unknown'} {result.scenario or ''}{src}")
+    console.print(safe_text(*head))
     if result.message and not any(f.severity != "INFO" for f in result.findings):
-        console.print(escape(result.message), style="dim")
+        console.print(safe_text((result.message, "dim")))
     if result.verdict != "error" and result.reference_score is not None:
         scores = Table(title="Scores (re-derived from the detail logs)", show_lines=False)
         for col in ("run", "scenario", "detail", "summary", "unit"):
             scores.add_column(col)
-        scores.add_row("reference", result.scenario or "-", _fmt(result.reference_score),
-                       _fmt(result.summary_scores.get("reference")), result.score_unit or "")
-        scores.add_row("compliance", result.compliance_scenario or "-", _fmt(result.compliance_score),
-                       _fmt(result.summary_scores.get("compliance")), result.score_unit or "")
+        scores.add_row("reference", safe_text(result.scenario or "-"), _fmt(result.reference_score),
+                       _fmt(result.summary_scores.get("reference")), safe_text(result.score_unit or ""))
+        scores.add_row("compliance", safe_text(result.compliance_scenario or "-"), _fmt(result.compliance_score),
+                       _fmt(result.summary_scores.get("compliance")), safe_text(result.score_unit or ""))
         console.print(scores)
         if result.ratio is not None:
-            console.print(f"ratio compliance/reference = {result.ratio:.4f}; threshold "
-                          f"{result.threshold:g}; rule: {escape(result.rule or '')}")
+            console.print(safe_text(f"ratio compliance/reference = {result.ratio:.4f}; threshold "
+                                    f"{result.threshold:g}; rule: {result.rule or ''}"))
     if result.findings:
         table = Table(title="Findings")
         for col in ("severity", "code", "message", "evidence"):
@@ -74,11 +75,11 @@ def render(result: mlperf.MlperfAudit, console: Console) -> None:
         for f in sorted(result.findings, key=lambda f: {"FAIL": 0, "FLAG": 1, "INFO": 2}[f.severity]):
             ev = ", ".join(f"{_short(e.file)}:{e.line}" if e.line else _short(e.file)
                            for e in f.evidence[:3])
-            table.add_row(f"[{_STYLE.get(f.severity, '')}]{f.severity}[/]", f.code, escape(f.message),
-                          escape(ev))
+            table.add_row(safe_text((f.severity, _STYLE.get(f.severity, ""))), safe_text(f.code),
+                          safe_text(f.message), safe_text(ev))
         console.print(table)
     for item in result.not_checked:
-        console.print(f"not checked: {escape(item)}", style="yellow")
+        console.print(safe_text((f"not checked: {item}", "yellow")))
 
 
 def audit_mlperf(
@@ -109,19 +110,19 @@ def audit_mlperf(
         if json_out:
             typer.echo(json.dumps(payload, sort_keys=True))
         else:
-            Console(stderr=True).print(f"[bold red]error[/] {escape(payload['message'])}")
+            print_error(Console(stderr=True, highlight=False), payload["message"])
         raise typer.Exit(EXIT_INVALID) from None
     if json_out:
-        typer.echo(result.model_dump_json(indent=None))
+        typer.echo(json.dumps(json.loads(result.model_dump_json()), ensure_ascii=True))  # ASCII: no raw controls
     elif result.verdict == "error":
-        err = Console(stderr=True)
-        err.print("[bold red]error[/]: unreadable or malformed LoadGen logs")
+        err = Console(stderr=True, highlight=False)
+        print_error(err, "unreadable or malformed LoadGen logs")
         for f in result.findings:
             loc = ""
             if f.evidence:
                 e = f.evidence[0]
                 loc = f" ({e.file}{':' + str(e.line) if e.line else ''})"
-            err.print(f"  {f.code}: {escape(f.message)}{escape(loc)}")
+            err.print(safe_text(f"  {f.code}: {f.message}{loc}"))
     else:
-        render(result, Console(file=sys.stdout))
+        render(result, Console(file=sys.stdout, highlight=False))
     raise typer.Exit(EXIT_BY_VERDICT[result.verdict])

@@ -19,8 +19,8 @@ from pathlib import Path
 
 import typer
 from rich.console import Console
-from rich.text import Text
 
+from perfwarden.orchestrator.render import print_error, safe_text
 from perfwarden.orchestrator.review.compare import compare as pair_reviews
 from perfwarden.orchestrator.review.export import FORMATS, export
 from perfwarden.orchestrator.review.report_html import render_compare_html, render_review_html
@@ -60,7 +60,7 @@ def review(
         first = load_review(run_dir)
         second = load_review(compare) if compare is not None else None
     except ReviewError as exc:
-        err.print(Text.assemble(("error: ", "red"), str(exc)))
+        print_error(err, exc)
         raise typer.Exit(EXIT_INVALID) from None
     comp = pair_reviews(first, second) if second is not None else None
     if fmt is not None:
@@ -73,6 +73,6 @@ def review(
         try:
             write_text_atomic(html, page)
         except OSError as exc:
-            err.print(Text.assemble(("error: ", "red"), f"cannot write the HTML report {str(html)!r}: {exc}"))
+            print_error(err, f"cannot write the HTML report {str(html)!r}: {exc}")
             raise typer.Exit(EXIT_INVALID) from None
-        err.print(f"wrote {str(html)!r} ({len(page.encode('utf-8')) / 1024:.0f} KiB)", markup=False)
+        err.print(safe_text(f"wrote {str(html)!r} ({len(page.encode('utf-8')) / 1024:.0f} KiB)"))

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import os
 import time
+import traceback
 from pathlib import Path
 
 import typer
 from rich.console import Console
 
-from perfwarden.orchestrator.runner import RunUsageError, run_graph
+from perfwarden.orchestrator.render import print_error, safe_text
 from perfwarden.orchestrator.settings import RunSettings
 
 
@@ -36,9 +38,9 @@ def run(
                                      "(default: SQLite inside the run directory)."),
 ) -> None:
     """Optimize the target; bank only what the auditor passes. Writes RUN/report.md and report.json."""
-    err = Console(stderr=True, soft_wrap=True)
+    err = Console(stderr=True, soft_wrap=True, highlight=False)
     if target not in ("embedded", "synthetic"):
-        err.print(f"[red]error:[/red] unknown target {target!r} (embedded, synthetic)")
+        print_error(err, f"unknown target {target!r} (embedded, synthetic)")
         raise typer.Exit(2)
     settings_kw: dict = {"target": target}
     if budget_minutes is not None:
@@ -52,11 +54,13 @@ def run(
     if llm:
         settings_kw["llm_model"] = llm
     settings = RunSettings(**settings_kw)
+    from perfwarden.orchestrator.runner import RunUsageError, read_settings, run_graph  # heavy: only when used
+
     if resume is not None:  # a resumed run keeps the settings it started with
         try:
-            settings = RunSettings.model_validate_json((resume / "settings.json").read_text("utf-8"))
-        except (OSError, ValueError) as exc:
-            err.print(f"[red]error:[/red] {str(resume)!r} is not a perfwarden run directory: {exc}")
+            settings = read_settings(resume)
+        except RunUsageError as exc:
+            print_error(err, exc)
             raise typer.Exit(3) from None
     run_dir = resume or out or Path("runs") / time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     client = None
@@ -67,25 +71,32 @@ def run(
     started = time.time()
 
     def on_event(node: str, detail: str) -> None:
-        err.print(f"[dim]{time.time() - started:6.1f}s[/dim] {node}" + (f" [cyan]{detail}[/cyan]" if detail else ""))
+        err.print(safe_text((f"{time.time() - started:6.1f}s", "dim"), f" {node}", (f" {detail}" if detail else "", "cyan")))
 
     try:
         lab = make_lab(settings)
         state = run_graph(Path(run_dir), settings, lab, resume=resume is not None, llm=client,
                           checkpointer_url=checkpointer, on_event=on_event)
     except RunUsageError as exc:
-        err.print(f"[red]error:[/red] {exc}")
+        print_error(err, exc)
         raise typer.Exit(3) from None
     except KeyboardInterrupt:
-        err.print(f"\n[yellow]interrupted[/yellow]: continue with `perfwarden run --resume {run_dir}`")
+        err.print(safe_text("\n", ("interrupted", "yellow"), f": continue with `perfwarden run --resume {run_dir}`"))
         raise typer.Exit(130) from None
-    console = Console()
+    except Exception as exc:  # a lab or internal failure: say what and how to continue, never a traceback
+        if os.environ.get("PERFWARDEN_DEBUG"):
+            traceback.print_exc()
+        print_error(err, f"the run stopped on {type(exc).__name__}: {exc}; its checkpoint is kept: continue with "
+                         f"`perfwarden run --resume {run_dir}` (PERFWARDEN_DEBUG=1 shows the traceback)")
+        raise typer.Exit(1) from None
+    console = Console(highlight=False)
     banked = state.get("banked", [])
-    console.print(f"run directory: {run_dir}")
+    console.print(safe_text(f"run directory: {run_dir}"))
     for b in banked:
         delta = b.get("headline_rederived_pct")
-        console.print(f"[green]banked[/green] class {b['lever_class']} {b['name']}: "
-                      + (f"{delta:+.2f}% output throughput" if delta is not None else "") + f" ({b['verdict']})")
+        console.print(safe_text(("banked", "green"), f" class {b['lever_class']} {b['name']}: "
+                                + (f"{delta:+.2f}% output throughput" if delta is not None else "")
+                                + f" ({b['verdict']})"))
     for r in state.get("rejected", []):
-        console.print(f"[red]refused[/red] {r['name']}: {r['reason']} ({r['verdict']})")
-    console.print(f"report: {Path(run_dir) / 'report.md'}  ({time.time() - started:.0f}s)")
+        console.print(safe_text(("refused", "red"), f" {r['name']}: {r['reason']} ({r['verdict']})"))
+    console.print(safe_text(f"report: {Path(run_dir) / 'report.md'}  ({time.time() - started:.0f}s)"))

@@ -35,6 +35,7 @@ from perfwarden.agents.base import Proposal
 from perfwarden.agents.llm import LLMClient
 from perfwarden.harness.jsonl import ProfileLine, read_jsonl
 from perfwarden.harness.records import RunDir, RunManifest, append_jsonl, write_json_atomic
+from perfwarden.orchestrator.crashpoints import crash_point
 from perfwarden.orchestrator.lab import Lab, LabError, LegPlan
 from perfwarden.orchestrator.settings import RunSettings
 
@@ -118,6 +119,7 @@ def _node(name: str, services: Services):
     """Wrap a node: record an event per step (node, inputs digest, duration, error)."""
     def decorate(fn):
         def wrapper(state: RunState) -> dict:
+            crash_point(f"before:{name}")
             started = time.time()
             services.on_event(name, state.get("current") or "")
             try:
@@ -126,6 +128,7 @@ def _node(name: str, services: Services):
                 _event(_run(state), name, state, started, error=f"{type(exc).__name__}: {exc}")
                 raise
             _event(_run(state), name, state, started)
+            crash_point(f"after:{name}")
             return update
         return wrapper
     return decorate

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from perfwarden.harness.records import write_json_atomic
+from perfwarden.orchestrator.crashpoints import crash_point
 
 CLASS_TITLE = {"A": "kernel / implementation wins (class A)", "B": "orthogonal serving levers (class B)"}
 
@@ -86,6 +87,7 @@ def render_markdown(report: dict[str, Any]) -> str:
 def write_report(run: Path, state: dict[str, Any]) -> dict[str, Any]:
     report = build_report(state)
     write_json_atomic(Path(run) / "report.json", report)
+    crash_point("report_json_written")
     tmp = Path(run) / ".report.md.tmp"
     tmp.write_text(render_markdown(report), encoding="utf-8")
     tmp.replace(Path(run) / "report.md")

@@ -1,4 +1,16 @@
-"""Run or resume the graph with a SQLite checkpointer inside the run directory."""
+"""Run or resume the graph with a SQLite checkpointer inside the run directory.
+
+Resume always ends in a report or in a ``RunUsageError`` that says why it cannot (never a silent
+no-op). A run killed at any instant is in one of these states on disk, each handled:
+
+- no settings.json: not a run (error);
+- settings.json but no checkpoint file, or a checkpoint file with no checkpoint in it yet (killed
+  just after ``sqlite3.connect`` created it): no node ran, so the run starts from the beginning;
+- a checkpoint with work left (``next``), or a finished task whose writes were saved just before the
+  crash (``tasks``): the graph continues, and every node's side effects are idempotent;
+- a finished graph: its report is rewritten from the final state if the files are missing;
+- a checkpoint that is neither finished nor has work left: an error naming the stage it stopped at.
+"""
 
 from __future__ import annotations
 
@@ -11,6 +23,7 @@ from langgraph.checkpoint.sqlite import SqliteSaver
 
 from perfwarden.agents.llm import LLMClient
 from perfwarden.harness.records import write_json_atomic
+from perfwarden.orchestrator.crashpoints import crash_point
 from perfwarden.orchestrator.graph import Services, build_graph
 from perfwarden.orchestrator.lab import Lab
 from perfwarden.orchestrator.settings import RunSettings
@@ -24,6 +37,46 @@ class RunUsageError(ValueError):
 
 def checkpoint_path(run: Path) -> Path:
     return Path(run) / "checkpoints.sqlite"
+
+
+def settings_path(run: Path) -> Path:
+    return Path(run) / "settings.json"
+
+
+def read_settings(run: Path) -> RunSettings:
+    """The settings a run started with (a resumed run keeps them); RunUsageError when unreadable."""
+    from pydantic import ValidationError
+
+    from perfwarden.harness.safe_read import RECORD_BYTES, read_bytes
+
+    try:
+        return RunSettings.model_validate_json(read_bytes(settings_path(run), run, limit=RECORD_BYTES,
+                                                          what="settings"))
+    except OSError as exc:
+        raise RunUsageError(f"{str(run)!r} is not a perfwarden run directory: {exc}") from None
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        raise RunUsageError(f"{str(settings_path(run))!r} is invalid: {err['msg']} at "
+                            f"{'.'.join(map(str, err['loc'])) or 'the top level'!r}") from None
+
+
+def _initial_state(run: Path, settings: RunSettings, clock: Callable[[], float]) -> dict[str, Any]:
+    return {"run_dir": str(run), "settings": settings.model_dump(), "started_at": clock(), "seq": 0,
+            "verdicts": [], "banked": [], "rejected": [], "proposals": [], "notes": [], "current": None,
+            "pending_claim": None, "bundle_done": False}
+
+
+def ensure_report(run: Path, state: dict[str, Any]) -> dict[str, Any]:
+    """A finished run has its report: rewrite it from the final state when the files are missing
+    (deleted, or lost with the directory copied without them); an unfinished one is an error."""
+    if state.get("stage") != "done":
+        raise RunUsageError(f"the run in {str(run)!r} stopped at stage {state.get('stage')!r} with no step left to "
+                            "run and no report; it cannot be resumed (start a new run)")
+    if not (Path(run) / "report.json").is_file() or not (Path(run) / "report.md").is_file():
+        from perfwarden.orchestrator.report import write_report
+
+        write_report(Path(run), state)
+    return state
 
 
 def _graph(run: Path, services: Services, checkpointer_url: str | None):
@@ -46,30 +99,33 @@ def run_graph(run: Path, settings: RunSettings, lab: Lab, *, resume: bool = Fals
     """Start a run (or resume one) and return its final state."""
     run = Path(run)
     if resume:
-        if not checkpoint_path(run).is_file() and not checkpointer_url:
-            raise RunUsageError(f"{str(run)!r} has no checkpoint to resume")
-        settings = RunSettings.model_validate_json((run / "settings.json").read_text("utf-8"))
+        if not run.is_dir():
+            raise RunUsageError(f"{str(run)!r} is not a directory: nothing to resume")
+        settings = read_settings(run)  # a run killed before its settings were written is not a run
     else:
         if checkpoint_path(run).is_file():
             raise RunUsageError(f"{str(run)!r} already holds a run; use --resume or another directory")
         run.mkdir(parents=True, exist_ok=True)
-        write_json_atomic(run / "settings.json", settings)
+        write_json_atomic(settings_path(run), settings)
+        crash_point("settings_written")
     services = Services(lab=lab, settings=settings, llm=llm, clock=clock,
                         on_event=on_event or (lambda node, detail: None))
     graph, handle = _graph(run, services, checkpointer_url)
+    crash_point("checkpointer_opened")
     config = {"configurable": {"thread_id": THREAD_ID}, "recursion_limit": settings.recursion_limit}
     try:
         if resume:
             snapshot = graph.get_state(config)
+            if snapshot.created_at is None:
+                # Killed before the first checkpoint was written (the file may exist, empty): no node
+                # ran, so starting from the beginning gives the uninterrupted run's result.
+                return ensure_report(run, graph.invoke(_initial_state(run, settings, clock), config))
             # A task that finished just before the crash has its writes saved but no checkpoint after
             # it yet: ``next`` is then empty while ``tasks`` is not, and invoking applies those writes.
             if not snapshot.next and not snapshot.tasks:
-                return dict(snapshot.values)
-            return graph.invoke(None, config)
-        initial = {"run_dir": str(run), "settings": settings.model_dump(), "started_at": clock(), "seq": 0,
-                   "verdicts": [], "banked": [], "rejected": [], "proposals": [], "notes": [], "current": None,
-                   "pending_claim": None, "bundle_done": False}
-        return graph.invoke(initial, config)
+                return ensure_report(run, dict(snapshot.values))
+            return ensure_report(run, graph.invoke(None, config))
+        return ensure_report(run, graph.invoke(_initial_state(run, settings, clock), config))
     finally:
         if hasattr(handle, "close"):
             handle.close()

@@ -17,6 +17,7 @@ from typing import Any
 
 from perfwarden.harness.bench_writer import append_bench_line, rep_exists
 from perfwarden.harness.records import QualityEval, RunDir, write_json_atomic
+from perfwarden.orchestrator.crashpoints import armed, kill_now
 from perfwarden.orchestrator.lab import LabError, LegPlan
 from perfwarden.proof.synth import COHERENT_TEXTS, make_rep, write_jsonl
 
@@ -103,6 +104,8 @@ class SyntheticLab:
                                 contention=self.hog if self.contended is True or (
                                     isinstance(self.contended, str) and self.contended in plan.leg) else None,
                                 started_at=1000.0 + self.reps_written)
+                if armed("rep_torn"):  # test hook: die half-way through writing the line
+                    _write_torn(bench, line)
                 append_bench_line(bench, line)
                 self.reps_written += 1
         return {plan.leg: "ok" for plan in legs}
@@ -151,6 +154,18 @@ def _row(op, backend, ms, ref, seed, trial, err):
             "times_ms": [ms, ms * 1.01, ms * 0.99], "warmup_discarded": 3, "fresh_inputs": True,
             "correct": err < 1e-4, "max_abs_err": err, "max_rel_err": err, "dispatch": "eager", "seed": seed,
             "is_reference": ref, "impl_sha256": backend, "measured": True}
+
+
+def _write_torn(path: Path, line: dict[str, Any]) -> None:
+    """Write the first half of ``line`` (no newline) and SIGKILL: a rep torn mid-write."""
+    import json
+
+    data = json.dumps(line).encode()
+    with open(path, "ab") as handle:
+        handle.write(data[: len(data) // 2])
+        handle.flush()
+        os.fsync(handle.fileno())
+    kill_now()
 
 
 class FailingLab(SyntheticLab):

@@ -122,17 +122,25 @@ def parse_answer_key(data: Any, where: str = "answer key") -> AnswerKey:
         raise AnswerKeyError(f"{where} is invalid at {loc!r}: {err['msg']}") from None
 
 
-def load_answer_key(path: Path) -> AnswerKey:
-    """Read and validate ``answer_key.json``."""
+def load_answer_key(path: Path, root: Path | None = None) -> AnswerKey:
+    """Read and validate ``answer_key.json`` the safe way: a regular file inside ``root`` (default: its own
+    folder), size-, depth- and string-bounded; anything else is an :class:`AnswerKeyError`."""
+    from perfwarden.harness.safe_read import (MAX_DEPTH, RECORD_BYTES, STRING_CHARS, long_string, read_bytes,
+                                              too_deep)
+
     path = Path(path)
     try:
-        text = path.read_text("utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise AnswerKeyError(f"cannot read {str(path)!r}: {exc}") from None
-    try:
-        data = json.loads(text)
-    except (ValueError, RecursionError) as exc:
+        data = json.loads(read_bytes(path, root or path.parent, limit=RECORD_BYTES, what="answer key"))
+    except OSError as exc:
+        raise AnswerKeyError(str(exc)) from None
+    except (ValueError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError
         raise AnswerKeyError(f"{str(path)!r} is not valid JSON: {exc}") from None
+    if too_deep(data):
+        raise AnswerKeyError(f"{str(path)!r} nests deeper than {MAX_DEPTH} levels")
+    too_long = long_string(data, STRING_CHARS)
+    if too_long is not None:
+        raise AnswerKeyError(f"{str(path)!r}: the string at {too_long[0]!r} is {too_long[1]:,} characters, over the "
+                             f"{STRING_CHARS:,}-character bound")
     return parse_answer_key(data, repr(str(path)))
 
 

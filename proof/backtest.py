@@ -65,7 +65,7 @@ def _audit_blind(fixture: Path) -> list[tuple[str, Any]]:
     for claim in sorted((run / "claims").glob("*.json")):
         rel = str(claim.relative_to(run))
         try:
-            out.append((rel, audit_path(run, claim)))
+            out.append((rel, audit_path(run, claim, claim_root=run)))
         except ClaimError as exc:
             out.append((rel, exc))
     return out
@@ -74,12 +74,21 @@ def _audit_blind(fixture: Path) -> list[tuple[str, Any]]:
 def score_fixture(fixture: Path) -> list[CaseResult]:
     """Audit the fixture blind, then score it (raises :class:`AnswerKeyError` for a damaged key)."""
     audited = _audit_blind(fixture)
-    key = load_answer_key(fixture / ANSWER_KEY_NAME)  # read only after auditing
+    try:
+        key = load_answer_key(fixture / ANSWER_KEY_NAME, root=fixture)  # read only after auditing
+    except AnswerKeyError as exc:
+        # An input error, reported beside the other fixtures' scores (the CLI exits 3), never a traceback.
+        problem = [f"answer key unusable: {exc}"]
+        return [CaseResult(fixture.name, rel, "error" if isinstance(v, ClaimError) else v.verdict,
+                           "error" if isinstance(v, ClaimError) else v.action, [], kind="input_error",
+                           problems=problem) for rel, v in audited] or [
+            CaseResult(fixture.name, ANSWER_KEY_NAME, "error", "error", [], kind="input_error", problems=problem)]
     answers = {a.claim: a for a in key.answers}
     results = []
     for rel, verdict in audited:
         if isinstance(verdict, ClaimError):
-            res = CaseResult(fixture.name, rel, "error", "error", [])
+            res = CaseResult(fixture.name, rel, "error", "error", [], kind="input_error",
+                             problems=[f"claim unreadable: {verdict}"])
         else:
             res = CaseResult(fixture.name, rel, verdict.verdict, verdict.action,
                              sorted({f.code for f in verdict.findings if f.severity != "INFO"}),
@@ -107,6 +116,11 @@ def _compare(res: CaseResult, answer: Answer) -> None:
 @dataclass
 class Report:
     results: list[CaseResult]
+
+    @property
+    def input_errors(self) -> list[str]:
+        """Damaged inputs (claims, answer keys): the backtest cannot score them (exit 3)."""
+        return [f"{r.fixture}/{r.claim}: {'; '.join(r.problems)}" for r in self.results if r.kind == "input_error"]
 
     @property
     def agreement(self) -> float:

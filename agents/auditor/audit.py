@@ -15,42 +15,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from pydantic import ValidationError
 
 from perfwarden.agents.auditor import stats
+from perfwarden.agents.auditor.claim_file import ClaimError, load_claim  # noqa: F401 - re-exported
 from perfwarden.agents.auditor.evidence import LegEvidence, RunLoader
 from perfwarden.agents.auditor.findings import Findings, GateResult, choose_action, verdict_label
 from perfwarden.agents.auditor.gates import (caching, conditions, correctness, explain, knobs, lever, measurement,
                                              opbench, profile, prose, served)
 from perfwarden.agents.auditor.rederive import METRICS
 from perfwarden.harness.records import Claim, Comparison, Finding, MetricStats, Verdict, write_json_atomic
+from perfwarden.harness.safe_read import REPORT_BYTES, VERDICT_BYTES, exists, read_bytes
 
 AUDITOR_VERSION = "1.0.0"
-
-
-class ClaimError(ValueError):
-    """The claim file itself is unreadable or invalid (exit 3 at the CLI)."""
-
-
-def load_claim(path: Path) -> tuple[Claim, str]:
-    """Parse a claim file; returns the model and the sha256 of its bytes."""
-    try:
-        data = Path(path).read_bytes()
-    except OSError as exc:
-        raise ClaimError(f"cannot read claim {str(path)!r}: {exc}") from None
-    try:
-        obj = json.loads(data, parse_constant=_reject)
-    except (ValueError, RecursionError) as exc:
-        raise ClaimError(f"claim {str(path)!r} is not valid JSON: {exc}") from None
-    try:
-        return Claim.model_validate(obj), hashlib.sha256(data).hexdigest()
-    except ValidationError as exc:
-        err = exc.errors()[0]
-        raise ClaimError(f"claim {str(path)!r} is invalid: {err['msg']} at {'.'.join(map(str, err['loc']))!r}") from None
-
-
-def _reject(name: str):
-    raise ValueError(f"non-finite constant {name!r}")
 
 
 @dataclass
@@ -176,7 +152,7 @@ def audit_harness(a: Audit) -> None:
     server_info = server.server_info if server else None
     if server_info is None:
         a.not_checked.append("dispatch path: no baseline leg server_info names what the server runs")
-    profile_rows = a.loader.profile() if a.loader.paths.profile.is_file() else None
+    profile_rows = a.loader.profile() if exists(a.loader.paths.profile) else None
     if profile_rows is None:
         a.not_checked.append("served shapes: no profile.jsonl lists the shapes the server serves")
     iso = claim.isolated_speedup
@@ -309,7 +285,7 @@ def _isolated_vs_e2e(a: Audit, base: LegEvidence, cand: LegEvidence) -> None:
     if iso.opbench:
         rows = a.loader.opbench(iso.opbench)
         if rows:
-            profile_rows = a.loader.profile() if a.loader.paths.profile.is_file() else None
+            profile_rows = a.loader.profile() if exists(a.loader.paths.profile) else None
             # In a patch audit the e2e legs are the evidence: a bad rig discredits the isolated number,
             # so its findings ask to replace the headline with the e2e delta when that delta is real.
             rig = opbench.audit_rig(a.run, rows, iso.baseline_backend, iso.candidate_backend, base.server_info,
@@ -328,7 +304,7 @@ def _isolated_vs_e2e(a: Audit, base: LegEvidence, cand: LegEvidence) -> None:
                        threshold={"noise_band_pct": round(head.noise_band_pct, 3)}, action="eject",
                        gate="isolated_vs_e2e")
         return
-    profile_rows = a.loader.profile() if a.loader.paths.profile.is_file() else None
+    profile_rows = a.loader.profile() if exists(a.loader.paths.profile) else None
     fraction = iso.op_time_fraction if iso.op_time_fraction is not None else opbench.op_fraction(profile_rows, iso.op)
     if fraction is not None and 0 < fraction <= 1 and iso.value > 0:
         bound = opbench.amdahl_bound_pct(iso.value, fraction)
@@ -367,8 +343,8 @@ def accepted_changes(run: Path) -> dict[str, list[str]]:
         return out
     for vpath in sorted(vdir.glob("*-patch.json")):
         try:
-            verdict = Verdict.model_validate_json(vpath.read_text("utf-8"))
-            claim, _ = load_claim(Path(run) / verdict.claim)
+            verdict = Verdict.model_validate_json(read_bytes(vpath, run, limit=VERDICT_BYTES, what="verdict"))
+            claim, _ = load_claim(Path(run) / verdict.claim, root=run)
         except (OSError, ValueError, ClaimError):
             continue
         if verdict.verdict == "PASS" or verdict.action == "downgrade_headline":
@@ -405,7 +381,7 @@ def audit_claim(run: Path, claim: Claim, claim_ref: str, claim_sha: str) -> Verd
 
 
 def _prose(a: Audit):
-    tf = a.loader.text(a.loader.inside(a.claim.report), True, "report")
+    tf = a.loader.text(a.loader.inside(a.claim.report), True, "report", limit=REPORT_BYTES)
     if tf is None:
         return None
     return prose.check_report(a.run, tf, traceable_pool(a), a.claim.headline.metric, a.claim.legs.baseline,
@@ -450,7 +426,7 @@ def _quality_values(a: Audit) -> list[prose.Traceable]:
     out = []
     if eval_id:
         for leg in filter(None, (a.claim.legs.baseline, a.claim.legs.candidate)):
-            if a.loader.paths.quality(eval_id, leg).is_file():
+            if exists(a.loader.paths.quality(eval_id, leg)):
                 qe, _ = a.loader.quality(eval_id, leg)
                 if qe is not None:
                     out += [prose.Traceable(v, "quality", None, leg) for v in prose.finite([qe.score, qe.ci_low,
@@ -483,9 +459,11 @@ def _finite(v: float | None) -> float | None:
     return v if v is not None and math.isfinite(v) else None
 
 
-def audit_path(run: Path, claim_path: Path) -> Verdict:
-    """CLI/orchestrator entry: load the claim file, audit, return the verdict (raises ClaimError)."""
-    claim, sha = load_claim(claim_path)
+def audit_path(run: Path, claim_path: Path, claim_root: Path | None = None) -> Verdict:
+    """CLI/orchestrator entry: load the claim file, audit, return the verdict (raises ClaimError).
+    ``claim_root``: the directory the claim must stay inside (a claim found in a run, not one named on
+    the command line)."""
+    claim, sha = load_claim(claim_path, claim_root)
     try:
         ref = str(Path(claim_path).resolve().relative_to(Path(run).resolve()))
     except ValueError:

@@ -7,9 +7,11 @@ pretty-printed JSON file, a server-log line.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import math
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -21,6 +23,8 @@ from perfwarden.agents.auditor.rederive import RepError, RepMetrics, rederive_re
 from perfwarden.harness.jsonl import (BenchRunLine, LineIssue, LineRef, OpBenchLine, OutputLine,
                                       ProfileLine, iter_jsonl, read_jsonl)
 from perfwarden.harness.records import EvidenceRef, LegSpec, QualityEval, RunDir
+from perfwarden.harness.safe_read import (BENCH_LINE_BYTES, LOG_LINE_CHARS, MAX_DEPTH, RECORD_BYTES, TEXT_BYTES,
+                                          RefusedInput, check_regular, exists, read_bytes, too_deep)
 
 _EXCERPT = 200
 # Per-request arrays every sglang/vLLM bench file carries but rederive can do without: absent, the
@@ -37,9 +41,20 @@ def line_evidence(run: Path, ref: LineRef) -> EvidenceRef:
 
 
 def _rel(run: Path, path: Path) -> str:
+    """``path`` relative to the run as it was named (a link out is still cited by its place in the run),
+    else as resolved, else as given."""
+    return _rel_cached(str(run), str(path))
+
+
+@functools.lru_cache(maxsize=4096)
+def _rel_cached(run: str, path: str) -> str:
+    try:
+        return str(Path(os.path.abspath(path)).relative_to(os.path.abspath(run)))
+    except ValueError:
+        pass
     try:
         return str(Path(path).resolve().relative_to(Path(run).resolve()))
-    except ValueError:
+    except (ValueError, OSError, RuntimeError):
         return str(path)
 
 
@@ -110,15 +125,44 @@ class RunLoader:
     def _digest(self, path: Path, sha: str) -> None:
         self.digests[_rel(self.run, path)] = sha
 
-    def text(self, path: Path, required: bool, what: str) -> TextFile | None:
-        """Read a small text file; a missing required file is EVIDENCE_MISSING (fail closed)."""
-        if not path.is_file():
+    def refused(self, exc: RefusedInput, what: str) -> None:
+        """A file that was handed over but must not be read (``safe_read``): fail closed. A link out of
+        the run directory is evidence that is not in the run (EVIDENCE_MISSING); a FIFO, a device, a
+        directory or a file over its size bound is not evidence at all (EVIDENCE_CORRUPT)."""
+        code = "EVIDENCE_MISSING" if exc.reason in ("missing", "outside") else "EVIDENCE_CORRUPT"
+        message = str(exc) if str(exc).startswith(what) else f"{what}: {exc}"
+        self.findings.add(code, "FAIL", message, evidence=[EvidenceRef(file=_rel(self.run, exc.path))], gate="evidence")
+
+    def present(self, path: Path, required: bool, what: str, missing: str | None = None) -> bool:
+        """Whether ``path`` is a regular file inside the run that may be read. Absent: a finding only
+        when ``required`` (``missing`` is its message). Present but not readable evidence -- a link
+        out, a FIFO, a device, a directory -- is always a FAIL finding, required or not: something was
+        handed over in the evidence's place."""
+        if not exists(path):
             if required:
-                self.findings.add("EVIDENCE_MISSING", "FAIL", f"{what} {_rel(self.run, path)!r} is missing",
+                self.findings.add("EVIDENCE_MISSING", "FAIL", missing or f"{what} {_rel(self.run, path)!r} is missing",
                                   evidence=[EvidenceRef(file=_rel(self.run, path))], gate="evidence")
+            return False
+        try:
+            check_regular(path, self.run, what)
+        except RefusedInput as exc:
+            self.refused(exc, what)
+            return False
+        return True
+
+    def text(self, path: Path, required: bool, what: str, limit: int = TEXT_BYTES,
+             max_line_chars: int | None = None) -> TextFile | None:
+        """Read a text file of at most ``limit`` bytes; a missing required file is EVIDENCE_MISSING
+        (fail closed), and so is anything ``present`` refuses. With ``max_line_chars`` (server logs), a
+        longer line is EVIDENCE_CORRUPT and the file is kept only up to it, cut at the bound: the
+        verdict is a FAIL anyway, and the gates never scan megabytes of one line with regexes."""
+        if not self.present(path, required, what):
             return None
         try:
-            data = path.read_bytes()
+            data = read_bytes(path, self.run, limit=limit, what=what)
+        except RefusedInput as exc:
+            self.refused(exc, what)
+            return None
         except OSError as exc:
             self.findings.add("EVIDENCE_MISSING", "FAIL", f"cannot read {what} {_rel(self.run, path)!r}: {exc}",
                               evidence=[EvidenceRef(file=_rel(self.run, path))], gate="evidence")
@@ -126,12 +170,29 @@ class RunLoader:
         sha = hashlib.sha256(data).hexdigest()
         self._digest(path, sha)
         try:
-            return TextFile(path, data.decode("utf-8").splitlines(), sha)
+            tf = TextFile(path, data.decode("utf-8").splitlines(), sha)
         except UnicodeDecodeError:
-            return TextFile(path, data.decode("utf-8", "replace").splitlines(), sha, utf8=False)
+            tf = TextFile(path, data.decode("utf-8", "replace").splitlines(), sha, utf8=False)
+        if max_line_chars is not None:
+            self._cut_long_line(tf, max_line_chars, what)
+        return tf
 
-    def json_object(self, path: Path, required: bool, what: str) -> tuple[dict | None, TextFile | None]:
-        tf = self.text(path, required, what)
+    def _cut_long_line(self, tf: TextFile, bound: int, what: str) -> None:
+        index = next((i for i, line in enumerate(tf.lines) if len(line) > bound), None)
+        if index is None:
+            return
+        line = tf.lines[index]
+        self.findings.add("EVIDENCE_CORRUPT", "FAIL", f"{what} {_rel(self.run, tf.path)!r} line {index + 1} is "
+                          f"{len(line):,} characters, over the {bound:,}-character bound for one log line: the log is "
+                          "not read past it", measured=len(line), threshold=bound,
+                          evidence=[EvidenceRef(file=_rel(self.run, tf.path), line=index + 1,
+                                                sha256=hashlib.sha256(line.encode("utf-8")).hexdigest(),
+                                                excerpt=line[:_EXCERPT])], gate="evidence")
+        tf.lines = tf.lines[:index] + [line[:bound]]
+
+    def json_object(self, path: Path, required: bool, what: str,
+                    limit: int = RECORD_BYTES) -> tuple[dict | None, TextFile | None]:
+        tf = self.text(path, required, what, limit)
         if tf is None:
             return None, None
         if not tf.utf8:
@@ -149,13 +210,18 @@ class RunLoader:
             self.findings.add("EVIDENCE_CORRUPT", "FAIL", f"{what} {_rel(self.run, path)!r} is not a JSON object",
                               evidence=[tf.evidence(self.run, None)], gate="evidence")
             return None, tf
+        if too_deep(obj):
+            self.findings.add("EVIDENCE_CORRUPT", "FAIL", f"{what} {_rel(self.run, path)!r} nests deeper than "
+                              f"{MAX_DEPTH} levels: not a record", evidence=[tf.evidence(self.run, None)], gate="evidence")
+            return None, tf
         return obj, tf
 
     def report_issues(self, issues: list[LineIssue], what: str) -> None:
         """Torn tail -> FLAG (the writer was interrupted); anything mid-file -> FAIL."""
         for issue in issues:
-            ev = [EvidenceRef(file=_rel(self.run, issue.ref.path), line=issue.ref.line or None,
-                              sha256=hashlib.sha256(issue.ref.raw()).hexdigest() if issue.ref.length else None)]
+            # A line over its size bound was hashed while skipped (never re-read); others are short.
+            sha = issue.sha256 or (hashlib.sha256(issue.ref.raw()).hexdigest() if issue.ref.length else None)
+            ev = [EvidenceRef(file=_rel(self.run, issue.ref.path), line=issue.ref.line or None, sha256=sha)]
             if issue.kind == "torn_tail":
                 self.findings.add("EVIDENCE_CORRUPT", "FLAG", f"{what}: {issue.message}", evidence=ev,
                                   gate="evidence", action="remeasure")
@@ -205,16 +271,15 @@ class RunLoader:
                                   evidence=[leg.spec_file.evidence(self.run, None)], gate="evidence")
         leg.server_info, leg.server_info_file = self.json_object(self.paths.server_info(name), False,
                                                                  f"server_info of {name!r}")
-        leg.log = self.text(self.paths.server_log(name), False, f"server log of {name!r}")
+        leg.log = self.text(self.paths.server_log(name), False, f"server log of {name!r}",
+                            max_line_chars=LOG_LINE_CHARS)
         leg.bench_path = self.paths.bench_runs(name)
         leg.reps = self._load_reps(name, leg.bench_path)
         return leg
 
     def _load_reps(self, name: str, path: Path) -> list[RepMetrics]:
         """Stream bench_runs.jsonl, re-deriving each rep and dropping its arrays (memory stays flat)."""
-        if not path.is_file():
-            self.findings.add("EVIDENCE_MISSING", "FAIL", f"leg {name!r} has no bench_runs.jsonl",
-                              evidence=[EvidenceRef(file=_rel(self.run, path))], gate="evidence")
+        if not self.present(path, True, f"bench_runs of leg {name!r}", f"leg {name!r} has no bench_runs.jsonl"):
             return []
         issues: list[LineIssue] = []
         digest = hashlib.sha256()
@@ -225,7 +290,7 @@ class RunLoader:
         try:
             # No enumerate(): it keeps the previous item alive while the next line is read, i.e. two
             # reps' decoded arrays at once. Here ``line`` is dropped before the next read.
-            for ref, line in iter_jsonl(path, BenchRunLine, issues, digest):
+            for ref, line in iter_jsonl(path, BenchRunLine, issues, digest, self.run, BENCH_LINE_BYTES):
                 index += 1
                 claimed_leg, rep, error = line.leg, None, None
                 if claimed_leg is None or claimed_leg == name:
@@ -262,6 +327,9 @@ class RunLoader:
                     continue
                 seen[rep.rep] = rep
                 reps.append(rep)
+        except RefusedInput as exc:
+            self.refused(exc, f"bench_runs of leg {name!r}")
+            return []
         except OSError as exc:
             self.findings.add("EVIDENCE_MISSING", "FAIL", f"cannot read bench_runs of leg {name!r}: {exc}",
                               evidence=[EvidenceRef(file=_rel(self.run, path))], gate="evidence")
@@ -285,20 +353,18 @@ class RunLoader:
 
     def _load_outputs(self, name: str) -> list[tuple[LineRef, OutputLine]] | None:
         path = self.paths.outputs(name)
-        if not path.is_file():
+        if not self.present(path, False, f"outputs of leg {name!r}"):
             return None
-        report = read_jsonl(path, OutputLine)
+        report = read_jsonl(path, OutputLine, root=self.run)
         self._digest(path, report.sha256)
         self.report_issues(report.issues, f"outputs of leg {name!r}")
         return report.records
 
     # ---------------------------------------------------------------- other raw files
     def jsonl(self, path: Path, schema: type, what: str) -> list | None:
-        if not path.is_file():
-            self.findings.add("EVIDENCE_MISSING", "FAIL", f"{what} {_rel(self.run, path)!r} is missing",
-                              evidence=[EvidenceRef(file=_rel(self.run, path))], gate="evidence")
+        if not self.present(path, True, what):
             return None
-        report = read_jsonl(path, schema)
+        report = read_jsonl(path, schema, root=self.run)
         self._digest(path, report.sha256)
         self.report_issues(report.issues, what)
         return report.records
@@ -311,7 +377,7 @@ class RunLoader:
 
     def quality(self, eval_id: str, leg: str | None = None) -> tuple[QualityEval | None, TextFile | None]:
         path = self.paths.quality(eval_id, leg)
-        if leg and not path.is_file():
+        if leg and not exists(path):
             path = self.paths.quality(eval_id)
         obj, tf = self.json_object(path, False, f"quality eval {eval_id!r}")
         if obj is None:

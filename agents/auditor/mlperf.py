@@ -91,7 +91,7 @@ from typing import Any, Literal
 from pydantic import Field
 
 from perfwarden.agents.auditor.findings import finding
-from perfwarden.harness.jsonl import LineRef
+from perfwarden.harness.jsonl import LineRef, iter_raw_lines
 from perfwarden.harness.mlperf_log import (
     DetailLog,
     MlperfLogError,
@@ -326,7 +326,14 @@ def _finding(code: str, severity: Severity, gate: str, message: str, *, measured
 def load_run(directory: Path | str, label: Literal["reference", "compliance"]) -> RunLogs:
     """Read one run's two logs; raise :class:`MlperfLogError` when either is unreadable."""
     summary_path, detail_path = find_logs(directory)
-    return RunLogs(label=label, summary=read_summary(summary_path), detail=read_detail(detail_path))
+    return RunLogs(label=label, summary=read_summary(summary_path, _root(directory)),
+                   detail=read_detail(detail_path, _root(directory)))
+
+
+def _root(directory: Path | str) -> Path:
+    """The directory a run's logs must stay inside (a path to one log file names its folder)."""
+    p = Path(directory)
+    return p.parent if p.is_file() else p
 
 
 def detail_scenario(run: RunLogs) -> str:
@@ -1108,13 +1115,17 @@ def _error_result(errors: list[MlperfLogError], inputs: dict[str, str], test: st
 
 
 def _line_evidence(path: Path, line: int) -> EvidenceRef:
-    """Evidence for line ``line`` of ``path`` found by scanning (used for error reports only)."""
-    with open(path, "rb") as handle:
-        for i, raw in enumerate(handle, 1):
-            if i == line:
-                raw = raw.rstrip(b"\n").rstrip(b"\r")
+    """Evidence for line ``line`` of ``path`` found by scanning (used for error reports only). Read
+    the safe way (a FIFO or a line over its size bound is never read); any problem: no excerpt."""
+    try:
+        for ref, raw in iter_raw_lines(path, []):
+            if ref.line == line:
                 return EvidenceRef(file=str(path), line=line, sha256=hashlib.sha256(raw).hexdigest(),
                                    excerpt=raw[:200].decode("utf-8", "replace"))
+            if ref.line > line:
+                break
+    except OSError:
+        pass
     return EvidenceRef(file=str(path), line=line)
 
 
@@ -1137,7 +1148,7 @@ def audit(reference: Path | str, compliance: Path | str, test: str | None = None
         for name, path, reader in (("summary", summary_path, read_summary),
                                    ("detail", detail_path, read_detail)):
             try:
-                parts[name] = reader(path)
+                parts[name] = reader(path, _root(directory))
                 inputs[str(path)] = parts[name].sha256
             except MlperfLogError as e:
                 errors.append(MlperfLogError(f"{label}: {e.message}", path=e.path, line=e.line,

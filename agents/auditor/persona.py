@@ -19,6 +19,7 @@ from perfwarden.agents.auditor.codes import CATALOG
 from perfwarden.agents.auditor.findings import choose_action, verdict_label
 from perfwarden.agents.llm import LLMClient, LLMOutputError, LLMUnavailable
 from perfwarden.harness.records import EvidenceRef, Finding, Verdict
+from perfwarden.harness.safe_read import TEXT_BYTES, read_bytes
 
 EXCERPT_LINES = 40
 """Raw lines shown to the persona per file (the tail of server logs, the first outputs)."""
@@ -68,10 +69,13 @@ def raw_excerpts(run: Path, verdict: Verdict) -> str:
     for leg in sorted(verdict.legs):
         for name in ("server.log", "outputs.jsonl"):
             path = Path(run) / "legs" / leg / name
-            if path.is_file():
-                lines = path.read_text("utf-8", "replace").splitlines()
-                chosen = lines[-EXCERPT_LINES:] if name == "server.log" else lines[:EXCERPT_LINES]
-                parts.append(f"--- legs/{leg}/{name} ---\n" + "\n".join(chosen))
+            try:  # a link out of the run (a secret) must never reach the LLM; a FIFO must not block
+                data = read_bytes(path, run, limit=TEXT_BYTES, what=f"legs/{leg}/{name}")
+            except OSError:
+                continue
+            lines = data.decode("utf-8", "replace").splitlines()
+            chosen = lines[-EXCERPT_LINES:] if name == "server.log" else lines[:EXCERPT_LINES]
+            parts.append(f"--- legs/{leg}/{name} ---\n" + "\n".join(line[:2000] for line in chosen))
     return fence("\n".join(parts)) or "(none)"
 
 

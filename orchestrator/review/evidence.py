@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Literal
 
 from perfwarden.harness.records import EvidenceRef
+from perfwarden.harness.safe_read import open_regular, read_bytes
 from perfwarden.orchestrator.review.model import inside
 
 EXCERPT = 200
@@ -80,7 +81,7 @@ class LineReader:
         """Bytes of 1-based line ``number`` without its newline; None past the end of the file."""
         if number < 1:
             return None
-        with open(path, "rb") as handle:
+        with open_regular(path, self.root, "evidence file") as handle:
             size = handle.seek(0, 2)
             if size == 0:
                 return None
@@ -102,7 +103,8 @@ class LineReader:
         """Line ``number`` as the auditor's ``TextFile`` numbers it (``str.splitlines`` on the
         replacement-decoded text), so that logs with a stray form feed or CR still line up."""
         if path not in self._text:
-            self._text[path] = path.read_bytes().decode("utf-8", "replace").splitlines()
+            data = read_bytes(path, self.root, limit=TEXT_FILE_LIMIT, what="evidence file")
+            self._text[path] = data.decode("utf-8", "replace").splitlines()
         lines = self._text[path]
         return lines[number - 1].encode("utf-8") if 1 <= number <= len(lines) else None
 

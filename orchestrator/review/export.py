@@ -19,6 +19,7 @@ import json
 from html import escape
 from typing import Any
 
+from perfwarden.orchestrator.render import printable
 from perfwarden.orchestrator.review.compare import Comparison, metric_rows
 from perfwarden.orchestrator.review.model import RunReview, VerdictEntry
 from perfwarden.orchestrator.review.summary import LEVER_CLASSES, banked, fmt_pct, fmt_value, is_banked
@@ -71,7 +72,7 @@ _MD_SPECIAL = "\\`*[]|"
 def md_cell(value: object) -> str:
     """A value safe inside a markdown table cell: HTML entity-escaped (renderers pass raw HTML
     through), markup and pipe characters backslash-escaped, newlines flattened."""
-    text = " ".join(escape(str(value), quote=False).splitlines())
+    text = escape(printable(" ".join(str(value).splitlines())), quote=False)
     return "".join("\\" + ch if ch in _MD_SPECIAL else ch for ch in text)
 
 
@@ -131,14 +132,17 @@ def evidence_text(finding) -> str:
 
 
 def csv_safe(value: object) -> object:
-    """Neutralize spreadsheet formulas in text cells (numbers are left as they are)."""
-    if not isinstance(value, str) or not value or value[0] not in "=+-@\t\r":
+    """Neutralize spreadsheet formulas in text cells (numbers are left as they are), and show control
+    characters as escapes (an ESC sequence in a cell must not reach the terminal that prints the CSV)."""
+    if not isinstance(value, str) or not value:
         return value
+    if value[0] not in "=+-@\t\r":
+        return printable(value)
     try:
         float(value)
         return value
     except ValueError:
-        return "'" + value
+        return "'" + printable(value)
 
 
 def _csv(headers: list[str], rows: list[list[object]]) -> str:

@@ -17,7 +17,10 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from perfwarden.harness.jsonl import LineIssue, iter_raw_lines
 from perfwarden.harness.records import Claim, RunManifest, Verdict
+from perfwarden.harness.safe_read import (MAX_DEPTH, MESSAGE_CHARS, RECORD_BYTES, VERDICT_BYTES, check_regular,
+                                          exists, long_string, read_bytes, too_deep)
 
 AUDITED_NOW = "(audited now, not saved)"
 """``VerdictEntry.path`` of a verdict the review produced itself because the run had none saved."""
@@ -126,24 +129,39 @@ def resolve_input(path: Path) -> tuple[Path, Path | None]:
     path = Path(path)
     if path.is_dir():
         return path, None
-    if path.is_file():
-        root = path.parent.parent if path.parent.name == "verdicts" else path.parent
-        return root, path
-    raise ReviewError(f"{str(path)!r} is neither a run directory nor a verdict file")
-
-
-def read_verdict(path: Path) -> Verdict:
-    """Parse one verdict file; any problem is a ``ReviewError`` naming the file."""
     try:
-        text = Path(path).read_text("utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
+        check_regular(path, None, "verdict")  # stat only: a FIFO or a device is refused, never opened
+    except OSError as exc:
+        raise ReviewError(f"{str(path)!r} is neither a run directory nor a verdict file ({exc})") from None
+    root = path.parent.parent if path.parent.name == "verdicts" else path.parent
+    return root, path
+
+
+def read_verdict(path: Path, root: Path | None = None) -> Verdict:
+    """Parse one verdict file (a regular file inside ``root`` when found in a run, at most
+    ``VERDICT_BYTES``, no string over ``MESSAGE_CHARS``); any problem is a ``ReviewError`` naming it."""
+    try:
+        obj = json.loads(read_bytes(path, root, limit=VERDICT_BYTES, what="verdict"), parse_constant=_reject)
+    except OSError as exc:
         raise ReviewError(f"cannot read verdict {str(path)!r}: {exc}") from None
+    except (ValueError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError
+        raise ReviewError(f"verdict {str(path)!r} is not valid JSON: {exc}") from None
+    if too_deep(obj):
+        raise ReviewError(f"verdict {str(path)!r} nests deeper than {MAX_DEPTH} levels")
+    too_long = long_string(obj, MESSAGE_CHARS)
+    if too_long is not None:
+        raise ReviewError(f"verdict {str(path)!r}: the string at {too_long[0]!r} is {too_long[1]:,} characters, "
+                          f"over the {MESSAGE_CHARS:,}-character bound for one field")
     try:
-        return Verdict.model_validate_json(text)
+        return Verdict.model_validate(obj)
     except ValidationError as exc:
         err = exc.errors()[0]
         where = ".".join(map(str, err["loc"])) or "the top level"
         raise ReviewError(f"verdict {str(path)!r} is invalid: {err['msg']} at {where!r}") from None
+
+
+def _reject(name: str) -> Any:
+    raise ValueError(f"non-finite constant {name!r}")
 
 
 def read_claim(root: Path, rel: str) -> tuple[Claim | None, str | None]:
@@ -153,10 +171,10 @@ def read_claim(root: Path, rel: str) -> tuple[Claim | None, str | None]:
     path = inside(root, rel)
     if path is None:
         return None, f"claim {rel!r} is outside the run directory; not read"
-    if not path.is_file():
+    if not exists(path):
         return None, f"claim {rel!r} is missing"
     try:
-        return load_claim(path)[0], None
+        return load_claim(path, root)[0], None
     except ClaimError as exc:
         return None, str(exc)
 
@@ -172,7 +190,7 @@ def load_saved_verdicts(root: Path) -> list[VerdictEntry]:
         return []
     entries = []
     for path in sorted(p for p in vdir.glob("*.json") if not p.name.startswith(".")):
-        verdict = read_verdict(path)
+        verdict = read_verdict(path, root)
         claim, note = read_claim(root, verdict.claim)
         entries.append(VerdictEntry(verdict, str(path.relative_to(root)), claim, note))
     return sorted(entries, key=_seq_order)
@@ -185,7 +203,7 @@ def audit_claims_now(root: Path) -> list[VerdictEntry]:
     entries = []
     for path in sorted(p for p in (root / "claims").glob("*.json") if not p.name.startswith(".")):
         try:
-            verdict = audit_path(root, path)
+            verdict = audit_path(root, path, claim_root=root)
         except ClaimError as exc:
             raise ReviewError(str(exc)) from None
         claim, note = read_claim(root, verdict.claim)
@@ -204,25 +222,30 @@ def unanswered_claims(root: Path, entries: list[VerdictEntry]) -> list[str]:
 
 def read_manifest(root: Path, notes: list[str]) -> RunManifest | None:
     path = root / "run.json"
-    if not path.is_file():
+    if not exists(path):
         return None
     try:
-        return RunManifest.model_validate_json(path.read_text("utf-8"))
-    except (OSError, UnicodeDecodeError, ValidationError) as exc:
+        return RunManifest.model_validate_json(read_bytes(path, root, limit=RECORD_BYTES, what="run.json"))
+    except OSError as exc:
+        notes.append(f"run.json is unreadable ({exc}); the run is named by its directory")
+    except (UnicodeDecodeError, ValidationError) as exc:
         notes.append(f"run.json is unreadable ({type(exc).__name__}); the run is named by its directory")
-        return None
+    return None
 
 
 def read_report_banked(root: Path, notes: list[str]) -> list[Any] | None:
     """``report.json``'s ``banked`` list; a broken report is a visible note, and the banked results
     are then taken from the verdicts."""
     path = root / "report.json"
-    if not path.is_file():
+    if not exists(path):
         return None
     try:
-        obj = json.loads(path.read_text("utf-8"))
+        obj = json.loads(read_bytes(path, root, limit=VERDICT_BYTES, what="report.json"))
     except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
         notes.append(f"report.json is unreadable ({exc}); banked results are taken from the verdicts")
+        return None
+    if too_deep(obj):
+        notes.append(f"report.json nests deeper than {MAX_DEPTH} levels; banked results are taken from the verdicts")
         return None
     banked = obj.get("banked") if isinstance(obj, dict) else None
     if not isinstance(banked, list):
@@ -235,25 +258,28 @@ def read_events(root: Path, notes: list[str], limit: int = 2000) -> list[dict[st
     """Orchestrator step records; the timeline shows at most ``limit`` of them (a long run's steps
     would otherwise dominate the page)."""
     path = root / "events.jsonl"
-    if not path.is_file():
+    if not exists(path):
         return []
     events: list[dict[str, Any]] = []
     bad = 0
+    issues: list[LineIssue] = []
     try:
-        with open(path, "rb") as handle:
-            for raw in handle:
-                if len(events) >= limit:
-                    notes.append(f"events.jsonl: only the first {limit} steps are shown")
-                    break
-                try:
-                    obj = json.loads(raw)
-                except ValueError:
-                    bad += 1
-                    continue
-                if isinstance(obj, dict):
-                    events.append(obj)
+        for _, raw in iter_raw_lines(path, issues, root=root):
+            if len(events) >= limit:
+                notes.append(f"events.jsonl: only the first {limit} steps are shown")
+                break
+            try:
+                obj = json.loads(raw)
+            except (ValueError, RecursionError):
+                bad += 1
+                continue
+            if isinstance(obj, dict) and not too_deep(obj):
+                events.append(obj)
+            else:
+                bad += 1
     except OSError as exc:
         notes.append(f"events.jsonl is unreadable: {exc}")
+    bad += sum(issue.kind == "corrupt" for issue in issues)  # lines over the size bound
     if bad:
         notes.append(f"events.jsonl: {bad} line(s) are not JSON and are not shown")
     return events
@@ -267,7 +293,7 @@ def load_review(path: Path, audit_if_needed: bool = True) -> RunReview:
     notes: list[str] = []
     audited_now = False
     if single is not None:
-        verdict = read_verdict(single)
+        verdict = read_verdict(single)  # named on the command line: any regular file, wherever it is
         claim, note = read_claim(root, verdict.claim)
         try:
             rel = str(single.resolve().relative_to(root.resolve()))
@@ -292,12 +318,12 @@ def read_server_info(root: Path, leg: str) -> tuple[dict[str, Any] | None, str |
     path = inside(root, f"legs/{leg}/server_info.json")
     if path is None:
         return None, f"leg {leg!r} is outside the run directory"
-    if not path.is_file():
+    if not exists(path):
         return None, f"legs/{leg}/server_info.json is missing"
     try:
-        obj = json.loads(path.read_text("utf-8"))
+        obj = json.loads(read_bytes(path, root, limit=RECORD_BYTES, what=f"legs/{leg}/server_info.json"))
     except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
         return None, f"legs/{leg}/server_info.json is unreadable: {exc}"
-    if not isinstance(obj, dict):
-        return None, f"legs/{leg}/server_info.json is not a JSON object"
+    if not isinstance(obj, dict) or too_deep(obj):
+        return None, f"legs/{leg}/server_info.json is not a JSON object of at most {MAX_DEPTH} levels"
     return obj, None

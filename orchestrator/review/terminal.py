@@ -8,14 +8,13 @@ terminal. Indented blocks use ``Padding`` so wrapped lines keep their indent.
 
 from __future__ import annotations
 
-import unicodedata
-
 from rich.console import Console, Group, RenderableType
 from rich.padding import Padding
 from rich.rule import Rule
 from rich.table import Table
 from rich.text import Text
 
+from perfwarden.orchestrator.render import printable, safe_text  # noqa: F401 - printable is re-exported
 from perfwarden.orchestrator.review.compare import PLOT_METRICS, Comparison, Pair, metric_rows
 from perfwarden.orchestrator.review.evidence import LineReader
 from perfwarden.orchestrator.review.model import AUDITED_NOW, HEADLINE_KEEPING_ACTIONS, RunReview, VerdictEntry
@@ -29,23 +28,9 @@ STATUS_MARK = {"verified": "sha256 ok", "changed": "CHANGED since audit", "no_ha
                "unreadable": "unreadable"}
 
 
-def printable(value: object) -> str:
-    """Text safe for a terminal: control and format characters (ESC, bidi overrides, newlines)
-    are shown as escapes instead of being interpreted."""
-    out = []
-    for ch in str(value):
-        if ch == "\t":
-            out.append(" ")
-        elif unicodedata.category(ch) in ("Cc", "Cf", "Zl", "Zp"):
-            out.append(ch.encode("unicode_escape").decode("ascii"))
-        else:
-            out.append(ch)
-    return "".join(out)
-
-
 def t(*parts: str | tuple[str, str]) -> Text:
     """``Text.assemble`` over printable parts (a part is ``text`` or ``(text, style)``)."""
-    return Text.assemble(*[(printable(p[0]), p[1]) if isinstance(p, tuple) else printable(p) for p in parts])
+    return safe_text(*parts)
 
 
 def indent(renderable: RenderableType, n: int) -> Padding:

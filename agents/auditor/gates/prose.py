@@ -17,12 +17,14 @@ from __future__ import annotations
 
 import math
 import re
+from bisect import bisect_left, bisect_right
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
 from perfwarden.agents.auditor.evidence import TextFile
-from perfwarden.agents.auditor.findings import GateResult, finding
+from perfwarden.agents.auditor.findings import Findings, GateResult
+from perfwarden.harness.records import EvidenceRef
 
 # ------------------------------------------------------------------------------ the values a run has
 
@@ -164,13 +166,23 @@ def _decimals(token: str) -> int:
     return len(token.split(".", 1)[1]) if "." in token else 0
 
 
-def traces(token: str, value: float, pool: Iterable[float]) -> bool:
-    """``value`` printed as ``token`` agrees with some pool value at the printed precision."""
+REL_TOLERANCE = 0.005
+"""Integers print rounded: a large integer also traces within this relative tolerance (1,677 vs 1677.476)."""
+
+
+def traces(token: str, value: float, pool: list[float]) -> bool:
+    """``value`` printed as ``token`` agrees with some pool value at the printed precision. ``pool`` is
+    sorted: only the values within the widest tolerance are compared (a report with 100,000 numbers
+    against thousands of values stays a fraction of a second)."""
+    if not math.isfinite(value):  # a 400-digit number is a claim no measurement gives
+        return False
     d = _decimals(token)
     tol = 0.5 * 10 ** (-d) + 1e-9
-    # Integers print rounded: also accept a relative tolerance for large magnitudes (1,677 vs 1677.476).
-    rel = 0.005 if d == 0 and abs(value) >= 100 else 0.0
-    return any(abs(p - value) <= max(tol, rel * abs(p)) for p in pool)
+    rel = REL_TOLERANCE if d == 0 and abs(value) >= 100 else 0.0
+    # |p - v| <= rel*|p| implies |p - v| <= rel*|v| / (1 - rel): a window that holds every candidate.
+    window = max(tol, rel * abs(value) / (1 - rel) + 1e-9)
+    lo, hi = bisect_left(pool, value - window), bisect_right(pool, value + window)
+    return any(abs(p - value) <= max(tol, rel * abs(p)) for p in pool[lo:hi])
 
 
 def _families(text: str) -> tuple[str, ...]:
@@ -289,11 +301,34 @@ def candidates(q: Quoted, pool: list[Traceable], headline_metric: str) -> list[f
     return [t.value for t in pool if t.kind in ("count", "config", "ratio", "quality")]
 
 
+def _meaning(q: Quoted, headline_metric: str) -> tuple:
+    """What ``candidates`` depends on: numbers with the same meaning share one sorted candidate list."""
+    return (q.pvalue, q.unit, q.stat, q.legs, q.families, tuple(sorted(_metrics_for(q, headline_metric))))
+
+
 def check_report(run: Path, report: TextFile, pool: list[Traceable], headline_metric: str,
-                 baseline: str | None, candidate: str | None, leg_names: Iterable[str]) -> GateResult:
+                 baseline: str | None, candidate: str | None, leg_names: Iterable[str]) -> GateResult[int]:
     """UNTRACED_CLAIM for every result number that is not the value it claims to be, and for numbers
-    presented as expected/projected in a results report. ``value`` is how many numbers were checked."""
-    out = []
+    presented as expected/projected in a results report. ``value`` is how many numbers were checked.
+
+    Pure: findings are collected in a local, bounded ``Findings`` (at most ``MAX_LISTED`` listed per code,
+    the rest counted in one summary), each line's evidence is hashed once, and numbers of one meaning
+    share one sorted candidate list, so a hostile report with 100,000 numbers costs seconds, not minutes."""
+    out = Findings()
+    evidence: dict[int, list[EvidenceRef]] = {}
+    omitted_cited = False
+
+    def cite(line_no: int) -> list[EvidenceRef]:
+        nonlocal omitted_cited
+        if out.full("prose", "UNTRACED_CLAIM"):
+            if omitted_cited:
+                return []  # only counted: the summary cites the first omitted finding's line
+            omitted_cited = True
+        if line_no not in evidence:
+            evidence[line_no] = [report.evidence(run, line_no)]
+        return evidence[line_no]
+
+    by_meaning: dict[tuple, list[float]] = {}
     checked = 0
     leg_names = list(leg_names)
     for line_no, _raw, text in _prose_lines(report):
@@ -303,26 +338,28 @@ def check_report(run: Path, report: TextFile, pool: list[Traceable], headline_me
                 continue
             checked += 1
             speculative = SPECULATIVE.search(clause)
-            shown = f"{quoted.token}{(' ' + quoted.unit) if quoted.unit and quoted.unit not in '%x×' else quoted.unit}"
+            token = quoted.token[:40]
+            shown = f"{token}{(' ' + quoted.unit) if quoted.unit and quoted.unit not in '%x×' else quoted.unit}"
             if speculative:
                 if clause in flagged:  # one finding per speculative clause
                     continue
                 flagged.add(clause)
-                out.append(finding("UNTRACED_CLAIM", "FAIL", f"line {line_no}: {shown} is presented in a results report "
-                                   f"but called {speculative.group(0)!r}: not a measurement", measured=shown,
-                                   threshold="measured values only", evidence=[report.evidence(run, line_no)],
-                                   action="eject", gate="prose"))
+                out.add("UNTRACED_CLAIM", "FAIL", f"line {line_no}: {shown} is presented in a results report but "
+                        f"called {speculative.group(0)!r}: not a measurement", measured=shown,
+                        threshold="measured values only", evidence=cite(line_no), action="eject", gate="prose")
                 continue
-            pool_values = candidates(quoted, pool, headline_metric)
+            key = _meaning(quoted, headline_metric)
+            if key not in by_meaning:
+                by_meaning[key] = sorted(v for v in candidates(quoted, pool, headline_metric) if math.isfinite(v))
+            pool_values = by_meaning[key]
             if not traces(quoted.token.replace(",", ""), quoted.value, pool_values):
                 what = ", ".join(filter(None, [
                     "/".join(quoted.families) or None, quoted.stat, "/".join(quoted.legs) or None,
                     {"%": "percent", "x": "ratio", "×": "ratio"}.get(quoted.unit, quoted.unit or "bare number")]))
-                out.append(finding("UNTRACED_CLAIM", "FAIL", f"line {line_no}: {shown} ({what}) traces to no "
-                                   "re-derived value of that kind", measured=shown,
-                                   threshold=f"{len(pool_values)} re-derived value(s) of that kind at the printed "
-                                   "precision", evidence=[report.evidence(run, line_no)], action="eject", gate="prose"))
-    return GateResult(findings=out, value=checked)
+                out.add("UNTRACED_CLAIM", "FAIL", f"line {line_no}: {shown} ({what}) traces to no re-derived value "
+                        "of that kind", measured=shown, threshold=f"{len(pool_values)} re-derived value(s) of that "
+                        "kind at the printed precision", evidence=cite(line_no), action="eject", gate="prose")
+    return GateResult(findings=out.items, value=checked)
 
 
 def finite(values: Iterable[float | None]) -> list[float]:

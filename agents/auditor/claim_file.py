@@ -1,0 +1,51 @@
+"""Reading a claim file: the auditor's first input, refused fast when it is not a claim.
+
+Kept apart from ``audit.py`` (which pulls in the statistics stack) so that ``perfwarden audit`` can
+refuse ``--claim /dev/zero``, a FIFO or a 50 MB name before anything heavy is imported.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from perfwarden.harness.records import Claim
+from perfwarden.harness.safe_read import CLAIM_BYTES, MAX_DEPTH, STRING_CHARS, long_string, read_bytes, too_deep
+
+
+class ClaimError(ValueError):
+    """The claim file itself is unreadable or invalid (exit 3 at the CLI)."""
+
+
+def load_claim(path: Path, root: Path | None = None) -> tuple[Claim, str]:
+    """Parse a claim file; returns the model and the sha256 of its bytes.
+
+    The claim must be a regular file (inside ``root`` when the claim was found in a run rather than
+    named on the command line) of at most ``CLAIM_BYTES``, and no string in it may exceed
+    ``STRING_CHARS``: ``/dev/zero``, a FIFO or a 50 MB name is refused at once, never read."""
+    try:
+        data = read_bytes(path, root, limit=CLAIM_BYTES, what="claim")
+    except OSError as exc:
+        raise ClaimError(f"cannot read claim {str(path)!r}: {exc}") from None
+    try:
+        obj = json.loads(data, parse_constant=_reject)
+    except (ValueError, RecursionError) as exc:
+        raise ClaimError(f"claim {str(path)!r} is not valid JSON: {exc}") from None
+    if too_deep(obj):
+        raise ClaimError(f"claim {str(path)!r} nests deeper than {MAX_DEPTH} levels")
+    too_long = long_string(obj)
+    if too_long is not None:
+        raise ClaimError(f"claim {str(path)!r}: the string at {too_long[0]!r} is {too_long[1]:,} characters, over "
+                         f"the {STRING_CHARS:,}-character bound for one field")
+    try:
+        return Claim.model_validate(obj), hashlib.sha256(data).hexdigest()
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        raise ClaimError(f"claim {str(path)!r} is invalid: {err['msg']} at {'.'.join(map(str, err['loc']))!r}") from None
+
+
+def _reject(name: str):
+    raise ValueError(f"non-finite constant {name!r}")

@@ -1,0 +1,153 @@
+"""The long fuzz: >= 10,000 mutated inputs through every command and reader, in parallel processes.
+
+    .venv/bin/python benchmarks/fuzz.py [--inputs 10000] [--workers N] [--seed 0] [--timeout 30]
+    .venv/bin/python benchmarks/fuzz.py --replay 1234          # one input, verbosely
+
+The engine and its oracle are ``perfwarden.proof.fuzz`` (read its docstring for what counts as damaged
+evidence, and why a mutation no gate reads may legitimately PASS); the test suite runs a bounded
+hypothesis fuzz of the same engine (``tests/test_fuzz.py``). Input ``i`` is fully determined by
+``--seed`` and ``i`` (a ``random.Random``), so any failure printed here replays with ``--replay``.
+
+Each worker process handles inputs in-process (no interpreter start per input) under an address-space
+limit (``--memory-gib``: a runaway allocation becomes a MemoryError, counted, instead of the OOM
+killer), with a per-input alarm (``--timeout``: a hang is counted, never waited on). Printed: inputs,
+tracebacks, exit codes outside the contract, PASS on damaged evidence, hangs, raw terminal controls,
+inputs over the memory bound, peak memory, and the gate crashes that failed open (each one a bug,
+though not a false PASS). Exit status 0 when every count that must be zero is zero.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import multiprocessing as mp
+import os
+import resource
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+_FUZZER = None
+_MEMORY = 0
+
+
+def _init(scratch: str, timeout: int, memory: int) -> None:
+    global _FUZZER, _MEMORY
+    resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
+    _MEMORY = memory
+    from perfwarden.proof.fuzz import Fuzzer
+
+    work = Path(tempfile.mkdtemp(prefix=f"w{os.getpid()}-", dir=scratch))
+    _FUZZER = Fuzzer(work, timeout_s=timeout, memory_limit=memory // 2)
+
+
+def _chunk(args: tuple[int, list[int]]) -> dict:
+    from perfwarden.proof.fuzz import RandomChooser
+
+    seed, indices = args
+    counts: collections.Counter = collections.Counter()
+    failures, degraded = [], []
+    for i in indices:
+        outcome = _FUZZER.run_one(RandomChooser(seed * 1_000_003 + i))
+        counts["inputs"] += 1
+        counts[f"target:{outcome.target}"] += 1
+        counts["damaged"] += bool(outcome.damaged)
+        counts[f"verdict:{outcome.verdict}"] += outcome.verdict is not None
+        for problem in set(outcome.problems):
+            counts[problem] += 1
+        if outcome.problems and len(failures) < 20:
+            failures.append({"input": i, **outcome.__dict__})
+        if outcome.degraded:
+            counts["degraded"] += 1
+            if len(degraded) < 20:
+                degraded.append({"input": i, **outcome.__dict__})
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    return {"counts": counts, "failures": failures, "degraded": degraded, "peak": peak}
+
+
+def replay(seed: int, index: int, timeout: int) -> None:
+    from perfwarden.proof.fuzz import Fuzzer, RandomChooser
+
+    scratch = Path(tempfile.mkdtemp(prefix="pw-fuzz-replay-"))
+    try:
+        outcome = Fuzzer(scratch, timeout_s=timeout).run_one(RandomChooser(seed * 1_000_003 + index))
+        print(json.dumps(outcome.__dict__, indent=2, default=str))
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--inputs", type=int, default=10_000)
+    parser.add_argument("--workers", type=int, default=os.cpu_count() or 2)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--timeout", type=int, default=30, help="seconds per input before it counts as a hang")
+    parser.add_argument("--memory-gib", type=float, default=4.0, help="address-space limit per worker")
+    parser.add_argument("--chunk", type=int, default=25)
+    parser.add_argument("--replay", type=int, default=None, help="run input N of --seed alone and print it")
+    parser.add_argument("--out", type=Path, default=None, help="also write every failure as JSON here")
+    args = parser.parse_args()
+    if args.replay is not None:
+        replay(args.seed, args.replay, args.timeout)
+        return 0
+    from perfwarden.proof.fuzz import PROBLEMS
+
+    memory = int(args.memory_gib * (1 << 30))
+    scratch = tempfile.mkdtemp(prefix="pw-fuzz-")
+    chunks = [(args.seed, list(range(k, min(k + args.chunk, args.inputs)))) for k in range(0, args.inputs, args.chunk)]
+    counts: collections.Counter = collections.Counter()
+    failures, degraded, peak = [], [], 0
+    started = time.monotonic()
+    print(f"fuzzing {args.inputs} inputs with {args.workers} worker(s), seed {args.seed}, "
+          f"{args.timeout} s per input, {args.memory_gib:g} GiB address space per worker", flush=True)
+    try:
+        with mp.get_context("fork").Pool(args.workers, initializer=_init,
+                                          initargs=(scratch, args.timeout, memory)) as pool:
+            pending = pool.imap_unordered(_chunk, chunks)
+            for done in range(len(chunks)):
+                # A chunk that outlives every input's own alarm is a hang the alarm could not break.
+                try:
+                    result = pending.next(timeout=args.chunk * args.timeout + 60)
+                except mp.TimeoutError:
+                    counts["hang"] += 1
+                    print("a chunk did not finish: counted as a hang; stopping", flush=True)
+                    pool.terminate()
+                    break
+                counts.update(result["counts"])
+                failures += result["failures"]
+                degraded += result["degraded"]
+                peak = max(peak, result["peak"])
+                if (done + 1) % max(1, len(chunks) // 10) == 0:
+                    print(f"  {counts['inputs']:>6} inputs, {time.monotonic() - started:6.0f} s, problems so far: "
+                          f"{sum(counts[p] for p in PROBLEMS)}",
+                          flush=True)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    wall = time.monotonic() - started
+    print()
+    print(f"inputs                         {counts['inputs']}")
+    print(f"tracebacks                     {counts['traceback']}")
+    print(f"exit codes outside contract    {counts['exit_code']}")
+    print(f"PASS on damaged evidence       {counts['pass_on_damaged']}")
+    print(f"hangs (> {args.timeout} s)                {counts['hang']}")
+    print(f"raw terminal controls          {counts['raw_control']}")
+    print(f"inputs over the memory bound   {counts['memory']}   (peak RSS of a worker: {peak / (1 << 20):.0f} MiB)")
+    print(f"gate crashes (failed open)     {counts['degraded']}")
+    print(f"wall time                      {wall:.0f} s with {args.workers} worker(s)")
+    print("by target: " + ", ".join(f"{k[7:]} {v}" for k, v in sorted(counts.items()) if k.startswith("target:")))
+    print("verdicts: " + ", ".join(f"{k[8:]} {v}" for k, v in sorted(counts.items()) if k.startswith("verdict:"))
+          + f"; inputs with damage the oracle proves: {counts['damaged']}")
+    for f in failures[:20] + degraded[:5]:
+        print(f"  input {f['input']}: {f['target']} {f['seed']} {f['problems'] or 'degraded'} exit {f['exit_code']} "
+              f"{f['mutations']} damaged={f['damaged'][:2]}")
+    if args.out:
+        args.out.write_text(json.dumps({"counts": counts, "failures": failures, "degraded": degraded}, indent=1,
+                                       default=str))
+    return 0 if all(counts[k] == 0 for k in PROBLEMS) and counts["inputs"] == args.inputs else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,148 @@
+"""Kill a synthetic run at many instants, resume each, and report what every resumed run ended with.
+
+    python tests/resume_driver.py WORKDIR   ->   JSON lines on stdout: the reference, then one per case
+
+Used by ``test_resume_anywhere.py``. This process runs the uninterrupted reference run itself (which
+also warms every lazy import; only the main thread is left afterwards, so forking is safe), derives
+the crash instants from the reference's steps, then runs each crashing run and each resume in a
+``fork()``ed child: a case costs a run, not an interpreter start. A case is either a crash point
+(``PERFWARDEN_CRASH_AT``, see ``orchestrator/crashpoints.py``: the child SIGKILLs itself there) or a
+delay after which the parent SIGKILLs the child (a random instant, reps slowed down so it lands
+anywhere). The resume runs in a fresh child without the hook.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import sys
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+
+from perfwarden.orchestrator.crashpoints import ENV
+from perfwarden.orchestrator.runner import RunUsageError, run_graph
+from perfwarden.orchestrator.settings import RunSettings
+from perfwarden.orchestrator.simlab import SyntheticLab
+
+SETTINGS = RunSettings(target="synthetic", levers=["quantization"])
+"""Small but complete: every node runs (baseline, profile, op bench, harness redo, A/B, quality eval,
+resubmit, bundle, report) in about 0.3 s."""
+
+
+def _child(fn) -> int:
+    """Run ``fn`` in a forked child; returns the child's pid."""
+    pid = os.fork()
+    if pid == 0:  # the child never returns into the caller's stack
+        code = 70
+        try:
+            code = fn()
+        except BaseException as exc:  # noqa: BLE001 - report, then leave without running atexit handlers
+            sys.stderr.write(f"child failed: {type(exc).__name__}: {exc}\n")
+        finally:
+            os._exit(code)
+    return pid
+
+
+def _status(pid: int) -> str:
+    _, status = os.waitpid(pid, 0)
+    if os.WIFSIGNALED(status):
+        return f"signal {os.WTERMSIG(status)}"
+    return f"exit {os.WEXITSTATUS(status)}"
+
+
+def _start(run: Path, crash_at: str | None, rep_delay: float) -> int:
+    def go() -> int:
+        os.environ.pop(ENV, None)
+        if crash_at:
+            os.environ[ENV] = crash_at
+        os.environ["PERFWARDEN_SIM_REP_DELAY"] = str(rep_delay)
+        run_graph(run, SETTINGS, SyntheticLab())
+        return 0
+    return _child(go)
+
+
+def _resume(run: Path, message_file: Path) -> int:
+    def go() -> int:
+        os.environ.pop(ENV, None)
+        os.environ["PERFWARDEN_SIM_REP_DELAY"] = "0"
+        try:
+            run_graph(run, SETTINGS, SyntheticLab(), resume=True)
+        except RunUsageError as exc:
+            message_file.write_text(str(exc))
+            return 3
+        return 0
+    return _child(go)
+
+
+def summary(run: Path) -> dict:
+    """What a finished run ended with, in comparable form (no clock, no paths outside the run)."""
+    out: dict = {"report": (run / "report.json").is_file() and (run / "report.md").is_file()}
+    if out["report"]:
+        report = json.loads((run / "report.json").read_text())
+        out["banked"] = [(b["name"], b["lever_class"], round(b["headline_rederived_pct"] or 0.0, 6))
+                         for b in report["banked"]]
+        out["trail"] = [(v["seq"], v["scope"], v["verdict"], v["action"]) for v in report["verdicts"]]
+        out["proposals"] = [(p["id"], p["status"]) for p in report["proposals"]]
+    reps = {}
+    for bench in sorted((run / "legs").glob("*/bench_runs.jsonl")) if (run / "legs").is_dir() else []:
+        keys = []
+        for line in bench.read_text().splitlines():
+            try:
+                keys.append(json.loads(line)["rep"])
+            except ValueError:
+                keys.append("corrupt line")
+        reps[bench.parent.name] = keys
+    out["reps"] = reps
+    out["verdict_files"] = sorted(p.name for p in (run / "verdicts").glob("*.json")) if (run / "verdicts").is_dir() else []
+    return out
+
+
+def one_case(workdir: Path, index: int, case: dict) -> dict:
+    run = workdir / f"case-{index:03d}"
+    started = time.monotonic()
+    pid = _start(run, case.get("crash_at"), case.get("rep_delay", 0.0))
+    if "kill_after" in case:
+        time.sleep(case["kill_after"])
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    crashed = _status(pid)
+    message = workdir / f"case-{index:03d}.message"
+    resumed = _status(_resume(run, message)) if run.exists() else "no run directory"
+    return {**case, "crashed": crashed, "resumed": resumed, "seconds": round(time.monotonic() - started, 2),
+            "message": message.read_text() if message.exists() else None, "summary": summary(run)}
+
+
+def crash_cases(steps: list[str]) -> list[dict]:
+    """Every node boundary of the reference run (before each step; after it wrote its files but before
+    its checkpoint), the instants between the run's own writes, torn rep lines, random instants."""
+    seen: Counter[str] = Counter()
+    cases = [{"crash_at": "settings_written"}, {"crash_at": "checkpointer_opened"},
+             {"crash_at": "report_json_written"}, {}]  # {}: never killed; its resume finds a finished run
+    for node in steps:
+        seen[node] += 1
+        cases += [{"crash_at": f"before:{node}#{seen[node]}"}, {"crash_at": f"after:{node}#{seen[node]}"}]
+    cases += [{"crash_at": f"rep_torn#{k}"} for k in (1, 9, 30)]
+    rng = random.Random(12)  # random instants, reproducible: reps take 10 ms, the run ~1 s
+    cases += [{"kill_after": round(rng.uniform(0.0, 1.2), 3), "rep_delay": 0.01} for _ in range(6)]
+    return cases
+
+
+def main() -> None:
+    workdir = Path(sys.argv[1])
+    workdir.mkdir(parents=True, exist_ok=True)
+    run_graph(workdir / "reference", SETTINGS, SyntheticLab())
+    assert threading.active_count() == 1, "a thread outlived the run: forking would copy its locks"
+    steps = [json.loads(line)["node"] for line in (workdir / "reference" / "events.jsonl").read_text().splitlines()]
+    print(json.dumps({"reference": summary(workdir / "reference"), "steps": steps}), flush=True)
+    for index, case in enumerate(crash_cases(steps)):
+        print(json.dumps(one_case(workdir, index, case)), flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,197 @@
+"""A bounded, seeded fuzz of every command and reader over mutated real fixtures (issue 12 §6).
+
+The engine and its oracle are ``perfwarden.proof.fuzz`` (its docstring says what counts as damaged
+evidence). Here hypothesis draws the choices, so a failure shrinks to the fewest, smallest mutations
+and replays from the printed choices; ``derandomize`` makes the suite run the same inputs every time.
+``benchmarks/fuzz.py`` runs the same engine over >= 10,000 inputs in parallel processes. Set
+``PERFWARDEN_FUZZ_SCALE=10`` for a deeper (randomized) hunt here.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, note, settings
+from hypothesis import strategies as st
+
+from perfwarden.proof.fuzz import (Fuzzer, HypothesisChooser, evidence_damage, file_damage, fixture_seeds,
+                                   mlperf_seeds, must_read)
+
+SCALE = int(os.environ.get("PERFWARDEN_FUZZ_SCALE", "1"))
+FUZZ = settings(max_examples=60 * SCALE, deadline=None, derandomize=SCALE == 1, database=None,
+                suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
+                                       HealthCheck.function_scoped_fixture])
+
+
+@pytest.fixture(scope="module")
+def fuzzer(tmp_path_factory) -> Fuzzer:
+    return Fuzzer(tmp_path_factory.mktemp("fuzz"), timeout_s=30, memory_limit=3 << 30)
+
+
+def check(outcome) -> None:
+    note(f"{outcome.target} {outcome.seed}: {outcome.mutations} -> exit {outcome.exit_code}, damaged {outcome.damaged}")
+    assert not outcome.problems, outcome
+    assert not outcome.degraded, f"a gate crashed and failed open: {outcome}"
+
+
+@FUZZ
+@given(data=st.data())
+def test_fuzz_audit(fuzzer, data):
+    check(fuzzer.run_one(HypothesisChooser(data), "audit"))
+
+
+@settings(FUZZ, max_examples=30 * SCALE)
+@given(data=st.data())
+def test_fuzz_audit_mlperf(fuzzer, data):
+    check(fuzzer.run_one(HypothesisChooser(data), "audit-mlperf"))
+
+
+@settings(FUZZ, max_examples=30 * SCALE)
+@given(data=st.data())
+def test_fuzz_backtest(fuzzer, data):
+    check(fuzzer.run_one(HypothesisChooser(data), "backtest"))
+
+
+@settings(FUZZ, max_examples=30 * SCALE)
+@given(data=st.data())
+def test_fuzz_review(fuzzer, data):
+    check(fuzzer.run_one(HypothesisChooser(data), "review"))
+
+
+@settings(FUZZ, max_examples=40 * SCALE)
+@given(data=st.data())
+def test_fuzz_readers(fuzzer, data):
+    check(fuzzer.run_one(HypothesisChooser(data), "readers"))
+
+
+# ------------------------------------------------------------------------- the oracle itself
+
+
+def test_the_seeds_are_real_and_the_oracle_finds_no_damage_in_them():
+    """Every shipped fixture's evidence is well-formed by the oracle's rules, except the fixtures built
+    to be damaged (their answer keys say FAIL or FLAG, so 'must not PASS' agrees with them)."""
+    import json
+
+    seeds = fixture_seeds()
+    assert len(seeds) >= 80 and len(mlperf_seeds()) >= 7
+    damaged = {}
+    for fixture, claim in seeds:
+        found = evidence_damage(fixture / "run", fixture / "run" / claim)
+        if found:
+            damaged[fixture.name] = found
+    keys = {name: json.loads((next(f for f, _ in seeds if f.name == name) / "answer_key.json").read_text())
+            for name in damaged}
+    for name, key in keys.items():
+        assert all(a["verdict"] != "PASS" for a in key["answers"]), (name, damaged[name])
+    assert set(damaged) >= {"syn-corrupt-mid-file", "syn-torn-tail", "syn-evidence-missing"}, damaged
+
+
+def test_oracle_rules(tmp_path):
+    run = tmp_path / "run"
+    (run / "legs" / "a").mkdir(parents=True)
+    bench = run / "legs" / "a" / "bench_runs.jsonl"
+    for body, damaged in [(b'{"rep": 0}\n', False), (b'{"rep": 0}', True), (b'{"rep": NaN}\n', True),
+                          (b'{"rep": 1.5}\n', True), (b'{"x\xff": 1}\n', True), (b"[]\n", True), (b"", True),
+                          (b'{"rep": 0}\n\n{"rep": 1}\r\n', False), (b'{"unknown": [1, "x"]}\n', False),
+                          (b'{"ttfts": [1e400]}\n', True), (b'{"rep": ' + b"[" * 5000 + b"]" * 5000 + b"}\n", True)]:
+        bench.write_bytes(body)
+        assert bool(file_damage(bench, run, "bench", True)) == damaged, body[:40]
+    bench.unlink()
+    assert file_damage(bench, run, "bench", True) == "missing" and file_damage(bench, run, "bench", False) is None
+    bench.symlink_to(tmp_path / "elsewhere")
+    (tmp_path / "elsewhere").write_bytes(b'{"rep": 0}\n')
+    assert "outside" in file_damage(bench, run, "bench", False)
+    bench.unlink()
+    os.mkfifo(bench)
+    assert "regular" in file_damage(bench, run, "fs", False)
+
+
+def test_must_read_follows_the_scope():
+    from perfwarden.harness.records import Claim
+
+    patch = must_read(Claim(scope="patch", legs={"baseline": "b", "candidate": "c"}))
+    assert patch["legs/b/bench_runs.jsonl"] == ("bench", True) and patch["legs/c/server_info.json"] == ("server_info", True)
+    assert patch["legs/c/outputs.jsonl"] == ("outputs", False)
+    no_parity = must_read(Claim(scope="patch", legs={"baseline": "b", "candidate": "c"}, correctness={"parity": "none"}))
+    assert "legs/c/outputs.jsonl" not in no_parity
+    assert must_read(Claim(scope="profile")) == {"profile/profile.jsonl": ("profile", True)}
+    assert "<outside>" in must_read(Claim(scope="baseline", legs={"baseline": "../x"}))
+
+
+# --------------------------------------------------------- what benchmarks/fuzz.py found (seed 0)
+
+
+CLEAN = Path(__file__).resolve().parents[1] / "proof" / "fixtures" / "syn-clean-patch-win"
+
+
+@pytest.fixture
+def run(tmp_path) -> Path:
+    shutil.copytree(CLEAN / "run", tmp_path / "run")
+    return tmp_path / "run"
+
+
+def test_server_info_nested_900_deep_is_corrupt_not_a_serializer_crash(run):
+    """Inputs 1202, 1482, 4529, ...: json parses 900 levels, pydantic then failed to serialize the verdict."""
+    from perfwarden.agents.auditor.audit import audit_path
+
+    (run / "legs" / "cand" / "server_info.json").write_text('{"threads": ' + "[" * 900 + "1" + "]" * 900 + "}")
+    verdict = audit_path(run, run / "claims" / "001-patch.json")
+    assert verdict.verdict == "FAIL" and any("nests deeper" in f.message for f in verdict.findings)
+    verdict.model_dump_json()
+
+
+def test_a_verdict_nested_900_deep_is_an_input_error_for_review(run):
+    """Input 4564: the review loaded it, then its JSON export failed."""
+    from typer.testing import CliRunner
+
+    from perfwarden.orchestrator.cli import app
+
+    (run / "verdicts").mkdir()
+    (run / "verdicts" / "001-patch.json").write_text(
+        '{"scope": "patch", "claim": "c", "verdict": "PASS", "action": "pass", "legs": {"x": '
+        + "{\"a\": " * 900 + "1" + "}" * 900 + "}}")
+    result = CliRunner().invoke(app, ["review", str(run), "--format", "json"])
+    assert result.exit_code == 3 and "nests deeper" in result.output, result.output
+
+
+def test_a_huge_integer_in_a_loadgen_log_is_corrupt_not_an_internal_error(tmp_path):
+    """Input 3906: ``float(10**400)`` raised OverflowError inside the reader (an internal error, exit 3
+    marked degraded); now the line is a malformed LoadGen line like any other."""
+    from perfwarden.harness.mlperf_log import MlperfLogError, read_detail
+
+    src = Path(__file__).parent / "data" / "mlperf" / "test04_e01_v41_offline_resnet50_cisco" / "reference"
+    detail = tmp_path / "mlperf_log_detail.txt"
+    lines = (src / "mlperf_log_detail.txt").read_text().splitlines()
+    lines[3] = lines[3].replace('"time_ms": ', '"time_ms": 1' + "0" * 400 + ", \"was\": ", 1)
+    detail.write_text("\n".join(lines) + "\n")
+    with pytest.raises(MlperfLogError, match="64-bit range"):
+        read_detail(detail)
+
+
+def test_a_70_mb_log_line_is_refused_fast(run):
+    """Inputs 3167, 4474, ...: a sparse 70 MB server log (one line of NUL bytes) took 23 s of regex scans."""
+    import time
+
+    from perfwarden.agents.auditor.audit import audit_path
+
+    with open(run / "legs" / "cand" / "server.log", "r+b") as handle:
+        handle.truncate(70 << 20)
+    started = time.monotonic()
+    verdict = audit_path(run, run / "claims" / "001-patch.json")
+    assert verdict.verdict == "FAIL" and any("bound for one log line" in f.message for f in verdict.findings)
+    assert time.monotonic() - started < 10
+
+
+def test_the_crash_pattern_is_linear_on_repeated_worker_lines():
+    """``Worker .* died`` was quadratic: 112 KB of "Worker " took 3.6 s per line scanned."""
+    import time
+
+    from perfwarden.agents.auditor.gates.measurement import FATAL_PATTERNS
+
+    started = time.monotonic()
+    assert FATAL_PATTERNS.search("Worker " * 16000) is None
+    assert time.monotonic() - started < 1.0
+    assert FATAL_PATTERNS.search("Worker 3 (pid 1234) died unexpectedly")
