@@ -76,6 +76,8 @@ RANGE_JOIN = re.compile(r"^\s*(to|and|vs\.?|versus|-|–)(\s|$)", re.IGNORECASE)
 """Joins two numbers that share the second one's unit ("from 100.0 to 110.1 tok/s")."""
 SMALL_COUNT = 16
 """Bare integers up to this (list numbers, rep counts) are not claims unless they carry a unit."""
+CONTEXT_CHARS = 160
+"""How far before/after a number its goal/count/range words are looked for (bounded: linear time)."""
 
 FAMILIES: dict[str, re.Pattern] = {
     "throughput": re.compile(r"throughput|tok/s|tokens/s|tokens per second|req/s|requests per second|\bqps\b", re.I),
@@ -207,35 +209,45 @@ def read_numbers(text: str, baseline: str | None, candidate: str | None,
     out: list[tuple[Quoted | None, str]] = []
     for clause in CLAUSE_SPLIT.split(text):
         matches = list(NUMBER.finditer(clause))
+        if not matches:
+            continue
         units = [(m.group(2) or "").strip() for m in matches]
+        next_unit = [""] * len(matches)  # the unit of the next number that has one (ranges share it)
+        for k in range(len(matches) - 2, -1, -1):
+            next_unit[k] = units[k + 1] or next_unit[k + 1]
+        # What the clause says is read once per clause; what surrounds one number is read in a bounded
+        # window, so a hostile line of 100,000 numbers costs linear time, not quadratic.
+        families = _families(clause)
+        stat = next((name for name, rx in STAT_WORDS.items() if rx.search(clause)), None)
+        p99, median = bool(P99.search(clause)), bool(MEDIAN.search(clause))
         for k, m in enumerate(matches):
             token = m.group(1).replace(",", "")
             value = float(token)
             unit = units[k]
-            before, after = clause[:m.start()], clause[m.end():]
+            before = clause[max(0, m.start() - CONTEXT_CHARS):m.start()]
+            after = clause[m.end():m.end() + CONTEXT_CHARS]
             if not unit:  # "from 100.0 to 110.1 tok/s": the first number shares the second's unit
-                unit = next((u for u in units[k + 1:] if u), "")
-                between = clause[m.end():matches[k + 1].start()] if k + 1 < len(matches) else ""
+                unit = next_unit[k]
+                between = clause[m.end():min(matches[k + 1].start(), m.end() + CONTEXT_CHARS)] \
+                    if k + 1 < len(matches) else ""
                 if unit and not RANGE_JOIN.match(between):
                     unit = ""
             if GOAL_BEFORE.search(before) or GOAL_AFTER.match(after):
                 out.append((None, "a goal, not a result"))
                 continue
-            if not (m.group(2) or "").strip() and COUNT_NOUNS.match(after):
+            if not units[k] and COUNT_NOUNS.match(after):
                 out.append((None, "a count of things"))
                 continue
             if not unit and value.is_integer() and abs(value) <= SMALL_COUNT:
                 out.append((None, "a small count"))
                 continue
-            if not unit and value.is_integer() and 1900 <= value <= 2100 and not _families(clause):
+            if not unit and value.is_integer() and 1900 <= value <= 2100 and not families:
                 out.append((None, "a year"))
                 continue
             window = clause[max(0, m.start() - 80):m.start()]
-            stat = next((name for name, rx in STAT_WORDS.items() if rx.search(clause)), None)
-            out.append((Quoted(token=m.group(1), value=value, unit=unit, families=_families(clause), stat=stat,
-                               legs=_legs(window or clause, baseline, candidate, leg_names),
-                               p99=bool(P99.search(clause)), median=bool(MEDIAN.search(clause)),
-                               pvalue=bool(PVALUE.search(before[-12:]))), clause))
+            out.append((Quoted(token=m.group(1), value=value, unit=unit, families=families, stat=stat,
+                               legs=_legs(window or clause[:CONTEXT_CHARS], baseline, candidate, leg_names),
+                               p99=p99, median=median, pvalue=bool(PVALUE.search(before[-12:]))), clause))
     return out
 
 
@@ -333,11 +345,14 @@ def check_report(run: Path, report: TextFile, pool: list[Traceable], headline_me
     leg_names = list(leg_names)
     for line_no, _raw, text in _prose_lines(report):
         flagged: set[str] = set()
+        speculative_in: dict[str, re.Match | None] = {}
         for quoted, clause in read_numbers(text, baseline, candidate, leg_names):
             if quoted is None:
                 continue
             checked += 1
-            speculative = SPECULATIVE.search(clause)
+            if clause not in speculative_in:  # once per clause, however many numbers it holds
+                speculative_in[clause] = SPECULATIVE.search(clause)
+            speculative = speculative_in[clause]
             token = quoted.token[:40]
             shown = f"{token}{(' ' + quoted.unit) if quoted.unit and quoted.unit not in '%x×' else quoted.unit}"
             if speculative:
