@@ -133,7 +133,9 @@ def write_rep_line(handle, leg: str, rep: int, n: int, rng: np.random.Generator,
     array("ttfts", lambda s, e: _fmt(ttfts[s:e].tolist()))
     if latencies:  # perfwarden's own arrays; sglang's file has neither
         array("latencies", lambda s, e: _fmt(lat[s:e].tolist()))
-        array("request_starts", lambda s, e: _fmt((np.arange(s, e) * duration / n).tolist()))
+        # Starts spread so that every request ends inside the rep, as measured ones do.
+        spread = max(duration - float(lat.max()), 0.0) / n
+        array("request_starts", lambda s, e: _fmt((np.arange(s, e) * spread).tolist()))
 
     def itl_block(s: int, e: int) -> str:
         g = gaps[offsets[s]:offsets[e]].tolist()

@@ -99,7 +99,8 @@ class SyntheticLab:
                 rng = random.Random(f"{self.seed}:{plan.leg}:{k}")
                 tput = 100.0 * eff["tput"] * math.exp(rng.gauss(0, self.cv))
                 line = make_rep(plan.leg, k, throughput=tput, ttft_ms=80.0 * eff["ttft"],
-                                accept_length=eff.get("accept_length"), n_requests=8, output_len=16,
+                                accept_length=eff.get("accept_length"), n_requests=16, output_len=16,
+                                start_step_s=0.0,
                                 contention=self.hog if self.contended is True or (
                                     isinstance(self.contended, str) and self.contended in plan.leg) else None,
                                 started_at=1000.0 + self.reps_written)

@@ -113,7 +113,8 @@ def test_contended_leg(tmp_path):
 
 
 def test_noisy_baseline_scope(tmp_path):
-    build(tmp_path, base_reps=reps("base", [966.36, 1004.05, 1004.71], 0))
+    # 32 requests issued at once: at ~1,000 tok/s a rep must last as long as its requests do.
+    build(tmp_path, base_reps=reps("base", [966.36, 1004.05, 1004.71], 0, n_requests=32, start_step_s=0.0))
     from perfwarden.proof.synth import write_claim
     claim = write_claim(tmp_path, {"scope": "baseline", "seq": 2, "legs": {"baseline": "base"}})
     v = audit(tmp_path, claim)
