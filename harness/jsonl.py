@@ -25,6 +25,8 @@ from typing import Annotated, Generic, Literal, TypeVar
 
 import msgspec
 
+from perfwarden.harness.json_limits import JsonTooDeep, check_depth
+
 T = TypeVar("T")
 
 # Lines larger than this are read in full anyway; the constant only sizes the read buffer.
@@ -206,8 +208,9 @@ def read_jsonl(path: Path, schema: type[T]) -> ReadReport[T]:
     try:
         for ref, line in iter_raw_lines(path, report.issues, digest):
             try:
+                check_depth(line, what=f"line {ref.line}")  # the same limit on every Python version
                 report.records.append((ref, decoder.decode(line)))
-            except DECODE_ERRORS as exc:
+            except (*DECODE_ERRORS, JsonTooDeep) as exc:
                 report.issues.append(LineIssue(_issue_kind(exc, line), ref, f"line {ref.line} of {Path(path).name!r}"
                                                f" does not decode as {schema.__name__}: {_describe(exc)}"))
     except OSError as exc:
@@ -237,6 +240,8 @@ def iter_jsonl(path: Path, schema: type[T], issues: list[LineIssue],
 # ------------------------------------------------------------------------------------ line schemas
 
 OptFloat = float | None
+NULL = msgspec.Raw(b"null")
+"""Default of raw-JSON fields: absent reads as JSON null."""
 Millis = Annotated[float, msgspec.Meta(ge=0, le=1e9)]
 """A duration in ms: never negative, never beyond ~11 days (a value outside is a corrupt record)."""
 Micros = Annotated[float, msgspec.Meta(ge=0, le=1e15)]
@@ -258,7 +263,8 @@ class BenchRunLine(msgspec.Struct, kw_only=True):
     dataset_name: str | None = None
     request_rate: float | str | None = None
     max_concurrency: int | None = None
-    server_info: dict | None = None
+    server_info: msgspec.Raw = NULL
+    """Raw JSON (an object or null): decoded by the reader behind an explicit nesting limit."""
     duration: OptFloat = None
     completed: int | None = None
     total_input_tokens: int | None = None
@@ -291,10 +297,28 @@ class BenchRunLine(msgspec.Struct, kw_only=True):
     """Per-request end-to-end latency, seconds."""
     cache_hits: list[int] | None = None
     """Per-request prefix-cache hit tokens, when the server reports them."""
-    contention: dict | None = None
-    """Load average and other busy processes sampled at rep start (and end)."""
+    contention: msgspec.Raw = NULL
+    """Load average and other busy processes sampled at rep start (and end); raw JSON, like
+    ``server_info``."""
     started_at: OptFloat = None
     """Unix time the rep started (orders interleaved reps)."""
+    # Workload descriptors (issue 13 §1). perfwarden's LoadGen client writes the first five; the
+    # rest are sglang bench_serving's own. Nested ones stay raw JSON (decoded behind a depth limit).
+    issued: int | None = None
+    """Samples LoadGen issued in this rep: one per-request entry each."""
+    scenario: str | None = None
+    """LoadGen scenario (``Server``/``Offline``)."""
+    prompt_ids: list[str | int] | None = None
+    """Per-request prompt id, in issue order."""
+    request_params: msgspec.Raw = NULL
+    """The request body every request carried, prompt left out (output budget, sampling)."""
+    loadgen: msgspec.Raw = NULL
+    """LoadGen settings and log folder of the rep."""
+    random_input_len: msgspec.Raw = NULL
+    random_output_len: msgspec.Raw = NULL
+    random_range_ratio: msgspec.Raw = NULL
+    sharegpt_output_len: msgspec.Raw = NULL
+    dataset_path: msgspec.Raw = NULL
 
 
 class OutputLine(msgspec.Struct, kw_only=True):

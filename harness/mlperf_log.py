@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from perfwarden.harness.json_limits import loads_bounded
 from perfwarden.harness.jsonl import LineIssue, LineRef, iter_raw_lines
 
 DETAIL_FILENAME = "mlperf_log_detail.txt"
@@ -192,7 +193,7 @@ class DetailLog:
 def _decode_mllog(text: str, marker: str, ref: LineRef, path: Path) -> MllogRecord:
     payload = text[len(marker):]
     try:
-        obj = json.loads(payload, parse_constant=_reject_constant)
+        obj = loads_bounded(payload, what=f"{marker} payload", parse_constant=_reject_constant)
     except (ValueError, RecursionError) as exc:
         raise MlperfLogError(f"line {ref.line} of {str(path)!r} is a {marker} line whose JSON does not "
                              f"decode: {exc}", path=path, line=ref.line) from exc

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from perfwarden.agents.auditor.audit import ClaimError, audit_path
+from perfwarden.harness.json_limits import loads_bounded
 
 LABELS = ("PASS", "FLAG", "FAIL")
 
@@ -69,7 +70,7 @@ def _audit_blind(fixture: Path) -> list[tuple[str, Any]]:
 
 def score_fixture(fixture: Path) -> list[CaseResult]:
     audited = _audit_blind(fixture)
-    key = json.loads((fixture / "answer_key.json").read_text("utf-8"))  # read only after auditing
+    key = loads_bounded((fixture / "answer_key.json").read_text("utf-8"), what="answer_key.json")  # read only after auditing
     answers = {a["claim"]: a for a in key.get("answers", [])}
     results = []
     for rel, verdict in audited:

@@ -176,13 +176,15 @@ def _edit_cand(run: Path, claim: Claim, fn: Callable[[dict[str, Any]], dict[str,
 
 
 def fewer_requests(run: Path, claim: Claim) -> Claim:
-    """Workload: the slowest request of every candidate rep is removed from all its arrays and the
-    line's counts and throughputs are rewritten to match (``issued``, where recorded, is left as the
-    harness wrote it). The candidate then ran a smaller load than the baseline."""
+    """Workload: the slowest request of every candidate rep is removed from all its arrays and every
+    count of the line is rewritten to match (``issued`` too, where recorded): a careful forger's edit,
+    after which the candidate's lines describe a smaller load than the baseline's."""
     def edit(line):
         drop = max(range(_n(line)), key=lambda i: _e2e(line)[i])
         for key in _per_request_keys(line) + ["errors"]:
             line[key] = line[key][:drop] + line[key][drop + 1:]
+        if line.get("issued") is not None:
+            line["issued"] = _n(line)
         return _recount(line)
     _edit_cand(run, claim, edit)
     return claim

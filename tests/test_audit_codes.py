@@ -362,6 +362,16 @@ def test_gate_crash_degrades_never_passes(tmp_path, monkeypatch):
     assert v.degraded and v.verdict == "FLAG" and "AUDITOR_DEGRADED" in codes(v)
 
 
+def test_not_interleaved_flags_blocked_legs_and_cites_the_boundary(tmp_path):
+    base = [make_rep("base", k, throughput=t, started_at=1000.0 + 10 * k) for k, t in enumerate(BASE_TPUT)]
+    cand = [make_rep("cand", k, throughput=t, started_at=2000.0 + 10 * k) for k, t in enumerate(CAND_TPUT)]
+    v = audit(tmp_path, build(tmp_path, base_reps=base, cand_reps=cand))
+    f = next(f for f in v.findings if f.code == "NOT_INTERLEAVED")
+    assert v.verdict == "FLAG" and v.action == "remeasure" and f.measured == "BBBBBCCCCC"
+    assert [e.file for e in f.evidence] == ["legs/base/bench_runs.jsonl", "legs/cand/bench_runs.jsonl"]
+    assert [e.line for e in f.evidence] == [5, 1]  # the last baseline rep, then the first candidate rep
+
+
 def test_every_catalog_code_is_tested_here_or_in_mlperf():
     text = Path(__file__).read_text()
     untested = [c for c in CATALOG if c not in text]

@@ -20,8 +20,10 @@ from pydantic import ValidationError
 from perfwarden.agents.auditor import stats
 from perfwarden.agents.auditor.evidence import LegEvidence, RunLoader
 from perfwarden.agents.auditor.findings import Findings, GateResult, choose_action, verdict_label
-from perfwarden.agents.auditor.gates import caching, conditions, correctness, lever, measurement, opbench, profile, prose
+from perfwarden.agents.auditor.gates import (caching, conditions, correctness, lever, measurement, opbench, profile,
+                                             prose, workload)
 from perfwarden.agents.auditor.rederive import METRICS
+from perfwarden.harness.json_limits import check_depth, loads_bounded
 from perfwarden.harness.records import Claim, Comparison, Finding, MetricStats, Verdict, write_json_atomic
 
 AUDITOR_VERSION = "1.0.0"
@@ -38,7 +40,7 @@ def load_claim(path: Path) -> tuple[Claim, str]:
     except OSError as exc:
         raise ClaimError(f"cannot read claim {str(path)!r}: {exc}") from None
     try:
-        obj = json.loads(data, parse_constant=_reject)
+        obj = loads_bounded(data, what="the claim", parse_constant=_reject)
     except (ValueError, RecursionError) as exc:
         raise ClaimError(f"claim {str(path)!r} is not valid JSON: {exc}") from None
     try:
@@ -127,11 +129,11 @@ def audit_baseline(a: Audit) -> None:
         return
     aa = _aa_legs(a)
     metric = claim.headline.metric if claim.headline.metric in METRICS else "output_throughput"
-    a.gate("crash", lambda: measurement.check_crash(a.run, base, None, a.findings))
+    a.gate("crash", lambda: measurement.check_crash(a.run, base, None))
     a.gate("errors", lambda: measurement.check_errors(a.run, base, a.findings, "FLAG", "remeasure"))
-    a.gate("contention", lambda: measurement.check_contention(a.run, base, a.findings))
+    a.gate("contention", lambda: measurement.check_contention(a.run, base))
     a.gate("noise", lambda: measurement.check_noisy_baseline(a.run, base, aa, metric, a.findings))
-    a.gate("aggregates", lambda: measurement.check_line_aggregates(a.run, base, a.findings))
+    a.gate("aggregates", lambda: measurement.check_line_aggregates(a.run, base))
     band, _ = measurement.calibrate_band(metric, base, aa, len(base.reps), len(base.reps))
     a.gate("drift", lambda: measurement.check_drift(a.run, claim, base, band, a.not_checked, a.findings))
     if base.outputs is None:
@@ -201,11 +203,14 @@ def audit_patch(a: Audit, bundle: bool = False) -> None:
     aa = _aa_legs(a)
 
     # Do no harm first: a crash or failed requests in the candidate ends the discussion.
-    a.gate("crash", lambda: measurement.check_crash(a.run, cand, len(base.reps) or None, a.findings))
+    a.gate("crash", lambda: measurement.check_crash(a.run, cand, len(base.reps) or None))
     a.gate("errors", lambda: _errors(a, base, cand))
     for leg in (base, cand):
-        a.gate("contention", lambda leg=leg: measurement.check_contention(a.run, leg, a.findings))
-        a.gate("aggregates", lambda leg=leg: measurement.check_line_aggregates(a.run, leg, a.findings))
+        a.gate("contention", lambda leg=leg: measurement.check_contention(a.run, leg))
+        a.gate("aggregates", lambda leg=leg: measurement.check_line_aggregates(a.run, leg))
+        a.gate("condition_copies", lambda leg=leg: conditions.check_condition_copies(a.run, leg))
+    a.gate("workload", lambda: workload.check_workload(a.run, claim, base, cand))
+    a.gate("interleaving", lambda: measurement.check_interleaving(a.run, base, cand))
 
     a.diff = a.gate("conditions", lambda: conditions.check_conditions(a.run, claim, base, cand, a.findings)) or {}
     a.gate("reported_conditions", lambda: conditions.check_reported_conditions(a.run, claim, legs, a.findings))
@@ -225,9 +230,6 @@ def audit_patch(a: Audit, bundle: bool = False) -> None:
         a.gate("latency", lambda: measurement.check_hidden_regressions(
             a.comparisons, claim.headline.metric, base, cand, a.findings, claim.headline.disclosed_regressions))
         a.gate("output_length", lambda: correctness.check_output_length(a.run, base, cand, a.findings))
-        note = measurement.interleaving_note(base, cand)
-        if note:
-            a.not_checked.append(f"interleaving: {note}")
     else:
         a.findings.add("EVIDENCE_MISSING", "FAIL", "a leg has no usable rep, so no delta can be re-derived",
                        gate="significance")
@@ -338,7 +340,9 @@ def accepted_changes(run: Path) -> dict[str, list[str]]:
         return out
     for vpath in sorted(vdir.glob("*-patch.json")):
         try:
-            verdict = Verdict.model_validate_json(vpath.read_text("utf-8"))
+            text = vpath.read_text("utf-8")
+            check_depth(text, what=f"verdict {vpath.name!r}")
+            verdict = Verdict.model_validate_json(text)
             claim, _ = load_claim(Path(run) / verdict.claim)
         except (OSError, ValueError, ClaimError):
             continue
