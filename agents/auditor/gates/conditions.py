@@ -181,9 +181,9 @@ def _lookup(flat: dict[str, Any], key: str) -> Any:
     if key in flat:
         return flat[key]
     parent = key.rsplit(".", 1)[0] if "." in key else None
-    if parent is not None and flat.get(parent) == {}:
-        return _MISSING
-    return None if key.startswith("op_overrides.") and "op_overrides" not in flat else _UNKNOWN
+    if parent is not None and (flat.get(parent) == {} or any(k.startswith(parent + ".") for k in flat)):
+        return _MISSING  # the parent object is reported, without this key
+    return _UNKNOWN
 
 
 def check_condition_copies(run: Path, leg: LegEvidence) -> GateResult:
@@ -201,7 +201,7 @@ def check_condition_copies(run: Path, leg: LegEvidence) -> GateResult:
             if not _counts(key):
                 continue
             actual = _lookup(reference, key)
-            if actual is _UNKNOWN or (actual is None and stated != PRESENT and key not in reference):
+            if actual is _UNKNOWN or (actual is _MISSING and stated != PRESENT):
                 continue
             if not _agrees(stated, actual):
                 wrong.append((key, stated, actual))
