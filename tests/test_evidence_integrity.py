@@ -359,3 +359,12 @@ def test_bracketed_quantiles_equal_numpy_bit_for_bit(kind):
               "blocks": lambda: np.repeat(rng.random(n // 1000 + 1), 1000)[:n]}[kind]()
     want = np.percentile(values, [50, 99])
     assert _median_p99(values) == (float(want[0]), float(want[1]))
+
+
+def test_same_prompt_ids_over_other_prompts_is_a_workload_difference(tmp_path):
+    ids = {"prompt_ids": [f"p{i}" for i in range(8)]}
+    base = [{**r, **ids} for r in reps("base", BASE_TPUT, 0)]
+    cand = [{**r, **ids, "input_lens": [64] * 8, "total_input_tokens": 512} for r in reps("cand", CAND_TPUT, 1)]
+    v = audit(tmp_path, build(tmp_path, base_reps=base, cand_reps=cand))
+    f = next(f for f in v.findings if f.gate == "workload")
+    assert f.code == "CONDITIONS_DIFFER" and "input lengths" in f.message

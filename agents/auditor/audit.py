@@ -134,6 +134,7 @@ def audit_baseline(a: Audit) -> None:
     a.gate("contention", lambda: measurement.check_contention(a.run, base))
     a.gate("noise", lambda: measurement.check_noisy_baseline(a.run, base, aa, metric, a.findings))
     a.gate("aggregates", lambda: measurement.check_line_aggregates(a.run, base))
+    a.gate("condition_copies", lambda: conditions.check_condition_copies(a.run, base))
     band, _ = measurement.calibrate_band(metric, base, aa, len(base.reps), len(base.reps))
     a.gate("drift", lambda: measurement.check_drift(a.run, claim, base, band, a.not_checked, a.findings))
     if base.outputs is None:

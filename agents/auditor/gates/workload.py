@@ -120,24 +120,35 @@ def _between_legs(run: Path, claim: Claim, base: LegEvidence, cand: LegEvidence,
 
 
 def _prompt_sets(run: Path, base: LegEvidence, cand: LegEvidence) -> tuple[list[Finding], list[str]]:
-    """Both legs issued the same prompts (with the same number of requests) per rep."""
-    for basis, attr in (("prompt ids", "prompt_digest"), ("sorted input lengths", "lens_digest")):
-        sides = [{getattr(r, attr): r for r in leg.reps} for leg in (base, cand)]
+    """Both legs issued the same prompts (with the same number of requests) per rep: by prompt ids
+    where both legs record them, and by input lengths over reps whose every request succeeded (a
+    failed request's length may be an estimate) -- so ids that stayed while the prompts behind them
+    changed are seen too."""
+    findings: list[Finding] = []
+    compared = False
+    for basis, attr, complete_only in (("prompt ids", "prompt_digest", False),
+                                       ("sorted input lengths", "lens_digest", True)):
+        pools = [[r for r in leg.reps if not complete_only or r.n_ok == r.n_requests] for leg in (base, cand)]
+        sides = [{getattr(r, attr): r for r in pool} for pool in pools]
         if any(None in side or not side for side in sides):
             continue
+        compared = True
         if set(sides[0]) == set(sides[1]):
-            return [], []
+            continue
         only_base = [r for d, r in sides[0].items() if d not in sides[1]]
         only_cand = [r for d, r in sides[1].items() if d not in sides[0]]
         rb, rc = (only_base or list(sides[0].values()))[0], (only_cand or list(sides[1].values()))[0]
-        return [finding("CONDITIONS_DIFFER", "FAIL", f"the legs issued different prompt sets (by {basis}): rep {rb.rep} "
-                        f"of {base.name!r} ({rb.n_requests} requests) matches no rep of {cand.name!r}, rep {rc.rep} of "
-                        f"{cand.name!r} ({rc.n_requests} requests) matches no rep of {base.name!r}",
-                        measured={"baseline_requests": sorted({r.n_requests for r in base.reps}),
-                                  "candidate_requests": sorted({r.n_requests for r in cand.reps})},
-                        threshold="the same prompts and request count per rep",
-                        evidence=[line_evidence(run, rb.ref), line_evidence(run, rc.ref)], action="eject",
-                        gate="workload")], []
+        findings.append(finding(
+            "CONDITIONS_DIFFER", "FAIL", f"the legs issued different prompt sets (by {basis}): rep {rb.rep} of "
+            f"{base.name!r} ({rb.n_requests} requests) matches no rep of {cand.name!r}, rep {rc.rep} of {cand.name!r} "
+            f"({rc.n_requests} requests) matches no rep of {base.name!r}",
+            measured={"baseline_requests": sorted({r.n_requests for r in base.reps}),
+                      "candidate_requests": sorted({r.n_requests for r in cand.reps})},
+            threshold="the same prompts and request count per rep",
+            evidence=[line_evidence(run, rb.ref), line_evidence(run, rc.ref)], action="eject", gate="workload"))
+        break  # one finding says it; the other basis would repeat it
+    if compared:
+        return findings, []
     return [], ["workload: prompt set not comparable (neither prompt ids nor input_lens in every rep of both legs)"]
 
 
