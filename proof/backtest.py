@@ -7,7 +7,6 @@ only afterwards, for scoring. A fixture agrees when the verdict and action match
 
 from __future__ import annotations
 
-import json
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path

@@ -18,15 +18,14 @@ import pytest
 
 from perfwarden.agents.auditor.evidence import RunLoader, missing_rep_numbers
 from perfwarden.agents.auditor.findings import Findings
-from perfwarden.agents.auditor.gates import conditions, measurement, workload
+from perfwarden.agents.auditor.gates import measurement
 from perfwarden.agents.auditor.rederive import RepError, rederive_rep
 from perfwarden.agents.auditor.serverlog import PRESENT, parse_server_log
 from perfwarden.harness.contention import parse_cpu_max
 from perfwarden.harness.json_limits import JsonTooDeep, check_depth, json_depth, loads_bounded
-from perfwarden.harness.jsonl import BenchRunLine, LineRef, read_jsonl
+from perfwarden.harness.jsonl import BenchRunLine, LineRef, OutputLine, read_jsonl
 from perfwarden.harness.loadgen_client import LoadSettings, request_params
-from perfwarden.harness.records import Claim
-from perfwarden.proof.synth import make_rep, write_claim
+from perfwarden.proof.synth import make_rep
 
 from auditor_cases import BASE_TPUT, CAND_TPUT, audit, build, codes, reps
 
@@ -59,7 +58,7 @@ def test_every_reader_refuses_deep_json_whatever_the_python(tmp_path, depth):
     with pytest.raises(JsonTooDeep):
         loads_bounded(deep)
     (tmp_path / "o.jsonl").write_bytes(b'{"prompt_id": "p", "text": "t", "token_ids": ' + deep + b"}\n")
-    report = read_jsonl(tmp_path / "o.jsonl", __import__("perfwarden.harness.jsonl", fromlist=["x"]).OutputLine)
+    report = read_jsonl(tmp_path / "o.jsonl", OutputLine)
     assert not report.records and report.issues[0].kind == "corrupt"
     # a bench line's raw-JSON field: refused by the reader (msgspec's own limit) or by the explicit one
     claim = build(tmp_path / "run")
@@ -178,7 +177,8 @@ def test_a_rep_before_the_run_started_is_corrupt(tmp_path):
 def test_server_log_copies_are_read_from_the_real_formats():
     lines = [
         '2026-11-22T02:27:19.185 INFO perfwarden.embedded: effective_config {"threads": 2, "op_overrides": {}}',
-        "2026-11-22T02:27:20.000 INFO perfwarden.embedded: ENGAGED quantization=int8_dynamic linear_modules_quantized=30",
+        "2026-11-22T02:27:20.000 INFO perfwarden.embedded: ENGAGED quantization=int8_dynamic "
+        "linear_modules_quantized=30",
         "2026-11-22T02:27:21.000 INFO perfwarden.embedded: ENGAGED op_override op='rmsnorm' first call",
         "2026-11-22T02:27:22.000 WARNING perfwarden.embedded: ENGAGED response_cache size=1024: identical requests",
         "[2026-11-22 10:00:01] server_args=ServerArgs(model_path='/m', tp_size=8, mem_fraction_static=0.85, "
@@ -247,8 +247,10 @@ def test_an_unreadable_sample_is_not_checked_and_a_malformed_one_is_corrupt(tmp_
 
 
 def _legs(tmp_path, base_times, cand_times, **kw):
-    base = [make_rep("base", k, throughput=t, started_at=s, **kw) for k, (t, s) in enumerate(zip(BASE_TPUT, base_times))]
-    cand = [make_rep("cand", k, throughput=t, started_at=s, **kw) for k, (t, s) in enumerate(zip(CAND_TPUT, cand_times))]
+    base = [make_rep("base", k, throughput=t, started_at=s, **kw)
+            for k, (t, s) in enumerate(zip(BASE_TPUT, base_times))]
+    cand = [make_rep("cand", k, throughput=t, started_at=s, **kw)
+            for k, (t, s) in enumerate(zip(CAND_TPUT, cand_times))]
     build(tmp_path, base_reps=base, cand_reps=cand)
     loader = RunLoader(tmp_path, Findings())
     return loader.leg("base"), loader.leg("cand")
@@ -263,8 +265,6 @@ def test_interleaving_accepts_any_mixed_order_and_flags_blocks(tmp_path):
 
 
 def test_interleaving_without_start_times(tmp_path):
-    for leg in ("base", "cand"):
-        pass
     base, cand = _legs(tmp_path, [1, 3, 5, 7, 9], [2, 4, 6, 8, 10])
     for rep in base.reps + cand.reps:
         rep.started_at = None
@@ -279,7 +279,8 @@ def test_interleaving_without_start_times(tmp_path):
 
 
 def test_torn_last_rep_is_not_a_crash_but_a_failed_leg_is(tmp_path):
-    v = audit(FIXTURES / "int-torn-missing-rep" / "run", FIXTURES / "int-torn-missing-rep" / "run" / "claims" / "001-patch.json")
+    run = FIXTURES / "int-torn-missing-rep" / "run"
+    v = audit(run, run / "claims" / "001-patch.json")
     assert v.verdict == "FLAG" and "SERVER_CRASH" not in codes(v)
     claim = build(tmp_path, cand_reps=reps("cand", CAND_TPUT[:4], 1), cand_status="failed")
     assert "SERVER_CRASH" in codes(audit(tmp_path, claim), "FAIL")

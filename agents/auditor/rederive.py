@@ -384,6 +384,8 @@ def rederive_rep(line: BenchRunLine, ref: LineRef, leg: str, rep_index: int) -> 
     n = len(line.errors)
     rep = line.rep if line.rep is not None else rep_index
     problems = _check_header(line, ref, rep, n)
+    if line.duration > MAX_SECONDS:  # nothing measured against this clock can mean anything
+        raise RepError.of(problems)
     out_lens = _as_array(line.output_lens, "output_lens", n)
     ttfts = _as_array(line.ttfts, "ttfts", n)
     ok = np.fromiter(map(operator.not_, line.errors), dtype=bool, count=n)
@@ -455,53 +457,58 @@ def rederive_rep(line: BenchRunLine, ref: LineRef, leg: str, rep_index: int) -> 
         ends[ok_idx] = e2e
     problems += _check_timeline(ref, line.duration, ttfts, starts, ends)
 
-    m = result.metrics
-    total_out = float(ok_out.sum())
-    m["output_throughput"] = total_out / line.duration
-    m["request_throughput"] = n_ok / line.duration
-    m["completed"] = float(n_ok)
-    m["total_output_tokens"] = total_out
-    if in_lens is not None:
-        total_in = float((in_lens if all_ok else in_lens[ok_idx]).sum())
-        m["total_input_tokens"] = total_in
-        m["total_throughput"] = (total_out + total_in) / line.duration
-    else:
-        result.missing.append("total_throughput")
-    ttft_ms = ok_ttft * 1000.0
-    m["median_ttft_ms"], m["p99_ttft_ms"] = _median_p99(ttft_ms)
-    if e2e is not None:
-        e2e_ms = e2e * 1000.0
-        m["median_e2e_latency_ms"], m["p99_e2e_latency_ms"] = _median_p99(e2e_ms)
-        multi = ok_out > 1
-        if np.any(multi):
-            tpot = (e2e_ms[multi] - ttft_ms[multi]) / (ok_out[multi] - 1)
-            m["median_tpot_ms"], m["p99_tpot_ms"] = _median_p99(tpot)
+    # A time beyond its container is already a recorded problem; it may overflow once scaled to ms,
+    # which the finite check below turns into one more problem instead of a warning.
+    with np.errstate(over="ignore", invalid="ignore"):
+        m = result.metrics
+        total_out = float(ok_out.sum())
+        m["output_throughput"] = total_out / line.duration
+        m["request_throughput"] = n_ok / line.duration
+        m["completed"] = float(n_ok)
+        m["total_output_tokens"] = total_out
+        if in_lens is not None:
+            total_in = float((in_lens if all_ok else in_lens[ok_idx]).sum())
+            m["total_input_tokens"] = total_in
+            m["total_throughput"] = (total_out + total_in) / line.duration
         else:
-            result.missing += ["median_tpot_ms", "p99_tpot_ms"]
-    else:
-        result.missing += ["median_e2e_latency_ms", "p99_e2e_latency_ms", "median_tpot_ms", "p99_tpot_ms"]
-    if gaps is not None:
-        if gaps.size:
-            med, p99 = _median_p99(gaps)  # seconds; scaled after the selection (no copy of the gaps)
-            m["median_itl_ms"], m["p99_itl_ms"] = med * 1000.0, p99 * 1000.0
+            result.missing.append("total_throughput")
+        ttft_ms = ok_ttft * 1000.0
+        m["median_ttft_ms"], m["p99_ttft_ms"] = _median_p99(ttft_ms)
+        if e2e is not None:
+            e2e_ms = e2e * 1000.0
+            m["median_e2e_latency_ms"], m["p99_e2e_latency_ms"] = _median_p99(e2e_ms)
+            multi = ok_out > 1
+            if np.any(multi):
+                tpot = (e2e_ms[multi] - ttft_ms[multi]) / (ok_out[multi] - 1)
+                m["median_tpot_ms"], m["p99_tpot_ms"] = _median_p99(tpot)
+            else:
+                result.missing += ["median_tpot_ms", "p99_tpot_ms"]
+        else:
+            result.missing += ["median_e2e_latency_ms", "p99_e2e_latency_ms", "median_tpot_ms", "p99_tpot_ms"]
+        if gaps is not None:
+            if gaps.size:
+                med, p99 = _median_p99(gaps)  # seconds; scaled after the selection (no copy of the gaps)
+                m["median_itl_ms"], m["p99_itl_ms"] = med * 1000.0, p99 * 1000.0
+            else:
+                result.missing += ["median_itl_ms", "p99_itl_ms"]
         else:
             result.missing += ["median_itl_ms", "p99_itl_ms"]
-    else:
-        result.missing += ["median_itl_ms", "p99_itl_ms"]
 
-    result.mean_output_len = float(ok_out.mean())
-    result.output_len_quantiles = tuple(float(q) for q in np.percentile(ok_out, [10, 50, 90]))
-    budget = result.workload.get("request_params.max_tokens")
-    if isinstance(budget, int) and not isinstance(budget, bool) and budget >= 1 and float(ok_out.max()) > budget:
-        problems.append(("corrupt", f"line {ref.line}: a request returned {int(ok_out.max())} tokens, more than its "
-                         f"max_tokens {budget}"))
-    if line.cache_hits is not None:
-        hits = _as_array(line.cache_hits, "cache_hits", n)[ok_idx]
-        in_total = float(in_lens[ok_idx].sum()) if in_lens is not None else 0.0
-        result.cache_hit_rate = float(hits.sum() / in_total) if in_total > 0 else None
+        result.mean_output_len = float(ok_out.mean())
+        result.output_len_quantiles = tuple(float(q) for q in np.percentile(ok_out, [10, 50, 90]))
+        budget = result.workload.get("request_params.max_tokens")
+        if isinstance(budget, int) and not isinstance(budget, bool) and budget >= 1 and float(ok_out.max()) > budget:
+            problems.append(("corrupt", f"line {ref.line}: a request returned {int(ok_out.max())} tokens, "
+                             f"more than its max_tokens {budget}"))
+        if line.cache_hits is not None:
+            hits = _as_array(line.cache_hits, "cache_hits", n)[ok_idx]
+            in_total = float(in_lens[ok_idx].sum()) if in_lens is not None else 0.0
+            result.cache_hit_rate = float(hits.sum() / in_total) if in_total > 0 else None
     bad = sorted(k for k, v in m.items() if not math.isfinite(v))
     if bad or not math.isfinite(result.mean_output_len):
-        raise RepError("corrupt", f"line {ref.line}: values too large to re-derive finite {bad or ['output lengths']!r}")
+        problems.append(("corrupt", f"line {ref.line}: values too large to re-derive finite "
+                         f"{bad or ['output lengths']!r}"))
+        raise RepError.of(problems)
     problems += _check_counts(line, ref, m) + _check_scale(line, ref, m)
     if problems:
         raise RepError.of(problems)

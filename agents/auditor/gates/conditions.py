@@ -13,12 +13,11 @@ measurement. Runtime keys (counters, the process record) and inert keys never co
 
 from __future__ import annotations
 
+import json
 import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-
-import json
-from dataclasses import dataclass
 
 from perfwarden.agents.auditor import registry
 from perfwarden.agents.auditor.evidence import LegEvidence, line_evidence

@@ -450,7 +450,8 @@ def check_crash(run: Path, leg: LegEvidence, expected_reps: int | None) -> GateR
                                     f"baseline has {expected_reps}, and nothing shows the server died: "
                                     f"{missing - explained} rep(s) are missing; re-measure",
                                     measured=len(leg.reps), threshold=expected_reps,
-                                    evidence=[EvidenceRef(file=_rel_path(run, leg.bench_path))] if leg.bench_path else [],
+                                    evidence=[EvidenceRef(file=_rel_path(run, leg.bench_path))]
+                                    if leg.bench_path else [],
                                     action="remeasure", gate="crash"))
     elif short:
         findings.append(finding("SERVER_CRASH", "FAIL", f"leg {leg.name!r} has {len(leg.reps)} reps, the baseline "
@@ -482,8 +483,9 @@ def check_line_aggregates(run: Path, leg: LegEvidence) -> GateResult:
                 continue
             off = abs(reported - ours) / max(abs(ours), 1e-12) * 100.0
             if off > tol:
-                findings.append(finding("REPORTED_MISMATCH", "FLAG", f"leg {leg.name!r} rep {rep.rep}: the line reports "
-                                        f"{name}={reported:.4g} but its per-request data give {ours:.4g} ({off:.1f}% off)",
+                findings.append(finding("REPORTED_MISMATCH", "FLAG", f"leg {leg.name!r} rep {rep.rep}: the line "
+                                        f"reports {name}={reported:.4g} but its per-request data give {ours:.4g} "
+                                        f"({off:.1f}% off)",
                                         measured=round(ours, 6), threshold={"reported": reported, "tolerance_pct": tol},
                                         evidence=[line_evidence(run, rep.ref)], action="flag", gate="reported"))
     return GateResult(findings=findings)

@@ -164,8 +164,8 @@ def _loadgen_logs(run: Path, leg: LegEvidence) -> tuple[list[Finding], list[str]
             continue
         removed = issued > rep.n_requests
         findings.append(finding("EVIDENCE_MISSING" if removed else "EVIDENCE_CORRUPT", "FAIL",
-                                f"leg {leg.name!r} rep {rep.rep}: LoadGen's detail log says it issued {issued} samples, "
-                                f"the bench line holds {rep.n_requests} requests"
+                                f"leg {leg.name!r} rep {rep.rep}: LoadGen's detail log says it issued {issued} "
+                                f"samples, the bench line holds {rep.n_requests} requests"
                                 + (": requests were removed from the evidence" if removed else ""),
                                 measured=rep.n_requests, threshold={"loadgen_issued": issued},
                                 evidence=[ref, line_evidence(run, rep.ref)], gate="workload"))
