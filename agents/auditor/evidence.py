@@ -350,6 +350,7 @@ class RunLoader:
                 if error is not None:
                     for kind, message in error.problems:
                         code = "EVIDENCE_MISSING" if kind == "missing" else "EVIDENCE_CORRUPT"
+                        message = message.removeprefix(f"line {ref.line}: ")
                         self.findings.add(code, "FAIL", f"leg {name!r} rep at line {ref.line}: {message}",
                                           evidence=[line_evidence(self.run, ref)], gate="evidence")
                     continue
