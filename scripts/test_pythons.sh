@@ -49,8 +49,8 @@ for want in "$@"; do
   rm -rf "$venv"
   "$py" -m venv "$venv" || { echo "   cannot create a venv"; status=1; continue; }
   "$venv/bin/python" -m pip install -q --upgrade pip >/dev/null 2>&1
-  if ! "$venv/bin/python" -m pip install -q "${DEPS[@]}"; then
-    echo "   dependencies did not install"; status=1; continue
+  if ! "$venv/bin/python" -m pip install -q "${DEPS[@]}" >"$venv/deps.log" 2>&1; then
+    echo "   dependencies did not install:"; grep -v "^WARNING: Location" "$venv/deps.log" | tail -20; status=1; continue
   fi
   for opt in "${OPTIONAL[@]}"; do
     "$venv/bin/python" -m pip install -q "$opt" >/dev/null 2>&1 || echo "   ($opt has no wheel here: its tests skip)"
