@@ -369,3 +369,11 @@ def test_same_prompt_ids_over_other_prompts_is_a_workload_difference(tmp_path):
     v = audit(tmp_path, build(tmp_path, base_reps=base, cand_reps=cand))
     f = next(f for f in v.findings if f.gate == "workload")
     assert f.code == "CONDITIONS_DIFFER" and "input lengths" in f.message
+
+
+def test_a_load_field_only_one_leg_records_is_missing_evidence_not_a_pass(tmp_path):
+    params = {"request_params": {"max_tokens": 32, "temperature": 0}}
+    v = audit(tmp_path, build(tmp_path, base_reps=[{**r, **params} for r in reps("base", BASE_TPUT, 0)]))
+    f = next(f for f in v.findings if f.gate == "workload")
+    assert (f.code, f.severity, f.action) == ("EVIDENCE_MISSING", "FLAG", "remeasure") and v.verdict == "FLAG"
+    assert "'request_params'" in f.message and f.evidence[0].file == "legs/cand/bench_runs.jsonl"

@@ -93,12 +93,34 @@ def _leg_consistency(run: Path, leg: LegEvidence, keys: set[str]) -> list[Findin
     return findings
 
 
+RECORDED = ("request_params", "loadgen", "scenario")
+"""Fields perfwarden's LoadGen client records (absent = not recorded, unlike sglang's arguments, whose
+absence means "not set"): one leg recording them and the other not is missing evidence."""
+
+
+def _recorded_group(key: str) -> str | None:
+    top = key.split(".", 1)[0]
+    return top if top in RECORDED else None
+
+
 def _between_legs(run: Path, claim: Claim, base: LegEvidence, cand: LegEvidence, keys: set[str]) -> list[Finding]:
     declared = declared_keys(claim)
     findings = []
     specs = {leg.name: _spec_workload(leg) for leg in (base, cand)}
+    states = {leg.name: {g for k in keys | set(specs[leg.name]) if (g := _recorded_group(k))
+                         and (k in specs[leg.name] or any(k in r.workload for r in leg.reps))}
+              for leg in (base, cand)}
+    for group in sorted(states[base.name] ^ states[cand.name]):
+        has, lacks = (base, cand) if group in states[base.name] else (cand, base)
+        findings.append(finding("EVIDENCE_MISSING", "FLAG", f"leg {has.name!r} records {group!r} for its load, leg "
+                                f"{lacks.name!r} does not: the loads cannot be shown equal (a leg recorded by "
+                                "another harness version, or a field removed); re-measure both legs together",
+                                evidence=[line_evidence(run, lacks.reps[0].ref)], action="remeasure", gate="workload"))
+    skipped = states[base.name] ^ states[cand.name]
     for key in sorted(keys | set(specs[base.name]) | set(specs[cand.name])):
         if is_declared(key, declared) or is_declared(key.split(".")[-1], declared):
+            continue
+        if _recorded_group(key) in skipped:
             continue
         sides = []
         for leg in (base, cand):
