@@ -57,7 +57,7 @@ def synthesize(run: Path, records: int, reps: int) -> None:
         for k in range(reps):
             contention = HOG if (role == "candidate" and k == reps - 1) else None
             lines.append(make_rep(leg, k, throughput=tput * (1 + 0.004 * (k - reps / 2)), n_requests=per_rep,
-                                  output_len=4, input_len=32, contention=contention,
+                                  output_len=4, input_len=32, contention=contention, start_step_s=0.002,
                                   started_at=1_700_000_000.0 + 120 * k + (60 if role == "candidate" else 0)))
         overlay = {"kernel_patches": [{"op": "rmsnorm", "impl": "fused_rmsnorm"}]} if role == "candidate" else None
         log = ["server ready"] + (["[perfwarden] op override rmsnorm -> fused_rmsnorm engaged"]

@@ -23,8 +23,10 @@ time of rep start), ``request_starts`` (s since rep start), ``latencies`` (per-r
 ``contention`` ({"start": sample, "end": sample}, see ``perfwarden.harness.contention``), and
 per-request provenance: ``issue_delays`` (s between LoadGen issuing a query and the request being
 sent), ``input_lens_source`` (``usage`` | ``estimate``), ``output_lens_source`` (``usage`` |
-``stream_chunks``), ``finish_reasons``, ``prompt_ids``, plus ``scenario`` and ``loadgen`` (settings
-and log folder) when the LoadGen client wrote the line. sglang's ``input_throughput`` is kept too.
+``stream_chunks``), ``finish_reasons``, ``prompt_ids``, plus ``scenario``, ``issued`` (samples LoadGen
+issued: one per-request entry each), ``request_params`` (the request body without the prompt: output
+budget, sampling parameters) and ``loadgen`` (settings and log folder) when the LoadGen client wrote
+the line. sglang's ``input_throughput`` is kept too.
 """
 
 from __future__ import annotations

@@ -10,6 +10,8 @@ Sample format (one dict, stored under ``contention.start`` / ``contention.end`` 
     {"t": 1732230000.1,            # unix time the window ended
      "interval_s": 0.25,           # length of the CPU sampling window
      "ncpu": 2,                    # logical CPUs (os.cpu_count())
+     "ncpu_available": 2,          # CPUs this process may run on (sched_getaffinity), or null
+     "cpu_quota_cores": null,      # cgroup v2 CPU quota in cores (cpu.max), null when unlimited/unknown
      "loadavg": [0.52, 0.58, 0.59],# 1, 5, 15-minute load averages
      "procs_running": 2, "procs_total": 345,
      "cpu_busy_pct": 12.5,         # whole machine, 0..100, over the window (from /proc/stat)
@@ -101,6 +103,38 @@ def parse_pid_stat(text: str) -> PidStat:
     return PidStat(pid=pid, name=name, state=rest[0], cpu_ticks=int(rest[11]) + int(rest[12]))
 
 
+def parse_cpu_max(text: str) -> float | None:
+    """Cores allowed by a cgroup v2 ``cpu.max`` (``"200000 100000"`` -> 2.0); None for ``max``
+    (no quota) or anything unexpected. A container's quota, not ``os.cpu_count()``, is what the
+    server under test can actually use."""
+    fields = text.split()
+    if len(fields) != 2 or fields[0] == "max":
+        return None
+    try:
+        quota, period = int(fields[0]), int(fields[1])
+    except ValueError:
+        return None
+    return quota / period if quota > 0 and period > 0 else None
+
+
+def available_cpus() -> int | None:
+    """CPUs this process may be scheduled on (None where the platform cannot say)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return None
+
+
+def cpu_quota_cores(cgroup_root: Path = Path("/sys/fs/cgroup")) -> float | None:
+    """The cgroup v2 CPU quota of this process's cgroup, in cores; None when unlimited or unknown."""
+    try:
+        rel = next((line.split("::", 1)[1].strip() for line in Path("/proc/self/cgroup").read_text().splitlines()
+                    if line.startswith("0::")), "/")
+        return parse_cpu_max((cgroup_root / rel.lstrip("/") / "cpu.max").read_text())
+    except (OSError, IndexError):
+        return None
+
+
 def cpu_busy_pct(before: CpuTimes, after: CpuTimes) -> float | None:
     """Whole-machine busy percentage between two ``/proc/stat`` readings (None if no time passed)."""
     total = after.total - before.total
@@ -176,6 +210,8 @@ def sample_contention(interval_s: float = 0.25, threshold_pct: float = 5.0, excl
         "t": time.time(),
         "interval_s": round(elapsed, 4),
         "ncpu": os.cpu_count(),
+        "ncpu_available": available_cpus(),
+        "cpu_quota_cores": cpu_quota_cores(),
         "loadavg": [load.load1, load.load5, load.load15],
         "procs_running": load.running,
         "procs_total": load.total,

@@ -26,6 +26,7 @@ from typing import Annotated, ClassVar, Generic, Literal, TypeVar
 import msgspec
 
 from perfwarden.harness.safe_read import LINE_BYTES, MAX_DEPTH, RefusedInput, open_regular, size_text, too_deep
+from perfwarden.harness.json_limits import JsonTooDeep, check_depth
 
 T = TypeVar("T")
 
@@ -269,8 +270,9 @@ def read_jsonl(path: Path, schema: type[T], root: Path | None = None, max_line: 
     try:
         for ref, line in iter_raw_lines(path, report.issues, digest, root, max_line):
             try:
+                check_depth(line, what=f"line {ref.line}")  # the same limit on every Python version
                 report.records.append((ref, decode_line(decoder, line)))
-            except DECODE_ERRORS as exc:
+            except (*DECODE_ERRORS, JsonTooDeep) as exc:
                 report.issues.append(LineIssue(_issue_kind(exc, line), ref, f"line {ref.line} of {Path(path).name!r}"
                                                f" does not decode as {schema.__name__}: {_describe(exc)}"))
     except RefusedInput as exc:
@@ -302,6 +304,8 @@ def iter_jsonl(path: Path, schema: type[T], issues: list[LineIssue], digest: "ha
 # ------------------------------------------------------------------------------------ line schemas
 
 OptFloat = float | None
+NULL = msgspec.Raw(b"null")
+"""Default of raw-JSON fields: absent reads as JSON null."""
 Millis = Annotated[float, msgspec.Meta(ge=0, le=1e9)]
 """A duration in ms: never negative, never beyond ~11 days (a value outside is a corrupt record)."""
 Micros = Annotated[float, msgspec.Meta(ge=0, le=1e15)]
@@ -323,7 +327,8 @@ class BenchRunLine(msgspec.Struct, kw_only=True):
     dataset_name: str | None = None
     request_rate: float | str | None = None
     max_concurrency: int | None = None
-    server_info: dict | None = None
+    server_info: msgspec.Raw = NULL
+    """Raw JSON (an object or null): decoded by the reader behind an explicit nesting limit."""
     duration: OptFloat = None
     completed: int | None = None
     total_input_tokens: int | None = None
@@ -356,13 +361,29 @@ class BenchRunLine(msgspec.Struct, kw_only=True):
     """Per-request end-to-end latency, seconds."""
     cache_hits: list[int] | None = None
     """Per-request prefix-cache hit tokens, when the server reports them."""
-    contention: dict | None = None
-    """Load average and other busy processes sampled at rep start (and end)."""
+    contention: msgspec.Raw = NULL
+    """Load average and other busy processes sampled at rep start (and end); raw JSON, like
+    ``server_info``."""
     started_at: OptFloat = None
     """Unix time the rep started (orders interleaved reps)."""
+    # Workload descriptors (issue 13 §1). perfwarden's LoadGen client writes the first five; the
+    # rest are sglang bench_serving's own. Nested ones stay raw JSON (decoded behind a depth limit).
+    issued: int | None = None
+    """Samples LoadGen issued in this rep: one per-request entry each."""
+    scenario: str | None = None
+    """LoadGen scenario (``Server``/``Offline``)."""
+    prompt_ids: list[str | int] | None = None
+    """Per-request prompt id, in issue order."""
+    request_params: msgspec.Raw = NULL
+    """The request body every request carried, prompt left out (output budget, sampling)."""
+    loadgen: msgspec.Raw = NULL
+    """LoadGen settings and log folder of the rep."""
+    random_input_len: msgspec.Raw = NULL
+    random_output_len: msgspec.Raw = NULL
+    random_range_ratio: msgspec.Raw = NULL
+    sharegpt_output_len: msgspec.Raw = NULL
+    dataset_path: msgspec.Raw = NULL
 
-    FREE_FORM: ClassVar[tuple[str, ...]] = ("server_info", "contention")
-    """Fields whose values the schema does not type (their nesting is bounded when decoded)."""
 
 
 class OutputLine(msgspec.Struct, kw_only=True):

@@ -156,6 +156,13 @@ class LoadSettings:
         return out
 
 
+def request_params(settings: LoadSettings) -> dict[str, Any]:
+    """What every request of a rep carries besides its prompt: output budget, sampling parameters and
+    streaming options (the request body of :func:`request_payload` without ``prompt``/``messages``).
+    Recorded per rep, so two legs can be shown to have asked for the same thing."""
+    return {k: v for k, v in request_payload("", settings).items() if k not in ("prompt", "messages")}
+
+
 def offline_sample_count(settings: LoadSettings) -> int:
     """How many samples LoadGen puts in its single Offline query (TestSettingsInternal: kSlack 1.1)."""
     return max(settings.min_query_count, int(1.1 * settings.min_duration_s * settings.target_qps))
@@ -437,6 +444,9 @@ class RepResult:
     loadgen_dir: Path
     wall_s: float
     """Wall time of the whole LoadGen test, setup and teardown included."""
+    issued: int = 0
+    """Samples LoadGen issued in this rep (every one of them has a record; recorded in the bench line
+    as ``issued`` so a reader can tell a complete rep from one whose requests were removed)."""
 
 
 class _LoopThread:
@@ -637,7 +647,7 @@ class OpenAIStreamingSUT:
         records = sorted(self.records, key=lambda r: r.index)
         duration = max(r.start_s + (r.latency_s or 0.0) for r in records)
         return RepResult(records=records, started_at=started_at, duration_s=duration,
-                         settings=self.settings, loadgen_dir=out_dir, wall_s=wall)
+                         settings=self.settings, loadgen_dir=out_dir, wall_s=wall, issued=self._issued)
 
 
 async def _make_semaphore(n: int) -> asyncio.Semaphore:
@@ -725,7 +735,7 @@ def measure_rep(run_dir: Path | RunDir, leg: str, rep: int, base_url: str, promp
         request_rate=settings.target_qps if settings.scenario == "Server" else "inf",
         max_concurrency=settings.max_concurrency, backend=backend, dataset_name=dataset_name,
         server_info=server_info, contention={"start": before, "end": after},
-        extra={"scenario": settings.scenario,
+        extra={"scenario": settings.scenario, "issued": result.issued, "request_params": request_params(settings),
                "loadgen": {"dir": str(result.loadgen_dir.relative_to(run.root))
                            if result.loadgen_dir.is_relative_to(run.root) else str(result.loadgen_dir),
                            "settings": settings.summary(), "wall_s": result.wall_s}})

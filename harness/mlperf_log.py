@@ -40,8 +40,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from perfwarden.harness.json_limits import loads_bounded
 from perfwarden.harness.jsonl import LineIssue, LineRef, iter_raw_lines
-from perfwarden.harness.safe_read import MAX_DEPTH, RefusedInput, check_regular, too_deep
+from perfwarden.harness.safe_read import RefusedInput, check_regular
 
 DETAIL_FILENAME = "mlperf_log_detail.txt"
 SUMMARY_FILENAME = "mlperf_log_summary.txt"
@@ -216,13 +217,11 @@ class DetailLog:
 def _decode_mllog(text: str, marker: str, ref: LineRef, path: Path) -> MllogRecord:
     payload = text[len(marker):]
     try:
-        obj = json.loads(payload, parse_constant=_reject_constant, parse_int=_int64, parse_float=_finite_float)
+        obj = loads_bounded(payload, what=f"{marker} payload", parse_constant=_reject_constant, parse_int=_int64,
+                            parse_float=_finite_float)
     except (ValueError, RecursionError) as exc:
         raise MlperfLogError(f"line {ref.line} of {str(path)!r} is a {marker} line whose JSON does not "
                              f"decode: {exc}", path=path, line=ref.line) from exc
-    if too_deep(obj):
-        raise MlperfLogError(f"line {ref.line} of {str(path)!r}: {marker} payload nests deeper than "
-                             f"{MAX_DEPTH} levels", path=path, line=ref.line)
     if not isinstance(obj, dict):
         raise MlperfLogError(f"line {ref.line} of {str(path)!r}: {marker} payload is a "
                              f"{type(obj).__name__}, not a JSON object", path=path, line=ref.line)

@@ -113,6 +113,10 @@ class LegSpec(Record):
     """``failed`` when the server never came up or the leg was aborted; see ``failure``."""
     failure: str | None = None
     """Why the leg failed, when it did."""
+    workload: dict[str, Any] | None = None
+    """The load every rep of this leg is measured with, under the bench line's own key names
+    (``scenario``, ``dataset_name``, ``request_params``, ``loadgen.settings``); None when the harness
+    did not record it. The auditor holds it against every rep's line and against the other leg."""
 
 
 # ------------------------------------------------------------------------------------------ quality

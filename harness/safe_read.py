@@ -27,6 +27,7 @@ import os
 import stat
 from pathlib import Path
 from typing import BinaryIO, Literal
+from perfwarden.harness.json_limits import MAX_DEPTH  # noqa: F401 - one nesting bound, re-exported
 
 Reason = Literal["missing", "outside", "not_regular", "too_large", "unreadable"]
 
@@ -182,16 +183,22 @@ def _check_fd_inside(fd: int, path: Path | str, root: Path | str, what: str) -> 
 def read_bytes(path: Path | str, root: Path | str | None = None, *, limit: int, what: str = "file") -> bytes:
     """The whole file, at most ``limit`` bytes (a file that grows past the bound while read is refused)."""
     with open_regular(path, root, what, limit) as handle:
-        data = handle.read(limit + 1)
+        # Read what the file holds (+1 to see growth), never ``limit`` bytes up front: CPython allocates a
+        # read's whole size before reading, so a 256 MiB bound on a 2 KB log would cost 256 MiB.
+        size = os.fstat(handle.fileno()).st_size
+        chunks, total = [], 0
+        while total <= limit:
+            chunk = handle.read(min(limit + 1 - total, max(size - total + 1, 1 << 16)))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            total += len(chunk)
+        data = b"".join(chunks)
     if len(data) > limit:
         raise RefusedInput(path, "too_large", f"{what} {_shown(Path(path), root)!r} grew past the "
                            f"{size_text(limit)} bound while it was read: not read")
     return data
 
-
-MAX_DEPTH = 64
-"""Nesting of a decoded JSON value (real records nest a handful of levels). Deeper values are refused
-where they are read: a value nested 900 deep parses, then breaks every serializer that touches it."""
 
 
 def too_deep(obj: object, limit: int = MAX_DEPTH) -> bool:

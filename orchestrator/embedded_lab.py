@@ -15,7 +15,7 @@ from typing import Any
 import httpx
 
 from perfwarden.harness.bench_writer import rep_exists
-from perfwarden.harness.loadgen_client import LoadSettings, measure_rep
+from perfwarden.harness.loadgen_client import LoadSettings, measure_rep, request_params
 from perfwarden.harness.prompts import parity_prompts, random_word_prompts, varied_prompts
 from perfwarden.harness.records import (LegSpec, Overlay, RunDir, append_jsonl, write_json_atomic)
 from perfwarden.harness.targets import EmbeddedTarget, TargetError
@@ -152,11 +152,16 @@ class EmbeddedLab:
         same = random_word_prompts(16, input_len=24, seed=404)
         return same[:1] if plan.prompts == "repeat" else same
 
+    def workload(self, plan: LegPlan) -> dict[str, Any]:
+        """The leg's load, under the bench line's key names (recorded in leg.json)."""
+        return {"scenario": self.load.scenario, "dataset_name": f"perfwarden-{plan.prompts}",
+                "request_params": request_params(self.load), "loadgen": {"settings": self.load.summary()}}
+
     def _start(self, paths: RunDir, plan: LegPlan, targets: dict[str, EmbeddedTarget]) -> str:
         leg_dir = paths.leg_dir(plan.leg)
         leg_dir.mkdir(parents=True, exist_ok=True)
         spec = LegSpec(leg=plan.leg, role=plan.role, overlay=Overlay(**plan.overlay) if plan.overlay else Overlay(),
-                       purpose=plan.purpose, parent_leg=plan.parent)
+                       purpose=plan.purpose, parent_leg=plan.parent, workload=self.workload(plan))
         write_json_atomic(paths.leg_spec(plan.leg), spec)
         target = EmbeddedTarget(leg_dir, plan.config, start_timeout_s=self.start_timeout_s)
         try:
@@ -169,7 +174,8 @@ class EmbeddedLab:
 
     def _fail_leg(self, paths: RunDir, plan: LegPlan, why: str) -> None:
         spec = LegSpec(leg=plan.leg, role=plan.role, overlay=Overlay(**plan.overlay) if plan.overlay else Overlay(),
-                       purpose=plan.purpose, parent_leg=plan.parent, status="failed", failure=why[:500])
+                       purpose=plan.purpose, parent_leg=plan.parent, status="failed", failure=why[:500],
+                       workload=self.workload(plan))
         write_json_atomic(paths.leg_spec(plan.leg), spec)
 
     def _parity_dump(self, paths: RunDir, leg: str, base_url: str) -> None:

@@ -509,13 +509,17 @@ def build_graph(services: Services):
 
 
 def _reference_source(op: str) -> str:
-    """Source of the reference implementation an LLM-written kernel must match."""
-    import inspect
+    """Source of the reference implementation an LLM-written kernel must match. Read as text (the
+    module imports torch, which strategizing does not need: the synthetic lab runs without it)."""
+    import ast
+    import importlib.util
 
-    from perfwarden.harness.ops import reference
-
-    fn = getattr(reference, op, None)
-    return inspect.getsource(fn) if fn is not None else f"# no reference implementation for {op!r}"
+    spec = importlib.util.find_spec("perfwarden.harness.ops.reference")
+    text = Path(spec.origin).read_text(encoding="utf-8") if spec and spec.origin else ""
+    for node in ast.parse(text).body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == op:
+            return ast.get_source_segment(text, node) or ""
+    return f"# no reference implementation for {op!r}"
 
 
 def _base_leg(state: RunState) -> str:

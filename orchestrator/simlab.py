@@ -8,10 +8,12 @@ decides from data. The real target is EmbeddedLab, which keeps its own end-to-en
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import random
 import time
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -100,10 +102,11 @@ class SyntheticLab:
                 rng = random.Random(f"{self.seed}:{plan.leg}:{k}")
                 tput = 100.0 * eff["tput"] * math.exp(rng.gauss(0, self.cv))
                 line = make_rep(plan.leg, k, throughput=tput, ttft_ms=80.0 * eff["ttft"],
-                                accept_length=eff.get("accept_length"), n_requests=8, output_len=16,
+                                accept_length=eff.get("accept_length"), n_requests=16, output_len=16,
+                                start_step_s=0.0,
                                 contention=self.hog if self.contended is True or (
                                     isinstance(self.contended, str) and self.contended in plan.leg) else None,
-                                started_at=1000.0 + self.reps_written)
+                                started_at=_rep_start(paths, k, legs.index(plan), len(legs)))
                 if armed("rep_torn"):  # test hook: die half-way through writing the line
                     _write_torn(bench, line)
                 append_bench_line(bench, line)
@@ -147,6 +150,17 @@ class SyntheticLab:
             eval_id="pw-qa-exact-v1", leg=leg.leg, n=40, score=score, baseline_score=base, baseline_leg=baseline.leg,
             items_sha256=digest))
         return "pw-qa-exact-v1"
+
+
+def _rep_start(paths: RunDir, k: int, position: int, n_legs: int) -> float:
+    """When simulated rep ``k`` of the leg at ``position`` starts: inside the run's clock (after
+    run.json's started_at), interleaved A B A B, a function of the plan only (resume reproduces it)."""
+    try:
+        stamp = json.loads(paths.manifest.read_text("utf-8")).get("started_at")
+        t0 = datetime.fromisoformat(str(stamp).replace("Z", "+00:00")).timestamp()
+    except (OSError, ValueError, TypeError, AttributeError):
+        t0 = 1_700_000_000.0
+    return t0 + 10.0 + 10.0 * (k * n_legs + position)
 
 
 def _row(op, backend, ms, ref, seed, trial, err):

@@ -125,18 +125,17 @@ def parse_answer_key(data: Any, where: str = "answer key") -> AnswerKey:
 def load_answer_key(path: Path, root: Path | None = None) -> AnswerKey:
     """Read and validate ``answer_key.json`` the safe way: a regular file inside ``root`` (default: its own
     folder), size-, depth- and string-bounded; anything else is an :class:`AnswerKeyError`."""
-    from perfwarden.harness.safe_read import (MAX_DEPTH, RECORD_BYTES, STRING_CHARS, long_string, read_bytes,
-                                              too_deep)
+    from perfwarden.harness.json_limits import loads_bounded
+    from perfwarden.harness.safe_read import RECORD_BYTES, STRING_CHARS, long_string, read_bytes
 
     path = Path(path)
     try:
-        data = json.loads(read_bytes(path, root or path.parent, limit=RECORD_BYTES, what="answer key"))
+        data = loads_bounded(read_bytes(path, root or path.parent, limit=RECORD_BYTES, what="answer key"),
+                             what=f"answer key {str(path)!r}")
     except OSError as exc:
         raise AnswerKeyError(str(exc)) from None
-    except (ValueError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError
+    except (ValueError, RecursionError) as exc:  # UnicodeDecodeError and JsonTooDeep are ValueErrors
         raise AnswerKeyError(f"{str(path)!r} is not valid JSON: {exc}") from None
-    if too_deep(data):
-        raise AnswerKeyError(f"{str(path)!r} nests deeper than {MAX_DEPTH} levels")
     too_long = long_string(data, STRING_CHARS)
     if too_long is not None:
         raise AnswerKeyError(f"{str(path)!r}: the string at {too_long[0]!r} is {too_long[1]:,} characters, over the "

@@ -178,8 +178,12 @@ CASES: dict[str, tuple[Callable[[Path], Any], str, str, list[str], list[str], st
     "syn-test04-leg": (lambda r: build_ab_run(r, extra_legs={"t04": ("caching_audit", CAND_INFO, reps("t04", [175.0, 178.0, 176.0], 40))},
                                               claim={"legs": {"baseline": "base", "candidate": "cand", "caching_audit": "t04"}}),
                        "FLAG", "flag", ["CACHING_SUSPECTED"], [],
-                       "One prompt repeated: +60% output throughput, same TTFT and TPOT -- an unexplained throughput-only "
-                       "beat (issue 9 rule 10: FLAG; a TPOT beat is the FAIL)."),
+                       "One prompt repeated beats the varied-prompt candidate leg by 59.9% on output throughput (median "
+                       "176.0 vs 110.1 tok/s) with the same median TTFT (100.0 ms) and the same median TPOT (20.0 ms). "
+                       "Decode time per token, which caching cannot legitimately shorten, did not move, and no faster first "
+                       "token explains the throughput: under issue 9 rule 10 (decided) that is an unexplained throughput-"
+                       "only beat -- CACHING_SUSPECTED at FLAG -- not proof of caching (a TPOT beat is the FAIL). Answer "
+                       "changed from FAIL/eject on that raw evidence."),
     "syn-test04-honest": (lambda r: build_ab_run(r, extra_legs={"t04": ("caching_audit", CAND_INFO, reps("t04", [111.0, 110.2, 109.0], 40))},
                                                  claim={"legs": {"baseline": "base", "candidate": "cand", "caching_audit": "t04"}}),
                           "PASS", "pass", [], ["CACHING_SUSPECTED"], "The repeated-prompt leg runs like the varied one."),

@@ -199,9 +199,9 @@ def _check_jsonl(data: bytes, schema: type) -> None:
         obj = strict_json(line)
         if not isinstance(obj, dict):
             raise Damage(f"line {number} is not an object")
-        try:
-            msgspec.convert(obj, schema)
-        except (msgspec.ValidationError, RecursionError) as exc:
+        try:  # decoded from the line itself: a schema's raw-JSON fields (msgspec.Raw) cannot be converted
+            msgspec.json.decode(line, type=schema)
+        except (msgspec.ValidationError, msgspec.DecodeError, RecursionError) as exc:
             raise Damage(f"line {number} does not validate: {str(exc)[:80]}") from None
 
 

@@ -30,6 +30,9 @@ class Mutation:
     verdict: str
     action: str
     must_include: tuple[str, ...]
+    must_exclude: tuple[str, ...] = ()
+    family: str = "judgement"
+    """The property the mutation attacks (issue 13's numbering where it has one)."""
 
 
 def _bench_lines(run: Path, leg: str) -> list[dict[str, Any]]:
@@ -125,6 +128,289 @@ def torn_tail(run: Path, claim: Claim) -> Claim:
     return claim
 
 
+# ------------------------------------------------------------------ evidence-integrity families
+# Each edits the candidate leg (unless it says otherwise) the way a sloppy harness or a producer
+# touching its own files would, and its answer follows from the rule it breaks (README "How the
+# auditor decides"), whatever clean fixture it is applied to.
+
+_PER_REQUEST_SKIP = ("errors",)
+
+
+def _n(line: dict[str, Any]) -> int:
+    return len(line["errors"])
+
+
+def _per_request_keys(line: dict[str, Any]) -> list[str]:
+    n = _n(line)
+    return [k for k, v in line.items() if isinstance(v, list) and len(v) == n and k not in _PER_REQUEST_SKIP]
+
+
+def _e2e(line: dict[str, Any]) -> list[float]:
+    if line.get("latencies"):
+        return list(line["latencies"])
+    return [t + sum(g) for t, g in zip(line["ttfts"], line.get("itls") or [[] for _ in line["ttfts"]])]
+
+
+def _timeline_end(line: dict[str, Any]) -> float:
+    starts = line.get("request_starts") or [0.0] * _n(line)
+    return max(s + e for s, e in zip(starts, _e2e(line)))
+
+
+def _recount(line: dict[str, Any]) -> dict[str, Any]:
+    """Rewrite a line's counts and throughputs from its arrays (a careful forger does)."""
+    ok = [i for i, e in enumerate(line["errors"]) if not e]
+    line["completed"] = len(ok)
+    line["total_output_tokens"] = sum(line["output_lens"][i] for i in ok)
+    if line.get("input_lens") is not None:
+        line["total_input_tokens"] = sum(line["input_lens"][i] for i in ok)
+    d = line["duration"]
+    line["output_throughput"] = line["total_output_tokens"] / d
+    line["request_throughput"] = line["completed"] / d
+    if line.get("input_lens") is not None:
+        line["total_throughput"] = (line["total_output_tokens"] + line["total_input_tokens"]) / d
+    return line
+
+
+def _edit_cand(run: Path, claim: Claim, fn: Callable[[dict[str, Any]], dict[str, Any]]) -> None:
+    _write_bench(run, claim.legs.candidate, [fn(line) for line in _bench_lines(run, claim.legs.candidate)])
+
+
+def fewer_requests(run: Path, claim: Claim) -> Claim:
+    """Workload: the slowest request of every candidate rep is removed from all its arrays and every
+    count of the line is rewritten to match (``issued`` too, where recorded): a careful forger's edit,
+    after which the candidate's lines describe a smaller load than the baseline's."""
+    def edit(line):
+        drop = max(range(_n(line)), key=lambda i: _e2e(line)[i])
+        for key in _per_request_keys(line) + ["errors"]:
+            line[key] = line[key][:drop] + line[key][drop + 1:]
+        if line.get("issued") is not None:
+            line["issued"] = _n(line)
+        return _recount(line)
+    _edit_cand(run, claim, edit)
+    return claim
+
+
+def other_prompts(run: Path, claim: Claim) -> Claim:
+    """Workload: the candidate ran other prompts, half as long (its ``input_lens`` halved, its prompt
+    ids, where recorded, renamed); counts rewritten to match."""
+    def edit(line):
+        line["input_lens"] = [max(1, x // 2) for x in line["input_lens"]]
+        if line.get("prompt_ids"):
+            line["prompt_ids"] = [f"{p}-alt" for p in line["prompt_ids"]]
+        return _recount(line)
+    _edit_cand(run, claim, edit)
+    return claim
+
+
+def smaller_output_budget(run: Path, claim: Claim) -> Claim:
+    """Workload: the baseline's requests asked for twice the tokens the candidate's did (both legs'
+    ``request_params.max_tokens`` set; every output still fits its budget)."""
+    top = max(max(line["output_lens"]) for leg in (claim.legs.baseline, claim.legs.candidate)
+              for line in _bench_lines(run, leg))
+    for leg, budget in ((claim.legs.baseline, 2 * top), (claim.legs.candidate, top)):
+        lines = _bench_lines(run, leg)
+        for line in lines:
+            line["request_params"] = {**(line.get("request_params") or {}), "max_tokens": budget}
+        _write_bench(run, leg, lines)
+    return claim
+
+
+def more_concurrency(run: Path, claim: Claim) -> Claim:
+    """Workload: the candidate's reps ran at twice the baseline's concurrency limit (64 where the
+    baseline had none)."""
+    base = _bench_lines(run, claim.legs.baseline)[0].get("max_concurrency")
+    _edit_cand(run, claim, lambda line: {**line, "max_concurrency": 2 * base if base else 64})
+    return claim
+
+
+def other_request_rate(run: Path, claim: Claim) -> Claim:
+    """Workload: the candidate's reps ran at another request rate (7.5 QPS, or twice the baseline's)."""
+    base = _bench_lines(run, claim.legs.baseline)[0].get("request_rate")
+    rate = 2.0 * base if isinstance(base, (int, float)) and not isinstance(base, bool) else 7.5
+    _edit_cand(run, claim, lambda line: {**line, "request_rate": rate})
+    return claim
+
+
+def ms_units(run: Path, claim: Claim) -> Claim:
+    """Consistency: the candidate's per-request times are written in milliseconds (x1000) where the
+    format has seconds; the line's own aggregates are left as they were."""
+    def edit(line):
+        line["ttfts"] = [t * 1000 for t in line["ttfts"]]
+        if line.get("itls") is not None:
+            line["itls"] = [[g * 1000 for g in gaps] for gaps in line["itls"]]
+        for key in ("latencies", "request_starts"):
+            if line.get(key) is not None:
+                line[key] = [x * 1000 for x in line[key]]
+        return line
+    _edit_cand(run, claim, edit)
+    return claim
+
+
+def latency_below_ttft(run: Path, claim: Claim) -> Claim:
+    """Consistency: every candidate request's latency is half its TTFT (a request that ends before
+    its first token)."""
+    _edit_cand(run, claim, lambda line: {**line, "latencies": [0.5 * t for t in line["ttfts"]]})
+    return claim
+
+
+def duration_short(run: Path, claim: Claim) -> Claim:
+    """Consistency: each candidate rep's duration is half its own request timeline (first start to
+    last end); throughputs rewritten to match."""
+    _edit_cand(run, claim, lambda line: _recount({**line, "duration": 0.5 * _timeline_end(line)}))
+    return claim
+
+
+def duplicated_rep(run: Path, claim: Claim) -> Claim:
+    """Consistency: the candidate's last rep carries its first rep's per-request arrays (its number,
+    start time and duration kept)."""
+    lines = _bench_lines(run, claim.legs.candidate)
+    first, last = lines[0], lines[-1]
+    for key in _per_request_keys(first) + ["errors"]:
+        last[key] = first[key]
+    _write_bench(run, claim.legs.candidate, lines)
+    return claim
+
+
+def copied_from_baseline(run: Path, claim: Claim) -> Claim:
+    """Consistency: the candidate's reps are the baseline's, relabelled, with 10% shorter durations
+    (a fake +11% win)."""
+    lines = []
+    for line in _bench_lines(run, claim.legs.baseline):
+        line = {**line, "duration": line["duration"] * 0.9}
+        if "leg" in line:
+            line["leg"] = claim.legs.candidate
+        if line.get("started_at") is not None:
+            line["started_at"] += 1.0
+        lines.append(_recount(line))
+    _write_bench(run, claim.legs.candidate, lines)
+    return claim
+
+
+def huge_ttft(run: Path, claim: Claim) -> Claim:
+    """Consistency (plausibility): one candidate request has a TTFT of 5,000 s (its latency too)."""
+    def edit(line):
+        line["ttfts"] = [5000.0] + line["ttfts"][1:]
+        if line.get("latencies"):
+            line["latencies"] = [5000.0 + line["latencies"][0]] + line["latencies"][1:]
+        return line
+    lines = _bench_lines(run, claim.legs.candidate)
+    lines[-1] = edit(lines[-1])
+    _write_bench(run, claim.legs.candidate, lines)
+    return claim
+
+
+def counts_contradict(run: Path, claim: Claim) -> Claim:
+    """Consistency: one request is removed from every candidate rep's arrays, the line's counts and
+    totals left as written (the line contradicts itself)."""
+    def edit(line):
+        for key in _per_request_keys(line) + ["errors"]:
+            line[key] = line[key][1:]
+        return line
+    _edit_cand(run, claim, edit)
+    return claim
+
+
+def _a_knob(info: dict[str, Any]) -> tuple[str, Any]:
+    """A knob of ``info`` (not a runtime or inert key) and a different value for it."""
+    from perfwarden.agents.auditor import registry
+
+    for key in sorted(info):
+        value = info[key]
+        if registry.is_inert(key) or isinstance(value, (dict, list)) or value is None:
+            continue
+        if isinstance(value, bool):
+            return key, not value
+        if isinstance(value, (int, float)):
+            return key, value * 2 + 1
+        return key, f"{value}-other"
+    raise ValueError("server_info has no scalar knob to change")
+
+
+def knob_only_in_bench_line(run: Path, claim: Claim) -> Claim:
+    """Conditions: the server_info inside every candidate bench line is the leg's server_info.json
+    with one knob changed (the other copies are untouched)."""
+    info = json.loads((run / "legs" / claim.legs.candidate / "server_info.json").read_text())
+    key, value = _a_knob(info)
+    _edit_cand(run, claim, lambda line: {**line, "server_info": {**info, key: value}})
+    return claim
+
+
+def knob_only_in_log(run: Path, claim: Claim) -> Claim:
+    """Conditions: the candidate's server.log gains the embedded server's effective_config line, equal
+    to its server_info.json except for one changed knob."""
+    info = json.loads((run / "legs" / claim.legs.candidate / "server_info.json").read_text())
+    key, value = _a_knob(info)
+    line = ("2026-11-22T10:00:01.000 INFO perfwarden.embedded: effective_config "
+            + json.dumps({**info, key: value}, sort_keys=True))
+    with open(run / "legs" / claim.legs.candidate / "server.log", "a", encoding="utf-8") as handle:
+        handle.write(line + "\n")
+    return claim
+
+
+def busy_machine(run: Path, claim: Claim) -> Claim:
+    """Contention: during every candidate rep five other processes used 25% of a core each (none past
+    the per-process threshold) and the machine was 65% busy while the server idled."""
+    busy = [{"pid": 500 + i, "name": f"job{i}", "cpu_pct": 25.0} for i in range(5)]
+
+    def edit(line):
+        sample = {"ncpu": 2, "loadavg": [1.5, 1.2, 1.0], "cpu_busy_pct": 65.0, "busy": busy, "error": None}
+        return {**line, "contention": {"start": sample, "end": sample}}
+    _edit_cand(run, claim, edit)
+    return claim
+
+
+def contention_missing(run: Path, claim: Claim) -> Claim:
+    """Contention: the candidate's lines, written by perfwarden's harness (schema_version 1), carry no
+    contention sample."""
+    def edit(line):
+        line = {k: v for k, v in line.items() if k != "contention"}
+        line.setdefault("schema_version", 1)
+        return line
+    _edit_cand(run, claim, edit)
+    return claim
+
+
+def blocked_order(run: Path, claim: Claim) -> Claim:
+    """Order: every baseline rep ran before every candidate rep (legs measured in blocks)."""
+    base = _bench_lines(run, claim.legs.baseline)
+    t0 = min([x["started_at"] for x in base if x.get("started_at") is not None] or [1000.0])
+    step = 10.0 + max(x["duration"] for leg in (claim.legs.baseline, claim.legs.candidate)
+                      for x in _bench_lines(run, leg))
+    for k, line in enumerate(base):
+        line["started_at"] = t0 + k * step
+    _write_bench(run, claim.legs.baseline, base)
+    cand = _bench_lines(run, claim.legs.candidate)
+    for k, line in enumerate(cand, start=len(base)):
+        line["started_at"] = t0 + k * step
+    _write_bench(run, claim.legs.candidate, cand)
+    return claim
+
+
+def absurd_rep_id(run: Path, claim: Claim) -> Claim:
+    """Resources: the candidate's last line says it is rep 10^12."""
+    lines = _bench_lines(run, claim.legs.candidate)
+    lines[-1]["rep"] = 10**12
+    _write_bench(run, claim.legs.candidate, lines)
+    return claim
+
+
+def absurd_issued(run: Path, claim: Claim) -> Claim:
+    """Resources: the candidate's first line says LoadGen issued 10^15 requests."""
+    lines = _bench_lines(run, claim.legs.candidate)
+    lines[0]["issued"] = 10**15
+    _write_bench(run, claim.legs.candidate, lines)
+    return claim
+
+
+def torn_last_rep(run: Path, claim: Claim) -> Claim:
+    """Torn tail: the candidate's last rep line is cut in half (the writer was killed mid-line), so the
+    candidate has one rep fewer than the baseline; nothing says the server died."""
+    path = run / "legs" / claim.legs.candidate / "bench_runs.jsonl"
+    lines = path.read_bytes().splitlines(keepends=True)
+    path.write_bytes(b"".join(lines[:-1]) + lines[-1][: len(lines[-1]) // 2])
+    return claim
+
+
 MUTATIONS: list[Mutation] = [
     Mutation("i1-spec-decode-as-kernel", spec_decode_as_kernel.__doc__, spec_decode_as_kernel, "FLAG",
              "downgrade_headline", ("ORTHOGONAL_LEVER",)),
@@ -136,7 +422,72 @@ MUTATIONS: list[Mutation] = [
     Mutation("i6-isolated-within-noise", isolated_within_noise.__doc__, isolated_within_noise, "FAIL", "eject",
              ("ISOLATED_E2E_GAP", "DELTA_NOT_SIGNIFICANT")),
     Mutation("torn-tail", torn_tail.__doc__, torn_tail, "FLAG", "remeasure", ("EVIDENCE_CORRUPT",)),
+    # 1. workload parity
+    Mutation("wl-fewer-requests", fewer_requests.__doc__, fewer_requests, "FAIL", "eject", ("CONDITIONS_DIFFER",),
+             family="workload"),
+    Mutation("wl-other-prompts", other_prompts.__doc__, other_prompts, "FAIL", "eject", ("CONDITIONS_DIFFER",),
+             family="workload"),
+    Mutation("wl-output-budget", smaller_output_budget.__doc__, smaller_output_budget, "FAIL", "eject",
+             ("CONDITIONS_DIFFER",), family="workload"),
+    Mutation("wl-concurrency", more_concurrency.__doc__, more_concurrency, "FAIL", "eject", ("CONDITIONS_DIFFER",),
+             family="workload"),
+    Mutation("wl-request-rate", other_request_rate.__doc__, other_request_rate, "FAIL", "eject",
+             ("CONDITIONS_DIFFER",), family="workload"),
+    # 2. every rep is internally consistent
+    Mutation("rep-ms-units", ms_units.__doc__, ms_units, "FAIL", "eject", ("EVIDENCE_CORRUPT",), family="consistency"),
+    Mutation("rep-latency-below-ttft", latency_below_ttft.__doc__, latency_below_ttft, "FAIL", "eject",
+             ("EVIDENCE_CORRUPT",), family="consistency"),
+    Mutation("rep-duration-short", duration_short.__doc__, duration_short, "FAIL", "eject", ("EVIDENCE_CORRUPT",),
+             family="consistency"),
+    Mutation("rep-duplicated", duplicated_rep.__doc__, duplicated_rep, "FAIL", "eject", ("EVIDENCE_CORRUPT",),
+             family="consistency"),
+    Mutation("rep-copied-from-baseline", copied_from_baseline.__doc__, copied_from_baseline, "FAIL", "eject",
+             ("EVIDENCE_CORRUPT",), family="consistency"),
+    Mutation("rep-ttft-5000s", huge_ttft.__doc__, huge_ttft, "FAIL", "eject", ("EVIDENCE_CORRUPT",),
+             family="consistency"),
+    Mutation("rep-counts-contradict", counts_contradict.__doc__, counts_contradict, "FAIL", "eject",
+             ("EVIDENCE_CORRUPT",), family="consistency"),
+    # 3. every copy of the conditions agrees
+    Mutation("cond-knob-only-in-bench-line", knob_only_in_bench_line.__doc__, knob_only_in_bench_line, "FAIL",
+             "eject", ("CONDITIONS_MISREPORTED",), family="conditions"),
+    Mutation("cond-knob-only-in-log", knob_only_in_log.__doc__, knob_only_in_log, "FAIL", "eject",
+             ("CONDITIONS_MISREPORTED",), family="conditions"),
+    # 6. contention and order
+    Mutation("contention-busy-machine", busy_machine.__doc__, busy_machine, "FLAG", "remeasure", ("CONTENDED_LEG",),
+             family="contention"),
+    Mutation("contention-missing", contention_missing.__doc__, contention_missing, "FLAG", "remeasure",
+             ("EVIDENCE_MISSING",), family="contention"),
+    Mutation("order-blocked", blocked_order.__doc__, blocked_order, "FLAG", "remeasure", ("NOT_INTERLEAVED",),
+             family="order"),
+    # 7. bounded resources
+    Mutation("absurd-rep-id", absurd_rep_id.__doc__, absurd_rep_id, "FAIL", "eject", ("EVIDENCE_CORRUPT",),
+             family="resources"),
+    Mutation("absurd-issued", absurd_issued.__doc__, absurd_issued, "FAIL", "eject", ("EVIDENCE_MISSING",),
+             family="resources"),
+    # 8. a torn last line is not a crash
+    Mutation("torn-last-rep", torn_last_rep.__doc__, torn_last_rep, "FLAG", "remeasure", ("EVIDENCE_CORRUPT",),
+             ("SERVER_CRASH",), family="torn"),
 ]
+
+CLEAN_FIXTURES: tuple[str, ...] = (
+    "syn-clean-patch-win", "geak-p1-clean", "syn-kernel-engaged", "syn-latency-near-miss", "syn-parity-near-miss",
+    "syn-int8-eval-ok", "syn-test04-honest", "syn-contended-near-miss",
+    "int-wl-issued-recorded", "int-wl-params-equal", "int-wl-concurrency-null", "int-wl-loadgen-log-agrees",
+    "int-rep-latency-tail", "int-rep-aggregate-rounding", "int-rep-inside-run", "int-cond-bench-runtime",
+    "int-cond-log-config-agrees", "int-cond-sglang-args-agree", "int-cond-log-unparseable", "int-contention-light",
+    "int-foreign-sglang-pair", "int-order-randomized",
+)
+"""Fixtures every mutation is applied to: one patch claim answered PASS, and room in the evidence for
+the mutation to mean what it says. Left out, with why: ``syn-report-clean`` (its prose quotes the
+clean numbers, so any edit of the raw also makes the report untraced), ``int-rep-duration-tight`` (a
+boundary case: its requests already fill the rep, so I5's longer TTFT cannot fit), and
+``rec-batching-disclosed`` (recorded with the baseline's reps all before the candidate's: blocked,
+see proof/README.md)."""
+
+COMMITTED: dict[str, tuple[str, ...] | None] = {"syn-clean-patch-win": None, "geak-p1-clean": ("judgement",)}
+"""Clean fixture -> the families whose mutations are written to ``proof/fixtures/mutated/`` (None: all).
+Every other (clean fixture, mutation) pair is generated in a temporary directory by
+``tests/test_mutation_families.py``, which keeps the repository small."""
 
 
 def mutate(clean: Path, out_root: Path, mutation: Mutation) -> Path:
@@ -158,7 +509,7 @@ def mutate(clean: Path, out_root: Path, mutation: Mutation) -> Path:
     write_json_atomic(run / claim_rel, new_claim)
     key = {"schema_version": 1, "answers": [{"claim": claim_rel, "verdict": mutation.verdict,
                                              "action": mutation.action, "must_include": list(mutation.must_include),
-                                             "must_exclude": []}],
+                                             "must_exclude": list(mutation.must_exclude)}],
            "provenance": f"mutation {mutation.name!r} of {clean.name!r} (proof/mutations.py)",
            "rationale": mutation.description.strip()}
     write_json_atomic(dest / "answer_key.json", key)
@@ -167,11 +518,15 @@ def mutate(clean: Path, out_root: Path, mutation: Mutation) -> Path:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description="Apply every documented mutation to a clean fixture.")
-    parser.add_argument("clean", type=Path)
-    parser.add_argument("out", type=Path)
+    parser.add_argument("clean", type=Path, nargs="?", help="one clean fixture (default: the committed ones)")
+    parser.add_argument("out", type=Path, nargs="?", default=Path(__file__).parent / "fixtures" / "mutated")
     args = parser.parse_args()
-    for mutation in MUTATIONS:
-        print(mutate(args.clean, args.out, mutation))
+    root = Path(__file__).parent / "fixtures"
+    plan = {args.clean: None} if args.clean else {root / name: families for name, families in COMMITTED.items()}
+    for clean, families in plan.items():
+        for mutation in MUTATIONS:
+            if families is None or mutation.family in families:
+                print(mutate(clean, args.out, mutation))
 
 
 if __name__ == "__main__":

@@ -14,8 +14,8 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from perfwarden.proof.synth import (fixture_builder_main, COHERENT_TEXTS, GIBBERISH_TEXTS, make_rep, write_claim, write_jsonl, write_leg,
-                                    write_manifest)
+from perfwarden.proof.synth import (fixture_builder_main, COHERENT_TEXTS, GIBBERISH_TEXTS, make_rep, overlay_between,
+                                    write_claim, write_jsonl, write_leg, write_manifest)
 
 SGLANG_INFO: dict[str, Any] = {
     "model_path": "/models/DeepSeek-R1", "served_model_name": "deepseek-r1", "tp_size": 8, "dp_size": 1,
@@ -30,11 +30,19 @@ KERNEL_LOG = ["server ready", "kernel patch fused_moe_v2 engaged on 58 layers", 
 PLAIN_LOG = ["server ready", "token usage: 0.40", "token usage: 0.62"]
 
 
+# The published figures (≈1,000 output tok/s at a 4.3 s TTFT and 60 ms TPOT) are only consistent with
+# many requests in flight: a rep must last as long as its slowest request. 112 requests of 480 tokens,
+# all issued at once, keep every request inside its rep (with room for the I5 case's 2.2x TTFT);
+# tokens stream in chunks of 96 (sglang's --stream-interval), which keeps the files small.
+GEAK_REP = {"n_requests": 112, "output_len": 480, "input_len": 1024, "itl_chunk": 96, "start_step_s": 0.0,
+            "max_concurrency": None}
+
+
 def three_reps(leg: str, lo: float, mid: float, hi: float, ttft_ms: float, tpot_ms: float, offset: float,
                **kw) -> list[dict]:
     """Three reps with the given min/median/max throughput (rep order interleaves min first)."""
-    return [make_rep(leg, k, throughput=v, ttft_ms=ttft_ms, tpot_ms=tpot_ms, n_requests=16, output_len=48,
-                     input_len=1024, started_at=1_000.0 + 2 * k + offset, **kw) for k, v in enumerate((lo, mid, hi))]
+    return [make_rep(leg, k, throughput=v, ttft_ms=ttft_ms, tpot_ms=tpot_ms, **GEAK_REP,
+                     started_at=1_000.0 + 100 * k + 60 * offset, **kw) for k, v in enumerate((lo, mid, hi))]
 
 
 # P1's figures: ref median 1004.906 (spread 0.15%, max 1005.254), cand median 1677.476 (spread 0.62%,
@@ -71,7 +79,7 @@ def p1_clean(run: Path, cand_ttft: float = 2915.774, cand_info: dict | None = No
     ref, cand = p1_reps(cand_ttft=cand_ttft, **cand_kw)
     write_leg(run, "ref", "baseline", SGLANG_INFO, ref, log_lines=PLAIN_LOG, outputs=COHERENT_TEXTS)
     write_leg(run, "cand", "candidate", cand_info or PATCHED, cand, log_lines=KERNEL_LOG, outputs=COHERENT_TEXTS,
-              overlay={"kernel_patches": [{"op": "fused_moe_v2", "impl": "kernels/fused_moe_v2.py"}]}, parent="ref")
+              overlay=overlay_between(SGLANG_INFO, cand_info or PATCHED), parent="ref")
     if patch_claim:
         write_claim(run, {"seq": 1, "scope": "patch", **KERNEL_CLAIM, **(claim or {})})
 
@@ -99,7 +107,8 @@ def build_all(out: Path) -> list[str]:
     ref = three_reps("ref", 1020.5, 1022.0, 1023.1, 4200.0, 58.0, 0)
     cand = three_reps("cand", 1660.9, 1663.2, 1665.0, 2950.0, 36.0, 1)
     write_leg(run, "ref", "baseline", SGLANG_INFO, ref, log_lines=PLAIN_LOG, outputs=COHERENT_TEXTS)
-    write_leg(run, "cand", "candidate", PATCHED, cand, log_lines=KERNEL_LOG, outputs=COHERENT_TEXTS, parent="ref")
+    write_leg(run, "cand", "candidate", PATCHED, cand, log_lines=KERNEL_LOG, outputs=COHERENT_TEXTS, parent="ref",
+              overlay=overlay_between(SGLANG_INFO, PATCHED))
     rows = []
     for trial, seed in enumerate((0, 1, 2)):
         rows.append({"op": "fused_moe_v2", "backend": "triton_v2", "shape": [256, 7168], "trial": trial,
@@ -124,7 +133,8 @@ def build_all(out: Path) -> list[str]:
     write_leg(run, "ref", "baseline", {**SGLANG_INFO, "mem_fraction_static": 0.7225, "max_total_num_tokens": 947041},
               ref, log_lines=PLAIN_LOG, outputs=GIBBERISH_TEXTS)
     write_leg(run, "cand", "candidate", {**SGLANG_INFO, "attention_backend": "triton"}, cand, log_lines=PLAIN_LOG,
-              outputs=[t[::-1] for t in GIBBERISH_TEXTS], parent="ref")
+              outputs=[t[::-1] for t in GIBBERISH_TEXTS], parent="ref",
+              overlay=overlay_between(SGLANG_INFO, {**SGLANG_INFO, "attention_backend": "triton"}))
     write_claim(run, {"seq": 1, "scope": "patch", "producer": "config_tuner",
                       "legs": {"baseline": "ref", "candidate": "cand"},
                       "lever": {"name": "attention_backend=triton", "lever_class": "A",
@@ -137,6 +147,7 @@ def build_all(out: Path) -> list[str]:
     cand = three_reps("cand", 1102.0, 1102.0, 1102.0, 4000.0, 54.0, 1)[:1]
     write_leg(run, "ref", "baseline", SGLANG_INFO, ref, log_lines=PLAIN_LOG, outputs=COHERENT_TEXTS)
     write_leg(run, "cand", "candidate", PATCHED, cand, outputs=COHERENT_TEXTS, parent="ref", status="failed",
+              overlay=overlay_between(SGLANG_INFO, PATCHED),
               failure="server exited during rep 1", log_lines=[
                   "server ready", "kernel patch fused_moe_v2 engaged on 58 layers",
                   "Traceback (most recent call last):",
@@ -179,15 +190,16 @@ def build_all(out: Path) -> list[str]:
     ref, _ = p1_reps()
     cand = three_reps("cand", 1003.1, 1005.4, 1006.0, 4270.0, 59.3, 1)
     write_leg(run, "ref", "baseline", SGLANG_INFO, ref, log_lines=PLAIN_LOG, outputs=COHERENT_TEXTS)
-    write_leg(run, "cand", "candidate", PATCHED, cand, log_lines=KERNEL_LOG, outputs=COHERENT_TEXTS, parent="ref")
+    write_leg(run, "cand", "candidate", PATCHED, cand, log_lines=KERNEL_LOG, outputs=COHERENT_TEXTS, parent="ref",
+              overlay=overlay_between(SGLANG_INFO, PATCHED))
     write_claim(run, {"seq": 1, "scope": "patch", **KERNEL_CLAIM,
                       "headline": {"metric": "output_throughput", "value": 200.0, "kind": "kernel"},
                       "isolated_speedup": {"value": 3.0, "op": "fused_moe_v2"}})
 
     run = fixture("geak-noisy-baseline")
     write_leg(run, "ref", "baseline", SGLANG_INFO,
-              [make_rep("ref", k, throughput=v, ttft_ms=4280.0, tpot_ms=59.5, n_requests=16, output_len=48,
-                        started_at=1000.0 + k) for k, v in enumerate((966.36, 1004.05, 1004.71))],
+              [make_rep("ref", k, throughput=v, ttft_ms=4280.0, tpot_ms=59.5, **GEAK_REP,
+                        started_at=1000.0 + 100 * k) for k, v in enumerate((966.36, 1004.05, 1004.71))],
               log_lines=PLAIN_LOG, outputs=COHERENT_TEXTS)
     write_claim(run, {"seq": 1, "scope": "baseline", "legs": {"baseline": "ref"}})
 

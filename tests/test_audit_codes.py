@@ -113,7 +113,8 @@ def test_contended_leg(tmp_path):
 
 
 def test_noisy_baseline_scope(tmp_path):
-    build(tmp_path, base_reps=reps("base", [966.36, 1004.05, 1004.71], 0))
+    # 32 requests issued at once: at ~1,000 tok/s a rep must last as long as its requests do.
+    build(tmp_path, base_reps=reps("base", [966.36, 1004.05, 1004.71], 0, n_requests=32, start_step_s=0.0))
     from perfwarden.proof.synth import write_claim
     claim = write_claim(tmp_path, {"scope": "baseline", "seq": 2, "legs": {"baseline": "base"}})
     v = audit(tmp_path, claim)
@@ -393,6 +394,16 @@ def test_gate_crash_degrades_never_passes(tmp_path, monkeypatch):
     monkeypatch.setattr(caching, "check_response_cache", boom)
     v = audit(tmp_path, build(tmp_path))
     assert v.degraded and v.verdict == "FLAG" and "AUDITOR_DEGRADED" in codes(v)
+
+
+def test_not_interleaved_flags_blocked_legs_and_cites_the_boundary(tmp_path):
+    base = [make_rep("base", k, throughput=t, started_at=1000.0 + 10 * k) for k, t in enumerate(BASE_TPUT)]
+    cand = [make_rep("cand", k, throughput=t, started_at=2000.0 + 10 * k) for k, t in enumerate(CAND_TPUT)]
+    v = audit(tmp_path, build(tmp_path, base_reps=base, cand_reps=cand))
+    f = next(f for f in v.findings if f.code == "NOT_INTERLEAVED")
+    assert v.verdict == "FLAG" and v.action == "remeasure" and f.measured == "BBBBBCCCCC"
+    assert [e.file for e in f.evidence] == ["legs/base/bench_runs.jsonl", "legs/cand/bench_runs.jsonl"]
+    assert [e.line for e in f.evidence] == [5, 1]  # the last baseline rep, then the first candidate rep
 
 
 def test_every_catalog_code_is_tested_here_or_in_mlperf():

@@ -18,13 +18,15 @@ from typing import Any
 import httpx
 import pytest
 
-from perfwarden.harness import embedded_server as S
-from perfwarden.harness.embedded_engine import (
+pytest.importorskip("torch")  # the embedded engine runs the model on torch (3.11 only here)
+
+from perfwarden.harness import embedded_server as S  # noqa: E402
+from perfwarden.harness.embedded_engine import (  # noqa: E402
     GenParams,
     prompt_lookup_draft,
     verify_draft,
 )
-from perfwarden.harness.targets import (
+from perfwarden.harness.targets import (  # noqa: E402
     EmbeddedTarget,
     TargetCrashed,
     TargetStartError,

@@ -12,6 +12,7 @@ import sys
 import time
 from pathlib import Path
 
+import msgspec
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -112,9 +113,16 @@ def test_server_scenario_rep_writes_a_decodable_sglang_line_and_loadgen_logs(ser
     assert abs(rec.started_at - time.time()) < 60
     assert line["scenario"] == "Server" and line["loadgen"]["dir"] == "legs/base/loadgen/rep-0"
 
-    # --- contention sampled at start and end
-    assert set(rec.contention) == {"start", "end"}
-    assert len(rec.contention["start"]["loadavg"]) == 3 or rec.contention["start"]["error"]
+    # --- contention sampled at start and end (a raw-JSON field of the line schema)
+    contention = msgspec.json.decode(rec.contention)
+    assert set(contention) == {"start", "end"}
+    assert len(contention["start"]["loadavg"]) == 3 or contention["start"]["error"]
+    assert contention["start"].get("error") or contention["start"]["ncpu_available"] >= 1
+
+    # --- what LoadGen issued and what every request asked for (issue 13: workload parity)
+    assert rec.issued == n == len(rec.errors)
+    assert line["request_params"] == {k: v for k, v in _expected_payload("", settings.max_tokens).items()
+                                      if k != "prompt"}
 
     # --- LoadGen's own logs, and they agree on the sample count
     lg_dir = run.loadgen_rep("base", 0)

@@ -21,8 +21,9 @@ from perfwarden.agents.auditor.claim_file import ClaimError, load_claim  # noqa:
 from perfwarden.agents.auditor.evidence import LegEvidence, RunLoader
 from perfwarden.agents.auditor.findings import Findings, GateResult, choose_action, verdict_label
 from perfwarden.agents.auditor.gates import (caching, conditions, correctness, explain, knobs, lever, measurement,
-                                             opbench, profile, prose, served)
+                                             opbench, profile, prose, served, workload)
 from perfwarden.agents.auditor.rederive import METRICS
+from perfwarden.harness.json_limits import check_depth, loads_bounded
 from perfwarden.harness.records import Claim, Comparison, Finding, MetricStats, Verdict, write_json_atomic
 from perfwarden.harness.safe_read import REPORT_BYTES, VERDICT_BYTES, exists, read_bytes
 
@@ -106,11 +107,12 @@ def audit_baseline(a: Audit) -> None:
         return
     aa = _aa_legs(a)
     metric = claim.headline.metric if claim.headline.metric in METRICS else "output_throughput"
-    a.gate("crash", lambda: measurement.check_crash(a.run, base, None, a.findings))
+    a.gate("crash", lambda: measurement.check_crash(a.run, base, None))
     a.gate("errors", lambda: measurement.check_errors(a.run, base, a.findings, "FLAG", "remeasure"))
-    a.gate("contention", lambda: measurement.check_contention(a.run, base, a.findings))
+    a.gate("contention", lambda: measurement.check_contention(a.run, base))
     a.gate("noise", lambda: measurement.check_noisy_baseline(a.run, base, aa, metric, a.findings))
-    a.gate("aggregates", lambda: measurement.check_line_aggregates(a.run, base, a.findings))
+    a.gate("aggregates", lambda: measurement.check_line_aggregates(a.run, base))
+    a.gate("condition_copies", lambda: conditions.check_condition_copies(a.run, base))
     band, _ = measurement.calibrate_band(metric, base, aa, len(base.reps), len(base.reps))
     a.gate("drift", lambda: measurement.check_drift(a.run, claim, base, band, a.not_checked, a.findings))
     if base.outputs is None:
@@ -181,11 +183,14 @@ def audit_patch(a: Audit, bundle: bool = False) -> None:
     aa = _aa_legs(a)
 
     # Do no harm first: a crash or failed requests in the candidate ends the discussion.
-    a.gate("crash", lambda: measurement.check_crash(a.run, cand, len(base.reps) or None, a.findings))
+    a.gate("crash", lambda: measurement.check_crash(a.run, cand, len(base.reps) or None))
     a.gate("errors", lambda: _errors(a, base, cand))
     for leg in (base, cand):
-        a.gate("contention", lambda leg=leg: measurement.check_contention(a.run, leg, a.findings))
-        a.gate("aggregates", lambda leg=leg: measurement.check_line_aggregates(a.run, leg, a.findings))
+        a.gate("contention", lambda leg=leg: measurement.check_contention(a.run, leg))
+        a.gate("aggregates", lambda leg=leg: measurement.check_line_aggregates(a.run, leg))
+        a.gate("condition_copies", lambda leg=leg: conditions.check_condition_copies(a.run, leg))
+    a.gate("workload", lambda: workload.check_workload(a.run, claim, base, cand))
+    a.gate("interleaving", lambda: measurement.check_interleaving(a.run, base, cand))
 
     a.diff = a.gate("conditions", lambda: conditions.check_conditions(a.run, claim, base, cand, a.findings)) or {}
     unknown = a.gate("knobs", lambda: knobs.check_unknown_knobs(a.run, claim, a.diff, base, cand)) or []
@@ -207,9 +212,6 @@ def audit_patch(a: Audit, bundle: bool = False) -> None:
             a.comparisons, claim.headline.metric, base, cand, claim.headline.disclosed_regressions))
         a.gate("explain", lambda: explain.check_unexplained_delta(claim, head, _profile_rows(a)))
         a.gate("output_length", lambda: correctness.check_output_length(a.run, base, cand, a.findings))
-        note = measurement.interleaving_note(base, cand)
-        if note:
-            a.not_checked.append(f"interleaving: {note}")
     else:
         a.findings.add("EVIDENCE_MISSING", "FAIL", "a leg has no usable rep, so no delta can be re-derived",
                        gate="significance")
@@ -343,7 +345,9 @@ def accepted_changes(run: Path) -> dict[str, list[str]]:
         return out
     for vpath in sorted(vdir.glob("*-patch.json")):
         try:
-            verdict = Verdict.model_validate_json(read_bytes(vpath, run, limit=VERDICT_BYTES, what="verdict"))
+            data = read_bytes(vpath, run, limit=VERDICT_BYTES, what="verdict")
+            check_depth(data, what=f"verdict {vpath.name!r}")
+            verdict = Verdict.model_validate_json(data)
             claim, _ = load_claim(Path(run) / verdict.claim, root=run)
         except (OSError, ValueError, ClaimError):
             continue

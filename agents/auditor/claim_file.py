@@ -7,13 +7,13 @@ refuse ``--claim /dev/zero``, a FIFO or a 50 MB name before anything heavy is im
 from __future__ import annotations
 
 import hashlib
-import json
 from pathlib import Path
 
 from pydantic import ValidationError
 
 from perfwarden.harness.records import Claim
-from perfwarden.harness.safe_read import CLAIM_BYTES, MAX_DEPTH, STRING_CHARS, long_string, read_bytes, too_deep
+from perfwarden.harness.json_limits import loads_bounded
+from perfwarden.harness.safe_read import CLAIM_BYTES, STRING_CHARS, long_string, read_bytes
 
 
 class ClaimError(ValueError):
@@ -31,11 +31,9 @@ def load_claim(path: Path, root: Path | None = None) -> tuple[Claim, str]:
     except OSError as exc:
         raise ClaimError(f"cannot read claim {str(path)!r}: {exc}") from None
     try:
-        obj = json.loads(data, parse_constant=_reject)
-    except (ValueError, RecursionError) as exc:
+        obj = loads_bounded(data, what=f"claim {str(path)!r}", parse_constant=_reject)
+    except (ValueError, RecursionError) as exc:  # JsonTooDeep is a ValueError
         raise ClaimError(f"claim {str(path)!r} is not valid JSON: {exc}") from None
-    if too_deep(obj):
-        raise ClaimError(f"claim {str(path)!r} nests deeper than {MAX_DEPTH} levels")
     too_long = long_string(obj)
     if too_long is not None:
         raise ClaimError(f"claim {str(path)!r}: the string at {too_long[0]!r} is {too_long[1]:,} characters, over "

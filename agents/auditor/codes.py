@@ -14,7 +14,8 @@ CATALOG: dict[str, str] = {
     # conditions
     "CONDITIONS_DIFFER": "The legs differ in more than the declared change (a confound).",
     "CONDITIONS_MISREPORTED": "The producer's summary of the conditions misstates what the servers reported.",
-    "CONTENDED_LEG": "Another busy process shared the machine during a rep.",
+    "CONTENDED_LEG": "Another busy process, or a busy machine, shared the CPU during a rep.",
+    "NOT_INTERLEAVED": "Compared legs were measured in separate blocks, not interleaved: drift can pose as a delta (added).",
     # statistics
     "NOISY_BASELINE": "Baseline rep spread exceeds the noise band; re-measure.",
     "BASELINE_DRIFT": "The re-derived baseline disagrees with a previously provided baseline number.",

@@ -8,11 +8,12 @@ pretty-printed JSON file, a server-log line.
 from __future__ import annotations
 
 import functools
+import gc
 import hashlib
-import json
 import math
 import os
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -20,11 +21,13 @@ from pydantic import ValidationError
 
 from perfwarden.agents.auditor.findings import Findings
 from perfwarden.agents.auditor.rederive import RepError, RepMetrics, rederive_rep
+from perfwarden.harness.json_limits import loads_bounded
 from perfwarden.harness.jsonl import (BenchRunLine, LineIssue, LineRef, OpBenchLine, OutputLine,
                                       ProfileLine, iter_jsonl, read_jsonl)
+from perfwarden.harness.mlperf_log import MlperfLogError, read_detail
 from perfwarden.harness.records import EvidenceRef, LegSpec, QualityEval, RunDir
-from perfwarden.harness.safe_read import (BENCH_LINE_BYTES, LOG_LINE_CHARS, MAX_DEPTH, RECORD_BYTES, TEXT_BYTES,
-                                          RefusedInput, check_regular, exists, read_bytes, too_deep)
+from perfwarden.harness.safe_read import (BENCH_LINE_BYTES, LOG_LINE_CHARS, RECORD_BYTES, TEXT_BYTES, RefusedInput,
+                                          check_regular, exists, read_bytes)
 
 _EXCERPT = 200
 # Per-request arrays every sglang/vLLM bench file carries but rederive can do without: absent, the
@@ -98,6 +101,14 @@ class LegEvidence:
     reps: list[RepMetrics] = field(default_factory=list)
     bench_path: Path | None = None
     outputs: list[tuple[LineRef, OutputLine]] | None = None
+    torn_tail: bool = False
+    """The bench file ends in an unfinished line (a writer interrupted mid-rep)."""
+    corrupt_reps: int = 0
+    """Lines of the bench file that were not usable reps (corrupt, incomplete, duplicated numbers)."""
+    loadgen_issued: dict[int, tuple[int, EvidenceRef]] = field(default_factory=dict)
+    """Rep -> samples LoadGen's own detail log says it issued (with the log line), where a log exists."""
+    loadgen_problems: list[str] = field(default_factory=list)
+    """LoadGen logs that exist but could not be read (their cross-check is not made)."""
 
 
 def _finite_json(obj: Any) -> bool:
@@ -120,6 +131,13 @@ class RunLoader:
         self.digests: dict[str, str] = {}
         self._legs: dict[str, LegEvidence] = {}
         self._conditions_reported: set[str] = set()
+        self._legs_torn: dict[str, bool] = {}
+        self._lines_seen = 0
+        self._timings: dict[str, tuple[str, RepMetrics]] = {}
+        """Timing digest -> (leg, rep) of every rep loaded so far: the same measurement written twice,
+        in one leg or across legs, is duplicated evidence (constant memory per rep)."""
+        self._run_started: float | None | bool = False
+        """Unix time the run started (run.json), None when unknown; False until read."""
 
     # ---------------------------------------------------------------- generic
     def _digest(self, path: Path, sha: str) -> None:
@@ -201,7 +219,8 @@ class RunLoader:
                               evidence=[tf.evidence(self.run, None)], gate="evidence")
             return None, tf
         try:
-            obj = json.loads("\n".join(tf.lines), parse_constant=_reject_constant, parse_float=_finite_float)
+            obj = loads_bounded("\n".join(tf.lines), what=f"{what} {_rel(self.run, path)!r}",
+                                parse_constant=_reject_constant, parse_float=_finite_float)
         except (ValueError, RecursionError) as exc:
             self.findings.add("EVIDENCE_CORRUPT", "FAIL", f"{what} {_rel(self.run, path)!r} is not valid JSON: {exc}",
                               evidence=[tf.evidence(self.run, None)], gate="evidence")
@@ -209,10 +228,6 @@ class RunLoader:
         if not isinstance(obj, dict):
             self.findings.add("EVIDENCE_CORRUPT", "FAIL", f"{what} {_rel(self.run, path)!r} is not a JSON object",
                               evidence=[tf.evidence(self.run, None)], gate="evidence")
-            return None, tf
-        if too_deep(obj):
-            self.findings.add("EVIDENCE_CORRUPT", "FAIL", f"{what} {_rel(self.run, path)!r} nests deeper than "
-                              f"{MAX_DEPTH} levels: not a record", evidence=[tf.evidence(self.run, None)], gate="evidence")
             return None, tf
         return obj, tf
 
@@ -274,8 +289,86 @@ class RunLoader:
         leg.log = self.text(self.paths.server_log(name), False, f"server log of {name!r}",
                             max_line_chars=LOG_LINE_CHARS)
         leg.bench_path = self.paths.bench_runs(name)
+        lines_before = self._lines_seen
         leg.reps = self._load_reps(name, leg.bench_path)
+        leg.torn_tail = self._legs_torn.get(name, False)
+        leg.corrupt_reps = max(self._lines_seen - lines_before - len(leg.reps), 0)
+        leg.loadgen_issued, leg.loadgen_problems = self._loadgen_counts(name, leg.reps)
         return leg
+
+    # ---------------------------------------------------------------- consistency across reps
+    def run_started(self) -> float | None:
+        """Unix time the run started, from run.json's ``started_at`` (None when absent or unreadable)."""
+        if self._run_started is False:
+            self._run_started = None
+            if exists(self.paths.manifest):
+                obj, _ = self.json_object(self.paths.manifest, False, "run manifest")
+                stamp = obj.get("started_at") if obj else None
+                if isinstance(stamp, str):
+                    try:
+                        parsed = datetime.fromisoformat(stamp.replace("Z", "+00:00"))
+                        if parsed.tzinfo is None:
+                            parsed = parsed.replace(tzinfo=timezone.utc)
+                        self._run_started = parsed.timestamp()
+                    except ValueError:
+                        self._run_started = None
+        return self._run_started
+
+    def _check_rep_clock(self, leg: str, rep: RepMetrics) -> None:
+        """A rep must start inside its run's clock: not before the run started (when known)."""
+        start = self.run_started()
+        if start is None or rep.started_at is None:
+            return
+        if rep.started_at < start - RUN_CLOCK_SLACK_S:
+            self.findings.add("EVIDENCE_CORRUPT", "FAIL", f"leg {leg!r} rep {rep.rep} started "
+                              f"{start - rep.started_at:.0f} s before the run did (run.json started_at): it is not "
+                              "this run's measurement", measured=rep.started_at,
+                              threshold={"run_started_at": start, "slack_s": RUN_CLOCK_SLACK_S},
+                              evidence=[line_evidence(self.run, rep.ref)], gate="evidence")
+
+    def _check_duplicate_timing(self, leg: str, rep: RepMetrics) -> None:
+        """Two reps with the same per-request timings are one measurement written twice."""
+        if rep.timing_digest is None:
+            return
+        first = self._timings.get(rep.timing_digest)
+        if first is None:
+            self._timings[rep.timing_digest] = (leg, rep)
+            return
+        other_leg, other = first
+        where = "the same leg" if other_leg == leg else f"leg {other_leg!r}"
+        self.findings.add("EVIDENCE_CORRUPT", "FAIL", f"leg {leg!r} rep {rep.rep} has the same per-request timings as "
+                          f"rep {other.rep} of {where} (lines {other.ref.line} and {rep.ref.line}): duplicated "
+                          "evidence, not a second measurement", measured={"leg": leg, "rep": rep.rep},
+                          threshold={"duplicate_of": {"leg": other_leg, "rep": other.rep}},
+                          evidence=[line_evidence(self.run, other.ref), line_evidence(self.run, rep.ref)],
+                          gate="evidence")
+
+    def _loadgen_counts(self, leg: str, reps: list[RepMetrics]) -> tuple[dict[int, tuple[int, EvidenceRef]], list[str]]:
+        """Samples LoadGen issued per rep, from ``legs/<leg>/loadgen/rep-<k>/mlperf_log_detail.txt``
+        where it exists (one file per rep at most: bounded by the reps already read)."""
+        counts: dict[int, tuple[int, EvidenceRef]] = {}
+        problems: list[str] = []
+        for rep in reps:
+            path = self.paths.loadgen_rep(leg, rep.rep) / "mlperf_log_detail.txt"
+            if not exists(path):
+                continue
+            try:
+                log = read_detail(path, self.run)
+            except MlperfLogError as exc:
+                problems.append(f"{_rel(self.run, path)}: {exc}")
+                continue
+            self._digest(path, log.sha256)
+            queries, per_query = log.record("result_query_count"), (
+                log.record("generated_samples_per_query") or log.record("effective_samples_per_query"))
+            if queries is None or not _count(queries.value) or (per_query is not None and not _count(per_query.value)):
+                problems.append(f"{_rel(self.run, path)}: no usable result_query_count/samples_per_query")
+                continue
+            issued = int(queries.value) * (int(per_query.value) if per_query is not None else 1)
+            raw = queries.ref.raw()
+            counts[rep.rep] = (issued, EvidenceRef(file=_rel(self.run, path), line=queries.ref.line,
+                                                   sha256=hashlib.sha256(raw).hexdigest(),
+                                                   excerpt=raw[:_EXCERPT].decode("utf-8", "replace")))
+        return counts, problems
 
     def _load_reps(self, name: str, path: Path) -> list[RepMetrics]:
         """Stream bench_runs.jsonl, re-deriving each rep and dropping its arrays (memory stays flat)."""
@@ -287,11 +380,18 @@ class RunLoader:
         seen: dict[int, RepMetrics] = {}
         absent: dict[str, list[int]] = {}
         index = -1
+        # The cyclic GC is paused while lines stream: decoding one rep allocates tens of thousands of
+        # lists (one per request's gaps), and every generation-0 collection would walk them all again
+        # (~11% of a bare parse, measured with callgrind). Decoded lines hold no reference cycles, so
+        # reference counting frees them as before; the GC's previous state is restored after.
+        gc_was_enabled = gc.isenabled()
+        gc.disable()
         try:
             # No enumerate(): it keeps the previous item alive while the next line is read, i.e. two
             # reps' decoded arrays at once. Here ``line`` is dropped before the next read.
             for ref, line in iter_jsonl(path, BenchRunLine, issues, digest, self.run, BENCH_LINE_BYTES):
                 index += 1
+                self._lines_seen += 1
                 claimed_leg, rep, error = line.leg, None, None
                 if claimed_leg is None or claimed_leg == name:
                     try:
@@ -309,9 +409,11 @@ class RunLoader:
                                       gate="evidence")
                     continue
                 if error is not None:
-                    code = "EVIDENCE_MISSING" if error.kind == "missing" else "EVIDENCE_CORRUPT"
-                    self.findings.add(code, "FAIL", f"leg {name!r} rep at line {ref.line}: {error}",
-                                      evidence=[line_evidence(self.run, ref)], gate="evidence")
+                    for kind, message in error.problems:
+                        code = "EVIDENCE_MISSING" if kind == "missing" else "EVIDENCE_CORRUPT"
+                        message = message.removeprefix(f"line {ref.line}: ")
+                        self.findings.add(code, "FAIL", f"leg {name!r} rep at line {ref.line}: {message}",
+                                          evidence=[line_evidence(self.run, ref)], gate="evidence")
                     continue
                 if rep.rep in seen:
                     first = seen[rep.rep]
@@ -325,6 +427,8 @@ class RunLoader:
                     if not same:
                         reps = [r for r in reps if r.rep != rep.rep]
                     continue
+                self._check_rep_clock(name, rep)
+                self._check_duplicate_timing(name, rep)
                 seen[rep.rep] = rep
                 reps.append(rep)
         except RefusedInput as exc:
@@ -334,14 +438,18 @@ class RunLoader:
             self.findings.add("EVIDENCE_MISSING", "FAIL", f"cannot read bench_runs of leg {name!r}: {exc}",
                               evidence=[EvidenceRef(file=_rel(self.run, path))], gate="evidence")
             return []
+        finally:
+            if gc_was_enabled:
+                gc.enable()
         self._digest(path, digest.hexdigest())
         self.report_issues(issues, f"bench_runs of leg {name!r}")
+        self._legs_torn[name] = any(issue.kind == "torn_tail" for issue in issues)
         numbered = sorted(seen)
-        gaps = sorted(set(range(numbered[0], numbered[-1] + 1)) - set(seen)) if numbered else []
-        if gaps:
-            self.findings.add("EVIDENCE_MISSING", "FLAG", f"leg {name!r} has reps {numbered!r}: rep(s) "
-                              f"{gaps[:10]!r} between them are missing (a lost, deleted or spliced line)",
-                              measured=numbered, threshold="consecutive rep numbers",
+        missing, shown = missing_rep_numbers(numbered)
+        if missing:
+            self.findings.add("EVIDENCE_MISSING", "FLAG", f"leg {name!r} has reps {numbered[:20]!r}: {missing} "
+                              f"rep(s) between them are missing, e.g. {shown!r} (a lost, deleted or spliced line)",
+                              measured=numbered[:20], threshold="consecutive rep numbers",
                               evidence=[EvidenceRef(file=_rel(self.run, path))], action="remeasure", gate="evidence")
         for array, lines in absent.items():
             self.findings.add("EVIDENCE_MISSING", "FLAG", f"leg {name!r}: {len(lines)} rep(s) (lines "
@@ -399,6 +507,27 @@ class RunLoader:
 
     def inside(self, rel_path: str) -> Path:
         return self._inside(rel_path)
+
+
+RUN_CLOCK_SLACK_S = 60.0
+"""A rep may appear to start this much before its run (clock steps, a manifest written late)."""
+
+
+def missing_rep_numbers(numbered: list[int], show: int = 10) -> tuple[int, list[int]]:
+    """How many rep numbers are missing between the first and last of ``numbered`` (sorted, unique),
+    and the first ``show`` of them -- counted from adjacent differences, so an absurd rep number never
+    sizes anything."""
+    missing, shown = 0, []
+    for a, b in zip(numbered, numbered[1:]):
+        gap = b - a - 1
+        if gap > 0:
+            missing += gap
+            shown.extend(range(a + 1, min(b, a + 1 + show - len(shown))))
+    return missing, shown[:show]
+
+
+def _count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
 def _invalid_code(exc: ValidationError) -> str:

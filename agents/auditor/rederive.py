@@ -8,17 +8,30 @@ Per-request e2e latency is ``latencies`` when the file has it (perfwarden adds i
 ``ttft + sum(itls)`` -- sglang's own output has no per-request latency array, and the sum of gaps ends
 at the last token, which is when sglang stops its clock too. TPOT per request is
 ``(e2e - ttft) / (output_len - 1)`` for requests with more than one output token, as in sglang.
+
+A rep is also checked for internal consistency while it streams past (issue 13 §2, issue 12 §3), in
+constant memory beyond the rep itself and with numpy over its arrays: every time finite, non-negative
+and bounded by its container (a TTFT or a latency inside the rep's duration, the rep's request
+timeline -- first start to last end -- inside its duration, a latency at least its TTFT plus its
+inter-token gaps), the line's own counts equal to its arrays, its own aggregates within a factor of
+10 of its arrays (a unit error is corrupt evidence, never a re-derived -99.9%), its requests no longer
+than their ``max_tokens``, as many requests as LoadGen ``issued``, a sane rep id. A violation raises
+``RepError`` (the rep is corrupt or incomplete); tolerances are the constants below.
 """
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import math
 import operator
 from dataclasses import dataclass, field
+from typing import Any
 
+import msgspec
 import numpy as np
 
+from perfwarden.harness.json_limits import JsonTooDeep, check_depth
 from perfwarden.harness.jsonl import BenchRunLine, LineRef
 
 # Metric -> whether higher is better. The one place that says which way each metric improves.
@@ -47,13 +60,46 @@ arrays -- they are not compared between legs (``METRICS`` lists what is)."""
 
 _REQUIRED_ARRAYS = ("output_lens", "ttfts", "errors")
 
+MAX_SECONDS = 1e6
+"""No time in a bench line (a duration, a TTFT, a gap) may exceed ~11.6 days: beyond that it is damage."""
+MAX_REP_ID = 1_000_000
+"""Largest rep number a harness writes; a larger one is corrupt (and never sized into anything)."""
+MAX_STARTED_AT = 1e11
+"""Unix time of a rep start: beyond the year 5138 is not a clock reading."""
+TIMELINE_SLACK_S, TIMELINE_SLACK_REL = 0.005, 0.005
+"""A request may overrun its rep's duration by max(5 ms, 0.5% of the duration): the rep clock and the
+request clocks are read at slightly different instants (sglang reads the rep clock after gathering)."""
+LATENCY_SLACK_S, LATENCY_SLACK_REL = 0.001, 0.005
+"""A latency may fall short of TTFT + its gaps by max(1 ms, 0.5% of it): rounding of the written times."""
+SCALE_FACTOR = 10.0
+"""A line's own aggregate this many times off its arrays (either way) is a unit or scale error."""
+RAW_FIELD_MAX_BYTES = 1 << 20
+"""Largest raw-JSON field (server_info, contention, loadgen, request_params) read from a line."""
+SCALE_CHECKED = ("median_ttft_ms", "median_itl_ms", "median_tpot_ms", "median_e2e_latency_ms", "output_throughput")
+COUNT_FIELDS = ("completed", "total_output_tokens", "total_input_tokens")
+"""Counts a line reports over its successful requests: they must equal the arrays exactly."""
+WORKLOAD_FIELDS = ("backend", "dataset_name", "request_rate", "max_concurrency", "scenario")
+RAW_WORKLOAD_FIELDS = ("request_params", "loadgen", "random_input_len", "random_output_len", "random_range_ratio",
+                       "sharegpt_output_len", "dataset_path")
+"""Fields of a bench line that define the load a rep ran (issue 13 §1); ``loadgen`` contributes only
+its ``settings`` (its folder and wall time are per rep)."""
+
 
 class RepError(ValueError):
-    """The line cannot be re-derived: message says which field and why (a corrupt or missing case)."""
+    """The line cannot be re-derived, or contradicts itself: which field and why.
 
-    def __init__(self, kind: str, message: str):
+    ``problems`` lists every rule the rep broke, each ``(kind, message)`` with kind ``missing`` (the
+    evidence lacks something, e.g. requests LoadGen issued) or ``corrupt``; all of them are reported,
+    not only the first."""
+
+    def __init__(self, kind: str, message: str, problems: list[tuple[str, str]] | None = None):
         super().__init__(message)
         self.kind = kind  # "missing" | "corrupt"
+        self.problems = problems or [(kind, message)]
+
+    @classmethod
+    def of(cls, problems: list[tuple[str, str]]) -> "RepError":
+        return cls(problems[0][0], "; ".join(m for _, m in problems), problems)
 
 
 @dataclass
@@ -78,15 +124,31 @@ class RepMetrics:
     error_samples: list[str] = field(default_factory=list)
     missing: list[str] = field(default_factory=list)
     """Optional metrics that could not be derived (e.g. no ITLs because every output is one token)."""
+    schema_version: int | None = None
+    """Set when perfwarden's harness wrote the line (it then must carry what the harness records)."""
+    issued: int | None = None
+    """Requests LoadGen issued in the rep, when the line records it."""
+    workload: dict[str, Any] = field(default_factory=dict)
+    """The load the rep ran, flattened (``request_params.max_tokens``, ``loadgen.settings.scenario``,
+    ``max_concurrency`` ...): only keys the line has; JSON null stays None."""
+    prompt_digest: str | None = None
+    """Digest of the rep's prompt set (its sorted prompt ids; the request count is part of it)."""
+    lens_digest: str | None = None
+    """Digest of the rep's sorted ``input_lens``: the prompt set where a file has no prompt ids."""
+    timing_digest: str | None = None
+    """Digest of the rep's per-request timings (TTFTs, latencies, gap sums, starts): two reps with the
+    same one are the same measurement written twice."""
+    server_info: dict[str, Any] | None = None
+    """The line's own copy of server_info, flattened (None when the line has none)."""
 
 
 def _as_array(values, name: str, n: int) -> np.ndarray:
-    try:
-        arr = np.asarray(values, dtype=float)
+    if len(values) != n:
+        raise RepError("corrupt", f"{name!r} has {len(values)} entries, expected {n}")
+    try:  # fromiter with a known count skips asarray's shape/dtype discovery pass
+        arr = np.fromiter(values, dtype=float, count=n)
     except (OverflowError, ValueError, TypeError) as exc:  # e.g. an integer beyond float range
         raise RepError("corrupt", f"{name!r} holds values that are not finite numbers ({exc})") from None
-    if arr.shape != (n,):
-        raise RepError("corrupt", f"{name!r} has {arr.size} entries, expected {n}")
     if not np.all(np.isfinite(arr)):
         raise RepError("corrupt", f"{name!r} holds non-finite values")
     if np.any(arr < 0):
@@ -94,17 +156,53 @@ def _as_array(values, name: str, n: int) -> np.ndarray:
     return arr
 
 
-def _median_p99(values: np.ndarray) -> tuple[float, float]:
-    """``np.median`` and ``np.percentile(.., 99)`` of ``values`` from one sort.
+SELECT_SAMPLE_MIN = 1 << 16
+"""Arrays at least this large get their quantiles by bracketed selection (see ``_quantiles``)."""
 
-    Both run on the sorted copy, so they pick exactly the elements (and interpolate exactly as) they
-    would on the unsorted array; one SIMD sort is cheaper than the two selections they would do.
+
+def _lerp(a: float, b: float, t: float) -> float:
+    """numpy's linear interpolation between two order statistics, term for term (bit-identical)."""
+    diff = b - a
+    return b - diff * (1 - t) if t >= 0.5 else a + diff * t
+
+
+def _quantiles(values: np.ndarray, qs: tuple[float, ...]) -> list[float]:
+    """``np.percentile(values, 100*q, method='linear')`` for each q, from as little work as possible.
+
+    Small arrays: one ``np.percentile`` call (a single partition around every order statistic needed).
+    Large arrays (a rep's million inter-token gaps): the order statistics are first bracketed by a
+    strided sample, then only the values inside the brackets are partitioned -- a few comparison passes
+    instead of a selection over everything. The counts below each bracket prove the bracket holds the
+    wanted ranks; when they do not (adversarial data), the full selection runs. Exact either way.
     """
-    ordered = np.sort(values)
-    return float(np.median(ordered)), float(np.percentile(ordered, 99))
+    n = values.size
+    if n < SELECT_SAMPLE_MIN:
+        return [float(x) for x in np.percentile(values, [100.0 * q for q in qs])]
+    sample = np.sort(values[:: max(1, n // 4096)])
+    m = sample.size
+    margin = 8 + int(4 * np.sqrt(m))
+    ranks, edges = [], []
+    for q in qs:
+        h = (n - 1) * q
+        lo_rank = int(np.floor(h))
+        ranks.append((h, lo_rank, min(lo_rank + 1, n - 1)))
+        pos = q * (m - 1)
+        edges.append((sample[max(0, int(np.floor(pos)) - margin)], sample[min(m - 1, int(np.ceil(pos)) + margin)]))
+    out = []
+    for (h, lo_rank, hi_rank), (lo, hi) in zip(ranks, edges):
+        below = int(np.count_nonzero(values < lo))
+        inside = values[(values >= lo) & (values <= hi)]
+        if not (below <= lo_rank and hi_rank < below + inside.size):
+            return [float(x) for x in np.percentile(values, [100.0 * q for q in qs])]
+        part = np.partition(inside, sorted({lo_rank - below, hi_rank - below}))
+        out.append(_lerp(float(part[lo_rank - below]), float(part[hi_rank - below]), h - lo_rank))
+    return out
 
 
-_MAX_SECONDS = float(np.finfo(float).max) / 1000.0
+def _median_p99(values: np.ndarray) -> tuple[float, float]:
+    """Median and 99th percentile with numpy's linear interpolation (``_quantiles``)."""
+    med, p99 = _quantiles(values, (0.5, 0.99))
+    return med, p99
 
 
 def _segment_sums(gaps: np.ndarray, lists: list[list[float]]) -> np.ndarray:
@@ -112,7 +210,7 @@ def _segment_sums(gaps: np.ndarray, lists: list[list[float]]) -> np.ndarray:
 
     Vectorized: ``math.fsum`` per request cost ~0.1 s per million gaps, a third of the decode itself.
     The sums can differ from a correctly rounded ``fsum`` in the last bit or two, far below any
-    threshold the gates use. An overflowing sum becomes inf, which ``_check_finite`` rejects.
+    threshold the gates use. Gaps are bounded (``MAX_SECONDS``) before they are summed, so sums stay finite.
     """
     lens = np.fromiter(map(len, lists), dtype=np.intp, count=len(lists))
     if lens.size == 0:
@@ -126,17 +224,156 @@ def _segment_sums(gaps: np.ndarray, lists: list[list[float]]) -> np.ndarray:
     return sums
 
 
-def _check_finite(ref: LineRef, *arrays: np.ndarray | None) -> None:
-    """Seconds must stay finite in milliseconds: a value near the float maximum is damage, and would
-    otherwise turn into inf (or NaN) inside a percentile without failing anything."""
+def raw_json(raw: msgspec.Raw, name: str, ref: LineRef) -> Any:
+    """Decode one raw-JSON field of a line behind explicit size and nesting limits (None for null)."""
+    data = bytes(raw)
+    if data == b"null":
+        return None
+    if len(data) > RAW_FIELD_MAX_BYTES:
+        raise RepError("corrupt", f"line {ref.line}: {name!r} is {len(data)} bytes, more than the limit of "
+                       f"{RAW_FIELD_MAX_BYTES}")
+    try:
+        check_depth(data, what=f"{name!r}")
+        return msgspec.json.decode(data)
+    except (JsonTooDeep, msgspec.DecodeError, RecursionError, UnicodeDecodeError) as exc:
+        raise RepError("corrupt", f"line {ref.line}: {exc}") from None
+
+
+def flatten_json(obj: Any, prefix: str = "") -> dict[str, Any]:
+    """Nested objects become dotted keys; lists and scalars are leaf values (an empty object too)."""
+    if not isinstance(obj, dict):
+        return {prefix.rstrip("."): obj} if prefix else {}
+    flat: dict[str, Any] = {}
+    for key, value in obj.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict) and value:
+            flat.update(flatten_json(value, name + "."))
+        else:
+            flat[name] = value
+    return flat
+
+
+def raw_object(raw: msgspec.Raw, name: str, ref: LineRef) -> dict | None:
+    """A raw-JSON field that must hold an object (or null)."""
+    value = raw_json(raw, name, ref)
+    if value is not None and not isinstance(value, dict):
+        raise RepError("corrupt", f"line {ref.line}: {name!r} is a {type(value).__name__}, not an object")
+    return value
+
+
+def _workload(line: BenchRunLine, ref: LineRef) -> dict[str, Any]:
+    """The rep's load descriptors, flattened; a key the line lacks is left out (not None)."""
+    present = line.__struct_fields__
+    out: dict[str, Any] = {}
+    for name in WORKLOAD_FIELDS:
+        if name in present and getattr(line, name) is not None:
+            out[name] = getattr(line, name)
+    for name in RAW_WORKLOAD_FIELDS:
+        reader = raw_object if name in ("request_params", "loadgen") else raw_json
+        value = reader(getattr(line, name), name, ref)
+        if value is None:
+            continue
+        if name == "loadgen":
+            value = value.get("settings") if isinstance(value, dict) else None
+            if value is None:
+                continue
+            name = "loadgen.settings"
+        out.update(flatten_json(value, f"{name}.") if isinstance(value, dict) and value else {name: value})
+    return out
+
+
+def _prompt_digests(line: BenchRunLine, n: int, in_lens: np.ndarray | None) -> tuple[str | None, str | None]:
+    """Order-free digests of the prompt set: of the prompt ids, and of the input lengths."""
+    ids = None
+    if line.prompt_ids is not None:
+        if len(line.prompt_ids) != n:
+            raise RepError("corrupt", f"'prompt_ids' has {len(line.prompt_ids)} entries, expected {n}")
+        joined = "\x00".join(sorted(map(str, line.prompt_ids)))
+        ids = hashlib.sha256(joined.encode("utf-8", "surrogatepass")).hexdigest()
+    lens = hashlib.sha256(np.sort(in_lens).tobytes()).hexdigest() if in_lens is not None else None
+    return ids, lens
+
+
+def _timing_digest(*arrays: np.ndarray | None) -> str:
+    h = hashlib.blake2b(digest_size=16)
     for arr in arrays:
-        if arr is not None and arr.size and not float(arr.max()) <= _MAX_SECONDS:
-            raise RepError("corrupt", f"line {ref.line}: a per-request time is too large to be a time "
-                           f"({float(arr.max())!r} s)")
+        h.update(b"|" if arr is None else np.ascontiguousarray(arr, dtype=float).tobytes())
+    return h.hexdigest()
+
+
+def _first_over(values: np.ndarray, limit: float) -> int | None:
+    """Index of the first value above ``limit`` (None when all are within)."""
+    over = np.flatnonzero(values > limit)
+    return int(over[0]) if over.size else None
+
+
+def _check_header(line: BenchRunLine, ref: LineRef, rep: int, n: int) -> list[tuple[str, str]]:
+    """Checks on the line's scalars: rep id, start time, duration, issued count (constant memory)."""
+    problems = []
+    if not 0 <= rep <= MAX_REP_ID:
+        problems.append(("corrupt", f"line {ref.line}: rep id {rep!r} is outside 0..{MAX_REP_ID}"))
+    if line.started_at is not None and not (math.isfinite(line.started_at) and 0 <= line.started_at <= MAX_STARTED_AT):
+        problems.append(("corrupt", f"line {ref.line}: started_at {line.started_at!r} is not a unix time"))
+    if line.duration > MAX_SECONDS:
+        problems.append(("corrupt", f"line {ref.line}: duration {line.duration!r} s is beyond {MAX_SECONDS:g} s"))
+    if line.issued is not None:
+        if line.issued > n:
+            problems.append(("missing", f"line {ref.line}: LoadGen issued {line.issued} requests but the line holds "
+                             f"{n}: {line.issued - n} were removed from the evidence"))
+        elif line.issued < n:
+            problems.append(("corrupt", f"line {ref.line}: it holds {n} requests but LoadGen issued {line.issued}"))
+    return problems
+
+
+def _check_timeline(ref: LineRef, duration: float, ttfts: np.ndarray, starts: np.ndarray | None,
+                    ends: np.ndarray) -> list[tuple[str, str]]:
+    """Every time inside its container: TTFTs and latencies inside the rep, and the rep's request
+    timeline (first start to last end) inside its duration. ``ends`` are request latencies."""
+    problems = []
+    limit = duration + max(TIMELINE_SLACK_S, TIMELINE_SLACK_REL * duration)
+    i = _first_over(ttfts, limit)
+    if i is not None:
+        problems.append(("corrupt", f"line {ref.line}: request {i} has a TTFT of {float(ttfts[i]):.6g} s in a rep of "
+                         f"{duration:.6g} s"))
+    i = _first_over(ends, limit)
+    if i is not None:
+        problems.append(("corrupt", f"line {ref.line}: request {i} lasts {float(ends[i]):.6g} s in a rep of "
+                         f"{duration:.6g} s"))
+    if starts is not None and starts.size:
+        span = float((starts + ends).max() - starts.min())
+        if span > limit:
+            problems.append(("corrupt", f"line {ref.line}: its requests span {span:.6g} s (first start to last end) "
+                             f"but the rep's duration is {duration:.6g} s"))
+    return problems
+
+
+def _check_counts(line: BenchRunLine, ref: LineRef, m: dict[str, float]) -> list[tuple[str, str]]:
+    problems = []
+    for name in COUNT_FIELDS:
+        stated, ours = getattr(line, name, None), m.get(name)
+        if stated is not None and ours is not None and stated != ours:
+            problems.append(("corrupt", f"line {ref.line}: it says {name}={stated} but its arrays give {ours:g}: the "
+                             "line contradicts itself (requests removed or added after it was written)"))
+    return problems
+
+
+def _check_scale(line: BenchRunLine, ref: LineRef, m: dict[str, float]) -> list[tuple[str, str]]:
+    problems = []
+    for name in SCALE_CHECKED:
+        stated, ours = getattr(line, name, None), m.get(name)
+        if stated is None or ours is None or not math.isfinite(stated) or stated <= 0 or ours <= 0:
+            continue
+        ratio = stated / ours
+        if ratio >= SCALE_FACTOR or ratio <= 1.0 / SCALE_FACTOR:
+            hint = (" -- per-request times in milliseconds where the format has seconds?"
+                    if 300 <= ratio <= 3000 or 1 / 3000 <= ratio <= 1 / 300 else "")
+            problems.append(("corrupt", f"line {ref.line}: its own {name} {stated:.6g} is {ratio:.3g}x what its "
+                             f"per-request arrays give ({ours:.6g}){hint}"))
+    return problems
 
 
 def rederive_rep(line: BenchRunLine, ref: LineRef, leg: str, rep_index: int) -> RepMetrics:
-    """Re-derive one rep; raise ``RepError`` when a needed array is absent or inconsistent."""
+    """Re-derive one rep; raise ``RepError`` when a needed array is absent or the rep is inconsistent."""
     for name in _REQUIRED_ARRAYS:
         if getattr(line, name) is None:
             raise RepError("missing", f"line {ref.line} has no {name!r} array")
@@ -145,20 +382,33 @@ def rederive_rep(line: BenchRunLine, ref: LineRef, leg: str, rep_index: int) -> 
     if not math.isfinite(line.duration) or line.duration <= 0:
         raise RepError("corrupt", f"line {ref.line} has duration {line.duration!r}")
     n = len(line.errors)
+    rep = line.rep if line.rep is not None else rep_index
+    problems = _check_header(line, ref, rep, n)
+    if line.duration > MAX_SECONDS:  # nothing measured against this clock can mean anything
+        raise RepError.of(problems)
     out_lens = _as_array(line.output_lens, "output_lens", n)
     ttfts = _as_array(line.ttfts, "ttfts", n)
     ok = np.fromiter(map(operator.not_, line.errors), dtype=bool, count=n)
     n_ok = int(ok.sum())
-    rep = line.rep if line.rep is not None else rep_index
+    contention = raw_object(line.contention, "contention", ref)
+    server_info = raw_object(line.server_info, "server_info", ref)
     result = RepMetrics(leg=leg, rep=rep, ref=ref, n_requests=n, n_ok=n_ok, n_errors=n - n_ok,
                         duration_s=float(line.duration), accept_length=line.accept_length,
-                        contention=line.contention, started_at=line.started_at)
+                        contention=contention, started_at=line.started_at, schema_version=line.schema_version,
+                        issued=line.issued, workload=_workload(line, ref),
+                        server_info=flatten_json(server_info) if server_info is not None else None)
+    in_lens = _as_array(line.input_lens, "input_lens", n) if line.input_lens is not None else None
+    result.prompt_digest, result.lens_digest = _prompt_digests(line, n, in_lens)
     result.error_samples = [e for e in line.errors if e][:3]
+    starts = _as_array(line.request_starts, "request_starts", n) if line.request_starts is not None else None
+    all_latencies = _as_array(line.latencies, "latencies", n) if line.latencies is not None else None
     if n_ok == 0:  # a rep whose every request failed is request errors, not corrupt evidence
+        problems += _check_timeline(ref, line.duration, ttfts, starts,
+                                    all_latencies if all_latencies is not None else np.zeros(n))
+        if problems:
+            raise RepError.of(problems)
         result.missing = list(METRICS)
         return result
-    if line.request_starts is not None:
-        _as_array(line.request_starts, "request_starts", n)
 
     itl_lists = line.itls
     if itl_lists is not None and len(itl_lists) != n:
@@ -169,70 +419,102 @@ def rederive_rep(line: BenchRunLine, ref: LineRef, leg: str, rep_index: int) -> 
     ok_out = out_lens if all_ok else out_lens[ok_idx]
     # The successful requests' gap lists, flattened in C (chain + fromiter), never element by element
     # in Python: a 100k-request rep holds millions of gaps.
-    ok_lists = gaps = None
+    ok_lists = gaps = sums = None
     if itl_lists is not None:
         ok_lists = itl_lists if all_ok else list(itertools.compress(itl_lists, ok))
         gaps = np.fromiter(itertools.chain.from_iterable(ok_lists), dtype=float,
                            count=sum(map(len, ok_lists)))
         if not np.all(np.isfinite(gaps)) or np.any(gaps < 0):
             raise RepError("corrupt", f"line {ref.line}: 'itls' holds negative or non-finite gaps")
-    if line.latencies is not None:
-        e2e = _as_array(line.latencies, "latencies", n)
-        if not all_ok:
-            e2e = e2e[ok_idx]
-    elif ok_lists is not None:
-        e2e = ok_ttft + _segment_sums(gaps, ok_lists)
+        if gaps.size and float(gaps.max()) > MAX_SECONDS:
+            raise RepError("corrupt", f"line {ref.line}: an inter-token gap of {float(gaps.max())!r} s is not a time")
+        sums = _segment_sums(gaps, ok_lists)
+        if not all_ok:  # a failed request's partial gaps are times too: bounded like the others
+            failed_max = max((max(g) for g in itertools.compress(itl_lists, ~ok) if g), default=0.0)
+            if not math.isfinite(failed_max) or failed_max > line.duration:
+                problems.append(("corrupt", f"line {ref.line}: a failed request's gap of {failed_max!r} s "
+                                 "exceeds the rep's duration"))
+    if all_latencies is not None:
+        e2e = all_latencies if all_ok else all_latencies[ok_idx]
+    elif sums is not None:
+        e2e = ok_ttft + sums
     else:
         e2e = None
     if e2e is not None and np.any(e2e + 1e-9 < ok_ttft):
-        raise RepError("corrupt", f"line {ref.line}: a request ends before its first token")
+        problems.append(("corrupt", f"line {ref.line}: a request ends before its first token"))
+    if all_latencies is not None and sums is not None:
+        need = ok_ttft + sums
+        short = np.flatnonzero(e2e + np.maximum(LATENCY_SLACK_S, LATENCY_SLACK_REL * e2e) < need)
+        if short.size:
+            i = int(ok_idx[short[0]])
+            problems.append(("corrupt", f"line {ref.line}: {short.size} request(s) end before their own tokens "
+                             f"arrived (request {i}: latency {float(all_latencies[i]):.6g} s < TTFT + gaps "
+                             f"{float(need[short[0]]):.6g} s)"))
+    # Container bounds: over every request (a failed one's partial latency included).
+    ends = all_latencies if all_latencies is not None else np.zeros(n)
+    if e2e is not None and all_latencies is None:
+        ends = np.zeros(n)
+        ends[ok_idx] = e2e
+    problems += _check_timeline(ref, line.duration, ttfts, starts, ends)
 
-    m = result.metrics
-    _check_finite(ref, ok_ttft, e2e, gaps)
-    total_out = float(ok_out.sum())
-    m["output_throughput"] = total_out / line.duration
-    m["request_throughput"] = n_ok / line.duration
-    m["completed"] = float(n_ok)
-    m["total_output_tokens"] = total_out
-    if line.input_lens is not None:
-        in_lens = _as_array(line.input_lens, "input_lens", n)
-        total_in = float((in_lens if all_ok else in_lens[ok_idx]).sum())
-        m["total_input_tokens"] = total_in
-        m["total_throughput"] = (total_out + total_in) / line.duration
-    else:
-        result.missing.append("total_throughput")
-    ttft_ms = ok_ttft * 1000.0
-    m["median_ttft_ms"], m["p99_ttft_ms"] = _median_p99(ttft_ms)
-    if e2e is not None:
-        e2e_ms = e2e * 1000.0
-        m["median_e2e_latency_ms"], m["p99_e2e_latency_ms"] = _median_p99(e2e_ms)
-        multi = ok_out > 1
-        if np.any(multi):
-            tpot = (e2e_ms[multi] - ttft_ms[multi]) / (ok_out[multi] - 1)
-            m["median_tpot_ms"], m["p99_tpot_ms"] = _median_p99(tpot)
+    # A time beyond its container is already a recorded problem; it may overflow once scaled to ms,
+    # which the finite check below turns into one more problem instead of a warning.
+    with np.errstate(over="ignore", invalid="ignore"):
+        m = result.metrics
+        total_out = float(ok_out.sum())
+        m["output_throughput"] = total_out / line.duration
+        m["request_throughput"] = n_ok / line.duration
+        m["completed"] = float(n_ok)
+        m["total_output_tokens"] = total_out
+        if in_lens is not None:
+            total_in = float((in_lens if all_ok else in_lens[ok_idx]).sum())
+            m["total_input_tokens"] = total_in
+            m["total_throughput"] = (total_out + total_in) / line.duration
         else:
-            result.missing += ["median_tpot_ms", "p99_tpot_ms"]
-    else:
-        result.missing += ["median_e2e_latency_ms", "p99_e2e_latency_ms", "median_tpot_ms", "p99_tpot_ms"]
-    if gaps is not None:
-        if gaps.size:
-            m["median_itl_ms"], m["p99_itl_ms"] = _median_p99(gaps * 1000.0)
+            result.missing.append("total_throughput")
+        ttft_ms = ok_ttft * 1000.0
+        m["median_ttft_ms"], m["p99_ttft_ms"] = _median_p99(ttft_ms)
+        if e2e is not None:
+            e2e_ms = e2e * 1000.0
+            m["median_e2e_latency_ms"], m["p99_e2e_latency_ms"] = _median_p99(e2e_ms)
+            multi = ok_out > 1
+            if np.any(multi):
+                tpot = (e2e_ms[multi] - ttft_ms[multi]) / (ok_out[multi] - 1)
+                m["median_tpot_ms"], m["p99_tpot_ms"] = _median_p99(tpot)
+            else:
+                result.missing += ["median_tpot_ms", "p99_tpot_ms"]
+        else:
+            result.missing += ["median_e2e_latency_ms", "p99_e2e_latency_ms", "median_tpot_ms", "p99_tpot_ms"]
+        if gaps is not None:
+            if gaps.size:
+                med, p99 = _median_p99(gaps)  # seconds; scaled after the selection (no copy of the gaps)
+                m["median_itl_ms"], m["p99_itl_ms"] = med * 1000.0, p99 * 1000.0
+            else:
+                result.missing += ["median_itl_ms", "p99_itl_ms"]
         else:
             result.missing += ["median_itl_ms", "p99_itl_ms"]
-    else:
-        result.missing += ["median_itl_ms", "p99_itl_ms"]
 
-    result.mean_output_len = float(ok_out.mean())
-    result.output_len_quantiles = tuple(float(q) for q in np.percentile(ok_out, [10, 50, 90]))
-    if line.cache_hits is not None:
-        hits = _as_array(line.cache_hits, "cache_hits", n)[ok_idx]
-        in_total = float(np.asarray(line.input_lens, dtype=float)[ok_idx].sum()) if line.input_lens else 0.0
-        result.cache_hit_rate = float(hits.sum() / in_total) if in_total > 0 else None
+        result.mean_output_len = float(ok_out.mean())
+        result.output_len_quantiles = tuple(float(q) for q in np.percentile(ok_out, [10, 50, 90]))
+        budget = result.workload.get("request_params.max_tokens")
+        if isinstance(budget, int) and not isinstance(budget, bool) and budget >= 1 and float(ok_out.max()) > budget:
+            problems.append(("corrupt", f"line {ref.line}: a request returned {int(ok_out.max())} tokens, "
+                             f"more than its max_tokens {budget}"))
+        if line.cache_hits is not None:
+            hits = _as_array(line.cache_hits, "cache_hits", n)[ok_idx]
+            in_total = float(in_lens[ok_idx].sum()) if in_lens is not None else 0.0
+            result.cache_hit_rate = float(hits.sum() / in_total) if in_total > 0 else None
     bad = sorted(k for k, v in m.items() if not math.isfinite(v))
     if bad or not math.isfinite(result.mean_output_len):
-        raise RepError("corrupt", f"line {ref.line}: values too large to re-derive finite {bad or ['output lengths']!r}")
+        problems.append(("corrupt", f"line {ref.line}: values too large to re-derive finite "
+                         f"{bad or ['output lengths']!r}"))
+        raise RepError.of(problems)
+    problems += _check_counts(line, ref, m) + _check_scale(line, ref, m)
+    if problems:
+        raise RepError.of(problems)
     for name in CROSS_CHECKED:
         value = getattr(line, name, None)
         if value is not None:
             result.reported[name] = float(value)
+    result.timing_digest = _timing_digest(ttfts, e2e)
     return result

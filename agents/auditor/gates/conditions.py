@@ -1,22 +1,33 @@
-"""Same conditions: only the declared change may differ between the legs' ``server_info``.
+"""Same conditions: only the declared change may differ between the legs' conditions.
 
 ``server_info.json`` is what the running server reported about itself, not a producer's copy, so it
-is the ground truth for conditions. A second difference is a confound (FAIL) unless it is an
-unavoidable consequence of the declared change *and* the raw shows it inert for this measurement.
+is the reference for conditions. But a leg states its conditions in several places (issue 13 §3):
+``server_info.json``, the ``server_info`` copy sglang/perfwarden writes into every bench line, the
+server log (the effective configuration it applied, the mechanisms it reports engaged, sglang's
+``server_args``), and ``leg.json``'s overlay. Inside one leg, a copy that disagrees with
+``server_info.json`` is a misreport (CONDITIONS_MISREPORTED, FAIL). Between legs the union counts: a
+knob whose values differ in any copy is a difference, and a second difference is a confound (FAIL)
+unless it is an unavoidable consequence of the declared change *and* the raw shows it inert for this
+measurement. Runtime keys (counters, the process record) and inert keys never count.
 """
 
 from __future__ import annotations
 
+import json
 import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from perfwarden.agents.auditor import registry
-from perfwarden.agents.auditor.evidence import LegEvidence
-from perfwarden.agents.auditor.findings import Findings
+from perfwarden.agents.auditor.evidence import LegEvidence, line_evidence
+from perfwarden.agents.auditor.findings import Findings, GateResult, finding
+from perfwarden.agents.auditor.serverlog import PRESENT, parse_server_log
 from perfwarden.harness.records import Claim, EvidenceRef
 
 _MISSING = "<absent>"
+_UNKNOWN = object()
+"""A key a copy states that server_info.json does not mention: nothing to compare it with there."""
 
 
 def flatten(info: dict[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -101,12 +112,177 @@ def key_evidence(run: Path, leg: LegEvidence, key: str) -> list[EvidenceRef]:
     return [leg.server_info_file.evidence(run, leg.server_info_file.key_line(key.split(".")[-1]))]
 
 
+# ------------------------------------------------------------------------ copies of the conditions
+
+
+@dataclass(frozen=True)
+class ConditionCopy:
+    """One place a leg states its conditions."""
+
+    kind: str
+    """``server_info`` (the file), ``bench_line``, ``effective_config``, ``server_args``, ``engaged``,
+    ``overlay``."""
+    where: str
+    """Human name of the copy, e.g. ``bench line 3``."""
+    values: dict[str, Any]
+    """Flattened key -> value (``serverlog.PRESENT`` where only existence is stated)."""
+    evidence: EvidenceRef | None
+
+
+def _counts(key: str) -> bool:
+    """Keys a copy is held to: not inert or runtime, not a report of how a knob was applied."""
+    return not registry.is_inert(key) and registry.top_key(key) not in registry.levers().get("reports", {})
+
+
+def leg_copies(run: Path, leg: LegEvidence) -> tuple[list[ConditionCopy], list[str]]:
+    """Every copy of ``leg``'s conditions other than server_info.json, and notes on copies that could
+    not be read (reported as not checked)."""
+    copies: list[ConditionCopy] = []
+    notes: list[str] = []
+    seen: set[str] = set()
+    for rep in leg.reps:
+        if rep.server_info is None:
+            continue
+        key = json.dumps(rep.server_info, sort_keys=True, default=str)
+        if key in seen:
+            continue
+        seen.add(key)
+        copies.append(ConditionCopy("bench_line", f"the server_info in bench line {rep.ref.line}",
+                                    rep.server_info, line_evidence(run, rep.ref)))
+    if leg.log is not None:
+        parsed, problems = parse_server_log(leg.log.lines)
+        for copy in parsed:
+            copies.append(ConditionCopy(copy.source, f"server.log line {copy.line} ({copy.source})", copy.values,
+                                        leg.log.evidence(run, copy.line)))
+        notes += [f"conditions in the server log of {leg.name!r}: {p}; that copy is not checked" for p in problems]
+        if not any(c.kind in ("effective_config", "server_args") for c in copies):
+            notes.append(f"conditions in the server log of {leg.name!r}: no effective_config or server_args line "
+                         "states the configuration the server applied")
+    if leg.spec is not None:
+        overlay: dict[str, Any] = flatten(leg.spec.overlay.config) if leg.spec.overlay.config else {}
+        for patch in leg.spec.overlay.kernel_patches:
+            overlay[f"op_overrides.{patch.op}"] = PRESENT
+        if overlay:
+            ev = leg.spec_file.evidence(run, leg.spec_file.key_line("overlay")) if leg.spec_file else None
+            copies.append(ConditionCopy("overlay", "leg.json's overlay", overlay, ev))
+    return copies, notes
+
+
+def _agrees(stated: Any, reference: Any) -> bool:
+    if stated == PRESENT:
+        return reference is not _MISSING and reference != {} and reference is not None and reference is not False
+    return _same(stated, reference)
+
+
+def _lookup(flat: dict[str, Any], key: str) -> Any:
+    """Value of ``key`` in a flattened server_info; an op override under an empty ``op_overrides``
+    object is known absent (not unknown)."""
+    if key in flat:
+        return flat[key]
+    parent = key.rsplit(".", 1)[0] if "." in key else None
+    if parent is not None and (flat.get(parent) == {} or any(k.startswith(parent + ".") for k in flat)):
+        return _MISSING  # the parent object is reported, without this key
+    return _UNKNOWN
+
+
+def check_condition_copies(run: Path, leg: LegEvidence) -> GateResult:
+    """Inside one leg, every copy of the conditions must agree with server_info.json where both speak
+    (a key only one copy mentions cannot be compared there; the union between legs still sees it)."""
+    copies, notes = leg_copies(run, leg)
+    if leg.server_info is None:
+        return GateResult(not_checked=[f"conditions of {leg.name!r}: no server_info.json to hold "
+                                       f"{len(copies)} other copies against"] if copies else [])
+    reference = flatten(leg.server_info)
+    findings = []
+    for copy in copies:
+        wrong = []
+        for key, stated in copy.values.items():
+            if not _counts(key):
+                continue
+            actual = _lookup(reference, key)
+            if actual is _UNKNOWN or (actual is _MISSING and stated != PRESENT):
+                continue
+            if not _agrees(stated, actual):
+                wrong.append((key, stated, actual))
+        if wrong:
+            shown = "; ".join(f"{k}={v!r} there, {a if a is not _MISSING else '<absent>'!r} in server_info.json"
+                              for k, v, a in wrong[:5])
+            evidence = [e for e in (copy.evidence, key_evidence(run, leg, wrong[0][0])[0]
+                                    if key_evidence(run, leg, wrong[0][0]) else None) if e is not None]
+            findings.append(finding("CONDITIONS_MISREPORTED", "FAIL", f"leg {leg.name!r}: {copy.where} disagrees with "
+                                    f"the leg's server_info.json: {shown}" + (f" (+{len(wrong) - 5} more)"
+                                                                              if len(wrong) > 5 else ""),
+                                    measured={k: v for k, v, _ in wrong[:20]},
+                                    threshold={k: (a if a is not _MISSING else "<absent>") for k, _, a in wrong[:20]},
+                                    evidence=evidence, action="eject", gate="conditions"))
+    return GateResult(findings=findings, not_checked=notes)
+
+
+def _canonical(value: Any) -> tuple:
+    if isinstance(value, bool):
+        return ("b", value)
+    if isinstance(value, (int, float)):
+        return ("n", float(value))
+    if isinstance(value, str):
+        return ("s", value)
+    if value is None:
+        return ("z",)
+    return ("j", json.dumps(value, sort_keys=True, default=str))
+
+
+# Kinds of copy whose keys count against a leg that has no copy of the same kind: the bench line's
+# server_info (sglang and perfwarden write it for every rep), the overlay (the declared change) and
+# engagement (a fact about what ran). A log-only key counts only when both legs' logs could state it.
+_ALWAYS_COUNTS = ("server_info", "bench_line", "overlay", "engaged")
+
+
+def union_diff(run: Path, base: LegEvidence, cand: LegEvidence) -> dict[str, list[Any]]:
+    """Keys whose values differ between the legs in any copy of the conditions (server_info.json
+    excluded: ``diff_server_info`` covers it). key -> [baseline value(s), candidate value(s)]."""
+    mentions = {}
+    kinds = {}
+    for leg in (base, cand):
+        copies, _ = leg_copies(run, leg)
+        if leg.server_info is not None:
+            copies.insert(0, ConditionCopy("server_info", "server_info.json", flatten(leg.server_info), None))
+        values: dict[str, dict[tuple, Any]] = {}
+        where: dict[str, set[str]] = {}
+        for copy in copies:
+            for key, value in copy.values.items():
+                if not _counts(key) or value == PRESENT:
+                    continue
+                values.setdefault(key, {})[_canonical(value)] = value
+                where.setdefault(key, set()).add(copy.kind)
+        mentions[leg.name] = (values, where)
+        kinds[leg.name] = {c.kind for c in copies}
+    out: dict[str, list[Any]] = {}
+    (bv, bw), (cv, cw) = mentions[base.name], mentions[cand.name]
+    for key in sorted(set(bv) | set(cv)):
+        b, c = bv.get(key, {}), cv.get(key, {})
+        if set(b) == set(c):
+            continue
+        if not b or not c:
+            present, absent_leg = (cw, base.name) if not b else (bw, cand.name)
+            if not any(kind in _ALWAYS_COUNTS or kind in kinds[absent_leg] for kind in present[key]):
+                continue
+        out[key] = [_one(b) if b else _MISSING, _one(c) if c else _MISSING]
+    return out
+
+
+def _one(values: dict[tuple, Any]) -> Any:
+    items = [values[k] for k in sorted(values)]
+    return items[0] if len(items) == 1 else items
+
+
 def check_conditions(run: Path, claim: Claim, base: LegEvidence, cand: LegEvidence,
                      findings: Findings) -> dict[str, list[Any]]:
-    """Diff the legs' server_info; every undeclared, non-inert difference is a confound."""
+    """Diff the legs' conditions (server_info.json, then every other copy); every undeclared,
+    non-inert difference is a confound."""
     if base.server_info is None or cand.server_info is None:
         return {}  # the loader already reported the missing/corrupt file (fail closed)
     diff = diff_server_info(base.server_info, cand.server_info)
+    for key, values in union_diff(run, base, cand).items():
+        diff.setdefault(key, values)
     declared = declared_keys(claim)
     for key, values in diff.items():
         if registry.is_inert(key) or is_declared(key, declared):

@@ -16,8 +16,8 @@ import numpy as np
 from perfwarden.agents.auditor import stats
 from perfwarden.agents.auditor.evidence import LegEvidence, line_evidence
 from perfwarden.agents.auditor.findings import Findings, GateResult, finding
-from perfwarden.agents.auditor.rederive import METRICS, RepMetrics
-from perfwarden.harness.records import Claim, Comparison, MetricStats
+from perfwarden.agents.auditor.rederive import LATENCY_METRICS, METRICS, RepMetrics
+from perfwarden.harness.records import Claim, Comparison, EvidenceRef, MetricStats
 
 # Tolerance for a line's own aggregates vs our re-derivation. Wider for e2e/TPOT when the file has no
 # per-request latency array (we then rebuild e2e as ttft + sum(itls), ~1% off sglang's own clock).
@@ -254,50 +254,175 @@ def check_drift(run: Path, claim: Claim, base: LegEvidence, band_pct: float, not
                      evidence=[line_evidence(run, r.ref) for r in base.reps[:3]], action="eject", gate="drift")
 
 
-def check_contention(run: Path, leg: LegEvidence, findings: Findings, severity: str = "FLAG") -> None:
-    """Another busy process during a rep makes that rep's numbers a measure of the neighbour too."""
-    for rep in leg.reps:
-        try:
-            busy = _busy_processes(rep.contention)
-        except ContentionFormatError as exc:
-            findings.add("EVIDENCE_CORRUPT", "FAIL", f"leg {leg.name!r} rep {rep.rep}: {exc}",
-                         evidence=[line_evidence(run, rep.ref)], gate="contention")
-            continue
-        if busy:
-            top = max(busy, key=lambda p: p[1])
-            findings.add("CONTENDED_LEG", severity, f"leg {leg.name!r} rep {rep.rep}: process {top[0]!r} used "
-                         f"{top[1]:.0f}% CPU during the rep", measured=round(top[1], 1),
-                         threshold=BUSY_PROCESS_CPU_PCT, evidence=[line_evidence(run, rep.ref)],
-                         action="remeasure", gate="contention")
+LOADAVG_PER_CORE = 2.0
+"""A 1-minute load average of this many runnable tasks per core is contention (the server's own
+threads account for about one per core)."""
+OTHERS_MIN_CORES = 0.5
+OTHERS_CORE_SHARE = 0.25
+"""Other processes together using max(half a core, a quarter of the cores) contend with the rep."""
 
 
-def _busy_processes(contention: dict | None) -> list[tuple[str, float]]:
-    """Busy other processes from a contention sample (start and/or end samples, any of the shapes
-    the harness writes: ``busy``/``busy_processes`` lists of {name, cpu_pct})."""
+def machine_cores(sample: dict) -> float | None:
+    """Cores the server could use: the smallest of the CPU count, this process's affinity and its
+    cgroup quota, where recorded."""
+    values = [sample.get(k) for k in ("ncpu", "ncpu_available", "cpu_quota_cores")]
+    usable = [float(v) for v in values if _number(v) and v > 0]
+    return min(usable) if usable else None
+
+
+def sample_contention(sample: dict) -> list[str]:
+    """Why one contention sample shows a busy machine (empty when it does not). Judged on the whole
+    machine: any one other process past half a core, the summed CPU of every other process, the
+    machine's busy share while the server idled (samples are taken just before and after the load),
+    and the load average -- each against the number of cores."""
+    reasons = []
+    cores = machine_cores(sample)
+    procs = _busy_list(sample)
+    if procs:
+        top = max(procs, key=lambda p: p[1])
+        if top[1] >= BUSY_PROCESS_CPU_PCT:
+            reasons.append(f"process {top[0]!r} used {top[1]:.0f}% of a core")
+    others_limit = 100.0 * max(OTHERS_MIN_CORES, OTHERS_CORE_SHARE * (cores or 1.0))
+    total = sum(cpu for _, cpu in procs)
+    if total >= others_limit and not reasons:
+        reasons.append(f"{len(procs)} other processes used {total:.0f}% of a core together (limit "
+                       f"{others_limit:.0f}% on {cores or 1:g} cores)")
+    busy_pct = sample.get("cpu_busy_pct")
+    if _number(busy_pct) and cores:
+        if busy_pct < 0 or busy_pct > 100:
+            raise ContentionFormatError(f"contention cpu_busy_pct {busy_pct!r} is not a percentage")
+        if busy_pct * cores >= others_limit:
+            reasons.append(f"the machine was {busy_pct:.0f}% busy ({busy_pct * cores / 100:.2g} of {cores:g} cores) "
+                           "while the server idled")
+    load = sample.get("loadavg", sample.get("loadavg_1m"))
+    load1 = load[0] if isinstance(load, list) and load else load
+    if _number(load1) and cores:
+        if load1 < 0:
+            raise ContentionFormatError(f"contention load average {load1!r} is negative")
+        if load1 >= LOADAVG_PER_CORE * cores:
+            reasons.append(f"1-minute load average {load1:.2f} on {cores:g} cores")
+    return reasons
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _samples(contention: Any) -> list[dict]:
+    """The samples of one rep's contention record: ``{"start": s, "end": s}``, or one flat sample."""
     if not isinstance(contention, dict):
-        return []
-    samples = [contention] + [contention[k] for k in ("start", "end") if isinstance(contention.get(k), dict)]
-    out = []
-    for sample in samples:
-        for key in ("busy", "busy_processes", "other_busy"):
-            procs = sample.get(key)
-            if procs is None:
+        raise ContentionFormatError(f"contention is {type(contention).__name__}, not an object")
+    nested = [contention[k] for k in ("start", "end") if k in contention]
+    if any(not isinstance(x, dict) for x in nested):
+        raise ContentionFormatError("contention start/end samples must be objects")
+    return nested or [contention]
+
+
+_SAMPLE_KEYS = ("busy", "busy_processes", "other_busy", "cpu_busy_pct", "loadavg", "loadavg_1m")
+
+
+def check_contention(run: Path, leg: LegEvidence, severity: str = "FLAG") -> GateResult:
+    """Another busy process -- or a busy machine -- during a rep makes that rep measure the neighbour
+    too. A rep perfwarden's harness wrote without a sample cannot show its machine was quiet."""
+    findings, not_checked, unsampled, errored = [], [], [], []
+    for rep in leg.reps:
+        if rep.contention is None:
+            (unsampled if rep.schema_version is not None else not_checked).append(rep)
+            continue
+        try:
+            samples = _samples(rep.contention)
+            usable = [x for x in samples if x.get("error") is None and any(k in x for k in _SAMPLE_KEYS)]
+            if not usable:
+                (errored if any(x.get("error") for x in samples) else unsampled).append(rep)
                 continue
-            if not isinstance(procs, list):
-                raise ContentionFormatError(f"contention {key!r} is {type(procs).__name__}, not a list")
-            for proc in procs:
-                if not isinstance(proc, dict):
-                    raise ContentionFormatError(f"contention {key!r} entry {proc!r} is not an object")
-                cpu = proc.get("cpu_pct", proc.get("cpu_percent"))
-                if isinstance(cpu, bool) or not isinstance(cpu, (int, float)) or not math.isfinite(cpu):
-                    raise ContentionFormatError(f"contention {key!r} entry has cpu_pct {cpu!r}")
-                if cpu >= BUSY_PROCESS_CPU_PCT:
-                    out.append((str(proc.get("name", proc.get("pid", "?"))), float(cpu)))
+            reasons = [r for x in usable for r in sample_contention(x)]
+        except ContentionFormatError as exc:
+            findings.append(finding("EVIDENCE_CORRUPT", "FAIL", f"leg {leg.name!r} rep {rep.rep}: {exc}",
+                                    evidence=[line_evidence(run, rep.ref)], gate="contention"))
+            continue
+        if reasons:
+            top = _top_busy(usable)
+            findings.append(finding("CONTENDED_LEG", severity, f"leg {leg.name!r} rep {rep.rep}: " + "; ".join(
+                dict.fromkeys(reasons)), measured=round(top, 1) if top is not None else reasons,
+                threshold={"process_pct": BUSY_PROCESS_CPU_PCT, "others_min_cores": OTHERS_MIN_CORES,
+                           "others_core_share": OTHERS_CORE_SHARE, "loadavg_per_core": LOADAVG_PER_CORE},
+                evidence=[line_evidence(run, rep.ref)], action="remeasure", gate="contention"))
+    if unsampled:
+        findings.append(finding("EVIDENCE_MISSING", "FLAG", f"leg {leg.name!r}: {len(unsampled)} rep(s) written by "
+                                f"perfwarden's harness (lines {', '.join(str(r.ref.line) for r in unsampled[:5])}) "
+                                "carry no contention sample: whether the machine was quiet cannot be shown",
+                                evidence=[line_evidence(run, unsampled[0].ref)], action="remeasure",
+                                gate="contention"))
+    if not_checked:
+        notes = [f"contention of leg {leg.name!r}: {len(not_checked)} rep(s) from a foreign bench file carry no "
+                 "sample"]
+    else:
+        notes = []
+    if errored:
+        notes.append(f"contention of leg {leg.name!r}: the harness could not sample {len(errored)} rep(s) "
+                     "(its sample carries an error)")
+    return GateResult(findings=findings, not_checked=notes)
+
+
+def _busy_list(sample: dict) -> list[tuple[str, float]]:
+    """Other busy processes listed in one sample (``busy``/``busy_processes``/``other_busy``)."""
+    out = []
+    for key in ("busy", "busy_processes", "other_busy"):
+        procs = sample.get(key)
+        if procs is None:
+            continue
+        if not isinstance(procs, list):
+            raise ContentionFormatError(f"contention {key!r} is {type(procs).__name__}, not a list")
+        for proc in procs:
+            if not isinstance(proc, dict):
+                raise ContentionFormatError(f"contention {key!r} entry {proc!r} is not an object")
+            cpu = proc.get("cpu_pct", proc.get("cpu_percent"))
+            if not _number(cpu) or cpu < 0:
+                raise ContentionFormatError(f"contention {key!r} entry has cpu_pct {cpu!r}")
+            out.append((str(proc.get("name", proc.get("pid", "?"))), float(cpu)))
     return out
+
+
+def _top_busy(samples: list[dict]) -> float | None:
+    procs = [cpu for x in samples for _, cpu in _busy_list(x)]
+    return max(procs) if procs else None
 
 
 class ContentionFormatError(ValueError):
     """A contention sample the harness could not have written: the evidence is corrupt."""
+
+
+def check_interleaving(run: Path, base: LegEvidence, cand: LegEvidence) -> GateResult:
+    """Compared legs must interleave in time (A B A B ..., or randomized), judged from rep start
+    times: legs measured in separate blocks let slow drift of the machine masquerade as a delta."""
+    legs = (base, cand)
+    if any(len(leg.reps) < 2 for leg in legs):
+        return GateResult(not_checked=["interleaving: a leg has fewer than 2 reps"])
+    unstamped = [(leg, r) for leg in legs for r in leg.reps if r.started_at is None]
+    if unstamped:
+        harness = [(leg, r) for leg, r in unstamped if r.schema_version is not None]
+        if harness:
+            leg, rep = harness[0]
+            return GateResult(findings=[finding(
+                "EVIDENCE_MISSING", "FLAG", f"leg {leg.name!r} rep {rep.rep} was written by perfwarden's harness but "
+                "has no started_at: the order of the reps cannot be shown", evidence=[line_evidence(run, rep.ref)],
+                action="remeasure", gate="interleaving")])
+        return GateResult(not_checked=["interleaving: rep start times absent (a foreign bench file): A B A B "
+                                       "order not verifiable"])
+    order = "".join(tag for _, _, tag in sorted([(r.started_at, i, "B") for i, r in enumerate(base.reps)]
+                                                + [(r.started_at, i, "C") for i, r in enumerate(cand.reps)]))
+    switches = sum(a != b for a, b in zip(order, order[1:]))
+    if switches <= 1:
+        first = min(legs, key=lambda leg: min(r.started_at for r in leg.reps))
+        second = cand if first is base else base
+        return GateResult(findings=[finding(
+            "NOT_INTERLEAVED", "FLAG", f"the legs were measured in separate blocks ({order}: every rep of "
+            f"{first.name!r} before every rep of {second.name!r}), so slow drift of the machine would look like a "
+            "delta; re-measure them interleaved", measured=order, threshold="more than one switch between legs",
+            evidence=[line_evidence(run, max(first.reps, key=lambda r: r.started_at).ref),
+                      line_evidence(run, min(second.reps, key=lambda r: r.started_at).ref)],
+            action="remeasure", gate="interleaving")])
+    return GateResult()
 
 
 def check_errors(run: Path, leg: LegEvidence, findings: Findings, severity: str, action: str) -> int:
@@ -313,28 +438,60 @@ def check_errors(run: Path, leg: LegEvidence, findings: Findings, severity: str,
     return total
 
 
-def check_crash(run: Path, leg: LegEvidence, expected_reps: int | None, findings: Findings) -> None:
-    """A crashed server or a leg with missing reps fails the do-no-harm gate."""
-    if leg.spec is not None and leg.spec.status == "failed":
-        findings.add("SERVER_CRASH", "FAIL", f"leg {leg.name!r} failed: {leg.spec.failure or 'no reason recorded'}",
-                     evidence=[leg.spec_file.evidence(run, leg.spec_file.key_line("status"))] if leg.spec_file else [],
-                     action="eject", gate="crash")
-    died = (leg.spec is not None and leg.spec.status == "failed") or (
-        expected_reps is not None and leg.reps and len(leg.reps) < expected_reps)
+def check_crash(run: Path, leg: LegEvidence, expected_reps: int | None) -> GateResult:
+    """Do no harm: a server that died fails the change. Death needs evidence -- the leg marked failed,
+    a fatal log line (a kill, a segfault, an exit status), or a logged error in a leg that failed.
+    Fewer reps than the baseline is not such evidence: a torn last line is the writer's interruption
+    (already EVIDENCE_CORRUPT at FLAG), and any other shortfall is missing evidence to re-measure."""
+    findings = []
+    failed = leg.spec is not None and leg.spec.status == "failed"
+    if failed:
+        findings.append(finding("SERVER_CRASH", "FAIL", f"leg {leg.name!r} failed: "
+                                f"{leg.spec.failure or 'no reason recorded'}",
+                                evidence=[leg.spec_file.evidence(run, leg.spec_file.key_line("status"))]
+                                if leg.spec_file else [], action="eject", gate="crash"))
+    fatal = False
     if leg.log is not None:
         for i, text in enumerate(leg.log.lines, 1):
-            if FATAL_PATTERNS.search(text) or (died and ERROR_PATTERNS.search(text)):
-                findings.add("SERVER_CRASH", "FAIL", f"server log of {leg.name!r} line {i}: {text.strip()[:160]!r}",
-                             evidence=[leg.log.evidence(run, i)], action="eject", gate="crash")
+            if FATAL_PATTERNS.search(text) or (failed and ERROR_PATTERNS.search(text)):
+                fatal = True
+                findings.append(finding("SERVER_CRASH", "FAIL", f"server log of {leg.name!r} line {i}: "
+                                        f"{text.strip()[:160]!r}", evidence=[leg.log.evidence(run, i)],
+                                        action="eject", gate="crash"))
                 break
-    if expected_reps is not None and leg.reps and len(leg.reps) < expected_reps:
-        findings.add("SERVER_CRASH", "FAIL", f"leg {leg.name!r} has {len(leg.reps)} reps, the baseline has "
-                     f"{expected_reps}: reps are missing", measured=len(leg.reps), threshold=expected_reps,
-                     action="eject", gate="crash")
+    short = expected_reps is not None and leg.reps and len(leg.reps) < expected_reps
+    if short and not (failed or fatal):
+        missing = expected_reps - len(leg.reps)
+        explained = 1 if leg.torn_tail else 0
+        explained += leg.corrupt_reps
+        if missing > explained:
+            findings.append(finding("EVIDENCE_MISSING", "FLAG", f"leg {leg.name!r} has {len(leg.reps)} reps, the "
+                                    f"baseline has {expected_reps}, and nothing shows the server died: "
+                                    f"{missing - explained} rep(s) are missing; re-measure",
+                                    measured=len(leg.reps), threshold=expected_reps,
+                                    evidence=[EvidenceRef(file=_rel_path(run, leg.bench_path))]
+                                    if leg.bench_path else [],
+                                    action="remeasure", gate="crash"))
+    elif short:
+        findings.append(finding("SERVER_CRASH", "FAIL", f"leg {leg.name!r} has {len(leg.reps)} reps, the baseline "
+                                f"has {expected_reps}: the server died before finishing", measured=len(leg.reps),
+                                threshold=expected_reps, action="eject", gate="crash"))
+    return GateResult(findings=findings)
 
 
-def check_line_aggregates(run: Path, leg: LegEvidence, findings: Findings) -> None:
-    """A bench line's own aggregates must agree with its per-request arrays."""
+def _rel_path(run: Path, path: Path) -> str:
+    try:
+        return str(Path(path).resolve().relative_to(Path(run).resolve()))
+    except ValueError:
+        return str(path)
+
+
+def check_line_aggregates(run: Path, leg: LegEvidence) -> GateResult:
+    """A bench line's own aggregates must agree with its per-request arrays. Counts that differ and
+    aggregates off by 10x or more (a unit error) already made the rep corrupt while it was read
+    (``rederive``); what remains here is a few percent up to 10x: the line misstates its own data
+    (REPORTED_MISMATCH at FLAG)."""
+    findings = []
     for rep in leg.reps:
         for name, reported in rep.reported.items():
             ours = rep.metrics.get(name)
@@ -345,10 +502,12 @@ def check_line_aggregates(run: Path, leg: LegEvidence, findings: Findings) -> No
                 continue
             off = abs(reported - ours) / max(abs(ours), 1e-12) * 100.0
             if off > tol:
-                findings.add("REPORTED_MISMATCH", "FLAG", f"leg {leg.name!r} rep {rep.rep}: the line reports "
-                             f"{name}={reported:.4g} but its per-request data give {ours:.4g} ({off:.1f}% off)",
-                             measured=round(ours, 6), threshold={"reported": reported, "tolerance_pct": tol},
-                             evidence=[line_evidence(run, rep.ref)], action="flag", gate="reported")
+                findings.append(finding("REPORTED_MISMATCH", "FLAG", f"leg {leg.name!r} rep {rep.rep}: the line "
+                                        f"reports {name}={reported:.4g} but its per-request data give {ours:.4g} "
+                                        f"({off:.1f}% off)",
+                                        measured=round(ours, 6), threshold={"reported": reported, "tolerance_pct": tol},
+                                        evidence=[line_evidence(run, rep.ref)], action="flag", gate="reported"))
+    return GateResult(findings=findings)
 
 
 def check_reported_numbers(claim: Claim, leg_stats: dict[str, dict[str, MetricStats]], headline_delta: float | None,
@@ -377,17 +536,6 @@ def check_reported_numbers(claim: Claim, leg_stats: dict[str, dict[str, MetricSt
             findings.add("REPORTED_MISMATCH", "FLAG", f"headline claims {claimed:+.2f}% but the raw gives "
                          f"{headline_delta:+.2f}%", measured=round(headline_delta, 4),
                          threshold={"claimed": claimed}, action="downgrade_headline", gate="reported")
-
-
-def interleaving_note(base: LegEvidence, cand: LegEvidence) -> str | None:
-    """Whether reps were interleaved (A B A B): sequential legs let slow drift masquerade as a delta."""
-    times = [(r.started_at, "b") for r in base.reps] + [(r.started_at, "c") for r in cand.reps]
-    if any(t is None for t, _ in times):
-        return "rep start times absent: interleaving (A B A B) not verifiable"
-    order = "".join(tag for _, tag in sorted(times))
-    if order.count("bc") + order.count("cb") <= 1 and len(order) > 2:
-        return f"legs were measured one after the other ({order}), not interleaved"
-    return None
 
 
 def summarize(values: list[Any]) -> str:
