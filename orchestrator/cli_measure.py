@@ -9,7 +9,7 @@ import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from perfwarden.harness.embedded_server import ConfigError, build_config, parse_set_args
+from perfwarden.harness.target_config import ConfigError, EmbeddedConfig, parse_set_args
 from perfwarden.harness.records import RunDir, RunManifest, write_json_atomic
 from perfwarden.orchestrator.lab import LegPlan
 
@@ -37,14 +37,14 @@ def measure(
         raise typer.Exit(2)
     try:
         raw = parse_set_args(set_)
-        validated = build_config(dict(raw))  # validate every knob before anything starts
+        validated = EmbeddedConfig.validate_knobs(dict(raw))  # every knob, before anything starts
         config = {key: getattr(validated, key) for key in raw}
     except (ConfigError, ValueError) as exc:
         err.print(f"[red]error:[/red] bad --set: {exc}")
         raise typer.Exit(3) from None
-    from perfwarden.orchestrator.embedded_lab import EMBEDDED_BASE, EmbeddedLab
+    from perfwarden.orchestrator.embedded_lab import EmbeddedLab
 
-    full = {**EMBEDDED_BASE, **config}
+    full = {**EmbeddedConfig.defaults(), **config}
     paths = RunDir(out)
     out.mkdir(parents=True, exist_ok=True)
     if not paths.manifest.is_file():

@@ -17,12 +17,12 @@ from typing import Any
 
 from perfwarden.harness.bench_writer import append_bench_line, rep_exists
 from perfwarden.harness.records import QualityEval, RunDir, write_json_atomic
+from perfwarden.harness.target_config import EmbeddedConfig
 from perfwarden.orchestrator.lab import LabError, LegPlan
 from perfwarden.proof.synth import COHERENT_TEXTS, make_rep, write_jsonl
 
-BASE = {"model": "SmolLM2-135M-Instruct", "threads": 2, "max_batch_size": 1, "batch_wait_ms": 0,
-        "dtype": "float32", "attn_implementation": "sdpa", "torch_compile": False, "prompt_lookup": False,
-        "quantization": "none", "response_cache": False, "op_overrides": {}}
+# It simulates the embedded target, so its true baseline is that target's defaults (one place).
+BASE = {"model": "SmolLM2-135M-Instruct", **EmbeddedConfig.defaults(), "threads": 2}
 
 
 class SyntheticLab:
