@@ -9,10 +9,8 @@ import typer
 from rich.console import Console
 
 from perfwarden.agents.auditor.audit import ClaimError, audit_path, write_verdict
+from perfwarden.orchestrator.exit_codes import EXIT_BY_VERDICT, ExitCode
 from perfwarden.orchestrator.render import print_verdict
-
-EXIT_BY_VERDICT = {"PASS": 0, "FLAG": 10, "FAIL": 20}
-EXIT_INVALID = 3
 
 
 def audit(
@@ -27,13 +25,13 @@ def audit(
         verdict = audit_path(run_dir, claim)
     except ClaimError as exc:
         err.print(f"[red]error:[/red] {exc}")
-        raise typer.Exit(EXIT_INVALID) from None
+        raise typer.Exit(ExitCode.INVALID) from None
     if save:
         try:
             write_verdict(run_dir, verdict)
         except OSError as exc:
             err.print(f"[red]error:[/red] cannot write the verdict into {str(run_dir)!r}: {exc}")
-            raise typer.Exit(EXIT_INVALID) from None
+            raise typer.Exit(ExitCode.INVALID) from None
     if json_out:
         sys.stdout.write(verdict.model_dump_json(indent=2) + "\n")
     else:

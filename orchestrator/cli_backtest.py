@@ -10,6 +10,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from perfwarden.orchestrator.exit_codes import ExitCode
 from perfwarden.orchestrator.paths import default_fixture_roots, shared_corpus
 from perfwarden.proof.backtest import LABELS, Report, run_backtest
 
@@ -33,14 +34,14 @@ def backtest(
     report = run_backtest(roots, extra)
     if not report.results:
         Console(stderr=True, soft_wrap=True).print(f"[red]error:[/red] no fixtures (answer_key.json) under {[str(r) for r in roots]!r}")
-        raise typer.Exit(3)
+        raise typer.Exit(ExitCode.INVALID)
     if json_out:
         sys.stdout.write(json.dumps(report.to_json(), indent=2, default=str) + "\n")
     else:
         print_report(report, Console())
     if html is not None:
         write_html(report, roots, html)
-    raise typer.Exit(0 if report.agreement == 1.0 else 1)
+    raise typer.Exit(ExitCode.OK if report.agreement == 1.0 else ExitCode.NOT_OK)
 
 
 def write_html(report: Report, roots: list[Path], path: Path) -> None:
@@ -58,7 +59,7 @@ def write_html(report: Report, roots: list[Path], path: Path) -> None:
         write_text_atomic(path, page)
     except OSError as exc:
         err.print(Text.assemble(("error: ", "red"), f"cannot write the HTML report {str(path)!r}: {exc}"))
-        raise typer.Exit(3) from None
+        raise typer.Exit(ExitCode.INVALID) from None
     err.print(f"wrote {str(path)!r} ({len(page.encode('utf-8')) / 1024:.0f} KiB)", markup=False)
 
 

@@ -11,6 +11,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from perfwarden.harness.target_config import ConfigError, EmbeddedConfig, parse_set_args
 from perfwarden.harness.records import RunDir, RunManifest, write_json_atomic
+from perfwarden.orchestrator.exit_codes import ExitCode
 from perfwarden.orchestrator.lab import LegPlan
 
 
@@ -31,17 +32,17 @@ def measure(
     err = Console(stderr=True, soft_wrap=True)
     if target != "embedded":
         err.print(f"[red]error:[/red] target {target!r} cannot be measured here (embedded only; sglang needs a GPU host)")
-        raise typer.Exit(2)
+        raise typer.Exit(ExitCode.USAGE)
     if scenario not in ("server", "offline") or prompts not in ("varied", "repeat"):
         err.print(f"[red]error:[/red] --scenario must be server|offline and --prompts varied|repeat")
-        raise typer.Exit(2)
+        raise typer.Exit(ExitCode.USAGE)
     try:
         raw = parse_set_args(set_)
         validated = EmbeddedConfig.validate_knobs(dict(raw))  # every knob, before anything starts
         config = {key: getattr(validated, key) for key in raw}
     except (ConfigError, ValueError) as exc:
         err.print(f"[red]error:[/red] bad --set: {exc}")
-        raise typer.Exit(3) from None
+        raise typer.Exit(ExitCode.INVALID) from None
     from perfwarden.orchestrator.embedded_lab import EmbeddedLab
 
     full = {**EmbeddedConfig.defaults(), **config}
@@ -63,7 +64,7 @@ def measure(
     result = status.get(leg, "failed")
     if result != "ok":
         err.print(f"[red]leg {leg!r} failed:[/red] {result}\nsee {paths.server_log(leg)}")
-        raise typer.Exit(1)
+        raise typer.Exit(ExitCode.NOT_OK)
     lines = paths.bench_runs(leg).read_text().splitlines()
     Console().print(f"leg {leg!r}: {len(lines)} rep(s) in {paths.bench_runs(leg)}")
     for line in lines:

@@ -28,10 +28,8 @@ from rich.markup import escape
 from rich.table import Table
 
 from perfwarden.agents.auditor import mlperf
+from perfwarden.orchestrator.exit_codes import EXIT_BY_VERDICT, ExitCode
 
-# Same values as perfwarden.orchestrator.cli (not imported: cli imports this module).
-EXIT_PASS, EXIT_FLAG, EXIT_FAIL, EXIT_INVALID, EXIT_USAGE = 0, 10, 20, 3, 2
-EXIT_BY_VERDICT = {"PASS": EXIT_PASS, "FLAG": EXIT_FLAG, "FAIL": EXIT_FAIL, "error": EXIT_INVALID}
 _STYLE = {"PASS": "bold green", "FLAG": "bold yellow", "FAIL": "bold red", "error": "bold red",
           "INFO": "dim", }
 
@@ -110,7 +108,7 @@ def audit_mlperf(
             typer.echo(json.dumps(payload, sort_keys=True))
         else:
             Console(stderr=True).print(f"[bold red]error[/] {escape(payload['message'])}")
-        raise typer.Exit(EXIT_INVALID) from None
+        raise typer.Exit(ExitCode.INVALID) from None
     if json_out:
         typer.echo(result.model_dump_json(indent=None))
     elif result.verdict == "error":

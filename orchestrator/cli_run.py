@@ -8,6 +8,7 @@ from pathlib import Path
 import typer
 from rich.console import Console
 
+from perfwarden.orchestrator.exit_codes import ExitCode
 from perfwarden.orchestrator.runner import RunUsageError, run_graph
 from perfwarden.orchestrator.settings import RunSettings
 
@@ -39,7 +40,7 @@ def run(
     err = Console(stderr=True, soft_wrap=True)
     if target not in ("embedded", "synthetic"):
         err.print(f"[red]error:[/red] unknown target {target!r} (embedded, synthetic)")
-        raise typer.Exit(2)
+        raise typer.Exit(ExitCode.USAGE)
     settings_kw: dict = {"target": target}
     if budget_minutes is not None:
         settings_kw["budget_minutes"] = budget_minutes
@@ -57,7 +58,7 @@ def run(
             settings = RunSettings.model_validate_json((resume / "settings.json").read_text("utf-8"))
         except (OSError, ValueError) as exc:
             err.print(f"[red]error:[/red] {str(resume)!r} is not a perfwarden run directory: {exc}")
-            raise typer.Exit(3) from None
+            raise typer.Exit(ExitCode.INVALID) from None
     run_dir = resume or out or Path("runs") / time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     client = None
     if llm:
@@ -75,10 +76,10 @@ def run(
                           checkpointer_url=checkpointer, on_event=on_event)
     except RunUsageError as exc:
         err.print(f"[red]error:[/red] {exc}")
-        raise typer.Exit(3) from None
+        raise typer.Exit(ExitCode.INVALID) from None
     except KeyboardInterrupt:
         err.print(f"\n[yellow]interrupted[/yellow]: continue with `perfwarden run --resume {run_dir}`")
-        raise typer.Exit(130) from None
+        raise typer.Exit(ExitCode.INTERRUPTED) from None
     console = Console()
     banked = state.get("banked", [])
     console.print(f"run directory: {run_dir}")
