@@ -14,6 +14,7 @@ import msgspec
 
 from perfwarden.agents.base import Proposal
 from perfwarden.harness.jsonl import OpBenchLine
+from perfwarden.harness.records import Claim, Headline, IsolatedSpeedup, LegRefs
 
 
 def pick_winner(opbench: Path) -> tuple[str | None, float | None, str | None]:
@@ -41,10 +42,10 @@ def pick_winner(opbench: Path) -> tuple[str | None, float | None, str | None]:
     return (best[0], best[1], ref) if best else (None, None, ref)
 
 
-def harness_claim(proposal: Proposal, opbench_rel: str, seq: int, winner: str, speedup: float, ref: str,
-                  baseline_leg: str) -> dict:
-    return {"seq": seq, "scope": "harness", "producer": "op_benchmarker", "op": proposal.op,
-            "opbench": opbench_rel, "legs": {"baseline": baseline_leg},
-            "isolated_speedup": {"value": round(speedup, 4), "op": proposal.op, "opbench": opbench_rel,
-                                 "baseline_backend": ref, "candidate_backend": winner},
-            "headline": {"metric": "op_time", "value": round((speedup - 1) * 100, 2), "kind": "isolated"}}
+def harness_claim(proposal: Proposal, opbench_rel: str, winner: str, speedup: float, ref: str,
+                  baseline_leg: str) -> Claim:
+    return Claim(scope="harness", producer="op_benchmarker", op=proposal.op, opbench=opbench_rel,
+                 legs=LegRefs(baseline=baseline_leg),
+                 isolated_speedup=IsolatedSpeedup(value=round(speedup, 4), op=proposal.op, opbench=opbench_rel,
+                                                  baseline_backend=ref, candidate_backend=winner),
+                 headline=Headline(metric="op_time", value=round((speedup - 1) * 100, 2), kind="isolated"))

@@ -32,6 +32,8 @@ EMBEDDED_BASE: dict[str, Any] = EmbeddedConfig.defaults()
 class EmbeddedLab:
     """Lab protocol over the embedded target."""
 
+    config_model = EmbeddedConfig
+
     def __init__(self, *, qps: float = 2.0, rep_seconds: float = 4.0, max_tokens: int = 16,
                  scenario: str = "Offline", offline_samples: int = 8, seed: int = 0, parity_tokens: int = 16,
                  start_timeout_s: float = 180.0, on_rep=None):

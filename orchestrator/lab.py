@@ -12,6 +12,8 @@ from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from perfwarden.harness.target_config import TargetConfig
+
 
 class LabError(RuntimeError):
     """The target misbehaved (server did not start, crashed, timed out): the target's fault, recorded
@@ -35,6 +37,9 @@ class LegPlan(BaseModel):
 
 
 class Lab(Protocol):
+    config_model: type[TargetConfig]
+    """The target's knobs: defaults, allowed values, lever class, losslessness."""
+
     def measure(self, run: Path, legs: list[LegPlan], reps: int) -> dict[str, str]:
         """Measure ``reps`` reps of every leg, interleaved (A B A B …), skipping reps already written.
         Returns leg -> "ok" | "failed: <why>"."""
@@ -55,4 +60,4 @@ class Lab(Protocol):
         """Implementation specs (``path.py:function``) available for ``op``."""
 
     def base_config(self) -> dict[str, Any]:
-        """The target's true-baseline knobs."""
+        """The target's true-baseline knobs (its config model's defaults)."""

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from perfwarden.harness.bench_writer import append_bench_line, rep_exists
-from perfwarden.harness.records import QualityEval, RunDir, write_json_atomic
+from perfwarden.harness.records import LegSpec, Overlay, QualityEval, RunDir, write_json_atomic
 from perfwarden.harness.target_config import EmbeddedConfig
 from perfwarden.orchestrator.lab import LabError, LegPlan
 from perfwarden.proof.synth import COHERENT_TEXTS, make_rep, write_jsonl
@@ -26,10 +26,11 @@ BASE = {"model": "SmolLM2-135M-Instruct", **EmbeddedConfig.defaults(), "threads"
 
 
 class SyntheticLab:
+    config_model = EmbeddedConfig
     def __init__(self, effects: dict[str, dict[str, Any]] | None = None, cv: float = 0.01, seed: int = 0,
-                 crash_after: int | None = None, contended: bool | str = False):
+                 crash_after: int | None = None, contended: bool | str = False, on_rep=None):
         self.effects = effects if effects is not None else {
-            "max_batch_size": {"tput": 1.35},
+            "max_batch_size": {"tput": {2: 1.35, 4: 1.6, 8: 1.6, 16: 1.6}},
             "response_cache": {"tput": 2.0, "log": "response cache hit for request 3"},
             "prompt_lookup": {"tput": 1.2, "accept_length": 1.8},
             "quantization": {"tput": 1.15, "quality": (0.40, 0.42)},
@@ -44,6 +45,7 @@ class SyntheticLab:
         self.contended = contended  # True: every leg; a string: legs whose name contains it
         self.hog = {"loadavg_1m": 2.9, "ncpu": 2, "busy": [{"pid": 4242, "name": "stress-ng", "cpu_pct": 98.0}]}
         self.rep_delay_s = float(os.environ.get("PERFWARDEN_SIM_REP_DELAY", "0"))
+        self.on_rep = on_rep or (lambda leg, rep, status: None)
 
     # --- Lab protocol
     def base_config(self) -> dict[str, Any]:
@@ -56,11 +58,14 @@ class SyntheticLab:
         return [f"alt/{op}_wrong.py:impl", f"alt/{op}_fast.py:impl"] if op == "rmsnorm" else []
 
     def _effect(self, config: dict[str, Any]) -> dict[str, float]:
+        """Multiplicative effects of every knob that differs from the baseline. An effect is a number or
+        a table by knob value (an ordinal knob helps more at some values than at others)."""
         out = {"tput": 1.0, "ttft": 1.0}
         for key, eff in self.effects.items():
-            if config.get(key) != BASE.get(key):
-                out["tput"] *= eff.get("tput", 1.0)
-                out["ttft"] *= eff.get("ttft", 1.0)
+            value = config.get(key)
+            if value != BASE.get(key):
+                out["tput"] *= _at(eff.get("tput", 1.0), value)
+                out["ttft"] *= _at(eff.get("ttft", 1.0), value)
                 if "accept_length" in eff:
                     out["accept_length"] = eff["accept_length"]
         return out
@@ -73,9 +78,9 @@ class SyntheticLab:
             d.mkdir(parents=True, exist_ok=True)
             info = {**plan.config, "port": 9000 + len(plan.leg), "weights_digest": "synthetic"}
             write_json_atomic(paths.server_info(plan.leg), info)
-            write_json_atomic(paths.leg_spec(plan.leg), {"schema_version": 1, "leg": plan.leg, "role": plan.role,
-                                                         "overlay": plan.overlay, "purpose": plan.purpose,
-                                                         "parent_leg": plan.parent})
+            write_json_atomic(paths.leg_spec(plan.leg), LegSpec(leg=plan.leg, role=plan.role,
+                                                                overlay=Overlay(**plan.overlay),
+                                                                purpose=plan.purpose, parent_leg=plan.parent))
             log = ["server ready"]
             for op in (plan.config.get("op_overrides") or {}):
                 log.append(f"override {op} engaged: 30 modules")
@@ -105,6 +110,7 @@ class SyntheticLab:
                                 started_at=1000.0 + self.reps_written)
                 append_bench_line(bench, line)
                 self.reps_written += 1
+                self.on_rep(plan.leg, k, "ok")
         return {plan.leg: "ok" for plan in legs}
 
     def profile(self, run: Path, config: dict[str, Any]) -> Path:
@@ -137,6 +143,10 @@ class SyntheticLab:
         write_json_atomic(RunDir(run).quality("pw-qa-exact-v1", leg.leg), QualityEval(
             eval_id="pw-qa-exact-v1", leg=leg.leg, n=40, score=score, baseline_score=base, baseline_leg=baseline.leg))
         return "pw-qa-exact-v1"
+
+
+def _at(effect: float | dict, value: Any) -> float:
+    return effect.get(value, 1.0) if isinstance(effect, dict) else effect
 
 
 def _row(op, backend, ms, ref, seed, trial, err):
