@@ -70,8 +70,8 @@ class Brains:
             self._fell_back("config_tuner", f"config-tuner LLM failed ({exc}); used the deterministic policy")
             return fallback
         for change in answer.proposals:
-            step = KnobStep(knob=change.knob, value=change.value, rationale=change.rationale[:200])
-            problem = config_tuner.check_step(model, space, step)
+            step, problem = config_tuner.check_step(
+                model, space, KnobStep(knob=change.knob, value=change.value, rationale=change.rationale[:200]))
             if problem is None and any(t.knob == step.knob and repr(t.value) == repr(step.value) and t.against == best
                                        for t in tried):
                 problem = "already measured against this configuration"

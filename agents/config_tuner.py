@@ -128,17 +128,19 @@ def tried_steps(proposals: list[Proposal], banked: list[BankedChange]) -> list[T
     return out
 
 
-def check_step(model: type[TargetConfig], space: dict[str, tuple[Any, ...]], step: KnobStep) -> str | None:
-    """Why a step (e.g. from an LLM) is not allowed, or None."""
+def check_step(model: type[TargetConfig], space: dict[str, tuple[Any, ...]],
+               step: KnobStep) -> tuple[KnobStep, str | None]:
+    """The step with its value in the model's type (``40`` -> ``40.0``), and why it is not allowed
+    (None when it is). Used on steps an LLM proposes."""
     if step.knob not in space:
-        return f"{step.knob!r} is not a knob being searched ({sorted(space)!r})"
-    if not any(_key(step.value) == _key(v) for v in space[step.knob]):
-        return f"{step.knob}={step.value!r} is not an allowed value ({list(space[step.knob])!r})"
+        return step, f"{step.knob!r} is not a knob being searched ({sorted(space)!r})"
     try:
-        model.validate_knobs({step.knob: step.value})
+        value = getattr(model.validate_knobs({step.knob: step.value}), step.knob)
     except ConfigError as exc:
-        return str(exc)
-    return None
+        return step, str(exc)
+    if not any(_key(value) == _key(v) for v in space[step.knob]):
+        return step, f"{step.knob}={step.value!r} is not an allowed value ({list(space[step.knob])!r})"
+    return step.model_copy(update={"value": value}), None
 
 
 # -------------------------------------------------------------------------------- answering verdicts
