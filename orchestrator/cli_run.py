@@ -71,8 +71,12 @@ class TerminalWatcher:
 
     def measuring(self, legs: list[LegPlan], reps: int) -> None:
         self._stop()
-        self.progress.start()
         names = ", ".join(p.leg for p in legs)
+        if not self.console.is_terminal:  # a log file or a pipe: one line, no bar
+            self.console.print(Text.assemble((f"{time.time() - self.started:6.0f}s ", "dim"),
+                                             f"measuring {names} x{reps} reps ({self._budget()})"))
+            return
+        self.progress.start()
         self.task = self.progress.add_task(f"measuring {names}", total=reps * len(legs), budget=self._budget())
 
     def rep(self, leg: str, rep: int, status: str) -> None:
@@ -98,7 +102,7 @@ class TerminalWatcher:
         if self.task is not None:
             self.progress.remove_task(self.task)
             self.task = None
-        self.progress.stop()
+            self.progress.stop()
 
 
 def _terminal() -> Console:
@@ -176,7 +180,7 @@ def run(
         err.print(f"\n[yellow]interrupted[/yellow]: continue with `perfwarden run --resume {run_dir}`")
         raise typer.Exit(ExitCode.INTERRUPTED) from None
     watcher._stop()
-    console = Console()
+    console = Console(soft_wrap=True)
     console.print(f"run directory: {run_dir}")
     for b in state.get("banked", []):
         delta = b.headline_rederived_pct
