@@ -171,10 +171,13 @@ def baseline(state: RunState, runtime: Runtime[RunContext]) -> dict:
     # An A/A leg (the same config, interleaved) calibrates this session's noise band: the auditor
     # judges the baseline's spread against it instead of against a fixed constant.
     config = _base_config(ctx)
+    started = ctx.clock()
     _measure(ctx, _run(state), [LegPlan(leg=leg, role="baseline", config=config, purpose="true no-overlay baseline"),
                                 LegPlan(leg=f"{leg}-aa", role="aa", config=config,
                                         purpose="A/A: the baseline config again, to calibrate noise")], ctx.settings.reps)
+    # A step measures two legs like the baseline did: until a step has finished, this is what one costs.
     return {**_submit(state, integrator.baseline_claim(leg, [f"{leg}-aa"])), "stage": "baseline",
+            "baseline_s": ctx.clock() - started,
             "baseline_attempts": attempt + 1, "aa_legs": [leg, f"{leg}-aa"],
             "notes": [f"baseline leg {leg!r} (+ A/A)"]}
 
@@ -282,7 +285,7 @@ def pick(state: RunState, runtime: Runtime[RunContext]) -> dict:
         durations.append(now - state.get("picked_at", now))  # the previous change just finished
     update: dict[str, Any] = {"durations": durations, "picked_at": now, "current": None}
     remaining = ctx.remaining_s(state)
-    typical = sorted(durations)[len(durations) // 2] if durations else 0.0
+    typical = sorted(durations)[len(durations) // 2] if durations else state.get("baseline_s", 0.0)
     if remaining <= 0 or remaining < 2.5 * typical:
         skipped = [p.model_copy(update={"status": "skipped"}) for p in active]
         note = f"budget: {remaining:.0f}s left, a change takes ~{typical:.0f}s; the search stops here"

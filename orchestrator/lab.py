@@ -1,7 +1,7 @@
 """The lab: what the producers can ask to be measured, behind one interface.
 
 ``EmbeddedLab`` runs the real embedded CPU target with mlcommons-loadgen (harness/). The graph's unit
-tests use a synthetic lab (tests/synthetic_lab.py) that writes raw evidence with known effects, so
+tests use the synthetic lab (orchestrator/simlab.py) that writes raw evidence with known effects, so
 that routing can be tested in seconds; the real lab keeps its own end-to-end test.
 """
 

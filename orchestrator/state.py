@@ -89,6 +89,8 @@ class RunState(TypedDict, total=False):
     """The red-team producer has no more attacks."""
     durations: list[float]
     """Seconds each finished proposal took (the budget stop uses their median)."""
+    baseline_s: float
+    """Seconds the baseline measurement took (the cost of a change until one has finished)."""
     picked_at: float
     """Clock time the current proposal was picked."""
 

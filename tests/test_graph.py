@@ -211,6 +211,22 @@ def test_budget_exhaustion_stops_the_search(tmp_path):
     assert (tmp_path / "run" / "report.md").is_file()
 
 
+def test_the_baseline_sizes_the_first_step_so_a_slow_machine_does_not_overrun(tmp_path):
+    """Before any change has finished, one costs what the baseline's two legs cost: with half the budget
+    gone on the baseline, no step is started (it would overrun), and the report says why."""
+    now = [0.0]
+
+    class SlowLab(SyntheticLab):
+        def measure(self, run, legs, reps):
+            now[0] += 300.0
+            return super().measure(run, legs, reps)
+
+    state = run_graph(tmp_path / "run", settings(budget_minutes=10, kernels=False), SlowLab(), clock=lambda: now[0])
+    assert state["proposals"] == [] and state["banked"] == []
+    assert any("the search stops here" in n for n in state["notes"])
+    assert "the search stops here" in (tmp_path / "run" / "report.md").read_text()
+
+
 def test_nodes_are_top_level_functions_fed_by_the_runtime_context(tmp_path):
     lab = SyntheticLab()
     runtime = Runtime(context=RunContext(lab=lab, settings=settings(kernels=False)))
