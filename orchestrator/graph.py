@@ -205,7 +205,9 @@ def after_audit(state: RunState, runtime: Runtime[RunContext]) -> str:
     if v.scope == "baseline":
         if v.verdict == "PASS":
             return "profile" if settings.kernels else "pick"
-        if state.get("baseline_attempts", 0) <= settings.max_baseline_remeasures and runtime.context.remaining_s(state) > 0:
+        # Re-measure only while another baseline fits in the budget (it costs what this one cost).
+        fits = runtime.context.remaining_s(state) > state.get("baseline_s", 0.0)
+        if state.get("baseline_attempts", 0) <= settings.max_baseline_remeasures and fits:
             return "baseline"
         return "report"
     return {"profile": "pick", "harness": "harness_result", "patch": "fix"}.get(v.scope, "after_bundle")

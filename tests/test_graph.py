@@ -227,6 +227,20 @@ def test_the_baseline_sizes_the_first_step_so_a_slow_machine_does_not_overrun(tm
     assert "the search stops here" in (tmp_path / "run" / "report.md").read_text()
 
 
+def test_a_baseline_is_not_remeasured_when_another_would_overrun_the_budget(tmp_path):
+    now = [0.0]
+
+    class SlowContendedLab(SyntheticLab):
+        def measure(self, run, legs, reps):
+            now[0] += 400.0
+            return super().measure(run, legs, reps)
+
+    state = run_graph(tmp_path / "run", settings(budget_minutes=15), SlowContendedLab(contended=True),
+                      clock=lambda: now[0])
+    assert [v.scope for v in state["verdicts"]] == ["baseline", "baseline"]  # 400 s each; a third would overrun
+    assert "no baseline passed" in (tmp_path / "run" / "report.md").read_text()
+
+
 def test_nodes_are_top_level_functions_fed_by_the_runtime_context(tmp_path):
     lab = SyntheticLab()
     runtime = Runtime(context=RunContext(lab=lab, settings=settings(kernels=False)))
