@@ -30,7 +30,7 @@ import sys
 import time
 import traceback
 import uuid
-from typing import Any, Literal
+from typing import Any
 
 from perfwarden.harness.target_config import (EMBEDDED_OPS, ConfigError, EmbeddedConfig, parse_overrides,  # noqa: F401
                                               parse_set_args)
