@@ -42,7 +42,7 @@ from perfwarden.agents import config_tuner, integrator, kernel_extractor, op_ben
 from perfwarden.agents.auditor.audit import audit_path, load_claim, write_verdict
 from perfwarden.agents.auditor.gates.profile import rank_ops
 from perfwarden.agents.auditor.persona import apply_persona
-from perfwarden.agents.base import BankedChange, Proposal, Rejection, VerdictSummary
+from perfwarden.agents.base import BankedChange, Proposal, Rejection, VerdictSummary, apply_overlay
 from perfwarden.harness.jsonl import ProfileLine, read_jsonl
 from perfwarden.harness.records import Claim, RunDir, RunManifest, append_jsonl, write_json_atomic
 from perfwarden.orchestrator.lab import LabError, LegPlan
@@ -210,7 +210,9 @@ def after_audit(state: RunState, runtime: Runtime[RunContext]) -> str:
         if state.get("baseline_attempts", 0) <= settings.max_baseline_remeasures and fits:
             return "baseline"
         return "report"
-    return {"profile": "pick", "harness": "harness_result", "patch": "fix"}.get(v.scope, "after_bundle")
+    if v.scope == "bundle":
+        return _red_team_or_report(state, runtime)
+    return {"profile": "pick", "harness": "harness_result", "patch": "fix"}[v.scope]
 
 
 @step("profile")
@@ -320,7 +322,7 @@ def route_pick(state: RunState, runtime: Runtime[RunContext]) -> str:
     if state.get("current") is None:
         if state.get("banked") and not state.get("bundle_done"):
             return "bundle"
-        return "red_team" if runtime.context.attacker is not None and not state.get("red_team_done") else "report"
+        return _red_team_or_report(state, runtime)
     p = _proposal(state)
     return "op_benchmarker" if p.kind == "kernel" and p.status == "pending" else "integrator"
 
@@ -512,8 +514,7 @@ def bundle(state: RunState, runtime: Runtime[RunContext]) -> dict:
     banked = state["banked"]
     changes = integrator.final_changes(banked)
     base = _base_config(ctx)
-    final = integrator.baseline_config(base, Proposal(id="bundle", kind="config", producer="integrator",
-                                                      against=changes))
+    final = apply_overlay(base, changes)
     legs = [LegPlan(leg="bundle-base", role="baseline", config=base, purpose="true no-overlay baseline"),
             LegPlan(leg="bundle", role="validation", config=final, overlay=integrator.overlay(changes).model_dump(),
                     parent="bundle-base", purpose="every banked change together"),
@@ -541,16 +542,11 @@ def bundle(state: RunState, runtime: Runtime[RunContext]) -> dict:
 
 
 def route_bundle(state: RunState, runtime: Runtime[RunContext]) -> str:
-    return "auditor" if state.get("pending_claim") else after_bundle_route(state, runtime)
+    return "auditor" if state.get("pending_claim") else _red_team_or_report(state, runtime)
 
 
-def after_bundle_route(state: RunState, runtime: Runtime[RunContext]) -> str:
+def _red_team_or_report(state: RunState, runtime: Runtime[RunContext]) -> str:
     return "red_team" if runtime.context.attacker is not None and not state.get("red_team_done") else "report"
-
-
-@step("after_bundle")
-def after_bundle(state: RunState, runtime: Runtime[RunContext]) -> dict:
-    return {"stage": "bundle audited"}
 
 
 @step("red_team")
@@ -600,13 +596,13 @@ def build_graph() -> StateGraph:
     for name, fn in [("setup", setup), ("baseline", baseline), ("auditor", auditor), ("profile", profile),
                      ("pick", pick), ("op_benchmarker", bench), ("harness_result", harness_result),
                      ("integrator", integrate), ("fix", fix), ("quality_eval", quality_eval), ("resubmit", resubmit),
-                     ("bundle", bundle), ("after_bundle", after_bundle), ("red_team", red_team), ("report", report)]:
+                     ("bundle", bundle), ("red_team", red_team), ("report", report)]:
         g.add_node(name, fn)
     g.add_edge(START, "setup")
     g.add_edge("setup", "baseline")
     g.add_edge("baseline", "auditor")
     g.add_conditional_edges("auditor", after_audit, ["baseline", "profile", "pick", "harness_result", "fix",
-                                                     "after_bundle", "red_team", "report"])
+                                                     "red_team", "report"])
     g.add_conditional_edges("profile", route_profile, ["auditor", "pick"])
     g.add_conditional_edges("pick", route_pick, ["op_benchmarker", "integrator", "bundle", "red_team", "report"])
     g.add_conditional_edges("op_benchmarker", route_bench, ["auditor", "pick"])
@@ -616,7 +612,6 @@ def build_graph() -> StateGraph:
     g.add_conditional_edges("quality_eval", route_quality, ["pick", "resubmit"])
     g.add_edge("resubmit", "auditor")
     g.add_conditional_edges("bundle", route_bundle, ["auditor", "red_team", "report"])
-    g.add_conditional_edges("after_bundle", after_bundle_route, ["red_team", "report"])
     g.add_conditional_edges("red_team", route_red_team, ["auditor", "report"])
     g.add_edge("report", END)
     return g
