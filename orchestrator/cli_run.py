@@ -57,7 +57,7 @@ class TerminalWatcher:
         self.started = started
         self.progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                                  TimeElapsedColumn(), TextColumn("[dim]{task.fields[budget]}"),
-                                 console=console, transient=True)
+                                 console=console, transient=True, redirect_stdout=False, redirect_stderr=False)
         self.task = None
 
     def _budget(self) -> str:

@@ -91,8 +91,9 @@ def _brain_notes(ctx: RunContext) -> dict[str, Any]:
 
 @contextlib.contextmanager
 def _captured(ctx: RunContext, run: Path, what: str) -> Iterator[None]:
-    """Send everything written to fd 1/2 during a lab call (torch profiler, weight loading, LoadGen) to
-    RUN/logs/lab.log instead of the user's terminal (the terminal display writes to its own fd)."""
+    """Send everything a lab call prints (torch profiler, weight loading, LoadGen; from C++ on fd 1/2 and
+    from Python on sys.stdout/sys.stderr) to RUN/logs/lab.log instead of the user's terminal. The
+    terminal display writes to its own copy of the terminal, so it is not redirected."""
     if not ctx.capture_logs:
         yield
         return
@@ -101,13 +102,14 @@ def _captured(ctx: RunContext, run: Path, what: str) -> Iterator[None]:
     sys.stdout.flush()
     sys.stderr.flush()
     saved = [os.dup(1), os.dup(2)]
-    with open(log, "ab") as handle:
-        handle.write(f"=== {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())} {what}\n".encode())
+    with open(log, "a", encoding="utf-8", errors="replace", buffering=1) as handle:
+        handle.write(f"=== {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())} {what}\n")
         handle.flush()
         os.dup2(handle.fileno(), 1)
         os.dup2(handle.fileno(), 2)
         try:
-            yield
+            with contextlib.redirect_stdout(handle), contextlib.redirect_stderr(handle):
+                yield
         finally:
             sys.stdout.flush()
             sys.stderr.flush()

@@ -241,6 +241,22 @@ def test_a_baseline_is_not_remeasured_when_another_would_overrun_the_budget(tmp_
     assert "no baseline passed" in (tmp_path / "run" / "report.md").read_text()
 
 
+def test_lab_noise_goes_to_the_run_logs_not_the_terminal(tmp_path, capfd):
+    """torch's profiler and weight loading print from C++ and Python alike: whatever a lab call writes to
+    fd 1/2 lands in RUN/logs/lab.log."""
+    class NoisyLab(SyntheticLab):
+        def profile(self, run, config):
+            print("STAGE:2026 profiler noise")
+            os.write(2, b"Loading weights 100%|####|\n")
+            return super().profile(run, config)
+
+    run_graph(tmp_path / "run", settings(levers=[], kernels=True), NoisyLab())
+    out, err = capfd.readouterr()
+    assert "profiler noise" not in out + err and "Loading weights" not in out + err
+    log = (tmp_path / "run" / "logs" / "lab.log").read_text()
+    assert "STAGE:2026 profiler noise" in log and "Loading weights 100%" in log and "=== " in log
+
+
 def test_nodes_are_top_level_functions_fed_by_the_runtime_context(tmp_path):
     lab = SyntheticLab()
     runtime = Runtime(context=RunContext(lab=lab, settings=settings(kernels=False)))
