@@ -588,6 +588,10 @@ def report(state: RunState, runtime: Runtime[RunContext]) -> dict:
         notes.append(f"LLM {ctx.llm.model!r}: {u.calls} calls, {u.prompt_tokens} prompt + {u.completion_tokens} "
                      f"completion tokens, {u.failures} invalid outputs, {u.unavailable} unanswered asks; "
                      f"deterministic fallbacks: {fallbacks or 'none'}")
+    baselines = [v for v in state.get("verdicts", []) if v.scope == "baseline"]
+    if baselines and all(v.verdict != "PASS" for v in baselines) and len(baselines) <= ctx.settings.max_baseline_remeasures:
+        notes.append(f"no further baseline was measured: one takes ~{state.get('baseline_s', 0.0):.0f}s and "
+                     f"{max(ctx.remaining_s(state), 0.0):.0f}s of the budget were left")
     write_report(_run(state), {**state, "notes": notes, "llm_fallbacks": fallbacks}, _base_config(ctx),
                  ctx.lab.config_model, llm_usage)
     return {"stage": "done", **{k: v for k, v in drained.items() if v}}

@@ -90,9 +90,11 @@ def render_markdown(report: dict[str, Any]) -> str:
     lines = ["# perfwarden run report", "", f"Run: `{report['run_dir']}`", ""]
     baselines = [v for v in report["verdicts"] if v["scope"] == "baseline"]
     if baselines and all(v["verdict"] != "PASS" for v in baselines):
+        last = baselines[-1]
+        codes = sorted({f["code"] for f in last["findings"] if f["severity"] != "INFO"})
         lines += [f"**The run stopped: no baseline passed the audit after {len(baselines)} measurement(s)** "
-                  f"(last: {baselines[-1]['verdict']} `{baselines[-1]['action']}`). Nothing can be compared "
-                  "against an unreliable baseline.", ""]
+                  f"(last: {last['verdict']} `{last['action']}`, {', '.join(codes) or 'no code'}). Nothing can be "
+                  "compared against an unreliable baseline; see the notes below.", ""]
     lines += ["## Banked", ""]
     if not report["banked"]:
         lines += ["Nothing was banked: no change passed the auditor.", ""]
