@@ -335,6 +335,14 @@ def test_the_cli_says_why_an_old_checkpoint_cannot_resume(tmp_path):
     assert "run-state version 1" in done.stderr and "Traceback" not in done.stderr
 
 
+def test_a_bad_lever_is_a_clear_error_before_anything_runs(tmp_path):
+    done = subprocess.run([sys.executable, "-m", "perfwarden.orchestrator.cli", "run", "--target", "synthetic",
+                           "--out", str(tmp_path / "run"), "--levers", "max_batch_size,warp_speed"],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 3 and "unknown lever(s) ['warp_speed']" in done.stderr
+    assert "Traceback" not in done.stderr and not (tmp_path / "run").exists()
+
+
 def test_red_team_claims_go_through_the_same_auditor_and_are_reported(tmp_path):
     """The seam for --red-team: an attack producer's claims are audited like any other."""
     class Attacker:
