@@ -276,6 +276,12 @@ def _kernel_proposals(state: RunState, ctx: RunContext) -> list[Proposal]:
 ACTIVE = ("pending", "benchmarked", "measuring")
 
 
+def _typical_change_s(state: RunState) -> float:
+    """What one change costs: the median of those finished, else what the baseline's two legs cost."""
+    durations = sorted(state.get("durations", []))
+    return durations[len(durations) // 2] if durations else state.get("baseline_s", 0.0)
+
+
 @step("pick")
 def pick(state: RunState, runtime: Runtime[RunContext]) -> dict:
     """Continue the current change, or start the next one (config step first, then kernels), unless one
@@ -291,7 +297,7 @@ def pick(state: RunState, runtime: Runtime[RunContext]) -> dict:
         durations.append(now - state.get("picked_at", now))  # the previous change just finished
     update: dict[str, Any] = {"durations": durations, "picked_at": now, "current": None}
     remaining = ctx.remaining_s(state)
-    typical = sorted(durations)[len(durations) // 2] if durations else state.get("baseline_s", 0.0)
+    typical = _typical_change_s({**state, "durations": durations})
     if remaining <= 0 or remaining < 2.5 * typical:
         skipped = [p.model_copy(update={"status": "skipped"}) for p in active]
         note = f"budget: {remaining:.0f}s left, a change takes ~{typical:.0f}s; the search stops here"
@@ -460,6 +466,15 @@ def fix(state: RunState, runtime: Runtime[RunContext]) -> dict:
     if p.attempts > settings.max_fix_attempts + 1 and action != "drop":
         action = "drop"
         p.history.append(f"gave up after {p.attempts} audits (max_fix_attempts={settings.max_fix_attempts})")
+    if action == "remeasure":
+        # A re-measure costs a step at max_reps; it must leave room for the bundle (~1.5 steps).
+        step_s = _typical_change_s(state) * settings.max_reps / max(settings.reps, 1)
+        remaining = ctx.remaining_s(state)
+        if remaining < step_s + 1.5 * _typical_change_s(state):
+            action = "drop"
+            decision = decision.model_copy(update={"reason": f"budget: a re-measure (~{step_s:.0f}s) and the bundle "
+                                                             f"do not fit in the {max(remaining, 0):.0f}s left"})
+            p.history.append(decision.reason)
     update: dict[str, Any] = {"fix_action": action, **_brain_notes(ctx)}
     if action == "drop":
         p.status = "rejected"

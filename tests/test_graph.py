@@ -241,6 +241,23 @@ def test_a_baseline_is_not_remeasured_when_another_would_overrun_the_budget(tmp_
     assert "no baseline passed" in (tmp_path / "run" / "report.md").read_text()
 
 
+def test_a_remeasure_that_would_overrun_the_budget_is_dropped(tmp_path):
+    """A re-measure at max_reps costs more than a first A/B; when it and the bundle no longer fit, the
+    change is dropped with the reason instead of running past the budget."""
+    now = [0.0]
+
+    class SlowLab(SyntheticLab):
+        def measure(self, run, legs, reps):
+            now[0] += 100.0
+            return super().measure(run, legs, reps)
+
+    state = run_graph(tmp_path / "run", settings(budget_minutes=9, levers=["max_batch_size=2"], kernels=False),
+                      SlowLab(contended="-cand"), clock=lambda: now[0])
+    assert [v.scope for v in state["verdicts"]] == ["baseline", "patch"]
+    assert state["rejected"][0].reason.startswith("budget: a re-measure")
+    assert now[0] <= 9 * 60
+
+
 def test_lab_noise_goes_to_the_run_logs_not_the_terminal(tmp_path, capfd):
     """torch's profiler and weight loading print from C++ and Python alike: whatever a lab call writes to
     fd 1/2 lands in RUN/logs/lab.log."""
