@@ -89,3 +89,20 @@ def test_fix_decisions_read_codes_never_message_text():
     info_only = verdict([])
     info_only.findings.append(FindingSummary(code="CACHING_SUSPECTED", severity="INFO", message="x"))
     assert "CACHING_SUSPECTED" not in info_only.codes()
+
+
+def test_the_op_benchmarker_does_not_send_a_slower_candidate_to_an_a_b(tmp_path):
+    import json
+
+    from perfwarden.agents.op_benchmarker import pick_winner
+
+    def row(backend, ms, ref=False, correct=True):
+        return {"op": "rotary", "backend": backend, "shape": [8, 64], "trial": 0, "times_ms": [ms, ms, ms],
+                "correct": correct, "is_reference": ref, "raised": None}
+
+    path = tmp_path / "opbench.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in [row("reference", 1.0, ref=True), row("slow", 1.5),
+                                                           row("wrong", 0.2, correct=False)]))
+    assert pick_winner(path) == (None, None, "reference")
+    path.write_text(path.read_text() + json.dumps(row("fast", 0.5)) + "\n")
+    assert pick_winner(path) == ("fast", 2.0, "reference")
