@@ -7,9 +7,12 @@ graph never knows which one answered.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from pathlib import Path
+from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
+
+from perfwarden.harness.records import Action, Claim, LeverClass, Mechanism, Scope, Severity, Verdict, VerdictLabel
 
 ProposalKind = Literal["config", "kernel"]
 ProposalStatus = Literal["pending", "benchmarked", "measuring", "banked", "rejected", "skipped"]
@@ -21,13 +24,18 @@ class Proposal(BaseModel):
     model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
 
     id: str
-    """Stable id, unique in the run (used in leg names)."""
+    """Stable id, unique in the run (used in leg names and as the claim's lever name)."""
     kind: ProposalKind
     """``config`` (a knob change) or ``kernel`` (an op override)."""
     producer: str
     """Producer that proposed it."""
     config: dict[str, Any] = Field(default_factory=dict)
-    """Knobs to set on top of the baseline config."""
+    """Knobs to set on top of ``against``."""
+    against: dict[str, Any] = Field(default_factory=dict)
+    """The best banked configuration when the step was proposed (knob changes over the true baseline,
+    ``op_overrides`` included): the A/B's baseline leg runs it, the candidate runs it plus this change."""
+    lossless: bool = True
+    """The producer's belief from the target's config model: False plans a quality eval before claiming."""
     op: str | None = None
     """Kernel proposals: the op overridden."""
     candidates: list[str] = Field(default_factory=list)
@@ -84,3 +92,142 @@ class FixDecision(BaseModel):
     """New lever class when reclassifying."""
     headline_kind: Literal["e2e", "kernel", "isolated"] | None = None
     """New headline kind when reclassifying."""
+
+
+class FindingSummary(BaseModel):
+    """One finding as the graph and the producers see it (the verdict file holds the full record)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    code: str
+    """Stable finding code."""
+    severity: Severity
+    """INFO, FLAG or FAIL."""
+    message: str
+    """One line for humans (never parsed: decisions read ``code`` and ``measured``)."""
+    measured: Any = None
+    """The re-derived value."""
+
+
+class VerdictSummary(BaseModel):
+    """What the graph carries of one verdict: routing and producers read these typed fields."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    seq: int
+    """Sequence number of the claim answered."""
+    scope: Scope
+    """Scope audited."""
+    verdict: VerdictLabel
+    """PASS, FLAG or FAIL."""
+    action: Action
+    """What should happen to the claim."""
+    path: str
+    """The verdict file, relative to the run directory."""
+    claim: str
+    """The claim file, relative to the run directory."""
+    lever: str | None = None
+    """The claim's lever name (a proposal id, ``bundle``), if any."""
+    proposal: str | None = None
+    """Proposal the claim was made for (harness and patch scopes)."""
+    producer: str = ""
+    """Producer that submitted the claim."""
+    findings: list[FindingSummary] = Field(default_factory=list)
+    """Every finding, INFO included."""
+    headline_metric: str | None = None
+    """Metric of the headline."""
+    headline_rederived: float | None = None
+    """Headline delta re-derived from raw (percent; a speedup factor for harness claims)."""
+    lever_detected: LeverClass | None = None
+    """Lever class the auditor detected."""
+    degraded: bool = False
+    """The auditor could not run a part."""
+
+    @classmethod
+    def of(cls, verdict: Verdict, claim: Claim, path: str, proposal: str | None) -> VerdictSummary:
+        return cls(seq=verdict.claim_seq, scope=verdict.scope, verdict=verdict.verdict, action=verdict.action,
+                   path=path, claim=verdict.claim, lever=claim.lever.name if claim.lever else None,
+                   proposal=proposal, producer=claim.producer,
+                   findings=[FindingSummary(code=f.code, severity=f.severity, message=f.message, measured=f.measured)
+                             for f in verdict.findings],
+                   headline_metric=claim.headline.metric, headline_rederived=verdict.headline_rederived,
+                   lever_detected=verdict.lever_detected, degraded=verdict.degraded)
+
+    def codes(self) -> set[str]:
+        """Codes of the findings that count (FLAG and FAIL)."""
+        return {f.code for f in self.findings if f.severity != "INFO"}
+
+
+class BankedChange(BaseModel):
+    """A change whose patch claim the auditor passed: one accepted step of the search."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    """The claim's lever name (the proposal id)."""
+    kind: ProposalKind
+    """``config`` or ``kernel``."""
+    lever_class: LeverClass
+    """Class the auditor detected (or the producer's belief when the auditor saw none)."""
+    config: dict[str, Any] = Field(default_factory=dict)
+    """Config proposals: the knob change."""
+    against: dict[str, Any] = Field(default_factory=dict)
+    """The configuration it was measured against (knob changes over the true baseline)."""
+    op: str | None = None
+    """Kernel proposals: the op overridden."""
+    impl: str | None = None
+    """Kernel proposals: the implementation installed."""
+    verdict: str
+    """The passing verdict file."""
+    claim: str
+    """The claim file it answered."""
+    headline_rederived_pct: float | None = None
+    """Output-throughput delta the auditor re-derived against ``against`` (percent)."""
+    quality_eval_id: str | None = None
+    """Quality eval completed for it (lossy changes)."""
+    mechanism: Mechanism = Field(default_factory=Mechanism)
+    """Mechanism the claim declared."""
+    disclosed_regressions: dict[str, float] = Field(default_factory=dict)
+    """Latency trade-offs the claim disclosed (percent)."""
+
+    def overlay(self) -> dict[str, Any]:
+        """This change as knob changes (a kernel is an ``op_overrides`` entry)."""
+        if self.kind == "kernel":
+            return {"op_overrides": {self.op: self.impl}}
+        return dict(self.config)
+
+
+class Rejection(BaseModel):
+    """A change the run gave up on, and why."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    """Proposal id."""
+    verdict: str | None = None
+    """The last verdict file, when an audit decided it."""
+    reason: str
+    """One line: the codes or the failure that ended it."""
+
+
+def apply_overlay(config: dict[str, Any], overlay: dict[str, Any]) -> dict[str, Any]:
+    """``config`` with ``overlay`` applied; ``op_overrides`` merge op by op instead of replacing."""
+    out = dict(config)
+    for key, value in overlay.items():
+        if key == "op_overrides":
+            out[key] = {**(out.get(key) or {}), **value}
+        else:
+            out[key] = value
+    return out
+
+
+class AttackProducer(Protocol):
+    """The seam for ``perfwarden run --red-team``: a producer whose only goal is a banked fake win. Its
+    claims go through the same auditor node (the graph's ``red_team`` node, after the bundle audit);
+    every one must be refused, and the report lists them. ``agents/red_team.py`` provides it as
+    ``make_producer(settings: RunSettings) -> AttackProducer`` (orchestrator/cli_run.py loads it)."""
+
+    name: str
+
+    def next_attack(self, run: Path, banked: list[BankedChange], verdicts: list[VerdictSummary]) -> Claim | None:
+        """Write whatever evidence the attack needs inside ``run`` and return its claim (None: done)."""

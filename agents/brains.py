@@ -1,35 +1,25 @@
 """The producers' two interchangeable brains: a deterministic policy and an LLM behind any
 OpenAI-compatible endpoint. Both return the same typed objects.
 
-A model's bad output is the model's fault: it is recorded (``notes``) and the deterministic policy
-answers instead, so the run goes on. Our own bugs raise.
+A model's bad output is the model's fault: it is recorded (``notes``, and counted in ``fallbacks``) and
+the deterministic policy answers instead, so the run goes on. Our own bugs raise.
 """
 
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from importlib import resources
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
 from perfwarden.agents import config_tuner
-from perfwarden.agents.auditor.persona import fence, render_prompt
-from perfwarden.agents.base import FixDecision, Proposal
+from perfwarden.agents.base import FixDecision, Proposal, VerdictSummary
+from perfwarden.agents.config_tuner import KnobStep, Tried
 from perfwarden.agents.llm import LLMClient, LLMOutputError, LLMUnavailable
-
-# Knob -> allowed values (the LLM may only pick from these; anything else is recorded and dropped).
-KNOB_VALUES: dict[str, list[Any]] = {
-    "max_batch_size": [1, 2, 4, 8], "batch_wait_ms": [0, 5, 20, 40], "threads": [1, 2],
-    "prompt_lookup": [False, True], "quantization": ["none", "int8_dynamic"], "response_cache": [False, True],
-    "attn_implementation": ["eager", "sdpa"], "dtype": ["float32", "bfloat16"],
-}
-
-
-def skill(name: str) -> str:
-    return resources.files("perfwarden.skills").joinpath(name, "skill.md").read_text("utf-8")
+from perfwarden.harness.target_config import TargetConfig
+from perfwarden.skills import fence, render_skill
 
 
 class KnobChange(BaseModel):
@@ -54,47 +44,59 @@ class Brains:
 
     llm: LLMClient | None = None
     notes: list[str] = field(default_factory=list)
+    fallbacks: dict[str, int] = field(default_factory=dict)
+    """Producer -> times the LLM's answer was unusable and the deterministic policy answered."""
+
+    def _fell_back(self, producer: str, why: str) -> None:
+        self.fallbacks[producer] = self.fallbacks.get(producer, 0) + 1
+        self.notes.append(why)
 
     # -- config-tuner
-    def propose_config(self, base: dict[str, Any], allowed: list[str] | None, max_proposals: int,
-                       reps: int) -> list[Proposal]:
-        fallback = config_tuner.propose(base, allowed, max_proposals, reps)
-        if self.llm is None:
-            return fallback
-        knobs = {k: v for k, v in KNOB_VALUES.items() if allowed is None or k in allowed}
-        prompt = render_prompt(skill("config_tuner"), knobs=json.dumps(knobs), base_config=json.dumps(base),
-                               max_proposals=str(max_proposals))
+    def next_config_step(self, model: type[TargetConfig], space: dict[str, tuple[Any, ...]], base: dict[str, Any],
+                         best: dict[str, Any], tried: list[Tried]) -> KnobStep | None:
+        """The next step of the search (None: converged). The LLM may only pick an allowed value it has
+        not measured against this configuration; anything else is recorded and the policy answers."""
+        fallback = config_tuner.next_step(model, space, base, best, tried)
+        if self.llm is None or fallback is None:
+            return fallback  # the policy decides when the search is over: the LLM cannot extend the budget
+        knobs = {k: {"allowed": list(v), "lever_class": model.spec(k).lever_class, "lossless": model.spec(k).lossless,
+                     "what": model.spec(k).why} for k, v in space.items()}
+        path = [{"knob": t.knob, "value": t.value, "against": t.against, "banked": t.banked} for t in tried]
+        prompt = render_skill("config_tuner", knobs=json.dumps(knobs, default=str), base_config=json.dumps(base, default=str),
+                              best=json.dumps(best, default=str), path=fence(json.dumps(path, default=str)))
         try:
             answer = self.llm.complete_json("You are the config-tuner.", prompt, ConfigProposals)
         except (LLMUnavailable, LLMOutputError) as exc:
-            self.notes.append(f"config-tuner LLM failed ({exc}); used the deterministic policy")
+            self._fell_back("config_tuner", f"config-tuner LLM failed ({exc}); used the deterministic policy")
             return fallback
-        out = []
-        for change in answer.proposals[:max_proposals]:
-            if change.knob not in knobs or change.value not in knobs[change.knob]:
-                self.notes.append(f"config-tuner LLM proposed {change.knob}={change.value!r}: not an allowed value, dropped")
+        for change in answer.proposals:
+            step, problem = config_tuner.check_step(
+                model, space, KnobStep(knob=change.knob, value=change.value, rationale=change.rationale[:200]))
+            if problem is None and any(t.knob == step.knob and repr(t.value) == repr(step.value) and t.against == best
+                                       for t in tried):
+                problem = "already measured against this configuration"
+            if problem is None and repr(best.get(step.knob, base.get(step.knob))) == repr(step.value):
+                problem = "that is the current value"
+            if problem:
+                self.notes.append(f"config-tuner LLM proposed {change.knob}={change.value!r}: {problem}; dropped")
                 continue
-            if base.get(change.knob) == change.value:
-                continue
-            out.append(Proposal(id=f"cfg-{change.knob}", kind="config", producer="config_tuner",
-                                config={change.knob: change.value}, believed_class=change.lever_class,
-                                reps=reps, rationale=change.rationale[:200]))
-        return out or fallback
+            return step
+        self._fell_back("config_tuner", "config-tuner LLM proposed no usable step; used the deterministic policy")
+        return fallback
 
     # -- integrator / any producer answering a verdict
-    def fix(self, proposal: Proposal, verdict: dict[str, Any], max_reps: int) -> FixDecision:
-        fallback = config_tuner.shared_fix(proposal, verdict, max_reps)
+    def fix(self, proposal: Proposal, verdict: VerdictSummary, max_reps: int) -> FixDecision:
+        fallback = config_tuner.fix(proposal, verdict, max_reps)
         if self.llm is None:
             return fallback
-        reasons = "\n".join(f"- {f['severity']} {f['code']}: {f['message']}" for f in verdict.get("findings", [])
-                            if f["severity"] != "INFO") or "- (none)"
-        prompt = render_prompt(skill("integrator"), change=proposal.id, verdict=verdict["verdict"],
-                               action=verdict["action"], reasons=fence(reasons),
-                               history=fence("; ".join(proposal.history[-6:])))
+        reasons = "\n".join(f"- {f.severity} {f.code}: {f.message}" for f in verdict.findings
+                            if f.severity != "INFO") or "- (none)"
+        prompt = render_skill("integrator", change=proposal.id, verdict=verdict.verdict, action=verdict.action,
+                              reasons=fence(reasons), history=fence("; ".join(proposal.history[-6:])))
         try:
             decision = self.llm.complete_json("You are the integrator.", prompt, FixDecision)
         except (LLMUnavailable, LLMOutputError) as exc:
-            self.notes.append(f"integrator LLM failed ({exc}); used the deterministic policy")
+            self._fell_back("integrator", f"integrator LLM failed ({exc}); used the deterministic policy")
             return fallback
         if decision.action == "remeasure" and proposal.reps >= max_reps and fallback.action == "drop":
             return fallback  # the loop bound wins over the model's optimism
@@ -106,12 +108,12 @@ class Brains:
         """LLM brain only: write a candidate module into RUN/generated/ and return its spec."""
         if self.llm is None:
             return None
-        prompt = render_prompt(skill("kernel_extractor"), op=op, share=f"{share:.1%}", shapes=json.dumps(shapes[:4]),
-                               reference=reference_src, function=function)
+        prompt = render_skill("kernel_extractor", op=op, share=f"{share:.1%}", shapes=json.dumps(shapes[:4]),
+                              reference=reference_src, function=function)
         try:
             answer = self.llm.complete_json("You are the kernel-extractor.", prompt, KernelCode)
         except (LLMUnavailable, LLMOutputError) as exc:
-            self.notes.append(f"kernel-extractor LLM failed ({exc})")
+            self._fell_back("kernel_extractor", f"kernel-extractor LLM failed ({exc})")
             return None
         path = Path(run) / "generated" / f"{op}_llm_{index}.py"
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -1,90 +1,214 @@
-"""config-tuner: proposes server knob changes (coordinate search over the target's knobs).
+"""config-tuner: a coordinate-descent search over the target's knobs, with the auditor's verdicts as the
+only accepted steps.
 
-Its search space deliberately includes levers that must not be banked blindly -- the response cache,
-int8 quantization, prompt-lookup decoding -- because that is what optimizing agents do; the auditor is
-what stops them. Its *beliefs* about each knob (lever class, mechanism) are its own and can be wrong,
-as producers' beliefs are: it believes prompt-lookup decoding is a decoding-kernel speedup. The auditor
-judges the class from the diff and the raw (``accept_length``), never from this table.
+The search space is the target's config model (harness/target_config.py): which knobs are searched by
+default, their allowed values, whether they are ordinal, and whether a change is lossless. A step changes
+one knob of the **current best banked configuration** (the true baseline plus every change banked so
+far). Its A/B runs that configuration on the baseline leg and the configuration plus the step on the
+candidate leg, so the auditor judges exactly the step; it is taken only when the patch claim PASSes, and
+the next step starts from the new best. The bundle claim at the end compares the final configuration
+with the true no-overlay baseline, and its lever decomposition lists every banked step.
+
+Ordinal knobs (batch size, threads, a batching window) move one rung at a time, up first; a value that
+a banked step on the same knob replaced is never tried again (it lost). A step refused against one
+configuration becomes eligible again once the best configuration changes (that is coordinate descent's
+next pass), at most ``max_tries`` times, and the run's budget stops the search wherever it is.
+
+Not in the default space: the response cache and prompt lookup (cheats and class-B levers a producer
+might mislabel -- they belong to the red team) and lossy knobs (int8, bfloat16), which are searched only
+when named with ``--levers`` and then with their quality eval planned before the claim.
 """
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
-from perfwarden.agents.base import FixDecision, Proposal
+import msgspec
+from pydantic import BaseModel, ConfigDict
 
-# knob, value, believed class, headline kind, mechanism, why. Ordered: most promising first.
-DEFAULT_SPACE: list[tuple[str, Any, str, str, str, str]] = [
-    ("max_batch_size", 4, "B", "e2e", "baseline", "batch concurrent decodes: more tokens per forward pass"),
-    ("attn_implementation", "eager", "A", "e2e", "baseline", "plain matmul attention beats SDPA dispatch at tiny shapes"),
-    ("response_cache", True, "B", "e2e", "baseline", "serve repeated requests from memory"),
-    ("prompt_lookup", True, "A", "kernel", "baseline", "faster decoding kernel path via n-gram lookup"),
-    ("quantization", "int8_dynamic", "B", "e2e", "baseline", "int8 matmuls are cheaper on CPU"),
-]
-# Levers searched only when named (--levers): a batching window only shows its cost (TTFT) under
-# Poisson arrivals, i.e. with the Server scenario.
-EXTRA_SPACE: list[tuple[str, Any, str, str, str, str]] = [
-    ("batch_wait_ms", 40, "B", "e2e", "baseline", "wait to fill batches"),
-]
+from perfwarden.agents.base import BankedChange, FixDecision, Proposal, VerdictSummary
+from perfwarden.harness.jsonl import BenchRunLine
+from perfwarden.harness.target_config import ConfigError, TargetConfig
+
+MAX_TRIES = 2
+"""Times one (knob, value) may be measured (against different best configurations)."""
 
 
-def propose(base_config: dict[str, Any], allowed: list[str] | None, max_proposals: int,
-            reps: int) -> list[Proposal]:
-    """Deterministic brain: one proposal per knob value that differs from the baseline."""
-    out: list[Proposal] = []
-    space = DEFAULT_SPACE + [e for e in EXTRA_SPACE if allowed is not None and e[0] in allowed]
-    for knob, value, cls, kind, mech, why in space:
-        name = f"{knob}={value}"
-        if allowed is not None and knob not in allowed and name not in allowed:
+class KnobStep(BaseModel):
+    """One step of the search: set ``knob`` to ``value`` on top of the current best configuration."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    knob: str
+    value: Any
+    rationale: str = ""
+
+
+class Tried(BaseModel):
+    """A step already measured: against which best configuration, and whether it was banked."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    knob: str
+    value: Any
+    against: dict[str, Any]
+    banked: bool
+
+
+def parse_levers(model: type[TargetConfig], levers: list[str] | None) -> dict[str, tuple[Any, ...]]:
+    """``--levers`` -> knob -> the values to search (``knob`` searches its allowed values,
+    ``knob=value`` only that value). ``None``: the model's default search. Bad names raise ConfigError."""
+    knobs = model.search_knobs(levers)
+    named: dict[str, list[Any]] = {}
+    for item in levers or []:
+        knob, sep, text = item.partition("=")
+        if sep:
+            value = getattr(model.validate_knobs({knob: text}), knob)
+            named.setdefault(knob, []).append(value)
+    space = {}
+    for knob in knobs:
+        space[knob] = tuple(named[knob]) if knob in named else model.allowed_values(knob)
+    return space
+
+
+def next_step(model: type[TargetConfig], space: dict[str, tuple[Any, ...]], base: dict[str, Any],
+              best: dict[str, Any], tried: list[Tried], max_tries: int = MAX_TRIES) -> KnobStep | None:
+    """The deterministic brain: the next coordinate-descent step, or None when the search converged."""
+    lost = {(t.knob, _key(t.against.get(t.knob, base.get(t.knob)))) for t in tried if t.banked}
+    for knob, values in space.items():
+        current = best.get(knob, base.get(knob))
+        spec = model.spec(knob)
+        for value in _candidates(values, current, spec.ordered):
+            if (knob, _key(value)) in lost:
+                continue
+            same = [t for t in tried if t.knob == knob and _key(t.value) == _key(value)]
+            if any(t.against == best for t in same) or len(same) >= max_tries:
+                continue
+            why = spec.why or knob
+            return KnobStep(knob=knob, value=value, rationale=f"{knob} {current!r} -> {value!r}: {why}")
+    return None
+
+
+def _candidates(values: tuple[Any, ...], current: Any, ordered: bool) -> list[Any]:
+    """Values to try from ``current``: the neighbouring rungs (up first) for an ordinal knob, every
+    other value for a categorical one."""
+    others = [v for v in values if _key(v) != _key(current)]
+    if not ordered or not all(isinstance(v, (int, float)) for v in others) or not isinstance(current, (int, float)):
+        return others
+    up = sorted(v for v in others if v > current)
+    down = sorted((v for v in others if v < current), reverse=True)
+    return up[:1] + down[:1]
+
+
+def _key(value: Any) -> str:
+    return repr(value)
+
+
+def step_proposal(model: type[TargetConfig], step: KnobStep, best: dict[str, Any], reps: int,
+                  attempt: int) -> Proposal:
+    """The proposal for one step; ``attempt`` > 1 when the same value is retried against a new best."""
+    spec = model.spec(step.knob)
+    suffix = f"-t{attempt}" if attempt > 1 else ""
+    return Proposal(id=f"cfg-{step.knob}={step.value}{suffix}", kind="config", producer="config_tuner",
+                    config={step.knob: step.value}, against=dict(best), believed_class=spec.lever_class,
+                    mechanism=spec.mechanism,
+                    lossless=spec.lossless, reps=reps, rationale=step.rationale[:200])
+
+
+def tried_steps(proposals: list[Proposal], banked: list[BankedChange]) -> list[Tried]:
+    """Every config step measured so far (or in flight), for ``next_step``."""
+    banked_names = {b.name for b in banked}
+    out = []
+    for p in proposals:
+        if p.kind != "config" or len(p.config) != 1:
             continue
-        if base_config.get(knob) == value:
-            continue
-        config = {knob: value}
-        if knob == "batch_wait_ms":
-            config["max_batch_size"] = 4  # a window only matters when batches can fill
-        out.append(Proposal(id=f"cfg-{knob}", kind="config", producer="config_tuner", config=config,
-                            believed_class=cls, headline_kind=kind, mechanism=mech, reps=reps, rationale=why))
-    return out[:max_proposals]
+        (knob, value), = p.config.items()
+        out.append(Tried(knob=knob, value=value, against=p.against, banked=p.id in banked_names))
+    return out
 
 
-def fix(proposal: Proposal, verdict: dict[str, Any], max_reps: int) -> FixDecision:
-    """Deterministic answer to a verdict: re-measure, add evidence, reclassify, or give up."""
-    return shared_fix(proposal, verdict, max_reps)
+def check_step(model: type[TargetConfig], space: dict[str, tuple[Any, ...]],
+               step: KnobStep) -> tuple[KnobStep, str | None]:
+    """The step with its value in the model's type (``40`` -> ``40.0``), and why it is not allowed
+    (None when it is). Used on steps an LLM proposes."""
+    if step.knob not in space:
+        return step, f"{step.knob!r} is not a knob being searched ({sorted(space)!r})"
+    try:
+        value = getattr(model.validate_knobs({step.knob: step.value}), step.knob)
+    except ConfigError as exc:
+        return step, str(exc)
+    if not any(_key(value) == _key(v) for v in space[step.knob]):
+        return step, f"{step.knob}={step.value!r} is not an allowed value ({list(space[step.knob])!r})"
+    return step.model_copy(update={"value": value}), None
 
 
-def reclassify(proposal: Proposal, verdict: dict[str, Any], run: Path) -> Proposal:
-    """Accept the auditor's lever class; for speculative decoding, document the draft method and the
-    acceptance the producer itself measured (mean accept_length of its candidate reps)."""
-    update: dict[str, Any] = {"believed_class": "B", "headline_kind": "e2e"}
-    if any("speculative" in f["message"] for f in verdict.get("findings", [])) and proposal.legs:
-        bench = Path(run) / "legs" / proposal.legs[1] / "bench_runs.jsonl"
-        accepts = [json.loads(line).get("accept_length") for line in bench.read_text().splitlines() if line.strip()]
-        accepts = [a for a in accepts if isinstance(a, (int, float))]
-        update.update(mechanism="speculative_decoding", mechanism_variant=next(iter(proposal.config), None),
-                      draft_model_id="prompt_lookup" if "prompt_lookup" in proposal.config else "unknown",
-                      acceptance_rate=round(sum(accepts) / len(accepts), 4) if accepts else None)
-    return proposal.model_copy(update=update)
+# -------------------------------------------------------------------------------- answering verdicts
 
 
-def disclose(proposal: Proposal, verdict: dict[str, Any], run: Path) -> Proposal:
+def reclassify(proposal: Proposal, run: Path) -> Proposal:
+    """Accept the auditor's lever class and headline the e2e delta. When the producer's own candidate reps show speculative
+    decoding (a non-null ``accept_length``), document the draft method and the acceptance it measured."""
+    # The win is the serving lever's, not the op's: an isolated op speedup no longer explains it.
+    update = {"believed_class": "B", "headline_kind": "e2e", "isolated_speedup": None}
+    return document_spec_decode(proposal.model_copy(update=update), run)
+
+
+def document_spec_decode(proposal: Proposal, run: Path) -> Proposal:
+    """Speculative decoding must document its draft and acceptance: the draft is the knob that enabled
+    it, the acceptance the mean ``accept_length`` of the producer's own candidate reps."""
+    accepts = [a for a in (r.accept_length for r in _own_reps(run, proposal, 1)) if a is not None]
+    if not accepts:
+        return proposal
+    draft = next((k for k in proposal.config if k in ("prompt_lookup", "speculative_algorithm")), None)
+    return proposal.model_copy(update={
+        "mechanism": "speculative_decoding", "mechanism_variant": draft or proposal.op,
+        "draft_model_id": str(proposal.config.get("speculative_draft_model_path") or draft or proposal.op or "unknown"),
+        "acceptance_rate": round(sum(accepts) / len(accepts), 4)})
+
+
+def disclose(proposal: Proposal, verdict: VerdictSummary, run: Path) -> Proposal:
     """State the latency regressions the auditor saw, sized from the producer's own reading of its
     legs (the harness's per-rep aggregates), never copied from the auditor's numbers."""
-    metrics = sorted({f["measured"]["metric"] for f in verdict.get("findings", [])
-                      if f["code"] == "HIDDEN_LATENCY_REGRESSION" and isinstance(f.get("measured"), dict)})
+    metrics = sorted({f.measured["metric"] for f in verdict.findings
+                      if f.code == "HIDDEN_LATENCY_REGRESSION" and isinstance(f.measured, dict)
+                      and isinstance(f.measured.get("metric"), str)})
+    return proposal.model_copy(update={"disclosed_regressions": own_regressions(run, proposal.legs or [], metrics)})
+
+
+def own_regressions(run: Path, legs: list[str], metrics: list[str]) -> dict[str, float]:
+    """Percent change of each metric's median, candidate leg vs baseline leg, from the bench lines."""
     stated: dict[str, float] = {}
-    base, cand = (Path(run) / "legs" / leg / "bench_runs.jsonl" for leg in proposal.legs or ())
+    if len(legs) != 2:
+        return stated
+    base, cand = (_reps(Path(run) / "legs" / leg / "bench_runs.jsonl") for leg in legs)
     for metric in metrics:
-        b, c = _own_median(base, metric), _own_median(cand, metric)
+        b, c = _median(base, metric), _median(cand, metric)
         if b and c:
             stated[metric] = round((c / b - 1.0) * 100.0, 1)
-    return proposal.model_copy(update={"disclosed_regressions": stated})
+    return stated
 
 
-def _own_median(bench: Path, metric: str) -> float | None:
-    values = sorted(v for v in (json.loads(line).get(metric) for line in bench.read_text().splitlines() if line.strip())
-                    if isinstance(v, (int, float)))
+def _own_reps(run: Path, proposal: Proposal, index: int) -> list[BenchRunLine]:
+    if not proposal.legs:
+        return []
+    return _reps(Path(run) / "legs" / proposal.legs[index] / "bench_runs.jsonl")
+
+
+def _reps(bench: Path) -> list[BenchRunLine]:
+    out = []
+    if not bench.is_file():
+        return out
+    for line in bench.read_bytes().splitlines():
+        try:
+            out.append(msgspec.json.decode(line, type=BenchRunLine))
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            continue  # a torn tail: the producer reads what it can; the auditor judges the file
+    return out
+
+
+def _median(reps: list[BenchRunLine], metric: str) -> float | None:
+    values = sorted(v for v in (getattr(r, metric, None) for r in reps) if isinstance(v, (int, float)))
     return values[len(values) // 2] if values else None
 
 
@@ -99,9 +223,9 @@ DROP_CODES = {
 }
 
 
-def shared_fix(proposal: Proposal, verdict: dict[str, Any], max_reps: int) -> FixDecision:
-    """The fix policy both config and kernel producers use (one place)."""
-    codes = {f["code"]: f for f in verdict.get("findings", []) if f["severity"] != "INFO"}
+def fix(proposal: Proposal, verdict: VerdictSummary, max_reps: int) -> FixDecision:
+    """The deterministic answer to a FLAG/FAIL, from the finding codes (config and kernel producers)."""
+    codes = verdict.codes()
     for code, why in DROP_CODES.items():
         if code in codes:
             return FixDecision(action="drop", reason=f"{code}: {why}")
@@ -112,8 +236,8 @@ def shared_fix(proposal: Proposal, verdict: dict[str, Any], max_reps: int) -> Fi
     if "ORTHOGONAL_LEVER" in codes:
         return FixDecision(action="reclassify", reason="the auditor detected a class-B lever; headline it as one",
                            believed_class="B", headline_kind="e2e")
-    if verdict.get("action") == "remeasure" and proposal.reps < max_reps:
+    if verdict.action == "remeasure" and proposal.reps < max_reps:
         return FixDecision(action="remeasure", reason=f"{sorted(codes)}: re-measure with {max_reps} reps")
     if "CONDITIONS_DIFFER" in codes and proposal.attempts <= 1:
         return FixDecision(action="remeasure", reason="restore conditions: re-measure both legs fresh")
-    return FixDecision(action="drop", reason=f"{sorted(codes) or verdict.get('verdict')}: cannot be fixed")
+    return FixDecision(action="drop", reason=f"{sorted(codes) or verdict.verdict}: cannot be fixed")

@@ -1,34 +1,42 @@
-"""integrator: builds overlays, runs interleaved A/B legs, submits patch and bundle claims.
+"""integrator: builds overlays, runs interleaved A/B legs, submits baseline, patch and bundle claims.
 
 It states what it believes (lever class, headline kind, mechanism) and the conditions it thinks both
-legs ran with; the auditor checks all of it against the raw.
+legs ran with; the auditor checks all of it against the raw. Every claim is a ``harness.records.Claim``.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from perfwarden.agents.base import Proposal
+from perfwarden.agents.base import BankedChange, Proposal, apply_overlay
+from perfwarden.harness.records import (Claim, Correctness, DeclaredLever, Headline, IsolatedSpeedup, KernelPatch,
+                                        LegRefs, Mechanism, Overlay)
 
-INERT_FOR_LEG_NAMES = ("=", " ", "/", ":")
+INERT_FOR_LEG_NAMES = ("=", " ", "/", ":", ".")
 
 
-def overlay_of(proposal: Proposal) -> dict[str, Any]:
-    """Config diff and kernel patches of one proposal (the leg's overlay)."""
+def change_of(proposal: Proposal) -> dict[str, Any]:
+    """The proposal's change as knob changes (a kernel is an ``op_overrides`` entry)."""
     if proposal.kind == "kernel":
-        return {"config": {}, "kernel_patches": [{"op": proposal.op, "impl": proposal.chosen}]}
-    return {"config": dict(proposal.config), "kernel_patches": []}
+        return {"op_overrides": {proposal.op: proposal.chosen}}
+    return dict(proposal.config)
+
+
+def overlay(changes: dict[str, Any]) -> Overlay:
+    """Knob changes over the target's defaults as a leg's overlay (op overrides as kernel patches)."""
+    config = {k: v for k, v in changes.items() if k != "op_overrides"}
+    patches = [KernelPatch(op=op, impl=impl) for op, impl in sorted((changes.get("op_overrides") or {}).items())]
+    return Overlay(config=config, kernel_patches=patches)
+
+
+def baseline_config(base: dict[str, Any], proposal: Proposal) -> dict[str, Any]:
+    """The A/B's baseline leg: the best banked configuration the step is measured against."""
+    return apply_overlay(base, proposal.against)
 
 
 def candidate_config(base: dict[str, Any], proposal: Proposal) -> dict[str, Any]:
-    config = dict(base)
-    if proposal.kind == "kernel":
-        overrides = dict(config.get("op_overrides") or {})
-        overrides[proposal.op] = proposal.chosen
-        config["op_overrides"] = overrides
-    else:
-        config.update(proposal.config)
-    return config
+    """The A/B's candidate leg: that configuration plus the step."""
+    return apply_overlay(baseline_config(base, proposal), change_of(proposal))
 
 
 def leg_names(proposal: Proposal, attempt: int) -> tuple[str, str]:
@@ -38,40 +46,55 @@ def leg_names(proposal: Proposal, attempt: int) -> tuple[str, str]:
     return f"{safe}-a{attempt}-base", f"{safe}-a{attempt}-cand"
 
 
-def patch_claim(proposal: Proposal, seq: int, base_leg: str, cand_leg: str, opbench_rel: str | None,
-                aa_legs: list[str] | None = None) -> dict:
+def baseline_claim(leg: str, aa_legs: list[str]) -> Claim:
+    """The true no-overlay baseline, with its A/A twin that calibrates this session's noise band."""
+    return Claim(scope="baseline", producer="integrator", legs=LegRefs(baseline=leg, aa=aa_legs))
+
+
+def patch_claim(proposal: Proposal, base_leg: str, cand_leg: str, opbench_rel: str | None,
+                aa_legs: list[str] | None = None) -> Claim:
     """The claim as the producer would write it (its beliefs, not the auditor's). ``aa_legs``: the run's
     same-config legs (baseline and its A/A twin) that calibrate the noise band."""
-    keys = sorted(proposal.config) if proposal.kind == "config" else []
-    claim: dict[str, Any] = {
-        "seq": seq, "scope": "patch", "producer": proposal.producer,
-        "legs": {"baseline": base_leg, "candidate": cand_leg, "aa": list(aa_legs or [])},
-        "lever": {"name": proposal.id, "lever_class": proposal.believed_class, "config_keys": keys,
-                  "kernel_ops": [proposal.op] if proposal.kind == "kernel" else []},
-        "headline": {"metric": "output_throughput", "kind": proposal.headline_kind,
-                     "disclosed_regressions": proposal.disclosed_regressions},
-        "correctness": {"parity": "exact_text", "quality_eval_id": proposal.quality_eval_id},
-        "mechanism": {"name": proposal.mechanism, "variant": proposal.mechanism_variant, "support": proposal.support,
-                      "draft_model_id": proposal.draft_model_id, "acceptance_rate": proposal.acceptance_rate},
-    }
+    iso = None
     if proposal.kind == "kernel" and proposal.isolated_speedup:
-        claim["isolated_speedup"] = {"value": proposal.isolated_speedup, "op": proposal.op, "opbench": opbench_rel,
-                                     "baseline_backend": "reference", "candidate_backend": proposal.chosen}
-    return claim
+        iso = IsolatedSpeedup(value=proposal.isolated_speedup, op=proposal.op, opbench=opbench_rel,
+                              baseline_backend="reference", candidate_backend=proposal.chosen)
+    return Claim(
+        scope="patch", producer=proposal.producer,
+        legs=LegRefs(baseline=base_leg, candidate=cand_leg, aa=list(aa_legs or [])),
+        lever=DeclaredLever(name=proposal.id, lever_class=proposal.believed_class,
+                            config_keys=sorted(proposal.config) if proposal.kind == "config" else [],
+                            kernel_ops=[proposal.op] if proposal.kind == "kernel" else []),
+        headline=Headline(metric="output_throughput", kind=proposal.headline_kind,
+                          disclosed_regressions=proposal.disclosed_regressions),
+        correctness=Correctness(parity="exact_text", quality_eval_id=proposal.quality_eval_id),
+        mechanism=Mechanism(name=proposal.mechanism, variant=proposal.mechanism_variant, support=proposal.support,
+                            draft_model_id=proposal.draft_model_id, acceptance_rate=proposal.acceptance_rate),
+        isolated_speedup=iso)
 
 
-def bundle_claim(banked: list[dict[str, Any]], seq: int, base_leg: str, bundle_leg: str,
-                 caching_leg: str | None) -> dict:
-    keys = sorted({k for b in banked for k in b.get("config_keys", [])})
-    ops = sorted({b["op"] for b in banked if b.get("op")})
-    classes = {b["lever_class"] for b in banked}
-    spec = next((b["mechanism"] for b in banked
-                 if (b.get("mechanism") or {}).get("name") == "speculative_decoding"), None)
-    return {"seq": seq, "scope": "bundle", "producer": "integrator",
-            "legs": {"baseline": base_leg, "candidate": bundle_leg, "validation": bundle_leg,
-                     "caching_audit": caching_leg, "caching_control": f"{caching_leg}-control" if caching_leg else None},
-            "lever": {"name": "bundle", "lever_class": "B" if "B" in classes else "A", "config_keys": keys,
-                      "kernel_ops": ops, "components": [b["name"] for b in banked]},
-            "headline": {"metric": "output_throughput", "kind": "e2e"},
-            "correctness": {"parity": "exact_text"},
-            "mechanism": spec or {"name": "baseline"}}
+def final_changes(banked: list[BankedChange]) -> dict[str, Any]:
+    """The best configuration: every banked step applied in order (knob changes over the true baseline)."""
+    out: dict[str, Any] = {}
+    for b in banked:
+        out = apply_overlay(out, b.overlay())
+    return out
+
+
+def bundle_claim(banked: list[BankedChange], base_leg: str, bundle_leg: str, caching_leg: str,
+                 disclosed: dict[str, float], quality_eval_id: str | None) -> Claim:
+    """Every banked step together against the true no-overlay baseline; the components are the steps
+    (each has its own passing patch verdict), the config keys the knobs that end up changed."""
+    changes = final_changes(banked)
+    spec = next((b.mechanism for b in banked if b.mechanism.name == "speculative_decoding"), None)
+    return Claim(
+        scope="bundle", producer="integrator",
+        legs=LegRefs(baseline=base_leg, candidate=bundle_leg, validation=bundle_leg, caching_audit=caching_leg,
+                     caching_control=f"{caching_leg}-control"),
+        lever=DeclaredLever(name="bundle", lever_class="B" if any(b.lever_class == "B" for b in banked) else "A",
+                            config_keys=sorted(k for k in changes if k != "op_overrides"),
+                            kernel_ops=sorted(changes.get("op_overrides") or {}),
+                            components=[b.name for b in banked]),
+        headline=Headline(metric="output_throughput", kind="e2e", disclosed_regressions=disclosed),
+        correctness=Correctness(parity="exact_text", quality_eval_id=quality_eval_id),
+        mechanism=spec or Mechanism())

@@ -14,11 +14,13 @@ import msgspec
 
 from perfwarden.agents.base import Proposal
 from perfwarden.harness.jsonl import OpBenchLine
+from perfwarden.harness.records import Claim, Headline, IsolatedSpeedup, LegRefs
 
 
 def pick_winner(opbench: Path) -> tuple[str | None, float | None, str | None]:
     """(candidate backend, its speedup over the reference, reference backend) from the producer's
-    own reading of its rig -- the auditor does not trust this reading."""
+    own reading of its rig -- the auditor does not trust this reading. No winner when no correct
+    candidate is faster than the reference."""
     rows = [msgspec.json.decode(line, type=OpBenchLine) for line in Path(opbench).read_bytes().splitlines() if line]
     ref = next((r.backend for r in rows if r.is_reference), None)
     if ref is None:
@@ -38,13 +40,15 @@ def pick_winner(opbench: Path) -> tuple[str | None, float | None, str | None]:
         speedup = ref_t / median(ts)
         if best is None or speedup > best[1]:
             best = (backend, speedup)
-    return (best[0], best[1], ref) if best else (None, None, ref)
+    if best is None or not best[1] > 1.0:  # a candidate slower than the reference is not worth an A/B
+        return None, None, ref
+    return best[0], best[1], ref
 
 
-def harness_claim(proposal: Proposal, opbench_rel: str, seq: int, winner: str, speedup: float, ref: str,
-                  baseline_leg: str) -> dict:
-    return {"seq": seq, "scope": "harness", "producer": "op_benchmarker", "op": proposal.op,
-            "opbench": opbench_rel, "legs": {"baseline": baseline_leg},
-            "isolated_speedup": {"value": round(speedup, 4), "op": proposal.op, "opbench": opbench_rel,
-                                 "baseline_backend": ref, "candidate_backend": winner},
-            "headline": {"metric": "op_time", "value": round((speedup - 1) * 100, 2), "kind": "isolated"}}
+def harness_claim(proposal: Proposal, opbench_rel: str, winner: str, speedup: float, ref: str,
+                  baseline_leg: str) -> Claim:
+    return Claim(scope="harness", producer="op_benchmarker", op=proposal.op, opbench=opbench_rel,
+                 legs=LegRefs(baseline=baseline_leg),
+                 isolated_speedup=IsolatedSpeedup(value=round(speedup, 4), op=proposal.op, opbench=opbench_rel,
+                                                  baseline_backend=ref, candidate_backend=winner),
+                 headline=Headline(metric="op_time", value=round((speedup - 1) * 100, 2), kind="isolated"))

@@ -36,6 +36,8 @@ from typing import Any, Literal
 
 import torch
 
+from perfwarden.harness.target_config import EmbeddedConfig
+
 log = logging.getLogger("perfwarden.embedded")
 
 FinishReason = Literal["stop", "length", "error", "cancelled"]
@@ -282,17 +284,20 @@ def select_rows(batch: Batch, keep: list[int]) -> Batch:
 # ------------------------------------------------------------------------------------------ engine
 
 
+_DEFAULTS = EmbeddedConfig.defaults()  # one place for every knob's default (harness/target_config.py)
+
+
 @dataclass(frozen=True)
 class EngineOptions:
     """The knobs the engine itself uses (the server validates them first)."""
 
-    max_batch_size: int = 8
-    batch_wait_ms: float = 5.0
-    prompt_lookup: bool = False
-    prompt_lookup_num_tokens: int = 4
-    prompt_lookup_max_ngram: int = 3
-    response_cache: bool = False
-    response_cache_size: int = 1024
+    max_batch_size: int = _DEFAULTS["max_batch_size"]
+    batch_wait_ms: float = _DEFAULTS["batch_wait_ms"]
+    prompt_lookup: bool = _DEFAULTS["prompt_lookup"]
+    prompt_lookup_num_tokens: int = _DEFAULTS["prompt_lookup_num_tokens"]
+    prompt_lookup_max_ngram: int = _DEFAULTS["prompt_lookup_max_ngram"]
+    response_cache: bool = _DEFAULTS["response_cache"]
+    response_cache_size: int = _DEFAULTS["response_cache_size"]
     stop_token_ids: tuple[int, ...] = (2,)
 
 

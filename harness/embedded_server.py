@@ -30,152 +30,27 @@ import sys
 import time
 import traceback
 import uuid
-from typing import Any, Literal
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from perfwarden.harness.target_config import (EMBEDDED_OPS, ConfigError, EmbeddedConfig, parse_overrides,  # noqa: F401
+                                              parse_set_args)
 
 log = logging.getLogger("perfwarden.embedded")
 
 EXIT_OK, EXIT_START_FAILED, EXIT_BAD_CONFIG, EXIT_PORT, EXIT_CRASH = 0, 1, 2, 3, 70
-SUPPORTED_OPS = ("rmsnorm", "silu_mul", "rotary")  # mirrors perfwarden.harness.ops (kept import-free)
 
 
 # ------------------------------------------------------------------------------------------ config
+# The knobs live in one place, harness/target_config.py (the tuner, the labs and the report read the same
+# model); the server validates its --set arguments with it.
+
+ServerConfig = EmbeddedConfig
+SUPPORTED_OPS = EMBEDDED_OPS
 
 
-class ServerConfig(BaseModel):
-    """Every knob of the embedded target; ``/server_info`` reports all of them, set or default."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
-
-    threads: int = Field(default_factory=lambda: os.cpu_count() or 1, ge=1, le=512)
-    """torch intra-op threads (``torch.set_num_threads``); inter-op threads are pinned to 1."""
-    max_batch_size: int = Field(8, ge=1, le=256)
-    """Most sequences decoded together."""
-    batch_wait_ms: float = Field(5.0, ge=0.0, le=10_000.0)
-    """When idle, how long the scheduler waits for more requests to fill a batch."""
-    dtype: Literal["float32", "bfloat16"] = "float32"
-    """Weights and activations dtype."""
-    attn_implementation: Literal["eager", "sdpa"] = "sdpa"
-    """transformers attention implementation."""
-    torch_compile: bool = False
-    """Wrap the model's forward in ``torch.compile(dynamic=True)``; compiled during start-up warm-up."""
-    prompt_lookup: bool = False
-    """Prompt-lookup decoding: draft tokens from n-gram matches in the prompt+output, verified by the
-    model in one forward (speculative decoding; lever class B)."""
-    prompt_lookup_num_tokens: int = Field(4, ge=1, le=32)
-    """Most draft tokens proposed per step."""
-    prompt_lookup_max_ngram: int = Field(3, ge=1, le=8)
-    """Longest n-gram matched when drafting."""
-    quantization: Literal["none", "int8_dynamic"] = "none"
-    """``int8_dynamic``: ``torch.ao`` dynamic int8 quantization of every Linear (lossy; needs a quality eval)."""
-    response_cache: bool = False
-    """Serve a stored response for an identical request (the cheat the caching audit must catch)."""
-    response_cache_size: int = Field(1024, ge=1, le=1_000_000)
-    """Entries kept by the response cache (LRU)."""
-    op_overrides: dict[str, str] = Field(default_factory=dict)
-    """Op implementations swapped in: ``{op: 'path/file.py:fn' | 'module:fn'}``; ops: rmsnorm, silu_mul, rotary."""
-    max_seq_len: int = Field(2048, ge=16, le=8192)
-    """Longest prompt + output accepted (SmolLM2 was trained to 8192)."""
-    default_max_tokens: int = Field(128, ge=1, le=8192)
-    """``max_tokens`` when a request does not give one."""
-
-    @field_validator("op_overrides", mode="before")
-    @classmethod
-    def _parse_overrides(cls, value: Any) -> Any:
-        if isinstance(value, str):
-            return parse_overrides(value)
-        return value
-
-    @field_validator("op_overrides")
-    @classmethod
-    def _check_overrides(cls, value: dict[str, str]) -> dict[str, str]:
-        for op, spec in value.items():
-            if op not in SUPPORTED_OPS:
-                raise ValueError(f"op {op!r} cannot be overridden; supported ops: {list(SUPPORTED_OPS)!r}")
-            target, sep, name = spec.rpartition(":")
-            if not sep or not target or not name.isidentifier():
-                raise ValueError(f"override {op!r}={spec!r} must look like 'path/to/file.py:function' or 'module:function'")
-        return value
-
-    @model_validator(mode="after")
-    def _check_combinations(self) -> ServerConfig:
-        if self.quantization == "int8_dynamic" and self.dtype != "float32":
-            raise ValueError(f"quantization 'int8_dynamic' needs dtype 'float32', not {self.dtype!r}")
-        if self.default_max_tokens >= self.max_seq_len:
-            raise ValueError(
-                f"default_max_tokens ({self.default_max_tokens}) must be below max_seq_len ({self.max_seq_len})"
-            )
-        return self
-
-
-class ConfigError(ValueError):
-    """A knob or argument that cannot be used; the message names it."""
-
-
-def parse_overrides(text: str) -> dict[str, str]:
-    """``'rmsnorm=a.py:fn,rotary=mod:fn'`` or a JSON object -> ``{op: spec}``."""
-    text = text.strip()
-    if not text:
-        return {}
-    if text.startswith("{"):
-        try:
-            value = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"op_overrides JSON does not parse: {exc}") from exc
-        if not isinstance(value, dict):
-            raise ValueError("op_overrides JSON must be an object")
-        return value
-    out: dict[str, str] = {}
-    for item in text.split(","):
-        op, sep, spec = item.partition("=")
-        if not sep or not op.strip() or not spec.strip():
-            raise ValueError(f"op_overrides item {item!r} must look like 'op=path/file.py:function'")
-        if op.strip() in out:
-            raise ValueError(f"op {op.strip()!r} overridden twice")
-        out[op.strip()] = spec.strip()
-    return out
-
-
-def parse_set_args(items: list[str]) -> dict[str, Any]:
-    """``['threads=2', 'op_overrides.rmsnorm=f.py:fn']`` -> raw knob values (strings), rejecting repeats."""
-    raw: dict[str, Any] = {}
-    overrides: dict[str, str] = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        key = key.strip()
-        if not sep or not key:
-            raise ConfigError(f"--set {item!r} must look like key=value")
-        if key.startswith("op_overrides."):
-            op = key.split(".", 1)[1]
-            if op in overrides:
-                raise ConfigError(f"knob {key!r} set twice")
-            overrides[op] = value
-            continue
-        if key in raw:
-            raise ConfigError(f"knob {key!r} set twice")
-        raw[key] = value
-    if overrides:
-        if "op_overrides" in raw:
-            raise ConfigError("give op overrides either as op_overrides=... or as op_overrides.<op>=..., not both")
-        raw["op_overrides"] = overrides
-    return raw
-
-
-def build_config(raw: dict[str, Any]) -> ServerConfig:
+def build_config(raw: dict[str, Any]) -> EmbeddedConfig:
     """Validate raw knob values; a bad one raises ``ConfigError`` naming the knob, the value and why."""
-    try:
-        return ServerConfig.model_validate(raw)
-    except ValidationError as exc:
-        problems = []
-        for err in exc.errors():
-            loc = ".".join(str(p) for p in err["loc"]) or "config"
-            if err["type"] == "extra_forbidden":
-                known = sorted(ServerConfig.model_fields)
-                problems.append(f"unknown knob {loc!r} (known knobs: {known!r})")
-            else:
-                problems.append(f"invalid knob {loc!r}={raw.get(loc.split('.')[0], err.get('input'))!r}: {err['msg']}")
-        raise ConfigError("; ".join(problems)) from None
+    return EmbeddedConfig.validate_knobs(raw)
 
 
 def check_overrides(cfg: ServerConfig) -> None:

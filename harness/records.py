@@ -15,11 +15,20 @@ import json
 import os
 import tempfile
 from pathlib import Path
+from collections.abc import Callable
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 SCHEMA_VERSION = 1
+"""Major version of the persisted record schemas written by this perfwarden. A record of a newer major
+version is refused with a clear error (its fields may mean something else); an older one is migrated
+forward by ``MIGRATIONS`` before validation."""
+
+Migration = Callable[[str, dict[str, Any]], dict[str, Any]]
+MIGRATIONS: dict[int, Migration] = {}
+"""``MIGRATIONS[n](record_type, data)`` turns a version-``n`` record of ``record_type`` into version n+1.
+Empty while version 1 is the only version ever written."""
 
 LegRole = Literal["baseline", "candidate", "validation", "caching_audit", "aa", "reference"]
 Scope = Literal["baseline", "profile", "harness", "patch", "bundle"]
@@ -42,10 +51,50 @@ SupportStatus = Literal["supported", "experimental", "unsupported"]
 ParityKind = Literal["exact_text", "token_ids", "none"]
 
 
+class SchemaVersionError(ValueError):
+    """A record written by a newer (or unknown) schema than this perfwarden reads."""
+
+
 class Record(BaseModel):
-    """Base for persisted records: unknown fields are kept (forward compatible), types are strict."""
+    """Base for persisted records: unknown fields are kept (forward compatible), types are strict, and
+    a record's ``schema_version`` is checked before anything else is read."""
 
     model_config = ConfigDict(extra="allow", use_attribute_docstrings=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _check_schema_version(cls, data: Any) -> Any:
+        if not isinstance(data, dict) or "schema_version" not in cls.model_fields or "schema_version" not in data:
+            return data
+        return migrate(cls.__name__, data)
+
+
+def schema_major(value: Any) -> int:
+    """``1``, ``"1"`` or ``"1.3"`` -> 1; anything else is not a schema version."""
+    if isinstance(value, bool) or not isinstance(value, (int, str)):
+        raise SchemaVersionError(f"schema_version {value!r} is not a version number")
+    try:
+        return int(str(value).split(".", 1)[0])
+    except ValueError:
+        raise SchemaVersionError(f"schema_version {value!r} is not a version number") from None
+
+
+def migrate(record_type: str, data: dict[str, Any]) -> dict[str, Any]:
+    """Bring a record to ``SCHEMA_VERSION``: refuse a newer major version, migrate an older one."""
+    version = schema_major(data["schema_version"])
+    if version > SCHEMA_VERSION:
+        raise SchemaVersionError(f"{record_type} has schema_version {data['schema_version']!r}, newer than the "
+                                 f"{SCHEMA_VERSION} this perfwarden reads: upgrade perfwarden to read it")
+    if version < 0:
+        raise SchemaVersionError(f"{record_type} has schema_version {data['schema_version']!r}: no such version")
+    while version < SCHEMA_VERSION:
+        step = MIGRATIONS.get(version)
+        if step is None:
+            raise SchemaVersionError(f"{record_type} has schema_version {version}, and this perfwarden has no "
+                                     f"migration from it to {SCHEMA_VERSION}")
+        data = {**step(record_type, dict(data)), "schema_version": version + 1}
+        version += 1
+    return {**data, "schema_version": SCHEMA_VERSION}
 
 
 # --------------------------------------------------------------------------------------------- run

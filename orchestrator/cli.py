@@ -1,7 +1,6 @@
 """The ``perfwarden`` command line.
 
-Exit codes are part of the contract (scripts and CI depend on them):
-0 PASS, 10 FLAG, 20 FAIL, 3 unreadable or invalid input, 2 usage error. A FAIL never exits 0.
+Exit codes are part of the contract (scripts and CI depend on them): see ``exit_codes.py``.
 """
 
 from __future__ import annotations
@@ -10,8 +9,6 @@ import typer
 
 from perfwarden.orchestrator import cli_audit, cli_backtest, cli_measure, cli_mlperf, cli_redteam, cli_review, cli_run
 
-EXIT_PASS, EXIT_FLAG, EXIT_FAIL, EXIT_INVALID, EXIT_USAGE = 0, 10, 20, 3, 2
-EXIT_BY_VERDICT = {"PASS": EXIT_PASS, "FLAG": EXIT_FLAG, "FAIL": EXIT_FAIL}
 
 app = typer.Typer(
     name="perfwarden",

@@ -10,10 +10,8 @@ import typer
 from rich.console import Console
 
 from perfwarden.agents.auditor.claim_file import ClaimError, load_claim
+from perfwarden.orchestrator.exit_codes import EXIT_BY_VERDICT, ExitCode
 from perfwarden.orchestrator.render import print_error, print_verdict
-
-EXIT_BY_VERDICT = {"PASS": 0, "FLAG": 10, "FAIL": 20}
-EXIT_INVALID = 3
 
 
 def audit(
@@ -32,20 +30,20 @@ def audit(
         load_claim(claim)  # refuse a claim that is not one before the auditor (and its imports) start
     except ClaimError as exc:
         print_error(err, exc)
-        raise typer.Exit(EXIT_INVALID) from None
+        raise typer.Exit(ExitCode.INVALID) from None
     from perfwarden.agents.auditor.audit import audit_path, write_verdict
 
     try:
         verdict = audit_path(run_dir, claim)
     except ClaimError as exc:
         print_error(err, exc)
-        raise typer.Exit(EXIT_INVALID) from None
+        raise typer.Exit(ExitCode.INVALID) from None
     if save:
         try:
             write_verdict(run_dir, verdict)
         except OSError as exc:
             print_error(err, f"cannot write the verdict into {str(run_dir)!r}: {exc}")
-            raise typer.Exit(EXIT_INVALID) from None
+            raise typer.Exit(ExitCode.INVALID) from None
     if json_out:
         # ASCII-only JSON: a C1 control or a bidi override in a message is escaped, not printed raw.
         sys.stdout.write(json.dumps(json.loads(verdict.model_dump_json()), indent=2, ensure_ascii=True) + "\n")
@@ -67,4 +65,4 @@ def use_quality_registry(path: Path | None, err: Console) -> None:
         registry.quality_evals()
     except registry.RegistryError as exc:
         print_error(err, exc)
-        raise typer.Exit(EXIT_INVALID) from None
+        raise typer.Exit(ExitCode.INVALID) from None

@@ -11,6 +11,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from perfwarden.orchestrator.exit_codes import ExitCode
 from perfwarden.orchestrator.paths import default_fixture_roots, shared_corpus
 from perfwarden.orchestrator.render import print_error, safe_text
 
@@ -49,7 +50,7 @@ def backtest(
     err = Console(stderr=True, soft_wrap=True, highlight=False)
     if not report.results:
         print_error(err, f"no fixtures (answer_key.json) under {[str(r) for r in roots]!r}")
-        raise typer.Exit(3)
+        raise typer.Exit(ExitCode.INVALID)
     if json_out:
         sys.stdout.write(json.dumps(report.to_json(), indent=2, default=str) + "\n")
     else:
@@ -59,8 +60,8 @@ def backtest(
     for problem in report.input_errors:
         print_error(err, problem)
     if report.input_errors:
-        raise typer.Exit(3)
-    raise typer.Exit(0 if report.agreement == 1.0 else 1)
+        raise typer.Exit(ExitCode.INVALID)
+    raise typer.Exit(ExitCode.OK if report.agreement == 1.0 else ExitCode.NOT_OK)
 
 
 def write_html(report: Report, roots: list[Path], path: Path) -> None:
@@ -76,7 +77,7 @@ def write_html(report: Report, roots: list[Path], path: Path) -> None:
         write_text_atomic(path, page)
     except OSError as exc:
         print_error(err, f"cannot write the HTML report {str(path)!r}: {exc}")
-        raise typer.Exit(3) from None
+        raise typer.Exit(ExitCode.INVALID) from None
     err.print(safe_text(f"wrote {str(path)!r} ({len(page.encode('utf-8')) / 1024:.0f} KiB)"))
 
 

@@ -10,8 +10,9 @@ from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from perfwarden.harness.embedded_server import ConfigError, build_config, parse_set_args
+from perfwarden.harness.target_config import ConfigError, EmbeddedConfig, parse_set_args
 from perfwarden.harness.records import RunDir, RunManifest, write_json_atomic
+from perfwarden.orchestrator.exit_codes import ExitCode
 from perfwarden.orchestrator.lab import LegPlan
 from perfwarden.orchestrator.render import print_error, printable, safe_text
 
@@ -33,20 +34,20 @@ def measure(
     err = Console(stderr=True, soft_wrap=True, highlight=False)
     if target != "embedded":
         print_error(err, f"target {target!r} cannot be measured here (embedded only; sglang needs a GPU host)")
-        raise typer.Exit(2)
+        raise typer.Exit(ExitCode.USAGE)
     if scenario not in ("server", "offline") or prompts not in ("varied", "repeat"):
         print_error(err, "--scenario must be server|offline and --prompts varied|repeat")
-        raise typer.Exit(2)
+        raise typer.Exit(ExitCode.USAGE)
     try:
         raw = parse_set_args(set_)
-        validated = build_config(dict(raw))  # validate every knob before anything starts
+        validated = EmbeddedConfig.validate_knobs(dict(raw))  # every knob, before anything starts
         config = {key: getattr(validated, key) for key in raw}
     except (ConfigError, ValueError) as exc:
         print_error(err, f"bad --set: {exc}")
-        raise typer.Exit(3) from None
-    from perfwarden.orchestrator.embedded_lab import EMBEDDED_BASE, EmbeddedLab
+        raise typer.Exit(ExitCode.INVALID) from None
+    from perfwarden.orchestrator.embedded_lab import EmbeddedLab
 
-    full = {**EMBEDDED_BASE, **config}
+    full = {**EmbeddedConfig.defaults(), **config}
     paths = RunDir(out)
     out.mkdir(parents=True, exist_ok=True)
     if not paths.manifest.is_file():
@@ -67,7 +68,7 @@ def measure(
     if result != "ok":
         err.print(safe_text((f"leg {leg!r} failed:", "red"), f" {result}"))
         err.print(safe_text(f"see {paths.server_log(leg)}"))
-        raise typer.Exit(1)
+        raise typer.Exit(ExitCode.NOT_OK)
     out_console = Console(highlight=False)
     lines = [line for line in paths.bench_runs(leg).read_text("utf-8", "replace").splitlines() if line.strip()]
     out_console.print(safe_text(f"leg {leg!r}: {len(lines)} rep(s) in {paths.bench_runs(leg)}"))

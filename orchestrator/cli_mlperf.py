@@ -27,11 +27,9 @@ from rich.console import Console
 from rich.table import Table
 
 from perfwarden.agents.auditor import mlperf
+from perfwarden.orchestrator.exit_codes import EXIT_BY_VERDICT, ExitCode
 from perfwarden.orchestrator.render import print_error, safe_text
 
-# Same values as perfwarden.orchestrator.cli (not imported: cli imports this module).
-EXIT_PASS, EXIT_FLAG, EXIT_FAIL, EXIT_INVALID, EXIT_USAGE = 0, 10, 20, 3, 2
-EXIT_BY_VERDICT = {"PASS": EXIT_PASS, "FLAG": EXIT_FLAG, "FAIL": EXIT_FAIL, "error": EXIT_INVALID}
 _STYLE = {"PASS": "bold green", "FLAG": "bold yellow", "FAIL": "bold red", "error": "bold red",
           "INFO": "dim", }
 
@@ -111,7 +109,7 @@ def audit_mlperf(
             typer.echo(json.dumps(payload, sort_keys=True))
         else:
             print_error(Console(stderr=True, highlight=False), payload["message"])
-        raise typer.Exit(EXIT_INVALID) from None
+        raise typer.Exit(ExitCode.INVALID) from None
     if json_out:
         typer.echo(json.dumps(json.loads(result.model_dump_json()), ensure_ascii=True))  # ASCII: no raw controls
     elif result.verdict == "error":

@@ -20,6 +20,7 @@ from pathlib import Path
 import typer
 from rich.console import Console
 
+from perfwarden.orchestrator.exit_codes import ExitCode
 from perfwarden.orchestrator.render import print_error, safe_text
 from perfwarden.orchestrator.review.compare import compare as pair_reviews
 from perfwarden.orchestrator.review.export import FORMATS, export
@@ -27,7 +28,6 @@ from perfwarden.orchestrator.review.report_html import render_compare_html, rend
 from perfwarden.orchestrator.review.model import ReviewError, load_review
 from perfwarden.orchestrator.review.terminal import print_comparison, print_review
 
-EXIT_INVALID = 3
 Format = Enum("Format", {name: name for name in FORMATS}, type=str)
 """``--format`` choices (an Enum so typer validates them: a bad value is a usage error, exit 2)."""
 
@@ -61,7 +61,7 @@ def review(
         second = load_review(compare) if compare is not None else None
     except ReviewError as exc:
         print_error(err, exc)
-        raise typer.Exit(EXIT_INVALID) from None
+        raise typer.Exit(ExitCode.INVALID) from None
     comp = pair_reviews(first, second) if second is not None else None
     if fmt is not None:
         sys.stdout.write(export(first, fmt.value, comp))
@@ -74,5 +74,5 @@ def review(
             write_text_atomic(html, page)
         except OSError as exc:
             print_error(err, f"cannot write the HTML report {str(html)!r}: {exc}")
-            raise typer.Exit(EXIT_INVALID) from None
+            raise typer.Exit(ExitCode.INVALID) from None
         err.print(safe_text(f"wrote {str(html)!r} ({len(page.encode('utf-8')) / 1024:.0f} KiB)"))

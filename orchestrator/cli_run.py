@@ -1,27 +1,123 @@
-"""``perfwarden run``: the autonomous optimization run, with rich progress and a resumable checkpoint."""
+"""``perfwarden run``: the autonomous optimization run, shown as it happens, with a resumable checkpoint.
+
+The terminal shows each verdict as it lands (claim, verdict, the headline the auditor re-derived, the
+finding codes), a progress bar while reps are measured, and the budget left. Output of the in-process
+lab work (torch's profiler, weight loading, LoadGen) goes to RUN/logs/lab.log, not to the terminal.
+"""
 
 from __future__ import annotations
 
 import os
+import sys
 import time
 import traceback
 from pathlib import Path
 
 import typer
 from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from typing import TYPE_CHECKING
 
-from perfwarden.orchestrator.render import print_error, safe_text
+from perfwarden.orchestrator.exit_codes import ExitCode
+from perfwarden.orchestrator.render import VERDICT_STYLE, print_error, safe_text
 from perfwarden.orchestrator.settings import RunSettings
 
+if TYPE_CHECKING:  # the run's machinery is imported only when a run starts (other commands stay fast)
+    from perfwarden.agents.base import VerdictSummary
+    from perfwarden.harness.records import Claim
+    from perfwarden.orchestrator.lab import LegPlan
 
-def make_lab(settings: RunSettings):
+
+def make_lab(settings: RunSettings, on_rep=None):
     if settings.target == "synthetic":
         from perfwarden.orchestrator.simlab import SyntheticLab
 
-        return SyntheticLab()
+        return SyntheticLab(on_rep=on_rep)
     from perfwarden.orchestrator.embedded_lab import EmbeddedLab
 
-    return EmbeddedLab.from_settings(settings)
+    return EmbeddedLab.from_settings(settings, on_rep=on_rep)
+
+
+def make_attacker(settings: RunSettings):
+    """The red-team producer (agents/red_team.py), when ``--red-team`` asks for it."""
+    if not settings.red_team:
+        return None
+    from perfwarden.orchestrator.runner import RunUsageError
+
+    try:
+        from perfwarden.agents import red_team
+    except ImportError as exc:
+        raise RunUsageError(f"--red-team needs the red-team producer (perfwarden.agents.red_team): {exc}") from None
+    return red_team.make_producer(settings)
+
+
+class TerminalWatcher:
+    """The run as a person watches it: one line per verdict, a progress bar per measurement."""
+
+    def __init__(self, console: Console, budget_s: float, started: float):
+        self.console = console
+        self.budget_s = budget_s
+        self.started = started
+        self.progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                                 TimeElapsedColumn(), TextColumn("[dim]{task.fields[budget]}"),
+                                 console=console, transient=True, redirect_stdout=False, redirect_stderr=False)
+        self.task = None
+
+    def _budget(self) -> str:
+        left = self.budget_s - (time.time() - self.started)
+        return f"budget {left / 60:4.1f} min left" if left > 0 else "budget spent"
+
+    def node(self, name: str, detail: str) -> None:
+        if name in ("baseline", "profile", "op_benchmarker", "bundle", "quality_eval", "red_team"):
+            self.console.print(safe_text((f"{time.time() - self.started:6.0f}s ", "dim"), (name, "cyan"),
+                                             f" {detail}" if detail else ""))
+
+    def measuring(self, legs: list[LegPlan], reps: int) -> None:
+        self._stop()
+        names = ", ".join(p.leg for p in legs)
+        if not self.console.is_terminal:  # a log file or a pipe: one line, no bar
+            self.console.print(safe_text((f"{time.time() - self.started:6.0f}s ", "dim"),
+                                             f"measuring {names} x{reps} reps ({self._budget()})"))
+            return
+        self.progress.start()
+        self.task = self.progress.add_task(f"measuring {names}", total=reps * len(legs), budget=self._budget())
+
+    def rep(self, leg: str, rep: int, status: str) -> None:
+        if self.task is not None:
+            self.progress.update(self.task, advance=1, description=f"{leg}: rep {rep} {status}",
+                                 budget=self._budget())
+
+    def verdict(self, summary: VerdictSummary, claim: Claim, remaining_s: float) -> None:
+        self._stop()
+        what = summary.lever or claim.op or summary.scope
+        head = ""
+        if summary.headline_rederived is not None:
+            head = (f"{summary.headline_rederived:.2f}x op time" if summary.scope == "harness"
+                    else f"{summary.headline_rederived:+.2f}% {summary.headline_metric or ''}".rstrip())
+        codes = ", ".join(sorted(summary.codes())) or "-"
+        self.console.print(safe_text(
+            (f"{time.time() - self.started:6.0f}s ", "dim"), (f"[{summary.seq:03d}] ", "dim"),
+            (f"{summary.scope:<8}", "bold"), f" {what}  ", (summary.verdict, VERDICT_STYLE[summary.verdict]),
+            f" {summary.action}", f"  {head}" if head else "", ("  codes: ", "dim"), codes,
+            (f"  ({max(remaining_s, 0) / 60:.1f} min left)", "dim")))
+
+    def _stop(self) -> None:
+        if self.task is not None:
+            self.progress.remove_task(self.task)
+            self.task = None
+            self.progress.stop()
+
+
+def _terminal() -> Console:
+    """A console on its own copy of stderr: lab output redirected away from fd 2 cannot reach it, and
+    the display is never redirected into the lab's log."""
+    try:
+        if sys.stderr.fileno() != 2:  # stderr already redirected in-process (a test runner): use it as is
+            raise OSError("stderr is not fd 2")
+        return Console(file=os.fdopen(os.dup(2), "w", buffering=1, encoding="utf-8", errors="replace"),
+                       stderr=True, soft_wrap=True, highlight=False)
+    except (OSError, ValueError):  # io.UnsupportedOperation is both
+        return Console(stderr=True, soft_wrap=True, highlight=False)
 
 
 def run(
@@ -31,72 +127,86 @@ def run(
     budget_minutes: float = typer.Option(None, "--budget-minutes", help="Wall-clock budget (default 14)."),
     llm: str = typer.Option(None, "--llm", help="Model for the LLM brains and auditor persona "
                             "(OPENAI_BASE_URL, OPENAI_API_KEY)."),
-    levers: str = typer.Option(None, "--levers", help="Comma-separated knobs to search (default: all)."),
+    levers: str = typer.Option(None, "--levers", help="Comma-separated knobs to search, `knob` or `knob=value` "
+                               "(default: the target's default search space)."),
     no_kernels: bool = typer.Option(False, "--no-kernels", help="Skip profile, op bench and kernel changes."),
+    red_team: bool = typer.Option(False, "--red-team", help="Add the red-team producer; its claims must all be refused."),
     reps: int = typer.Option(None, "--reps", help="Reps per leg on a first measurement (default 3)."),
     checkpointer: str = typer.Option(None, "--checkpointer", help="postgresql://… for shared deployments "
                                      "(default: SQLite inside the run directory)."),
 ) -> None:
     """Optimize the target; bank only what the auditor passes. Writes RUN/report.md and report.json."""
-    err = Console(stderr=True, soft_wrap=True, highlight=False)
+    err = _terminal()
     if target not in ("embedded", "synthetic"):
         print_error(err, f"unknown target {target!r} (embedded, synthetic)")
-        raise typer.Exit(2)
+        raise typer.Exit(ExitCode.USAGE)
     settings_kw: dict = {"target": target}
     if budget_minutes is not None:
         settings_kw["budget_minutes"] = budget_minutes
-    if levers:
+    if levers is not None:
         settings_kw["levers"] = [x.strip() for x in levers.split(",") if x.strip()]
     if no_kernels:
         settings_kw["kernels"] = False
+    if red_team:
+        settings_kw["red_team"] = True
     if reps is not None:
         settings_kw["reps"] = reps
     if llm:
         settings_kw["llm_model"] = llm
     settings = RunSettings(**settings_kw)
-    from perfwarden.orchestrator.runner import RunUsageError, read_settings, run_graph  # heavy: only when used
+    from perfwarden.agents.config_tuner import parse_levers  # heavy: only when a run starts
+    from perfwarden.harness.target_config import ConfigError
+    from perfwarden.orchestrator.runner import RunUsageError, read_settings, run_graph
 
     if resume is not None:  # a resumed run keeps the settings it started with
         try:
             settings = read_settings(resume)
         except RunUsageError as exc:
             print_error(err, exc)
-            raise typer.Exit(3) from None
+            raise typer.Exit(ExitCode.INVALID) from None
     run_dir = resume or out or Path("runs") / time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     client = None
-    if llm:
+    if settings.llm_model:
         from perfwarden.agents.llm import LLMClient
 
-        client = LLMClient(model=llm, timeout_s=settings.llm_timeout_s, max_retries=settings.llm_max_retries)
+        client = LLMClient(model=settings.llm_model, timeout_s=settings.llm_timeout_s,
+                           max_retries=settings.llm_max_retries, max_tokens=settings.llm_max_tokens)
     started = time.time()
-
-    def on_event(node: str, detail: str) -> None:
-        err.print(safe_text((f"{time.time() - started:6.1f}s", "dim"), f" {node}", (f" {detail}" if detail else "", "cyan")))
-
+    watcher = TerminalWatcher(err, settings.budget_minutes * 60.0, started)
+    err.print(safe_text(("perfwarden run", "bold"), f" target={settings.target} budget={settings.budget_minutes:g} min "
+                            f"run={run_dir}"))
     try:
-        lab = make_lab(settings)
+        lab = make_lab(settings, on_rep=watcher.rep)
+        parse_levers(lab.config_model, settings.levers)  # a bad --levers is a clear error before anything runs
         state = run_graph(Path(run_dir), settings, lab, resume=resume is not None, llm=client,
-                          checkpointer_url=checkpointer, on_event=on_event)
-    except RunUsageError as exc:
+                          checkpointer_url=checkpointer, watcher=watcher, attacker=make_attacker(settings))
+    except (RunUsageError, ConfigError) as exc:
+        watcher._stop()
         print_error(err, exc)
-        raise typer.Exit(3) from None
+        raise typer.Exit(ExitCode.INVALID) from None
     except KeyboardInterrupt:
+        watcher._stop()
         err.print(safe_text("\n", ("interrupted", "yellow"), f": continue with `perfwarden run --resume {run_dir}`"))
-        raise typer.Exit(130) from None
+        raise typer.Exit(ExitCode.INTERRUPTED) from None
     except Exception as exc:  # a lab or internal failure: say what and how to continue, never a traceback
+        watcher._stop()
         if os.environ.get("PERFWARDEN_DEBUG"):
             traceback.print_exc()
         print_error(err, f"the run stopped on {type(exc).__name__}: {exc}; its checkpoint is kept: continue with "
                          f"`perfwarden run --resume {run_dir}` (PERFWARDEN_DEBUG=1 shows the traceback)")
-        raise typer.Exit(1) from None
-    console = Console(highlight=False)
-    banked = state.get("banked", [])
+        raise typer.Exit(ExitCode.NOT_OK) from None
+    watcher._stop()
+    console = Console(soft_wrap=True, highlight=False)
     console.print(safe_text(f"run directory: {run_dir}"))
-    for b in banked:
-        delta = b.get("headline_rederived_pct")
-        console.print(safe_text(("banked", "green"), f" class {b['lever_class']} {b['name']}: "
-                                + (f"{delta:+.2f}% output throughput" if delta is not None else "")
-                                + f" ({b['verdict']})"))
+    for b in state.get("banked", []):
+        delta = b.headline_rederived_pct
+        console.print(safe_text(("banked", "green"), f" class {b.lever_class} {b.name}: "
+                                    + (f"{delta:+.2f}% output throughput" if delta is not None else "")
+                                    + f" ({b.verdict})"))
     for r in state.get("rejected", []):
-        console.print(safe_text(("refused", "red"), f" {r['name']}: {r['reason']} ({r['verdict']})"))
+        console.print(safe_text(("refused", "red"), f" {r.name}: {r.reason} ({r.verdict or '-'})"))
+    bundle = next((v for v in reversed(state.get("verdicts", [])) if v.scope == "bundle"), None)
+    if bundle is not None and bundle.headline_rederived is not None:
+        console.print(safe_text(("bundle", "bold"), f" vs the true baseline: {bundle.verdict} "
+                                    f"{bundle.headline_rederived:+.2f}% output throughput"))
     console.print(safe_text(f"report: {Path(run_dir) / 'report.md'}  ({time.time() - started:.0f}s)"))

@@ -18,21 +18,21 @@ from perfwarden.harness.bench_writer import rep_exists
 from perfwarden.harness.loadgen_client import LoadSettings, measure_rep, request_params
 from perfwarden.harness.prompts import parity_prompts, random_word_prompts, varied_prompts
 from perfwarden.harness.records import (LegSpec, Overlay, RunDir, append_jsonl, write_json_atomic)
+from perfwarden.harness.target_config import EmbeddedConfig
 from perfwarden.harness.targets import EmbeddedTarget, TargetError
 from perfwarden.orchestrator.lab import LabError, LegPlan
 
 OPS_DIR = Path(__file__).resolve().parents[1] / "harness" / "ops"
 
-# The untuned starting point of a run: one sequence at a time, no batching window, no tricks. Every
-# knob the tuner may change is set explicitly so server_info diffs show exactly what changed.
-EMBEDDED_BASE: dict[str, Any] = {
-    "threads": 2, "max_batch_size": 1, "batch_wait_ms": 0, "dtype": "float32", "attn_implementation": "sdpa",
-    "torch_compile": False, "prompt_lookup": False, "quantization": "none", "response_cache": False,
-}
+# The untuned starting point of a run: every knob at the config model's default (one sequence at a
+# time, no batching window, no tricks). Every knob is passed explicitly so server_info shows it set.
+EMBEDDED_BASE: dict[str, Any] = EmbeddedConfig.defaults()
 
 
 class EmbeddedLab:
     """Lab protocol over the embedded target."""
+
+    config_model = EmbeddedConfig
 
     def __init__(self, *, qps: float = 2.0, rep_seconds: float = 4.0, max_tokens: int = 16,
                  scenario: str = "Offline", offline_samples: int = 8, seed: int = 0, parity_tokens: int = 16,

@@ -1,82 +1,56 @@
 """The autonomous run as a LangGraph state machine (design §5).
 
     setup -> baseline -> auditor --(baseline: remeasure)--> baseline
-                                  --(ok)--> profile -> auditor -> strategize -> pick
-    pick --(kernel, not benchmarked)--> op_benchmarker -> auditor --(FAIL: redo)--> op_benchmarker
-                                                                  --(PASS)--> integrator
-    pick --(next change)--> integrator -> auditor -> fix --(remeasure/resubmit)--> integrator
-                                                         --(quality eval)--> quality_eval -> integrator
-                                                         --(banked/dropped)--> pick
-    pick --(no more changes)--> bundle -> auditor -> report -> END
+                                  --(ok)--> profile -> auditor -> pick
+    pick --(next config step / kernel change)--> [op_benchmarker -> auditor -> harness_result ->]
+                                                 integrator -> auditor -> fix
+    fix --(remeasure)--> integrator     --(quality eval)--> quality_eval -> resubmit -> auditor
+        --(reclassify/disclose)--> resubmit -> auditor            --(banked/dropped)--> pick
+    pick --(search converged or budget spent)--> bundle -> auditor -> [red_team -> auditor ...] -> report
 
-Producers submit claims into ``pending_claim``; the single ``auditor`` node answers every claim and the
-router sends the verdict back to whoever asked. Every loop is bounded by a setting; the recursion limit
-is the backstop. State is plain JSON (checkpointed in SQLite), and every side effect is idempotent:
-reps are keyed by (leg, rep), claims and verdicts by their sequence number, so ``run --resume`` after a
-crash repeats no rep and banks no change twice.
+What each comparison compares:
+- a **step** (patch claim): the current best banked configuration (baseline leg) vs that configuration
+  plus one change (candidate leg), so the auditor judges exactly the step; a step is banked only when
+  its claim PASSes, and the next step starts from the new best (config-tuner's coordinate descent);
+- the **bundle**: the true no-overlay baseline vs the final configuration, with every banked step as a
+  component (the auditor checks each has its own passing verdict) and a TEST04 caching pair.
+
+Producers submit ``Claim`` records into ``pending_claim``; the single ``auditor`` node answers every claim
+and the router sends the verdict back to whoever asked, reading finding codes and typed fields only.
+Nodes are top-level functions; the lab, settings, brains and LLM come through the runtime context. Every
+loop is bounded by a setting; the recursion limit is the backstop. Every side effect is idempotent: reps
+are keyed by (leg, rep), claims and verdicts by their sequence number, so ``run --resume`` after a crash
+repeats no rep and banks no change twice.
 """
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import hashlib
 import json
+import os
+import sys
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, TypedDict
+from typing import Any, Callable, Iterator
 
 from langgraph.graph import END, START, StateGraph
+from langgraph.runtime import Runtime
 
 from perfwarden.agents import config_tuner, integrator, kernel_extractor, op_benchmarker
-from perfwarden.agents.auditor.audit import audit_path, write_verdict
+from perfwarden.agents.auditor.audit import audit_path, load_claim, write_verdict
 from perfwarden.agents.auditor.gates.profile import rank_ops
 from perfwarden.agents.auditor.persona import apply_persona
-from perfwarden.agents.base import Proposal
-from perfwarden.agents.llm import LLMClient
+from perfwarden.agents.base import BankedChange, Proposal, Rejection, VerdictSummary, apply_overlay
 from perfwarden.harness.jsonl import ProfileLine, read_jsonl
-from perfwarden.harness.records import RunDir, RunManifest, append_jsonl, write_json_atomic
+from perfwarden.harness.records import Claim, RunDir, RunManifest, append_jsonl, write_json_atomic
 from perfwarden.orchestrator.crashpoints import crash_point
-from perfwarden.orchestrator.lab import Lab, LabError, LegPlan
-from perfwarden.orchestrator.settings import RunSettings
+from perfwarden.orchestrator.lab import LabError, LegPlan
+from perfwarden.orchestrator.state import STATE_VERSION, RunContext, RunState
 
 BASELINE_LEG = "baseline"
-
-
-class RunState(TypedDict, total=False):
-    run_dir: str
-    settings: dict
-    started_at: float
-    seq: int
-    stage: str
-    baseline_attempts: int
-    baseline_ok: bool
-    hot_ops: list
-    served_shapes: dict
-    proposals: list
-    current: str | None
-    pending_claim: str | None
-    last_verdict: dict | None
-    verdicts: list
-    banked: list
-    rejected: list
-    bundle_done: bool
-    notes: list
-    fix_action: str | None
-    durations: list
-    picked_at: float
-    aa_legs: list
-
-
-@dataclass
-class Services:
-    """What nodes need besides the state: the lab, the clock and the optional LLM."""
-
-    lab: Lab
-    settings: RunSettings
-    llm: LLMClient | None = None
-    brains: Any = None
-    clock: Callable[[], float] = time.time
-    on_event: Callable[[str, str], None] = field(default=lambda node, msg: None)
+Node = Callable[[RunState, Runtime[RunContext]], dict]
 
 
 # ----------------------------------------------------------------------------------------- helpers
@@ -88,42 +62,87 @@ def _run(state: RunState) -> Path:
 
 def _proposal(state: RunState, pid: str | None = None) -> Proposal:
     pid = pid or state["current"]
-    return Proposal.model_validate(next(p for p in state["proposals"] if p["id"] == pid))
+    return next(p for p in state["proposals"] if p.id == pid).model_copy(deep=True)
 
 
-def _replace(state: RunState, proposal: Proposal) -> list:
-    return [proposal.model_dump() if p["id"] == proposal.id else p for p in state["proposals"]]
-
-
-def _submit(state: RunState, claim: dict[str, Any]) -> tuple[int, str]:
+def _submit(state: RunState, claim: Claim) -> dict[str, Any]:
     """Write a claim with the next sequence number; the auditor node answers it."""
     seq = state.get("seq", 0) + 1
-    claim = {**claim, "seq": seq}
-    rel = f"claims/{seq:03d}-{claim['scope']}.json"
+    claim = claim.model_copy(update={"seq": seq})
+    rel = f"claims/{seq:03d}-{claim.scope}.json"
     write_json_atomic(_run(state) / rel, claim)
-    return seq, rel
+    return {"seq": seq, "pending_claim": rel}
 
 
-def _over_budget(state: RunState, services: Services) -> bool:
-    return services.clock() - state["started_at"] > services.settings.budget_minutes * 60.0
+def _base_config(ctx: RunContext) -> dict[str, Any]:
+    return {**ctx.lab.base_config(), **ctx.settings.base_config}
 
 
-def _event(run: Path, node: str, state: RunState, started: float, error: str | None = None, **extra: Any) -> None:
+def _best(state: RunState) -> dict[str, Any]:
+    """The current best configuration: every banked step, as knob changes over the true baseline."""
+    return integrator.final_changes(state.get("banked", []))
+
+
+def _brain_notes(ctx: RunContext) -> dict[str, Any]:
+    """Move what the brains recorded into the state (so a resumed run's report still has it)."""
+    notes, ctx.brains.notes = list(ctx.brains.notes), []
+    fallbacks, ctx.brains.fallbacks = dict(ctx.brains.fallbacks), {}
+    return {"notes": notes, "llm_fallbacks": fallbacks}
+
+
+@contextlib.contextmanager
+def _captured(ctx: RunContext, run: Path, what: str) -> Iterator[None]:
+    """Send everything a lab call prints (torch profiler, weight loading, LoadGen; from C++ on fd 1/2 and
+    from Python on sys.stdout/sys.stderr) to RUN/logs/lab.log instead of the user's terminal. The
+    terminal display writes to its own copy of the terminal, so it is not redirected."""
+    if not ctx.capture_logs:
+        yield
+        return
+    log = run / "logs" / "lab.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = [os.dup(1), os.dup(2)]
+    with open(log, "a", encoding="utf-8", errors="replace", buffering=1) as handle:
+        handle.write(f"=== {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())} {what}\n")
+        handle.flush()
+        os.dup2(handle.fileno(), 1)
+        os.dup2(handle.fileno(), 2)
+        try:
+            with contextlib.redirect_stdout(handle), contextlib.redirect_stderr(handle):
+                yield
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os.dup2(saved[0], 1)
+            os.dup2(saved[1], 2)
+            for fd in saved:
+                os.close(fd)
+
+
+def _measure(ctx: RunContext, run: Path, legs: list[LegPlan], reps: int) -> dict[str, str]:
+    ctx.watcher.measuring(legs, reps)
+    with _captured(ctx, run, f"measure {[p.leg for p in legs]} x{reps}"):
+        return ctx.lab.measure(run, legs, reps)
+
+
+def _event(run: Path, node: str, state: RunState, started: float, error: str | None = None) -> None:
     digest = hashlib.sha256(json.dumps({k: state.get(k) for k in ("seq", "current", "pending_claim", "stage")},
                                        sort_keys=True, default=str).encode()).hexdigest()[:16]
-    append_jsonl(run / "events.jsonl", {"node": node, "inputs_digest": digest, "duration_s": round(time.time() - started, 3),
-                                        "error": error, **extra})
+    append_jsonl(run / "events.jsonl", {"node": node, "inputs_digest": digest,
+                                        "duration_s": round(time.time() - started, 3), "error": error})
 
 
-def _node(name: str, services: Services):
-    """Wrap a node: record an event per step (node, inputs digest, duration, error)."""
-    def decorate(fn):
-        def wrapper(state: RunState) -> dict:
+def step(name: str) -> Callable[[Node], Node]:
+    """A node: record one event per step (node, inputs digest, duration, error) and tell the watcher."""
+    def decorate(fn: Node) -> Node:
+        @functools.wraps(fn)
+        def wrapper(state: RunState, runtime: Runtime[RunContext]) -> dict:
             crash_point(f"before:{name}")
             started = time.time()
-            services.on_event(name, state.get("current") or "")
+            runtime.context.watcher.node(name, state.get("current") or "")
             try:
-                update = fn(state) or {}
+                update = fn(state, runtime) or {}
             except Exception as exc:
                 _event(_run(state), name, state, started, error=f"{type(exc).__name__}: {exc}")
                 raise
@@ -137,375 +156,496 @@ def _node(name: str, services: Services):
 # ------------------------------------------------------------------------------------------- nodes
 
 
-def build_graph(services: Services):
-    settings = services.settings
-    lab = services.lab
-    if services.brains is None:
-        from perfwarden.agents.brains import Brains
+@step("setup")
+def setup(state: RunState, runtime: Runtime[RunContext]) -> dict:
+    ctx = runtime.context
+    run = _run(state)
+    run.mkdir(parents=True, exist_ok=True)
+    if not (run / "run.json").is_file():
+        write_json_atomic(run / "run.json", RunManifest(id=run.name, target=ctx.settings.target,
+                                                        model="SmolLM2-135M-Instruct", seed=ctx.settings.seed,
+                                                        versions=_versions(), started_at=_iso(state["started_at"])))
+    return {"stage": "baseline", "baseline_attempts": 0}
 
-        services.brains = Brains(llm=services.llm)
-    brains = services.brains
-    g = StateGraph(RunState)
 
-    @_node("setup", services)
-    def setup(state: RunState) -> dict:
-        run = _run(state)
-        run.mkdir(parents=True, exist_ok=True)
-        if not (run / "run.json").is_file():
-            write_json_atomic(run / "run.json", RunManifest(id=run.name, target=settings.target,
-                                                            model="SmolLM2-135M-Instruct", seed=settings.seed,
-                                                            versions=_versions(), started_at=_iso(state["started_at"])))
-        return {"stage": "baseline", "baseline_attempts": 0}
+@step("baseline")
+def baseline(state: RunState, runtime: Runtime[RunContext]) -> dict:
+    ctx = runtime.context
+    attempt = state.get("baseline_attempts", 0)
+    leg = BASELINE_LEG if attempt == 0 else f"{BASELINE_LEG}-r{attempt}"
+    # An A/A leg (the same config, interleaved) calibrates this session's noise band: the auditor
+    # judges the baseline's spread against it instead of against a fixed constant.
+    config = _base_config(ctx)
+    started = ctx.clock()
+    _measure(ctx, _run(state), [LegPlan(leg=leg, role="baseline", config=config, purpose="true no-overlay baseline"),
+                                LegPlan(leg=f"{leg}-aa", role="aa", config=config,
+                                        purpose="A/A: the baseline config again, to calibrate noise")], ctx.settings.reps)
+    # A step measures two legs like the baseline did: until a step has finished, this is what one costs.
+    return {**_submit(state, integrator.baseline_claim(leg, [f"{leg}-aa"])), "stage": "baseline",
+            "baseline_s": ctx.clock() - started,
+            "baseline_attempts": attempt + 1, "aa_legs": [leg, f"{leg}-aa"],
+            "notes": [f"baseline leg {leg!r} (+ A/A)"]}
 
-    def base_config() -> dict[str, Any]:
-        return {**lab.base_config(), **settings.base_config}
 
-    @_node("baseline", services)
-    def baseline(state: RunState) -> dict:
-        attempt = state.get("baseline_attempts", 0)
-        leg = BASELINE_LEG if attempt == 0 else f"{BASELINE_LEG}-r{attempt}"
-        # An A/A leg (the same config, interleaved) calibrates this session's noise band: the auditor
-        # judges the baseline's spread against it instead of against a fixed constant.
-        lab.measure(_run(state), [LegPlan(leg=leg, role="baseline", config=base_config(),
-                                          purpose="true no-overlay baseline"),
-                                  LegPlan(leg=f"{leg}-aa", role="aa", config=base_config(),
-                                          purpose="A/A: the baseline config again, to calibrate noise")],
-                    settings.reps)
-        seq, rel = _submit(state, {"scope": "baseline", "producer": "integrator",
-                                   "legs": {"baseline": leg, "aa": [f"{leg}-aa"]}})
-        return {"seq": seq, "pending_claim": rel, "stage": "baseline", "baseline_attempts": attempt + 1,
-                "aa_legs": [leg, f"{leg}-aa"], "notes": state.get("notes", []) + [f"baseline leg {leg!r} (+ A/A)"]}
+@step("auditor")
+def auditor(state: RunState, runtime: Runtime[RunContext]) -> dict:
+    ctx = runtime.context
+    run = _run(state)
+    rel = state["pending_claim"]
+    claim, _ = load_claim(run / rel)
+    verdict = audit_path(run, run / rel)
+    verdict = apply_persona(run, (run / rel).read_text("utf-8"), verdict, ctx.llm)
+    path = write_verdict(run, verdict)
+    proposal = state.get("current") if verdict.scope in ("harness", "patch") else None
+    summary = VerdictSummary.of(verdict, claim, str(path.relative_to(run)), proposal)
+    ctx.watcher.verdict(summary, claim, ctx.remaining_s(state))
+    return {"last_verdict": summary, "verdicts": [summary], "pending_claim": None}
 
-    @_node("auditor", services)
-    def auditor(state: RunState) -> dict:
-        run = _run(state)
-        rel = state["pending_claim"]
-        verdict = audit_path(run, run / rel)
-        verdict = apply_persona(run, (run / rel).read_text("utf-8"), verdict, services.llm)
-        path = write_verdict(run, verdict)
-        summary = {"seq": verdict.claim_seq, "scope": verdict.scope, "verdict": verdict.verdict,
-                   "action": verdict.action, "path": str(path.relative_to(run)), "claim": rel,
-                   "proposal": state.get("current") if verdict.scope in ("harness", "patch") else None,
-                   "findings": [{"code": f.code, "severity": f.severity, "message": f.message, "measured": f.measured}
-                                for f in verdict.findings],
-                   "headline_rederived": verdict.headline_rederived, "lever_detected": verdict.lever_detected,
-                   "degraded": verdict.degraded}
-        return {"last_verdict": summary, "verdicts": state.get("verdicts", []) + [summary], "pending_claim": None}
 
-    def after_audit(state: RunState) -> str:
-        v = state["last_verdict"]
-        scope = v["scope"]
-        if scope == "baseline":
-            if v["verdict"] == "PASS":
-                return "profile" if settings.kernels else "strategize"
-            if state.get("baseline_attempts", 0) <= settings.max_baseline_remeasures and not _over_budget(state, services):
-                return "baseline"
-            return "report"
-        if scope == "profile":
-            return "strategize"
-        if scope == "harness":
-            return "harness_result"
-        if scope == "patch":
-            return "fix"
+def after_audit(state: RunState, runtime: Runtime[RunContext]) -> str:
+    settings = runtime.context.settings
+    v = state["last_verdict"]
+    if v.producer == "red_team":
+        return "red_team"
+    if v.scope == "baseline":
+        if v.verdict == "PASS":
+            return "profile" if settings.kernels else "pick"
+        # Re-measure only while another baseline fits in the budget (it costs what this one cost).
+        fits = runtime.context.remaining_s(state) > state.get("baseline_s", 0.0)
+        if state.get("baseline_attempts", 0) <= settings.max_baseline_remeasures and fits:
+            return "baseline"
         return "report"
+    if v.scope == "bundle":
+        return _red_team_or_report(state, runtime)
+    return {"profile": "pick", "harness": "harness_result", "patch": "fix"}[v.scope]
 
-    @_node("profile", services)
-    def profile(state: RunState) -> dict:
-        run = _run(state)
-        try:
-            lab.profile(run, base_config())
-        except LabError as exc:
-            return {"hot_ops": [], "notes": state.get("notes", []) + [f"profile failed: {exc}"],
-                    "last_verdict": None, "pending_claim": None}
-        report = read_jsonl(RunDir(run).profile, ProfileLine)
-        ranking = rank_ops(report.records)
-        overridable = lab.overridable_ops()
-        routed = next((op for op, _ in ranking if op in overridable), ranking[0][0] if ranking else None)
-        shapes: dict[str, list] = {}
-        for _, row in report.records:
-            key = (row.op or row.name).lower()
-            shapes.setdefault(key, [])
-            for s in row.shapes or []:
-                if s not in shapes[key]:
-                    shapes[key].append(s)
-        seq, rel = _submit(state, {"scope": "profile", "producer": "kernel_extractor", "op": routed})
-        return {"seq": seq, "pending_claim": rel, "hot_ops": [[op, share] for op, share in ranking],
-                "served_shapes": shapes, "stage": "profile"}
 
-    def route_profile(state: RunState) -> str:
-        return "auditor" if state.get("pending_claim") else "strategize"
+@step("profile")
+def profile(state: RunState, runtime: Runtime[RunContext]) -> dict:
+    ctx = runtime.context
+    run = _run(state)
+    try:
+        with _captured(ctx, run, "profile"):
+            ctx.lab.profile(run, _base_config(ctx))
+    except LabError as exc:
+        return {"hot_ops": [], "notes": [f"profile failed: {exc}"], "last_verdict": None, "pending_claim": None}
+    report = read_jsonl(RunDir(run).profile, ProfileLine)
+    ranking = rank_ops(report.records)
+    shapes: dict[str, list] = {}
+    for _, row in report.records:
+        key = (row.op or row.name).lower()
+        shapes.setdefault(key, [])
+        for s in row.shapes or []:
+            if s not in shapes[key]:
+                shapes[key].append(s)
+    routed = kernel_extractor.routed_op(ranking, ctx.lab.overridable_ops())
+    return {**_submit(state, kernel_extractor.profile_claim(routed)),
+            "hot_ops": [(op, share) for op, share in ranking], "served_shapes": shapes, "stage": "profile"}
 
-    @_node("strategize", services)
-    def strategize(state: RunState) -> dict:
-        proposals = brains.propose_config(base_config(), settings.levers, settings.max_proposals, settings.reps)
-        profile_ok = any(v["scope"] == "profile" and v["verdict"] == "PASS" for v in state.get("verdicts", []))
-        if settings.kernels and profile_ok:
-            hot = [(op, share) for op, share in state.get("hot_ops", [])]
-            alts = {op: lab.alternatives(op) for op in lab.overridable_ops()}
-            kernels = kernel_extractor.propose(hot, lab.overridable_ops(), alts, reps=settings.reps)
-            for i, k in enumerate(kernels):  # the LLM brain writes one more candidate per op (sandboxed later)
-                written = brains.write_kernel(_run(state), k.op, dict(hot).get(k.op, 0.0),
-                                              state.get("served_shapes", {}).get(k.op, []), _reference_source(k.op),
-                                              k.op, i)
-                if written:
-                    k.candidates.insert(0, written)
-            proposals += kernels
-        proposals = proposals[: settings.max_proposals]
-        return {"proposals": [p.model_dump() for p in proposals], "stage": "search", "current": None}
 
-    @_node("pick", services)
-    def pick(state: RunState) -> dict:
-        now = services.clock()
-        durations = list(state.get("durations", []))
-        pending = [p for p in state["proposals"] if p["status"] in ("pending", "benchmarked", "measuring")]
-        if state.get("current") and (not pending or pending[0]["id"] != state["current"]):
-            durations.append(now - state.get("picked_at", now))  # the previous proposal just finished
-        update: dict[str, Any] = {"durations": durations, "picked_at": now}
-        if pending and pending[0]["id"] == state.get("current"):
-            update["picked_at"] = state.get("picked_at", now)  # still working on the same proposal
-        remaining = settings.budget_minutes * 60.0 - (now - state["started_at"])
-        typical = sorted(durations)[len(durations) // 2] if durations else 0.0
-        # Stop starting new work when one more typical proposal plus the bundle would overrun the budget.
-        out_of_time = remaining < 2.5 * typical or remaining <= 0
-        if not pending or (out_of_time and (not pending or pending[0]["id"] != state.get("current"))):
-            skipped = [dict(p, status="skipped") if p["status"] in ("pending", "benchmarked", "measuring") else p
-                       for p in state["proposals"]]
-            notes = state.get("notes", [])
-            if pending:
-                notes = notes + [f"budget: {remaining:.0f}s left, a change takes ~{typical:.0f}s; skipped "
-                                 f"{[p['id'] for p in pending]}"]
-            return {**update, "current": None, "proposals": skipped, "notes": notes}
-        return {**update, "current": pending[0]["id"]}
+def route_profile(state: RunState) -> str:
+    return "auditor" if state.get("pending_claim") else "pick"
 
-    def route_pick(state: RunState) -> str:
-        if state.get("current") is None:
-            return "bundle" if state.get("banked") and not state.get("bundle_done") else "report"
-        p = _proposal(state)
-        if p.kind == "kernel" and p.status == "pending":
-            return "op_benchmarker"
+
+def _next_config_proposal(state: RunState, ctx: RunContext) -> Proposal | None:
+    """Ask the config-tuner for the next coordinate-descent step from the current best configuration."""
+    model = ctx.lab.config_model
+    space = config_tuner.parse_levers(model, ctx.settings.levers)
+    proposals = state.get("proposals", [])
+    tried = config_tuner.tried_steps(proposals, state.get("banked", []))
+    step_ = ctx.brains.next_config_step(model, space, _base_config(ctx), _best(state), tried)
+    if step_ is None:
+        return None
+    attempt = 1 + sum(1 for t in tried if t.knob == step_.knob and repr(t.value) == repr(step_.value))
+    return config_tuner.step_proposal(model, step_, _best(state), ctx.settings.reps, attempt)
+
+
+def _kernel_proposals(state: RunState, ctx: RunContext) -> list[Proposal]:
+    """The kernel-extractor's changes for the audited profile's hot ops (LLM candidates first)."""
+    if not ctx.settings.kernels or not any(v.scope == "profile" and v.verdict == "PASS" for v in state["verdicts"]):
+        return []
+    lab = ctx.lab
+    hot = list(state.get("hot_ops", []))
+    alts = {op: lab.alternatives(op) for op in lab.overridable_ops()}
+    kernels = kernel_extractor.propose(hot, lab.overridable_ops(), alts, _best(state), reps=ctx.settings.reps)
+    for i, k in enumerate(kernels):  # the LLM brain writes one more candidate per op (sandboxed later)
+        written = ctx.brains.write_kernel(_run(state), k.op, dict(hot).get(k.op, 0.0),
+                                          state.get("served_shapes", {}).get(k.op, []), _reference_source(k.op), k.op, i)
+        if written:
+            k.candidates.insert(0, written)
+    return kernels
+
+
+ACTIVE = ("pending", "benchmarked", "measuring")
+
+
+def _typical_change_s(state: RunState) -> float:
+    """What one change costs: the median of those finished, else what the baseline's two legs cost."""
+    durations = sorted(state.get("durations", []))
+    return durations[len(durations) // 2] if durations else state.get("baseline_s", 0.0)
+
+
+@step("pick")
+def pick(state: RunState, runtime: Runtime[RunContext]) -> dict:
+    """Continue the current change, or start the next one (config step first, then kernels), unless one
+    more typical change plus the bundle would overrun the budget."""
+    ctx = runtime.context
+    now = ctx.clock()
+    durations = list(state.get("durations", []))
+    current = state.get("current")
+    active = [p for p in state.get("proposals", []) if p.status in ACTIVE]
+    if current and any(p.id == current for p in active):
+        return {"picked_at": state.get("picked_at", now)}  # still working on the same change
+    if current:
+        durations.append(now - state.get("picked_at", now))  # the previous change just finished
+    update: dict[str, Any] = {"durations": durations, "picked_at": now, "current": None}
+    remaining = ctx.remaining_s(state)
+    typical = _typical_change_s({**state, "durations": durations})
+    if remaining <= 0 or remaining < 2.5 * typical:
+        skipped = [p.model_copy(update={"status": "skipped"}) for p in active]
+        note = f"budget: {remaining:.0f}s left, a change takes ~{typical:.0f}s; the search stops here"
+        return {**update, "proposals": skipped, "notes": [note + (f" (skipped {[p.id for p in active]})" if active else "")],
+                "stage": "search stopped on budget"}
+    new: list[Proposal] = []
+    nxt = next(iter(active), None)
+    if nxt is None and len(state.get("proposals", [])) >= ctx.settings.max_proposals:
+        update["notes"] = [f"max_proposals={ctx.settings.max_proposals} changes tried: the search stops here"]
+    elif nxt is None:
+        nxt = _next_config_proposal(state, ctx)
+        if nxt is not None:
+            new.append(nxt)
+    if nxt is None and not state.get("kernels_proposed"):
+        new = _kernel_proposals(state, ctx)
+        update["kernels_proposed"] = True
+        nxt = new[0] if new else None
+    drained = _brain_notes(ctx)
+    update["notes"] = update.get("notes", []) + drained["notes"]
+    update["llm_fallbacks"] = drained["llm_fallbacks"]
+    if nxt is None:
+        return {**update, "stage": "search converged", "proposals": new}
+    if nxt.legs is None and nxt.status == "pending":  # measured against the best configuration as it is now
+        nxt = nxt.model_copy(update={"against": _best(state)})
+        new = [nxt if p.id == nxt.id else p for p in new] or [nxt]
+    return {**update, "current": nxt.id, "proposals": new, "stage": f"search: {nxt.id}"}
+
+
+def route_pick(state: RunState, runtime: Runtime[RunContext]) -> str:
+    if state.get("current") is None:
+        if state.get("banked") and not state.get("bundle_done"):
+            return "bundle"
+        return _red_team_or_report(state, runtime)
+    p = _proposal(state)
+    return "op_benchmarker" if p.kind == "kernel" and p.status == "pending" else "integrator"
+
+
+@step("op_benchmarker")
+def bench(state: RunState, runtime: Runtime[RunContext]) -> dict:
+    ctx = runtime.context
+    p = _proposal(state)
+    run = _run(state)
+    shapes = state.get("served_shapes", {}).get(p.op, [])
+    try:
+        with _captured(ctx, run, f"op bench {p.op}"):
+            path = ctx.lab.opbench(run, p.op, p.candidates, shapes)
+    except LabError as exc:
+        p.status, p.history = "rejected", p.history + [f"op bench failed: {exc}"]
+        return {"proposals": [p], "pending_claim": None, "last_verdict": None,
+                "rejected": [Rejection(name=p.id, reason=f"op bench failed: {exc}")]}
+    winner, speedup, ref = op_benchmarker.pick_winner(path)
+    if winner is None:
+        p.status, p.history = "rejected", p.history + ["no correct candidate beat the reference"]
+        return {"proposals": [p], "pending_claim": None, "last_verdict": None,
+                "rejected": [Rejection(name=p.id, reason="no correct candidate beat the reference")]}
+    p.chosen, p.isolated_speedup = winner, speedup
+    p.harness_attempts += 1
+    rel_bench = str(path.relative_to(run))
+    submitted = _submit(state, op_benchmarker.harness_claim(p, rel_bench, winner, speedup, ref, _base_leg(state)))
+    p.history.append(f"op bench: {winner!r} {speedup:.2f}x vs {ref!r} (claim {submitted['pending_claim']})")
+    return {**submitted, "proposals": [p]}
+
+
+def route_bench(state: RunState) -> str:
+    return "auditor" if state.get("pending_claim") else "pick"
+
+
+@step("harness_result")
+def harness_result(state: RunState, runtime: Runtime[RunContext]) -> dict:
+    p = _proposal(state)
+    v = state["last_verdict"]
+    if v.verdict == "PASS" or v.action == "flag":
+        p.status = "benchmarked"
+        p.history.append(f"harness audit {v.verdict}: {p.chosen!r} goes to A/B")
+        return {"proposals": [p]}
+    p.candidates = [c for c in p.candidates if c != p.chosen]
+    p.history.append(f"harness audit {v.verdict} ({v.action}): dropped {p.chosen!r}")
+    p.chosen = None
+    if p.harness_attempts > runtime.context.settings.max_harness_redos or not p.candidates:
+        p.status = "rejected"
+        return {"proposals": [p], "rejected": [Rejection(name=p.id, verdict=v.path,
+                                                         reason=f"harness audit {v.verdict}: {sorted(v.codes())}")]}
+    return {"proposals": [p]}
+
+
+def route_harness(state: RunState) -> str:
+    p = _proposal(state)
+    if p.status == "benchmarked":
         return "integrator"
+    return "op_benchmarker" if p.status == "pending" else "pick"
 
-    @_node("op_benchmarker", services)
-    def bench(state: RunState) -> dict:
-        p = _proposal(state)
-        run = _run(state)
-        shapes = state.get("served_shapes", {}).get(p.op, [])
-        try:
-            path = lab.opbench(run, p.op, p.candidates, shapes)
-        except LabError as exc:
-            p.status, p.history = "rejected", p.history + [f"op bench failed: {exc}"]
-            return {"proposals": _replace(state, p), "pending_claim": None, "last_verdict": None}
-        winner, speedup, ref = op_benchmarker.pick_winner(path)
-        if winner is None:
-            p.status, p.history = "rejected", p.history + ["no correct candidate beat the reference"]
-            return {"proposals": _replace(state, p), "pending_claim": None, "last_verdict": None}
-        p.chosen, p.isolated_speedup = winner, speedup
-        p.harness_attempts += 1
-        rel_bench = str(path.relative_to(run))
-        seq, rel = _submit(state, op_benchmarker.harness_claim(p, rel_bench, 0, winner, speedup, ref, _base_leg(state)))
-        p.history.append(f"op bench: {winner!r} {speedup:.2f}x vs {ref!r} (claim {rel})")
-        return {"seq": seq, "pending_claim": rel, "proposals": _replace(state, p)}
 
-    def route_bench(state: RunState) -> str:
-        return "auditor" if state.get("pending_claim") else "pick"
+@step("integrator")
+def integrate(state: RunState, runtime: Runtime[RunContext]) -> dict:
+    """Measure the step's A/B (best configuration vs best + change), plan the quality eval of a change
+    the config model says is lossy, and submit the patch claim."""
+    ctx = runtime.context
+    p = _proposal(state)
+    run = _run(state)
+    if not p.legs:
+        p.legs = list(integrator.leg_names(p, p.attempts))
+    base_leg, cand_leg = p.legs
+    base = _base_config(ctx)
+    legs = [LegPlan(leg=base_leg, role="baseline", config=integrator.baseline_config(base, p),
+                    overlay=integrator.overlay(p.against).model_dump(), purpose=f"best configuration before {p.id}"),
+            LegPlan(leg=cand_leg, role="candidate", config=integrator.candidate_config(base, p),
+                    overlay=integrator.overlay(integrator.candidate_config({}, p)).model_dump(),
+                    parent=base_leg, purpose=p.rationale)]
+    try:
+        status = _measure(ctx, run, legs, p.reps)
+    except LabError as exc:
+        status = {cand_leg: f"failed: {exc}"}
+    p.status = "measuring"
+    if p.mechanism == "speculative_decoding":
+        p = config_tuner.document_spec_decode(p, run)
+    notes = []
+    if not p.lossless and p.quality_eval_id is None and status.get(cand_leg, "ok") == "ok":
+        p, note = _run_quality_eval(ctx, run, p, legs[0], legs[1])
+        notes.append(note)
+    what = f"A/B {base_leg} vs {cand_leg} x{p.reps} reps ({status.get(cand_leg, 'ok')})"
+    return {**_submit_patch(state, p, what), "notes": notes}
 
-    @_node("harness_result", services)
-    def harness_result(state: RunState) -> dict:
-        p = _proposal(state)
-        v = state["last_verdict"]
-        if v["verdict"] == "PASS" or v["action"] == "flag":
-            p.status = "benchmarked"
-            p.history.append(f"harness audit {v['verdict']}: {p.chosen!r} goes to A/B")
-        else:
-            p.candidates = [c for c in p.candidates if c != p.chosen]
-            p.history.append(f"harness audit {v['verdict']} ({v['action']}): dropped {p.chosen!r}")
-            p.chosen = None
-            if p.harness_attempts > settings.max_harness_redos or not p.candidates:
-                p.status = "rejected"
-        return {"proposals": _replace(state, p)}
 
-    def route_harness(state: RunState) -> str:
-        p = _proposal(state)
-        if p.status == "benchmarked":
-            return "integrator"
-        return "op_benchmarker" if p.status == "pending" else "pick"
+def _run_quality_eval(ctx: RunContext, run: Path, p: Proposal, base: LegPlan, cand: LegPlan) -> tuple[Proposal, str]:
+    try:
+        with _captured(ctx, run, f"quality eval {cand.leg}"):
+            eval_id = ctx.lab.quality(run, cand, base)
+        p.quality_eval_id = eval_id
+        p.history.append(f"quality eval {eval_id!r} completed on {cand.leg!r} against {base.leg!r}")
+        return p, f"{p.id}: quality eval {eval_id!r} run before claiming (a lossy change)"
+    except LabError as exc:
+        p.history.append(f"quality eval failed: {exc}")
+        return p, f"{p.id}: quality eval failed: {exc}"
 
-    @_node("integrator", services)
-    def integrate(state: RunState) -> dict:
-        p = _proposal(state)
-        run = _run(state)
-        if not p.legs:
-            p.legs = list(integrator.leg_names(p, p.attempts))
-        base_leg, cand_leg = p.legs
-        legs = [LegPlan(leg=base_leg, role="baseline", config=base_config(), purpose=f"baseline for {p.id}"),
-                LegPlan(leg=cand_leg, role="candidate", config=integrator.candidate_config(base_config(), p),
-                        overlay=integrator.overlay_of(p), parent=base_leg, purpose=p.rationale)]
-        try:
-            status = lab.measure(run, legs, p.reps)
-        except LabError as exc:
-            status = {cand_leg: f"failed: {exc}"}
-        p.status = "measuring"
-        return submit_patch(state, p, f"A/B {base_leg} vs {cand_leg} x{p.reps} reps ({status.get(cand_leg, 'ok')})")
 
-    def submit_patch(state: RunState, p: Proposal, what: str) -> dict:
-        """Write the proposal's patch claim over its current legs; the auditor node answers it."""
-        base_leg, cand_leg = p.legs
-        p.attempts += 1
-        opbench_rel = f"opbench/{p.op}/opbench.jsonl" if p.kind == "kernel" else None
-        seq, rel = _submit(state, integrator.patch_claim(p, 0, base_leg, cand_leg, opbench_rel, state.get("aa_legs")))
-        p.history.append(f"{what}; claim {rel}")
-        return {"seq": seq, "pending_claim": rel, "proposals": _replace(state, p)}
+def _submit_patch(state: RunState, p: Proposal, what: str) -> dict:
+    """Write the proposal's patch claim over its current legs; the auditor node answers it."""
+    base_leg, cand_leg = p.legs
+    p.attempts += 1
+    opbench_rel = f"opbench/{p.op}/opbench.jsonl" if p.kind == "kernel" else None
+    submitted = _submit(state, integrator.patch_claim(p, base_leg, cand_leg, opbench_rel, state.get("aa_legs")))
+    p.history.append(f"{what}; claim {submitted['pending_claim']}")
+    return {**submitted, "proposals": [p]}
 
-    @_node("fix", services)
-    def fix(state: RunState) -> dict:
-        p = _proposal(state)
-        v = state["last_verdict"]
-        if v["verdict"] == "PASS":
-            p.status = "banked"
-            p.history.append(f"patch audit PASS: banked as class {v['lever_detected'] or p.believed_class}")
-            claim = json.loads((_run(state) / v["claim"]).read_text())
-            banked = state.get("banked", []) + [{
-                "name": p.id, "proposal": p.id, "kind": p.kind, "lever_class": v["lever_detected"] or p.believed_class,
-                "config": p.config, "config_keys": sorted(p.config), "op": p.op, "impl": p.chosen,
-                "verdict": v["path"], "claim": v["claim"], "headline_rederived_pct": v["headline_rederived"],
-                "quality_eval_id": p.quality_eval_id, "legs": claim["legs"], "mechanism": claim.get("mechanism"),
-                "disclosed_regressions": p.disclosed_regressions}]
-            return {"proposals": _replace(state, p), "banked": banked, "fix_action": "done"}
-        decision = brains.fix(p, v, settings.max_reps)
-        p.history.append(f"patch audit {v['verdict']} ({v['action']}): {decision.action} -- {decision.reason}")
-        action = decision.action
-        if p.attempts > settings.max_fix_attempts + 1 and action != "drop":
+
+@step("fix")
+def fix(state: RunState, runtime: Runtime[RunContext]) -> dict:
+    ctx = runtime.context
+    settings = ctx.settings
+    p = _proposal(state)
+    v = state["last_verdict"]
+    run = _run(state)
+    if v.verdict == "PASS":
+        p.status = "banked"
+        cls = v.lever_detected or p.believed_class
+        p.history.append(f"patch audit PASS: banked as class {cls}")
+        claim, _ = load_claim(run / v.claim)
+        banked = BankedChange(name=p.id, kind=p.kind, lever_class=cls, config=p.config, against=p.against,
+                              op=p.op, impl=p.chosen, verdict=v.path, claim=v.claim,
+                              headline_rederived_pct=v.headline_rederived, quality_eval_id=p.quality_eval_id,
+                              mechanism=claim.mechanism, disclosed_regressions=p.disclosed_regressions)
+        return {"proposals": [p], "banked": [banked], "fix_action": "done"}
+    decision = ctx.brains.fix(p, v, settings.max_reps)
+    p.history.append(f"patch audit {v.verdict} ({v.action}): {decision.action} -- {decision.reason}")
+    action = decision.action
+    if p.attempts > settings.max_fix_attempts + 1 and action != "drop":
+        action = "drop"
+        p.history.append(f"gave up after {p.attempts} audits (max_fix_attempts={settings.max_fix_attempts})")
+    if action == "remeasure":
+        # A re-measure costs a step at max_reps; it must leave room for the bundle (~1.5 steps).
+        step_s = _typical_change_s(state) * settings.max_reps / max(settings.reps, 1)
+        remaining = ctx.remaining_s(state)
+        if remaining < step_s + 1.5 * _typical_change_s(state):
             action = "drop"
-            p.history.append(f"gave up after {p.attempts} audits (max_fix_attempts={settings.max_fix_attempts})")
-        if action == "drop":
-            p.status = "rejected"
-            rejected = state.get("rejected", []) + [{"name": p.id, "verdict": v["path"], "reason": decision.reason}]
-            return {"proposals": _replace(state, p), "rejected": rejected, "fix_action": "done"}
-        if action == "remeasure":
-            only_power = {f["code"] for f in v["findings"] if f["severity"] != "INFO"} == {"DELTA_NOT_SIGNIFICANT"}
-            if not only_power:
-                p.legs = None  # contention or conditions: measure fresh legs
-            p.reps = settings.max_reps
-        elif action == "reclassify":
-            p = config_tuner.reclassify(p, v, _run(state))
-        elif action == "disclose":
-            p = config_tuner.disclose(p, v, _run(state))
-        elif action == "run_quality_eval":
-            pass
-        return {"proposals": _replace(state, p), "fix_action": action}
+            decision = decision.model_copy(update={"reason": f"budget: a re-measure (~{step_s:.0f}s) and the bundle "
+                                                             f"do not fit in the {max(remaining, 0):.0f}s left"})
+            p.history.append(decision.reason)
+    update: dict[str, Any] = {"fix_action": action, **_brain_notes(ctx)}
+    if action == "drop":
+        p.status = "rejected"
+        return {**update, "proposals": [p], "fix_action": "done",
+                "rejected": [Rejection(name=p.id, verdict=v.path, reason=decision.reason)]}
+    if action == "remeasure":
+        if v.codes() - {"DELTA_NOT_SIGNIFICANT"}:
+            p.legs = None  # contention or conditions: measure fresh legs
+        p.reps = settings.max_reps
+    elif action == "reclassify":
+        p = config_tuner.reclassify(p, run)
+    elif action == "disclose":
+        p = config_tuner.disclose(p, v, run)
+    return {**update, "proposals": [p]}
 
-    def route_fix(state: RunState) -> str:
-        action = state.get("fix_action")
-        if action == "done":
-            return "pick"
-        if action == "run_quality_eval":
-            return "quality_eval"
-        if action in ("reclassify", "disclose"):
-            return "resubmit"
-        return "integrator"
 
-    @_node("quality_eval", services)
-    def quality_eval(state: RunState) -> dict:
-        p = _proposal(state)
-        base_leg, cand_leg = p.legs
-        base_cfg = base_config()
+def route_fix(state: RunState) -> str:
+    return {"done": "pick", "run_quality_eval": "quality_eval", "reclassify": "resubmit",
+            "disclose": "resubmit", "resubmit": "resubmit"}.get(state.get("fix_action"), "integrator")
+
+
+@step("quality_eval")
+def quality_eval(state: RunState, runtime: Runtime[RunContext]) -> dict:
+    """The auditor found the change lossy although the producer did not plan an eval: run it now."""
+    ctx = runtime.context
+    p = _proposal(state)
+    base_leg, cand_leg = p.legs
+    base = _base_config(ctx)
+    p, note = _run_quality_eval(ctx, _run(state), p, LegPlan(leg=base_leg, role="baseline",
+                                                             config=integrator.baseline_config(base, p)),
+                                LegPlan(leg=cand_leg, role="candidate", config=integrator.candidate_config(base, p)))
+    if p.quality_eval_id is None:
+        p.status = "rejected"
+        return {"proposals": [p], "notes": [note], "rejected": [Rejection(name=p.id, reason=note)]}
+    return {"proposals": [p], "notes": [note]}
+
+
+def route_quality(state: RunState) -> str:
+    return "pick" if _proposal(state).status == "rejected" else "resubmit"
+
+
+@step("resubmit")
+def resubmit(state: RunState, runtime: Runtime[RunContext]) -> dict:
+    """Same legs, corrected claim (reclassified headline, a disclosed trade-off or a quality eval
+    added): no re-measure."""
+    return _submit_patch(state, _proposal(state), "resubmitted on the same legs")
+
+
+@step("bundle")
+def bundle(state: RunState, runtime: Runtime[RunContext]) -> dict:
+    """The final configuration against the true no-overlay baseline, with a TEST04 caching pair."""
+    ctx = runtime.context
+    run = _run(state)
+    banked = state["banked"]
+    changes = integrator.final_changes(banked)
+    base = _base_config(ctx)
+    final = apply_overlay(base, changes)
+    legs = [LegPlan(leg="bundle-base", role="baseline", config=base, purpose="true no-overlay baseline"),
+            LegPlan(leg="bundle", role="validation", config=final, overlay=integrator.overlay(changes).model_dump(),
+                    parent="bundle-base", purpose="every banked change together"),
+            LegPlan(leg="bundle-test04", role="caching_audit", config=final, prompts="repeat",
+                    purpose="TEST04-style: one prompt repeated"),
+            LegPlan(leg="bundle-test04-control", role="candidate", config=final, prompts="same_length",
+                    purpose="TEST04 control: distinct prompts of the repeated prompt's length")]
+    try:
+        _measure(ctx, run, legs, ctx.settings.reps)
+    except LabError as exc:
+        return {"bundle_done": True, "notes": [f"bundle failed: {exc}"], "pending_claim": None}
+    notes = []
+    traded = sorted({m for b in banked for m in b.disclosed_regressions})
+    # Restate each trade-off at the size the bundle legs show (the producer's own reading).
+    disclosed = config_tuner.own_regressions(run, ["bundle-base", "bundle"], traded) if traded else {}
+    eval_id = None
+    if any(b.quality_eval_id for b in banked):
         try:
-            eval_id = lab.quality(_run(state), LegPlan(leg=cand_leg, role="candidate",
-                                                       config=integrator.candidate_config(base_cfg, p)),
-                                  LegPlan(leg=base_leg, role="baseline", config=base_cfg))
-            p.quality_eval_id = eval_id
-            p.history.append(f"quality eval {eval_id!r} completed on {cand_leg!r}")
+            with _captured(ctx, run, "bundle quality eval"):
+                eval_id = ctx.lab.quality(run, legs[1], legs[0])
         except LabError as exc:
-            p.history.append(f"quality eval failed: {exc}")
-            p.status = "rejected"
-        return {"proposals": _replace(state, p)}
+            notes.append(f"bundle quality eval failed: {exc}")
+    claim = integrator.bundle_claim(banked, "bundle-base", "bundle", "bundle-test04", disclosed, eval_id)
+    return {**_submit(state, claim), "bundle_done": True, "current": None, "notes": notes, "stage": "bundle"}
 
-    def route_quality(state: RunState) -> str:
-        return "pick" if _proposal(state).status == "rejected" else "resubmit"
 
-    @_node("resubmit", services)
-    def resubmit(state: RunState) -> dict:
-        """Same legs, corrected claim (reclassified headline or a quality eval added): no re-measure."""
-        return submit_patch(state, _proposal(state), "resubmitted on the same legs")
+def route_bundle(state: RunState, runtime: Runtime[RunContext]) -> str:
+    return "auditor" if state.get("pending_claim") else _red_team_or_report(state, runtime)
 
-    @_node("bundle", services)
-    def bundle(state: RunState) -> dict:
-        run = _run(state)
-        banked = state["banked"]
-        config = base_config()
-        overlay: dict[str, Any] = {"config": {}, "kernel_patches": []}
-        for b in banked:
-            if b["kind"] == "kernel":
-                config["op_overrides"] = {**(config.get("op_overrides") or {}), b["op"]: b["impl"]}
-                overlay["kernel_patches"].append({"op": b["op"], "impl": b["impl"]})
-            else:
-                config.update(b["config"])
-                overlay["config"].update(b["config"])
-        legs = [LegPlan(leg="bundle-base", role="baseline", config=base_config(), purpose="true no-overlay baseline"),
-                LegPlan(leg="bundle", role="validation", config=config, overlay=overlay, parent="bundle-base",
-                        purpose="every banked change together"),
-                LegPlan(leg="bundle-test04", role="caching_audit", config=config, prompts="repeat",
-                        purpose="TEST04-style: one prompt repeated"),
-                LegPlan(leg="bundle-test04-control", role="candidate", config=config, prompts="same_length",
-                        purpose="TEST04 control: distinct prompts of the repeated prompt's length")]
-        try:
-            lab.measure(run, legs, settings.reps)
-        except LabError as exc:
-            return {"bundle_done": True, "notes": state.get("notes", []) + [f"bundle failed: {exc}"],
-                    "pending_claim": None}
-        claim = integrator.bundle_claim(banked, 0, "bundle-base", "bundle", "bundle-test04")
-        traded = sorted({m for b in banked for m in (b.get("disclosed_regressions") or {})})
-        if traded:  # restate each trade-off at the size the bundle legs show (the producer's own reading)
-            proxy = Proposal(id="bundle", kind="config", producer="integrator", legs=["bundle-base", "bundle"])
-            findings = [{"code": "HIDDEN_LATENCY_REGRESSION", "measured": {"metric": m}} for m in traded]
-            claim["headline"]["disclosed_regressions"] = config_tuner.disclose(
-                proxy, {"findings": findings}, run).disclosed_regressions
-        lossy = [b for b in banked if b.get("quality_eval_id")]
-        if lossy:
-            try:
-                claim["correctness"]["quality_eval_id"] = lab.quality(run, legs[1], legs[0])
-            except LabError as exc:
-                state.setdefault("notes", []).append(f"bundle quality eval failed: {exc}")
-        seq, rel = _submit(state, claim)
-        return {"seq": seq, "pending_claim": rel, "bundle_done": True, "current": None}
 
-    def route_bundle(state: RunState) -> str:
-        return "auditor" if state.get("pending_claim") else "report"
+def _red_team_or_report(state: RunState, runtime: Runtime[RunContext]) -> str:
+    return "red_team" if runtime.context.attacker is not None and not state.get("red_team_done") else "report"
 
-    @_node("report", services)
-    def report(state: RunState) -> dict:
-        from perfwarden.orchestrator.report import write_report
 
-        notes = state.get("notes", []) + list(brains.notes)
-        if services.llm is not None:
-            u = services.llm.usage
-            notes.append(f"LLM {services.llm.model!r}: {u.calls} calls, {u.prompt_tokens} prompt + "
-                         f"{u.completion_tokens} completion tokens, {u.failures} invalid outputs")
-        write_report(_run(state), {**state, "notes": notes})
-        return {"stage": "done"}
+@step("red_team")
+def red_team(state: RunState, runtime: Runtime[RunContext]) -> dict:
+    """``--red-team``: the attack producer submits claims to the same auditor node; every one must be
+    refused (the report lists them, and any that passed)."""
+    ctx = runtime.context
+    attacks = sum(1 for v in state.get("verdicts", []) if v.producer == "red_team")
+    if ctx.attacker is None or attacks >= ctx.settings.max_red_team_attacks or ctx.remaining_s(state) <= 0:
+        return {"red_team_done": True}
+    claim = ctx.attacker.next_attack(_run(state), state.get("banked", []), state.get("verdicts", []))
+    if claim is None:
+        return {"red_team_done": True}
+    return _submit(state, claim.model_copy(update={"producer": "red_team"}))
 
+
+def route_red_team(state: RunState) -> str:
+    return "auditor" if state.get("pending_claim") else "report"
+
+
+@step("report")
+def report(state: RunState, runtime: Runtime[RunContext]) -> dict:
+    from perfwarden.orchestrator.report import write_report
+
+    ctx = runtime.context
+    drained = _brain_notes(ctx)
+    notes = list(state.get("notes", [])) + drained["notes"]
+    fallbacks = dict(state.get("llm_fallbacks", {}))
+    for k, n in drained["llm_fallbacks"].items():
+        fallbacks[k] = fallbacks.get(k, 0) + n
+    llm_usage = None
+    if ctx.llm is not None:
+        u = ctx.llm.usage
+        llm_usage = {"model": ctx.llm.model, "calls": u.calls, "prompt_tokens": u.prompt_tokens,
+                     "completion_tokens": u.completion_tokens, "invalid_outputs": u.failures,
+                     "unavailable": u.unavailable, "fallbacks": fallbacks}
+        notes.append(f"LLM {ctx.llm.model!r}: {u.calls} calls, {u.prompt_tokens} prompt + {u.completion_tokens} "
+                     f"completion tokens, {u.failures} invalid outputs, {u.unavailable} unanswered asks; "
+                     f"deterministic fallbacks: {fallbacks or 'none'}")
+    baselines = [v for v in state.get("verdicts", []) if v.scope == "baseline"]
+    if baselines and all(v.verdict != "PASS" for v in baselines) and len(baselines) <= ctx.settings.max_baseline_remeasures:
+        notes.append(f"no further baseline was measured: one takes ~{state.get('baseline_s', 0.0):.0f}s and "
+                     f"{max(ctx.remaining_s(state), 0.0):.0f}s of the budget were left")
+    write_report(_run(state), {**state, "notes": notes, "llm_fallbacks": fallbacks}, _base_config(ctx),
+                 ctx.lab.config_model, llm_usage)
+    return {"stage": "done", **{k: v for k, v in drained.items() if v}}
+
+
+def build_graph() -> StateGraph:
+    g = StateGraph(RunState, context_schema=RunContext)
     for name, fn in [("setup", setup), ("baseline", baseline), ("auditor", auditor), ("profile", profile),
-                     ("strategize", strategize), ("pick", pick), ("op_benchmarker", bench),
-                     ("harness_result", harness_result), ("integrator", integrate), ("fix", fix),
-                     ("quality_eval", quality_eval), ("resubmit", resubmit), ("bundle", bundle), ("report", report)]:
+                     ("pick", pick), ("op_benchmarker", bench), ("harness_result", harness_result),
+                     ("integrator", integrate), ("fix", fix), ("quality_eval", quality_eval), ("resubmit", resubmit),
+                     ("bundle", bundle), ("red_team", red_team), ("report", report)]:
         g.add_node(name, fn)
     g.add_edge(START, "setup")
     g.add_edge("setup", "baseline")
     g.add_edge("baseline", "auditor")
-    g.add_conditional_edges("auditor", after_audit, ["baseline", "profile", "strategize", "harness_result", "fix",
-                                                     "report"])
-    g.add_conditional_edges("profile", route_profile, ["auditor", "strategize"])
-    g.add_edge("strategize", "pick")
-    g.add_conditional_edges("pick", route_pick, ["op_benchmarker", "integrator", "bundle", "report"])
+    g.add_conditional_edges("auditor", after_audit, ["baseline", "profile", "pick", "harness_result", "fix",
+                                                     "red_team", "report"])
+    g.add_conditional_edges("profile", route_profile, ["auditor", "pick"])
+    g.add_conditional_edges("pick", route_pick, ["op_benchmarker", "integrator", "bundle", "red_team", "report"])
     g.add_conditional_edges("op_benchmarker", route_bench, ["auditor", "pick"])
     g.add_conditional_edges("harness_result", route_harness, ["integrator", "op_benchmarker", "pick"])
     g.add_edge("integrator", "auditor")
     g.add_conditional_edges("fix", route_fix, ["pick", "quality_eval", "resubmit", "integrator"])
     g.add_conditional_edges("quality_eval", route_quality, ["pick", "resubmit"])
     g.add_edge("resubmit", "auditor")
-    g.add_conditional_edges("bundle", route_bundle, ["auditor", "report"])
+    g.add_conditional_edges("bundle", route_bundle, ["auditor", "red_team", "report"])
+    g.add_conditional_edges("red_team", route_red_team, ["auditor", "report"])
     g.add_edge("report", END)
     return g
+
+
+def initial_state(run: Path, started_at: float) -> RunState:
+    return {"state_version": STATE_VERSION, "run_dir": str(run), "started_at": started_at, "seq": 0,
+            "current": None, "pending_claim": None, "bundle_done": False, "kernels_proposed": False,
+            "red_team_done": False, "proposals": [], "verdicts": [], "banked": [], "rejected": [], "notes": [],
+            "llm_fallbacks": {}}
 
 
 def _reference_source(op: str) -> str:

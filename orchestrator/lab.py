@@ -1,7 +1,7 @@
 """The lab: what the producers can ask to be measured, behind one interface.
 
 ``EmbeddedLab`` runs the real embedded CPU target with mlcommons-loadgen (harness/). The graph's unit
-tests use a synthetic lab (tests/synthetic_lab.py) that writes raw evidence with known effects, so
+tests use the synthetic lab (orchestrator/simlab.py) that writes raw evidence with known effects, so
 that routing can be tested in seconds; the real lab keeps its own end-to-end test.
 """
 
@@ -11,6 +11,8 @@ from pathlib import Path
 from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
+
+from perfwarden.harness.target_config import TargetConfig
 
 
 class LabError(RuntimeError):
@@ -35,6 +37,9 @@ class LegPlan(BaseModel):
 
 
 class Lab(Protocol):
+    config_model: type[TargetConfig]
+    """The target's knobs: defaults, allowed values, lever class, losslessness."""
+
     def measure(self, run: Path, legs: list[LegPlan], reps: int) -> dict[str, str]:
         """Measure ``reps`` reps of every leg, interleaved (A B A B …), skipping reps already written.
         Returns leg -> "ok" | "failed: <why>"."""
@@ -55,4 +60,4 @@ class Lab(Protocol):
         """Implementation specs (``path.py:function``) available for ``op``."""
 
     def base_config(self) -> dict[str, Any]:
-        """The target's true-baseline knobs."""
+        """The target's true-baseline knobs (its config model's defaults)."""

@@ -1,6 +1,9 @@
-"""RUN/report.md and RUN/report.json: what was banked, headlines per lever class, the verdict trail.
+"""RUN/report.md and RUN/report.json: what was banked, the search path, headlines per lever class, the
+bundle against the true baseline, and the verdict trail.
 
 Every number in the report is copied from a verdict (re-derived by the auditor), never from a producer.
+A step's delta is against the configuration it was measured against (the best one before it); the
+bundle's delta is the whole search against the true no-overlay baseline.
 """
 
 from __future__ import annotations
@@ -8,34 +11,79 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from perfwarden.agents.base import BankedChange, Proposal, VerdictSummary
 from perfwarden.harness.records import write_json_atomic
+from perfwarden.harness.target_config import TargetConfig
 from perfwarden.orchestrator.crashpoints import crash_point
 
 CLASS_TITLE = {"A": "kernel / implementation wins (class A)", "B": "orthogonal serving levers (class B)"}
 
 
-def build_report(state: dict[str, Any]) -> dict[str, Any]:
-    banked = state.get("banked", [])
-    verdicts = state.get("verdicts", [])
-    bundle = next((v for v in reversed(verdicts) if v["scope"] == "bundle"), None)
+def _change_text(change: dict[str, Any]) -> str:
+    parts = []
+    for key, value in change.items():
+        if key == "op_overrides":
+            parts += [f"{op} -> {impl}" for op, impl in value.items()]
+        else:
+            parts.append(f"{key}={value!r}")
+    return ", ".join(parts) or "the true baseline"
+
+
+def search_path(proposals: list[Proposal], verdicts: list[VerdictSummary]) -> list[dict[str, Any]]:
+    """Each change tried, in order: what it changed, against which configuration, and how it ended."""
+    out = []
+    for i, p in enumerate(proposals, 1):
+        own = [v for v in verdicts if v.proposal == p.id and v.scope == "patch"]
+        last = own[-1] if own else None
+        change = {"op_overrides": {p.op: p.chosen or (p.candidates[0] if p.candidates else "?")}} \
+            if p.kind == "kernel" else p.config
+        out.append({"step": i, "change": p.id, "kind": p.kind, "set": change, "against": p.against,
+                    "status": p.status, "audits": len(own),
+                    "verdict": last.verdict if last else None, "verdict_file": last.path if last else None,
+                    "output_throughput_delta_pct": last.headline_rederived if last else None,
+                    "codes": sorted(last.codes()) if last else []})
+    return out
+
+
+def build_report(state: dict[str, Any], base_config: dict[str, Any], config_model: type[TargetConfig],
+                 llm_usage: dict[str, Any] | None = None) -> dict[str, Any]:
+    banked: list[BankedChange] = state.get("banked", [])
+    verdicts: list[VerdictSummary] = state.get("verdicts", [])
+    proposals: list[Proposal] = state.get("proposals", [])
+    bundle = next((v for v in reversed(verdicts) if v.scope == "bundle"), None)
     headlines: dict[str, list[dict[str, Any]]] = {"A": [], "B": []}
     for b in banked:
-        headlines[b["lever_class"]].append({"change": b["name"], "output_throughput_delta_pct": b["headline_rederived_pct"],
-                                            "verdict": b["verdict"],
-                                            "disclosed_regressions": b.get("disclosed_regressions") or {}})
-    refused = [v for v in verdicts if v["scope"] == "patch" and v["verdict"] != "PASS"]
+        headlines[b.lever_class].append({"change": b.name, "against": b.against,
+                                         "output_throughput_delta_pct": b.headline_rederived_pct,
+                                         "verdict": b.verdict, "disclosed_regressions": b.disclosed_regressions})
+    final: dict[str, Any] = {}
+    for b in banked:
+        final.update({k: v for k, v in b.overlay().items() if k != "op_overrides"})
+        if b.kind == "kernel":
+            final.setdefault("op_overrides", {})[b.op] = b.impl
+    specs = config_model.specs()
+    knobs = [{"knob": k, "baseline": base_config.get(k), "final": v,
+              "lever_class": specs[k].lever_class if k in specs else None,
+              "lossless": specs[k].lossless if k in specs else None} for k, v in final.items()]
+    refused = [v for v in verdicts if v.scope == "patch" and v.verdict != "PASS"]
+    attacks = [v for v in verdicts if v.producer == "red_team"]
     return {
         "run_dir": state.get("run_dir"),
-        "banked": banked,
-        "rejected": state.get("rejected", []),
+        "banked": [b.model_dump(mode="json") for b in banked],
+        "rejected": [r.model_dump(mode="json") for r in state.get("rejected", [])],
         "headlines": headlines,
-        "bundle": bundle,
-        "refused_or_reclassified": [{"claim": v["claim"], "verdict": v["verdict"], "action": v["action"],
-                                     "codes": sorted({f["code"] for f in v["findings"] if f["severity"] != "INFO"})}
-                                    for v in refused],
-        "verdicts": verdicts,
-        "proposals": [{"id": p["id"], "status": p["status"], "history": p["history"]} for p in state.get("proposals", [])],
-        "notes": state.get("notes", []),
+        "search_path": search_path(proposals, verdicts),
+        "final_configuration": knobs,
+        "bundle": bundle.model_dump(mode="json") if bundle else None,
+        "refused_or_reclassified": [{"claim": v.claim, "change": v.lever, "verdict": v.verdict, "action": v.action,
+                                     "codes": sorted(v.codes())} for v in refused],
+        "red_team": {"attacks": len(attacks), "passed": [v.claim for v in attacks if v.verdict == "PASS"],
+                     "verdicts": [{"claim": v.claim, "verdict": v.verdict, "codes": sorted(v.codes())}
+                                  for v in attacks]} if attacks else None,
+        "verdicts": [v.model_dump(mode="json") for v in verdicts],
+        "proposals": [{"id": p.id, "status": p.status, "history": p.history} for p in proposals],
+        "llm": llm_usage,
+        "notes": list(state.get("notes", [])),
     }
 
 
@@ -43,9 +91,11 @@ def render_markdown(report: dict[str, Any]) -> str:
     lines = ["# perfwarden run report", "", f"Run: `{report['run_dir']}`", ""]
     baselines = [v for v in report["verdicts"] if v["scope"] == "baseline"]
     if baselines and all(v["verdict"] != "PASS" for v in baselines):
+        last = baselines[-1]
+        codes = sorted({f["code"] for f in last["findings"] if f["severity"] != "INFO"})
         lines += [f"**The run stopped: no baseline passed the audit after {len(baselines)} measurement(s)** "
-                  f"(last: {baselines[-1]['verdict']} `{baselines[-1]['action']}`). Nothing can be compared "
-                  "against an unreliable baseline.", ""]
+                  f"(last: {last['verdict']} `{last['action']}`, {', '.join(codes) or 'no code'}). Nothing can be "
+                  "compared against an unreliable baseline; see the notes below.", ""]
     lines += ["## Banked", ""]
     if not report["banked"]:
         lines += ["Nothing was banked: no change passed the auditor.", ""]
@@ -57,35 +107,73 @@ def render_markdown(report: dict[str, Any]) -> str:
         for e in entries:
             delta = e["output_throughput_delta_pct"]
             traded = ", ".join(f"{m} {v:+.1f}%" for m, v in e["disclosed_regressions"].items())
-            lines.append((f"- `{e['change']}`: output throughput {delta:+.2f}% (re-derived; verdict `{e['verdict']}`)"
-                          if delta is not None else f"- `{e['change']}` (verdict `{e['verdict']}`)")
-                         + (f"; trade-off disclosed: {traded}" if traded else ""))
+            against = _change_text(e["against"])
+            lines.append((f"- `{e['change']}`: output throughput {delta:+.2f}% against {against} (re-derived; "
+                          f"verdict `{e['verdict']}`)" if delta is not None else f"- `{e['change']}` (verdict "
+                          f"`{e['verdict']}`)") + (f"; trade-off disclosed: {traded}" if traded else ""))
         lines.append("")
     if report["bundle"]:
         b = report["bundle"]
         delta = b.get("headline_rederived")
         lines += ["## Bundle against the true baseline", "",
                   f"Verdict **{b['verdict']}** (action `{b['action']}`)" + (
-                      f", output throughput {delta:+.2f}%." if delta is not None else "."), ""]
-    lines += ["## Refused or reclassified by the auditor", ""]
+                      f", output throughput {delta:+.2f}% for every banked change together." if delta is not None
+                      else "."), ""]
+    if report["final_configuration"]:
+        lines += ["Final configuration:", "", "| knob | baseline | final | class | lossless |", "|---|---|---|---|---|"]
+        for k in report["final_configuration"]:
+            lines.append(f"| `{k['knob']}` | `{k['baseline']!r}` | `{k['final']!r}` | {k['lever_class'] or '-'} | "
+                         f"{k['lossless'] if k['lossless'] is not None else '-'} |")
+        lines.append("")
+    lines += ["## Search path", "",
+              "Each step changes one thing of the best banked configuration so far and is banked only when "
+              "its patch claim passes; its delta is against that configuration.", "",
+              "| # | change | measured against | status | verdict | Δ output throughput | codes |",
+              "|---|---|---|---|---|---|---|"]
+    for s in report["search_path"]:
+        delta = s["output_throughput_delta_pct"]
+        lines.append(f"| {s['step']} | `{s['change']}` | {_change_text(s['against'])} | {s['status']} | "
+                     f"{s['verdict'] or '-'} | {f'{delta:+.2f}%' if delta is not None else '-'} | "
+                     f"{', '.join(s['codes']) or '-'} |")
+    if not report["search_path"]:
+        lines.append("| - | no change was tried | | | | | |")
+    lines += ["", "## Refused or reclassified by the auditor", ""]
     if not report["refused_or_reclassified"]:
         lines.append("- none")
     for r in report["refused_or_reclassified"]:
         lines.append(f"- `{r['claim']}`: **{r['verdict']}** `{r['action']}` — {', '.join(r['codes']) or 'no code'}")
-    lines += ["", "## Verdict trail", "", "| seq | scope | verdict | action | file |", "|---|---|---|---|---|"]
+    if report["red_team"]:
+        rt = report["red_team"]
+        lines += ["", "## Red team", "",
+                  f"{rt['attacks']} attack claim(s); " + (f"**{len(rt['passed'])} passed the auditor**: "
+                                                           f"{', '.join(rt['passed'])}" if rt["passed"]
+                                                           else "every one was refused.")]
+        lines += [f"- `{v['claim']}`: {v['verdict']} — {', '.join(v['codes']) or 'no code'}" for v in rt["verdicts"]]
+    lines += ["", "## Verdict trail", "", "| seq | scope | change | verdict | action | file |",
+              "|---|---|---|---|---|---|"]
     for v in report["verdicts"]:
-        lines.append(f"| {v['seq']} | {v['scope']} | {v['verdict']} | {v['action']} | `{v['path']}` |")
+        lines.append(f"| {v['seq']} | {v['scope']} | {v['lever'] or '-'} | {v['verdict']} | {v['action']} | "
+                     f"`{v['path']}` |")
     lines += ["", "## What each producer tried", ""]
     for p in report["proposals"]:
         lines.append(f"- `{p['id']}` ({p['status']})")
         lines += [f"  - {h}" for h in p["history"]]
+    if report["llm"]:
+        u = report["llm"]
+        lines += ["", "## LLM brains", "",
+                  f"Model `{u['model']}`: {u['calls']} calls, {u['invalid_outputs']} invalid outputs, "
+                  f"{u['unavailable']} unanswered asks; the deterministic policy answered instead "
+                  f"{sum(u['fallbacks'].values())} time(s)"
+                  + (f" ({', '.join(f'{k}: {n}' for k, n in sorted(u['fallbacks'].items()))})." if u["fallbacks"]
+                     else ".")]
     if report["notes"]:
         lines += ["", "## Notes", ""] + [f"- {n}" for n in report["notes"]]
     return "\n".join(lines) + "\n"
 
 
-def write_report(run: Path, state: dict[str, Any]) -> dict[str, Any]:
-    report = build_report(state)
+def write_report(run: Path, state: dict[str, Any], base_config: dict[str, Any], config_model: type[TargetConfig],
+                 llm_usage: dict[str, Any] | None = None) -> dict[str, Any]:
+    report = build_report(state, base_config, config_model, llm_usage)
     write_json_atomic(Path(run) / "report.json", report)
     crash_point("report_json_written")
     tmp = Path(run) / ".report.md.tmp"

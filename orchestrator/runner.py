@@ -21,12 +21,15 @@ from typing import Any, Callable
 
 from langgraph.checkpoint.sqlite import SqliteSaver
 
+from perfwarden.agents.base import AttackProducer
+from perfwarden.agents.brains import Brains
 from perfwarden.agents.llm import LLMClient
 from perfwarden.harness.records import write_json_atomic
 from perfwarden.orchestrator.crashpoints import crash_point
-from perfwarden.orchestrator.graph import Services, build_graph
+from perfwarden.orchestrator.graph import build_graph, initial_state
 from perfwarden.orchestrator.lab import Lab
 from perfwarden.orchestrator.settings import RunSettings
+from perfwarden.orchestrator.state import STATE_VERSION, RunContext, RunState, SilentWatcher
 
 THREAD_ID = "perfwarden-run"
 
@@ -60,13 +63,7 @@ def read_settings(run: Path) -> RunSettings:
                             f"{'.'.join(map(str, err['loc'])) or 'the top level'!r}") from None
 
 
-def _initial_state(run: Path, settings: RunSettings, clock: Callable[[], float]) -> dict[str, Any]:
-    return {"run_dir": str(run), "settings": settings.model_dump(), "started_at": clock(), "seq": 0,
-            "verdicts": [], "banked": [], "rejected": [], "proposals": [], "notes": [], "current": None,
-            "pending_claim": None, "bundle_done": False}
-
-
-def ensure_report(run: Path, state: dict[str, Any]) -> dict[str, Any]:
+def ensure_report(run: Path, state: dict[str, Any], context: RunContext) -> dict[str, Any]:
     """A finished run has its report: rewrite it from the final state when the files are missing
     (deleted, or lost with the directory copied without them); an unfinished one is an error."""
     if state.get("stage") != "done":
@@ -75,11 +72,12 @@ def ensure_report(run: Path, state: dict[str, Any]) -> dict[str, Any]:
     if not (Path(run) / "report.json").is_file() or not (Path(run) / "report.md").is_file():
         from perfwarden.orchestrator.report import write_report
 
-        write_report(Path(run), state)
+        write_report(Path(run), state, {**context.lab.base_config(), **context.settings.base_config},
+                     context.lab.config_model)
     return state
 
 
-def _graph(run: Path, services: Services, checkpointer_url: str | None):
+def _graph(run: Path, checkpointer_url: str | None):
     if checkpointer_url and checkpointer_url.startswith(("postgres://", "postgresql://")):
         try:
             from langgraph.checkpoint.postgres import PostgresSaver  # optional dependency
@@ -88,14 +86,28 @@ def _graph(run: Path, services: Services, checkpointer_url: str | None):
         cm = PostgresSaver.from_conn_string(checkpointer_url)
         saver = cm.__enter__()
         saver.setup()
-        return build_graph(services).compile(checkpointer=saver), cm
+        return build_graph().compile(checkpointer=saver), cm
     conn = sqlite3.connect(checkpoint_path(run), check_same_thread=False)
-    return build_graph(services).compile(checkpointer=SqliteSaver(conn)), conn
+    return build_graph().compile(checkpointer=SqliteSaver(conn)), conn
+
+
+def check_state_version(run: Path, values: dict[str, Any]) -> None:
+    """A checkpoint written by another state schema cannot be resumed: say so, and what still works."""
+    if "run_dir" not in values:  # checkpointed before the input was applied (only reducer defaults): no state yet
+        return
+    version = values.get("state_version", 1)
+    if version != STATE_VERSION:
+        raise RunUsageError(
+            f"{str(run)!r} was checkpointed with run-state version {version!r}; this perfwarden resumes version "
+            f"{STATE_VERSION} only (version 2 made the run state typed). Its raw evidence, claims and verdicts are "
+            f"intact: `perfwarden review {run}` shows them and `perfwarden audit` re-audits any claim. "
+            "Start a new run to optimize again.")
 
 
 def run_graph(run: Path, settings: RunSettings, lab: Lab, *, resume: bool = False, llm: LLMClient | None = None,
-              checkpointer_url: str | None = None, on_event: Callable[[str, str], None] | None = None,
-              clock: Callable[[], float] = time.time) -> dict[str, Any]:
+              checkpointer_url: str | None = None, watcher: Any = None, clock: Callable[[], float] = time.time,
+              brains: Brains | None = None, attacker: AttackProducer | None = None,
+              capture_logs: bool = True) -> RunState:
     """Start a run (or resume one) and return its final state."""
     run = Path(run)
     if resume:
@@ -108,9 +120,9 @@ def run_graph(run: Path, settings: RunSettings, lab: Lab, *, resume: bool = Fals
         run.mkdir(parents=True, exist_ok=True)
         write_json_atomic(settings_path(run), settings)
         crash_point("settings_written")
-    services = Services(lab=lab, settings=settings, llm=llm, clock=clock,
-                        on_event=on_event or (lambda node, detail: None))
-    graph, handle = _graph(run, services, checkpointer_url)
+    context = RunContext(lab=lab, settings=settings, llm=llm, brains=brains or Brains(llm=llm), clock=clock,
+                         watcher=watcher or SilentWatcher(), attacker=attacker, capture_logs=capture_logs)
+    graph, handle = _graph(run, checkpointer_url)
     crash_point("checkpointer_opened")
     config = {"configurable": {"thread_id": THREAD_ID}, "recursion_limit": settings.recursion_limit}
     try:
@@ -119,13 +131,14 @@ def run_graph(run: Path, settings: RunSettings, lab: Lab, *, resume: bool = Fals
             if snapshot.created_at is None:
                 # Killed before the first checkpoint was written (the file may exist, empty): no node
                 # ran, so starting from the beginning gives the uninterrupted run's result.
-                return ensure_report(run, graph.invoke(_initial_state(run, settings, clock), config))
+                return ensure_report(run, graph.invoke(initial_state(run, clock()), config, context=context), context)
+            check_state_version(run, dict(snapshot.values))
             # A task that finished just before the crash has its writes saved but no checkpoint after
             # it yet: ``next`` is then empty while ``tasks`` is not, and invoking applies those writes.
             if not snapshot.next and not snapshot.tasks:
-                return ensure_report(run, dict(snapshot.values))
-            return ensure_report(run, graph.invoke(None, config))
-        return ensure_report(run, graph.invoke(_initial_state(run, settings, clock), config))
+                return ensure_report(run, dict(snapshot.values), context)
+            return ensure_report(run, graph.invoke(None, config, context=context), context)
+        return ensure_report(run, graph.invoke(initial_state(run, clock()), config, context=context), context)
     finally:
         if hasattr(handle, "close"):
             handle.close()

@@ -39,19 +39,28 @@ class RunSettings(BaseModel):
     """Times a producer may fix and resubmit one change after a FAIL."""
     max_harness_redos: int = 2
     """Times the op-benchmarker may redo a rig after a FAIL."""
-    max_proposals: int = 8
-    """Upper bound on changes tried in one run."""
+    max_proposals: int = 12
+    """Upper bound on changes (search steps and kernel changes) tried in one run; the budget usually
+    stops the search first."""
     recursion_limit: int = 200
     """LangGraph recursion limit (every loop is bounded anyway; this is the backstop)."""
     base_config: dict = Field(default_factory=dict)
     """Target knobs of the true baseline (the target's defaults when empty)."""
     levers: list[str] | None = None
-    """Restrict the search to these lever names (None: the producers' full default space)."""
+    """Search exactly these knobs (``knob`` or ``knob=value``; None: the target's default search space,
+    from its config model)."""
     kernels: bool = True
     """Whether the kernel path (profile, extract, op bench, integrate) runs."""
+    red_team: bool = False
+    """Add the red-team producer (agents/red_team.py): its claims go through the same auditor node and
+    must all be refused."""
+    max_red_team_attacks: int = 20
+    """Upper bound on red-team claims in one run."""
     llm_model: str | None = None
     """Model name for the LLM brains and the auditor persona (None: deterministic only)."""
     llm_timeout_s: float = 60.0
     """Timeout of one LLM call."""
     llm_max_retries: int = 2
     """Retries of an LLM call whose output fails validation or whose request fails."""
+    llm_max_tokens: int | None = 512
+    """Cap on one LLM answer's length (None: the endpoint's default)."""

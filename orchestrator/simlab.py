@@ -18,21 +18,23 @@ from pathlib import Path
 from typing import Any
 
 from perfwarden.harness.bench_writer import append_bench_line, rep_exists
-from perfwarden.harness.records import QualityEval, RunDir, write_json_atomic
+from perfwarden.harness.records import LegSpec, Overlay, QualityEval, RunDir, write_json_atomic
+from perfwarden.harness.target_config import EmbeddedConfig
 from perfwarden.orchestrator.crashpoints import armed, kill_now
 from perfwarden.orchestrator.lab import LabError, LegPlan
 from perfwarden.proof.synth import COHERENT_TEXTS, make_rep, write_jsonl
 
-BASE = {"model": "SmolLM2-135M-Instruct", "threads": 2, "max_batch_size": 1, "batch_wait_ms": 0,
-        "dtype": "float32", "attn_implementation": "sdpa", "torch_compile": False, "prompt_lookup": False,
-        "quantization": "none", "response_cache": False, "op_overrides": {}}
+# It simulates the embedded target, so its true baseline is that target's defaults (one place).
+BASE = {"model": "SmolLM2-135M-Instruct", **EmbeddedConfig.defaults(), "threads": 2}
 
 
 class SyntheticLab:
+    config_model = EmbeddedConfig
     def __init__(self, effects: dict[str, dict[str, Any]] | None = None, cv: float = 0.01, seed: int = 0,
-                 crash_after: int | None = None, contended: bool | str = False):
+                 crash_after: int | None = None, contended: bool | str = False, on_rep=None,
+                 fail_first_quality: bool = False):
         self.effects = effects if effects is not None else {
-            "max_batch_size": {"tput": 1.35},
+            "max_batch_size": {"tput": {2: 1.35, 4: 1.6, 8: 1.6, 16: 1.6}},
             "response_cache": {"tput": 2.0, "log": "response cache hit for request 3"},
             "prompt_lookup": {"tput": 1.2, "accept_length": 1.8},
             "quantization": {"tput": 1.15, "quality": (0.40, 0.42)},
@@ -41,12 +43,18 @@ class SyntheticLab:
         }
         self.cv = cv
         self.seed = seed
+        self.fail_first_quality = fail_first_quality
+        """A candidate leg's quality eval fails (a target that died mid-eval) until the auditor has answered
+        a patch claim on that leg, so the graph's recovery path (QUALITY_EVAL_MISSING -> quality_eval ->
+        resubmit) runs. Decided from the verdicts on disk, not a counter, so a node re-run after a crash
+        takes the same path as the uninterrupted run."""
         self.calls: list[tuple[str, Any]] = []
         self.reps_written = 0
         self.crash_after = crash_after
         self.contended = contended  # True: every leg; a string: legs whose name contains it
         self.hog = {"loadavg_1m": 2.9, "ncpu": 2, "busy": [{"pid": 4242, "name": "stress-ng", "cpu_pct": 98.0}]}
         self.rep_delay_s = float(os.environ.get("PERFWARDEN_SIM_REP_DELAY", "0"))
+        self.on_rep = on_rep or (lambda leg, rep, status: None)
 
     # --- Lab protocol
     def base_config(self) -> dict[str, Any]:
@@ -59,11 +67,14 @@ class SyntheticLab:
         return [f"alt/{op}_wrong.py:impl", f"alt/{op}_fast.py:impl"] if op == "rmsnorm" else []
 
     def _effect(self, config: dict[str, Any]) -> dict[str, float]:
+        """Multiplicative effects of every knob that differs from the baseline. An effect is a number or
+        a table by knob value (an ordinal knob helps more at some values than at others)."""
         out = {"tput": 1.0, "ttft": 1.0}
         for key, eff in self.effects.items():
-            if config.get(key) != BASE.get(key):
-                out["tput"] *= eff.get("tput", 1.0)
-                out["ttft"] *= eff.get("ttft", 1.0)
+            value = config.get(key)
+            if value != BASE.get(key):
+                out["tput"] *= _at(eff.get("tput", 1.0), value)
+                out["ttft"] *= _at(eff.get("ttft", 1.0), value)
                 if "accept_length" in eff:
                     out["accept_length"] = eff["accept_length"]
         return out
@@ -76,9 +87,9 @@ class SyntheticLab:
             d.mkdir(parents=True, exist_ok=True)
             info = {**plan.config, "port": 9000 + len(plan.leg), "weights_digest": "synthetic"}
             write_json_atomic(paths.server_info(plan.leg), info)
-            write_json_atomic(paths.leg_spec(plan.leg), {"schema_version": 1, "leg": plan.leg, "role": plan.role,
-                                                         "overlay": plan.overlay, "purpose": plan.purpose,
-                                                         "parent_leg": plan.parent})
+            write_json_atomic(paths.leg_spec(plan.leg), LegSpec(leg=plan.leg, role=plan.role,
+                                                                overlay=Overlay(**plan.overlay),
+                                                                purpose=plan.purpose, parent_leg=plan.parent))
             log = ["server ready"]
             for op in (plan.config.get("op_overrides") or {}):
                 log.append(f"override {op} engaged: 30 modules")
@@ -111,6 +122,7 @@ class SyntheticLab:
                     _write_torn(bench, line)
                 append_bench_line(bench, line)
                 self.reps_written += 1
+                self.on_rep(plan.leg, k, "ok")
         return {plan.leg: "ok" for plan in legs}
 
     def profile(self, run: Path, config: dict[str, Any]) -> Path:
@@ -136,6 +148,8 @@ class SyntheticLab:
 
     def quality(self, run: Path, leg: LegPlan, baseline: LegPlan) -> str:
         self.calls.append(("quality", leg.leg))
+        if self.fail_first_quality and leg.role == "candidate" and not _answered_patch_claim(run, leg.leg):
+            raise LabError(f"simulated: the target died during the quality eval of {leg.leg!r}")
         score, base = (0.42, 0.42)
         for key, eff in self.effects.items():
             if leg.config.get(key) != BASE.get(key) and "quality" in eff:
@@ -152,6 +166,19 @@ class SyntheticLab:
         return "pw-qa-exact-v1"
 
 
+def _answered_patch_claim(run: Path, leg: str) -> bool:
+    """Whether a patch claim whose candidate is ``leg`` already has the auditor's verdict."""
+    paths = RunDir(run)
+    for claim in sorted((paths.root / "claims").glob("*-patch.json")):
+        try:
+            candidate = json.loads(claim.read_text("utf-8")).get("legs", {}).get("candidate")
+        except (OSError, ValueError, AttributeError):
+            continue
+        if candidate == leg and (paths.root / "verdicts" / claim.name).is_file():
+            return True
+    return False
+
+
 def _rep_start(paths: RunDir, k: int, position: int, n_legs: int) -> float:
     """When simulated rep ``k`` of the leg at ``position`` starts: inside the run's clock (after
     run.json's started_at), interleaved A B A B, a function of the plan only (resume reproduces it)."""
@@ -161,6 +188,10 @@ def _rep_start(paths: RunDir, k: int, position: int, n_legs: int) -> float:
     except (OSError, ValueError, TypeError, AttributeError):
         t0 = 1_700_000_000.0
     return t0 + 10.0 + 10.0 * (k * n_legs + position)
+
+
+def _at(effect: float | dict, value: Any) -> float:
+    return effect.get(value, 1.0) if isinstance(effect, dict) else effect
 
 
 def _row(op, backend, ms, ref, seed, trial, err):

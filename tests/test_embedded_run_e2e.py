@@ -17,7 +17,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 def test_embedded_run_banks_batching_and_refuses_the_response_cache(tmp_path):
     run = tmp_path / "run"
     cmd = [sys.executable, "-m", "perfwarden.orchestrator.cli", "run", "--target", "embedded", "--out", str(run),
-           "--levers", "max_batch_size,response_cache", "--no-kernels", "--budget-minutes", "12"]
+           "--levers", "max_batch_size=4,response_cache", "--no-kernels", "--budget-minutes", "12"]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=880, env={**os.environ})
     assert done.returncode == 0, done.stderr[-3000:]
     report = json.loads((run / "report.json").read_text())
@@ -27,10 +27,12 @@ def test_embedded_run_banks_batching_and_refuses_the_response_cache(tmp_path):
         assert all(v["verdict"] != "PASS" for v in contended)
         pytest.skip(f"the machine was contended during the run ({len(contended)} verdicts say so)")
     banked = {b["name"]: b for b in report["banked"]}
-    assert "cfg-max_batch_size" in banked and banked["cfg-max_batch_size"]["lever_class"] == "B"
-    assert banked["cfg-max_batch_size"]["headline_rederived_pct"] > 20
+    assert "cfg-max_batch_size=4" in banked and banked["cfg-max_batch_size=4"]["lever_class"] == "B"
+    assert banked["cfg-max_batch_size=4"]["headline_rederived_pct"] > 20
     refused = {r["name"]: r for r in report["rejected"]}
-    assert "CACHING_SUSPECTED" in refused["cfg-response_cache"]["reason"]
+    assert "CACHING_SUSPECTED" in refused["cfg-response_cache=True"]["reason"]
+    assert [s["change"] for s in report["search_path"]] == ["cfg-max_batch_size=4", "cfg-response_cache=True"]
+    assert "## Search path" in (run / "report.md").read_text()
     # raw evidence really comes from LoadGen and the real server
     leg = run / "legs" / "baseline"
     assert (leg / "loadgen" / "rep-0" / "mlperf_log_summary.txt").is_file()

@@ -415,7 +415,8 @@ def test_resume_of_a_run_killed_right_after_its_checkpoint_file_was_created(tmp_
     result = runner.invoke(app, ["run", "--resume", str(run)])
     assert result.exit_code == 0, result.output
     report = json.loads((run / "report.json").read_text())
-    assert [b["name"] for b in report["banked"]] == ["cfg-max_batch_size"]
+    banked = [b["name"] for b in report["banked"]]  # the search's steps on the one knob named
+    assert banked and all(name.startswith("cfg-max_batch_size=") for name in banked), banked
     assert (run / "report.md").is_file()
 
 

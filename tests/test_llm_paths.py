@@ -106,25 +106,29 @@ def test_extract_json_handles_fences_and_prose():
 
 
 def test_run_with_llm_producer_retry_carries_the_auditors_reasons(tmp_path):
-    """The integrator's LLM brain sees the auditor's findings when it decides how to fix a FAIL."""
+    """The config-tuner's LLM brain picks a step among the allowed values; the integrator's LLM brain sees
+    the auditor's findings when it decides how to answer a FLAG."""
     def reply(payload):
         system = payload["messages"][0]["content"]
         if "config-tuner" in system:
-            return json.dumps({"proposals": [{"knob": "quantization", "value": "int8_dynamic", "lever_class": "B",
-                                              "rationale": "cheaper matmuls"},
-                                             {"knob": "warp_speed", "value": 11, "lever_class": "A"}]})
+            return json.dumps({"proposals": [{"knob": "warp_speed", "value": 11, "lever_class": "A"},
+                                             {"knob": "batch_wait_ms", "value": 40, "lever_class": "B",
+                                              "rationale": "fill batches"}]})
         if "integrator" in system:
-            return json.dumps({"action": "run_quality_eval", "reason": "lossy: needs the eval"})
+            return json.dumps({"action": "disclose", "reason": "state the TTFT trade-off"})
         return json.dumps({"findings": [], "notes": "nothing to add"})
 
     with ScriptedLLM([], default=None) as llm:
         llm.default = reply  # every request answered by the function
-        settings = RunSettings(target="synthetic", levers=["quantization"], kernels=False, llm_model="scripted-model")
+        settings = RunSettings(target="synthetic", levers=["batch_wait_ms"], kernels=False, llm_model="scripted-model")
         state = run_graph(tmp_path / "run", settings, SyntheticLab(), llm=client(llm))
         prompts = [(r["messages"][0]["content"], r["messages"][1]["content"]) for r in llm.requests]
+    tuner = [u for s, u in prompts if "config-tuner" in s]
+    assert '"batch_wait_ms": {"allowed": [0.0, 5.0, 20.0, 40.0]' in tuner[0]  # the model's allowed values
     fixer = [u for s, u in prompts if "integrator" in s]
-    assert fixer and "QUALITY_EVAL_MISSING" in fixer[0] and "<untrusted_data" not in fixer[0].split("QUALITY")[0][-20:]
-    assert [b["name"] for b in state["banked"]] == ["cfg-quantization"]
+    assert fixer and "HIDDEN_LATENCY_REGRESSION" in fixer[0]
+    banked = {b.name: b for b in state["banked"]}
+    assert "median_ttft_ms" in banked["cfg-batch_wait_ms=40.0"].disclosed_regressions
     report = (tmp_path / "run" / "report.md").read_text()
     assert "warp_speed" in report  # the invalid proposal is recorded, not silently used
     assert "LLM 'scripted-model'" in report
@@ -132,13 +136,15 @@ def test_run_with_llm_producer_retry_carries_the_auditors_reasons(tmp_path):
 
 def test_llm_unavailable_for_producers_falls_back_and_records(tmp_path):
     with ScriptedLLM([], default=None) as llm:  # every call: HTTP 500
-        settings = RunSettings(target="synthetic", levers=["max_batch_size"], kernels=False)
+        settings = RunSettings(target="synthetic", levers=["max_batch_size=2"], kernels=False)
         state = run_graph(tmp_path / "run", settings, SyntheticLab(), llm=client(llm, retries=0))
         assert llm.requests
-    assert [b["name"] for b in state["banked"]] == ["cfg-max_batch_size"]
+    assert [b.name for b in state["banked"]] == ["cfg-max_batch_size=2"]
     verdicts = [json.loads(p.read_text()) for p in sorted((tmp_path / "run" / "verdicts").glob("*.json"))]
     assert all(v["degraded"] for v in verdicts)
-    assert "deterministic policy" in (tmp_path / "run" / "report.md").read_text()
+    report = (tmp_path / "run" / "report.md").read_text()
+    assert "deterministic policy" in report
+    assert json.loads((tmp_path / "run" / "report.json").read_text())["llm"]["unavailable"] >= 1
 
 
 def test_client_raises_output_error_after_retries():

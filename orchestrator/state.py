@@ -1,0 +1,141 @@
+"""The run's typed state (LangGraph channels) and the services nodes receive through the runtime context.
+
+State is what the checkpoint holds: typed records (``Proposal``, ``VerdictSummary``, ``BankedChange``)
+with reducers, so a node returns only what it changed -- new verdicts, banked changes and notes are
+appended, a proposal is replaced by id. Services (the lab, the settings, the brains, the LLM client, the
+clock, what the terminal shows) are not state: they come through ``Runtime[RunContext]`` and are rebuilt
+on resume.
+"""
+
+from __future__ import annotations
+
+import operator
+import time
+from dataclasses import dataclass, field
+from typing import Annotated, Any, Callable, Protocol, TypedDict
+
+from perfwarden.agents.base import (AttackProducer, BankedChange, Proposal, Rejection, VerdictSummary)
+from perfwarden.agents.brains import Brains
+from perfwarden.agents.llm import LLMClient
+from perfwarden.harness.records import Claim
+from perfwarden.orchestrator.lab import Lab, LegPlan
+from perfwarden.orchestrator.settings import RunSettings
+
+STATE_VERSION = 2
+"""Version of the checkpointed state. 1: plain dicts (before the typed state); 2: typed records. A
+checkpoint of another version is refused on resume with a clear message (runner.py)."""
+
+
+def upsert_by_id(left: list[Proposal], right: list[Proposal]) -> list[Proposal]:
+    """Proposals reducer: a returned proposal replaces the one with its id, a new one is appended."""
+    merged = {p.id: p for p in left}
+    for p in right:
+        merged[p.id] = p
+    return list(merged.values())
+
+
+def add_counts(left: dict[str, int], right: dict[str, int]) -> dict[str, int]:
+    """Counters reducer."""
+    out = dict(left)
+    for key, n in right.items():
+        out[key] = out.get(key, 0) + n
+    return out
+
+
+class RunState(TypedDict, total=False):
+    state_version: int
+    """``STATE_VERSION`` of the code that started the run."""
+    run_dir: str
+    """The run directory."""
+    started_at: float
+    """Clock time the run started (the budget counts from it, across resumes)."""
+    seq: int
+    """Last claim sequence number used."""
+    stage: str
+    """Where the run is, for humans."""
+    baseline_attempts: int
+    """Baseline measurements so far."""
+    aa_legs: list[str]
+    """The baseline leg and its A/A twin (they calibrate every comparison's noise band)."""
+    hot_ops: list[tuple[str, float]]
+    """The profile's op ranking (op, share of time)."""
+    served_shapes: dict[str, list[list[int]]]
+    """Op -> the shapes the server ran it at (from the profile)."""
+    kernels_proposed: bool
+    """Whether the kernel-extractor has proposed its changes (after the config search converged)."""
+    proposals: Annotated[list[Proposal], upsert_by_id]
+    """Every change tried, in order: the search path."""
+    current: str | None
+    """Proposal being worked on."""
+    pending_claim: str | None
+    """Claim file waiting for the auditor node."""
+    last_verdict: VerdictSummary | None
+    """The auditor's latest answer."""
+    verdicts: Annotated[list[VerdictSummary], operator.add]
+    """Every verdict, in sequence order."""
+    banked: Annotated[list[BankedChange], operator.add]
+    """Accepted steps, in order: applied together they are the best configuration."""
+    rejected: Annotated[list[Rejection], operator.add]
+    """Changes given up on."""
+    notes: Annotated[list[str], operator.add]
+    """Things the report should say (lab failures, budget stops, LLM fallbacks)."""
+    llm_fallbacks: Annotated[dict[str, int], add_counts]
+    """Producer -> times its LLM brain's answer was unusable and the deterministic policy answered."""
+    fix_action: str | None
+    """The producer's answer to the last patch verdict."""
+    bundle_done: bool
+    """The bundle legs were measured (or failed)."""
+    red_team_done: bool
+    """The red-team producer has no more attacks."""
+    durations: list[float]
+    """Seconds each finished proposal took (the budget stop uses their median)."""
+    baseline_s: float
+    """Seconds the baseline measurement took (the cost of a change until one has finished)."""
+    picked_at: float
+    """Clock time the current proposal was picked."""
+
+
+class RunWatcher(Protocol):
+    """What a person watching the run is shown (the terminal; nothing in tests)."""
+
+    def node(self, name: str, detail: str) -> None: ...
+
+    def measuring(self, legs: list[LegPlan], reps: int) -> None: ...
+
+    def rep(self, leg: str, rep: int, status: str) -> None: ...
+
+    def verdict(self, summary: VerdictSummary, claim: Claim, remaining_s: float) -> None: ...
+
+
+class SilentWatcher:
+    def node(self, name: str, detail: str) -> None:
+        pass
+
+    def measuring(self, legs: list[LegPlan], reps: int) -> None:
+        pass
+
+    def rep(self, leg: str, rep: int, status: str) -> None:
+        pass
+
+    def verdict(self, summary: VerdictSummary, claim: Claim, remaining_s: float) -> None:
+        pass
+
+
+@dataclass
+class RunContext:
+    """Services every node receives through ``Runtime[RunContext]`` (never checkpointed)."""
+
+    lab: Lab
+    settings: RunSettings
+    llm: LLMClient | None = None
+    brains: Brains = field(default_factory=Brains)
+    clock: Callable[[], float] = time.time
+    watcher: Any = field(default_factory=SilentWatcher)
+    """A ``RunWatcher``."""
+    attacker: AttackProducer | None = None
+    """The red-team producer (``--red-team``), if any."""
+    capture_logs: bool = True
+    """Send in-process lab output (torch profiler, weight loading) to RUN/logs/ instead of the terminal."""
+
+    def remaining_s(self, state: RunState) -> float:
+        return self.settings.budget_minutes * 60.0 - (self.clock() - state["started_at"])

@@ -1,0 +1,47 @@
+"""The brains' real client against a real, weak model: the embedded SmolLM2-135M server is the
+OpenAI-compatible endpoint of the LLM brains and the auditor persona. Its answers are mostly unusable
+(it ignores response_format); every bad answer must fall back cleanly to the deterministic policy and be
+counted in the report, and the run must finish with the auditor's deterministic verdicts intact."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from perfwarden.agents.llm import LLMClient
+from perfwarden.harness.targets import EmbeddedTarget
+from perfwarden.orchestrator.runner import run_graph
+from perfwarden.orchestrator.settings import RunSettings
+from perfwarden.orchestrator.simlab import SyntheticLab
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
+
+
+def test_smollm2_as_the_brains_endpoint_falls_back_and_is_counted(tmp_path):
+    knobs = {"threads": 2, "max_seq_len": 8192, "default_max_tokens": 64}
+    with EmbeddedTarget(tmp_path / "brain-server", knobs) as server:
+        client = LLMClient(model="SmolLM2-135M-Instruct", base_url=f"{server.base_url}/v1", api_key=None,
+                           timeout_s=300, max_retries=0, max_tokens=48)
+        settings = RunSettings(target="synthetic", levers=["max_batch_size=2", "attn_implementation"], kernels=False,
+                               llm_model="SmolLM2-135M-Instruct")
+        state = run_graph(tmp_path / "run", settings, SyntheticLab(), llm=client)
+    usage = client.usage
+    assert usage.calls >= 3  # the endpoint answered (a contended machine may still time out an ask: counted too)
+    report = json.loads((tmp_path / "run" / "report.json").read_text())
+    llm = report["llm"]
+    assert (llm["calls"], llm["invalid_outputs"], llm["unavailable"]) == (usage.calls, usage.failures,
+                                                                         usage.unavailable)
+    # whatever the model said, only allowed steps were measured and the deterministic verdicts stand
+    assert {p["id"] for p in report["proposals"]} <= {"cfg-max_batch_size=2", "cfg-attn_implementation=eager"}
+    for v in state["verdicts"]:
+        verdict = json.loads((tmp_path / "run" / v.path).read_text())
+        if verdict["degraded"]:
+            assert any("LLM persona" in r for r in verdict["degraded_reasons"])
+    if usage.failures:  # a weak model's bad answers are fallen back from and counted, never silently used
+        md = (tmp_path / "run" / "report.md").read_text()
+        assert "## LLM brains" in md and f"{usage.failures} invalid outputs" in md
+        assert sum(llm["fallbacks"].values()) >= 1 or any(v.degraded for v in state["verdicts"])
+    assert "cfg-max_batch_size=2" in {b.name for b in state["banked"]} or any(
+        f["source"] == "llm" for v in state["verdicts"]
+        for f in json.loads((tmp_path / "run" / v.path).read_text())["findings"])
