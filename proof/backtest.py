@@ -2,7 +2,12 @@
 
 The auditor runs blind: each fixture's claims are audited first, and its ``answer_key.json`` is read
 only afterwards, for scoring. A fixture agrees when the verdict and action match and every
-``must_include`` code is raised and no ``must_exclude`` code is (INFO findings don't count as raised).
+``must_include`` code is raised and no ``must_exclude`` code is (INFO findings don't count as raised),
+and every ``must_note`` string appears in one of the verdict's ``not_checked`` entries (a check the
+auditor must say it could not make, e.g. ``"unsealed"``).
+
+A fixture whose run was sealed by the harness ships its key beside (never inside) the run directory,
+``<fixture>/seal.key``: the backtest hands it to the auditor as an operator would with ``--key``.
 """
 
 from __future__ import annotations
@@ -31,6 +36,8 @@ class CaseResult:
     expected_actions: list[str] = field(default_factory=list)
     must_include: list[str] = field(default_factory=list)
     must_exclude: list[str] = field(default_factory=list)
+    must_note: list[str] = field(default_factory=list)
+    not_checked: list[str] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
     kind: str = "run"
     verdict_record: Any = field(default=None, repr=False, compare=False)
@@ -57,11 +64,12 @@ def find_fixtures(roots: list[Path]) -> list[Path]:
 def _audit_blind(fixture: Path) -> list[tuple[str, Any]]:
     """Audit every claim of the fixture's run without looking at its answer key."""
     run = fixture / "run"
+    key = fixture / "seal.key" if (fixture / "seal.key").is_file() else None
     out = []
     for claim in sorted((run / "claims").glob("*.json")):
         rel = str(claim.relative_to(run))
         try:
-            out.append((rel, audit_path(run, claim)))
+            out.append((rel, audit_path(run, claim, key=key)))
         except ClaimError as exc:
             out.append((rel, exc))
     return out
@@ -78,7 +86,7 @@ def score_fixture(fixture: Path) -> list[CaseResult]:
         else:
             res = CaseResult(fixture.name, rel, verdict.verdict, verdict.action,
                              sorted({f.code for f in verdict.findings if f.severity != "INFO"}),
-                             verdict_record=verdict)
+                             not_checked=list(verdict.not_checked), verdict_record=verdict)
         answer = answers.pop(rel, None)
         if answer is None:
             res.problems.append("no answer for this claim in the key")
@@ -96,6 +104,7 @@ def _compare(res: CaseResult, answer: dict[str, Any]) -> None:
     res.expected_actions = actions if isinstance(actions, list) else [actions] if actions else []
     res.must_include = list(answer.get("must_include", []))
     res.must_exclude = list(answer.get("must_exclude", []))
+    res.must_note = list(answer.get("must_note", []))
     if res.verdict != res.expected_verdict:
         res.problems.append(f"verdict {res.verdict} != expected {res.expected_verdict}")
     if res.expected_actions and res.action not in res.expected_actions:
@@ -106,6 +115,9 @@ def _compare(res: CaseResult, answer: dict[str, Any]) -> None:
     extra = [c for c in res.must_exclude if c in res.codes]
     if extra:
         res.problems.append(f"forbidden codes raised {extra}")
+    unsaid = [n for n in res.must_note if not any(n in item for item in res.not_checked)]
+    if unsaid:
+        res.problems.append(f"not_checked does not say {unsaid}")
 
 
 @dataclass

@@ -14,7 +14,8 @@ import numpy as np
 from pathlib import Path
 from typing import Any
 
-from perfwarden.harness.records import (Claim, LegSpec, Overlay, RunManifest, append_jsonl, write_json_atomic)
+from perfwarden.harness import seal
+from perfwarden.harness.records import Claim, LegSpec, Overlay, RunManifest, write_json_atomic
 
 COHERENT_TEXTS = [
     "The capital of France is Paris, a city known for its museums and long history.",
@@ -112,23 +113,26 @@ def write_leg(run: Path, leg: str, role: str, server_info: dict[str, Any], reps:
               log_lines: list[str] | None = None, outputs: list[str] | None = None,
               overlay: dict[str, Any] | None = None, status: str = "ok", failure: str | None = None,
               parent: str | None = None) -> Path:
-    """Write one leg directory: leg.json, server_info.json, server.log, bench_runs.jsonl, outputs.jsonl."""
+    """Write one leg directory: leg.json, server_info.json, server.log, bench_runs.jsonl, outputs.jsonl.
+
+    Written through the harness's sealed writers: when the run has a seal chain (``seal.begin``), the
+    leg is sealed exactly as a recorded one would be; otherwise these are plain writes."""
     leg_dir = Path(run) / "legs" / leg
     leg_dir.mkdir(parents=True, exist_ok=True)
     spec = LegSpec(leg=leg, role=role, overlay=Overlay(**(overlay or {})), purpose=f"{role} leg",
                    parent_leg=parent, status=status, failure=failure)
-    write_json_atomic(leg_dir / "leg.json", spec)
-    write_json_atomic(leg_dir / "server_info.json", server_info)
-    (leg_dir / "server.log").write_text("".join(f"{line}\n" for line in (log_lines or ["server ready"])))
+    seal.write_json(leg_dir / "leg.json", spec)
+    seal.write_json(leg_dir / "server_info.json", server_info)
+    seal.write_text(leg_dir / "server.log", "".join(f"{line}\n" for line in (log_lines or ["server ready"])))
     bench = leg_dir / "bench_runs.jsonl"
-    bench.unlink(missing_ok=True)
+    seal.unlink(bench)
     for line in reps:
-        append_jsonl(bench, line)
+        seal.append_jsonl(bench, line)
     if outputs is not None:
         out = leg_dir / "outputs.jsonl"
-        out.unlink(missing_ok=True)
+        seal.unlink(out)
         for i, text in enumerate(outputs):
-            append_jsonl(out, {"prompt_id": f"p{i:02d}", "text": text, "finish_reason": "length", "seed": 0})
+            seal.append_jsonl(out, {"prompt_id": f"p{i:02d}", "text": text, "finish_reason": "length", "seed": 0})
     return leg_dir
 
 
@@ -141,8 +145,7 @@ def write_claim(run: Path, claim: dict[str, Any] | Claim, name: str | None = Non
 
 def write_jsonl(path: Path, rows: list[dict[str, Any]]) -> Path:
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    seal.write_text(path, "".join(json.dumps(r) + "\n" for r in rows))  # sealed in a sealed run
     return path
 
 
