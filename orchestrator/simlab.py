@@ -15,8 +15,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from perfwarden.harness import seal
 from perfwarden.harness.bench_writer import append_bench_line, rep_exists
-from perfwarden.harness.records import QualityEval, RunDir, write_json_atomic
+from perfwarden.harness.records import QualityEval, RunDir
 from perfwarden.orchestrator.lab import LabError, LegPlan
 from perfwarden.proof.synth import COHERENT_TEXTS, make_rep, write_jsonl
 
@@ -67,13 +68,14 @@ class SyntheticLab:
 
     def measure(self, run: Path, legs: list[LegPlan], reps: int) -> dict[str, str]:
         self.calls.append(("measure", [leg.leg for leg in legs], reps))
+        seal.begin(run)  # the synthetic target plays the harness: it seals what it writes, as it writes it
         paths = RunDir(run)
         for plan in legs:
             d = paths.leg_dir(plan.leg)
             d.mkdir(parents=True, exist_ok=True)
             info = {**plan.config, "port": 9000 + len(plan.leg), "weights_digest": "synthetic"}
-            write_json_atomic(paths.server_info(plan.leg), info)
-            write_json_atomic(paths.leg_spec(plan.leg), {"schema_version": 1, "leg": plan.leg, "role": plan.role,
+            seal.write_json(paths.server_info(plan.leg), info)
+            seal.write_json(paths.leg_spec(plan.leg), {"schema_version": 1, "leg": plan.leg, "role": plan.role,
                                                          "overlay": plan.overlay, "purpose": plan.purpose,
                                                          "parent_leg": plan.parent})
             log = ["server ready"]
@@ -82,7 +84,7 @@ class SyntheticLab:
             for key, eff in self.effects.items():
                 if plan.config.get(key) != BASE.get(key) and "log" in eff:
                     log.append(eff["log"])
-            paths.server_log(plan.leg).write_text("\n".join(log) + "\n")
+            seal.write_text(paths.server_log(plan.leg), "\n".join(log) + "\n")
             if not paths.outputs(plan.leg).is_file():
                 write_jsonl(paths.outputs(plan.leg), [{"prompt_id": f"p{i}", "text": t} for i, t in enumerate(COHERENT_TEXTS)])
         for k in range(reps):
@@ -109,6 +111,7 @@ class SyntheticLab:
 
     def profile(self, run: Path, config: dict[str, Any]) -> Path:
         self.calls.append(("profile", None))
+        seal.begin(run)
         path = RunDir(run).profile
         write_jsonl(path, [
             {"name": "aten::linear", "op": "linear", "self_time_us": 5000.0, "shapes": [[8, 576]]},
@@ -118,6 +121,7 @@ class SyntheticLab:
 
     def opbench(self, run: Path, op: str, candidates: list[str], shapes: list) -> Path:
         self.calls.append(("opbench", op, list(candidates)))
+        seal.begin(run)
         rows = []
         for t, seed in enumerate((0, 1, 2)):
             rows.append(_row(op, "reference", 2.0, True, seed, t, 1e-7))
@@ -130,11 +134,12 @@ class SyntheticLab:
 
     def quality(self, run: Path, leg: LegPlan, baseline: LegPlan) -> str:
         self.calls.append(("quality", leg.leg))
+        seal.begin(run)
         score, base = (0.42, 0.42)
         for key, eff in self.effects.items():
             if leg.config.get(key) != BASE.get(key) and "quality" in eff:
                 score, base = eff["quality"]
-        write_json_atomic(RunDir(run).quality("pw-qa-exact-v1", leg.leg), QualityEval(
+        seal.write_json(RunDir(run).quality("pw-qa-exact-v1", leg.leg), QualityEval(
             eval_id="pw-qa-exact-v1", leg=leg.leg, n=40, score=score, baseline_score=base, baseline_leg=baseline.leg))
         return "pw-qa-exact-v1"
 
