@@ -1,4 +1,4 @@
-"""``perfwarden audit RUN_DIR --claim CLAIM.json [--json] [--save]``."""
+"""``perfwarden audit RUN_DIR --claim CLAIM.json [--key KEY] [--json] [--save]``."""
 
 from __future__ import annotations
 
@@ -20,11 +20,13 @@ def audit(
     claim: Path = typer.Option(..., "--claim", help="Claim JSON to audit."),
     json_out: bool = typer.Option(False, "--json", help="Print the verdict JSON to stdout."),
     save: bool = typer.Option(False, "--save", help="Also write verdicts/<seq>-<scope>.json in the run."),
+    key: Path | None = typer.Option(None, "--key", help="The run's seal key (default: look it up in the key store, "
+                                    "$PERFWARDEN_KEY_DIR or ~/.local/share/perfwarden/keys, by the run's seal id)."),
 ) -> None:
     """Audit one claim against the run's raw files. Exit 0 PASS, 10 FLAG, 20 FAIL, 3 invalid input."""
     err = Console(stderr=True, soft_wrap=True)
     try:
-        verdict = audit_path(run_dir, claim)
+        verdict = audit_path(run_dir, claim, key=key)
     except ClaimError as exc:
         err.print(f"[red]error:[/red] {exc}")
         raise typer.Exit(EXIT_INVALID) from None
