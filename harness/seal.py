@@ -421,6 +421,16 @@ class Chain:
             self._files[rel] = _FileState(whole=True, size=size, sha256=sha)
             return entry
 
+    def is_current(self, path: Path) -> bool:
+        """Whether ``path`` exists with exactly the bytes last sealed for it."""
+        path = Path(path)
+        with self._locked():
+            st = self._files.get(self.rel(path))
+            if st is None or not path.is_file():
+                return False
+            sha, size = _file_sha256(path)
+            return size == st.size and sha == st.sha256
+
     def cut_unsealed_tail(self, path: Path) -> bytes:
         """Cut whatever follows the last sealed line of ``path`` (torn or complete but unsealed)."""
         path = Path(path)
@@ -649,6 +659,13 @@ def seal_file(*paths: Path | str) -> None:
         chain = chain_for(path)
         if chain is not None:
             chain.seal_file(Path(path))
+
+
+def is_current(path: Path | str) -> bool:
+    """Whether a harness file is done: it exists and, in a sealed run, holds what was sealed (a file
+    written just before a crash but never sealed is written again on resume)."""
+    chain = chain_for(path)
+    return Path(path).is_file() if chain is None else chain.is_current(Path(path))
 
 
 def cut_unsealed_tail(path: Path | str) -> bytes | None:

@@ -86,7 +86,7 @@ class EmbeddedLab:
             status.update(started)
             for plan in legs:
                 target = targets.get(plan.leg)
-                if target is not None and not paths.outputs(plan.leg).is_file():
+                if target is not None and not seal.is_current(paths.outputs(plan.leg)):
                     self._parity_dump(paths, plan.leg, target.base_url)
             pids = [t.proc.pid for t in targets.values() if t.proc is not None]
             for k in range(reps):

@@ -35,6 +35,7 @@ from perfwarden.agents.base import Proposal
 from perfwarden.agents.llm import LLMClient
 from perfwarden.harness.jsonl import ProfileLine, read_jsonl
 from perfwarden.harness.records import RunDir, RunManifest, append_jsonl, write_json_atomic
+from perfwarden.harness.seal import find_key_file
 from perfwarden.orchestrator.lab import Lab, LabError, LegPlan
 from perfwarden.orchestrator.settings import RunSettings
 
@@ -177,7 +178,8 @@ def build_graph(services: Services):
     def auditor(state: RunState) -> dict:
         run = _run(state)
         rel = state["pending_claim"]
-        verdict = audit_path(run, run / rel)
+        # The harness holds the run's seal key outside the run directory; only the auditor gets it.
+        verdict = audit_path(run, run / rel, key=find_key_file(run))
         verdict = apply_persona(run, (run / rel).read_text("utf-8"), verdict, services.llm)
         path = write_verdict(run, verdict)
         summary = {"seq": verdict.claim_seq, "scope": verdict.scope, "verdict": verdict.verdict,

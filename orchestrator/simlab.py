@@ -85,7 +85,7 @@ class SyntheticLab:
                 if plan.config.get(key) != BASE.get(key) and "log" in eff:
                     log.append(eff["log"])
             seal.write_text(paths.server_log(plan.leg), "\n".join(log) + "\n")
-            if not paths.outputs(plan.leg).is_file():
+            if not seal.is_current(paths.outputs(plan.leg)):
                 write_jsonl(paths.outputs(plan.leg), [{"prompt_id": f"p{i}", "text": t} for i, t in enumerate(COHERENT_TEXTS)])
         for k in range(reps):
             for plan in legs:
