@@ -376,3 +376,44 @@ def test_resume_rewrites_a_file_written_but_never_sealed(tmp_path):
     assert seal.is_current(out)
     out.write_text("b\n")  # e.g. replaced just before a crash, never sealed
     assert not seal.is_current(out)
+
+
+# ------------------------------------------------------------------------------- the real target
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_measure_then_audit_on_the_embedded_target(tmp_path):
+    """`perfwarden measure` really runs the embedded server under LoadGen; the run it records verifies
+    under the key the harness put in the key store, and one edited byte is caught."""
+    import subprocess
+    import sys
+
+    from perfwarden.proof.synth import write_claim
+
+    run = tmp_path / "run"
+    cli = [sys.executable, "-m", "perfwarden.orchestrator.cli"]
+    measured = subprocess.run(cli + ["measure", "--out", str(run), "--leg", "base", "--reps", "2", "--scenario",
+                                     "offline", "--max-tokens", "4"], capture_output=True, text=True, timeout=540)
+    assert measured.returncode == 0, measured.stderr[-3000:]
+    keys = list(Path(os.environ["PERFWARDEN_KEY_DIR"]).glob("*.key"))
+    assert len(keys) == 1 and not keys[0].resolve().is_relative_to(run.resolve())
+    key = resolve_key(run, None, None)
+    m = read_manifest(run / "evidence.jsonl", key.key, key.head)
+    assert m.verified and m.broken is None
+    assert [(s.rep, s.contention) for s in m.files["legs/base/bench_runs.jsonl"].lines] == [(0, True), (1, True)]
+    for rel in ("legs/base/leg.json", "legs/base/server_info.json", "legs/base/server.log", "legs/base/outputs.jsonl",
+                "legs/base/loadgen/rep-1/mlperf_log_summary.txt"):
+        assert rel in m.files and not m.files[rel].gone, rel
+    claim = write_claim(run, {"scope": "baseline", "seq": 1, "legs": {"baseline": "base"}})
+    audited = subprocess.run(cli + ["audit", str(run), "--claim", str(claim), "--json"], capture_output=True,
+                             text=True, timeout=120)
+    verdict = json.loads(audited.stdout)
+    assert not [f for f in verdict["findings"] if f["code"] in ("EVIDENCE_TAMPERED", "EVIDENCE_MISSING")]
+    assert not any("unsealed" in n for n in verdict["not_checked"])
+    bench = run / "legs" / "base" / "bench_runs.jsonl"
+    bench.write_bytes(bench.read_bytes().replace(b'"rep":1', b'"rep":2', 1))
+    tampered = subprocess.run(cli + ["audit", str(run), "--claim", str(claim), "--json"], capture_output=True,
+                              text=True, timeout=120)
+    assert tampered.returncode == 20
+    assert any(f["code"] == "EVIDENCE_TAMPERED" for f in json.loads(tampered.stdout)["findings"])
