@@ -417,3 +417,29 @@ def test_measure_then_audit_on_the_embedded_target(tmp_path):
                               text=True, timeout=120)
     assert tampered.returncode == 20
     assert any(f["code"] == "EVIDENCE_TAMPERED" for f in json.loads(tampered.stdout)["findings"])
+
+
+def test_a_hostile_manifest_is_never_read_outside_the_run_and_never_crashes(tmp_path):
+    """Entries naming files outside the run (or impossible names) are linked correctly but forged
+    (no key): the auditor reads nothing outside the run, does not degrade, and fails closed."""
+    from perfwarden.harness.seal import encode_entry
+
+    fixture = _fixture(tmp_path)
+    (fixture / "seal.key").unlink()  # audited without the key: only the chain's structure is checked
+    chain = fixture / "run" / "evidence.jsonl"
+    lines = chain.read_bytes().splitlines(keepends=True)
+    last = json.loads(lines[-1])
+    prev, seq, out = last["mac"], last["seq"], []
+    secret = tmp_path / "secret.txt"
+    secret.write_text("outside the run\n")
+    for name in (str(secret), "../secret.txt", "legs/cand/\u0000bad", "legs/cand/" + "x" * 5000):
+        seq += 1
+        line, prev = encode_entry({"v": 1, "seq": seq, "prev": prev, "kind": "file", "file": name,
+                                   "sha256": "0" * 64, "size": 1}, os.urandom(32))
+        out.append(line)
+    chain.write_bytes(b"".join(lines + out))
+    verdict = _audit(fixture, key=False)
+    assert not verdict.degraded, verdict.degraded_reasons
+    missing = [f for f in verdict.findings if f.code == "EVIDENCE_MISSING" and f.severity == "FAIL"]
+    assert missing and verdict.verdict == "FAIL"
+    assert str(secret) not in verdict.input_digests

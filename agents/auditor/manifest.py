@@ -398,6 +398,10 @@ def locate(path: Path, sealed: SealedFile) -> tuple[LineDifference | None, bool]
                 i += 1
                 continue
             other = by_sha.get(sha)
+            if other is s:
+                return LineDifference("moved", ref.line, sha, s, f"sealed line {s.line}{_rep(s)} of {sealed.path!r} is "
+                                      f"at byte {ref.offset}, not at byte {s.offset} where it was sealed: bytes were "
+                                      "inserted or removed before it"), False
             if other is not None:
                 return LineDifference("moved", ref.line, sha, s, f"line {ref.line} of {sealed.path!r} holds what was "
                                       f"sealed as line {other.line}, not sealed line {s.line}"
@@ -431,11 +435,15 @@ def observe(run: Path, manifest: Manifest, known: dict[str, str]) -> dict[str, F
         if sealed.gone or rel == EVIDENCE_FILE:
             continue
         path = root / rel
-        if not _inside(path, root) or not path.is_file():
+        try:
+            if not _inside(path, root) or not path.is_file():
+                out[rel] = FileState(rel, False)
+                continue
+            size = path.stat().st_size
+            sha = known.get(rel) or _hash(path)
+        except (OSError, ValueError):  # unreadable, or a name no file can have (NUL): not there to check
             out[rel] = FileState(rel, False)
             continue
-        size = path.stat().st_size
-        sha = known.get(rel) or _hash(path)
         if sha == sealed.sha256 and size == sealed.size:
             out[rel] = FileState(rel, True, size, sha)
             continue
@@ -449,5 +457,5 @@ def observe(run: Path, manifest: Manifest, known: dict[str, str]) -> dict[str, F
 def _inside(path: Path, root: Path) -> bool:
     try:
         return path.resolve().is_relative_to(root.resolve())
-    except OSError:
+    except (OSError, ValueError):
         return False
