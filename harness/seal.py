@@ -25,6 +25,10 @@ How writers use it -- one obvious place, so a new writer cannot forget:
 Not sealed, because they are not the harness's evidence: claims and verdicts (what producers and the
 auditor say), ``events.jsonl``, ``settings.json``, ``run.json``, reports, checkpoints, scratch files.
 
+Threat boundary: anyone who can read the key store can seal anything. The sandbox that runs generated
+kernels (``harness/sandbox.py``) confines writes to the run directory but does not deny reads of the key
+store yet (``key_store_dir()``); denying them there would close that path.
+
 Crash safety: data is written first, then sealed. A line written but not sealed (the process died in
 between) is cut off and kept beside the file (``<file>.unsealed``) the next time the harness writes
 to that file, with a ``cut`` entry saying so -- so ``run --resume`` re-measures that rep instead of
