@@ -443,3 +443,41 @@ def test_a_hostile_manifest_is_never_read_outside_the_run_and_never_crashes(tmp_
     missing = [f for f in verdict.findings if f.code == "EVIDENCE_MISSING" and f.severity == "FAIL"]
     assert missing and verdict.verdict == "FAIL"
     assert str(secret) not in verdict.input_digests
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("after_s", [0.3, 0.55, 0.8])
+def test_sigkill_while_sealing_then_resume_verifies(tmp_path, after_s):
+    """A writer process is SIGKILLed at an arbitrary point (mid-line, between a line and its seal, mid
+    chain entry); the next writer cuts what was never sealed, continues the chain, and it verifies."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from perfwarden.agents.auditor.manifest import observe
+
+    run = tmp_path / "run"
+    script = ("import sys, itertools\nfrom perfwarden.harness import seal\nrun = sys.argv[1]\nseal.begin(run)\n"
+              "for k in itertools.count():\n"
+              "    seal.append_jsonl(run + '/legs/a/bench_runs.jsonl', {'leg': 'a', 'rep': k, 'pad': 'x' * 4000})\n"
+              "    seal.write_json(run + '/legs/a/leg.json', {'leg': 'a', 'status': 'ok', 'k': k})\n")
+    proc = subprocess.Popen([sys.executable, "-c", script, str(run)])
+    deadline = time.time() + 30
+    while not (run / "legs" / "a" / "bench_runs.jsonl").exists() and time.time() < deadline:
+        time.sleep(0.01)
+    time.sleep(after_s)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    bench = run / "legs" / "a" / "bench_runs.jsonl"
+    seal.begin(run)  # resume: continues the chain (cutting a torn chain entry aside)
+    seal.cut_unsealed_tail(bench)
+    seal.append_jsonl(bench, {"leg": "a", "rep": -1})
+    seal.write_json(run / "legs" / "a" / "leg.json", {"leg": "a", "status": "ok", "k": "final"})
+    key = resolve_key(run, None, None)
+    m = read_manifest(run / "evidence.jsonl", key.key, key.head)
+    assert m.verified and m.broken is None and m.torn_tail is None
+    states = observe(run, m, {})
+    assert all(s.exists and s.sha256 == m.files[rel].sha256 for rel, s in states.items()), states
+    assert [e for e in (json.loads(x) for x in (run / "evidence.jsonl").read_text().splitlines())
+            if e["kind"] == "open"].__len__() == 1
