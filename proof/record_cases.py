@@ -126,6 +126,9 @@ def _own_regressions(run: Path, base: str, cand: str, metrics: list[str]) -> dic
 
 
 def _fixture(out: Path, name: str, source: Path, legs: tuple[str, ...]) -> Path:
+    """Copy some legs of the shared recording into a fixture. The recording is sealed (EmbeddedLab seals
+    what it writes), but its chain covers every leg, so these per-case copies ship without it: they are
+    unsealed fixtures (the sealed recorded case is ``proof/seal_cases.py --record``)."""
     fixture = out / name
     if fixture.exists():
         shutil.rmtree(fixture)
