@@ -402,10 +402,10 @@ def _integrity(a: Audit, key: KeyChoice) -> GateResult:
         on_disk.append(integrity.LegOnDisk(
             name, leg_dir.is_dir(), frozenset(f for f in integrity.REQUIRED_LEG_FILES if (leg_dir / f).is_file()),
             {r.rep: r.contention is not None for r in leg.reps}))
-    prose_file = None
+    prose_file = None  # a producer's report: prose about the evidence, not harness evidence
     if a.claim.report:
-        prose_file = str(a.loader.inside(a.claim.report).resolve().relative_to(a.run.resolve())) \
-            if a.loader.inside(a.claim.report).resolve().is_relative_to(a.run.resolve()) else None
+        report, root = a.loader.inside(a.claim.report).resolve(), a.run.resolve()
+        prose_file = str(report.relative_to(root)) if report.is_relative_to(root) else None
     read = {rel: sha for rel, sha in a.loader.digests.items() if rel != prose_file}
     chain = a.loader.paths.evidence
     manifest, error = None, None
