@@ -481,3 +481,15 @@ def test_sigkill_while_sealing_then_resume_verifies(tmp_path, after_s):
     assert all(s.exists and s.sha256 == m.files[rel].sha256 for rel, s in states.items()), states
     assert [e for e in (json.loads(x) for x in (run / "evidence.jsonl").read_text().splitlines())
             if e["kind"] == "open"].__len__() == 1
+
+
+def test_a_producers_report_in_a_sealed_run_is_not_harness_evidence(tmp_path):
+    fixture = _fixture(tmp_path)
+    run = fixture / "run"
+    (run / "report.md").write_text("Batching to 8 sequences raised throughput.\n")
+    claim = json.loads((run / CLAIM).read_text())
+    claim["report"] = "report.md"
+    (run / CLAIM).write_text(json.dumps(claim))
+    verdict = _audit(fixture)
+    assert "report.md" in verdict.input_digests  # read by the prose gate ...
+    assert "EVIDENCE_TAMPERED" not in _codes(verdict)  # ... but never required to be sealed
