@@ -12,7 +12,10 @@ What is measured, in ONE process run, interleaved and repeated (``--rounds``, me
     the ratio; a typed decode of the same fields is the fastest honest parse of the same data.
     Nothing is validated, hashed or computed.
 (b) **full audit** -- ``audit_path`` on a patch claim over the two legs (re-derivation of every rep,
-    sha256 of every input file, all patch gates). If the auditor cannot be imported yet (a gate module
+    sha256 of every input file, all patch gates), on a run *sealed* the way the harness seals it
+    (``evidence.jsonl``, key beside the run directory, handed over as ``--key`` would), so the seal's
+    verification -- chain MACs, every listed file against its sealed digest, the manifest's
+    completeness -- is part of the time. If the auditor cannot be imported yet (a gate module
     missing), ``RunLoader`` loading both legs is timed instead, and the script says so.
 
 The ratio (b)/(a) is printed against the 1.5x target as the median of the per-round ratios (each
@@ -57,6 +60,7 @@ from pathlib import Path
 import msgspec
 import numpy as np
 
+from perfwarden.harness import seal
 from perfwarden.proof.synth import write_claim, write_leg, write_manifest
 
 TARGET_RATIO = 1.5
@@ -162,12 +166,16 @@ def build_run(run: Path, records: int, reps: int, seed: int = 0, latencies: bool
     """A run with baseline and candidate legs, ``reps`` reps each, ``records`` requests in total."""
     per_rep = records // (2 * reps)
     marker = run / ".complete"
-    want = f"{records} {reps} {seed} {latencies} v2"  # v2: consistent timelines, one prompt set
-    if marker.is_file() and marker.read_text() == want:
+    want = f"{records} {reps} {seed} {latencies} v3"  # v3: consistent timelines, one prompt set, sealed
+    if marker.is_file() and marker.read_text() == want and key_file(run).is_file():
         return run
     if run.exists():
         shutil.rmtree(run)
+    key_file(run).unlink(missing_ok=True)
+    key_file(run).with_suffix(".head").unlink(missing_ok=True)
+    seal.forget(run)
     write_manifest(run, run_id=f"throughput-{records}")
+    chain = seal.begin(run, key_file=key_file(run))  # as the harness seals a run it records
     server_info = {"model_path": "m", "tp_size": 1, "mem_fraction_static": 0.8, "attention_backend": "flashinfer",
                    "max_running_requests": 64, "op_overrides": {}}
     outputs = [f"The answer to question {i} is short and plain." for i in range(8)]
@@ -181,13 +189,20 @@ def build_run(run: Path, records: int, reps: int, seed: int = 0, latencies: bool
         with open(leg_dir / "bench_runs.jsonl", "w", encoding="utf-8", buffering=1 << 20) as handle:
             for k in range(reps):
                 write_rep_line(handle, leg, k, per_rep, rng, speed, latencies=latencies)
+        chain.adopt_lines(leg_dir / "bench_runs.jsonl", seal.bench_meta)  # one sealed entry per rep line
     write_claim(run, {"seq": 1, "scope": "patch", "producer": "integrator",
                       "legs": {"baseline": "baseline", "candidate": "candidate"},
                       "lever": {"name": "rmsnorm_fused", "lever_class": "A", "kernel_ops": ["rmsnorm"]},
                       "headline": {"metric": "output_throughput", "value": 5.0},
                       "correctness": {"parity": "exact_text"}})
+    seal.forget(run)
     marker.write_text(want)
     return run
+
+
+def key_file(run: Path) -> Path:
+    """The run's seal key, kept beside (never inside) the run directory."""
+    return run.with_name(run.name + ".key")
 
 
 def bench_files(run: Path) -> list[Path]:
@@ -247,7 +262,7 @@ def _auditor():
         from perfwarden.agents.auditor.audit import audit_path
 
         def full(run: Path) -> str:
-            verdict = audit_path(run, run / "claims" / "001-patch.json")
+            verdict = audit_path(run, run / "claims" / "001-patch.json", key=key_file(run))
             return f"{verdict.verdict} {sorted({f.code for f in verdict.findings})}"
 
         return full, "audit_path (patch claim, all gates)"

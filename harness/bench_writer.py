@@ -42,7 +42,8 @@ import msgspec
 import numpy as np
 
 from perfwarden.harness.jsonl import DECODE_ERRORS, LineIssue, iter_raw_lines
-from perfwarden.harness.records import SCHEMA_VERSION, append_jsonl
+from perfwarden.harness import seal
+from perfwarden.harness.records import SCHEMA_VERSION
 
 InputLenSource = Literal["usage", "estimate"]
 OutputLenSource = Literal["usage", "stream_chunks"]
@@ -252,8 +253,15 @@ def seal_torn_tail(path: Path) -> bytes:
     a corrupt one. Returns the bytes moved (empty when the file was clean or absent).
 
     The fragment is kept beside the file, never silently dropped; it was never a complete record.
+
+    In a sealed run (``perfwarden.harness.seal``) everything after the last *sealed* line is cut the
+    same way (kept in ``<path>.unsealed``, recorded in the chain): a line written just before a crash
+    but never sealed is not evidence either, so the rep it holds is measured again.
     """
     path = Path(path)
+    cut = seal.cut_unsealed_tail(path)
+    if cut is not None:
+        return cut
     try:
         size = path.stat().st_size
     except FileNotFoundError:
@@ -300,7 +308,7 @@ def append_bench_line(path: Path, line: dict[str, Any]) -> bool:
     seal_torn_tail(path)
     if rep_exists(path, leg, rep):
         return False
-    append_jsonl(path, line)
+    seal.append_jsonl(path, line)  # sealed (leg, rep, contention) when the run has a chain
     return True
 
 

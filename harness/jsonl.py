@@ -456,3 +456,48 @@ class ProfileLine(msgspec.Struct, kw_only=True):
 
     FREE_FORM: ClassVar[tuple[str, ...]] = ("shapes",)
     """Fields whose values the schema does not type (their nesting is bounded when decoded)."""
+
+SealKind = Literal["open", "line", "file", "cut", "gone"]
+
+
+class SealEntry(msgspec.Struct, kw_only=True):
+    """One line of ``evidence.jsonl``: the run's manifest and seal chain (``perfwarden.harness.seal``).
+
+    Every entry says what the harness wrote and is chained to the one before it:
+    ``mac = HMAC-SHA256(key, prev ‖ body)`` where ``body`` is the entry's canonical JSON without its
+    ``mac`` field (the line's bytes up to ``,"mac":"``, closed with ``}``). Kinds:
+
+    - ``open``: the first entry; names the chain (``seal_id``), the run and the key (``key_id``).
+    - ``line``: one JSONL line appended to ``file`` (1-based ``line``, byte ``offset``, ``length``
+      without the newline, ``sha256`` of those bytes), with the file's ``size`` and whole-file
+      ``file_sha256`` once the line is written. Bench lines also carry ``leg``, ``rep`` and whether
+      the line held a ``contention`` sample.
+    - ``file``: a whole file as written (``sha256``, ``size``); a later entry for the same file
+      supersedes it (``leg.json`` rewritten when a leg fails: ``status``).
+    - ``cut``: the harness itself cut ``dropped_bytes`` unsealed bytes (``dropped_sha256``) off the
+      end of ``file`` at ``offset`` (a line written but never sealed before a crash), kept beside it.
+    - ``gone``: the harness itself removed ``file`` (a re-run rep's stale LoadGen logs).
+    """
+
+    v: int
+    seq: int
+    kind: SealKind
+    prev: str
+    mac: str = ""
+    file: str | None = None
+    line: int | None = None
+    offset: int | None = None
+    length: int | None = None
+    sha256: str | None = None
+    size: int | None = None
+    file_sha256: str | None = None
+    leg: str | None = None
+    rep: int | None = None
+    contention: bool | None = None
+    status: str | None = None
+    seal_id: str | None = None
+    run_id: str | None = None
+    key_id: str | None = None
+    created_at: str | None = None
+    dropped_bytes: int | None = None
+    dropped_sha256: str | None = None

@@ -64,6 +64,7 @@ from perfwarden.harness.bench_writer import (
 )
 from perfwarden.harness.contention import sample_contention
 from perfwarden.harness.prompts import Prompt, estimate_tokens
+from perfwarden.harness import seal
 from perfwarden.harness.records import RunDir
 
 Scenario = Literal["Server", "Offline"]
@@ -609,7 +610,7 @@ class OpenAIStreamingSUT:
         out_dir = Path(out_dir)
         out_dir.mkdir(parents=True, exist_ok=True)
         for name in (*LOADGEN_LOGS, "mlperf_log_accuracy.json", "mlperf_log_trace.json"):
-            (out_dir / name).unlink(missing_ok=True)  # a re-run rep never mixes with stale logs
+            seal.unlink(out_dir / name)  # a re-run rep never mixes with stale logs (recorded when sealed)
         test_settings = loadgen_test_settings(self.settings)
         log_settings = lg.LogSettings()
         log_settings.log_output.outdir = str(out_dir)
@@ -727,6 +728,7 @@ def measure_rep(run_dir: Path | RunDir, leg: str, rep: int, base_url: str, promp
     before = sample_contention(contention_interval_s, exclude_pids=exclude_pids)
     result = run_rep(base_url, prompts, settings, run.loadgen_rep(leg, rep))
     after = sample_contention(contention_interval_s, exclude_pids=exclude_pids)
+    seal.seal_file(*sorted(p for p in result.loadgen_dir.iterdir() if p.is_file()))  # LoadGen's own logs
     # As sglang's bench_serving: read server_info *after* the rep, when its runtime counters (e.g. the
     # speculative accept length) reflect the load; fall back to the copy taken at start-up.
     server_info = fetch_server_info(base_url) or server_info

@@ -14,6 +14,8 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+from perfwarden.harness import seal
+
 PREFIX = "pw::"
 
 
@@ -100,4 +102,5 @@ def profile_model(out: Path, config: dict[str, Any], *, max_tokens: int = 12, n_
     tmp = out.with_suffix(".tmp")
     tmp.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
     tmp.replace(out)
+    seal.seal_file(out)
     return out

@@ -39,7 +39,8 @@ from typing import Any
 
 import httpx
 
-from perfwarden.harness.records import QualityEval, RunDir, write_json_atomic
+from perfwarden.harness import seal
+from perfwarden.harness.records import QualityEval, RunDir
 
 QA_EVAL_ID = "pw-qa-exact-v1"
 PPL_EVAL_ID = "pw-ppl-v1"
@@ -300,7 +301,7 @@ def evaluate_qa(
 def write_eval(run_dir: Path | str, result: QualityEval) -> Path:
     """Write ``result`` to ``<run>/quality/<eval>@<leg>.json`` atomically; returns the path."""
     path = RunDir(run_dir).quality(result.eval_id, result.leg)
-    write_json_atomic(path, result)
+    seal.write_json(path, result)  # sealed when the run has a chain
     return path
 
 

@@ -474,6 +474,56 @@ class Verdict(Record):
     """sha256 over the claim and ``input_digests``: same files, same digest, same verdict."""
 
 
+# ---------------------------------------------------------------------------------------------- seal
+
+KEY_DIR_ENV = "PERFWARDEN_KEY_DIR"
+"""Environment variable naming the key store (default ``~/.local/share/perfwarden/keys``)."""
+
+
+def key_store_dir() -> Path:
+    """Where per-run seal keys live: ``$PERFWARDEN_KEY_DIR``, else ``$XDG_DATA_HOME/perfwarden/keys``
+    (``~/.local/share/perfwarden/keys``). Never inside a run directory: a key beside the evidence
+    proves nothing."""
+    configured = os.environ.get(KEY_DIR_ENV)
+    if configured:
+        return Path(configured).expanduser()
+    data_home = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(data_home) / "perfwarden" / "keys"
+
+
+class SealKey(Record):
+    """``<key store>/<seal_id>.key`` (mode 0600): the secret a run's seal chain is keyed with.
+
+    The harness creates it when it opens a run's chain and hands it only to the auditor; it is never
+    written inside the run directory."""
+
+    schema_version: int = SCHEMA_VERSION
+    """Version of this record's schema."""
+    seal_id: str
+    """Identifier of the chain this key seals (also in the chain's first entry); unique per run."""
+    run_dir: str
+    """Absolute path of the run directory when the chain was opened (lets the auditor find the key of
+    a run whose chain was deleted)."""
+    key: str
+    """The HMAC-SHA256 key, 64 hex digits (32 random bytes)."""
+    created_at: str
+    """ISO-8601 UTC time the key was made."""
+
+
+class SealHead(Record):
+    """``<key>.head`` beside the key: the last entry the harness sealed, kept outside the run directory
+    so that cutting entries off the end of the chain is detectable."""
+
+    schema_version: int = SCHEMA_VERSION
+    """Version of this record's schema."""
+    seal_id: str
+    """Chain this head belongs to."""
+    seq: int
+    """Sequence number of the last entry written."""
+    mac: str
+    """MAC of that entry (64 hex digits)."""
+
+
 # ------------------------------------------------------------------------------------------- writers
 
 
@@ -560,6 +610,11 @@ class RunDir:
     @property
     def events(self) -> Path:
         return self.root / "events.jsonl"
+
+    @property
+    def evidence(self) -> Path:
+        """The seal chain and manifest of everything the harness wrote (``perfwarden.harness.seal``)."""
+        return self.root / "evidence.jsonl"
 
     def legs(self) -> list[str]:
         base = self.root / "legs"

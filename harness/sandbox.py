@@ -37,6 +37,7 @@ surface, timing and cache side channels, disk use summed over many files in the 
 
 from __future__ import annotations
 
+import concurrent.futures
 import errno
 import glob
 import json
@@ -467,6 +468,26 @@ def _tree_rss_bytes(init_pid: int) -> int:
     return total
 
 
+_SPAWNER: concurrent.futures.ThreadPoolExecutor | None = None
+_SPAWNER_LOCK = threading.Lock()
+
+
+def _spawn(cmd: list[str], **kwargs: Any) -> subprocess.Popen:
+    """``subprocess.Popen`` from a thread that lives as long as the process.
+
+    bwrap's ``--die-with-parent`` is ``PR_SET_PDEATHSIG``, which the kernel ties to the *thread* that
+    forked it, not the process: a sandbox started from a short-lived worker (a thread pool starting
+    servers concurrently) is SIGKILLed the moment that worker finishes. Forking from the main thread or
+    from one long-lived spawner thread keeps "dies with its parent" meaning the parent process."""
+    global _SPAWNER
+    if threading.current_thread() is threading.main_thread():
+        return subprocess.Popen(cmd, **kwargs)
+    with _SPAWNER_LOCK:
+        if _SPAWNER is None:
+            _SPAWNER = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="sandbox-spawner")
+    return _SPAWNER.submit(subprocess.Popen, cmd, **kwargs).result()
+
+
 class Confined:
     """One running sandbox around ``argv``. Use like a ``Popen``: ``poll``, ``wait``, ``terminate``,
     ``kill``; ``killed_for`` says why perfwarden stopped it (wall time, memory), ``None`` otherwise.
@@ -501,8 +522,8 @@ class Confined:
         self._pidfd: int | None = None
         self._lock = threading.Lock()
         try:
-            self.proc = subprocess.Popen(cmd, env=env, stdin=stdin, stdout=stdout, stderr=stderr,
-                                         pass_fds=(info_w, *pass_fds), start_new_session=True, cwd=writable)
+            self.proc = _spawn(cmd, env=env, stdin=stdin, stdout=stdout, stderr=stderr,
+                               pass_fds=(info_w, *pass_fds), start_new_session=True, cwd=writable)
         except BaseException:
             os.close(info_r)
             self.cgroups.remove()

@@ -6,8 +6,9 @@ that hung are different evidence (start failure = the overlay is broken; crash =
 so the orchestrator records the right failure instead of a generic traceback.
 
 What is written into the leg directory:
-- ``server.log``: the server's stdout+stderr, appended, with one header line per start;
-- ``server_info.json``: ``GET /server_info`` as the running server reports it (written atomically).
+- ``server.log``: the server's stdout+stderr, appended, with one header line per start (sealed when the
+  server stops, see ``perfwarden.harness.seal``);
+- ``server_info.json``: ``GET /server_info`` as the running server reports it (written atomically, sealed).
 """
 
 from __future__ import annotations
@@ -24,8 +25,7 @@ from typing import Any, Literal
 
 import httpx
 
-from perfwarden.harness import sandbox
-from perfwarden.harness.records import write_json_atomic
+from perfwarden.harness import sandbox, seal
 
 FailureKind = Literal["start_failure", "crash", "timeout"]
 
@@ -234,7 +234,7 @@ class ServerTarget:
             raise TargetStartError(f"server at {self.base_url} is healthy but none of {list(self.info_paths)!r} "
                                    "answered with a JSON object", returncode=self._returncode(),
                                    log_tail=self.log_tail())
-        write_json_atomic(self.server_info_path, info)
+        seal.write_json(self.server_info_path, info)
         self.server_info = info
         return info
 
@@ -312,8 +312,10 @@ class ServerTarget:
         return self.proc.poll() if self.proc is not None else None
 
     def _close_log(self) -> None:
+        """Close the server's log; once nothing writes to it any more, seal it as it is."""
         if self._log_handle is not None and not self._log_handle.closed:
             self._log_handle.close()
+            seal.seal_file(self.server_log)
 
     def __enter__(self) -> ServerTarget:
         self.start()

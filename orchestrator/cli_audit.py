@@ -1,4 +1,4 @@
-"""``perfwarden audit RUN_DIR --claim CLAIM.json [--json] [--save]``."""
+"""``perfwarden audit RUN_DIR --claim CLAIM.json [--key KEY] [--json] [--save]``."""
 
 from __future__ import annotations
 
@@ -22,6 +22,8 @@ def audit(
     quality_registry: Path | None = typer.Option(None, "--quality-registry", help="A JSON file of extra registered "
                                                  "quality evals ({\"evals\": {id: {metric, max_drop, min_n, "
                                                  "items_sha256, ...}}}); also PERFWARDEN_QUALITY_REGISTRY."),
+    key: Path | None = typer.Option(None, "--key", help="The run's seal key (default: look it up in the key store, "
+                                    "$PERFWARDEN_KEY_DIR or ~/.local/share/perfwarden/keys, by the run's seal id)."),
 ) -> None:
     """Audit one claim against the run's raw files. Exit 0 PASS, 10 FLAG, 20 FAIL, 3 invalid input."""
     err = Console(stderr=True, soft_wrap=True, highlight=False)
@@ -34,7 +36,7 @@ def audit(
     from perfwarden.agents.auditor.audit import audit_path, write_verdict
 
     try:
-        verdict = audit_path(run_dir, claim)
+        verdict = audit_path(run_dir, claim, key=key)
     except ClaimError as exc:
         print_error(err, exc)
         raise typer.Exit(ExitCode.INVALID) from None

@@ -14,10 +14,11 @@ from typing import Any
 
 import httpx
 
+from perfwarden.harness import seal
 from perfwarden.harness.bench_writer import rep_exists
 from perfwarden.harness.loadgen_client import LoadSettings, measure_rep, request_params
 from perfwarden.harness.prompts import parity_prompts, random_word_prompts, varied_prompts
-from perfwarden.harness.records import (LegSpec, Overlay, RunDir, append_jsonl, write_json_atomic)
+from perfwarden.harness.records import LegSpec, Overlay, RunDir, append_jsonl
 from perfwarden.harness.target_config import EmbeddedConfig
 from perfwarden.harness.targets import EmbeddedTarget, TargetError
 from perfwarden.orchestrator.lab import LabError, LegPlan
@@ -72,6 +73,7 @@ class EmbeddedLab:
         return alternatives_for(op, device=self._device())
 
     def measure(self, run: Path, legs: list[LegPlan], reps: int) -> dict[str, str]:
+        seal.begin(run)  # every file below is sealed as it is written (resume continues the chain)
         paths = RunDir(run)
         targets: dict[str, EmbeddedTarget] = {}
         status: dict[str, str] = {}
@@ -84,7 +86,7 @@ class EmbeddedLab:
             status.update(started)
             for plan in legs:
                 target = targets.get(plan.leg)
-                if target is not None and not paths.outputs(plan.leg).is_file():
+                if target is not None and not seal.is_current(paths.outputs(plan.leg)):
                     self._parity_dump(paths, plan.leg, target.base_url)
             pids = [pid for t in targets.values() for pid in t.pids()]  # every process of each (sandboxed) server
             for k in range(reps):
@@ -111,6 +113,7 @@ class EmbeddedLab:
     def profile(self, run: Path, config: dict[str, Any]) -> Path:
         from perfwarden.harness.profiling import profile_model
 
+        seal.begin(run)
         try:
             return profile_model(RunDir(run).profile, config, max_tokens=self.load.max_tokens)
         except Exception as exc:  # the target's failure, not ours: recorded by the graph
@@ -119,6 +122,7 @@ class EmbeddedLab:
     def opbench(self, run: Path, op: str, candidates: list[str], shapes: list[list[int]]) -> Path:
         from perfwarden.harness.opbench import OpBenchError, run_opbench_for_lab
 
+        seal.begin(run)
         try:
             return run_opbench_for_lab(Path(run), op, candidates, shapes, device=self._device())
         except OpBenchError as exc:
@@ -133,6 +137,7 @@ class EmbeddedLab:
         def batched(config: dict[str, Any]) -> dict[str, Any]:
             return {**config, "max_batch_size": max(8, int(config.get("max_batch_size", 1))), "batch_wait_ms": 5}
 
+        seal.begin(run)
         try:
             return run_quality_pair(Path(run), leg.leg, batched(leg.config), baseline.leg, batched(baseline.config),
                                     concurrency=8)
@@ -162,7 +167,7 @@ class EmbeddedLab:
         leg_dir.mkdir(parents=True, exist_ok=True)
         spec = LegSpec(leg=plan.leg, role=plan.role, overlay=Overlay(**plan.overlay) if plan.overlay else Overlay(),
                        purpose=plan.purpose, parent_leg=plan.parent, workload=self.workload(plan))
-        write_json_atomic(paths.leg_spec(plan.leg), spec)
+        seal.write_json(paths.leg_spec(plan.leg), spec)
         target = EmbeddedTarget(leg_dir, plan.config, start_timeout_s=self.start_timeout_s)
         try:
             target.start()
@@ -176,7 +181,7 @@ class EmbeddedLab:
         spec = LegSpec(leg=plan.leg, role=plan.role, overlay=Overlay(**plan.overlay) if plan.overlay else Overlay(),
                        purpose=plan.purpose, parent_leg=plan.parent, status="failed", failure=why[:500],
                        workload=self.workload(plan))
-        write_json_atomic(paths.leg_spec(plan.leg), spec)
+        seal.write_json(paths.leg_spec(plan.leg), spec)  # the chain keeps "failed" even if this file is edited
 
     def _parity_dump(self, paths: RunDir, leg: str, base_url: str) -> None:
         """Greedy outputs for the fixed parity prompts (outputs.jsonl), written whole or not at all."""
@@ -201,6 +206,7 @@ class EmbeddedLab:
         for row in rows:
             append_jsonl(tmp, row)
         tmp.replace(paths.outputs(leg))
+        seal.seal_file(paths.outputs(leg))
 
 
 def _now() -> float:

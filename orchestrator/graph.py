@@ -45,6 +45,7 @@ from perfwarden.agents.auditor.persona import apply_persona
 from perfwarden.agents.base import BankedChange, Proposal, Rejection, VerdictSummary, apply_overlay
 from perfwarden.harness.jsonl import ProfileLine, read_jsonl
 from perfwarden.harness.records import Claim, RunDir, RunManifest, append_jsonl, write_json_atomic
+from perfwarden.harness.seal import find_key_file
 from perfwarden.orchestrator.crashpoints import crash_point
 from perfwarden.orchestrator.lab import LabError, LegPlan
 from perfwarden.orchestrator.state import STATE_VERSION, RunContext, RunState
@@ -193,7 +194,8 @@ def auditor(state: RunState, runtime: Runtime[RunContext]) -> dict:
     run = _run(state)
     rel = state["pending_claim"]
     claim, _ = load_claim(run / rel)
-    verdict = audit_path(run, run / rel)
+    # The harness holds the run's seal key outside the run directory; only the auditor gets it.
+    verdict = audit_path(run, run / rel, claim_root=run, key=find_key_file(run))
     verdict = apply_persona(run, (run / rel).read_text("utf-8"), verdict, ctx.llm)
     path = write_verdict(run, verdict)
     proposal = state.get("current") if verdict.scope in ("harness", "patch") else None

@@ -17,8 +17,9 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from perfwarden.harness import seal
 from perfwarden.harness.bench_writer import append_bench_line, rep_exists
-from perfwarden.harness.records import LegSpec, Overlay, QualityEval, RunDir, write_json_atomic
+from perfwarden.harness.records import LegSpec, Overlay, QualityEval, RunDir
 from perfwarden.harness.target_config import EmbeddedConfig
 from perfwarden.orchestrator.crashpoints import armed, kill_now
 from perfwarden.orchestrator.lab import LabError, LegPlan
@@ -81,23 +82,24 @@ class SyntheticLab:
 
     def measure(self, run: Path, legs: list[LegPlan], reps: int) -> dict[str, str]:
         self.calls.append(("measure", [leg.leg for leg in legs], reps))
+        seal.begin(run)  # the synthetic target plays the harness: it seals what it writes, as it writes it
         paths = RunDir(run)
         for plan in legs:
             d = paths.leg_dir(plan.leg)
             d.mkdir(parents=True, exist_ok=True)
             info = {**plan.config, "port": 9000 + len(plan.leg), "weights_digest": "synthetic"}
-            write_json_atomic(paths.server_info(plan.leg), info)
-            write_json_atomic(paths.leg_spec(plan.leg), LegSpec(leg=plan.leg, role=plan.role,
-                                                                overlay=Overlay(**plan.overlay),
-                                                                purpose=plan.purpose, parent_leg=plan.parent))
+            seal.write_json(paths.server_info(plan.leg), info)
+            seal.write_json(paths.leg_spec(plan.leg), LegSpec(leg=plan.leg, role=plan.role,
+                                                              overlay=Overlay(**plan.overlay),
+                                                              purpose=plan.purpose, parent_leg=plan.parent))
             log = ["server ready"]
             for op in (plan.config.get("op_overrides") or {}):
                 log.append(f"override {op} engaged: 30 modules")
             for key, eff in self.effects.items():
                 if plan.config.get(key) != BASE.get(key) and "log" in eff:
                     log.append(eff["log"])
-            paths.server_log(plan.leg).write_text("\n".join(log) + "\n")
-            if not paths.outputs(plan.leg).is_file():
+            seal.write_text(paths.server_log(plan.leg), "\n".join(log) + "\n")
+            if not seal.is_current(paths.outputs(plan.leg)):
                 write_jsonl(paths.outputs(plan.leg), [{"prompt_id": f"p{i}", "text": t} for i, t in enumerate(COHERENT_TEXTS)])
         for k in range(reps):
             for plan in legs:
@@ -127,6 +129,7 @@ class SyntheticLab:
 
     def profile(self, run: Path, config: dict[str, Any]) -> Path:
         self.calls.append(("profile", None))
+        seal.begin(run)
         path = RunDir(run).profile
         write_jsonl(path, [
             {"name": "aten::linear", "op": "linear", "self_time_us": 5000.0, "shapes": [[8, 576]]},
@@ -136,6 +139,7 @@ class SyntheticLab:
 
     def opbench(self, run: Path, op: str, candidates: list[str], shapes: list) -> Path:
         self.calls.append(("opbench", op, list(candidates)))
+        seal.begin(run)
         rows = []
         for t, seed in enumerate((0, 1, 2)):
             rows.append(_row(op, "reference", 2.0, True, seed, t, 1e-7))
@@ -148,6 +152,7 @@ class SyntheticLab:
 
     def quality(self, run: Path, leg: LegPlan, baseline: LegPlan) -> str:
         self.calls.append(("quality", leg.leg))
+        seal.begin(run)
         if self.fail_first_quality and leg.role == "candidate" and not _answered_patch_claim(run, leg.leg):
             raise LabError(f"simulated: the target died during the quality eval of {leg.leg!r}")
         score, base = (0.42, 0.42)
@@ -158,9 +163,9 @@ class SyntheticLab:
         from perfwarden.harness.quality import load_items
 
         digest = load_items().sha256
-        write_json_atomic(RunDir(run).quality("pw-qa-exact-v1", baseline.leg), QualityEval(
+        seal.write_json(RunDir(run).quality("pw-qa-exact-v1", baseline.leg), QualityEval(
             eval_id="pw-qa-exact-v1", leg=baseline.leg, n=40, score=base, items_sha256=digest))
-        write_json_atomic(RunDir(run).quality("pw-qa-exact-v1", leg.leg), QualityEval(
+        seal.write_json(RunDir(run).quality("pw-qa-exact-v1", leg.leg), QualityEval(
             eval_id="pw-qa-exact-v1", leg=leg.leg, n=40, score=score, baseline_score=base, baseline_leg=baseline.leg,
             items_sha256=digest))
         return "pw-qa-exact-v1"

@@ -56,6 +56,9 @@ class Answer(BaseModel):
     """Groups of codes; from each group at least one must be raised at FLAG or FAIL."""
     must_exclude: list[str] = Field(default_factory=list)
     """Codes that must not be raised at FLAG or FAIL (the negatives that give a code its precision)."""
+    must_note: list[str] = Field(default_factory=list)
+    """Text that must appear in one of the verdict's ``not_checked`` entries: a check the auditor must say
+    it could not make (e.g. ``"unsealed"`` for a run whose evidence carries no seal)."""
 
     @field_validator("verdict", "action", mode="before")
     @classmethod
@@ -143,9 +146,10 @@ def load_answer_key(path: Path, root: Path | None = None) -> AnswerKey:
     return parse_answer_key(data, repr(str(path)))
 
 
-def answer_problems(answer: Answer, verdict: str, action: str, codes: set[str]) -> list[str]:
+def answer_problems(answer: Answer, verdict: str, action: str, codes: set[str],
+                    not_checked: list[str] | None = None) -> list[str]:
     """Why an audited claim disagrees with its answer (empty when it agrees). ``codes`` are the codes
-    raised at FLAG or FAIL."""
+    raised at FLAG or FAIL; ``not_checked`` the verdict's list of checks it could not make."""
     problems = []
     if verdict not in answer.verdict:
         expected = answer.verdict[0] if len(answer.verdict) == 1 else answer.verdict
@@ -161,4 +165,7 @@ def answer_problems(answer: Answer, verdict: str, action: str, codes: set[str]) 
     extra = [c for c in answer.must_exclude if c in codes]
     if extra:
         problems.append(f"forbidden codes raised {extra}")
+    unsaid = [n for n in answer.must_note if not any(n in item for item in not_checked or [])]
+    if unsaid:
+        problems.append(f"not_checked does not say {unsaid}")
     return problems

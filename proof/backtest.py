@@ -2,8 +2,13 @@
 
 The auditor runs blind: each fixture's claims are audited first, and its ``answer_key.json`` is read
 only afterwards, for scoring. A fixture agrees when the verdict and action are among the allowed ones, every
-``must_include`` code and one code of each ``must_include_any`` group is raised, and no ``must_exclude``
-code is (INFO findings don't count as raised). The key's format: ``proof/answer_key.py``.
+``must_include`` code and one code of each ``must_include_any`` group is raised, no ``must_exclude`` code
+is (INFO findings don't count as raised), and every ``must_note`` string appears in one of the verdict's
+``not_checked`` entries (a check the auditor must say it could not make, e.g. ``"unsealed"``). The
+key's format: ``proof/answer_key.py``.
+
+A fixture whose run was sealed by the harness ships its key beside (never inside) the run directory,
+``<fixture>/seal.key``: the backtest hands it to the auditor as an operator would with ``--key``.
 """
 
 from __future__ import annotations
@@ -35,6 +40,8 @@ class CaseResult:
     must_include: list[str] = field(default_factory=list)
     must_exclude: list[str] = field(default_factory=list)
     must_include_any: list[list[str]] = field(default_factory=list)
+    must_note: list[str] = field(default_factory=list)
+    not_checked: list[str] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
     kind: str = "run"
     verdict_record: Any = field(default=None, repr=False, compare=False)
@@ -61,11 +68,12 @@ def find_fixtures(roots: list[Path]) -> list[Path]:
 def _audit_blind(fixture: Path) -> list[tuple[str, Any]]:
     """Audit every claim of the fixture's run without looking at its answer key."""
     run = fixture / "run"
+    key = fixture / "seal.key" if (fixture / "seal.key").is_file() else None
     out = []
     for claim in sorted((run / "claims").glob("*.json")):
         rel = str(claim.relative_to(run))
         try:
-            out.append((rel, audit_path(run, claim, claim_root=run)))
+            out.append((rel, audit_path(run, claim, claim_root=run, key=key)))
         except ClaimError as exc:
             out.append((rel, exc))
     return out
@@ -92,7 +100,7 @@ def score_fixture(fixture: Path) -> list[CaseResult]:
         else:
             res = CaseResult(fixture.name, rel, verdict.verdict, verdict.action,
                              sorted({f.code for f in verdict.findings if f.severity != "INFO"}),
-                             verdict_record=verdict)
+                             not_checked=list(verdict.not_checked), verdict_record=verdict)
         answer = answers.pop(rel, None)
         if answer is None:
             res.problems.append("no answer for this claim in the key")
@@ -110,7 +118,8 @@ def _compare(res: CaseResult, answer: Answer) -> None:
     res.must_include = list(answer.must_include)
     res.must_include_any = [list(g) for g in answer.must_include_any]
     res.must_exclude = list(answer.must_exclude)
-    res.problems.extend(answer_problems(answer, res.verdict, res.action, set(res.codes)))
+    res.must_note = list(answer.must_note)
+    res.problems.extend(answer_problems(answer, res.verdict, res.action, set(res.codes), res.not_checked))
 
 
 @dataclass

@@ -130,6 +130,9 @@ def _own_regressions(run: Path, base: str, cand: str, metrics: list[str]) -> dic
 
 
 def _fixture(out: Path, name: str, source: Path, legs: tuple[str, ...]) -> Path:
+    """Copy some legs of the shared recording into a fixture. The recording is sealed (EmbeddedLab seals
+    what it writes), but its chain covers every leg, so these per-case copies ship without it: they are
+    unsealed fixtures (the sealed recorded case is ``proof/seal_cases.py --record``)."""
     fixture = out / name
     if fixture.exists():
         shutil.rmtree(fixture)
@@ -152,7 +155,8 @@ def _answer(fixture: Path, claim: dict, verdict: str, action: str, include: list
                       "proof/record_cases.py", "rationale": why})
 
 
-def record(out: Path, reps: int, work: Path) -> list[str]:
+def record(out: Path, reps: int, work: Path, only: set[str] | None = None) -> list[str]:
+    """Record every case (or only the named ones) into ``out``; returns the names recorded."""
     work.mkdir(parents=True, exist_ok=True)
     write_json_atomic(work / "run.json", RunManifest(id="recorded", target="embedded", model="SmolLM2-135M-Instruct"))
     (work / "ops").mkdir(exist_ok=True)
@@ -169,6 +173,8 @@ def record(out: Path, reps: int, work: Path) -> list[str]:
     by_leg = {plan.leg: plan for plan in plans}
     built = []
     for name, (legs, build, verdict, action, include, exclude, why) in CASES.items():
+        if only is not None and name not in only:
+            continue
         # Each fixture's legs are measured together, interleaved (A B A B), in their own run: legs
         # recorded in different sessions would be blocked in time, and the auditor (rightly) asks for a
         # re-measure of blocked legs (NOT_INTERLEAVED). Two servers at a time fit 2 cores' caches.
@@ -184,6 +190,8 @@ def record(out: Path, reps: int, work: Path) -> list[str]:
         _answer(fixture, build(fixture / "run"), verdict, action, include, exclude, why)
         built.append(name)
 
+    if only is not None and "rec-cpu-hog" not in only and not only & set(OPBENCH_CASES):
+        return built
     # A CPU hog during both legs of an otherwise clean comparison.
     hog = subprocess.Popen([sys.executable, "-c", "while True: pass"])
     try:
@@ -228,8 +236,12 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "fixtures")
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--work", type=Path, default=Path("/tmp") / f"perfwarden-record-{int(time.time())}")
+    parser.add_argument("--only", nargs="+", default=None, help="record only these cases (A/B cases of CASES)")
     args = parser.parse_args()
-    for name in record(args.out, args.reps, args.work):
+    unknown = set(args.only or ()) - set(CASES)
+    if unknown:
+        parser.error(f"unknown cases {sorted(unknown)!r} (--only takes A/B cases of CASES)")
+    for name in record(args.out, args.reps, args.work, set(args.only) if args.only else None):
         print(f"recorded {args.out / name}")
 
 

@@ -15,8 +15,8 @@ import numpy as np
 from pathlib import Path
 from typing import Any
 
-from perfwarden.harness.records import (Claim, LegSpec, Overlay, QualityEval, RunManifest, append_jsonl,
-                                        write_json_atomic)
+from perfwarden.harness import seal
+from perfwarden.harness.records import Claim, LegSpec, Overlay, QualityEval, RunManifest, write_json_atomic
 
 COHERENT_TEXTS = [
     "The capital of France is Paris, a city known for its museums and long history.",
@@ -152,23 +152,26 @@ def write_leg(run: Path, leg: str, role: str, server_info: dict[str, Any], reps:
               log_lines: list[str] | None = None, outputs: list[str] | None = None,
               overlay: dict[str, Any] | None = None, status: str = "ok", failure: str | None = None,
               parent: str | None = None) -> Path:
-    """Write one leg directory: leg.json, server_info.json, server.log, bench_runs.jsonl, outputs.jsonl."""
+    """Write one leg directory: leg.json, server_info.json, server.log, bench_runs.jsonl, outputs.jsonl.
+
+    Written through the harness's sealed writers: when the run has a seal chain (``seal.begin``), the
+    leg is sealed exactly as a recorded one would be; otherwise these are plain writes."""
     leg_dir = Path(run) / "legs" / leg
     leg_dir.mkdir(parents=True, exist_ok=True)
     spec = LegSpec(leg=leg, role=role, overlay=Overlay(**(overlay or {})), purpose=f"{role} leg",
                    parent_leg=parent, status=status, failure=failure)
-    write_json_atomic(leg_dir / "leg.json", spec)
-    write_json_atomic(leg_dir / "server_info.json", server_info)
-    (leg_dir / "server.log").write_text("".join(f"{line}\n" for line in (log_lines or ["server ready"])))
+    seal.write_json(leg_dir / "leg.json", spec)
+    seal.write_json(leg_dir / "server_info.json", server_info)
+    seal.write_text(leg_dir / "server.log", "".join(f"{line}\n" for line in (log_lines or ["server ready"])))
     bench = leg_dir / "bench_runs.jsonl"
-    bench.unlink(missing_ok=True)
+    seal.unlink(bench)
     for line in reps:
-        append_jsonl(bench, line)
+        seal.append_jsonl(bench, line)
     if outputs is not None:
         out = leg_dir / "outputs.jsonl"
-        out.unlink(missing_ok=True)
+        seal.unlink(out)
         for i, text in enumerate(outputs):
-            append_jsonl(out, {"prompt_id": f"p{i:02d}", "text": text, "finish_reason": "length", "seed": 0})
+            seal.append_jsonl(out, {"prompt_id": f"p{i:02d}", "text": text, "finish_reason": "length", "seed": 0})
     return leg_dir
 
 
@@ -190,17 +193,16 @@ def write_quality_pair(run: Path, *, base_score: float, cand_score: float, base_
     import hashlib
 
     digest = hashlib.sha256(QA_ITEMS_PATH.read_bytes()).hexdigest()
-    write_json_atomic(Path(run) / "quality" / f"pw-qa-exact-v1@{base_leg}.json", QualityEval(
+    seal.write_json(Path(run) / "quality" / f"pw-qa-exact-v1@{base_leg}.json", QualityEval(
         eval_id="pw-qa-exact-v1", leg=base_leg, n=n, score=base_score, items_sha256=digest, item_set_sha256=digest))
-    write_json_atomic(Path(run) / "quality" / f"pw-qa-exact-v1@{cand_leg}.json", QualityEval(
+    seal.write_json(Path(run) / "quality" / f"pw-qa-exact-v1@{cand_leg}.json", QualityEval(
         eval_id="pw-qa-exact-v1", leg=cand_leg, n=n, score=cand_score, baseline_score=base_score,
         baseline_leg=base_leg, items_sha256=digest, item_set_sha256=digest))
 
 
 def write_jsonl(path: Path, rows: list[dict[str, Any]]) -> Path:
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    seal.write_text(path, "".join(json.dumps(r) + "\n" for r in rows))  # sealed in a sealed run
     return path
 
 

@@ -50,6 +50,21 @@ def test_evidence_missing_bench_file(tmp_path):
     assert v.verdict == "FAIL" and "EVIDENCE_MISSING" in codes(v, "FAIL")
 
 
+def test_evidence_tampered_sealed_line_edited_after_writing(tmp_path):
+    """A run the harness sealed: one byte of a rep line changed afterwards. Every other attack (and the
+    seal's missing-evidence rules): tests/test_seal.py."""
+    from perfwarden.harness import seal
+
+    seal.begin(tmp_path)  # the key goes to the test's key store, outside the run
+    claim = build(tmp_path)
+    assert audit(tmp_path, claim).verdict == "PASS"
+    bench = tmp_path / "legs" / "cand" / "bench_runs.jsonl"
+    bench.write_bytes(bench.read_bytes().replace(b'"completed":8', b'"completed":9', 1))
+    v = audit(tmp_path, claim)
+    f = next(f for f in v.findings if f.code == "EVIDENCE_TAMPERED")
+    assert v.verdict == "FAIL" and f.severity == "FAIL" and f.evidence[0].line == 1
+
+
 def test_evidence_missing_field(tmp_path):
     bad = reps("cand", CAND_TPUT, 1)
     del bad[2]["ttfts"]

@@ -424,3 +424,23 @@ def test_no_python_guard_is_left_in_the_sandbox_module():
     source = Path(sb.__file__).read_text()
     assert "addaudithook" not in source and "socket.socket.connect =" not in source
     assert subprocess.run(["bwrap", "--version"], capture_output=True).returncode == 0
+
+
+def test_a_sandbox_started_from_a_worker_thread_outlives_that_thread(box):
+    """bwrap's --die-with-parent is tied to the thread that forked it: a server started from a thread
+    pool (the lab starts legs concurrently) was SIGKILLed as soon as the pool thread finished. It must
+    live until it is stopped, and still die with the process."""
+    import threading
+
+    started: list = []
+    worker = threading.Thread(target=lambda: started.append(
+        sb.Confined([sys.executable, "-I", "-c", "import time; time.sleep(30)"], sb.Policy(writable=box["work"]))))
+    worker.start()
+    worker.join()
+    proc = started[0]
+    try:
+        time.sleep(1.5)  # the worker thread is gone; a sandbox tied to it would be dead by now
+        assert proc.poll() is None, f"the sandbox died with the thread that started it (code {proc.poll()})"
+    finally:
+        proc.kill()
+        proc.wait(10)

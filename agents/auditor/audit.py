@@ -18,13 +18,15 @@ from typing import Any, Callable
 
 from perfwarden.agents.auditor import stats
 from perfwarden.agents.auditor.claim_file import ClaimError, load_claim  # noqa: F401 - re-exported
-from perfwarden.agents.auditor.evidence import LegEvidence, RunLoader
+from perfwarden.agents.auditor.evidence import LegEvidence, RunLoader, _plain_name
 from perfwarden.agents.auditor.findings import Findings, GateResult, choose_action, verdict_label
-from perfwarden.agents.auditor.gates import (caching, conditions, correctness, explain, knobs, lever, measurement,
-                                             opbench, profile, prose, served, workload)
+from perfwarden.agents.auditor.gates import (caching, conditions, correctness, explain, integrity, knobs, lever,
+                                             measurement, opbench, profile, prose, served, workload)
+from perfwarden.agents.auditor.manifest import (KeyChoice, KeyFileError, chain_seal_id, observe, read_manifest,
+                                                resolve_key)
 from perfwarden.agents.auditor.rederive import METRICS
 from perfwarden.harness.json_limits import check_depth, loads_bounded
-from perfwarden.harness.records import Claim, Comparison, Finding, MetricStats, Verdict, write_json_atomic
+from perfwarden.harness.records import Claim, Comparison, Finding, MetricStats, RunDir, Verdict, write_json_atomic
 from perfwarden.harness.safe_read import REPORT_BYTES, VERDICT_BYTES, exists, read_bytes
 
 AUDITOR_VERSION = "1.0.0"
@@ -369,9 +371,14 @@ SCOPES: dict[str, Callable[[Audit], None]] = {
 # ---------------------------------------------------------------------------------------- entry
 
 
-def audit_claim(run: Path, claim: Claim, claim_ref: str, claim_sha: str) -> Verdict:
-    """Audit one claim against the raw files of ``run``."""
+def audit_claim(run: Path, claim: Claim, claim_ref: str, claim_sha: str, key: Path | None = None) -> Verdict:
+    """Audit one claim against the raw files of ``run``. ``key``: the run's seal key file (``--key``);
+    without it the key store is consulted (``manifest.resolve_key``)."""
     run = Path(run)
+    try:
+        key_choice = resolve_key(run, key, chain_seal_id(RunDir(run).evidence))
+    except KeyFileError as exc:
+        raise ClaimError(str(exc)) from None
     findings = Findings()
     loader = RunLoader(run, findings)
     a = Audit(run=run, claim=claim, loader=loader, findings=findings)
@@ -381,7 +388,48 @@ def audit_claim(run: Path, claim: Claim, claim_ref: str, claim_sha: str) -> Verd
         a.gate(f"scope:{claim.scope}", lambda: SCOPES[claim.scope](a))
         if claim.report:
             a.gate("prose", lambda: _prose(a))
+        a.gate("integrity", lambda: _integrity(a, key_choice))
     return build_verdict(a, claim_ref, claim_sha)
+
+
+def _claim_legs(claim: Claim) -> list[str]:
+    legs = claim.legs
+    names = [legs.baseline, legs.candidate, legs.validation, legs.caching_audit, legs.caching_control, *legs.aa]
+    return list(dict.fromkeys(n for n in names if n))
+
+
+def _integrity(a: Audit, key: KeyChoice) -> GateResult:
+    """Gather what the integrity gate decides from (the manifest, the files on disk, the claim's legs)
+    after every other gate has read its files, so each file's digest is computed once."""
+    on_disk = []
+    for name in _claim_legs(a.claim):
+        if not _plain_name(name):
+            continue  # the loader already refused it (EVIDENCE_MISSING)
+        leg = a.leg(name)
+        leg_dir = a.loader.paths.leg_dir(name)
+        on_disk.append(integrity.LegOnDisk(
+            name, leg_dir.is_dir(), frozenset(f for f in integrity.REQUIRED_LEG_FILES if (leg_dir / f).is_file()),
+            {r.rep: r.contention is not None for r in leg.reps}))
+    prose_file = None  # a producer's report: prose about the evidence, not harness evidence
+    if a.claim.report:
+        report, root = a.loader.inside(a.claim.report).resolve(), a.run.resolve()
+        prose_file = str(report.relative_to(root)) if report.is_relative_to(root) else None
+    # Not the harness's evidence, so never sealed: the producer's report, and run.json (the orchestrator's
+    # manifest of the run; the rep-clock check reads its start time, and in a sealed run an edited start
+    # cannot admit a foreign rep, whose line the chain never sealed).
+    unsealed_by_design = {prose_file, "run.json"}
+    read = {rel: sha for rel, sha in a.loader.digests.items() if rel not in unsealed_by_design}
+    chain = a.loader.paths.evidence
+    manifest, error = None, None
+    if chain.is_file():
+        try:
+            manifest = read_manifest(chain, key.key, key.head)
+        except OSError as exc:
+            error = f"{str(chain)!r}: {exc}"
+        else:
+            a.loader.digests[integrity.CHAIN] = manifest.sha256
+    files = observe(a.run, manifest, a.loader.digests) if manifest is not None else {}
+    return integrity.check_integrity(integrity.IntegrityEvidence(key, manifest, files, read, on_disk, error))
 
 
 def _prose(a: Audit):
@@ -463,16 +511,16 @@ def _finite(v: float | None) -> float | None:
     return v if v is not None and math.isfinite(v) else None
 
 
-def audit_path(run: Path, claim_path: Path, claim_root: Path | None = None) -> Verdict:
-    """CLI/orchestrator entry: load the claim file, audit, return the verdict (raises ClaimError).
-    ``claim_root``: the directory the claim must stay inside (a claim found in a run, not one named on
-    the command line)."""
+def audit_path(run: Path, claim_path: Path, claim_root: Path | None = None, key: Path | None = None) -> Verdict:
+    """CLI/orchestrator entry: load the claim file, audit, return the verdict (raises ClaimError, also
+    for a ``key`` file that cannot be used). ``claim_root``: the directory the claim must stay inside (a
+    claim found in a run, not one named on the command line)."""
     claim, sha = load_claim(claim_path, claim_root)
     try:
         ref = str(Path(claim_path).resolve().relative_to(Path(run).resolve()))
     except ValueError:
         ref = str(claim_path)
-    return audit_claim(run, claim, ref, sha)
+    return audit_claim(run, claim, ref, sha, key=key)
 
 
 def write_verdict(run: Path, verdict: Verdict) -> Path:

@@ -10,6 +10,8 @@ CATALOG: dict[str, str] = {
     # evidence
     "EVIDENCE_MISSING": "A file or field a gate needs is absent; the check fails closed.",
     "EVIDENCE_CORRUPT": "Raw evidence is torn (last line unfinished: FLAG) or corrupt mid-file (FAIL).",
+    "EVIDENCE_TAMPERED": "Sealed evidence was edited, reordered, deleted from or added to after the harness wrote "
+                         "it, or its seal chain was broken, cut short or replaced (added, issue 13 §5).",
     "REPORTED_MISMATCH": "A number the producer (or a file's own aggregate) reports disagrees with the raw.",
     # conditions
     "CONDITIONS_DIFFER": "The legs differ in more than the declared change (a confound).",

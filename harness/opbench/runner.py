@@ -403,6 +403,9 @@ def run_opbench(
                       "file_sha256": hashlib.sha256(spec_file(b.spec).read_bytes()).hexdigest(),
                       "triton": b.triton, "unavailable": b.unavailable} for b in backends],
     })
+    from perfwarden.harness.seal import seal_file  # issue 13 §5: evidence the harness wrote is sealed as written
+
+    seal_file(out_path, op_dir / "rig.json")
     return out_path
 
 

@@ -1,0 +1,688 @@
+"""Seal what the harness writes, as it writes it (issue 13 §4 manifest, §5 seal).
+
+A run recorded by the harness carries ``<run>/evidence.jsonl``: one entry per line or file the harness
+wrote, in order, each chained to the previous one by an HMAC-SHA256 keyed with a per-run secret
+(format: ``perfwarden.harness.jsonl.SealEntry``). The same file is the run's *manifest* (every leg,
+rep and file the harness wrote, and which legs it marked failed) and its *seal* (nobody without the
+key can change, drop, reorder or add to what it lists without breaking a link).
+
+The key is made when the chain is opened and kept **outside** the run directory, in the key store
+(``$PERFWARDEN_KEY_DIR``, default ``~/.local/share/perfwarden/keys/<seal_id>.key``, mode 0600), with
+a ``.head`` file beside it naming the last entry sealed (so cutting entries off the end of the chain is
+detectable too). Only the auditor is handed the key (``perfwarden audit --key``, the orchestrator's
+auditor node, the backtest's ``<fixture>/seal.key``).
+
+How writers use it -- one obvious place, so a new writer cannot forget:
+
+- a lab or CLI that records evidence calls :func:`begin` on the run directory first (opens the chain,
+  or continues it on resume; a run that already holds unsealed evidence from before sealing existed
+  stays unsealed rather than getting a chain that covers half of it);
+- every harness write goes through :func:`write_json`, :func:`write_text`, :func:`append_jsonl`,
+  :func:`seal_file` (a file another process or library wrote: ``server.log``, LoadGen logs, a file
+  replaced atomically) or :func:`unlink`. Inside a run with a chain they seal; anywhere else (a bench
+  file written outside any run, unit tests) they are plain writes.
+
+Not sealed, because they are not the harness's evidence: claims and verdicts (what producers and the
+auditor say), ``events.jsonl``, ``settings.json``, ``run.json``, reports, checkpoints, scratch files.
+
+Threat boundary: anyone who can read the key store can seal anything. The sandbox that runs generated
+kernels (``harness/sandbox.py``) confines writes to the run directory but does not deny reads of the key
+store yet (``key_store_dir()``); denying them there would close that path.
+
+Crash safety: data is written first, then sealed. A line written but not sealed (the process died in
+between) is cut off and kept beside the file (``<file>.unsealed``) the next time the harness writes
+to that file, with a ``cut`` entry saying so -- so ``run --resume`` re-measures that rep instead of
+banking bytes nobody sealed. Concurrent writers (threads starting servers together, two processes on
+one run) serialize on a thread lock plus ``flock`` on the chain file.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import hmac
+import json
+import logging
+import os
+import re
+import secrets
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from perfwarden.harness.jsonl import SealEntry
+from perfwarden.harness.records import (SealHead, SealKey, append_jsonl as _plain_append_jsonl, key_store_dir,
+                                        write_json_atomic)
+
+log = logging.getLogger(__name__)
+
+EVIDENCE_FILE = "evidence.jsonl"
+FORMAT_VERSION = 1
+GENESIS_MAC = "0" * 64
+MAC_FIELD = b',"mac":"'
+EVIDENCE_DIRS = ("legs", "profile", "opbench", "quality")
+"""Folders of a run that hold harness evidence: a run with files here but no chain predates sealing."""
+_SEARCH_DEPTH = 6
+_HASH_CHUNK = 1 << 20
+
+
+class SealError(RuntimeError):
+    """The chain cannot be opened or extended honestly (key missing, chain or a sealed file changed)."""
+
+
+# ------------------------------------------------------------------------------------------- format
+
+
+def key_id(key: bytes) -> str:
+    """A public fingerprint of a key (says which key made a chain without revealing it)."""
+    return hmac.new(key, b"perfwarden seal key id", hashlib.sha256).hexdigest()[:16]
+
+
+def entry_mac(key: bytes, prev: str, body: bytes) -> str:
+    """MAC of one entry: HMAC-SHA256(key, prev_mac ‖ body)."""
+    return hmac.new(key, prev.encode("ascii") + body, hashlib.sha256).hexdigest()
+
+
+def encode_entry(entry: dict[str, Any], key: bytes) -> tuple[bytes, str]:
+    """The entry's line (newline included) and its MAC. ``body`` is canonical JSON (sorted keys, no
+    spaces, ASCII) without ``mac``; the line is ``body`` with ``,"mac":"…"`` spliced in before the
+    closing brace, so a verifier recovers ``body`` from the raw bytes without re-serializing."""
+    body = json.dumps(entry, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False).encode()
+    mac = entry_mac(key, entry["prev"], body)
+    return body[:-1] + MAC_FIELD + mac.encode() + b'"}\n', mac
+
+
+def _now_iso() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+def _safe(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", name)[:60] or "run"
+
+
+def _file_sha256(path: Path, limit: int | None = None) -> tuple[str, int]:
+    """sha256 and size of ``path`` (of its first ``limit`` bytes when given), streamed."""
+    digest = hashlib.sha256()
+    size = 0
+    with open(path, "rb") as handle:
+        while True:
+            want = _HASH_CHUNK if limit is None else min(_HASH_CHUNK, limit - size)
+            if want <= 0:
+                break
+            chunk = handle.read(want)
+            if not chunk:
+                break
+            digest.update(chunk)
+            size += len(chunk)
+    return digest.hexdigest(), size
+
+
+def _prefix_hasher(path: Path, size: int) -> tuple[Any, int]:
+    digest = hashlib.sha256()
+    read = 0
+    if size:
+        with open(path, "rb") as handle:
+            while read < size:
+                chunk = handle.read(min(_HASH_CHUNK, size - read))
+                if not chunk:
+                    break
+                digest.update(chunk)
+                read += len(chunk)
+    return digest, read
+
+
+# ---------------------------------------------------------------------------------------- key store
+
+
+def _write_private(path: Path, text: str, *, exclusive: bool) -> None:
+    """Write a 0600 file: exclusively (a key is never overwritten) or atomically (the head)."""
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    if exclusive:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        target = None
+    else:
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        target = tmp
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        handle.write(text)
+        handle.flush()
+        os.fsync(handle.fileno())
+    if target is not None:
+        os.replace(target, path)
+
+
+def head_path(key_file: Path) -> Path:
+    """The head file beside a key: ``x.key`` -> ``x.head``."""
+    return Path(key_file).with_suffix(".head")
+
+
+def read_key_file(path: Path) -> SealKey:
+    try:
+        return SealKey.model_validate_json(Path(path).read_text("utf-8"))
+    except (OSError, ValueError) as exc:
+        raise SealError(f"cannot read seal key {str(path)!r}: {exc}") from None
+
+
+def _inside(path: Path, root: Path) -> bool:
+    return Path(os.path.abspath(path)).resolve().is_relative_to(root.resolve())
+
+
+def find_key_file(run: Path | str) -> Path | None:
+    """The key file of ``run``'s chain: the one this process sealed with, else the key store's key
+    named by the chain's first entry, else the key store's key registered for this directory (which
+    still finds the key when the chain itself was deleted). None when there is none."""
+    root = Path(run).resolve()
+    with _REGISTRY_LOCK:
+        cached = _CHAINS.get(root)
+    if cached is not None:
+        return cached.key_file
+    store = key_store_dir()
+    seal_id = _chain_seal_id(root / EVIDENCE_FILE)
+    if seal_id and (store / f"{seal_id}.key").is_file():
+        return store / f"{seal_id}.key"
+    if store.is_dir():
+        for candidate in sorted(store.glob("*.key")):
+            try:
+                if SealKey.model_validate_json(candidate.read_text("utf-8")).run_dir == str(root):
+                    return candidate
+            except (OSError, ValueError):
+                continue
+    return None
+
+
+def _chain_seal_id(path: Path) -> str | None:
+    try:
+        with open(path, "rb") as handle:
+            first = handle.readline(1 << 16)
+        entry = msgspec.json.decode(first, type=SealEntry)
+    except (OSError, msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError):
+        return None
+    return entry.seal_id if entry.kind == "open" else None
+
+
+# -------------------------------------------------------------------------------------------- chain
+
+
+@dataclass
+class _FileState:
+    """What the chain has sealed of one file so far."""
+
+    whole: bool = False
+    """Sealed as a whole file (else as appended lines)."""
+    lines: int = 0
+    size: int = 0
+    sha256: str | None = None
+    """Digest of the first ``size`` bytes as sealed."""
+    hasher: Any = None
+    """Running sha256 of the first ``size`` bytes, when this process knows it (else re-hashed)."""
+
+
+class Chain:
+    """One run's seal chain, opened by :func:`begin`. Thread-safe; processes serialize on flock."""
+
+    def __init__(self, root: Path, key: bytes, key_file: Path, seal_id: str):
+        self.root = root
+        self.path = root / EVIDENCE_FILE
+        self.key = key
+        self.key_file = key_file
+        self.seal_id = seal_id
+        self._lock = threading.RLock()
+        self._seq = -1
+        self._prev = GENESIS_MAC
+        self._read_to = 0
+        self._files: dict[str, _FileState] = {}
+
+    # ---------------------------------------------------------------- internals
+    def rel(self, path: Path) -> str:
+        absolute = Path(os.path.abspath(path))
+        try:
+            return absolute.resolve().relative_to(self.root).as_posix()
+        except ValueError:
+            raise SealError(f"{str(path)!r} is not inside the sealed run {str(self.root)!r}") from None
+
+    @contextmanager
+    def _locked(self) -> Iterator[int]:
+        with self._lock:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX)
+                self._refresh(fd)
+                yield fd
+            finally:
+                os.close(fd)  # releases the flock
+
+    def _refresh(self, fd: int) -> None:
+        """Apply entries other writers appended since we last looked; cut a torn tail (a writer died
+        mid-entry); refuse a chain that shrank or whose links do not verify."""
+        size = os.fstat(fd).st_size
+        if size < self._read_to:
+            raise SealError(f"the seal chain {str(self.path)!r} shrank since it was last written "
+                            f"({size} < {self._read_to} bytes): it was truncated or replaced")
+        if size == self._read_to:
+            return
+        data = os.pread(fd, size - self._read_to, self._read_to)
+        end = data.rfind(b"\n") + 1
+        for raw in data[:end].splitlines():
+            self._accept(raw)
+        self._read_to += end
+        if end < len(data):  # torn tail: a writer died mid-entry; keep it aside, never extend it
+            fragment = data[end:]
+            with open(self.path.with_name(EVIDENCE_FILE + ".torn"), "ab") as torn:
+                torn.write(fragment + b"\n")
+            os.ftruncate(fd, self._read_to)
+            os.fsync(fd)
+            self._append(fd, {"kind": "cut", "file": EVIDENCE_FILE, "offset": self._read_to,
+                              "dropped_bytes": len(fragment),
+                              "dropped_sha256": hashlib.sha256(fragment).hexdigest()})
+
+    def _accept(self, raw: bytes) -> None:
+        try:
+            entry = msgspec.json.decode(raw, type=SealEntry)
+        except (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError) as exc:
+            raise SealError(f"entry {self._seq + 2} of {str(self.path)!r} does not decode: {exc}") from None
+        if len(raw) < len(MAC_FIELD) + 66 or raw[-(len(MAC_FIELD) + 66):-66] != MAC_FIELD:
+            raise SealError(f"entry {self._seq + 2} of {str(self.path)!r} has no MAC where it belongs")
+        body = raw[:-(len(MAC_FIELD) + 66)] + b"}"
+        if (entry.seq != self._seq + 1 or entry.prev != self._prev
+                or not hmac.compare_digest(entry_mac(self.key, entry.prev, body), entry.mac)):
+            raise SealError(f"entry {entry.seq} of {str(self.path)!r} does not verify under this run's key: "
+                            "the chain was edited; refusing to extend it")
+        self._seq, self._prev = entry.seq, entry.mac
+        self._apply(entry)
+
+    def _apply(self, entry: SealEntry) -> None:
+        if entry.kind == "line" and entry.file:
+            # Written by another process: this one's running hash no longer covers the file.
+            self._files[entry.file] = _FileState(lines=entry.line or 0, size=entry.size or 0,
+                                                 sha256=entry.file_sha256)
+        elif entry.kind == "file" and entry.file:
+            self._files[entry.file] = _FileState(whole=True, size=entry.size or 0, sha256=entry.sha256)
+        elif entry.kind == "cut" and entry.file and entry.file in self._files:
+            st = self._files[entry.file]
+            st.size = entry.offset or 0
+        elif entry.kind == "gone" and entry.file:
+            self._files.pop(entry.file, None)
+
+    def _append(self, fd: int, fields: dict[str, Any]) -> dict[str, Any]:
+        entry = {"v": FORMAT_VERSION, "seq": self._seq + 1, "prev": self._prev,
+                 **{k: v for k, v in fields.items() if v is not None}}
+        line, mac = encode_entry(entry, self.key)
+        view = memoryview(line)
+        while view:
+            written = os.write(fd, view)
+            view = view[written:]
+        os.fsync(fd)
+        self._seq, self._prev = entry["seq"], mac
+        self._read_to += len(line)
+        _write_private(head_path(self.key_file), SealHead(seal_id=self.seal_id, seq=self._seq, mac=mac)
+                       .model_dump_json() + "\n", exclusive=False)
+        return entry
+
+    def _meta(self, rel: str, path: Path) -> dict[str, Any]:
+        """Which leg (and rep) a file belongs to, and a leg spec's status."""
+        parts = rel.split("/")
+        meta: dict[str, Any] = {}
+        if len(parts) >= 3 and parts[0] == "legs":
+            meta["leg"] = parts[1]
+            rep = next((p[4:] for p in parts[2:] if p.startswith("rep-") and p[4:].isdigit()), None)
+            if rep is not None:
+                meta["rep"] = int(rep)
+            if parts[2:] == ["leg.json"]:
+                try:
+                    status = json.loads(path.read_text("utf-8")).get("status", "ok")
+                except (OSError, ValueError, AttributeError):
+                    status = None
+                meta["status"] = status if isinstance(status, str) else "unreadable"
+        return meta
+
+    def _cut(self, fd: int, path: Path, rel: str, st: _FileState, actual: int) -> bytes:
+        """Move bytes past the sealed end of ``path`` aside (``<file>.unsealed``) and record it."""
+        with open(path, "rb+") as handle:
+            handle.seek(st.size)
+            dropped = handle.read(actual - st.size)
+            with open(path.with_name(path.name + ".unsealed"), "ab") as aside:
+                aside.write(dropped if dropped.endswith(b"\n") else dropped + b"\n")
+                aside.flush()
+                os.fsync(aside.fileno())
+            handle.truncate(st.size)
+            handle.flush()
+            os.fsync(handle.fileno())
+        self._append(fd, {"kind": "cut", "file": rel, "offset": st.size, "dropped_bytes": len(dropped),
+                          "dropped_sha256": hashlib.sha256(dropped).hexdigest(), **self._meta(rel, path)})
+        return dropped
+
+    def _checked_hasher(self, path: Path, rel: str, st: _FileState) -> Any:
+        """Running hash of the sealed prefix; re-hashed from disk (and checked against the seal) when
+        this process does not hold it, so an edit made meanwhile is never laundered into the seal."""
+        if st.hasher is not None:
+            return st.hasher
+        digest, read = _prefix_hasher(path, st.size)
+        if read != st.size or (st.size and digest.hexdigest() != st.sha256):
+            raise SealError(f"sealed file {rel!r} changed since it was sealed; refusing to extend it")
+        st.hasher = digest
+        return digest
+
+    def _reconcile(self, fd: int, path: Path, rel: str, st: _FileState) -> bytes:
+        try:
+            actual = path.stat().st_size
+        except FileNotFoundError:
+            actual = 0
+            if st.size:
+                raise SealError(f"sealed file {rel!r} is gone; refusing to write it again") from None
+        if actual < st.size:
+            raise SealError(f"sealed file {rel!r} shrank ({actual} < {st.size} bytes) since it was sealed")
+        return self._cut(fd, path, rel, st, actual) if actual > st.size else b""
+
+    # ---------------------------------------------------------------- writers
+    def append_line(self, path: Path, record: dict[str, Any]) -> dict[str, Any]:
+        """Append one JSON line to ``path`` and seal it (bench lines carry leg, rep, contention)."""
+        path = Path(path)
+        data = (json.dumps(record, allow_nan=False, separators=(",", ":")) + "\n").encode("utf-8")
+        with self._locked() as fd:
+            rel = self.rel(path)
+            st = self._files.get(rel)
+            if st is not None and st.whole:
+                raise SealError(f"{rel!r} was sealed as a whole file; lines cannot be appended to it")
+            st = st or _FileState()
+            self._reconcile(fd, path, rel, st)
+            hasher = self._checked_hasher(path, rel, st)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with open(path, "ab") as handle:
+                handle.write(data)
+                handle.flush()
+                os.fsync(handle.fileno())
+            hasher.update(data)
+            meta = self._meta(rel, path)
+            if path.name == "bench_runs.jsonl":
+                rep = record.get("rep")
+                meta.update(rep=rep if isinstance(rep, int) and not isinstance(rep, bool) else None,
+                            contention=record.get("contention") is not None)
+            entry = self._append(fd, {"kind": "line", "file": rel, "line": st.lines + 1, "offset": st.size,
+                                      "length": len(data) - 1, "sha256": hashlib.sha256(data[:-1]).hexdigest(),
+                                      "size": st.size + len(data), "file_sha256": hasher.copy().hexdigest(), **meta})
+            st.lines, st.size, st.sha256, st.hasher = st.lines + 1, st.size + len(data), entry["file_sha256"], hasher
+            self._files[rel] = st
+            return entry
+
+    def seal_file(self, path: Path) -> dict[str, Any]:
+        """Seal ``path`` as a whole, as it is now (supersedes an earlier seal of the same file)."""
+        path = Path(path)
+        with self._locked() as fd:
+            rel = self.rel(path)
+            try:
+                sha, size = _file_sha256(path)
+            except OSError as exc:
+                raise SealError(f"cannot seal {rel!r}: {exc}") from None
+            entry = self._append(fd, {"kind": "file", "file": rel, "sha256": sha, "size": size,
+                                      **self._meta(rel, path)})
+            self._files[rel] = _FileState(whole=True, size=size, sha256=sha)
+            return entry
+
+    def is_current(self, path: Path) -> bool:
+        """Whether ``path`` exists with exactly the bytes last sealed for it."""
+        path = Path(path)
+        with self._locked():
+            st = self._files.get(self.rel(path))
+            if st is None or not path.is_file():
+                return False
+            sha, size = _file_sha256(path)
+            return size == st.size and sha == st.sha256
+
+    def cut_unsealed_tail(self, path: Path) -> bytes:
+        """Cut whatever follows the last sealed line of ``path`` (torn or complete but unsealed)."""
+        path = Path(path)
+        with self._locked() as fd:
+            rel = self.rel(path)
+            st = self._files.get(rel)
+            if st is not None and st.whole:
+                return b""
+            return self._reconcile(fd, path, rel, st or _FileState())
+
+    def unlink(self, path: Path) -> None:
+        """Remove ``path``; when it was sealed, record that the harness removed it."""
+        path = Path(path)
+        with self._locked() as fd:
+            rel = self.rel(path)
+            existed = path.exists()
+            path.unlink(missing_ok=True)
+            if rel in self._files or existed:
+                self._append(fd, {"kind": "gone", "file": rel, **self._meta(rel, path)})
+                self._files.pop(rel, None)
+
+    def adopt_lines(self, path: Path, meta: Callable[[bytes], dict[str, Any]] | None = None) -> int:
+        """Seal every line of a file a *builder* just wrote in one go (synthetic fixtures, the
+        throughput benchmark's 700 MB file). The harness itself never adopts: it seals as it writes.
+        Returns the number of lines sealed."""
+        path = Path(path)
+        with self._locked() as fd:
+            rel = self.rel(path)
+            if rel in self._files:
+                raise SealError(f"{rel!r} is already sealed; adopt only a freshly written file")
+            st = _FileState()
+            running = hashlib.sha256()
+            base = self._meta(rel, path)
+            for offset, line in _raw_lines(path):
+                running.update(line + b"\n")
+                fields = {"kind": "line", "file": rel, "line": st.lines + 1, "offset": offset, "length": len(line),
+                          "sha256": hashlib.sha256(line).hexdigest(), "size": offset + len(line) + 1,
+                          "file_sha256": running.copy().hexdigest(), **base, **(meta(line) if meta else {})}
+                self._append(fd, fields)
+                st.lines, st.size = st.lines + 1, offset + len(line) + 1
+            st.sha256, st.hasher = running.hexdigest(), running
+            self._files[rel] = st
+            return st.lines
+
+
+def _raw_lines(path: Path) -> Iterator[tuple[int, bytes]]:
+    """(offset, bytes without newline) of every complete line; refuses an unterminated last line."""
+    offset = 0
+    pieces: list[bytes] = []
+    with open(path, "rb") as handle:
+        while chunk := handle.read(_HASH_CHUNK):
+            start = 0
+            while (nl := chunk.find(b"\n", start)) >= 0:
+                if pieces:
+                    pieces.append(chunk[start:nl])
+                    line = b"".join(pieces)
+                    pieces = []
+                else:
+                    line = chunk[start:nl]
+                yield offset, line
+                offset += len(line) + 1
+                start = nl + 1
+            if start < len(chunk):
+                pieces.append(chunk[start:])
+    if pieces:
+        raise SealError(f"{str(path)!r} ends in an unterminated line; only complete lines can be sealed")
+
+
+class _BenchKey(msgspec.Struct):
+    rep: int | None = None
+    contention: dict | None = None
+
+
+def bench_meta(line: bytes) -> dict[str, Any]:
+    """rep and contention presence of a bench line (for :meth:`Chain.adopt_lines`)."""
+    try:
+        key = msgspec.json.decode(line, type=_BenchKey)
+    except (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError):
+        return {}
+    return {"rep": key.rep, "contention": key.contention is not None}
+
+
+# ------------------------------------------------------------------------------------- registry
+
+_REGISTRY_LOCK = threading.RLock()
+_CHAINS: dict[Path, Chain] = {}
+
+
+def _holds_evidence(root: Path) -> bool:
+    return any(d.is_dir() and any(p.is_file() for p in d.rglob("*")) for d in (root / n for n in EVIDENCE_DIRS))
+
+
+def begin(run: Path | str, *, key_file: Path | str | None = None) -> Chain | None:
+    """Open ``run``'s chain before the harness writes evidence into it: create it (and its key) for a
+    fresh run, continue it when it exists (resume). A run that already holds evidence written before
+    sealing existed is left unsealed (returns None, logged): a chain covering half of a run would
+    make the unsealed half look inserted. ``key_file`` puts the key somewhere other than the key
+    store (a fixture's ``seal.key`` beside its run); it may never lie inside the run."""
+    root = Path(run).resolve()
+    root.mkdir(parents=True, exist_ok=True)
+    with _REGISTRY_LOCK:
+        cached = _CHAINS.get(root)
+        if cached is not None:
+            if cached.path.is_file():
+                return cached
+            del _CHAINS[root]  # the run directory was replaced: start over
+        path = root / EVIDENCE_FILE
+        if path.is_file():
+            chain = _open_existing(root, Path(key_file) if key_file else None)
+        elif _holds_evidence(root):
+            log.warning("run %r already holds evidence written without a seal; it stays unsealed", str(root))
+            return None
+        else:
+            chain = _create(root, Path(key_file) if key_file else None)
+        _CHAINS[root] = chain
+        return chain
+
+
+def _run_id(root: Path) -> str:
+    try:
+        value = json.loads((root / "run.json").read_text("utf-8")).get("id")
+    except (OSError, ValueError, AttributeError):
+        value = None
+    return value if isinstance(value, str) and value else root.name
+
+
+def _create(root: Path, key_file: Path | None) -> Chain:
+    run_id = _run_id(root)
+    seal_id = f"{_safe(run_id)}-{secrets.token_hex(6)}"
+    key_file = Path(os.path.abspath(key_file)) if key_file else key_store_dir() / f"{seal_id}.key"
+    if _inside(key_file, root):
+        raise SealError(f"the seal key {str(key_file)!r} would lie inside the run {str(root)!r}: a key beside "
+                        "the evidence proves nothing; point PERFWARDEN_KEY_DIR elsewhere")
+    key = secrets.token_bytes(32)
+    try:
+        _write_private(key_file, SealKey(seal_id=seal_id, run_dir=str(root), key=key.hex(),
+                                         created_at=_now_iso()).model_dump_json(indent=2) + "\n", exclusive=True)
+    except FileExistsError:
+        raise SealError(f"seal key {str(key_file)!r} already exists; a key seals one run only") from None
+    chain = Chain(root, key, key_file, seal_id)
+    with chain._locked() as fd:
+        if chain._seq >= 0:  # another process created the chain first
+            raise SealError(f"{str(chain.path)!r} was created concurrently by another writer")
+        chain._append(fd, {"kind": "open", "seal_id": seal_id, "run_id": run_id, "key_id": key_id(key),
+                           "created_at": _now_iso()})
+    return chain
+
+
+def _open_existing(root: Path, key_file: Path | None) -> Chain:
+    path = root / EVIDENCE_FILE
+    seal_id = _chain_seal_id(path)
+    if seal_id is None:
+        raise SealError(f"{str(path)!r} does not start with an 'open' entry; it cannot be continued")
+    key_file = key_file or key_store_dir() / f"{seal_id}.key"
+    if not key_file.is_file():
+        raise SealError(f"cannot continue the seal chain of {str(root)!r}: its key {str(key_file)!r} is not in the "
+                        f"key store (set PERFWARDEN_KEY_DIR to the store that holds seal {seal_id!r})")
+    sealed = read_key_file(key_file)
+    if sealed.seal_id != seal_id:
+        raise SealError(f"key {str(key_file)!r} is for seal {sealed.seal_id!r}, the chain is {seal_id!r}")
+    chain = Chain(root, bytes.fromhex(sealed.key), key_file, seal_id)
+    with chain._locked():
+        pass  # reads and verifies every entry, rebuilding what is sealed
+    return chain
+
+
+def chain_for(path: Path | str) -> Chain | None:
+    """The open chain of the run ``path`` lies in (nearest ancestor holding ``evidence.jsonl``)."""
+    absolute = Path(os.path.abspath(path))
+    parents = list(absolute.parents)[:_SEARCH_DEPTH]
+    with _REGISTRY_LOCK:
+        for parent in parents:
+            cached = _CHAINS.get(parent)
+            if cached is not None:
+                return cached
+    for parent in parents:
+        if (parent / EVIDENCE_FILE).is_file():
+            return begin(parent)
+    return None
+
+
+def forget(run: Path | str) -> None:
+    """Drop this process's handle on a run's chain (tests that rebuild a run in place)."""
+    with _REGISTRY_LOCK:
+        _CHAINS.pop(Path(run).resolve(), None)
+
+
+# ----------------------------------------------------------------------------------- writers
+
+
+def write_json(path: Path | str, payload: Any) -> None:
+    """``write_json_atomic`` + seal the file when it lies in a sealed run."""
+    chain = chain_for(path)
+    write_json_atomic(Path(path), payload)
+    if chain is not None:
+        chain.seal_file(Path(path))
+
+
+def write_text(path: Path | str, text: str) -> None:
+    """Write a text file atomically + seal it when it lies in a sealed run."""
+    path = Path(path)
+    chain = chain_for(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    with open(tmp, "w", encoding="utf-8") as handle:
+        handle.write(text)
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(tmp, path)
+    if chain is not None:
+        chain.seal_file(path)
+
+
+def append_jsonl(path: Path | str, record: dict[str, Any]) -> None:
+    """Append one JSON line, sealed when ``path`` lies in a sealed run (else ``records.append_jsonl``)."""
+    chain = chain_for(path)
+    if chain is None:
+        _plain_append_jsonl(Path(path), record)
+    else:
+        chain.append_line(Path(path), record)
+
+
+def seal_file(*paths: Path | str) -> None:
+    """Seal files written by someone else (a server's log, LoadGen, an atomic replace) as they are now."""
+    for path in paths:
+        chain = chain_for(path)
+        if chain is not None:
+            chain.seal_file(Path(path))
+
+
+def is_current(path: Path | str) -> bool:
+    """Whether a harness file is done: it exists and, in a sealed run, holds what was sealed (a file
+    written just before a crash but never sealed is written again on resume)."""
+    chain = chain_for(path)
+    return Path(path).is_file() if chain is None else chain.is_current(Path(path))
+
+
+def cut_unsealed_tail(path: Path | str) -> bytes | None:
+    """In a sealed run: cut whatever follows the last sealed line of ``path`` (returns the bytes
+    moved aside); None when ``path`` is not in a sealed run (the caller handles torn tails itself)."""
+    chain = chain_for(path)
+    return None if chain is None else chain.cut_unsealed_tail(Path(path))
+
+
+def unlink(path: Path | str) -> None:
+    """Remove a file; in a sealed run, record that the harness removed it."""
+    chain = chain_for(path)
+    if chain is None:
+        Path(path).unlink(missing_ok=True)
+    else:
+        chain.unlink(Path(path))
