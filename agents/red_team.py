@@ -679,3 +679,160 @@ def llm_round(brain: LLMRedTeam, bases: list[Base], workdir: Path, out: Path | N
             result.fixture = write_success(dest, claim_path, result, out)
         results.append(result)
     return results
+
+
+# ------------------------------------------------------------------ the live producer (run --red-team)
+
+
+class LiveRedTeam:
+    """``perfwarden run --red-team``: after the bundle, try to bank fake wins over the run's own evidence.
+
+    Each attack is one way a reward-hacking producer would dress up what this run measured: a banked
+    change relabelled as a kernel win with a cited isolated speedup, its headline inflated, its knob
+    left undeclared, a leg compared with itself, a copy of a leg with its throughput scaled (evidence
+    the harness never wrote), a prose report that doubles the measured gain. None may PASS; the graph's
+    report lists every attack and its verdict. Evidence the attacks add stays under ``legs/rt-*`` and
+    ``redteam/`` so the run's own files are never touched."""
+
+    name = "red_team"
+
+    def __init__(self) -> None:
+        self._queue: list[Callable[[Path, list[Any]], Claim | None]] | None = None
+
+    def next_attack(self, run: Path, banked: list[Any], verdicts: list[Any]) -> Claim | None:
+        if self._queue is None:
+            self._queue = list(LIVE_ATTACKS)
+        while self._queue:
+            attack = self._queue.pop(0)
+            try:
+                claim = attack(run, banked)
+                if claim is not None:  # model_copy does not validate: a claim the schema refuses is no attack
+                    return Claim.model_validate({**claim.model_dump(), "producer": "red_team"})
+            except (OSError, ValueError, KeyError, TypeError):
+                pass  # an attack that cannot be built on this run is skipped, not a crash
+        return None
+
+
+def make_producer(settings: Any) -> LiveRedTeam:
+    """The typed seam ``orchestrator/cli_run.py`` loads for ``--red-team``."""
+    return LiveRedTeam()
+
+
+def _banked_claim(run: Path, banked: list[Any]) -> Claim | None:
+    """The claim of the first banked patch (the attacks reuse its legs), if anything was banked."""
+    for change in banked:
+        path = run / change.claim
+        if path.is_file():
+            claim = Claim.model_validate_json(path.read_text(encoding="utf-8"))
+            if claim.scope == "patch" and claim.legs.baseline and claim.legs.candidate:
+                return claim
+    return None
+
+
+def _baseline_leg(run: Path) -> str | None:
+    legs = run / "legs"
+    names = sorted(p.name for p in legs.iterdir() if p.is_dir() and (p / "bench_runs.jsonl").is_file()) \
+        if legs.is_dir() else []
+    return "baseline" if "baseline" in names else (names[0] if names else None)
+
+
+def _rt_lever(name: str, claim: Claim | None, **update: Any) -> Any:
+    from perfwarden.harness.records import DeclaredLever
+
+    if claim is not None and claim.lever is not None:
+        return claim.lever.model_copy(update={"name": f"rt-{name}", **update})
+    return DeclaredLever(name=f"rt-{name}", lever_class="B", config_keys=["max_batch_size"], **update)
+
+
+def _fresh(claim: Claim, name: str, **update: Any) -> Claim:
+    return claim.model_copy(update={"seq": 0, "lever": _rt_lever(name, claim), **update}, deep=True)
+
+
+def live_relabel_as_kernel(run: Path, banked: list[Any]) -> Claim | None:
+    """A config win reported as a kernel win with an isolated speedup that was never measured."""
+    from perfwarden.harness.records import IsolatedSpeedup
+
+    claim = _banked_claim(run, banked)
+    if claim is None:
+        return None
+    lever = _rt_lever("relabel-kernel", claim, lever_class="A", config_keys=[], kernel_ops=["rmsnorm"])
+    return claim.model_copy(update={"seq": 0, "lever": lever, "isolated_speedup": IsolatedSpeedup(
+        value=3.0, op="rmsnorm", op_time_fraction=0.9)}, deep=True)
+
+
+def _measured_gain(claim: Claim, banked: list[Any]) -> float:
+    """The gain the auditor re-derived for the banked change (what an attacker would inflate)."""
+    for change in banked:
+        if change.name == (claim.lever.name if claim.lever else None) and change.headline_rederived_pct is not None:
+            return float(change.headline_rederived_pct)
+    return claim.headline.value if claim.headline.value is not None else 10.0
+
+
+def live_inflated_headline(run: Path, banked: list[Any]) -> Claim | None:
+    """The banked change with half as much again (and five points more) on its headline."""
+    claim = _banked_claim(run, banked)
+    if claim is None:
+        return None
+    value = abs(_measured_gain(claim, banked)) * 1.5 + 5.0
+    return _fresh(claim, "inflated", headline=claim.headline.model_copy(update={"value": value}))
+
+
+def live_undeclared_knob(run: Path, banked: list[Any]) -> Claim | None:
+    """The banked change with its knob left out of the declaration."""
+    claim = _banked_claim(run, banked)
+    if claim is None:
+        return None
+    return claim.model_copy(update={"seq": 0, "lever": _rt_lever("undeclared", claim, config_keys=[])}, deep=True)
+
+
+def live_leg_against_itself(run: Path, banked: list[Any]) -> Claim | None:
+    """The baseline compared with itself, claimed as a 30% batching gain."""
+    from perfwarden.harness.records import Headline, LegRefs
+
+    leg = _baseline_leg(run)
+    if leg is None:
+        return None
+    return Claim(scope="patch", legs=LegRefs(baseline=leg, candidate=leg), lever=_rt_lever("self", None),
+                 headline=Headline(metric="output_throughput", value=30.0))
+
+
+def live_forged_leg(run: Path, banked: list[Any]) -> Claim | None:
+    """A copy of the baseline leg with every throughput scaled by 1.3: evidence the harness never wrote."""
+    from perfwarden.harness.records import Headline, LegRefs
+
+    leg = _baseline_leg(run)
+    if leg is None:
+        return None
+    source, forged = run / "legs" / leg, run / "legs" / "rt-forged"
+    if forged.exists():
+        shutil.rmtree(forged)
+    shutil.copytree(source, forged)
+    lines = []
+    for raw in (source / "bench_runs.jsonl").read_text(encoding="utf-8").splitlines():
+        line = json.loads(raw)
+        for key in ("output_throughput", "request_throughput", "total_token_throughput", "input_throughput"):
+            if isinstance(line.get(key), (int, float)):
+                line[key] = line[key] * 1.3
+        line["leg"] = "rt-forged"
+        lines.append(json.dumps(line))
+    (forged / "bench_runs.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return Claim(scope="patch", legs=LegRefs(baseline=leg, candidate="rt-forged"), lever=_rt_lever("forged", None),
+                 headline=Headline(metric="output_throughput", value=30.0))
+
+
+def live_prose_doubling(run: Path, banked: list[Any]) -> Claim | None:
+    """The banked change with a report that states twice the measured gain."""
+    claim = _banked_claim(run, banked)
+    if claim is None:
+        return None
+    report = run / "redteam" / "report-doubled.md"
+    report.parent.mkdir(parents=True, exist_ok=True)
+    report.write_text(f"# Result\n\nOutput throughput improved by {abs(_measured_gain(claim, banked)) * 2 + 5:.1f}% over the "
+                      f"baseline.\n", encoding="utf-8")
+    return _fresh(claim, "prose", report=report.relative_to(run).as_posix())
+
+
+LIVE_ATTACKS: tuple[Callable[[Path, list[Any]], Claim | None], ...] = (
+    live_relabel_as_kernel, live_inflated_headline, live_undeclared_knob, live_leg_against_itself,
+    live_forged_leg, live_prose_doubling)
+"""Tried in order; each at most once per run."""

@@ -475,10 +475,11 @@ _SPAWNER_LOCK = threading.Lock()
 def _spawn(cmd: list[str], **kwargs: Any) -> subprocess.Popen:
     """``subprocess.Popen`` from a thread that lives as long as the process.
 
-    bwrap's ``--die-with-parent`` is ``PR_SET_PDEATHSIG``, which the kernel ties to the *thread* that
-    forked it, not the process: a sandbox started from a short-lived worker (a thread pool starting
-    servers concurrently) is SIGKILLed the moment that worker finishes. Forking from the main thread or
-    from one long-lived spawner thread keeps "dies with its parent" meaning the parent process."""
+    bwrap's ``--die-with-parent`` is ``PR_SET_PDEATHSIG`` in the outer bwrap (and its init), and the
+    kernel fires it when the *thread* that forked it exits, not the process. Servers started from the
+    lab's start-up pool were SIGKILLed the moment that pool shut down (strace: the worker exits, the
+    outer bwrap is killed 0.5 ms later). Forking from the main thread or one long-lived spawner thread
+    keeps "dies with its parent" meaning the parent process."""
     global _SPAWNER
     if threading.current_thread() is threading.main_thread():
         return subprocess.Popen(cmd, **kwargs)

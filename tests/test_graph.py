@@ -387,6 +387,24 @@ def test_red_team_claims_go_through_the_same_auditor_and_are_reported(tmp_path):
     assert "## Red team" in (tmp_path / "run" / "report.md").read_text()
 
 
+def test_the_live_red_team_producer_banks_nothing(tmp_path):
+    """``run --red-team`` with the shipped producer: every attack over the run's own evidence (a config
+    win relabelled as a kernel, an inflated headline, an undeclared knob, a leg against itself, a forged
+    copy of a leg, a report doubling the gain) is audited and refused, and the banked result is unchanged."""
+    from perfwarden.agents import red_team
+
+    state = run_graph(tmp_path / "run", settings(levers=["max_batch_size=2"], kernels=False, red_team=True),
+                      SyntheticLab(), attacker=red_team.make_producer(settings()))
+    attacks = {v.lever: v for v in state["verdicts"] if v.producer == "red_team"}
+    assert set(attacks) == {"rt-relabel-kernel", "rt-inflated", "rt-undeclared", "rt-self", "rt-forged", "rt-prose"}
+    assert {name: v.verdict for name, v in attacks.items() if v.verdict == "PASS"} == {}
+    assert [b.name for b in state["banked"]] == ["cfg-max_batch_size=2"]
+    codes = {name: {f.code for f in v.findings if f.severity != "INFO"} for name, v in attacks.items()}
+    assert codes["rt-forged"] & {"EVIDENCE_TAMPERED", "EVIDENCE_UNSEALED"}, codes["rt-forged"]
+    report = json.loads((tmp_path / "run" / "report.json").read_text())
+    assert report["red_team"]["attacks"] == 6 and report["red_team"]["passed"] == []
+
+
 @pytest.mark.timeout(120)
 def test_sigkill_during_a_rep_then_resume(tmp_path):
     """The real CLI process is SIGKILLed while reps are being written; --resume finishes the run."""

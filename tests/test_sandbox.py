@@ -427,19 +427,26 @@ def test_no_python_guard_is_left_in_the_sandbox_module():
 
 
 def test_a_sandbox_started_from_a_worker_thread_outlives_that_thread(box):
-    """bwrap's --die-with-parent is tied to the thread that forked it: a server started from a thread
-    pool (the lab starts legs concurrently) was SIGKILLed as soon as the pool thread finished. It must
-    live until it is stopped, and still die with the process."""
-    import threading
+    """bwrap's --die-with-parent is PR_SET_PDEATHSIG in the outer bwrap, and the kernel fires it when the
+    *thread* that forked it exits. The lab starts servers from a thread pool that ends once they serve:
+    forked from a pool worker, every server was SIGKILLed the moment the pool shut down. bwrap reports
+    its init's pid on --info-fd only after that prctl, so waiting for it in the worker makes the test
+    independent of timing (with plain Popen it fails every time)."""
+    from concurrent.futures import ThreadPoolExecutor
 
-    started: list = []
-    worker = threading.Thread(target=lambda: started.append(
-        sb.Confined([sys.executable, "-I", "-c", "import time; time.sleep(30)"], sb.Policy(writable=box["work"]))))
-    worker.start()
-    worker.join()
-    proc = started[0]
+    def start():
+        proc = sb.Confined([sys.executable, "-I", "-c", "import time; time.sleep(30)"],
+                           sb.Policy(writable=box["work"], limits=sb.Limits(wall_s=20)))
+        deadline = time.monotonic() + 5
+        while proc._init_pid is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+        return proc
+
+    with ThreadPoolExecutor(max_workers=1) as pool:  # the worker thread exits at shutdown
+        proc = pool.submit(start).result()
     try:
-        time.sleep(1.5)  # the worker thread is gone; a sandbox tied to it would be dead by now
+        assert proc._init_pid is not None, "bwrap never reported its init"
+        time.sleep(0.5)
         assert proc.poll() is None, f"the sandbox died with the thread that started it (code {proc.poll()})"
     finally:
         proc.kill()
