@@ -232,6 +232,17 @@ def _inside(path: Path, root: Path) -> bool:
     return path == root or root in path.parents
 
 
+def _key_store() -> Path | None:
+    """The seal key store, resolved, if it exists (imported late: records imports nothing from here)."""
+    from perfwarden.harness.records import key_store_dir
+
+    try:
+        store = key_store_dir().resolve()
+    except (OSError, RuntimeError):
+        return None
+    return store if store.is_dir() else None
+
+
 def bwrap_args(policy: Policy, info_fd: int | None = None) -> list[str]:
     """bwrap's arguments (before ``--``) for ``policy``: what is bound where, read-only or not."""
     writable = Path(policy.writable).resolve()
@@ -270,6 +281,11 @@ def bwrap_args(policy: Policy, info_fd: int | None = None) -> list[str]:
             continue
         seen.add((kind, path))
         args += [kind, str(path), str(path)]
+    # The seal keys: whoever reads them can seal anything, so where the store lies inside something
+    # bound above, an empty tmpfs covers it (a store inside the writable directory is refused by seal).
+    keys = _key_store()
+    if keys is not None and any(_inside(keys, path) for _, path in seen):
+        args += ["--tmpfs", str(keys)]
     # bwrap builds the view on a tmpfs root (with the mount points it needs); make that read-only too,
     # so the writable directory really is the only place a write can land.
     args += ["--remount-ro", "/"]

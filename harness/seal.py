@@ -26,8 +26,8 @@ Not sealed, because they are not the harness's evidence: claims and verdicts (wh
 auditor say), ``events.jsonl``, ``settings.json``, ``run.json``, reports, checkpoints, scratch files.
 
 Threat boundary: anyone who can read the key store can seal anything. The sandbox that runs generated
-kernels (``harness/sandbox.py``) confines writes to the run directory but does not deny reads of the key
-store yet (``key_store_dir()``); denying them there would close that path.
+code and servers (``harness/sandbox.py``) binds only what it needs, and where the key store lies inside
+a bound tree it covers it with an empty tmpfs, so confined code cannot read a key.
 
 Crash safety: data is written first, then sealed. A line written but not sealed (the process died in
 between) is cut off and kept beside the file (``<file>.unsealed``) the next time the harness writes

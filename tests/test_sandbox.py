@@ -451,3 +451,22 @@ def test_a_sandbox_started_from_a_worker_thread_outlives_that_thread(box):
     finally:
         proc.kill()
         proc.wait(10)
+
+
+def test_confined_code_cannot_read_the_seal_keys_even_inside_a_bound_tree(box, monkeypatch):
+    """Whoever reads a seal key can seal anything. A key store inside a directory the sandbox binds
+    (here: a read-only input directory) is covered by an empty tmpfs: the file is not there."""
+    shared = box["tmp"] / "shared"
+    keys = shared / "keys"
+    keys.mkdir(parents=True)
+    (keys / "run.key").write_text("secret-key-material")
+    (shared / "input.txt").write_text("visible")
+    monkeypatch.setenv("PERFWARDEN_KEY_DIR", str(keys))
+    probe = ("import pathlib, sys; out = pathlib.Path(sys.argv[1]); "
+             "k = pathlib.Path(sys.argv[2]) / 'run.key'; i = pathlib.Path(sys.argv[3]); "
+             "out.write_text(repr((k.exists() and k.read_text(), i.read_text())))")
+    result = box["work"] / "seen.txt"
+    proc = sb.Confined([sys.executable, "-I", "-c", probe, str(result), str(keys), str(shared / "input.txt")],
+                       sb.Policy(writable=box["work"], read_only=(shared,), limits=sb.Limits(wall_s=20)))
+    assert proc.wait(30) == 0
+    assert result.read_text() == repr((False, "visible"))
