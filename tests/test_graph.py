@@ -405,6 +405,33 @@ def test_the_live_red_team_producer_banks_nothing(tmp_path):
     assert report["red_team"]["attacks"] == 6 and report["red_team"]["passed"] == []
 
 
+def test_a_forged_pass_verdict_does_not_get_a_component_into_a_bundle(tmp_path):
+    """Verdict files are not sealed: a producer can write ``verdicts/<seq>-patch.json`` saying PASS. The
+    bundle audit audits each component's claim again instead of believing the file."""
+    from perfwarden.agents.auditor.audit import audit_path
+    from perfwarden.harness.seal import find_key_file
+
+    run = tmp_path / "run"
+    run_graph(run, settings(levers=["max_batch_size=2"], kernels=False), SyntheticLab())
+    bundle_path = next((run / "claims").glob("*-bundle.json"))
+    bundle = Claim.model_validate_json(bundle_path.read_text())
+    honest = audit_path(run, bundle_path, claim_root=run, key=find_key_file(run))
+    assert honest.verdict == "PASS", [f.code for f in honest.findings]
+    # a fake component: the baseline against its A/A twin, with a forged PASS verdict beside it
+    fake = Claim(seq=90, scope="patch", producer="config_tuner", legs=LegRefs(baseline="baseline", candidate="baseline-aa"),
+                 lever=DeclaredLever(name="cfg-fake", lever_class="B", config_keys=["max_batch_size"]))
+    (run / "claims" / "090-patch.json").write_text(fake.model_dump_json())
+    forged = json.loads(next((run / "verdicts").glob("*-patch.json")).read_text())
+    forged.update(claim="claims/090-patch.json", claim_seq=90, verdict="PASS", action="bank")
+    (run / "verdicts" / "090-patch.json").write_text(json.dumps(forged))
+    padded = bundle.model_copy(update={"seq": 91, "lever": bundle.lever.model_copy(
+        update={"components": [*bundle.lever.components, "cfg-fake"]})})
+    (run / "claims" / "091-bundle.json").write_text(padded.model_dump_json())
+    verdict = audit_path(run, run / "claims" / "091-bundle.json", claim_root=run, key=find_key_file(run))
+    assert verdict.verdict == "FAIL"
+    assert any(f.code == "CONDITIONS_DIFFER" and "cfg-fake" in f.message for f in verdict.findings)
+
+
 @pytest.mark.timeout(120)
 def test_sigkill_during_a_rep_then_resume(tmp_path):
     """The real CLI process is SIGKILLed while reps are being written; --resume finishes the run."""

@@ -25,9 +25,8 @@ from perfwarden.agents.auditor.gates import (caching, conditions, correctness, e
 from perfwarden.agents.auditor.manifest import (KeyChoice, KeyFileError, chain_seal_id, observe, read_manifest,
                                                 resolve_key)
 from perfwarden.agents.auditor.rederive import METRICS
-from perfwarden.harness.json_limits import check_depth, loads_bounded
 from perfwarden.harness.records import Claim, Comparison, Finding, MetricStats, RunDir, Verdict, write_json_atomic
-from perfwarden.harness.safe_read import REPORT_BYTES, VERDICT_BYTES, exists, read_bytes
+from perfwarden.harness.safe_read import REPORT_BYTES, exists
 
 AUDITOR_VERSION = "1.0.0"
 
@@ -52,6 +51,8 @@ class Audit:
     extra_values: list[float] = field(default_factory=list)
     extra_kind: str = "ratio"
     """What ``extra_values`` are, for prose tracing: ``share`` (profile scope) or ``ratio`` (speedups)."""
+    key: Path | None = None
+    """The run's seal key file as given (``--key``), for audits this audit runs itself (bundle components)."""
 
     def gate(self, name: str, fn: Callable[[], Any]) -> Any:
         """Run one gate; an exception in our own code degrades the verdict instead of crashing it.
@@ -330,32 +331,41 @@ def _bundle_gates(a: Audit, base: LegEvidence, cand: LegEvidence) -> None:
                        "judged against the true no-overlay baseline", measured=base.spec.overlay.model_dump(),
                        threshold="empty overlay", action="eject", gate="bundle")
     components = a.claim.lever.components if a.claim.lever else []
-    accepted = accepted_changes(a.run)
+    accepted = accepted_changes(a.run, components, a.key)
     unaccepted = [c for c in components if c not in accepted]
     if unaccepted:
-        a.findings.add("CONDITIONS_DIFFER", "FAIL", f"bundle components {unaccepted!r} have no accepted patch verdict "
-                       f"in this run (accepted: {sorted(accepted)!r})", measured=unaccepted, action="eject",
-                       gate="bundle")
+        a.findings.add("CONDITIONS_DIFFER", "FAIL", f"bundle components {unaccepted!r} have no patch claim in this run "
+                       f"that the auditor banks when audited again (banked: {sorted(accepted)!r})",
+                       measured=unaccepted, action="eject", gate="bundle")
 
 
-def accepted_changes(run: Path) -> dict[str, list[str]]:
-    """Lever names of patch claims in this run whose verdict passed (or flagged with a downgraded
-    headline, which still banks the change under its true class)."""
+def banks(verdict: Verdict) -> bool:
+    """The auditor's banking rule: a PASS, or a FLAG whose only action is a downgraded headline (the
+    change is still banked, under its true class and re-derived headline)."""
+    return verdict.verdict == "PASS" or verdict.action == "downgrade_headline"
+
+
+def accepted_changes(run: Path, names: list[str], key: Path | None = None) -> dict[str, list[str]]:
+    """Lever names among ``names`` that a patch claim in this run banks *now*: each candidate claim is
+    audited again rather than its verdict file believed. Verdict files are not sealed evidence, and a
+    producer that writes ``verdicts/<seq>-patch.json`` saying PASS must not get a component into a bundle."""
     out: dict[str, list[str]] = {}
-    vdir = Path(run) / "verdicts"
-    if not vdir.is_dir():
+    cdir = Path(run) / "claims"
+    if not cdir.is_dir() or not names:
         return out
-    for vpath in sorted(vdir.glob("*-patch.json")):
+    for cpath in sorted(cdir.glob("*-patch.json")):
         try:
-            data = read_bytes(vpath, run, limit=VERDICT_BYTES, what="verdict")
-            check_depth(data, what=f"verdict {vpath.name!r}")
-            verdict = Verdict.model_validate_json(data)
-            claim, _ = load_claim(Path(run) / verdict.claim, root=run)
-        except (OSError, ValueError, ClaimError):
+            claim, _ = load_claim(cpath, root=run)
+        except ClaimError:
             continue
-        if verdict.verdict == "PASS" or verdict.action == "downgrade_headline":
-            if claim.lever:
-                out[claim.lever.name] = claim.lever.config_keys
+        if claim.lever is None or claim.lever.name not in names or claim.lever.name in out:
+            continue
+        try:
+            verdict = audit_path(run, cpath, claim_root=run, key=key)
+        except ClaimError:
+            continue
+        if banks(verdict):
+            out[claim.lever.name] = claim.lever.config_keys
     return out
 
 
@@ -381,7 +391,7 @@ def audit_claim(run: Path, claim: Claim, claim_ref: str, claim_sha: str, key: Pa
         raise ClaimError(str(exc)) from None
     findings = Findings()
     loader = RunLoader(run, findings)
-    a = Audit(run=run, claim=claim, loader=loader, findings=findings)
+    a = Audit(run=run, claim=claim, loader=loader, findings=findings, key=key)
     if not run.is_dir():
         findings.add("EVIDENCE_MISSING", "FAIL", f"run directory {str(run)!r} does not exist", gate="evidence")
     else:
