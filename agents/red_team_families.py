@@ -884,3 +884,43 @@ def torn(ctx: AttackContext, rng: random.Random) -> Expectation:
     path = ctx.leg_path(ctx.cand_leg, "bench_runs.jsonl")
     path.write_bytes(path.read_bytes() + f'{{"leg": "{ctx.cand_leg}", "rep": 99, "dura'.encode())
     return Expectation.refuse("EVIDENCE_CORRUPT", why="the last line was never finished")
+
+
+# ------------------------------------------------- evidence properties (issue 13), from the backtest
+
+
+EVIDENCE_PROPERTIES = ("workload", "consistency", "conditions", "contention", "order", "resources", "torn")
+"""Mutation families of ``proof/mutations.py`` that the red team also applies, to every base it attacks
+(the backtest applies each to the clean fixtures; here they meet recorded runs and each other's bases)."""
+
+
+def _from_mutation(mutation: Any) -> Any:
+    """A red-team family that applies one backtest mutation; its expectation is the mutation's own
+    frozen answer (FAIL: exactly FAIL; FLAG: not banked), never the auditor's output."""
+    def apply(ctx: AttackContext, rng: random.Random) -> Expectation | None:
+        from perfwarden.harness.records import Claim
+
+        claim = Claim.model_validate(ctx.claim)
+        if not mutation.applies(ctx.run, claim):
+            return None
+        try:
+            ctx.claim = mutation.apply(ctx.run, claim).model_dump(mode="json")
+        except (KeyError, IndexError, ValueError, TypeError, ZeroDivisionError, FileNotFoundError):
+            return None  # the base lacks what the mutation edits (no per-request arrays, no log …)
+        why = (mutation.description or mutation.name).strip().splitlines()[0]
+        if mutation.verdict == "FAIL":
+            return Expectation.fail(*mutation.must_include, why=why)
+        return Expectation.refuse(*mutation.must_include, why=why)
+    return apply
+
+
+def _register_evidence_families() -> None:
+    from perfwarden.proof.mutations import MUTATIONS
+
+    for mutation in MUTATIONS:
+        if mutation.family in EVIDENCE_PROPERTIES and mutation.verdict in ("FAIL", "FLAG"):
+            family(f"evidence_{mutation.name.replace('-', '_')}", f"evidence: {mutation.family}",
+                   combinable=False)(_from_mutation(mutation))
+
+
+_register_evidence_families()
