@@ -627,7 +627,7 @@ def auditor_docs() -> str:
     """What the LLM red team may read about its target: the persona prompt's rules and the catalog."""
     from perfwarden.agents.auditor.codes import CATALOG
 
-    from perfwarden.agents.auditor.persona import load_skill
+    from perfwarden.skills import load_skill
 
     skill = load_skill("patch_auditor")
     rules = skill.split("## Answer format")[0]

@@ -9,7 +9,6 @@ output marks the verdict degraded and the run goes on.
 from __future__ import annotations
 
 import json
-from importlib import resources
 from pathlib import Path
 from typing import Literal
 
@@ -20,6 +19,7 @@ from perfwarden.agents.auditor.findings import choose_action, verdict_label
 from perfwarden.agents.llm import LLMClient, LLMOutputError, LLMUnavailable
 from perfwarden.harness.records import EvidenceRef, Finding, Verdict
 from perfwarden.harness.safe_read import TEXT_BYTES, read_bytes
+from perfwarden.skills import fence, load_skill, render_prompt
 
 EXCERPT_LINES = 40
 """Raw lines shown to the persona per file (the tail of server logs, the first outputs)."""
@@ -40,27 +40,6 @@ class PersonaFinding(BaseModel):
 class PersonaAnswer(BaseModel):
     findings: list[PersonaFinding] = Field(default_factory=list)
     notes: str = ""
-
-
-class StrictDict(dict):
-    """A template context where a missing variable is our bug, not a silent empty string."""
-
-    def __missing__(self, key: str):
-        raise KeyError(f"prompt template variable {key!r} was not provided")
-
-
-def load_skill(name: str = "patch_auditor") -> str:
-    return resources.files("perfwarden.skills").joinpath(name, "skill.md").read_text("utf-8")
-
-
-def render_prompt(template: str, **values: str) -> str:
-    """Render strictly: every ``{name}`` must be given (smolagents-style strict templates)."""
-    return template.format_map(StrictDict(values))
-
-
-def fence(text: str) -> str:
-    """Neutralize attempts to close the untrusted fence from inside the data."""
-    return text.replace("</untrusted_data", "<\u200b/untrusted_data").replace("<untrusted_data", "<\u200buntrusted_data")
 
 
 def raw_excerpts(run: Path, verdict: Verdict) -> str:
@@ -89,7 +68,7 @@ def build_prompt(run: Path, claim_json: str, verdict: Verdict) -> str:
                             "server_info_diff": verdict.server_info_diff, "lever_detected": verdict.lever_detected,
                             "not_checked": verdict.not_checked}, indent=1, default=str)
     codes = "\n".join(f"- `{code}`: {text}" for code, text in CATALOG.items())
-    return render_prompt(load_skill(), codes=codes, scope=verdict.scope, claim_json=fence(claim_json),
+    return render_prompt(load_skill("patch_auditor"), codes=codes, scope=verdict.scope, claim_json=fence(claim_json),
                          verdict=verdict.verdict, action=verdict.action, findings=findings,
                          rederived=rederived, excerpts=raw_excerpts(run, verdict))
 
