@@ -470,3 +470,35 @@ def test_confined_code_cannot_read_the_seal_keys_even_inside_a_bound_tree(box, m
                        sb.Policy(writable=box["work"], read_only=(shared,), limits=sb.Limits(wall_s=20)))
     assert proc.wait(30) == 0
     assert result.read_text() == repr((False, "visible"))
+
+
+def test_a_sandbox_dies_when_the_process_that_started_it_is_sigkilled(box):
+    """A run SIGKILLed mid-measurement leaves no orphan server: the sandbox (started from a worker
+    thread, as the lab starts servers) dies with the process."""
+    script = textwrap.dedent(f"""
+        import sys, time, threading
+        from concurrent.futures import ThreadPoolExecutor
+        from perfwarden.harness import sandbox as sb
+        def start():
+            p = sb.Confined([sys.executable, "-I", "-c", "import time; time.sleep(60)"],
+                            sb.Policy(writable={str(box["work"])!r}, limits=sb.Limits(wall_s=None)))
+            while p._init_pid is None:
+                time.sleep(0.01)
+            return p
+        with ThreadPoolExecutor(1) as pool:
+            p = pool.submit(start).result()
+        print(p.pid, flush=True)
+        time.sleep(60)
+    """)
+    parent = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    try:
+        bwrap_pid = int(parent.stdout.readline())
+        assert Path(f"/proc/{bwrap_pid}").exists()
+        parent.kill()
+        parent.wait(10)
+        deadline = time.monotonic() + 10
+        while Path(f"/proc/{bwrap_pid}").exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not Path(f"/proc/{bwrap_pid}").exists(), "the sandbox outlived the SIGKILLed process that started it"
+    finally:
+        parent.kill()
