@@ -125,7 +125,37 @@ class AttackContext:
         return json.loads(self.leg_path(leg, "server_info.json").read_text("utf-8"))
 
     def write_info(self, leg: str, info: dict[str, Any]) -> None:
+        """Rewrite the leg's conditions in every copy the attacker controls -- server_info.json, the
+        server_info in each bench line, the overlay in leg.json -- so the attack is not caught merely
+        for leaving copies that disagree (the auditor's misreport check is attacked separately)."""
         write_json_atomic(self.leg_path(leg, "server_info.json"), info)
+        bench = self.leg_path(leg, "bench_runs.jsonl")
+        if bench.is_file():
+            lines = self.bench(leg)
+            if any(isinstance(line.get("server_info"), dict) for line in lines):
+                for line in lines:
+                    if isinstance(line.get("server_info"), dict):
+                        line["server_info"] = {**line["server_info"], **info}
+                self.write_bench(leg, lines)
+        spec_path = self.leg_path(leg, "leg.json")
+        if spec_path.is_file():
+            spec = json.loads(spec_path.read_text("utf-8"))
+            config = (spec.get("overlay") or {}).get("config") or {}
+            if any(k in info and info[k] != v for k, v in config.items()):
+                spec["overlay"]["config"] = {k: info.get(k, v) for k, v in config.items()}
+                spec_path.write_text(json.dumps(spec, indent=2), encoding="utf-8")
+        log = self.leg_path(leg, "server.log")
+        if log.is_file():
+            log.write_text("".join(_with_effective_config(line, info)
+                                   for line in log.read_text("utf-8").splitlines(keepends=True)), encoding="utf-8")
+
+    def set_overlay(self, leg: str, config: dict[str, Any], kernel_patches: list[dict[str, Any]]) -> None:
+        """Rewrite what leg.json says the leg changes (an attack that re-presents the change)."""
+        spec_path = self.leg_path(leg, "leg.json")
+        if spec_path.is_file():
+            spec = json.loads(spec_path.read_text("utf-8"))
+            spec["overlay"] = {"config": config, "kernel_patches": kernel_patches}
+            spec_path.write_text(json.dumps(spec, indent=2), encoding="utf-8")
 
     def append_log(self, leg: str, lines: Iterable[str]) -> None:
         with open(self.leg_path(leg, "server.log"), "a", encoding="utf-8") as fh:
@@ -165,6 +195,26 @@ class AttackContext:
     def change_pct(self, metric: str) -> float:
         """Candidate vs baseline, percent (positive = the number grew)."""
         return (self.measure(self.cand_leg, metric) / self.measure(self.base_leg, metric) - 1.0) * 100.0
+
+
+EFFECTIVE_CONFIG = "effective_config "
+
+
+def _with_effective_config(line: str, info: dict[str, Any]) -> str:
+    """A server.log line with its ``effective_config {…}`` copy of the knobs updated from ``info``
+    (only knobs the line already lists; other lines unchanged)."""
+    at = line.find(EFFECTIVE_CONFIG)
+    if at < 0:
+        return line
+    try:
+        config = json.loads(line[at + len(EFFECTIVE_CONFIG):])
+    except ValueError:
+        return line
+    if not isinstance(config, dict):
+        return line
+    config = {k: info.get(k, v) for k, v in config.items()}
+    end = "\n" if line.endswith("\n") else ""
+    return line[: at + len(EFFECTIVE_CONFIG)] + json.dumps(config, sort_keys=True) + end
 
 
 def rep_metric(line: dict[str, Any], metric: str) -> float:

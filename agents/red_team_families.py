@@ -56,6 +56,16 @@ def scale_ttft(line: dict[str, Any], factor: float) -> None:
     line["ttfts"] = [t + e for t, e in zip(line["ttfts"], extra)]
     if line.get("latencies"):
         line["latencies"] = [lat + e for lat, e in zip(line["latencies"], extra)]
+    cover_timeline(line)
+
+
+def cover_timeline(line: dict[str, Any]) -> None:
+    """Keep the rep's duration covering its own requests (first start to last end) after an edit
+    lengthened them: a rep shorter than its requests is corrupt evidence, not the attack."""
+    starts, lats = line.get("request_starts"), line.get("latencies")
+    if starts and lats and isinstance(line.get("duration"), (int, float)):
+        end = max(s + lat for s, lat in zip(starts, lats))
+        line["duration"] = max(line["duration"], end * 1.001)
 
 
 def lossy_claim(ctx: AttackContext) -> bool:
@@ -149,11 +159,24 @@ def make_lossy(ctx: AttackContext, *, eval_id: str = "pw-qa-exact-v1", base_scor
 
 
 def copy_leg(ctx: AttackContext, src: str, dst: str, role: str, offset: float) -> None:
+    """A second measurement of ``src``'s conditions: its reps with each request's timings (TTFT, gaps,
+    latency together) scaled by a little noise -- an exact copy would be duplicated evidence, which is
+    not what these attacks test."""
     shutil.copytree(ctx.run / "legs" / src, ctx.run / "legs" / dst)
+    noise = random.Random(f"{ctx.run.name}:{dst}")
     lines = ctx.bench(dst)
     for line in lines:
         line["leg"] = dst
         line["started_at"] = (line.get("started_at") or 0.0) + offset
+        n = len(line.get("ttfts") or [])
+        factors = [noise.uniform(0.99, 1.01) for _ in range(n)]
+        for key in ("ttfts", "latencies"):
+            if isinstance(line.get(key), list) and len(line[key]) == n:
+                line[key] = [v * f for v, f in zip(line[key], factors)]
+        if isinstance(line.get("itls"), list) and len(line["itls"]) == n:
+            line["itls"] = [[g * f for g in gaps] for gaps, f in zip(line["itls"], factors)]
+        cover_timeline(line)
+        strip_aggregates(line)
     ctx.write_bench(dst, lines)
     spec = json.loads((ctx.run / "legs" / dst / "leg.json").read_text())
     spec.update({"leg": dst, "role": role})
@@ -414,6 +437,8 @@ def _inflate_ttft(ctx: AttackContext, rng: random.Random) -> float | None:
     target = rng.uniform(1.3, 3.0)
     factor = target * ctx.measure(ctx.base_leg, "median_ttft_ms") / ctx.measure(ctx.cand_leg, "median_ttft_ms")
     edit_bench(ctx, ctx.cand_leg, lambda line: scale_ttft(line, factor))
+    if measured_delta(ctx) < 5.0:
+        return None  # a later first token ate the throughput win (e.g. Offline: every request waits): no premise
     return ctx.change_pct("median_ttft_ms")
 
 
@@ -588,6 +613,7 @@ def _as_kernel_claim(ctx: AttackContext, share: float) -> None:
     base_log = ctx.leg_path(ctx.base_leg, "server.log")
     ctx.leg_path(ctx.cand_leg, "server.log").write_text(base_log.read_text("utf-8") if base_log.is_file() else "")
     ctx.append_log(ctx.cand_leg, ["INFO override rt_fused_op engaged on 30 modules"])
+    ctx.set_overlay(ctx.cand_leg, {}, [{"op": "rt_fused_op", "impl": "kernels/rt_fused_op.py"}])
     ctx.claim["lever"] = {"name": "rt_fused_op", "lever_class": "A", "kernel_ops": ["rt_fused_op"]}
     ctx.claim["mechanism"] = {"name": "baseline"}
     ctx.headline().update({"kind": "kernel", "value": round(measured_delta(ctx), 2), "disclosed_regressions":
@@ -645,10 +671,23 @@ def test04_decode(ctx: AttackContext, rng: random.Random) -> Expectation:
 
 
 @family("test04_throughput_only", "issue 9 rule 10")
-def test04_throughput(ctx: AttackContext, rng: random.Random) -> Expectation:
+def test04_throughput(ctx: AttackContext, rng: random.Random) -> Expectation | None:
     f = rng.uniform(1.2, 1.9)
-    _test04(ctx, lambda line: line.__setitem__("duration", line["duration"] / f))
-    return Expectation.refuse("CACHING_SUSPECTED", why=f"the repeated prompt runs {f - 1:.0%} faster, no latency moved")
+    gains: list[float] = []
+
+    def sooner(line: dict[str, Any]) -> None:
+        """Requests issued and the rep finished sooner; no request's own timings move."""
+        before = line["duration"]
+        if line.get("request_starts"):
+            line["request_starts"] = [t / f for t in line["request_starts"]]
+        line["duration"] = before / f
+        cover_timeline(line)
+        gains.append(before / line["duration"] - 1.0)
+    _test04(ctx, sooner)
+    if min(gains) < 0.1:
+        return None  # the requests themselves fill the rep (Offline): no room for a throughput-only beat
+    return Expectation.refuse("CACHING_SUSPECTED",
+                              why=f"the repeated prompt runs {min(gains):.0%}+ faster, no latency moved")
 
 
 @family("honest_test04_prefill_only", "issue 9 rule 10 (near miss)", combinable=False)
@@ -763,6 +802,7 @@ def length_shift(ctx: AttackContext, rng: random.Random) -> Expectation:
             line["latencies"] = [t + sum(g) if n else 0.0 for t, g, n in
                                  zip(line["ttfts"], line["itls"], line["output_lens"])]
         line["duration"] = line["duration"] * s
+        cover_timeline(line)
     edit_bench(ctx, ctx.cand_leg, shorter)
     return Expectation.fail("OUTPUT_LENGTH_SHIFT", why=f"outputs {1 - s:.0%} shorter, same tok/s")
 
