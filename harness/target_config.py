@@ -327,9 +327,12 @@ class SGLangConfig(TargetConfig):
         why="attention kernel backend")
     """Attention kernels."""
     cuda_graph_max_bs: int | None = knob(None, ge=1, lever_class="A", lossless=True, choices=(8, 16, 32, 64, 160),
-                                         ordered=True, default_search=True,
+                                         ordered=True,
                                          why="largest batch replayed from a CUDA graph")
-    """Largest batch size captured in a CUDA graph."""
+    """Largest batch size captured in a CUDA graph. Searched only when named: SGLang derives
+    ``cuda_graph_bs`` (the captured sizes, also in ``/server_info``) from it, so every step moves two keys,
+    and until the auditor's registry accepts ``cuda_graph_bs`` as a consequence of this knob each step is
+    refused as a confound (measured on the stand-in, which derives it the way ``ServerArgs`` does)."""
     cuda_graph_bs: list[int] | None = knob(None, lever_class="A", lossless=True)
     """Explicit batch sizes captured in CUDA graphs."""
     disable_cuda_graph: bool = knob(False, lever_class="A", lossless=True)

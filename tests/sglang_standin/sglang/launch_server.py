@@ -224,8 +224,11 @@ def main() -> None:
     if os.environ.get("SGLANG_STANDIN_REFUSE"):
         print("ValueError: stand-in refused to start (simulated bad argument)", flush=True)
         sys.exit(1)
-    server = ThreadingHTTPServer((args.host, args.port), handler(State(args, info)))
-    server.daemon_threads = True
+    class Server(ThreadingHTTPServer):
+        daemon_threads = True
+        request_queue_size = 128  # the default backlog (5) drops concurrent connects: 1 s SYN retries
+
+    server = Server((args.host, args.port), handler(State(args, info)))
     print(f"{stamp} The server is fired up and ready to roll!", flush=True)
     server.serve_forever()
 
