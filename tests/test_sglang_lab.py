@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
 import sys
 import threading
 from pathlib import Path
@@ -26,7 +25,7 @@ from perfwarden.agents.auditor.audit import audit_claim
 from perfwarden.agents.base import Proposal
 from perfwarden.harness import seal
 from perfwarden.harness.prompts import parity_prompts
-from perfwarden.harness.sglang_target import SGLangEnvError, SglangTarget, check_model_path, find_sglang_python
+from perfwarden.harness.sglang_target import SGLangEnvError, check_model_path, find_sglang_python
 from perfwarden.harness.target_config import SGLangConfig
 from perfwarden.orchestrator.cli import app
 from perfwarden.orchestrator.lab import LabError, LegPlan
@@ -131,6 +130,22 @@ def test_a_missing_model_or_an_environment_without_sglang_exits_3_before_anythin
     wrong_target = runner.invoke(app, [command, "--target", "embedded", "--model", model_dir] +
                                  (["--out", str(out), "--leg", "b"] if command == "measure" else []))
     assert wrong_target.exit_code == 2 and "sglang options" in wrong_target.output
+
+
+def test_a_resumed_sglang_run_checks_its_environment_again_and_a_bad_baseline_knob_is_refused(tmp_path, model_dir,
+                                                                                                sglang_python):
+    from perfwarden.harness.records import write_json_atomic
+    from perfwarden.orchestrator.settings import RunSettings
+
+    run = tmp_path / "run"
+    run.mkdir()
+    gone = str(tmp_path / "removed-env" / "bin" / "python")  # the SGLang environment was deleted since
+    write_json_atomic(run / "settings.json", RunSettings(target="sglang", model=model_dir, sglang_python=gone))
+    result = runner.invoke(app, ["run", "--resume", str(run)])
+    assert result.exit_code == 3 and "not an executable" in result.output, result.output
+    bad = runner.invoke(app, ["run", "--target", "sglang", "--model", model_dir, "--sglang-python", sglang_python,
+                              "--out", str(tmp_path / "bad"), "--set", "mem_fraction_static=1.5"])
+    assert bad.exit_code == 3 and "mem_fraction_static" in bad.output and not (tmp_path / "bad").exists()
 
 
 # --------------------------------------------------------------------------------------------- the lab
