@@ -31,7 +31,7 @@ import re
 import string
 import time
 import unicodedata
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -419,9 +419,12 @@ def run_ppl_eval(run_dir: Path | str, leg: str, **kwargs: Any) -> Path:
 
 def run_quality_pair(run_dir: Path | str, leg: str, leg_config: dict[str, Any], baseline_leg: str,
                      baseline_config: dict[str, Any], *, items: ItemSet | None = None, timeout_s: float = 120.0,
-                     concurrency: int = 2, start_timeout_s: float = 180.0) -> str:
-    """Run ``pw-qa-exact-v1`` on the embedded target for ``baseline_leg`` then ``leg`` (each on its own
-    server started with that leg's config), write both results, and return the eval id.
+                     concurrency: int = 2, start_timeout_s: float = 180.0,
+                     make_target: Callable[[Path, dict[str, Any]], Any] | None = None) -> str:
+    """Run ``pw-qa-exact-v1`` for ``baseline_leg`` then ``leg`` (each on its own server started with that
+    leg's config), write both results, and return the eval id. ``make_target(server_dir, config)``
+    builds the server (a ``ServerTarget``; default: the embedded target): the eval only needs its
+    OpenAI-compatible endpoint, so any target's lab can run it.
 
     The servers log under ``<run>/quality/servers/<leg>/`` so a leg's own ``server.log`` stays the
     record of its measured reps. A completed baseline result already in the run for the same item set
@@ -431,10 +434,13 @@ def run_quality_pair(run_dir: Path | str, leg: str, leg_config: dict[str, Any], 
 
     items = items or load_items()
     paths = RunDir(run_dir)
+    if make_target is None:
+        def make_target(server_dir: Path, config: dict[str, Any]) -> Any:
+            return EmbeddedTarget(server_dir, config, start_timeout_s=start_timeout_s)
 
     def evaluate(name: str, config: dict[str, Any], baseline: QualityEval | None) -> QualityEval:
         server_dir = Path(run_dir) / "quality" / "servers" / name
-        with EmbeddedTarget(server_dir, config, start_timeout_s=start_timeout_s) as target:
+        with make_target(server_dir, config) as target:
             return evaluate_qa(target.base_url, name, items=items, baseline=baseline, timeout_s=timeout_s,
                                concurrency=concurrency)
 

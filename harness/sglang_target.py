@@ -7,15 +7,57 @@ SGLang pins its own torch and openai versions, so it lives in its own environmen
     /opt/sglang-env/bin/pip install "sglang[all]"        # brings its CUDA torch
     export PERFWARDEN_SGLANG_PYTHON=/opt/sglang-env/bin/python
 
-perfwarden itself stays in its own environment and only starts that interpreter as a subprocess.
+perfwarden itself stays in its own environment and only starts that interpreter as a subprocess
+(``--sglang-python PY`` or ``PERFWARDEN_SGLANG_PYTHON``; ``find_sglang_python`` checks it before anything
+runs). SGLang loads no generated code, so its server is not sandboxed; it gets the caller's environment
+(CUDA_VISIBLE_DEVICES, HF_HOME …) minus the LLM API keys perfwarden's own brains use.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 from perfwarden.harness.targets import ServerTarget
+
+PYTHON_ENV = "PERFWARDEN_SGLANG_PYTHON"
+"""Environment variable naming the SGLang environment's interpreter."""
+SECRET_ENV = ("OPENAI_API_KEY", "ANTHROPIC_API_KEY")
+"""Keys the SGLang server has no use for (perfwarden's LLM brains' credentials)."""
+
+
+class SGLangEnvError(ValueError):
+    """The SGLang environment cannot be used (no interpreter, or it has no sglang); the message says how to fix it."""
+
+
+def find_sglang_python(explicit: str | None) -> tuple[str, str]:
+    """The interpreter to launch SGLang with and the sglang version it imports.
+
+    ``explicit`` (``--sglang-python``), else ``$PERFWARDEN_SGLANG_PYTHON``, else this interpreter. One
+    ``PY -c "import sglang"`` (seconds, no GPU touched) so a wrong environment fails before any leg."""
+    python = explicit or os.environ.get(PYTHON_ENV) or sys.executable
+    source = ("--sglang-python" if explicit else PYTHON_ENV if os.environ.get(PYTHON_ENV)
+              else "perfwarden's own interpreter (neither --sglang-python nor PERFWARDEN_SGLANG_PYTHON is set)")
+    resolved = shutil.which(python) if os.sep not in python else (python if os.access(python, os.X_OK) else None)
+    if resolved is None:
+        raise SGLangEnvError(f"SGLang interpreter {python!r} (from {source}) is not an executable file")
+    probe = "import sglang, sys; sys.stdout.write(str(getattr(sglang, '__version__', 'unknown')))"
+    try:
+        done = subprocess.run([resolved, "-c", probe], capture_output=True, text=True, timeout=180,
+                              stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise SGLangEnvError(f"SGLang interpreter {resolved!r} (from {source}) could not run "
+                             f"`import sglang`: {exc}") from None
+    if done.returncode != 0:
+        last = (done.stderr.strip().splitlines() or ["(no output)"])[-1]
+        raise SGLangEnvError(
+            f"SGLang interpreter {resolved!r} (from {source}) cannot `import sglang`: {last[:300]}. Install SGLang in "
+            "its own environment (README, 'Running on a GPU host') and pass its python with --sglang-python")
+    return str(Path(resolved).absolute()), done.stdout.strip()[:64] or "unknown"
 
 # Config keys that are not launch flags (bookkeeping the lab adds).
 NOT_FLAGS = {"op_overrides", "kernel_patches"}
@@ -46,6 +88,19 @@ def flag_args(config: dict[str, Any]) -> list[str]:
     return args
 
 
+def check_model_path(model: str | None) -> str:
+    """The weights directory as an absolute path; ``SGLangEnvError`` when missing. A local path only
+    (not a hub id): a run on a GPU host is reproducible from what is on its disk, and a typo fails here,
+    not minutes into a server start."""
+    if not model:
+        raise SGLangEnvError("the sglang target needs --model PATH: the directory of the weights to serve "
+                             "(e.g. huggingface-cli download HuggingFaceTB/SmolLM2-135M-Instruct --local-dir PATH)")
+    path = Path(model).expanduser()
+    if not path.exists():
+        raise SGLangEnvError(f"--model {model!r} does not exist; download the weights to a local directory first")
+    return str(path.absolute())
+
+
 class SglangTarget(ServerTarget):
     """Runs ``python -m sglang.launch_server`` from the SGLang environment for one leg."""
 
@@ -59,6 +114,12 @@ class SglangTarget(ServerTarget):
         kwargs.setdefault("python", os.environ.get("PERFWARDEN_SGLANG_PYTHON"))
         kwargs.setdefault("start_timeout_s", 900.0)  # weights load and CUDA graph capture take minutes
         super().__init__(leg_dir, config, **kwargs)
+
+    def environment(self) -> dict[str, str]:
+        env = super().environment()
+        for key in SECRET_ENV:
+            env.pop(key, None)
+        return env
 
     def command(self) -> list[str]:
         return [self.python, "-m", "sglang.launch_server", "--model-path", str(self.config["model_path"]),

@@ -296,15 +296,20 @@ def parse_set_args(items: list[str]) -> dict[str, Any]:
 class SGLangConfig(TargetConfig):
     """The SGLang server arguments perfwarden tunes (``sglang.launch_server``; GPU hosts). ``None``
     means SGLang chooses (its own default for the model and GPU). Names are SGLang's, so the launch flags
-    (``--mem-fraction-static`` …) and ``/server_info`` keys line up with them. The launcher itself is
+    (``--mem-fraction-static`` …) and ``/server_info`` keys line up with them (checked against
+    ``ServerArgs`` in sglang's ``python/sglang/srt/server_args.py``; ``/server_info`` is
+    ``dataclasses.asdict(server_args)`` plus the scheduler's info). The launcher itself is
     ``harness/sglang_target.py``; ``model_path`` is a leg setting, not a knob."""
 
     target: ClassVar[str] = "sglang"
 
-    mem_fraction_static: float | None = knob(None, gt=0.0, lt=1.0, lever_class="B", lossless=True,
+    mem_fraction_static: float | None = knob(0.85, gt=0.0, lt=1.0, lever_class="B", lossless=True,
                                              choices=(0.7, 0.8, 0.85, 0.9), ordered=True, default_search=True,
                                              why="GPU memory for weights + KV pool: a bigger pool admits more requests")
-    """Fraction of GPU memory for the static allocation (weights and KV cache pool)."""
+    """Fraction of GPU memory for the static allocation (weights and KV cache pool). Pinned, not None:
+    left to SGLang it is derived from ``chunked_prefill_size``, ``cuda_graph_max_bs``, ``tp_size`` and
+    ``speculative_algorithm`` (``ServerArgs._handle_gpu_memory_settings``), so a step on any of those
+    would move it too -- a second, undeclared difference the auditor must treat as a confound."""
     chunked_prefill_size: int | None = knob(None, ge=-1, lever_class="B", lossless=True,
                                             choices=(2048, 4096, 8192, 16384), ordered=True, default_search=True,
                                             why="prefill chunk: trades TTFT of long prompts against decode stalls")
@@ -322,9 +327,12 @@ class SGLangConfig(TargetConfig):
         why="attention kernel backend")
     """Attention kernels."""
     cuda_graph_max_bs: int | None = knob(None, ge=1, lever_class="A", lossless=True, choices=(8, 16, 32, 64, 160),
-                                         ordered=True, default_search=True,
+                                         ordered=True,
                                          why="largest batch replayed from a CUDA graph")
-    """Largest batch size captured in a CUDA graph."""
+    """Largest batch size captured in a CUDA graph. Searched only when named: SGLang derives
+    ``cuda_graph_bs`` (the captured sizes, also in ``/server_info``) from it, so every step moves two keys,
+    and until the auditor's registry accepts ``cuda_graph_bs`` as a consequence of this knob each step is
+    refused as a confound (measured on the stand-in, which derives it the way ``ServerArgs`` does)."""
     cuda_graph_bs: list[int] | None = knob(None, lever_class="A", lossless=True)
     """Explicit batch sizes captured in CUDA graphs."""
     disable_cuda_graph: bool = knob(False, lever_class="A", lossless=True)
@@ -334,10 +342,12 @@ class SGLangConfig(TargetConfig):
     """torch.compile the model."""
     disable_radix_cache: bool = knob(False, lever_class="B", lossless=True)
     """Turn off prefix (radix) caching."""
-    speculative_algorithm: Literal["EAGLE", "EAGLE3", "NEXTN", "NGRAM"] | None = knob(
-        None, lever_class="B", lossless=True, mechanism="speculative_decoding",
+    speculative_algorithm: Literal["EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM"] | None = knob(
+        None, lever_class="B", lossless=True, mechanism="speculative_decoding", choices=("NGRAM",),
         why="speculative decoding; needs its draft documented")
-    """Speculative decoding algorithm (None: off)."""
+    """Speculative decoding algorithm (None: off). Searched (when named) over NGRAM, the one that needs
+    no draft model; EAGLE-style algorithms need ``speculative_draft_model_path`` (``--set``) and are
+    tried only when named with a value (``--levers speculative_algorithm=EAGLE``)."""
     speculative_draft_model_path: str | None = knob(None, lever_class="B", lossless=True,
                                                     mechanism="speculative_decoding")
     """Draft model for EAGLE-style speculative decoding."""
@@ -354,9 +364,11 @@ class SGLangConfig(TargetConfig):
                                                                    mechanism="kv_quantization",
                                                                    why="quantized KV cache (lossy)")
     """KV cache dtype (``auto``: the model dtype)."""
-    quantization: str | None = knob(None, lever_class="B", lossless=False, choices=("fp8", "awq", "gptq", "w8a8_int8"),
-                                    why="weight quantization (lossy)")
-    """Weight quantization method (None: the checkpoint's own)."""
+    quantization: str | None = knob(None, lever_class="B", lossless=False, choices=("fp8",),
+                                    why="online fp8 weight quantization (lossy)")
+    """Weight quantization method (None: the checkpoint's own). Searched over ``fp8`` only, the method
+    SGLang applies online to any checkpoint; awq, gptq, w8a8_int8 … need a checkpoint quantized that
+    way (set them with ``--set``/``--levers quantization=…`` when the weights are)."""
     dtype: Literal["auto", "float16", "bfloat16", "float32"] = knob("auto", lever_class="B", lossless=False)
     """Model dtype."""
     tp_size: int = knob(1, ge=1, lever_class="B", lossless=True, choices=(1, 2, 4, 8), ordered=True)

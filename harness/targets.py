@@ -219,7 +219,7 @@ class ServerTarget:
         env = self.environment()
         cmd = self.command()
         self._log_handle = open(self.server_log, "ab")
-        header = f"=== perfwarden EmbeddedTarget start {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())} cmd={cmd!r}\n"
+        header = f"=== perfwarden {type(self).__name__} start {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())} cmd={cmd!r}\n"
         self._log_handle.write(header.encode())
         self._log_handle.flush()
         try:

@@ -10,7 +10,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from perfwarden.harness.target_config import ConfigError, EmbeddedConfig, parse_set_args
+from perfwarden.harness.target_config import TARGET_CONFIGS, ConfigError, parse_set_args
 from perfwarden.harness.records import RunDir, RunManifest, write_json_atomic
 from perfwarden.orchestrator.exit_codes import ExitCode
 from perfwarden.orchestrator.lab import LegPlan
@@ -21,7 +21,11 @@ def measure(
     out: Path = typer.Option(..., "--out", help="Run directory (created if missing)."),
     leg: str = typer.Option(..., "--leg", help="Leg name (its directory under legs/)."),
     role: str = typer.Option("baseline", "--role", help="baseline, candidate, validation, caching_audit, aa."),
-    target: str = typer.Option("embedded", "--target", help="Serving target (embedded)."),
+    target: str = typer.Option("embedded", "--target", help="Serving target: embedded, or sglang (GPU host; "
+                               "needs --model)."),
+    model: str = typer.Option(None, "--model", help="sglang: directory of the weights to serve."),
+    sglang_python: str = typer.Option(None, "--sglang-python", help="sglang: the python of SGLang's own "
+                                      "environment (default: $PERFWARDEN_SGLANG_PYTHON, else this python)."),
     set_: list[str] = typer.Option([], "--set", help="Server knob, key=value (repeatable)."),
     reps: int = typer.Option(3, "--reps", min=1, max=50, help="Timed repetitions (LoadGen tests)."),
     duration: float = typer.Option(5.0, "--duration", min=0.5, help="Seconds of LoadGen schedule per rep."),
@@ -32,26 +36,45 @@ def measure(
 ) -> None:
     """Start the target with this config, record the leg's raw evidence, and stop it."""
     err = Console(stderr=True, soft_wrap=True, highlight=False)
-    if target != "embedded":
-        print_error(err, f"target {target!r} cannot be measured here (embedded only; sglang needs a GPU host)")
+    if target not in ("embedded", "sglang"):
+        print_error(err, f"unknown target {target!r} (embedded, sglang)")
         raise typer.Exit(ExitCode.USAGE)
+    if target != "sglang" and (model or sglang_python):
+        print_error(err, f"--model and --sglang-python are sglang options; target {target!r} serves its own model")
+        raise typer.Exit(ExitCode.USAGE)
+    config_model = TARGET_CONFIGS[target]
     if scenario not in ("server", "offline") or prompts not in ("varied", "repeat"):
         print_error(err, "--scenario must be server|offline and --prompts varied|repeat")
         raise typer.Exit(ExitCode.USAGE)
     try:
         raw = parse_set_args(set_)
-        validated = EmbeddedConfig.validate_knobs(dict(raw))  # every knob, before anything starts
+        validated = config_model.validate_knobs(dict(raw))  # every knob, before anything starts
         config = {key: getattr(validated, key) for key in raw}
     except (ConfigError, ValueError) as exc:
         print_error(err, f"bad --set: {exc}")
         raise typer.Exit(ExitCode.INVALID) from None
-    from perfwarden.orchestrator.embedded_lab import EmbeddedLab
+    lab_kw: dict = dict(qps=qps, rep_seconds=duration, max_tokens=max_tokens,
+                        scenario="Server" if scenario == "server" else "Offline")
+    if target == "sglang":
+        from perfwarden.harness.sglang_target import SGLangEnvError, check_model_path, find_sglang_python
 
-    full = {**EmbeddedConfig.defaults(), **config}
+        try:  # before anything is written: a missing model or an environment without sglang is exit 3
+            lab_kw.update(model_path=check_model_path(model), python=find_sglang_python(sglang_python)[0])
+        except SGLangEnvError as exc:
+            print_error(err, exc)
+            raise typer.Exit(ExitCode.INVALID) from None
+        from perfwarden.orchestrator.sglang_lab import SGLangLab as lab_class
+    else:
+        from perfwarden.orchestrator import embedded_lab
+
+        lab_class = embedded_lab.EmbeddedLab
+
+    full = {**config_model.defaults(), **config}
     paths = RunDir(out)
     out.mkdir(parents=True, exist_ok=True)
+    model_name = lab_kw.get("model_path", "SmolLM2-135M-Instruct")
     if not paths.manifest.is_file():
-        write_json_atomic(paths.manifest, RunManifest(id=out.name, target=target, model="SmolLM2-135M-Instruct"))
+        write_json_atomic(paths.manifest, RunManifest(id=out.name, target=target, model=model_name))
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=err, transient=False) as progress:
         # The description is rendered as rich markup: every part of it is escaped, then made printable.
@@ -60,8 +83,7 @@ def measure(
         def on_rep(leg_name: str, rep: int, status: str) -> None:
             progress.update(task, advance=1, description=escape(printable(f"{leg_name}: rep {rep} {status}")))
 
-        lab = EmbeddedLab(qps=qps, rep_seconds=duration, max_tokens=max_tokens,
-                          scenario="Server" if scenario == "server" else "Offline", on_rep=on_rep)
+        lab = lab_class(**lab_kw, on_rep=on_rep)
         status = lab.measure(out, [LegPlan(leg=leg, role=role, config=full, overlay={"config": config},
                                            prompts=prompts, purpose="perfwarden measure")], reps)
     result = status.get(leg, "failed")

@@ -33,6 +33,10 @@ def make_lab(settings: RunSettings, on_rep=None):
         from perfwarden.orchestrator.simlab import SyntheticLab
 
         return SyntheticLab(on_rep=on_rep)
+    if settings.target == "sglang":
+        from perfwarden.orchestrator.sglang_lab import SGLangLab
+
+        return SGLangLab.from_settings(settings, on_rep=on_rep)
     from perfwarden.orchestrator.embedded_lab import EmbeddedLab
 
     return EmbeddedLab.from_settings(settings, on_rep=on_rep)
@@ -120,8 +124,25 @@ def _terminal() -> Console:
         return Console(stderr=True, soft_wrap=True, highlight=False)
 
 
+def check_sglang(settings: RunSettings) -> RunSettings:
+    """An SGLang run's model path and interpreter, checked before anything runs (``SGLangEnvError``
+    otherwise), with the interpreter resolved; kernels off (perfwarden has no profiler or op overrides
+    inside SGLang)."""
+    from perfwarden.harness.sglang_target import check_model_path, find_sglang_python
+
+    model = check_model_path(settings.model)
+    python, _version = find_sglang_python(settings.sglang_python)
+    return settings.model_copy(update={"model": model, "sglang_python": python, "kernels": False})
+
+
 def run(
-    target: str = typer.Option("embedded", "--target", help="embedded (real SmolLM2 on CPU) or synthetic."),
+    target: str = typer.Option("embedded", "--target", help="embedded (real SmolLM2 on CPU), sglang (GPU host: "
+                               "needs --model) or synthetic."),
+    model: str = typer.Option(None, "--model", help="sglang: directory of the weights to serve."),
+    sglang_python: str = typer.Option(None, "--sglang-python", help="sglang: the python of SGLang's own "
+                                      "environment (default: $PERFWARDEN_SGLANG_PYTHON, else this python)."),
+    set_: list[str] = typer.Option([], "--set", help="Baseline knob, key=value (repeatable): the true baseline "
+                                   "the search starts from (e.g. sglang's mem_fraction_static, tp_size)."),
     out: Path = typer.Option(None, "--out", help="Run directory (default: runs/<UTC timestamp>)."),
     resume: Path = typer.Option(None, "--resume", help="Continue the run in this directory after a crash."),
     budget_minutes: float = typer.Option(None, "--budget-minutes", help="Wall-clock budget (default 14)."),
@@ -137,10 +158,13 @@ def run(
 ) -> None:
     """Optimize the target; bank only what the auditor passes. Writes RUN/report.md and report.json."""
     err = _terminal()
-    if target not in ("embedded", "synthetic"):
-        print_error(err, f"unknown target {target!r} (embedded, synthetic)")
+    if target not in ("embedded", "sglang", "synthetic"):
+        print_error(err, f"unknown target {target!r} (embedded, sglang, synthetic)")
         raise typer.Exit(ExitCode.USAGE)
-    settings_kw: dict = {"target": target}
+    if target != "sglang" and (model or sglang_python):
+        print_error(err, f"--model and --sglang-python are sglang options; target {target!r} serves its own model")
+        raise typer.Exit(ExitCode.USAGE)
+    settings_kw: dict = {"target": target, "model": model, "sglang_python": sglang_python}
     if budget_minutes is not None:
         settings_kw["budget_minutes"] = budget_minutes
     if levers is not None:
@@ -153,9 +177,19 @@ def run(
         settings_kw["reps"] = reps
     if llm:
         settings_kw["llm_model"] = llm
+    from perfwarden.harness.sglang_target import SGLangEnvError
+    from perfwarden.harness.target_config import TARGET_CONFIGS, ConfigError, parse_set_args
+
+    try:
+        if set_:
+            raw = parse_set_args(set_)
+            validated = TARGET_CONFIGS.get(target, TARGET_CONFIGS["embedded"]).validate_knobs(dict(raw))
+            settings_kw["base_config"] = {key: getattr(validated, key) for key in raw}
+    except (ConfigError, ValueError) as exc:
+        print_error(err, f"bad --set: {exc}")
+        raise typer.Exit(ExitCode.INVALID) from None
     settings = RunSettings(**settings_kw)
     from perfwarden.agents.config_tuner import parse_levers  # heavy: only when a run starts
-    from perfwarden.harness.target_config import ConfigError
     from perfwarden.orchestrator.runner import RunUsageError, read_settings, run_graph
 
     if resume is not None:  # a resumed run keeps the settings it started with
@@ -164,6 +198,16 @@ def run(
         except RunUsageError as exc:
             print_error(err, exc)
             raise typer.Exit(ExitCode.INVALID) from None
+    if settings.target == "sglang":
+        try:
+            kernels_asked = settings.kernels
+            settings = check_sglang(settings)
+        except SGLangEnvError as exc:
+            print_error(err, exc)
+            raise typer.Exit(ExitCode.INVALID) from None
+        if kernels_asked:
+            err.print(safe_text(("note", "yellow"), ": the sglang target has no profiler or op overrides in "
+                                "perfwarden, so this run tunes server arguments only (--no-kernels)"))
     run_dir = resume or out or Path("runs") / time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     client = None
     if settings.llm_model:

@@ -1,8 +1,11 @@
-"""The real lab: the embedded CPU target (SmolLM2-135M on torch) measured by mlcommons-loadgen.
+"""The real labs: a serving target started as one server per leg, measured by mlcommons-loadgen.
 
-One ``measure`` call starts one server per leg, writes each leg's spec, server_info (what the server
-reported), server log and parity dump, then runs the reps interleaved (A B A B …) so slow drift of the
-machine cannot masquerade as a delta. Reps already on disk are skipped (resume never duplicates one).
+``ServerLab`` is the one lab over any ``ServerTarget``: a ``measure`` call writes each leg's spec,
+server_info (what the server reported), server log and parity dump, then runs the reps interleaved
+(A B A B …) so slow drift of the machine cannot masquerade as a delta. Reps already on disk are
+skipped (resume never duplicates one). Two small instances: ``EmbeddedLab`` (SmolLM2-135M on torch,
+every leg's server up at once) and ``SGLangLab`` (orchestrator/sglang_lab.py: one server on the GPU at
+a time, started for each rep).
 """
 
 from __future__ import annotations
@@ -10,7 +13,7 @@ from __future__ import annotations
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import httpx
 
@@ -19,8 +22,8 @@ from perfwarden.harness.bench_writer import rep_exists
 from perfwarden.harness.loadgen_client import LoadSettings, measure_rep, request_params
 from perfwarden.harness.prompts import parity_prompts, random_word_prompts, varied_prompts
 from perfwarden.harness.records import LegSpec, Overlay, RunDir, append_jsonl
-from perfwarden.harness.target_config import EmbeddedConfig
-from perfwarden.harness.targets import EmbeddedTarget, TargetError
+from perfwarden.harness.target_config import EmbeddedConfig, TargetConfig
+from perfwarden.harness.targets import EmbeddedTarget, ServerTarget, TargetError
 from perfwarden.orchestrator.lab import LabError, LegPlan
 
 OPS_DIR = Path(__file__).resolve().parents[1] / "harness" / "ops"
@@ -30,10 +33,21 @@ OPS_DIR = Path(__file__).resolve().parents[1] / "harness" / "ops"
 EMBEDDED_BASE: dict[str, Any] = EmbeddedConfig.defaults()
 
 
-class EmbeddedLab:
-    """Lab protocol over the embedded target."""
+class ServerLab:
+    """Lab protocol over a target that serves each leg from its own server process.
 
-    config_model = EmbeddedConfig
+    A subclass says which config model it takes, how to start one leg's server (``make_target``) and
+    whether several servers may run at once; everything written to the run directory is written here."""
+
+    config_model: ClassVar[type[TargetConfig]]
+    model_name: str = ""
+    """What run.json records as the model served."""
+    servers_at_once: ClassVar[bool] = True
+    """True: every leg's server is up for the whole measurement (a CPU target, small model). False: one
+    server at a time (a GPU holds one SGLang server's memory pool), started for each rep of its leg and
+    stopped after it, so the reps stay interleaved and every rep runs on a server started the same way."""
+    kernels: ClassVar[bool] = True
+    """Whether the target has the kernel path (profile, op bench, op overrides)."""
 
     def __init__(self, *, qps: float = 2.0, rep_seconds: float = 4.0, max_tokens: int = 16,
                  scenario: str = "Offline", offline_samples: int = 8, seed: int = 0, parity_tokens: int = 16,
@@ -51,31 +65,60 @@ class EmbeddedLab:
         self.start_timeout_s = start_timeout_s
         self.on_rep = on_rep or (lambda leg, rep, status: None)
 
-    @classmethod
-    def from_settings(cls, settings, on_rep=None) -> "EmbeddedLab":
-        return cls(qps=settings.qps, rep_seconds=settings.rep_seconds, max_tokens=settings.max_tokens,
-                   scenario="Offline" if settings.scenario == "offline" else "Server",
-                   offline_samples=settings.offline_samples, seed=settings.seed, parity_tokens=settings.max_tokens,
-                   on_rep=on_rep)
+    @staticmethod
+    def settings_kwargs(settings) -> dict[str, Any]:
+        """The lab's constructor arguments from a run's settings."""
+        return dict(qps=settings.qps, rep_seconds=settings.rep_seconds, max_tokens=settings.max_tokens,
+                    scenario="Offline" if settings.scenario == "offline" else "Server",
+                    offline_samples=settings.offline_samples, seed=settings.seed, parity_tokens=settings.max_tokens)
 
-    # ------------------------------------------------------------------ protocol
+    # ------------------------------------------------------------------ what a target says
+    def make_target(self, leg_dir: Path, config: dict[str, Any]) -> ServerTarget:
+        """The (not yet started) server of one leg."""
+        raise NotImplementedError
+
     def base_config(self) -> dict[str, Any]:
-        return dict(EMBEDDED_BASE)
+        return self.config_model.defaults()
 
     def overridable_ops(self) -> list[str]:
-        from perfwarden.harness.ops import SUPPORTED_OPS
-
-        return list(SUPPORTED_OPS)
+        return []
 
     def alternatives(self, op: str) -> list[str]:
-        from perfwarden.harness.opbench import alternatives_for
+        return []
 
-        return alternatives_for(op, device=self._device())
+    def profile(self, run: Path, config: dict[str, Any]) -> Path:
+        raise LabError(f"target {self.config_model.target!r} has no profiler in perfwarden (run with --no-kernels)")
 
+    def opbench(self, run: Path, op: str, candidates: list[str], shapes: list[list[int]]) -> Path:
+        raise LabError(f"target {self.config_model.target!r} has no op overrides to benchmark (run with --no-kernels)")
+
+    def quality(self, run: Path, leg: LegPlan, baseline: LegPlan) -> str:
+        """The registered QA eval on both legs, each on its own server started with the leg's config,
+        through the same OpenAI-compatible endpoint the reps use."""
+        from perfwarden.harness.quality import run_quality_pair
+
+        seal.begin(run)
+        try:
+            return run_quality_pair(Path(run), leg.leg, self.quality_config(leg.config), baseline.leg,
+                                    self.quality_config(baseline.config), concurrency=8,
+                                    make_target=self.make_target)
+        except Exception as exc:
+            raise LabError(f"quality eval failed: {type(exc).__name__}: {exc}") from exc
+
+    def quality_config(self, config: dict[str, Any]) -> dict[str, Any]:
+        """The config a leg's quality-eval server runs with (the leg's own by default)."""
+        return dict(config)
+
+    # ------------------------------------------------------------------ measuring
     def measure(self, run: Path, legs: list[LegPlan], reps: int) -> dict[str, str]:
         seal.begin(run)  # every file below is sealed as it is written (resume continues the chain)
         paths = RunDir(run)
-        targets: dict[str, EmbeddedTarget] = {}
+        if self.servers_at_once:
+            return self._measure_together(paths, legs, reps)
+        return self._measure_one_at_a_time(paths, legs, reps)
+
+    def _measure_together(self, paths: RunDir, legs: list[LegPlan], reps: int) -> dict[str, str]:
+        targets: dict[str, ServerTarget] = {}
         status: dict[str, str] = {}
         try:
             # Servers load their models concurrently (start-up is mostly I/O and one-off work); the
@@ -94,61 +137,58 @@ class EmbeddedLab:
                     target = targets.get(plan.leg)
                     if target is None or rep_exists(paths.bench_runs(plan.leg), plan.leg, k):
                         continue
-                    try:
-                        target.ensure_running()
-                        measure_rep(paths, plan.leg, k, target.base_url, self._prompts(plan), self.load,
-                                    dataset_name=f"perfwarden-{plan.prompts}", exclude_pids=pids)
-                        target.ensure_running()
-                        self.on_rep(plan.leg, k, "ok")
-                    except TargetError as exc:
-                        status[plan.leg] = f"failed: {exc}"
-                        self._fail_leg(paths, plan, str(exc))
+                    failure = self._rep(paths, plan, k, target, pids)
+                    if failure is not None:
+                        status[plan.leg] = failure
                         targets.pop(plan.leg).stop()
-                        self.on_rep(plan.leg, k, "failed")
         finally:
             for target in targets.values():
                 target.stop()
         return status
 
-    def profile(self, run: Path, config: dict[str, Any]) -> Path:
-        from perfwarden.harness.profiling import profile_model
+    def _measure_one_at_a_time(self, paths: RunDir, legs: list[LegPlan], reps: int) -> dict[str, str]:
+        """A B A B …, each rep on its leg's server started for it and stopped after it: only one server
+        holds the device at any time. The parity dump is taken from the leg's first server."""
+        status = {plan.leg: "ok" for plan in legs}
+        for plan in legs:
+            self._write_spec(paths, plan)
+        for k in range(reps):
+            for plan in legs:
+                parity_due = not seal.is_current(paths.outputs(plan.leg))
+                if status[plan.leg] != "ok" or (rep_exists(paths.bench_runs(plan.leg), plan.leg, k) and not parity_due):
+                    continue
+                targets: dict[str, ServerTarget] = {}
+                status[plan.leg] = self._launch(paths, plan, targets)
+                target = targets.get(plan.leg)
+                if target is None:
+                    self.on_rep(plan.leg, k, "failed")
+                    continue
+                try:
+                    if parity_due:
+                        self._parity_dump(paths, plan.leg, target.base_url)
+                    if not rep_exists(paths.bench_runs(plan.leg), plan.leg, k):
+                        failure = self._rep(paths, plan, k, target, target.pids())
+                        if failure is not None:
+                            status[plan.leg] = failure
+                finally:
+                    target.stop()
+        return status
 
-        seal.begin(run)
+    def _rep(self, paths: RunDir, plan: LegPlan, k: int, target: ServerTarget, pids: list[int]) -> str | None:
+        """One timed rep under LoadGen; the leg's failure (recorded in its spec) when the server failed."""
         try:
-            return profile_model(RunDir(run).profile, config, max_tokens=self.load.max_tokens)
-        except Exception as exc:  # the target's failure, not ours: recorded by the graph
-            raise LabError(f"profiling failed: {type(exc).__name__}: {exc}") from exc
-
-    def opbench(self, run: Path, op: str, candidates: list[str], shapes: list[list[int]]) -> Path:
-        from perfwarden.harness.opbench import OpBenchError, run_opbench_for_lab
-
-        seal.begin(run)
-        try:
-            return run_opbench_for_lab(Path(run), op, candidates, shapes, device=self._device())
-        except OpBenchError as exc:
-            raise LabError(f"op bench of {op!r} failed: {exc}") from exc
-
-    def quality(self, run: Path, leg: LegPlan, baseline: LegPlan) -> str:
-        """The registered QA eval on both legs' numerics. The eval servers batch (max_batch_size 8):
-        scheduling knobs do not change greedy outputs (batched == unbatched is tested in
-        tests/test_embedded_server.py), and unbatched the eval would cost minutes per leg."""
-        from perfwarden.harness.quality import run_quality_pair
-
-        def batched(config: dict[str, Any]) -> dict[str, Any]:
-            return {**config, "max_batch_size": max(8, int(config.get("max_batch_size", 1))), "batch_wait_ms": 5}
-
-        seal.begin(run)
-        try:
-            return run_quality_pair(Path(run), leg.leg, batched(leg.config), baseline.leg, batched(baseline.config),
-                                    concurrency=8)
-        except Exception as exc:
-            raise LabError(f"quality eval failed: {type(exc).__name__}: {exc}") from exc
+            target.ensure_running()
+            measure_rep(paths, plan.leg, k, target.base_url, self._prompts(plan), self.load,
+                        dataset_name=f"perfwarden-{plan.prompts}", exclude_pids=pids)
+            target.ensure_running()
+            self.on_rep(plan.leg, k, "ok")
+            return None
+        except TargetError as exc:
+            self._fail_leg(paths, plan, str(exc))
+            self.on_rep(plan.leg, k, "failed")
+            return f"failed: {exc}"
 
     # ------------------------------------------------------------------ helpers
-    def _device(self) -> str:
-        """The device the target serves on: the op bench runs there too."""
-        return "cuda" if str(self.base_config().get("device", "cpu")).startswith("cuda") else "cpu"
-
     def _prompts(self, plan: LegPlan):
         if plan.prompts == "varied":
             return varied_prompts()
@@ -162,13 +202,18 @@ class EmbeddedLab:
         return {"scenario": self.load.scenario, "dataset_name": f"perfwarden-{plan.prompts}",
                 "request_params": request_params(self.load), "loadgen": {"settings": self.load.summary()}}
 
-    def _start(self, paths: RunDir, plan: LegPlan, targets: dict[str, EmbeddedTarget]) -> str:
-        leg_dir = paths.leg_dir(plan.leg)
-        leg_dir.mkdir(parents=True, exist_ok=True)
+    def _start(self, paths: RunDir, plan: LegPlan, targets: dict[str, ServerTarget]) -> str:
+        self._write_spec(paths, plan)
+        return self._launch(paths, plan, targets)
+
+    def _write_spec(self, paths: RunDir, plan: LegPlan) -> None:
+        paths.leg_dir(plan.leg).mkdir(parents=True, exist_ok=True)
         spec = LegSpec(leg=plan.leg, role=plan.role, overlay=Overlay(**plan.overlay) if plan.overlay else Overlay(),
                        purpose=plan.purpose, parent_leg=plan.parent, workload=self.workload(plan))
         seal.write_json(paths.leg_spec(plan.leg), spec)
-        target = EmbeddedTarget(leg_dir, plan.config, start_timeout_s=self.start_timeout_s)
+
+    def _launch(self, paths: RunDir, plan: LegPlan, targets: dict[str, ServerTarget]) -> str:
+        target = self.make_target(paths.leg_dir(plan.leg), plan.config)
         try:
             target.start()
         except TargetError as exc:
@@ -207,6 +252,61 @@ class EmbeddedLab:
             append_jsonl(tmp, row)
         tmp.replace(paths.outputs(leg))
         seal.seal_file(paths.outputs(leg))
+
+
+class EmbeddedLab(ServerLab):
+    """Lab protocol over the embedded target (SmolLM2-135M-Instruct on torch, sandboxed per leg)."""
+
+    config_model = EmbeddedConfig
+    model_name = "SmolLM2-135M-Instruct"
+
+    @classmethod
+    def from_settings(cls, settings, on_rep=None) -> "EmbeddedLab":
+        return cls(**cls.settings_kwargs(settings), on_rep=on_rep)
+
+    def make_target(self, leg_dir: Path, config: dict[str, Any]) -> ServerTarget:
+        return EmbeddedTarget(leg_dir, config, start_timeout_s=self.start_timeout_s)
+
+    def base_config(self) -> dict[str, Any]:
+        return dict(EMBEDDED_BASE)
+
+    def overridable_ops(self) -> list[str]:
+        from perfwarden.harness.ops import SUPPORTED_OPS
+
+        return list(SUPPORTED_OPS)
+
+    def alternatives(self, op: str) -> list[str]:
+        from perfwarden.harness.opbench import alternatives_for
+
+        return alternatives_for(op, device=self._device())
+
+    def profile(self, run: Path, config: dict[str, Any]) -> Path:
+        from perfwarden.harness.profiling import profile_model
+
+        seal.begin(run)
+        try:
+            return profile_model(RunDir(run).profile, config, max_tokens=self.load.max_tokens)
+        except Exception as exc:  # the target's failure, not ours: recorded by the graph
+            raise LabError(f"profiling failed: {type(exc).__name__}: {exc}") from exc
+
+    def opbench(self, run: Path, op: str, candidates: list[str], shapes: list[list[int]]) -> Path:
+        from perfwarden.harness.opbench import OpBenchError, run_opbench_for_lab
+
+        seal.begin(run)
+        try:
+            return run_opbench_for_lab(Path(run), op, candidates, shapes, device=self._device())
+        except OpBenchError as exc:
+            raise LabError(f"op bench of {op!r} failed: {exc}") from exc
+
+    def quality_config(self, config: dict[str, Any]) -> dict[str, Any]:
+        """The eval servers batch (max_batch_size 8): scheduling knobs do not change greedy outputs
+        (batched == unbatched is tested in tests/test_embedded_server.py), and unbatched the eval would
+        cost minutes per leg."""
+        return {**config, "max_batch_size": max(8, int(config.get("max_batch_size", 1))), "batch_wait_ms": 5}
+
+    def _device(self) -> str:
+        """The device the target serves on: the op bench runs there too."""
+        return "cuda" if str(self.base_config().get("device", "cpu")).startswith("cuda") else "cpu"
 
 
 def _now() -> float:

@@ -164,7 +164,7 @@ def setup(state: RunState, runtime: Runtime[RunContext]) -> dict:
     run.mkdir(parents=True, exist_ok=True)
     if not (run / "run.json").is_file():
         write_json_atomic(run / "run.json", RunManifest(id=run.name, target=ctx.settings.target,
-                                                        model="SmolLM2-135M-Instruct", seed=ctx.settings.seed,
+                                                        model=ctx.lab.model_name, seed=ctx.settings.seed,
                                                         versions=_versions(), started_at=_iso(state["started_at"])))
     return {"stage": "baseline", "baseline_attempts": 0}
 

@@ -1,6 +1,7 @@
 """The lab: what the producers can ask to be measured, behind one interface.
 
-``EmbeddedLab`` runs the real embedded CPU target with mlcommons-loadgen (harness/). The graph's unit
+``EmbeddedLab`` runs the real embedded CPU target with mlcommons-loadgen (harness/), ``SGLangLab`` the
+SGLang server on a GPU host (both ``ServerLab``, orchestrator/embedded_lab.py). The graph's unit
 tests use the synthetic lab (orchestrator/simlab.py) that writes raw evidence with known effects, so
 that routing can be tested in seconds; the real lab keeps its own end-to-end test.
 """
@@ -39,6 +40,8 @@ class LegPlan(BaseModel):
 class Lab(Protocol):
     config_model: type[TargetConfig]
     """The target's knobs: defaults, allowed values, lever class, losslessness."""
+    model_name: str
+    """The model served, as run.json records it (a name, or the weights path)."""
 
     def measure(self, run: Path, legs: list[LegPlan], reps: int) -> dict[str, str]:
         """Measure ``reps`` reps of every leg, interleaved (A B A B …), skipping reps already written.

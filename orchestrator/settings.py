@@ -12,8 +12,13 @@ class RunSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
 
-    target: Literal["embedded", "synthetic"] = "embedded"
+    target: Literal["embedded", "sglang", "synthetic"] = "embedded"
     """Serving target. ``synthetic`` is the test double used by the graph's unit tests."""
+    model: str | None = None
+    """Weights directory the target serves (``--model``; sglang only: the embedded target serves SmolLM2)."""
+    sglang_python: str | None = None
+    """Interpreter of the SGLang environment (``--sglang-python`` or ``PERFWARDEN_SGLANG_PYTHON``, resolved
+    when the run started; a resumed run checks it again)."""
     budget_minutes: float = 14.0
     """Wall-clock budget; when it runs out, remaining proposals are skipped and the report is written."""
     seed: int = 0

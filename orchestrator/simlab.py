@@ -31,6 +31,7 @@ BASE = {"model": "SmolLM2-135M-Instruct", **EmbeddedConfig.defaults(), "threads"
 
 class SyntheticLab:
     config_model = EmbeddedConfig
+    model_name = BASE["model"]
     def __init__(self, effects: dict[str, dict[str, Any]] | None = None, cv: float = 0.01, seed: int = 0,
                  crash_after: int | None = None, contended: bool | str = False, on_rep=None,
                  fail_first_quality: bool = False):

@@ -1,0 +1,50 @@
+"""The SGLang lab: ``ServerLab`` over ``python -m sglang.launch_server`` from SGLang's own environment.
+
+What differs from the embedded lab, and why:
+
+- one server at a time (``servers_at_once = False``): each SGLang server takes ``mem_fraction_static``
+  of the *whole* GPU for weights and KV pool, so a baseline and a candidate server cannot share one GPU.
+  Each rep starts its leg's server and stops it after the rep, keeping the reps interleaved (A B A B …)
+  and every rep on a server started the same way; the price is one server start per rep.
+- no kernel path: perfwarden has no profiler or op overrides inside SGLang, so a run on this target
+  runs with ``--no-kernels`` (the CLI says so) and ``profile``/``opbench`` refuse with a ``LabError``.
+- quality evals (lossy knobs: ``kv_cache_dtype``, ``quantization``, ``dtype``) run through the same
+  OpenAI-compatible endpoint on servers started with each leg's config (``ServerLab.quality``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from perfwarden.harness.sglang_target import SglangTarget
+from perfwarden.harness.target_config import SGLangConfig
+from perfwarden.harness.targets import ServerTarget
+from perfwarden.orchestrator.embedded_lab import ServerLab
+
+
+class SGLangLab(ServerLab):
+    """Lab protocol over SGLang (GPU hosts; CI drives it with a stand-in server)."""
+
+    config_model = SGLangConfig
+    servers_at_once = False
+    kernels = False
+
+    def __init__(self, *, model_path: str, python: str, start_timeout_s: float = 900.0, **kwargs: Any):
+        super().__init__(start_timeout_s=start_timeout_s, **kwargs)
+        self.model_path = model_path
+        """Weights directory every leg serves (``--model-path``)."""
+        self.python = python
+        """The SGLang environment's interpreter (checked by ``find_sglang_python`` before the lab exists)."""
+        self.model_name = model_path
+
+    @classmethod
+    def from_settings(cls, settings, on_rep=None) -> "SGLangLab":
+        if not settings.model or not settings.sglang_python:
+            raise ValueError("an SGLang run needs settings.model and settings.sglang_python")
+        return cls(model_path=settings.model, python=settings.sglang_python, **cls.settings_kwargs(settings),
+                   on_rep=on_rep)
+
+    def make_target(self, leg_dir: Path, config: dict[str, Any]) -> ServerTarget:
+        return SglangTarget(leg_dir, {**config, "model_path": self.model_path}, python=self.python,
+                            start_timeout_s=self.start_timeout_s)
