@@ -212,3 +212,38 @@ def test_served_texts_must_match_across_legs(tmp_path):
     assert v.verdict == "FAIL" and "PARITY_MISMATCH" in codes(v, "FAIL") and v.correctness == "failed"
     f = next(f for f in v.findings if f.gate == "served" and f.severity == "FAIL")
     assert {e.file for e in f.evidence} >= {"legs/cand/bench_runs.jsonl"}
+
+
+def _sglang_step(tmp_path, declared: str, changes: dict) -> set[str]:
+    """The chunked-prefill fixture re-declared as ``declared`` with ``changes`` in the candidate's
+    server_info (every copy): the FAIL codes the auditor raises."""
+    import shutil
+
+    from perfwarden.agents.auditor.audit import audit_path
+
+    run = tmp_path / "run"
+    shutil.copytree(REC / "jdg-knob-sglang-chunked-prefill" / "run", run)
+    info_path = run / "legs" / "cand" / "server_info.json"
+    base_info = json.loads((run / "legs" / "base" / "server_info.json").read_text())
+    info = {**base_info, **{k: v for k, v in json.loads(info_path.read_text()).items() if k in ("port", "pid")}}
+    info.update(changes)
+    info_path.write_text(json.dumps(info))
+    spec_path = run / "legs" / "cand" / "leg.json"
+    spec = json.loads(spec_path.read_text())
+    spec["overlay"]["config"] = changes
+    spec_path.write_text(json.dumps(spec))
+    claim_path = next((run / "claims").glob("*.json"))
+    claim = json.loads(claim_path.read_text())
+    claim["lever"].update(name=declared, lever_class="A", config_keys=[declared])
+    claim_path.write_text(json.dumps(claim))
+    verdict = audit_path(run, claim_path)
+    return {f.code for f in verdict.findings if f.severity == "FAIL" and f.code == "CONDITIONS_DIFFER"}
+
+
+def test_sglang_fills_cuda_graph_bs_from_cuda_graph_max_bs_and_that_is_not_a_second_knob(tmp_path):
+    """SGLang derives ``cuda_graph_bs`` from ``cuda_graph_max_bs``: a declared max-bs step moves both.
+    Near miss: the same ``cuda_graph_bs`` change under a chunked-prefill declaration is a confound."""
+    both = {"cuda_graph_max_bs": 16, "cuda_graph_bs": [1, 2, 4, 8, 16]}
+    assert _sglang_step(tmp_path / "a", "cuda_graph_max_bs", both) == set()
+    assert _sglang_step(tmp_path / "b", "chunked_prefill_size", {"chunked_prefill_size": 4096,
+                                                                   "cuda_graph_bs": [1, 2, 4, 8, 16]}) == {"CONDITIONS_DIFFER"}

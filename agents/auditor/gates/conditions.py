@@ -130,8 +130,11 @@ class ConditionCopy:
 
 
 def _counts(key: str) -> bool:
-    """Keys a copy is held to: not inert or runtime, not a report of how a knob was applied."""
-    return not registry.is_inert(key) and registry.top_key(key) not in registry.levers().get("reports", {})
+    """Keys a copy is held to: not inert or runtime, not a report of how a knob was applied (a knob that
+    is also filled in from another one, like sglang's ``cuda_graph_bs``, is still a knob: held to it)."""
+    if registry.is_inert(key):
+        return False
+    return registry.top_key(key) not in registry.levers().get("reports", {}) or registry.lever_class(key)[0] is not None
 
 
 def leg_copies(run: Path, leg: LegEvidence) -> tuple[list[ConditionCopy], list[str]]:
