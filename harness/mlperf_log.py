@@ -100,6 +100,11 @@ def _open_check(path: Path, what: str, root: Path | None) -> None:
                              else "corrupt") from None
 
 
+MLLOG_LINE_BYTES = 16 << 20
+"""Longest unfinished last line of a detail log that is read (most ``:::MLLOG`` lines are under a
+kilobyte; the longest in the shared corpora is 1.36 MB, a list of generated query samples)."""
+
+
 def _read_lines(path: Path, what: str, root: Path | None) -> tuple[list[tuple[LineRef, bytes]], list[LineIssue], str, int]:
     """(complete lines, issues, sha256, size) in one pass; a line over the size bound is an error."""
     digest = hashlib.sha256()
@@ -261,6 +266,10 @@ def read_detail(path: Path | str, root: Path | str | None = None) -> DetailLog:
     entries: list[tuple[LineRef, bytes, bool]] = [(ref, raw, False) for ref, raw in lines]
     if torn:
         ref = torn[0].ref
+        if ref.length > MLLOG_LINE_BYTES:  # NUL padding or garbage after a crash: never read into memory
+            raise MlperfLogError(f"detail log {str(path)!r} is truncated: its last line {ref.line} has no newline and "
+                                 f"is {ref.length:,} bytes, over the {MLLOG_LINE_BYTES:,}-byte bound for one LoadGen "
+                                 "line", path=path, line=ref.line)
         entries.append((ref, ref.raw().rstrip(b"\r"), True))
 
     for idx, (ref, raw, is_torn) in enumerate(entries):

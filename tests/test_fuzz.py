@@ -195,3 +195,35 @@ def test_the_crash_pattern_is_linear_on_repeated_worker_lines():
     assert FATAL_PATTERNS.search("Worker " * 16000) is None
     assert time.monotonic() - started < 1.0
     assert FATAL_PATTERNS.search("Worker 3 (pid 1234) died unexpectedly")
+
+
+def test_a_number_beyond_any_float_in_server_info_is_compared_not_a_gate_crash(run):
+    """benchmarks/fuzz.py (seed 0, input 1605): threads=10**400 in one leg's server_info crashed the
+    conditions gate (int too large for float), so the verdict was degraded instead of decided."""
+    from perfwarden.agents.auditor.audit import audit_path
+
+    info_path = run / "legs" / "base" / "server_info.json"
+    text = info_path.read_text()
+    info_path.write_text(text.replace('"threads": 2', '"threads": 1' + "0" * 400, 1))
+    assert '"threads": 1000' in info_path.read_text()
+    verdict = audit_path(run, run / "claims" / "001-patch.json")
+    assert not verdict.degraded and verdict.verdict == "FAIL"
+    assert any(f.code == "CONDITIONS_DIFFER" and "threads" in f.message for f in verdict.findings)
+
+
+def test_a_detail_log_ending_in_60_mb_of_nul_bytes_is_refused_without_reading_them(tmp_path):
+    """benchmarks/fuzz.py (seed 0, inputs 306 and 2148): an unfinished last line of 60 MB of NUL bytes
+    (under the 64 MiB line bound) was read and decoded, peaking at 7.5 GB; it is refused with the bound
+    in the message."""
+    import resource
+
+    from perfwarden.harness.mlperf_log import MLLOG_LINE_BYTES, MlperfLogError, read_detail
+
+    path = tmp_path / "mlperf_log_detail.txt"
+    with open(path, "wb") as handle:
+        handle.write(b':::MLLOG {"key": "x", "value": 1}\n:::MLLOG {"key": "y", "value"')
+        handle.truncate(60 << 20)
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    with pytest.raises(MlperfLogError, match=f"{MLLOG_LINE_BYTES:,}-byte bound"):
+        read_detail(path)
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 200 << 10  # KiB: far below 300 MB

@@ -224,8 +224,13 @@ def check_condition_copies(run: Path, leg: LegEvidence) -> GateResult:
 def _canonical(value: Any) -> tuple:
     if isinstance(value, bool):
         return ("b", value)
-    if isinstance(value, (int, float)):
-        return ("n", float(value))
+    if isinstance(value, float):
+        return ("n", value)
+    if isinstance(value, int):  # 2 and 2.0 are one value; an int beyond any float stays exact, not an error
+        try:
+            return ("n", float(value))
+        except OverflowError:
+            return ("i", value)
     if isinstance(value, str):
         return ("s", value)
     if value is None:
