@@ -38,6 +38,41 @@ class KernelCode(BaseModel):
     rationale: str = ""
 
 
+MAX_PROMPT_SHAPES = 32
+"""Served shapes carried in the kernel-extractor's prompt (the profile records at most 16 per op)."""
+
+
+def served_shapes(shapes: list) -> list[list[int]]:
+    """The profile's served shapes as plain integer lists, distinct, at most ``MAX_PROMPT_SHAPES``."""
+    out: list[list[int]] = []
+    for shape in shapes:
+        dims = list(shape) if isinstance(shape, (list, tuple)) else []
+        if dims and all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in dims) and dims not in out:
+            out.append(dims)
+    return out[:MAX_PROMPT_SHAPES]
+
+
+def kernel_language(device: str, function: str) -> dict[str, str]:
+    """The device-dependent parts of the kernel-extractor's prompt: Triton on CUDA, torch on a CPU."""
+    if str(device).startswith("cuda"):
+        return {"language": "a Triton kernel", "device": "a CUDA GPU",
+                "module_rule": f"- One self-contained Python module: a `@triton.jit` kernel and a wrapper named "
+                               f"`{function}` with the reference's signature, which allocates the output with "
+                               "torch and launches the kernel. Imports: `torch`, `triton`, `triton.language` only.",
+                "speed_rule": "Prefer one launch per call: at decode shapes the kernel is shorter than its launch, "
+                              "and the op bench reports call-by-call time (what an eager server pays) beside the "
+                              "CUDA-graph time of the kernel.",
+                "device_rule": "On the GPU it is timed like any other candidate and goes through the end-to-end "
+                               "patch audit."}
+    return {"language": "a faster torch implementation", "device": "the CPU",
+            "module_rule": f"- One self-contained Python module defining `{function}` with the reference's "
+                           "signature, in plain torch (no Triton: on a CPU host a Triton kernel only runs under the "
+                           "interpreter and is never timed). Imports: `torch`, `math` only.",
+            "speed_rule": "Prefer fewer passes over memory and fewer temporaries (in-place ops, fused torch "
+                          "functions): at decode shapes per-op dispatch overhead decides.",
+            "device_rule": "On the CPU it is timed call by call with the host clock."}
+
+
 @dataclass
 class Brains:
     """Deterministic by default; with ``llm`` set, the LLM answers first and the policy is the fallback."""
@@ -104,12 +139,15 @@ class Brains:
 
     # -- kernel-extractor
     def write_kernel(self, run: Path, op: str, share: float, shapes: list, reference_src: str,
-                     function: str, index: int) -> str | None:
-        """LLM brain only: write a candidate module into RUN/generated/ and return its spec."""
+                     function: str, index: int, device: str = "cpu", dtype: str = "float32") -> str | None:
+        """LLM brain only: write a candidate module into RUN/generated/ and return its spec. On a CUDA
+        target it asks for a Triton kernel; on a CPU target for torch code (a Triton kernel could only be
+        checked under the interpreter there, never timed, so never banked)."""
         if self.llm is None:
             return None
-        prompt = render_skill("kernel_extractor", op=op, share=f"{share:.1%}", shapes=json.dumps(shapes[:4]),
-                              reference=reference_src, function=function)
+        prompt = render_skill("kernel_extractor", op=op, share=f"{share:.1%}", shapes=json.dumps(served_shapes(shapes)),
+                              reference=reference_src, function=function, dtype=dtype,
+                              **kernel_language(device, function))
         try:
             answer = self.llm.complete_json("You are the kernel-extractor.", prompt, KernelCode)
         except (LLMUnavailable, LLMOutputError) as exc:

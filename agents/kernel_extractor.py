@@ -1,8 +1,11 @@
 """kernel-extractor: turns the audited profile's hot ops into kernel proposals.
 
 Deterministic brain: a library of alternative implementations shipped with the harness
-(``harness/ops/alternatives``). LLM brain (agents/brains.py): writes new torch or Triton code for the
-op, which runs only inside the sandbox.
+(``harness/ops/alternatives``); on a CUDA target every proposal carries the hand-written Triton kernels
+(rmsnorm, silu_mul, rotary), which the op bench times on the GPU. On a CPU target they are not proposed:
+there they can only be checked under ``TRITON_INTERPRET=1`` and are recorded as not timed. LLM brain
+(agents/brains.py): writes a new Triton kernel (CUDA) or torch code (CPU) for the op with its served
+shapes, which runs only inside the sandbox.
 """
 
 from __future__ import annotations
@@ -21,17 +24,34 @@ def routed_op(ranking: list[tuple[str, float]], overridable: list[str]) -> str |
     return next((op for op, _ in ranking if op in overridable), ranking[0][0] if ranking else None)
 
 
+def triton_candidates(op: str) -> list[str]:
+    """The hand-written Triton kernels for ``op`` (``harness/ops/alternatives/*_triton.py``) as specs."""
+    from perfwarden.harness.ops.alternatives import for_op
+
+    return [a.spec for a in for_op(op, ("triton",))]
+
+
+def candidates_for(op: str, alternatives: list[str], device: str) -> list[str]:
+    """What the deterministic brain proposes for ``op``: the lab's alternatives, plus on a CUDA target
+    the hand-written Triton kernels the lab did not already offer."""
+    out = list(alternatives)
+    if str(device).startswith("cuda"):
+        out += [spec for spec in triton_candidates(op) if spec not in out]
+    return out
+
+
 def propose(ranking: list[tuple[str, float]], overridable: list[str], alternatives: dict[str, list[str]],
-            against: dict, max_ops: int = 2, reps: int = 3) -> list[Proposal]:
-    """One proposal per hot, overridable op that has alternatives, hottest first."""
+            against: dict, max_ops: int = 2, reps: int = 3, device: str = "cpu") -> list[Proposal]:
+    """One proposal per hot, overridable op that has candidates, hottest first."""
     out = []
     for op, share in ranking:
-        if op not in overridable or not alternatives.get(op):
+        candidates = candidates_for(op, alternatives.get(op, []), device) if op in overridable else []
+        if not candidates:
             continue
         out.append(Proposal(id=f"krn-{op}", kind="kernel", producer="kernel_extractor", op=op,
-                            candidates=list(alternatives[op]), against=dict(against), believed_class="A",
+                            candidates=candidates, against=dict(against), believed_class="A",
                             headline_kind="e2e",
-                            reps=reps, rationale=f"{op} takes {share:.1%} of profiled time"))
+                            reps=reps, rationale=f"{op} takes {share:.1%} of profiled time (target device {device})"))
         if len(out) >= max_ops:
             break
     return out

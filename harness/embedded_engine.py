@@ -17,6 +17,10 @@ Positions are tracked per sequence (``position_ids``) while the KV cache is inde
 padding, merged batches and rejected draft tokens all become masked columns ("holes") that no query
 attends to. Numerics depend on batch composition (as on every batching server): greedy outputs match
 unbatched greedy outputs up to rare floating-point ties.
+
+Devices: the KV cache, masks and positions live on the model's device (``--set device=cuda``); token
+ids are built on the host and moved once per step, and each step's logits come back to the host once,
+where sampling (seeded ``torch.Generator``s are CPU generators) and draft verification run unchanged.
 """
 
 from __future__ import annotations
@@ -237,7 +241,7 @@ class Batch:
     next_pos: torch.Tensor
     """``[B]`` long: position id of each sequence's next token."""
     last_token: torch.Tensor
-    """``[B]`` long: each sequence's newest token, not yet in the cache."""
+    """``[B]`` long, on the host: each sequence's newest token, not yet in the cache."""
 
     @property
     def columns(self) -> int:
@@ -268,15 +272,16 @@ def merge_batches(a: Batch, b: Batch) -> Batch:
 def select_rows(batch: Batch, keep: list[int]) -> Batch:
     """Keep only the sequences at ``keep``, then drop leading columns none of them uses."""
     idx = torch.tensor(keep, dtype=torch.long)
-    mask = batch.mask[idx]
+    dev_idx = idx.to(batch.mask.device)
+    mask = batch.mask[dev_idx]
     used = mask.any(dim=0).nonzero()
     first = int(used[0]) if len(used) else mask.shape[1]
-    tensors = [(k[idx][:, :, first:], v[idx][:, :, first:]) for k, v in cache_tensors(batch.cache)]
+    tensors = [(k[dev_idx][:, :, first:], v[dev_idx][:, :, first:]) for k, v in cache_tensors(batch.cache)]
     return Batch(
         reqs=[batch.reqs[i] for i in keep],
         cache=cache_from_tensors(tensors),
         mask=mask[:, first:],
-        next_pos=batch.next_pos[idx],
+        next_pos=batch.next_pos[dev_idx],
         last_token=batch.last_token[idx],
     )
 
@@ -344,6 +349,7 @@ class Engine:
         self._on_fatal = on_fatal
         self.fatal: BaseException | None = None
         self.dtype = next(model.parameters()).dtype
+        self.device = next(model.parameters()).device
 
     # -- lifecycle
 
@@ -492,6 +498,7 @@ class Engine:
     # -- model calls
 
     def _forward(self, input_ids, mask, position_ids, cache, logits_to_keep: int):
+        """Logits of the kept positions, on the host (one copy per step; sampling runs there)."""
         out = self.model(
             input_ids=input_ids,
             attention_mask=mask.long(),
@@ -500,7 +507,7 @@ class Engine:
             use_cache=True,
             logits_to_keep=logits_to_keep,
         )
-        return out.logits
+        return out.logits if out.logits.device.type == "cpu" else out.logits.float().cpu()
 
     def _prefill(self, reqs: list[GenRequest]) -> Batch:
         from transformers import DynamicCache
@@ -515,6 +522,7 @@ class Engine:
         for i, r in enumerate(reqs):
             ids[i, width - len(r.prompt_ids) :] = torch.tensor(r.prompt_ids, dtype=torch.long)
             mask[i, width - len(r.prompt_ids) :] = True
+        ids, mask = ids.to(self.device), mask.to(self.device)
         positions = (mask.long().cumsum(-1) - 1).clamp(min=0)
         cache = DynamicCache()
         logits = self._forward(ids, mask, positions, cache, logits_to_keep=1)[:, -1, :]
@@ -554,7 +562,8 @@ class Engine:
             row = [int(batch.last_token[i])] + d
             step_ids[i, : len(row)] = torch.tensor(row, dtype=torch.long)
             step_mask[i, : len(row)] = True
-        positions = batch.next_pos[:, None] + torch.arange(q_len)[None, :]
+        step_ids, step_mask = step_ids.to(self.device), step_mask.to(self.device)
+        positions = batch.next_pos[:, None] + torch.arange(q_len, device=self.device)[None, :]
         full_mask = torch.cat([batch.mask, step_mask], dim=1)
         try:
             logits = self._forward(step_ids, full_mask, positions, batch.cache, logits_to_keep=q_len)
@@ -580,6 +589,7 @@ class Engine:
                 self.counters.spec_produced += len(produced)
             self._append(req, produced)
             new_last.append(nxt)
+        committed = committed.to(self.device)
         batch.mask = torch.cat([batch.mask, committed], dim=1)
         batch.next_pos = batch.next_pos + committed.sum(-1)
         batch.last_token = torch.tensor(new_last, dtype=torch.long)

@@ -1,4 +1,5 @@
-"""The embedded target: an OpenAI-compatible streaming server for SmolLM2-135M-Instruct on CPU.
+"""The embedded target: an OpenAI-compatible streaming server for SmolLM2-135M-Instruct (CPU, or CUDA
+with ``--set device=cuda``).
 
 Launch::
 
@@ -14,7 +15,8 @@ never a producer's copy — and the log says which mechanisms actually engaged (
 prompt-lookup acceptance, response-cache hits, quantized modules, compile warm-up).
 
 Exit codes: 0 clean shutdown, 2 invalid knob or argument, 3 port unavailable, 1 any other start
-failure, 70 scheduler crash. A start failure prints one ``START FAILED: ...`` line to stderr.
+failure (``device=cuda`` on a host without CUDA among them: a valid knob this host cannot serve), 70
+scheduler crash. A start failure prints one ``START FAILED: ...`` line to stderr.
 """
 
 from __future__ import annotations
@@ -230,16 +232,28 @@ class EmbeddedServer:
 
         from perfwarden.harness import model as M
 
-        torch.set_num_threads(self.cfg.threads)
+        torch.set_num_threads(self.cfg.threads)  # on CUDA: host-side work only (see EmbeddedConfig.device)
         try:
             torch.set_num_interop_threads(1)
         except RuntimeError:  # already set (in-process tests); the report says what is in effect
             pass
+        M.check_device(self.cfg.device)  # before any weights load: a clear start error, never a traceback
         t0 = time.monotonic()
-        self.info = M.model_info()
-        self.model, self.tokenizer = M.load_model(dtype=self.cfg.dtype, attn_implementation=self.cfg.attn_implementation)
+        if self.cfg.weights == "random":
+            self.model, self.tokenizer, self.info = M.load_random_model(
+                dtype=self.cfg.dtype, attn_implementation=self.cfg.attn_implementation, device=self.cfg.device)
+            log.warning("ENGAGED weights=random seed=%d digest=%s tokenizer=%s config=%r: performance-only, "
+                        "outputs are noise and correctness cannot be verified", M.RANDOM_WEIGHT_SEED,
+                        self.info.weights_digest, self.info.tokenizer, self.info.model_dir)
+        else:
+            self.info = M.model_info()
+            self.model, self.tokenizer = M.load_model(dtype=self.cfg.dtype, attn_implementation=self.cfg.attn_implementation,
+                                                      device=self.cfg.device)
         log.info("model loaded name=%r dir=%r digest=%s in %.2fs", self.info.name, self.info.model_dir,
                  self.info.weights_digest, time.monotonic() - t0)
+        self.startup.update(device_report(self.cfg.device))
+        if self.cfg.device != "cpu":
+            log.info("ENGAGED device=%s name=%r", self.cfg.device, self.startup["device_name"])
         self.stop_token_ids = sorted({int(self.tokenizer.eos_token_id), *self._extra_stop_ids()})
         if self.cfg.quantization == "int8_dynamic":
             self._quantize()
@@ -381,6 +395,7 @@ class EmbeddedServer:
             model_path=self.info.model_dir,
             weights_digest=self.info.weights_digest,
             source_gguf_sha256=self.info.source_gguf_sha256,
+            tokenizer=self.info.tokenizer,
             torch_version=torch.__version__,
             transformers_version=transformers.__version__,
             python_version=platform.python_version(),
@@ -404,6 +419,36 @@ class EmbeddedServer:
 
     def override_calls(self) -> dict[str, int]:
         return {o.op: o.counter.calls for o in self.overrides}
+
+
+def device_report(device: str) -> dict[str, Any]:
+    """What ``/server_info`` says about the device: ``device_name`` always (the GPU's name on CUDA, the
+    CPU's model on CPU) and, on CUDA, ``device_detail`` (capability, SMs, memory, CUDA version, which
+    SDPA kernels torch may pick, float32 matmul precision). Two legs on different hardware differ here."""
+    import torch
+
+    if device != "cuda":
+        return {"device_name": _cpu_name()}
+    index = torch.cuda.current_device()
+    props = torch.cuda.get_device_properties(index)
+    return {"device_name": torch.cuda.get_device_name(index), "device_detail": {
+        "capability": f"{props.major}.{props.minor}", "multi_processor_count": props.multi_processor_count,
+        "total_memory_bytes": props.total_memory, "cuda_version": torch.version.cuda,
+        "sdpa_flash_enabled": torch.backends.cuda.flash_sdp_enabled(),
+        "sdpa_mem_efficient_enabled": torch.backends.cuda.mem_efficient_sdp_enabled(),
+        "float32_matmul_precision": torch.get_float32_matmul_precision()}}
+
+
+def _cpu_name() -> str:
+    """The CPU's model name (``/proc/cpuinfo``), else what ``platform`` knows."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as handle:
+            for line in handle:
+                if line.lower().startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "unknown"
 
 
 def _perfwarden_version() -> str:
@@ -697,10 +742,14 @@ def main(argv: list[str] | None = None) -> int:
     try:
         server.load()
     except Exception as exc:
+        from perfwarden.harness.model import DeviceError
         from perfwarden.harness.ops import OverrideError
 
         code = EXIT_BAD_CONFIG if isinstance(exc, OverrideError) else EXIT_START_FAILED
-        log.error("start-up failed:\n%s", traceback.format_exc())
+        if isinstance(exc, DeviceError):  # the host's fault, not ours: the reason, no traceback
+            log.error("start-up failed: %s", exc)
+        else:
+            log.error("start-up failed:\n%s", traceback.format_exc())
         sock.close()
         return _fail(code, f"{type(exc).__name__}: {exc}")
 

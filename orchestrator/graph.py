@@ -262,6 +262,15 @@ def _next_config_proposal(state: RunState, ctx: RunContext) -> Proposal | None:
     return config_tuner.step_proposal(model, step_, _best(state), ctx.settings.reps, attempt)
 
 
+def _target_device(ctx: RunContext) -> str:
+    """Where the target serves, ``cpu`` or ``cuda``: its config's ``device`` knob; a target whose config
+    has none (SGLang) serves on a GPU."""
+    base = _base_config(ctx)
+    if "device" in base:
+        return "cuda" if str(base["device"]).startswith("cuda") else "cpu"
+    return "cuda" if getattr(ctx.lab.config_model, "target", "") == "sglang" else "cpu"
+
+
 def _kernel_proposals(state: RunState, ctx: RunContext) -> list[Proposal]:
     """The kernel-extractor's changes for the audited profile's hot ops (LLM candidates first)."""
     if not ctx.settings.kernels or not any(v.scope == "profile" and v.verdict == "PASS" for v in state["verdicts"]):
@@ -269,10 +278,14 @@ def _kernel_proposals(state: RunState, ctx: RunContext) -> list[Proposal]:
     lab = ctx.lab
     hot = list(state.get("hot_ops", []))
     alts = {op: lab.alternatives(op) for op in lab.overridable_ops()}
-    kernels = kernel_extractor.propose(hot, lab.overridable_ops(), alts, _best(state), reps=ctx.settings.reps)
+    base = _base_config(ctx)
+    device, dtype = _target_device(ctx), str(base.get("dtype", "float32"))
+    kernels = kernel_extractor.propose(hot, lab.overridable_ops(), alts, _best(state), reps=ctx.settings.reps,
+                                       device=device)
     for i, k in enumerate(kernels):  # the LLM brain writes one more candidate per op (sandboxed later)
         written = ctx.brains.write_kernel(_run(state), k.op, dict(hot).get(k.op, 0.0),
-                                          state.get("served_shapes", {}).get(k.op, []), _reference_source(k.op), k.op, i)
+                                          state.get("served_shapes", {}).get(k.op, []), _reference_source(k.op), k.op, i,
+                                          device=device, dtype=dtype)
         if written:
             k.candidates.insert(0, written)
     return kernels

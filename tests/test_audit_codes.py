@@ -213,6 +213,30 @@ def test_noncoherent_reference(tmp_path):
     assert v.verdict == "FAIL" and "NONCOHERENT_REFERENCE" in codes(v) and v.correctness == "unverifiable"
 
 
+def test_correctness_unverifiable_on_random_weights(tmp_path):
+    """Both legs served random weights (a performance-only run): the win may stand, correctness cannot
+    be verified -- FLAG, never PASS; the noise is not judged as a broken reference; the finding cites
+    the server_info line that says so."""
+    info = {**BASE_INFO, "weights": "random"}
+    v = audit(tmp_path, build(tmp_path, base_info=info, cand_info={**info, "max_batch_size": 8, "port": 8101},
+                              base_outputs=GIBBERISH_TEXTS, cand_outputs=GIBBERISH_TEXTS))
+    assert v.verdict == "FLAG" and v.action == "flag", [(f.code, f.message) for f in v.findings]
+    assert codes(v) == {"CORRECTNESS_UNVERIFIABLE"} and v.correctness == "unverifiable"
+    assert any(n.startswith("reference coherence:") for n in v.not_checked)
+    f = next(f for f in v.findings if f.code == "CORRECTNESS_UNVERIFIABLE")
+    for ev in f.evidence:
+        line = (tmp_path / ev.file).read_text().splitlines()[ev.line - 1]
+        assert '"weights": "random"' in line
+    assert {ev.file for ev in f.evidence} == {"legs/base/server_info.json", "legs/cand/server_info.json"}
+
+
+def test_random_weights_do_not_excuse_parity(tmp_path):
+    info = {**BASE_INFO, "weights": "random"}
+    v = audit(tmp_path, build(tmp_path, base_info=info, cand_info={**info, "max_batch_size": 8, "port": 8101},
+                              base_outputs=GIBBERISH_TEXTS, cand_outputs=GIBBERISH_TEXTS[::-1]))
+    assert v.verdict == "FAIL" and "PARITY_MISMATCH" in codes(v, "FAIL") and v.correctness == "failed"
+
+
 def test_quality_eval_missing_and_regression(tmp_path):
     info = {**BASE_INFO, "port": 8101, "quantization": "int8_dynamic"}
     claim = build(tmp_path, cand_info=info, claim={

@@ -57,7 +57,13 @@ def test_knobs_parse_and_validate():
     [
         (["threads=0"], "'threads'"),
         (["threads=two"], "'threads'='two'"),
-        (["dtype=float16"], "'dtype'='float16'"),
+        (["dtype=float64"], "'dtype'='float64'"),
+        (["dtype=half"], "'dtype'='half'"),
+        (["device=gpu"], "'device'='gpu'"),
+        (["device=cuda:1"], "'device'='cuda:1'"),
+        (["weights=zeros"], "'weights'='zeros'"),
+        (["quantization=int8_dynamic", "dtype=float16"], "needs dtype 'float32'"),
+        (["quantization=int8_dynamic", "device=cuda"], "runs on device 'cpu' only"),
         (["attn_implementation=flash"], "'attn_implementation'"),
         (["quantization=int4"], "'quantization'"),
         (["max_batch_size=-1"], "'max_batch_size'"),
@@ -74,6 +80,17 @@ def test_bad_knobs_are_refused_with_the_knob_named(sets, needle):
     with pytest.raises(S.ConfigError, match=None) as info:
         S.build_config(S.parse_set_args(sets))
     assert needle in str(info.value)
+
+
+def test_float16_bfloat16_cuda_and_random_weights_are_valid_knobs():
+    """Valid knobs whatever the host: whether this host can serve ``device=cuda`` is the start's business
+    (a clear start failure), not the config's."""
+    for dtype in ("float16", "bfloat16", "float32"):
+        for device in ("cpu", "cuda"):
+            cfg = S.build_config(S.parse_set_args([f"dtype={dtype}", f"device={device}", "weights=random"]))
+            assert (cfg.dtype, cfg.device, cfg.weights) == (dtype, device, "random")
+    defaults = S.build_config({})
+    assert (defaults.device, defaults.weights, defaults.dtype) == ("cpu", "pretrained", "float32")
 
 
 def test_knob_args_round_trip_through_the_server_parser():

@@ -125,8 +125,11 @@ def test_weights_digest_detects_a_tampered_file(tmp_path):
 
 
 def test_unknown_dtype_and_attention_are_rejected():
-    with pytest.raises(ValueError, match="'float16'"):
-        M.torch_dtype("float16")
+    import torch
+
+    assert M.torch_dtype("float16") is torch.float16 and M.torch_dtype("bfloat16") is torch.bfloat16
+    with pytest.raises(ValueError, match="'float64'"):
+        M.torch_dtype("float64")
     with pytest.raises(ValueError, match="'flash'"):
         M.load_model(attn_implementation="flash")  # type: ignore[arg-type]
 

@@ -118,7 +118,10 @@ def audit_baseline(a: Audit) -> None:
     a.gate("condition_copies", lambda: conditions.check_condition_copies(a.run, base))
     band, _ = measurement.calibrate_band(metric, base, aa, len(base.reps), len(base.reps))
     a.gate("drift", lambda: measurement.check_drift(a.run, claim, base, band, a.not_checked, a.findings))
-    if base.outputs is None:
+    random_weights = a.gate("random_weights", lambda: correctness.check_random_weights(a.run, [base]))
+    if random_weights:
+        a.correctness = "unverifiable"
+    elif base.outputs is None:
         a.not_checked.append("reference coherence: no outputs.jsonl in the baseline leg")
     else:
         coherent = a.gate("coherence", lambda: correctness.check_reference_coherence(a.run, base, a.findings))
@@ -229,8 +232,12 @@ def audit_patch(a: Audit, bundle: bool = False) -> None:
     a.gate("acceptance", lambda: lever.check_acceptance_rate(a.run, claim, cand))
 
     lossy = correctness.lossy_signals(claim, a.diff) + knobs.lossy_reasons(unknown, base, cand)
+    random_weights = a.gate("random_weights", lambda: correctness.check_random_weights(
+        a.run, list(legs.values()))) is True
     a.correctness = a.gate("parity", lambda: correctness.check_parity(a.run, claim, base, cand, bool(lossy),
-                                                                      a.findings)) or "unverifiable"
+                                                                      a.findings, random_weights)) or "unverifiable"
+    if random_weights and a.correctness in ("verified", "not_applicable"):
+        a.correctness = "unverifiable"
     a.gate("served", lambda: _served_gates(a, base, cand, bool(lossy), bool(unknown)))
     a.gate("quality", lambda: correctness.check_quality(a.run, claim, a.loader, base.name, cand.name, lossy))
     spec_signals = [s for s in lever.raw_signals(cand) if s.family == "spec_decode"]

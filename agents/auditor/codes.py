@@ -37,6 +37,10 @@ CATALOG: dict[str, str] = {
     "NONCOHERENT_REFERENCE": "The reference outputs are gibberish, so parity against them proves nothing.",
     "QUALITY_EVAL_MISSING": "A lossy mechanism lacks a completed, registered quality eval.",
     "QUALITY_REGRESSION": "A registered quality eval shows the candidate worse than the baseline (added).",
+    "CORRECTNESS_UNVERIFIABLE": "A leg served random weights (a performance-only run: the embedded target's "
+                                "weights=random, SGLang/vLLM's load_format=dummy): its outputs are noise by "
+                                "construction, so no parity, coherence or quality check can show the change keeps "
+                                "the model correct; at most FLAG (added, issue 10 §3).",
     "OUTPUT_LENGTH_SHIFT": "The output length distribution changed (truncation or early EOS).",
     "CACHING_SUSPECTED": "Results are explained by caching: response cache, warm-vs-cold prefix cache, TEST04.",
     # op-bench harness

@@ -151,6 +151,15 @@ def is_lossy_change(key: str, before: Any, after: Any) -> bool:
     return hit is not None and after not in table["lossless_values"][hit]
 
 
+def random_weights_value(key: str, value: Any) -> bool:
+    """Whether ``key=value`` in a server_info says the server loaded random weights (levers.json
+    ``random_weights``: flattened-key patterns -> the values that mean random weights)."""
+    pattern = _match(key, levers()["random_weights"])
+    if pattern is None or not isinstance(value, str):
+        return False
+    return value.strip().lower() in levers()["random_weights"][pattern]
+
+
 def is_spec_decode_key(key: str) -> bool:
     return _match(top_key(key), levers()["spec_decode_keys"]) is not None
 

@@ -13,7 +13,7 @@ from perfwarden.agents.auditor import registry
 from perfwarden.agents.auditor.coherence import coherence_score
 from perfwarden.agents.auditor.evidence import LegEvidence, line_evidence
 from perfwarden.agents.auditor.findings import Findings, GateResult, finding
-from perfwarden.agents.auditor.gates.conditions import flatten
+from perfwarden.agents.auditor.gates.conditions import flatten, key_evidence
 from perfwarden.harness.records import Claim, QualityEval
 
 PARITY_MIN_IDENTICAL = 0.75
@@ -33,6 +33,37 @@ def lossy_signals(claim: Claim, diff: dict[str, list[Any]]) -> list[str]:
         if registry.is_lossy_change(key, vb, vc):
             out.append(f"{key}={vc!r}")
     return out
+
+
+def random_weight_keys(leg: LegEvidence) -> list[tuple[str, Any]]:
+    """The server_info keys by which ``leg``'s server says it serves random weights (empty: it does not
+    say so, or it has no server_info)."""
+    if not leg.server_info:
+        return []
+    return [(k, v) for k, v in flatten(leg.server_info).items() if registry.random_weights_value(k, v)]
+
+
+def check_random_weights(run: Path, legs: list[LegEvidence]) -> GateResult:
+    """A leg on random weights (a performance-only run) makes correctness unverifiable: its outputs are
+    noise by construction, so the reference cannot be held to the coherence check (that noise is
+    expected, not a broken server) and no parity or quality eval on it can show that the change keeps
+    the *model* correct. The timing may stand; the verdict is at most FLAG. ``value``: whether any leg
+    served random weights (the caller then skips the coherence check)."""
+    hits = [(leg, key, value) for leg in legs for key, value in random_weight_keys(leg)]
+    if not hits:
+        return GateResult(value=False)
+    names = list(dict.fromkeys(leg.name for leg, _, _ in hits))
+    said = ", ".join(f"{leg.name!r}: {key}={value!r}" for leg, key, value in hits)
+    evidence = [ref for leg, key, _ in hits for ref in key_evidence(run, leg, key)]
+    return GateResult(
+        findings=[finding("CORRECTNESS_UNVERIFIABLE", "FLAG",
+                          f"leg(s) {names!r} served random weights ({said}): their outputs are noise by construction, "
+                          "so no parity, coherence or quality check can verify that the change keeps the model "
+                          "correct; a performance-only result, never a PASS", measured=said,
+                          threshold="pretrained weights on every compared leg", evidence=evidence, action="flag",
+                          gate="random_weights")],
+        not_checked=[f"reference coherence: {names!r} served random weights, whose outputs are noise by construction"],
+        value=True)
 
 
 def check_reference_coherence(run: Path, ref: LegEvidence, findings: Findings) -> bool | None:
@@ -55,8 +86,12 @@ def check_reference_coherence(run: Path, ref: LegEvidence, findings: Findings) -
 
 
 def check_parity(run: Path, claim: Claim, base: LegEvidence, cand: LegEvidence, lossy: bool,
-                 findings: Findings) -> str:
-    """Greedy parity vs the true baseline; returns the correctness status."""
+                 findings: Findings, random_weights: bool = False) -> str:
+    """Greedy parity vs the true baseline; returns the correctness status.
+
+    ``random_weights``: a leg served random weights (``check_random_weights``): the reference is noise by
+    construction, so it is not held to the coherence check, but parity still binds (a lossless change must
+    reproduce the same deterministic model's greedy outputs); at best the status is ``unverifiable``."""
     if claim.correctness.parity == "none" and lossy:
         return "not_applicable"
     if base.outputs is None or cand.outputs is None:
@@ -64,8 +99,7 @@ def check_parity(run: Path, claim: Claim, base: LegEvidence, cand: LegEvidence, 
         findings.add("EVIDENCE_MISSING", "FAIL" if not lossy else "FLAG",
                      f"no parity dump (outputs.jsonl) for {missing!r}", gate="parity")
         return "unverifiable"
-    coherent = check_reference_coherence(run, base, findings)
-    if coherent is False:
+    if not random_weights and check_reference_coherence(run, base, findings) is False:
         return "unverifiable"
     by_id = {str(o.prompt_id): (ref, o) for ref, o in base.outputs}
     pairs = [(by_id[str(o.prompt_id)], (ref, o)) for ref, o in cand.outputs if str(o.prompt_id) in by_id]
@@ -84,7 +118,7 @@ def check_parity(run: Path, claim: Claim, base: LegEvidence, cand: LegEvidence, 
         if mismatched:
             findings.add("PARITY_MISMATCH", "INFO", f"{len(mismatched)}/{len(pairs)} outputs differ; expected for a "
                          "lossy change, judged by its quality eval instead", measured=round(identical, 4), gate="parity")
-        return "verified"
+        return "unverifiable" if random_weights else "verified"
     if identical < PARITY_MIN_IDENTICAL:
         findings.add("PARITY_MISMATCH", "FAIL", f"only {len(pairs) - len(mismatched)}/{len(pairs)} greedy outputs are "
                      "identical to the true baseline's for a change declared lossless",
@@ -96,7 +130,7 @@ def check_parity(run: Path, claim: Claim, base: LegEvidence, cand: LegEvidence, 
                      f"{PARITY_MIN_IDENTICAL:.0%} allowance)", measured=round(identical, 4),
                      threshold=PARITY_MIN_IDENTICAL, evidence=[line_evidence(run, r) for r in mismatched[:3]],
                      gate="parity")
-    return "verified"
+    return "unverifiable" if random_weights else "verified"
 
 
 ITEMS_DIGEST_FIELDS = ("items_sha256", "item_set_sha256", "text_sha256")
