@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from perfwarden.proof.backtest import score_fixture
-from perfwarden.proof.mutations import CLEAN_FIXTURES, COMMITTED, MUTATIONS, mutate
+from perfwarden.proof.mutations import (CLEAN_FIXTURES, COMMITTED, MUTATIONS, SEAL_MUTATIONS, SEALED_COMMITTED,
+                                        mutate)
 
 FIXTURES = Path(__file__).resolve().parents[1] / "proof" / "fixtures"
 
@@ -45,5 +46,13 @@ def test_every_family_is_committed_for_one_clean_fixture():
     assert committed_all and families
     expected = {f"{clean}--{m.name}" for clean, fams in COMMITTED.items() for m in MUTATIONS
                 if fams is None or m.family in fams}
+    # every seal attack that applies, on each sealed clean fixture (the seal mutations are not applied
+    # to unsealed fixtures: there every edit is unseen by design)
+    from perfwarden.harness.records import Claim
+
+    for clean in SEALED_COMMITTED:
+        run = FIXTURES / clean / "run"
+        claim = Claim.model_validate_json(next((run / "claims").glob("*-patch.json")).read_text())
+        expected |= {f"{clean}--{m.name}" for m in SEAL_MUTATIONS if m.applies(run, claim)}
     present = {p.name for p in (FIXTURES / "mutated").iterdir() if p.is_dir()}
     assert present == expected

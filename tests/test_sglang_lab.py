@@ -261,7 +261,10 @@ def test_the_auditor_audits_an_sglang_ab_from_the_raw(tmp_path, model_dir, sglan
     assert not codes & {"EVIDENCE_MISSING", "EVIDENCE_CORRUPT", "EVIDENCE_TAMPERED", "NOT_INTERLEAVED",
                         "SERVER_CRASH", "REQUEST_ERRORS", "PARITY_MISMATCH", "NONCOHERENT_REFERENCE",
                         "UNKNOWN_KNOB"}, [(f.code, f.message) for f in verdict.findings]
-    assert not [f for f in verdict.findings if f.severity == "FAIL"], [(f.code, f.message) for f in verdict.findings]
+    # the stand-in's speed does not depend on the memory fraction, so whether the delta is significant is
+    # chance (a no-op step must be DELTA_NOT_SIGNIFICANT when it is not); nothing else may FAIL
+    fails = [f for f in verdict.findings if f.severity == "FAIL" and f.code != "DELTA_NOT_SIGNIFICANT"]
+    assert not fails, [(f.code, f.message) for f in verdict.findings]
     # the one declared difference and its registered consequence (the KV pool, shown unused by the
     # server's own "token usage" lines); the port differs too, and is inert
     assert set(verdict.server_info_diff) == {"mem_fraction_static", "max_total_num_tokens", "port"}, \
