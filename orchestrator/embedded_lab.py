@@ -51,7 +51,9 @@ class ServerLab:
 
     def __init__(self, *, qps: float = 2.0, rep_seconds: float = 4.0, max_tokens: int = 16,
                  scenario: str = "Offline", offline_samples: int = 8, seed: int = 0, parity_tokens: int = 16,
-                 start_timeout_s: float = 180.0, on_rep=None):
+                 start_timeout_s: float = 180.0, on_rep=None, base_overrides: dict[str, Any] | None = None):
+        self.base_overrides = dict(base_overrides or {})
+        """Knobs of the true baseline the run fixed (``--set``): the device the op bench runs on follows them."""
         if scenario == "Offline":  # one query of exactly ``offline_samples`` prompts, issued at once
             self.load = LoadSettings(scenario="Offline", target_qps=1.0, min_duration_s=0.1,
                                      min_query_count=offline_samples, max_duration_s=300.0, max_tokens=max_tokens,
@@ -70,7 +72,8 @@ class ServerLab:
         """The lab's constructor arguments from a run's settings."""
         return dict(qps=settings.qps, rep_seconds=settings.rep_seconds, max_tokens=settings.max_tokens,
                     scenario="Offline" if settings.scenario == "offline" else "Server",
-                    offline_samples=settings.offline_samples, seed=settings.seed, parity_tokens=settings.max_tokens)
+                    offline_samples=settings.offline_samples, seed=settings.seed, parity_tokens=settings.max_tokens,
+                    base_overrides=dict(settings.base_config))
 
     # ------------------------------------------------------------------ what a target says
     def make_target(self, leg_dir: Path, config: dict[str, Any]) -> ServerTarget:
@@ -78,7 +81,7 @@ class ServerLab:
         raise NotImplementedError
 
     def base_config(self) -> dict[str, Any]:
-        return self.config_model.defaults()
+        return {**self.config_model.defaults(), **self.base_overrides}
 
     def overridable_ops(self) -> list[str]:
         return []
@@ -268,7 +271,7 @@ class EmbeddedLab(ServerLab):
         return EmbeddedTarget(leg_dir, config, start_timeout_s=self.start_timeout_s)
 
     def base_config(self) -> dict[str, Any]:
-        return dict(EMBEDDED_BASE)
+        return {**EMBEDDED_BASE, **self.base_overrides}
 
     def overridable_ops(self) -> list[str]:
         from perfwarden.harness.ops import SUPPORTED_OPS

@@ -210,7 +210,7 @@ def after_audit(state: RunState, runtime: Runtime[RunContext]) -> str:
     if v.producer == "red_team":
         return "red_team"
     if v.scope == "baseline":
-        if v.verdict == "PASS":
+        if v.verdict == "PASS" or _performance_only(v):
             return "profile" if settings.kernels else "pick"
         # Re-measure only while another baseline fits in the budget (it costs what this one cost).
         fits = runtime.context.remaining_s(state) > state.get("baseline_s", 0.0)
@@ -220,6 +220,16 @@ def after_audit(state: RunState, runtime: Runtime[RunContext]) -> str:
     if v.scope == "bundle":
         return _red_team_or_report(state, runtime)
     return {"profile": "pick", "harness": "harness_result", "patch": "fix"}[v.scope]
+
+
+PERFORMANCE_ONLY_CODES = frozenset({"CORRECTNESS_UNVERIFIABLE"})
+"""A baseline FLAGged only for these is sound for measuring (random weights: correctness cannot be judged,
+speed can). The search goes on; its patch verdicts carry the same FLAG, so nothing is banked as correct."""
+
+
+def _performance_only(v: VerdictSummary) -> bool:
+    raised = {f.code for f in v.findings if f.severity != "INFO"}
+    return v.verdict == "FLAG" and bool(raised) and raised <= PERFORMANCE_ONLY_CODES
 
 
 @step("profile")

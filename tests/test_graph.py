@@ -274,6 +274,24 @@ def test_lab_noise_goes_to_the_run_logs_not_the_terminal(tmp_path, capfd):
     assert "STAGE:2026 profiler noise" in log and "Loading weights 100%" in log and "=== " in log
 
 
+def test_a_random_weights_baseline_goes_on_to_the_search_but_another_flag_does_not(tmp_path):
+    """weights=random: the baseline FLAGs CORRECTNESS_UNVERIFIABLE every time, so re-measuring it would
+    spend the budget for nothing; any other FLAG is still re-measured."""
+    from perfwarden.agents.base import FindingSummary
+
+    runtime = Runtime(context=RunContext(lab=SyntheticLab(), settings=settings(kernels=False)))
+
+    def route(*codes: str) -> str:
+        v = VerdictSummary(seq=1, scope="baseline", verdict="FLAG", action="flag", path="v", claim="c",
+                           findings=[FindingSummary(code=c, severity="FLAG", message="m") for c in codes])
+        return G.after_audit({"last_verdict": v, "baseline_attempts": 1, "baseline_s": 0.0,
+                              "started_at": time.time()}, runtime)
+
+    assert route("CORRECTNESS_UNVERIFIABLE") == "pick"
+    assert route("CORRECTNESS_UNVERIFIABLE", "CONTENDED_LEG") == "baseline"
+    assert route("CONTENDED_LEG") == "baseline"
+
+
 def test_nodes_are_top_level_functions_fed_by_the_runtime_context(tmp_path):
     lab = SyntheticLab()
     runtime = Runtime(context=RunContext(lab=lab, settings=settings(kernels=False)))
