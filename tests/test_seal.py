@@ -137,7 +137,7 @@ def test_graph_run_resumed_after_a_crash_keeps_one_verified_chain(tmp_path):
     m = read_manifest(run / "evidence.jsonl", key.key, key.head)
     assert m.verified and m.broken is None
     for summary in state["verdicts"]:
-        verdict = json.loads((run / summary["path"]).read_text())
+        verdict = json.loads((run / summary.path).read_text())
         assert not any("unsealed" in n for n in verdict["not_checked"]), verdict["not_checked"]
         assert not any(f["code"] == "EVIDENCE_TAMPERED" for f in verdict["findings"])
 
