@@ -34,7 +34,7 @@ if [ $# -eq 0 ]; then set -- 3.12 3.13; fi
 # Everything from pyproject.toml that is not torch-bound. Version floors as in pyproject.toml.
 DEPS=(
   "pydantic>=2.7" "msgspec>=0.18" "orjson>=3.9" "numpy>=1.26" "scipy>=1.11" "typer>=0.12" "rich>=13"
-  "httpx>=0.27" "langgraph>=0.3" "langgraph-checkpoint-sqlite>=2.0" "pytest>=8" "pytest-timeout>=2.3"
+  "httpx>=0.27" "openai>=3.50" "langgraph>=1.2" "langgraph-checkpoint-sqlite>=2.0" "pytest>=8" "pytest-timeout>=2.3"
   "hypothesis>=6.100" "starlette>=0.37" "uvicorn>=0.30"
 )
 OPTIONAL=("mlcommons-loadgen>=5.0" "playwright>=1.40")  # installed when a wheel exists, else skipped

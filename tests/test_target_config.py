@@ -5,7 +5,6 @@ from __future__ import annotations
 import pytest
 
 from perfwarden.agents.auditor import registry
-from perfwarden.harness import embedded_engine, embedded_server
 from perfwarden.harness.target_config import (TARGET_CONFIGS, ConfigError, EmbeddedConfig, SGLangConfig,
                                               parse_set_args)
 from perfwarden.orchestrator.embedded_lab import EmbeddedLab
@@ -44,6 +43,8 @@ def test_one_default_everywhere():
     """max_batch_size used to have four different defaults; now the server, the engine and both labs
     read the model's."""
     defaults = EmbeddedConfig.defaults()
+    embedded_engine = pytest.importorskip("perfwarden.harness.embedded_engine", reason="the engine needs torch")
+    embedded_server = pytest.importorskip("perfwarden.harness.embedded_server", reason="the server needs torch")
     assert embedded_server.ServerConfig().max_batch_size == defaults["max_batch_size"] == 1
     assert embedded_engine.EngineOptions().max_batch_size == defaults["max_batch_size"]
     assert embedded_engine.EngineOptions().batch_wait_ms == defaults["batch_wait_ms"]
