@@ -227,3 +227,19 @@ def test_a_detail_log_ending_in_60_mb_of_nul_bytes_is_refused_without_reading_th
     with pytest.raises(MlperfLogError, match=f"{MLLOG_LINE_BYTES:,}-byte bound"):
         read_detail(path)
     assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 200 << 10  # KiB: far below 300 MB
+
+
+def test_a_copy_of_the_conditions_beyond_any_float_is_a_misreport_not_a_gate_crash(tmp_path):
+    """benchmarks/fuzz.py (seed 0, input 5756): max_seq_len=10**29... in server_info.json against 2048 in
+    the bench lines' copies crashed the copy comparison (int too large for float)."""
+    from perfwarden.agents.auditor.audit import audit_path
+
+    fixtures = Path(__file__).resolve().parents[1] / "proof" / "fixtures"
+    run = tmp_path / "run"
+    shutil.copytree(fixtures / "rec-batching-undisclosed" / "run", run)
+    info = run / "legs" / "mbs4" / "server_info.json"
+    info.write_text(info.read_text().replace('"max_seq_len": 2048', '"max_seq_len": 1' + "0" * 400, 1))
+    assert '"max_seq_len": 1000' in info.read_text()
+    verdict = audit_path(run, run / "claims" / "001-patch.json")
+    assert not verdict.degraded and verdict.verdict == "FAIL"
+    assert any(f.code == "CONDITIONS_MISREPORTED" and "max_seq_len" in f.message for f in verdict.findings)

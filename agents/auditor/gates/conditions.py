@@ -344,6 +344,11 @@ def check_reported_conditions(run: Path, claim: Claim, legs: dict[str, LegEviden
 
 
 def _same(stated: Any, actual: Any) -> bool:
-    if isinstance(stated, (int, float)) and isinstance(actual, (int, float)) and not isinstance(stated, bool):
+    """Equal, with numbers compared as numbers (2 == 2.0); integers beyond any float compare exactly."""
+    numbers = isinstance(stated, (int, float)) and isinstance(actual, (int, float)) and not isinstance(stated, bool)
+    if not numbers or (isinstance(stated, int) and isinstance(actual, int)):
+        return stated == actual
+    try:
         return abs(float(stated) - float(actual)) <= 1e-9 * max(1.0, abs(float(actual)))
-    return stated == actual
+    except OverflowError:
+        return False
