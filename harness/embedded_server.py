@@ -639,15 +639,12 @@ def bind_port(host: str, port: int) -> socket.socket:
         raise ConfigError(
             f"--port must be between 1 and 65535, got {port!r} (port 0 would bind a random port the harness cannot find)"
         )
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    from perfwarden.harness.targets import listen_socket, port_busy_message
+
     try:
-        sock.bind((host, port))
-        sock.listen(128)
+        sock = listen_socket(host, port)
     except OSError as exc:
-        sock.close()
-        raise PortError(f"cannot listen on {host}:{port}: {exc.strerror or exc} (is another server using port {port}?)") from exc
+        raise PortError(port_busy_message(host, port, exc)) from exc
     sock.set_inheritable(False)
     return sock
 

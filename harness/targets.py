@@ -446,19 +446,32 @@ def _absolute_spec(spec: str, base: Path | None) -> str:
     return spec
 
 
-def _listen(host: str, port: int) -> socket.socket:
-    """A listening socket in the caller's network namespace, inherited by a confined server."""
+def listen_socket(host: str, port: int) -> socket.socket:
+    """A TCP socket bound and listening on ``host:port`` (IPv6 when the host has a colon); closed again and
+    the ``OSError`` raised when the port cannot be had. One place for the server and the launcher."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         sock.bind((host, port))
         sock.listen(128)
-    except OSError as exc:
+    except OSError:
         sock.close()
+        raise
+    return sock
+
+
+def port_busy_message(host: str, port: int, exc: OSError) -> str:
+    return f"cannot listen on {host}:{port}: {exc.strerror or exc} (is another server using port {port}?)"
+
+
+def _listen(host: str, port: int) -> socket.socket:
+    """A listening socket in the caller's network namespace, inherited by a confined server."""
+    try:
+        sock = listen_socket(host, port)
+    except OSError as exc:
         from perfwarden.harness.embedded_server import EXIT_PORT
 
-        raise TargetStartError(f"cannot listen on {host}:{port}: {exc.strerror or exc} (is another server using "
-                               f"port {port}?)", returncode=EXIT_PORT) from exc
+        raise TargetStartError(port_busy_message(host, port, exc), returncode=EXIT_PORT) from exc
     sock.set_inheritable(True)
     return sock
