@@ -20,6 +20,8 @@ if TYPE_CHECKING:
 
 MLPERF_CORPORA = ("mlperf", "mlperf-more")
 """Shared MLPerf compliance corpora folded into the backtest (beside the shipped fixtures)."""
+SHIPPED_MLPERF = Path(__file__).resolve().parents[1] / "proof" / "mlperf_fixtures"
+"""The project's own MLPerf attack fixtures and near misses (``proof/build_mlperf_cases.py``)."""
 
 
 def backtest(
@@ -40,8 +42,7 @@ def backtest(
     use_quality_registry(quality_registry, Console(stderr=True, soft_wrap=True, highlight=False))
     roots = list(dirs) if dirs else default_fixture_roots()
     extra = []
-    for name in MLPERF_CORPORA if mlperf else ():
-        corpus = shared_corpus() / name
+    for corpus in [*(shared_corpus() / name for name in MLPERF_CORPORA), SHIPPED_MLPERF] if mlperf else ():
         if (corpus / "manifest.json").is_file():
             from perfwarden.proof.mlperf_cases import mlperf_results
 

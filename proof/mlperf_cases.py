@@ -33,6 +33,13 @@ def _audit(case: Path, test: str | None) -> tuple[str, list[str], str]:
     return result.verdict, sorted({f.code for f in result.findings if f.severity != "INFO"}), result.message
 
 
+def code_problems(entry: dict, codes: list[str]) -> list[str]:
+    """A case may also name codes (at FLAG or FAIL) its verdict must and must not carry: the right
+    verdict for the wrong reason does not agree (the project's own attack fixtures use this)."""
+    problems = [f"missing code {c}" for c in entry.get("must_include", []) if c not in codes]
+    return problems + [f"code {c} must not be raised" for c in entry.get("must_exclude", []) if c in codes]
+
+
 def mlperf_results(corpus: Path, label: str | None = None) -> list[CaseResult]:
     """Score one corpus; ``label`` prefixes the case names (default: the corpus folder's name)."""
     corpus = Path(corpus)
@@ -62,6 +69,7 @@ def mlperf_results(corpus: Path, label: str | None = None) -> list[CaseResult]:
             if verdict not in normalized:
                 res.problems.append(f"verdict {verdict} not in expected {expected}" +
                                     (f" ({message[:200]})" if message else ""))
+            res.problems += code_problems(entry, codes)
         out.append(res)
     for name in sorted(set(manifest) - set(dirs)):
         out.append(CaseResult(f"{label}/{name}", "reference+compliance", "missing", "missing", [], kind="mlperf",
