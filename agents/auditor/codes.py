@@ -22,6 +22,9 @@ CATALOG: dict[str, str] = {
     "NOISY_BASELINE": "Baseline rep spread exceeds the noise band; re-measure.",
     "BASELINE_DRIFT": "The re-derived baseline disagrees with a previously provided baseline number.",
     "DELTA_NOT_SIGNIFICANT": "The claimed delta is inside the noise band or not significant at the rep level.",
+    "UNREPRESENTATIVE_BASELINE": "The claim's baseline is significantly slower than the other legs of the run measured "
+                                 "with its configuration and load: the delta rests on a handicapped baseline (added, "
+                                 "issue 17 §5).",
     "HIDDEN_LATENCY_REGRESSION": "A throughput headline hides a TTFT/TPOT/ITL/e2e regression.",
     # lever
     "ORTHOGONAL_LEVER": "A class-B serving lever (spec decode, batching, caching, …) is presented as a kernel win.",

@@ -1,0 +1,166 @@
+"""Fixtures for "a producer's choices only make the statistics more conservative" (issue 17 §5).
+
+Each case is a clean A/B run (``proof.synth.build_ab_run``: a declared class-B knob, interleaved reps,
+coherent identical outputs) plus legs measured with the baseline's configuration, and its answer is in
+the ``CASES`` table, written from the rule before the auditor was changed:
+
+- a declared A/A leg can widen the noise band, never narrow it below what the baseline's own reps show
+  (``sta-aa-narrows-band``: a quiet A/A leg pooled with a noisy baseline made a 3.1% win clear a band
+  the baseline's own 7 reps put at 3.35%);
+- every leg of the run measured with the baseline's configuration and load is A/A evidence whether the
+  claim cites it or not (``sta-undeclared-noisy-twin``: a quiet baseline, an uncited noisy twin);
+- the claim's baseline must be representative of all same-config legs: a baseline significantly slower
+  than the other same-config legs is a handicapped baseline (UNREPRESENTATIVE_BASELINE). The win is
+  re-derived against every same-config rep: gone -> FAIL, eject; still significant -> FLAG,
+  downgrade_headline (bank the re-derived size, not the claimed one).
+
+Near misses that must PASS: a real A/A leg noisier than the baseline (it widens the band; the win
+clears it), unequal rep counts (5 baseline and candidate, 3 A/A), a baseline slower than its twin by
+less than the noise.
+
+Every rep of every leg gets its own 4 s slot (legs interleaved, no two reps overlapping in time).
+
+    python -m perfwarden.proof.build_stats_cases [--out proof/fixtures]
+"""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from perfwarden.harness.records import write_json_atomic
+from perfwarden.proof.synth import BASE_INFO, REP_LATENCY_JITTER, build_ab_run, fixture_builder_main, make_rep
+
+SLOT_S = 4.0
+"""Seconds between consecutive rep starts (a rep of 256 tokens at >= 70 tok/s lasts < 3.7 s)."""
+
+
+@dataclass(frozen=True)
+class Case:
+    legs: dict[str, list[float]]
+    """Leg -> per-rep output throughputs; ``base`` and ``cand`` are the claim's legs, the others run the
+    baseline's configuration."""
+    declared_aa: tuple[str, ...]
+    headline: float
+    """The delta the claim states: the raw's own, so only the rule under test can refuse it."""
+    verdict: str | list[str]
+    action: str | list[str] | None
+    why: str
+    include: list[str] = field(default_factory=list)
+    exclude: list[str] = field(default_factory=list)
+
+
+def schedule(legs: dict[str, list[float]]) -> dict[str, list[dict[str, Any]]]:
+    """Reps interleaved round-robin over the legs, one ``SLOT_S`` slot each, in leg order."""
+    out: dict[str, list[dict[str, Any]]] = {name: [] for name in legs}
+    slot = 0
+    for k in range(max(len(v) for v in legs.values())):
+        for name, values in legs.items():
+            if k >= len(values):
+                continue
+            j = 1.0 + REP_LATENCY_JITTER[k % len(REP_LATENCY_JITTER)]
+            out[name].append(make_rep(name, k, throughput=values[k], ttft_ms=100.0 * j, tpot_ms=20.0 * j,
+                                      started_at=1_000.0 + SLOT_S * slot))
+            slot += 1
+    return out
+
+
+def build(case: Case) -> Callable[[Path], Any]:
+    def _build(run: Path) -> Path:
+        reps = schedule(case.legs)
+        extra = {name: ("aa" if name in case.declared_aa else "baseline", BASE_INFO, reps[name])
+                 for name in case.legs if name not in ("base", "cand")}
+        claim: dict[str, Any] = {"legs": {"baseline": "base", "candidate": "cand", "aa": list(case.declared_aa)},
+                                 "headline": {"metric": "output_throughput", "value": case.headline, "kind": "e2e"}}
+        return build_ab_run(run, base_reps=reps["base"], cand_reps=reps["cand"], extra_legs=extra, claim=claim)
+    return _build
+
+
+QUIET = [100.0, 100.6, 99.5, 100.3, 99.8]
+WIN = [110.3, 109.6, 111.0, 110.1, 109.2]
+
+CASES: dict[str, Case] = {
+    # ---- attacks
+    "sta-aa-narrows-band": Case(
+        {"base": [100.0, 102.5, 97.6, 101.9, 98.1, 102.9, 97.2],
+         "cand": [103.1, 103.15, 103.05, 103.2, 103.0, 103.12, 103.08],
+         "aa": [100.02, 99.98, 100.01, 99.99, 100.0, 100.03, 99.97]}, ("aa",), 3.1,
+        "FAIL", ["eject", "remeasure"],
+        "The baseline's own 7 reps (CV ~2.3%) put the noise band for 7 vs 7 reps at ~3.35%; the +3.1% win is "
+        "inside it. A declared A/A leg of 7 near-identical reps pooled in would narrow the band to ~2.4% and make "
+        "the win 'significant': an A/A leg may widen the band, never narrow it below the baseline's own.",
+        include=["DELTA_NOT_SIGNIFICANT"]),
+    "sta-undeclared-noisy-twin": Case(
+        {"base": [100.0, 100.1, 99.9, 100.05, 99.95], "cand": [103.0, 103.1, 102.9, 103.05, 102.95],
+         "twin": [97.0, 103.0, 99.0, 104.0, 96.5]}, (), 3.0,
+        "FAIL", ["eject", "remeasure"],
+        "A second leg measured with the baseline's configuration and load, not cited by the claim, varies by "
+        "7.5% rep to rep: the session's noise is far wider than the quiet baseline shows, and a +3% win is "
+        "inside it. Every same-config leg is A/A evidence whether the claim cites it or not.",
+        include=["DELTA_NOT_SIGNIFICANT"]),
+    "sta-handicapped-baseline": Case(
+        {"base": [92.0, 92.5, 91.6, 92.3, 91.8], "cand": [101.0, 101.5, 100.6, 101.3, 100.8],
+         "base-b": [100.2, 100.7, 99.8, 100.4, 99.9], "base-c": [100.5, 100.9, 100.1, 100.6, 100.2]}, (), 9.78,
+        "FAIL", "eject",
+        "Three legs ran the baseline's configuration; the claim's baseline is the slowest by 8%, far outside the "
+        "noise. Against every same-config rep the candidate's +9.8% is about +1%, inside the noise: the win is "
+        "the baseline's handicap.",
+        include=["UNREPRESENTATIVE_BASELINE"]),
+    "sta-handicapped-baseline-still-wins": Case(
+        {"base": [95.0, 95.4, 94.6, 95.2, 94.8], "cand": [110.5, 111.0, 110.1, 110.7, 110.3],
+         "base-b": [100.2, 100.7, 99.8, 100.4, 99.9], "base-c": [100.5, 100.9, 100.1, 100.6, 100.2]}, (), 16.32,
+        "FLAG", "downgrade_headline",
+        "The claim's baseline is the slowest of three same-config legs by 5%; the candidate still beats every "
+        "same-config rep by ~10% (significant), so the win is real but the claimed +16% is measured against a "
+        "handicapped baseline: bank the re-derived size only.",
+        include=["UNREPRESENTATIVE_BASELINE"]),
+    # ---- near misses
+    "sta-aa-widens-band": Case(
+        {"base": QUIET, "cand": WIN, "aa": [98.5, 101.5, 100.4, 99.2, 101.0]}, ("aa",), 10.1,
+        "PASS", "pass",
+        "A real A/A leg, noisier than the baseline (3% spread): the band widens to ~1.7%, the +10% win clears "
+        "it; the A/A leg's median equals the baseline's.",
+        exclude=["DELTA_NOT_SIGNIFICANT", "UNREPRESENTATIVE_BASELINE", "NOISY_BASELINE"]),
+    "sta-aa-unequal-reps": Case(
+        {"base": QUIET, "cand": WIN, "aa": [100.5, 99.4, 100.1]}, ("aa",), 10.1,
+        "PASS", "pass",
+        "5 baseline and candidate reps, 3 A/A reps: unequal counts are honest (the band is computed for the "
+        "compared legs' own counts); the +10% win clears it.",
+        exclude=["DELTA_NOT_SIGNIFICANT", "UNREPRESENTATIVE_BASELINE"]),
+    "sta-twin-slower-within-noise": Case(
+        {"base": [99.6, 100.1, 99.2, 99.9, 99.4], "cand": WIN, "twin": [100.2, 100.7, 99.8, 100.4, 99.9]}, (), 10.54,
+        "PASS", "pass",
+        "The baseline is slower than its uncited same-config twin by 0.5%, inside the noise: that is chance, not "
+        "a handicap; the +10% win is real.",
+        exclude=["DELTA_NOT_SIGNIFICANT", "UNREPRESENTATIVE_BASELINE"]),
+}
+
+
+def build_all(out: Path) -> list[str]:
+    built = []
+    for name, case in CASES.items():
+        fixture = out / name
+        if fixture.exists():
+            shutil.rmtree(fixture)
+        run = fixture / "run"
+        run.mkdir(parents=True)
+        claim = build(case)(run)
+        answer: dict[str, Any] = {"claim": str(claim.relative_to(run)), "verdict": case.verdict,
+                                  "action": case.action, "must_include": case.include, "must_exclude": case.exclude}
+        key = {"schema_version": 1, "frozen": "2026-11-26", "answers": [answer],
+               "provenance": "hand-built by proof/build_stats_cases.py (issue 17 §5: the producer's choices only "
+                             "make the statistics more conservative; synthetic raw)",
+               "rationale": case.why}
+        write_json_atomic(fixture / "answer_key.json", key)
+        built.append(name)
+    return built
+
+
+def main() -> None:
+    fixture_builder_main(__doc__, build_all, Path(__file__).parent / "fixtures")
+
+
+if __name__ == "__main__":
+    main()
