@@ -534,3 +534,85 @@ def test_backtest_folds_in_the_mlperf_corpora_with_and_without_test(corpus):
     assert {r.claim.split("(")[1] for r in results} == {"test detected)", *{f"--test {t})" for t in
                                                                            ("TEST01", "TEST04", "TEST05")}}
     assert [(r.fixture, r.claim, r.problems) for r in results if not r.agrees] == []
+
+
+# ------------------------------------------------------------- settings against the reference (issue 17 §6)
+
+
+def _set_setting(run: Path, name: str, value, *, requested: str | None = None, summary: str | None = None) -> None:
+    """Set a LoadGen setting in every copy a run states it in (detail effective/requested, summary)."""
+    set_mllog(run / DETAIL, f"effective_{name}", value)
+    if requested:
+        set_mllog(run / DETAIL, f"requested_{requested}", value)
+    if summary:
+        set_summary(run / SUMMARY, summary, str(value))
+
+
+@pytest.mark.parametrize("case_name,name,value,requested,summary", [
+    (T05_MS, "min_duration_ms", 60000, "min_duration_ms", "min_duration (ms)"),
+    (T05_MS, "samples_per_query", 4, "multi_stream_samples_per_query", "samples_per_query"),
+    (T05_MS, "performance_sample_count", 8, "performance_sample_count_override", "performance_sample_count"),
+    (T04_SS, "max_async_queries", 2, None, "max_async_queries"),
+    (T04_SS, "max_duration_ms", 300000, "max_duration_ms", "max_duration (ms)"),
+])
+def test_a_setting_beyond_the_tests_own_fails_and_is_named(copy_case, case_name, name, value, requested, summary):
+    ref, comp = copy_case(case_name)
+    _set_setting(comp, name, value, requested=requested, summary=summary)
+    result = audit(ref, comp)
+    assert result.verdict == "FAIL", result.message
+    bad = [f for f in result.findings if f.code == "CONDITIONS_DIFFER" and f.severity == "FAIL"]
+    assert bad and name in bad[0].message
+
+
+@pytest.mark.parametrize("case_name,name,value,requested,summary", [
+    (T04_SS, "accuracy_log_rng_seed", 720381539243781796, "accuracy_log_rng_seed", "accuracy_log_rng_seed"),
+    (T04_SS, "qsl_rng_seed", 12345, "qsl_rng_seed", "qsl_rng_seed"),
+    (T04_SS, "performance_issue_same_index", 0, "performance_issue_same_index", "performance_issue_same_index"),
+    (T05_MS, "qsl_rng_seed", 3066443479025735752, "qsl_rng_seed", "qsl_rng_seed"),
+])
+def test_an_audit_setting_not_the_tests_own_fails(copy_case, case_name, name, value, requested, summary):
+    """Another test's audit setting, or one of the test's own at another value or missing."""
+    ref, comp = copy_case(case_name)
+    _set_setting(comp, name, value, requested=requested, summary=summary)
+    for test in (None, "TEST04" if case_name == T04_SS else "TEST05"):
+        result = audit(ref, comp, test)
+        assert result.verdict == "FAIL", result.message
+        assert any(f.code == "MLPERF_AUDIT_SETTINGS" and f.severity == "FAIL" and name in f.message
+                   for f in result.findings)
+
+
+@pytest.mark.parametrize("case_name,edits", [
+    (T05_MS, [("min_duration_ms", 900000, "min_duration_ms", "min_duration (ms)"), ("target_duration_ms", 900000,
+                                                                                    None, None)]),
+    (T04_SS, [("min_query_count", 500, "min_query_count", "min_query_count"), ("min_sample_count", 500, None, None)]),
+    (T04_SS, [("target_qps", 2000, None, "target_qps")]),
+])
+def test_longer_runs_hints_and_the_tests_own_settings_pass(copy_case, case_name, edits):
+    ref, comp = copy_case(case_name)
+    for name, value, requested, summary in edits:
+        _set_setting(comp, name, value, requested=requested, summary=summary)
+    result = audit(ref, comp)
+    assert result.verdict == "PASS", result.message
+
+
+def test_a_setting_one_run_alone_states_flags_on_one_loadgen_build(copy_case):
+    ref, comp = copy_case(T04_SS)
+    append_mllog(comp / DETAIL, "requested_server_fast_path", True)
+    result = audit(ref, comp)
+    assert result.verdict == "FLAG"
+    assert any(f.code == "CONDITIONS_DIFFER" and "requested_server_fast_path" in f.message for f in result.findings)
+
+
+def test_every_logged_setting_is_classified():
+    """The registry names every setting key LoadGen 4.1-6.0 logs (tests/data); anything else is a condition."""
+    from perfwarden.agents.auditor.mlperf_settings import _AUDIT_OWNER, _CLASSES, classify, setting_name
+
+    keys = {k for d in DATA.iterdir() if (d / "reference" / DETAIL).is_file()
+            for k in read_detail(d / "reference" / DETAIL).first if setting_name(k)}
+    unlisted = {k for k in keys if setting_name(k) not in {**_CLASSES, **_AUDIT_OWNER}
+                and setting_name(k) not in ("samples_per_query", "target_qps", "max_async_queries",
+                                            "print_timestamps", "sample_concatenate_permutation",
+                                            "server_coalesce_queries", "server_max_async_queries",
+                                            "multi_stream_samples_per_query")}
+    assert not unlisted
+    assert classify("effective_made_up_setting", "Offline", "TEST01") == ("equal", None)

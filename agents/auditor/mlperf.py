@@ -43,8 +43,8 @@ What is re-derived (``official`` = what the MLCommons scripts do):
   (``BENCHMARK_SETTINGS``: token-latency mode, LLM TTFT/TPOT constraints, latency percentile) and,
   for Server, ``effective_target_latency_ns`` / ``requested_server_target_latency_ns`` (FAIL on
   mismatch). A dataset size is *not* a fingerprint -- performance runs may legally load a subset --
-  so ``qsl_reported_total_count``, the performance sample set, ``sut_name``, ``qsl_name`` and
-  MultiStream ``effective_samples_per_query`` should match (FLAG). When the runs are of different
+  so ``qsl_reported_total_count``, ``qsl_reported_performance_count``, ``sut_name`` and ``qsl_name``
+  should match (FLAG). When the runs are of different
   benchmarks the score comparison is still computed and shown (INFO), never judged.
 - **Summary agrees with detail** in each run: scenario, mode, validity and score (FAIL), and every
   other shared field -- latency statistics, flags, test parameters (FAIL, one finding per run).
@@ -56,8 +56,14 @@ What is re-derived (``official`` = what the MLCommons scripts do):
   ``accuracy_log_probability`` > 0; TEST05: RNG seeds that differ from the reference's, announced
   by LoadGen's ``Test05 flag detected`` warning), the reference none. The test type is detected
   from the compliance detail log (then its summary); ``--test`` overrides, and a compliance run
-  whose settings are another test's, several tests', or none is FAIL. TEST01/TEST04 runs must keep
-  the reference's RNG seeds (FLAG otherwise).
+  whose settings are another test's, several tests', or none is FAIL.
+- **Every other setting equals the reference's** (``mlperf_settings``, issue 17 §6): apart from the
+  test's own audit settings, a LoadGen setting of the compliance run that differs from the
+  reference's is FAIL (``CONDITIONS_DIFFER``, naming it) -- run length shorter, samples per query,
+  loaded sample count (FLAG for TEST04, which issues one sample), issue machinery, any unknown key;
+  performance hints, Server's target QPS (the load the score measures) and longer runs are INFO.
+  Another test's audit setting (e.g. changed seeds in TEST01/TEST04), or one of the test's own missing
+  or not at its audit.config's value, is ``MLPERF_AUDIT_SETTINGS`` (FAIL).
 - **LoadGen errors** (``num_errors`` / ``is_error`` records / ``N ERROR`` in the summary): FLAG.
   **Conflicting duplicate keys** among those the verdict uses (first occurrence wins, as in the
   official parser): FLAG. A different LoadGen version between the runs: INFO.
@@ -93,7 +99,7 @@ from pydantic import Field
 from perfwarden.agents.auditor.findings import finding
 from perfwarden.agents.auditor.mlperf_audit_settings import (  # noqa: F401 - re-exported
     _AUDIT_KEYS, _SEEDS, AUDIT_CONFIG_WARNING, TEST05_WARNING, TestDetection, _detail_setting, _signatures,
-    _summary_setting, _truthy, check_audit_settings, check_seeds, detect_test)
+    _summary_setting, _truthy, check_audit_settings, detect_test)
 from perfwarden.agents.auditor.mlperf_checks import (  # noqa: F401 - re-exported
     _FINGERPRINT, _RESULT_FIELDS, _TEST_PARAMS, _VERDICT_KEYS, BENCHMARK_SETTINGS, SAMPLE_SET_SETTINGS, _compare_key,
     _detail_keys_for, _setting, check_different_runs, check_duplicates, check_log_errors, check_same_benchmark,
@@ -102,6 +108,7 @@ from perfwarden.agents.auditor.mlperf_findings import (  # noqa: F401 - re-expor
     CACHING_SUSPECTED, CODES, CONDITIONS_DIFFER, EVIDENCE_CORRUPT, EVIDENCE_MISSING, MLPERF_AUDIT_SETTINGS,
     MLPERF_DUPLICATE_KEY, MLPERF_INVALID_RESULT, MLPERF_LOADGEN_VERSION, MLPERF_LOG_ERRORS, MLPERF_SAME_RUN,
     MLPERF_THRESHOLD, REPORTED_MISMATCH, _evs, _finding, evidence, file_evidence)
+from perfwarden.agents.auditor.mlperf_settings import check_own_audit_values, check_settings
 from perfwarden.agents.auditor.mlperf_scores import (  # noqa: F401 - re-exported
     _EARLY_STOP, _PCT_LATENCY, _PCT_TH_LATENCY, BASE_THRESHOLD, DEFAULT_PERCENTILE, DETAIL_SCORE_KEY,
     RELAXED_LATENCY_NS, RELAXED_THRESHOLD, SCENARIOS, STREAM_SCENARIOS, SUMMARY_SCORE_KEY, TESTS, RunLogs, Score,
@@ -305,7 +312,11 @@ def audit(reference: Path | str, compliance: Path | str, test: str | None = None
     findings += check_audit_settings(ref, comp, detection, test)
     if not detection.keys_present:
         not_checked.append("audit settings: the compliance logs carry no audit-setting keys")
-    findings += check_seeds(ref, comp, effective_test)
+    same_build = ref.detail.get("loadgen_version") == comp.detail.get("loadgen_version")
+    findings += check_settings(ref.detail, comp.detail, scen["reference"], effective_test, same_build)
+    own, notes = check_own_audit_values(ref.detail, comp.detail, effective_test)
+    findings += own
+    not_checked += notes
     findings += check_versions(ref, comp)
 
     result = MlperfAudit(verdict="PASS", test=effective_test,

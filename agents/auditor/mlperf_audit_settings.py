@@ -174,24 +174,3 @@ def check_audit_settings(ref: RunLogs, comp: RunLogs, detection: TestDetection,
             "submission performance run", measured=ref_audit[0][0], threshold="no audit.config",
             refs=[ref_audit[0][1]]))
     return out
-
-
-def check_seeds(ref: RunLogs, comp: RunLogs, test: str | None) -> list[Finding]:
-    """TEST01/TEST04 change no RNG seed: the compliance run must use the reference's."""
-    if test not in ("TEST01", "TEST04"):
-        return []
-    diffs = []
-    for seed in _SEEDS:
-        rv, rr = _detail_setting(ref.detail, seed)
-        cv, cr = _detail_setting(comp.detail, seed)
-        if rv is not None and cv is not None and _as_number(rv) != _as_number(cv):
-            diffs.append((seed, rv, cv, rr, cr))
-    if not diffs:
-        return []
-    return [_finding(
-        CONDITIONS_DIFFER, "FLAG", "seeds",
-        f"{test} keeps LoadGen's RNG seeds, but the compliance run's differ from the reference's: "
-        + ", ".join(f"{s} {rv} vs {cv}" for s, rv, cv, _, _ in diffs)
-        + " (different mlperf.conf / round?)",
-        measured={s: {"reference": rv, "compliance": cv} for s, rv, cv, _, _ in diffs},
-        threshold="equal", refs=[r for *_, rr, cr in diffs for r in (rr, cr)])]

@@ -240,7 +240,6 @@ BENCHMARK_SETTINGS: dict[str, tuple[Any, str]] = {
 SAMPLE_SET_SETTINGS: dict[str, str] = {
     "qsl_reported_total_count": "a different dataset size (performance runs may legally load a subset)",
     "qsl_reported_performance_count": "a different performance sample set",
-    "effective_performance_sample_count": "a different performance sample set",
     "sut_name": "a different SUT implementation",
     "qsl_name": "a different QSL implementation",
 }
@@ -285,13 +284,8 @@ def check_same_benchmark(ref: RunLogs, comp: RunLogs, scenario: str) -> tuple[li
                 out.append(f)
         if not checked:
             not_checked.append("Server target latency: effective_target_latency_ns is absent")
-    if scenario == "MultiStream" and comp.detail.get("effective_scenario") == "MultiStream":
-        f = _compare_key(ref, comp, "effective_samples_per_query", "FLAG",
-                         "MultiStream queries of a different size")
-        if f:
-            out.append(f)
-    for key, why in (*SAMPLE_SET_SETTINGS.items(), ("requested_sample_concatenate_permutation",
-                                                     "sample concatenation differs (set per model by mlperf.conf)")):
+    # LoadGen settings (samples per query, the loaded sample count, concatenation): mlperf_settings.
+    for key, why in SAMPLE_SET_SETTINGS.items():
         f = _compare_key(ref, comp, key, "FLAG", why)
         if f:
             out.append(f)
