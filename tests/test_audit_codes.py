@@ -449,3 +449,59 @@ def test_every_catalog_code_is_tested_here_or_in_mlperf():
     text = Path(__file__).read_text() + (Path(__file__).parent / "test_mlperf.py").read_text()
     untested = [c for c in CATALOG if c not in text]
     assert untested == [], untested
+
+
+# ------------------------------------------- a producer's choices only make the statistics more conservative
+
+
+def _leg(name: str, values: list[float]):
+    from perfwarden.agents.auditor.evidence import LegEvidence
+    from perfwarden.agents.auditor.rederive import RepMetrics
+
+    leg = LegEvidence(name)
+    leg.reps = [RepMetrics.__new__(RepMetrics) for _ in values]
+    for rep, value in zip(leg.reps, values):
+        object.__setattr__(rep, "metrics", {"output_throughput": value})
+    return leg
+
+
+def test_an_aa_leg_widens_the_noise_band_never_narrows_it():
+    from perfwarden.agents.auditor.gates.measurement import calibrate_band
+
+    base = _leg("base", [100.0, 102.5, 97.6, 101.9, 98.1, 102.9, 97.2])
+    quiet = _leg("aa", [100.02, 99.98, 100.01, 99.99, 100.0, 100.03, 99.97])
+    noisy = _leg("aa", [94.0, 106.0, 97.0, 104.0, 99.0])
+    own, source = calibrate_band("output_throughput", base, [], 7, 7)
+    assert source.startswith("baseline_reps")
+    assert calibrate_band("output_throughput", base, [quiet], 7, 7)[0] == own  # would have been ~2.4%
+    wide, wide_source = calibrate_band("output_throughput", base, [noisy], 7, 7)
+    assert wide > own and "widens" in wide_source
+
+
+@pytest.mark.parametrize("name", ["sta-aa-narrows-band", "sta-undeclared-noisy-twin", "sta-handicapped-baseline",
+                                  "sta-handicapped-baseline-still-wins", "sta-aa-widens-band", "sta-aa-unequal-reps",
+                                  "sta-twin-slower-within-noise"])
+def test_same_config_legs_are_aa_evidence_and_the_baseline_must_represent_them(tmp_path, name):
+    """DELTA_NOT_SIGNIFICANT when an A/A leg would narrow the band or an uncited noisy twin widens it;
+    UNREPRESENTATIVE_BASELINE (FAIL eject, or FLAG downgrade_headline when the win survives against the
+    twins) for a baseline slower than its same-config legs; near misses PASS (answers: the builder's table)."""
+    from perfwarden.proof.build_stats_cases import CASES, build as build_case
+
+    case = CASES[name]
+    v = audit(tmp_path, build_case(case)(tmp_path))
+    assert v.verdict == case.verdict, [f.message for f in v.findings if f.severity != "INFO"]
+    assert set(case.include) <= codes(v) and not set(case.exclude) & codes(v)
+    if case.action is not None:
+        assert v.action in ([case.action] if isinstance(case.action, str) else case.action)
+
+
+def test_noisy_aa_legs_cannot_excuse_a_noisy_baseline(tmp_path):
+    """The A/A limit on a baseline's spread may tighten the documented default, never loosen it."""
+    from perfwarden.proof.synth import write_claim
+
+    build(tmp_path, base_reps=reps("base", [966.36, 1004.05, 1004.71], 0, n_requests=32, start_step_s=0.0),
+          extra_legs={"aa": ("aa", BASE_INFO, reps("aa", [900.0, 1000.0, 1080.0], 20, n_requests=32,
+                                                   start_step_s=0.0))})
+    claim = write_claim(tmp_path, {"scope": "baseline", "seq": 2, "legs": {"baseline": "base", "aa": ["aa"]}})
+    v = audit(tmp_path, claim)
+    assert v.verdict == "FLAG" and "NOISY_BASELINE" in codes(v)

@@ -21,7 +21,8 @@ from perfwarden.agents.auditor.claim_file import ClaimError, load_claim  # noqa:
 from perfwarden.agents.auditor.evidence import LegEvidence, RunLoader, _plain_name
 from perfwarden.agents.auditor.findings import Findings, GateResult, choose_action, verdict_label
 from perfwarden.agents.auditor.gates import (caching, conditions, correctness, explain, integrity, knobs, lever,
-                                             measurement, opbench, profile, prose, served, workload)
+                                             measurement, opbench, profile, prose, same_config, served,
+                                             workload)
 from perfwarden.agents.auditor.manifest import (KeyChoice, KeyFileError, chain_seal_id, observe, read_manifest,
                                                 resolve_key)
 from perfwarden.agents.auditor.rederive import METRICS
@@ -96,8 +97,18 @@ def _require(a: Audit, role: str, name: str | None) -> bool:
     return True
 
 
-def _aa_legs(a: Audit) -> list[LegEvidence]:
-    return [leg for leg in (a.leg(n) for n in a.claim.legs.aa) if leg is not None and leg.reps]
+def _aa_legs(a: Audit, base: LegEvidence) -> list[LegEvidence]:
+    """Same-config evidence: the declared A/A legs and every uncited leg measured with the baseline's
+    configuration and load (issue 17 §5; they widen the noise band, never narrow it)."""
+    declared = [leg for leg in (a.leg(n) for n in a.claim.legs.aa) if leg is not None and leg.reps]
+    legs = a.claim.legs
+    cited = {n for n in (legs.baseline, legs.candidate, legs.validation, legs.caching_audit, legs.caching_control,
+                         *legs.aa) if n}
+    twins = a.gate("same_config", lambda: same_config.same_config_legs(a.run, a.claim, base, cited)) or []
+    if twins:
+        a.not_checked.append("A/A evidence: uncited leg(s) " + ", ".join(repr(t.name) for t in twins)
+                             + " ran the baseline's configuration and load; their reps count as A/A reps")
+    return declared + twins
 
 
 def audit_baseline(a: Audit) -> None:
@@ -108,7 +119,7 @@ def audit_baseline(a: Audit) -> None:
     if not base.reps:
         a.findings.add("EVIDENCE_MISSING", "FAIL", f"baseline {base.name!r} has no usable rep", gate="evidence")
         return
-    aa = _aa_legs(a)
+    aa = _aa_legs(a, base)
     metric = claim.headline.metric if claim.headline.metric in METRICS else "output_throughput"
     a.gate("crash", lambda: measurement.check_crash(a.run, base, None))
     a.gate("errors", lambda: measurement.check_errors(a.run, base, a.findings, "FLAG", "remeasure"))
@@ -186,7 +197,7 @@ def audit_patch(a: Audit, bundle: bool = False) -> None:
     if claim.legs.validation:
         val = a.leg(claim.legs.validation)
         legs[val.name] = val
-    aa = _aa_legs(a)
+    aa = _aa_legs(a, base)
 
     # Do no harm first: a crash or failed requests in the candidate ends the discussion.
     a.gate("crash", lambda: measurement.check_crash(a.run, cand, len(base.reps) or None))
@@ -214,6 +225,7 @@ def audit_patch(a: Audit, bundle: bool = False) -> None:
         contended = a.findings.has("CONTENDED_LEG", "FLAG")
         a.gate("significance", lambda: measurement.check_headline(
             a.run, claim, head, (len(base.reps), len(cand.reps)), a.findings, contended, a.not_checked))
+        a.gate("representative", lambda: same_config.check_representative_baseline(a.run, claim, base, cand, aa))
         a.gate("latency", lambda: measurement.check_hidden_regressions(
             a.comparisons, claim.headline.metric, base, cand, claim.headline.disclosed_regressions))
         a.gate("explain", lambda: explain.check_unexplained_delta(claim, head, _profile_rows(a)))

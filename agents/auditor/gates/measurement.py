@@ -59,20 +59,34 @@ def leg_metric_stats(reps: list[RepMetrics]) -> dict[str, MetricStats]:
     return out
 
 
-def calibrate_band(metric: str, base: LegEvidence, aa_legs: list[LegEvidence], n_base: int,
-                   n_cand: int) -> tuple[float, str]:
-    """Noise band for one metric: from same-config reps (baseline + A/A legs), else the default."""
-    groups = [[r.metrics[metric] for r in leg.reps if metric in r.metrics] for leg in [base, *aa_legs]]
+def _pooled_band(metric: str, legs: list[LegEvidence], n_base: int, n_cand: int) -> tuple[float, str | None]:
+    """Band from the pooled CV of these legs' reps; (default, None) below 3 reps or on bad values."""
+    groups = [[r.metrics[metric] for r in leg.reps if metric in r.metrics] for leg in legs]
     groups = [g for g in groups if len(g) >= 2]
     n_same = sum(len(g) for g in groups)
     if n_same < 3:
-        return stats.DEFAULT_NOISE_BAND_PCT, "default"
+        return stats.DEFAULT_NOISE_BAND_PCT, None
     try:
         cv = stats.pooled_cv_pct(groups)
     except stats.StatsError:
-        return stats.DEFAULT_NOISE_BAND_PCT, "default"
-    source = "aa_legs" if aa_legs else "baseline_reps"
-    return stats.noise_band_pct(cv, n_base, n_cand), f"{source} (pooled CV {cv:.2f}% over {n_same} reps)"
+        return stats.DEFAULT_NOISE_BAND_PCT, None
+    return stats.noise_band_pct(cv, n_base, n_cand), f"pooled CV {cv:.2f}% over {n_same} reps"
+
+
+def calibrate_band(metric: str, base: LegEvidence, aa_legs: list[LegEvidence], n_base: int,
+                   n_cand: int) -> tuple[float, str]:
+    """Noise band for one metric: what the baseline's own reps show (else the default), widened -- never
+    narrowed -- by the reps of same-config legs (declared A/A legs and uncited twins): a producer's
+    choice of legs can only make the statistics more conservative (issue 17 §5)."""
+    own, own_source = _pooled_band(metric, [base], n_base, n_cand)
+    own_label = f"baseline_reps ({own_source})" if own_source else "default"
+    if not aa_legs:
+        return own, own_label
+    pooled, pooled_source = _pooled_band(metric, [base, *aa_legs], n_base, n_cand)
+    if pooled_source is None or pooled <= own:
+        return own, own_label + (f"; same-config legs would narrow it to ±{pooled:.2f}%, not used"
+                                 if pooled_source and pooled < own else "")
+    return pooled, f"aa_legs ({pooled_source}; widens the baseline's own ±{own:.2f}%)"
 
 
 def compare(metric: str, base: LegEvidence, cand: LegEvidence, aa_legs: list[LegEvidence]) -> Comparison | None:
@@ -215,8 +229,9 @@ def check_noisy_baseline(run: Path, base: LegEvidence, aa_legs: list[LegEvidence
         if len(aa_values) >= 2:
             aa_spreads.append(stats.spread_pct(aa_values))
     if aa_spreads:
-        limit = max(1.0, 2.0 * float(np.median(aa_spreads)))
-        source = f"2x median spread of {len(aa_spreads)} A/A leg(s)"
+        # A/A legs can tighten the documented limit, never loosen it: noisy twins do not excuse a noisy baseline.
+        limit = min(stats.DEFAULT_MAX_BASELINE_SPREAD_PCT, max(1.0, 2.0 * float(np.median(aa_spreads))))
+        source = f"2x median spread of {len(aa_spreads)} A/A leg(s), at most the documented default"
     else:
         limit = stats.DEFAULT_MAX_BASELINE_SPREAD_PCT
         source = "documented default (no A/A legs)"

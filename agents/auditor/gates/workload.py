@@ -195,6 +195,16 @@ def _loadgen_logs(run: Path, leg: LegEvidence) -> tuple[list[Finding], list[str]
     return findings, notes
 
 
+def same_load(run: Path, claim: Claim, base: LegEvidence, leg: LegEvidence) -> bool:
+    """Whether ``leg`` ran the baseline's load: no load descriptor differs, the prompt sets match
+    (the rules of :func:`check_workload`, with whatever change ``claim`` declares allowed)."""
+    keys = {k for each in (base, leg) for r in each.reps for k in r.workload}
+    if any(f.severity != "INFO" for f in _between_legs(run, claim, base, leg, keys)):
+        return False
+    findings, notes = _prompt_sets(run, base, leg)
+    return not findings and not notes
+
+
 def check_workload(run: Path, claim: Claim, base: LegEvidence, cand: LegEvidence) -> GateResult:
     """Workload parity between the compared legs (module docstring)."""
     if not base.reps or not cand.reps:
