@@ -43,6 +43,10 @@ T04_MS = "test04_r11_v51_multistream_resnet50_lenovo"
 T01_SS = "test01_r06_v41_singlestream_3d-unet-99_lenovo"
 
 
+DELETE = "<delete the line>"
+"""An edit value that removes the key's lines from the detail log instead of setting them."""
+
+
 @dataclass(frozen=True)
 class Edit:
     """One LoadGen setting set to ``value`` in every copy the compliance run states it in."""
@@ -102,6 +106,14 @@ CASES: dict[str, Case] = {
         T01_SS, "TEST01", (setting("max_async_queries", 2, summary="max_async_queries"),),
         ("FAIL",), "Two queries in flight in SingleStream is another scenario in all but name: it overlaps the "
         "latency the score is taken from.", include=("CONDITIONS_DIFFER",)),
+    "mlf-t05-min-duration-only-in-summary": Case(
+        T05_MS, "TEST05",
+        (Edit(("effective_min_duration_ms", "requested_min_duration_ms", "effective_target_duration_ms"), DELETE),
+         Edit((), None, "min_duration (ms)", "60000")),
+        ("FAIL",), "The shortened run's detail lines are deleted and only the summary states min_duration 60000 "
+        "against the reference's 600000: the summary is the second witness of the settings, and a setting "
+        "LoadGen prints in every run of this build that one log lacks cannot be shown equal.",
+        include=("CONDITIONS_DIFFER",)),
     # ---- the audit settings present are the test's own
     "mlf-t04-foreign-accuracy-seed": Case(
         T04_SS, "TEST04",
@@ -174,7 +186,7 @@ def edit_detail(path: Path, edits: tuple[Edit, ...]) -> None:
                 obj = json.loads(line[len(":::MLLOG "):])
                 if obj.get("key") == key:
                     obj["value"] = edit.value
-                    lines[i] = ":::MLLOG " + json.dumps(obj) + "\n"
+                    lines[i] = "" if edit.value == DELETE else ":::MLLOG " + json.dumps(obj) + "\n"
                     hits += 1
             if not hits:
                 raise SystemExit(f"{path}: no {key!r} line to edit")
