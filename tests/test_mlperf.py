@@ -595,11 +595,11 @@ def test_longer_runs_hints_and_the_tests_own_settings_pass(copy_case, case_name,
     assert result.verdict == "PASS", result.message
 
 
-def test_a_setting_one_run_alone_states_flags_on_one_loadgen_build(copy_case):
+def test_a_setting_one_run_alone_states_fails_on_one_loadgen_build(copy_case):
     ref, comp = copy_case(T04_SS)
     append_mllog(comp / DETAIL, "requested_server_fast_path", True)
     result = audit(ref, comp)
-    assert result.verdict == "FLAG"
+    assert result.verdict == "FAIL"
     assert any(f.code == "CONDITIONS_DIFFER" and "requested_server_fast_path" in f.message for f in result.findings)
 
 
@@ -616,3 +616,15 @@ def test_every_logged_setting_is_classified():
                                             "multi_stream_samples_per_query")}
     assert not unlisted
     assert classify("effective_made_up_setting", "Offline", "TEST01") == ("equal", None)
+
+
+def test_the_summary_is_a_second_witness_of_the_settings(copy_case):
+    """A shortened run whose detail lines are deleted: the summaries still differ."""
+    ref, comp = copy_case(T05_MS)
+    lines = (comp / DETAIL).read_text().splitlines(keepends=True)
+    (comp / DETAIL).write_text("".join(line for line in lines if "min_duration_ms" not in line))
+    set_summary(comp / SUMMARY, "min_duration (ms)", "60000")
+    result = audit(ref, comp)
+    assert result.verdict == "FAIL"
+    assert any(f.code == "CONDITIONS_DIFFER" and f.severity == "FAIL" and "min_duration (ms)" in f.message
+               for f in result.findings)

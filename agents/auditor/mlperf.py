@@ -313,7 +313,8 @@ def audit(reference: Path | str, compliance: Path | str, test: str | None = None
     if not detection.keys_present:
         not_checked.append("audit settings: the compliance logs carry no audit-setting keys")
     same_build = ref.detail.get("loadgen_version") == comp.detail.get("loadgen_version")
-    findings += check_settings(ref.detail, comp.detail, scen["reference"], effective_test, same_build)
+    findings += check_settings(ref.detail, comp.detail, scen["reference"], effective_test, same_build,
+                               (ref.summary, comp.summary))
     own, notes = check_own_audit_values(ref.detail, comp.detail, effective_test)
     findings += own
     not_checked += notes

@@ -25,8 +25,10 @@ a key it does not list is a condition (fails closed). Classes, and why:
   target); ``unused``: not read in a PerformanceOnly run (accuracy-mode sample count, peak finding).
 - ``equal`` (everything else, unknown keys included): a difference is CONDITIONS_DIFFER (FAIL).
 
-A key one run states and the other does not cannot be compared: a FLAG when both runs name the same
-LoadGen build, INFO otherwise (keys come and go between LoadGen versions).
+A key one run states and the other does not cannot be shown equal: FAIL when both runs name the same
+LoadGen build (it prints the same settings in every run of a scenario: a missing line is an edited
+log), INFO otherwise (keys come and go between LoadGen versions). The summaries' "Test Parameters
+Used" lines are compared too, as a second witness of the same settings.
 
 The test's own audit settings must also be present at the values its audit.config sets
 (:func:`check_own_audit_values`): TEST01 a non-zero ``accuracy_log_rng_seed``; TEST04
@@ -40,9 +42,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from perfwarden.agents.auditor.mlperf_checks import _TEST_PARAMS as TEST_PARAMS
 from perfwarden.agents.auditor.mlperf_findings import CONDITIONS_DIFFER, MLPERF_AUDIT_SETTINGS, _finding
 from perfwarden.agents.auditor.mlperf_scores import _as_number
-from perfwarden.harness.mlperf_log import DetailLog
+from perfwarden.harness.mlperf_log import DetailLog, SummaryLog, parse_number
 from perfwarden.harness.records import Finding
 
 AUDIT_KEYS: dict[str, tuple[str, ...]] = {
@@ -118,8 +121,11 @@ def classify(key: str, scenario: str, test: str | None) -> tuple[str, str | None
     return _CLASSES.get(name, "equal"), None
 
 
-def setting_diffs(ref: DetailLog, comp: DetailLog, scenario: str, test: str | None) -> list[SettingDiff]:
-    """Every setting key whose first value differs between the runs, classified (pure)."""
+def setting_diffs(ref: DetailLog, comp: DetailLog, scenario: str, test: str | None,
+                  summaries: tuple[SummaryLog, SummaryLog] | None = None) -> list[SettingDiff]:
+    """Every setting whose first value differs between the runs, classified (pure). The detail log's
+    keys first; then the summaries' "Test Parameters Used" lines (a second witness: a setting edited in
+    one log and deleted from the other still differs), under the detail key they are printed from."""
     out = []
     keys = {k for log in (ref, comp) for k in log.first if setting_name(k) is not None}
     for key in sorted(keys):
@@ -128,6 +134,16 @@ def setting_diffs(ref: DetailLog, comp: DetailLog, scenario: str, test: str | No
             continue
         klass, owner = classify(key, scenario, test)
         out.append(SettingDiff(key, rv, cv, klass, owner))
+    seen = {d.key for d in out if d.reference is not None and d.compliance is not None}
+    for label, key in TEST_PARAMS.items():
+        if summaries is None or key in seen:
+            continue
+        rv, cv = (summary.get(label) for summary in summaries)
+        if rv is None or cv is None or _same(parse_number(rv) if parse_number(rv) is not None else rv,
+                                             parse_number(cv) if parse_number(cv) is not None else cv):
+            continue
+        klass, owner = classify(key, scenario, test)
+        out.append(SettingDiff(f"summary {label!r}", rv, cv, klass, owner))
     return out
 
 
@@ -148,10 +164,10 @@ def _allowed(d: SettingDiff) -> bool:
     return c == 0 or (r != 0 and c >= r)  # cap: none, or no tighter than the reference's
 
 
-def check_settings(ref: DetailLog, comp: DetailLog, scenario: str, test: str | None,
-                   same_build: bool) -> list[Finding]:
+def check_settings(ref: DetailLog, comp: DetailLog, scenario: str, test: str | None, same_build: bool,
+                   summaries: tuple[SummaryLog, SummaryLog] | None = None) -> list[Finding]:
     """Findings for every setting of the compliance run that differs from the reference's."""
-    diffs = setting_diffs(ref, comp, scenario, test)
+    diffs = setting_diffs(ref, comp, scenario, test, summaries)
     gate = "settings"
     fail, flag, one_sided, foreign, info = [], [], [], [], []
     for d in diffs:
@@ -186,9 +202,11 @@ def check_settings(ref: DetailLog, comp: DetailLog, scenario: str, test: str | N
                                 f"{show(ds)} ({why})",
                                 measured=measured(ds), threshold="equal to the reference", refs=refs(ds)))
     if one_sided:
-        out.append(_finding(CONDITIONS_DIFFER, "FLAG" if same_build else "INFO", gate,
-                            f"setting(s) stated by one run only, so not compared: {show(one_sided)}"
-                            + ("" if same_build else " (the runs used different LoadGen builds)"),
+        out.append(_finding(CONDITIONS_DIFFER, "FAIL" if same_build else "INFO", gate,
+                            f"setting(s) stated by one run only: {show(one_sided)}"
+                            + (": one LoadGen build prints the same settings in every run of a scenario, so a "
+                               "missing line is an edited log and the runs cannot be shown to share the setting"
+                               if same_build else " (the runs used different LoadGen builds: not compared)"),
                             measured=measured(one_sided), threshold="stated by both runs", refs=refs(one_sided)))
     if info:
         out.append(_finding(CONDITIONS_DIFFER, "INFO", gate,
