@@ -48,6 +48,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import textwrap
 import threading
 import time
@@ -484,6 +485,18 @@ def _tree_rss_bytes(init_pid: int) -> int:
     return total
 
 
+def _prepare_writable(writable: Path) -> None:
+    """Create the writable directory and its ``tmp`` and ``.cache``. A previous sandbox may have left
+    anything there (a file, a link, a FIFO, a directory it locked): that is only its own problem, so a
+    name that cannot be made a directory is left as it is (``mkdir`` never follows a link)."""
+    writable.mkdir(parents=True, exist_ok=True)
+    for sub in ("tmp", ".cache"):
+        try:
+            (writable / sub).mkdir()
+        except OSError:
+            pass
+
+
 _SPAWNER: concurrent.futures.ThreadPoolExecutor | None = None
 _SPAWNER_LOCK = threading.Lock()
 
@@ -517,9 +530,7 @@ class Confined:
         require()
         self.policy = policy
         writable = Path(policy.writable)
-        writable.mkdir(parents=True, exist_ok=True)
-        for sub in ("tmp", ".cache"):
-            (writable / sub).mkdir(exist_ok=True)
+        _prepare_writable(writable)
         env = sandbox_env(policy)
         info_r, info_w = os.pipe()
         args = bwrap_args(policy, info_fd=info_w)
@@ -540,7 +551,7 @@ class Confined:
         self._lock = threading.Lock()
         try:
             self.proc = _spawn(cmd, env=env, stdin=stdin, stdout=stdout, stderr=stderr,
-                               pass_fds=(info_w, *pass_fds), start_new_session=True, cwd=writable)
+                               pass_fds=(info_w, *pass_fds), start_new_session=True, cwd="/")
         except BaseException:
             os.close(info_r)
             self.cgroups.remove()
@@ -716,10 +727,9 @@ class Completed:
 
 def run(argv: Sequence[str], policy: Policy, *, input: bytes | None = None, pass_fds: Sequence[int] = ()) -> Completed:
     """Run ``argv`` confined until it exits or a limit stops it; output is captured (bounded by the file
-    size limit, since it goes through files in the writable directory)."""
-    out_dir = Path(policy.writable)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    with open(out_dir / ".sandbox.stdout", "w+b") as out, open(out_dir / ".sandbox.stderr", "w+b") as err:
+    size limit). It goes through anonymous temporary files outside the sandbox's view: no name the
+    confined code could replace with a directory, FIFO or link for the parent to trip over."""
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         box = Confined(argv, policy, stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL,
                        stdout=out, stderr=err, pass_fds=pass_fds)
         if input is not None:
@@ -735,8 +745,6 @@ def run(argv: Sequence[str], policy: Policy, *, input: bytes | None = None, pass
         err.seek(0)
         result = Completed(code, out.read(limit), err.read(limit), time.monotonic() - box.started,
                            box.exit_reason(), box.confinement)
-    for name in (".sandbox.stdout", ".sandbox.stderr"):
-        (out_dir / name).unlink(missing_ok=True)
     return result
 
 
@@ -816,13 +824,24 @@ def call_function(module_path: Path | str, function: str, payload: Mapping[str, 
     base = {"seconds": done.seconds, "stderr_tail": tail, "confinement": done.confinement}
     if done.killed_for:
         return SandboxResult(False, error=done.killed_for, **base)
+    ok, value, error = parse_result(b"".join(chunks), done.returncode)
+    return SandboxResult(ok, value=value, error=error, **base)
+
+
+def parse_result(raw: bytes, returncode: int | None) -> tuple[bool, Any, str | None]:
+    """``(ok, value, error)`` from what the confined code wrote on the result channel. It may have written
+    anything there, so anything but the harness's own ``{"ok": bool, ...}`` is a failure saying so
+    (never an exception: nesting too deep for the parser, an error that is not a string, bad UTF-8)."""
     try:
-        body = json.loads(b"".join(chunks).decode("utf-8", "replace"))
-    except ValueError:
-        return SandboxResult(False, error=f"no result ({describe_exit(done.returncode)})", **base)
-    if not isinstance(body, dict):
-        return SandboxResult(False, error="malformed result", **base)
-    return SandboxResult(bool(body.get("ok")), value=body.get("value"), error=body.get("error"), **base)
+        body = json.loads(raw.decode("utf-8", "replace"))
+    except (ValueError, RecursionError):
+        return False, None, f"no result ({describe_exit(returncode)})"
+    if not isinstance(body, dict) or not isinstance(body.get("ok"), bool):
+        return False, None, "malformed result"
+    error = body.get("error")
+    if body["ok"]:
+        return (True, body.get("value"), None) if error is None else (False, None, "malformed result")
+    return False, None, error if isinstance(error, str) and error else "malformed result"
 
 
 def _drain(fd: int, chunks: list[bytes], limit: int = 16 << 20) -> None:

@@ -149,6 +149,41 @@ HOSTILE = textwrap.dedent('''
         with open(path, "rb") as f:
             return f.read(200).decode("latin-1")
 
+    def vandalize(kind, target):
+        """Replace what the harness may keep in the writable directory (its output files, tmp, .cache)
+        with a directory, a FIFO, a link to a file outside, or nothing."""
+        names = [n for n in os.listdir(".") if not os.path.isdir(n) or os.path.islink(n)]
+        names += [".sandbox.stdout", ".sandbox.stderr", "tmp", ".cache"]
+        for name in names:
+            if os.path.islink(name) or os.path.isfile(name) or os.path.exists(name) and not os.path.isdir(name):
+                os.unlink(name)
+            elif os.path.isdir(name):
+                os.rmdir(name) if not os.listdir(name) else None
+            if os.path.lexists(name):
+                continue
+            if kind == "dir":
+                os.mkdir(name)
+                open(os.path.join(name, "x"), "w").close()
+            elif kind == "fifo":
+                os.mkfifo(name)
+            elif kind == "link":
+                os.symlink(target, name)
+            elif kind == "file":
+                open(name, "w").close()
+            elif kind == "locked":
+                os.mkdir(name, 0)
+        os.chmod(".", 0o500) if kind == "locked" else None
+        return kind
+
+    def raw_result(text, times=1):
+        """Hand back raw text on the result channel instead of the harness's JSON, then exit at once."""
+        fd = int(sys.argv[1])
+        data = text.encode("utf-8", "surrogateescape") * times
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+        os._exit(0)
+
     def kill_parent():
         """The parent pid is not visible; pid 1 is the sandbox's own init."""
         os.kill(os.getppid(), 9)
@@ -502,3 +537,29 @@ def test_a_sandbox_dies_when_the_process_that_started_it_is_sigkilled(box):
         assert not Path(f"/proc/{bwrap_pid}").exists(), "the sandbox outlived the SIGKILLed process that started it"
     finally:
         parent.kill()
+
+
+# ------------------------------------------------------------ the parent never raises for the code inside
+
+
+@pytest.mark.parametrize("kind", ["dir", "fifo", "link", "file", "locked"])
+def test_confined_code_that_replaces_the_harness_files_cannot_make_the_parent_raise_or_write(box, kind):
+    """call_function never raises for the code's misbehaviour: its output files, tmp and .cache
+    replaced by a directory, FIFO, link (to evidence outside), a file, or a locked directory -- this call
+    and the next both return a result, and nothing outside is written through a planted link."""
+    r = call(box, "vandalize", kind=kind, target=str(box["evidence"]))
+    assert isinstance(r, sb.SandboxResult) and (r.error is None or isinstance(r.error, str))
+    again = call(box, "good", n=4)
+    assert again.ok and again.value == 8, again.error
+    assert box["evidence"].read_text() == '{"rep": 0}\n'
+    os.chmod(box["work"], 0o755)
+
+
+@pytest.mark.parametrize("text,times", [("[", 200_000), ('{"ok": true, "error": {"a": 1}, "value": 3}', 1),
+                                        ('"a string"', 1), ("1", 6000), ("\\udcff\\udcfe{", 1), ("", 1),
+                                        ('{"ok": "yes", "error": ["x"]}', 1)])
+def test_a_result_that_is_not_the_harness_json_is_a_failure_not_an_exception(box, text, times):
+    r = call(box, "raw_result", text=text, times=times)
+    assert isinstance(r, sb.SandboxResult)
+    assert isinstance(r.ok, bool) and (r.error is None if r.ok else isinstance(r.error, str) and r.error), r
+
