@@ -87,6 +87,10 @@ _PACKAGES = ("perfwarden.agents", "perfwarden.harness", "perfwarden.orchestrator
              "perfwarden.skills")
 
 
+SHM_DIR = "/dev/shm"
+"""The sandbox's one writable tmpfs: bounded in size by the memory bound and counted toward it."""
+
+
 class SandboxUnavailable(RuntimeError):
     """bwrap (or the kernel features it needs) is not usable here; the message says how to fix it."""
 
@@ -264,7 +268,11 @@ def bwrap_args(policy: Policy, info_fd: int | None = None) -> list[str]:
             args += ["--ro-bind", str(top), str(top)]
     for name in _ETC_FILES:
         args += ["--ro-bind-try", f"/etc/{name}", f"/etc/{name}"]
-    args += ["--proc", "/proc", "--dev", "/dev"]
+    # /dev is bwrap's own tmpfs: read-only at the end (below); /dev/shm (POSIX shared memory, semaphores:
+    # multiprocessing and torch need it) is a tmpfs of its own, no bigger than the memory bound -- and
+    # the RSS watchdog counts what is in it (a cgroup charges it to the sandbox by itself).
+    args += ["--proc", "/proc", "--dev", "/dev",
+             "--perms", "1777", "--size", str(policy.limits.memory_bytes), "--tmpfs", SHM_DIR]
     binds: list[tuple[str, Path]] = [("--ro-bind", p) for p in code]
     binds += [("--ro-bind", Path(p).resolve()) for p in policy.read_only]
     if policy.device == "cuda":
@@ -286,10 +294,10 @@ def bwrap_args(policy: Policy, info_fd: int | None = None) -> list[str]:
     # bound above, an empty tmpfs covers it (a store inside the writable directory is refused by seal).
     keys = _key_store()
     if keys is not None and any(_inside(keys, path) for _, path in seen):
-        args += ["--tmpfs", str(keys)]
-    # bwrap builds the view on a tmpfs root (with the mount points it needs); make that read-only too,
-    # so the writable directory really is the only place a write can land.
-    args += ["--remount-ro", "/"]
+        args += ["--perms", "0555", "--size", "4096", "--tmpfs", str(keys), "--remount-ro", str(keys)]
+    # bwrap builds the view (and /dev) on tmpfs mounts it owns; make them read-only too, so the writable
+    # directory and the bounded /dev/shm really are the only places a write can land.
+    args += ["--remount-ro", "/dev", "--remount-ro", "/"]
     args += ["--chdir", str(Path(policy.cwd).resolve() if policy.cwd else writable)]
     if info_fd is not None:
         args += ["--info-fd", str(info_fd)]
@@ -464,25 +472,68 @@ def _rlimit_args(limits: Limits) -> list[str]:
 # -------------------------------------------------------------------------------------- a sandbox
 
 
-def _tree_rss_bytes(init_pid: int) -> int:
-    """Resident memory of every process in ``init_pid``'s PID namespace (the RSS watchdog's reading)."""
+def _namespace_pids(init_pid: int) -> list[int]:
+    """Host pids of every process in ``init_pid``'s PID namespace."""
     try:
         ns = os.readlink(f"/proc/{init_pid}/ns/pid")
     except OSError:
-        return 0
+        return []
+    pids = []
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            try:
+                if os.readlink(f"/proc/{entry.name}/ns/pid") == ns:
+                    pids.append(int(entry.name))
+            except OSError:
+                continue
+    return pids
+
+
+def _rss_bytes(pids: Sequence[int]) -> int:
     page = os.sysconf("SC_PAGE_SIZE")
     total = 0
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
+    for pid in pids:
         try:
-            if os.readlink(f"/proc/{entry.name}/ns/pid") != ns:
-                continue
-            with open(f"/proc/{entry.name}/statm", encoding="ascii") as handle:
+            with open(f"/proc/{pid}/statm", encoding="ascii") as handle:
                 total += int(handle.read().split()[1]) * page
         except (OSError, ValueError, IndexError):
             continue
     return total
+
+
+def _memfd_bytes(pids: Sequence[int], max_fds: int = 8192) -> int:
+    """Memory held by ``memfd_create`` files the processes have open (not in RSS unless mapped)."""
+    seen: dict[int, int] = {}
+    for pid in pids:
+        try:
+            fds = os.listdir(f"/proc/{pid}/fd")[:max_fds]
+        except OSError:
+            continue
+        for fd in fds:
+            path = f"/proc/{pid}/fd/{fd}"
+            try:
+                if os.readlink(path).startswith("/memfd:"):
+                    st = os.stat(path)
+                    seen[st.st_ino] = st.st_blocks * 512
+            except OSError:
+                continue
+    return sum(seen.values())
+
+
+def _tmpfs_bytes(init_pid: int) -> int:
+    """What the sandbox keeps in its own ``/dev/shm`` (seen through its init's root)."""
+    try:
+        st = os.statvfs(f"/proc/{init_pid}/root{SHM_DIR}")
+    except OSError:
+        return 0
+    return (st.f_blocks - st.f_bfree) * st.f_frsize
+
+
+def _tree_memory_bytes(init_pid: int) -> int:
+    """The RSS watchdog's reading: resident memory of every process in ``init_pid``'s PID namespace, plus
+    what it keeps in its tmpfs and in memfds -- memory a process can hold outside its RSS."""
+    pids = _namespace_pids(init_pid)
+    return _rss_bytes(pids) + _memfd_bytes(pids) + _tmpfs_bytes(init_pid)
 
 
 def _prepare_writable(writable: Path) -> None:
@@ -585,17 +636,7 @@ class Confined:
         """Host pids of every process in the sandbox (for contention samples to exclude)."""
         inside = set(self.cgroups.pids_inside())
         if self._init_pid is not None:
-            try:
-                ns = os.readlink(f"/proc/{self._init_pid}/ns/pid")
-                for entry in os.scandir("/proc"):
-                    if entry.name.isdigit():
-                        try:
-                            if os.readlink(f"/proc/{entry.name}/ns/pid") == ns:
-                                inside.add(int(entry.name))
-                        except OSError:
-                            continue
-            except OSError:
-                pass
+            inside.update(_namespace_pids(self._init_pid))
         return sorted(inside | {self.proc.pid})
 
     def terminate(self) -> None:
@@ -679,7 +720,7 @@ class Confined:
             if deadline is not None and now >= deadline:
                 self.kill(f"wall time limit ({limits.wall_s:g}s)")
                 return
-            if rss and self._init_pid is not None and _tree_rss_bytes(self._init_pid) > limits.memory_bytes:
+            if rss and self._init_pid is not None and _tree_memory_bytes(self._init_pid) > limits.memory_bytes:
                 self.kill(f"memory limit ({limits.memory_bytes >> 20} MiB, RSS watchdog)")
                 return
             wait = 0.1 if rss else 0.25

@@ -184,6 +184,52 @@ HOSTILE = textwrap.dedent('''
             view = view[os.write(fd, view):]
         os._exit(0)
 
+    def fill_shm(mb, hold_s=3):
+        """Keep memory where RSS does not show it: files (32 MiB each, under the file-size limit) in the
+        sandbox's /dev/shm (a tmpfs)."""
+        written = 0
+        try:
+            for i in range(0, mb, 32):
+                with open(f"/dev/shm/hog-{i}", "wb") as f:
+                    for _ in range(min(32, mb - i)):
+                        f.write(b"x" * (1 << 20))
+                        f.flush()
+                        written += 1
+        except OSError:
+            pass
+        time.sleep(hold_s)
+        return written
+
+    def fill_memfd(mb, hold_s=3):
+        """The same in anonymous memfds, never mapped."""
+        for i in range(0, mb, 32):
+            fd = os.memfd_create(f"hog-{i}")
+            for _ in range(min(32, mb - i)):
+                os.write(fd, b"x" * (1 << 20))
+        time.sleep(hold_s)
+        return mb
+
+    def tmpfs_mounts():
+        """Every tmpfs in the view: [can a file be created in it, its size in bytes]."""
+        out = {}
+        with open("/proc/self/mountinfo") as f:
+            lines = f.read().splitlines()
+        for line in lines:
+            pre, _, post = line.partition(" - ")
+            if post.split(" ")[0] != "tmpfs":
+                continue
+            point = pre.split(" ")[4]
+            st = os.statvfs(point)
+            try:
+                with open(os.path.join(point, ".probe"), "w") as f:
+                    f.write("x")
+                os.unlink(os.path.join(point, ".probe"))
+                writable = True
+            except OSError:
+                writable = False
+            out[point] = [writable, st.f_blocks * st.f_frsize]
+        return out
+
     def kill_parent():
         """The parent pid is not visible; pid 1 is the sandbox's own init."""
         os.kill(os.getppid(), 9)
@@ -355,6 +401,29 @@ def test_without_cgroups_the_rss_watchdog_bounds_memory(box, monkeypatch):
     r = call(box, "eat_memory", mb=4096, memory_mb=300, wall_s=60)
     assert not r.ok and "RSS watchdog" in r.error, r.error
     assert r.confinement.memory == "rss_watchdog" and r.confinement.pids == "wall_time_only"
+
+
+@pytest.mark.parametrize("fn", ["fill_shm", "fill_memfd"])
+def test_without_cgroups_memory_kept_in_tmpfs_or_a_memfd_counts_toward_the_bound(box, monkeypatch, fn):
+    """A file in /dev/shm (a tmpfs) or an unmapped memfd is memory outside any RSS: the watchdog counts
+    it (the probe kept 2 GiB in /dev/shm under a 512 MiB bound)."""
+    monkeypatch.setattr(sb, "_own_cgroups", lambda *a, **k: {})
+    r = call(box, fn, mb=600, memory_mb=256, wall_s=30)
+    assert not r.ok and "memory limit" in r.error and "RSS watchdog" in r.error, (r.value, r.error)
+
+
+def test_every_writable_tmpfs_is_no_bigger_than_the_memory_bound(box, monkeypatch):
+    """/dev (bwrap's own tmpfs) and the empty tmpfs over a key store are read-only; /dev/shm is the one
+    writable tmpfs and no bigger than the memory bound, on every path (cgroup or not)."""
+    shared = box["tmp"] / "shared"
+    (shared / "keys").mkdir(parents=True)
+    monkeypatch.setenv("PERFWARDEN_KEY_DIR", str(shared / "keys"))
+    policy = sb.Policy(writable=box["work"], read_only=(shared,), limits=sb.Limits(wall_s=20, memory_bytes=300 << 20))
+    r = sb.call_function(box["module"], "tmpfs_mounts", {}, policy)
+    assert r.ok, r.error
+    writable = {point: size for point, (ok, size) in r.value.items() if ok}
+    assert list(writable) == ["/dev/shm"], r.value
+    assert writable["/dev/shm"] <= 300 << 20, r.value
 
 
 def test_cpu_spin_is_stopped_by_the_cpu_limit(box):
