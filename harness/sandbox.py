@@ -345,7 +345,9 @@ class _Cgroups:
         self.procs_files: list[Path] = []
         self.memory: MemoryBound = "rss_watchdog"
         self.pids: PidsBound = "wall_time_only"
-        self._oom_file: Path | None = None
+        self._memory_dir: Path | None = None
+        self._oom_kills: bool = False
+        """Whether the kernel OOM-killed in the memory cgroup, read before the cgroup is removed."""
         self._v2_dir: Path | None = None
         name = f"perfwarden-sandbox-{os.getpid()}-{uuid.uuid4().hex[:8]}"
         own = _own_cgroups()
@@ -356,7 +358,7 @@ class _Cgroups:
             memsw = own["memory"][1] / name / "memory.memsw.limit_in_bytes"
             if memsw.exists():
                 self._write(memsw, limits.memory_bytes)
-            self.memory, self._oom_file = "cgroup_v1", own["memory"][1] / name / "memory.oom_control"
+            self.memory, self._memory_dir = "cgroup_v1", own["memory"][1] / name
         if "pids" in own and self._make(own["pids"][1] / name, {"pids.max": limits.pids}):
             self.pids = "cgroup_v1"
 
@@ -370,7 +372,7 @@ class _Cgroups:
         ok = False
         if "memory" in controllers and self._write(path / "memory.max", limits.memory_bytes):
             self._write(path / "memory.swap.max", 0)
-            self.memory, self._oom_file, ok = "cgroup_v2", path / "memory.events", True
+            self.memory, self._memory_dir, ok = "cgroup_v2", path, True
         if "pids" in controllers and self._write(path / "pids.max", limits.pids):
             self.pids, ok = "cgroup_v2", True
         if ok:
@@ -419,16 +421,20 @@ class _Cgroups:
         return []
 
     def oom_killed(self) -> bool:
-        if self._oom_file is None:
+        """Whether the kernel OOM-killed a process of the sandbox (remembered once the cgroup is gone)."""
+        return self._oom_kills or self._read_oom()
+
+    def _read_oom(self) -> bool:
+        if self._memory_dir is None:
             return False
-        try:
-            for line in self._oom_file.read_text().splitlines():
-                key, _, value = line.partition(" ")
-                if key == "oom_kill" and int(value) > 0:
-                    return True
-        except (OSError, ValueError):
-            pass
-        return False
+        files = {}
+        for name in _OOM_FILES[self.memory]:
+            try:
+                files[name] = (self._memory_dir / name).read_text()
+            except OSError:
+                continue
+        self._oom_kills = self._oom_kills or oom_killed_in(self.memory, files)
+        return self._oom_kills
 
     def kill_all(self) -> None:
         if self._v2_dir is not None and (self._v2_dir / "cgroup.kill").exists():
@@ -445,6 +451,7 @@ class _Cgroups:
             time.sleep(0.02)
 
     def remove(self) -> None:
+        self._read_oom()  # the verdict lives in the cgroup's files: read it before they go
         for path in reversed(self.dirs):
             for _ in range(50):
                 try:
@@ -455,6 +462,48 @@ class _Cgroups:
                         break
                     time.sleep(0.02)
         self.dirs, self.procs_files = [], []
+
+
+_OOM_FILES: dict[str, tuple[str, ...]] = {
+    "cgroup_v1": ("memory.oom_control", "memory.failcnt", "memory.max_usage_in_bytes", "memory.limit_in_bytes"),
+    "cgroup_v2": ("memory.events",),
+}
+
+
+def _counters(text: str) -> dict[str, int]:
+    """``key value`` lines (memory.events, memory.oom_control) as numbers; other lines are skipped."""
+    out: dict[str, int] = {}
+    for line in text.splitlines():
+        key, _, value = line.strip().partition(" ")
+        try:
+            out[key] = int(value)
+        except ValueError:
+            continue
+    return out
+
+
+def _number(text: str | None) -> int | None:
+    try:
+        return int((text or "").strip())
+    except ValueError:
+        return None
+
+
+def oom_killed_in(version: str, files: Mapping[str, str]) -> bool:
+    """Whether a memory cgroup's files (name -> text) show an OOM kill. v2: ``memory.events`` counts
+    ``oom_kill``; v1: ``memory.oom_control`` does too (kernels since 4.13), and on older kernels the limit
+    having been hit (``memory.failcnt``) with the peak at the limit is the only trace left."""
+    if version == "cgroup_v2":
+        events = _counters(files.get("memory.events", ""))
+        return events.get("oom_kill", 0) > 0 or events.get("oom_group_kill", 0) > 0
+    if version != "cgroup_v1":
+        return False
+    control = _counters(files.get("memory.oom_control", ""))
+    if "oom_kill" in control:
+        return control["oom_kill"] > 0
+    failcnt, peak = _number(files.get("memory.failcnt")), _number(files.get("memory.max_usage_in_bytes"))
+    limit = _number(files.get("memory.limit_in_bytes"))
+    return bool(failcnt and peak is not None and limit and peak >= limit - (1 << 20))
 
 
 _JOIN_CGROUPS = 'while [ "$1" != "--" ]; do echo $$ > "$1" || exit 125; shift; done; shift; exec "$@"'

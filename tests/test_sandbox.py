@@ -395,6 +395,38 @@ def test_memory_blow_up_is_stopped(box):
     assert "memory" in r.error or "SIGKILL" in r.error or "MemoryError" in r.error, r.error
 
 
+def test_a_cgroup_oom_kill_is_reported_as_the_memory_limit(box):
+    """The cgroup was removed before its OOM count was read: an OOM kill came back as a plain SIGKILL."""
+    r = call(box, "eat_memory", mb=2048, memory_mb=256)
+    if r.confinement.memory == "rss_watchdog":
+        pytest.skip("no memory cgroup can be created here")
+    assert not r.ok and r.error.startswith("memory limit (256 MiB, cgroup OOM kill)"), r.error
+    proc = sb.Confined([sys.executable, "-I", "-c", "b = [bytearray(1 << 20) for _ in range(2048)]"],
+                       sb.Policy(writable=box["work"], limits=sb.Limits(wall_s=20, memory_bytes=256 << 20)))
+    proc.wait(30)
+    assert proc.exit_reason() == "memory limit (256 MiB, cgroup OOM kill)"
+
+
+@pytest.mark.parametrize("version,files,killed", [
+    ("cgroup_v2", {"memory.events": "low 0\nhigh 0\nmax 12\noom 1\noom_kill 1\noom_group_kill 0\n"}, True),
+    ("cgroup_v2", {"memory.events": "low 0\nhigh 0\nmax 3\noom 0\noom_kill 0\n"}, False),
+    ("cgroup_v2", {"memory.events": "oom_group_kill 1\n"}, True),
+    ("cgroup_v2", {}, False),
+    ("cgroup_v1", {"memory.oom_control": "oom_kill_disable 0\nunder_oom 0\noom_kill 2\n"}, True),
+    ("cgroup_v1", {"memory.oom_control": "oom_kill_disable 0\nunder_oom 0\noom_kill 0\n",
+                   "memory.failcnt": "40\n", "memory.max_usage_in_bytes": "268435456\n",
+                   "memory.limit_in_bytes": "268435456\n"}, False),
+    ("cgroup_v1", {"memory.oom_control": "oom_kill_disable 0\nunder_oom 0\n", "memory.failcnt": "40\n",
+                   "memory.max_usage_in_bytes": "268435456\n", "memory.limit_in_bytes": "268435456\n"}, True),
+    ("cgroup_v1", {"memory.oom_control": "oom_kill_disable 0\nunder_oom 0\n", "memory.failcnt": "0\n",
+                   "memory.max_usage_in_bytes": "1000\n", "memory.limit_in_bytes": "268435456\n"}, False),
+    ("cgroup_v1", {"memory.oom_control": "garbage", "memory.failcnt": "x"}, False),
+    ("rss_watchdog", {"memory.events": "oom_kill 1\n"}, False),
+])
+def test_oom_kills_are_read_from_either_cgroup_version(version, files, killed):
+    assert sb.oom_killed_in(version, files) is killed
+
+
 def test_without_cgroups_the_rss_watchdog_bounds_memory(box, monkeypatch):
     """Hosts where no cgroup can be created (CI may differ): the watchdog over the PID namespace holds."""
     monkeypatch.setattr(sb, "_own_cgroups", lambda *a, **k: {})
