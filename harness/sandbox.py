@@ -44,6 +44,7 @@ import json
 import os
 import re
 import select
+import shlex
 import shutil
 import signal
 import subprocess
@@ -135,6 +136,9 @@ class Policy:
     limits: Limits = field(default_factory=Limits)
     cwd: Path | None = None
     """Working directory inside (default: ``writable``)."""
+    inputs: tuple[Path, ...] = ()
+    """Files or directories visible read-only at neutral paths (``/sandbox/in/<n>/<name>``); host paths
+    to them in the command and the environment are rewritten (:meth:`PathMap.translate`)."""
 
 
 @dataclass
@@ -248,9 +252,66 @@ def _key_store() -> Path | None:
     return store if store.is_dir() else None
 
 
-def bwrap_args(policy: Policy, info_fd: int | None = None) -> list[str]:
-    """bwrap's arguments (before ``--``) for ``policy``: what is bound where, read-only or not."""
+@dataclass(frozen=True)
+class PathMap:
+    """Where the sandbox shows host paths: the writable directory at ``/sandbox/work``, each input at
+    ``/sandbox/in/<n>/<name>``, everything else (the system, the interpreter, perfwarden's code, the
+    caller's ``read_only`` extras) at its own path. The run's own paths never appear inside."""
+
+    roots: tuple[tuple[str, str], ...]
+    """``(host, inside)`` pairs, resolved host paths."""
+
+    def inside(self, path: Path | str) -> str:
+        """Where host ``path`` appears inside the sandbox (the deepest root it lies under)."""
+        resolved = Path(path).resolve()
+        best: tuple[Path, str] | None = None
+        for host, there in self.roots:
+            if _inside(resolved, Path(host)) and (best is None or len(Path(host).parts) > len(best[0].parts)):
+                best = (Path(host), there)
+        if best is None:
+            return str(path)
+        rel = resolved.relative_to(best[0])
+        return best[1] if rel == Path(".") else f"{best[1]}/{rel}"
+
+    def translate(self, text: str) -> str:
+        """``text`` (an argument, an environment value, a message) with every host path under a root
+        rewritten to where it is inside; other text unchanged."""
+        for host, there in sorted(self.roots, key=lambda r: -len(r[0])):
+            text = re.sub(rf"(?<![\w.\-/]){re.escape(host)}(?![\w.\-])", lambda _m, t=there: t, text)
+        return text
+
+    def translate_value(self, value: Any) -> Any:
+        """A JSON-able value (a message for the command) with every string in it translated."""
+        if isinstance(value, str):
+            return self.translate(value)
+        if isinstance(value, Mapping):
+            return {key: self.translate_value(item) for key, item in value.items()}
+        if isinstance(value, (list, tuple)):
+            return [self.translate_value(item) for item in value]
+        return value
+
+
+SANDBOX_ROOT = "/sandbox"
+"""Parent of the neutral paths (on bwrap's own root, read-only)."""
+COMMAND_FILE = f"{SANDBOX_ROOT}/.command"
+"""The command, as a shell script bound read-only: bwrap's own command line (``/proc/1/cmdline``
+inside) then names no host path; its options come through ``--args`` from an unnamed file."""
+
+
+def path_map(policy: Policy) -> PathMap:
+    """The neutral paths of ``policy``: its writable directory, then each input not inside an earlier root."""
+    roots = [(str(Path(policy.writable).resolve()), f"{SANDBOX_ROOT}/work")]
+    for n, item in enumerate(policy.inputs):
+        host = Path(item).resolve()
+        if not any(_inside(host, Path(r)) for r, _ in roots):
+            roots.append((str(host), f"{SANDBOX_ROOT}/in/{n}/{host.name or 'root'}"))
+    return PathMap(tuple(roots))
+
+
+def bwrap_args(policy: Policy, info_fd: int | None = None, command_fd: int | None = None) -> list[str]:
+    """bwrap's options (before ``--``) for ``policy``: what is bound where, read-only or not."""
     writable = Path(policy.writable).resolve()
+    paths = path_map(policy)
     code = python_roots()
     for root in code:
         if _inside(root, writable):
@@ -274,7 +335,7 @@ def bwrap_args(policy: Policy, info_fd: int | None = None) -> list[str]:
     args += ["--proc", "/proc", "--dev", "/dev",
              "--perms", "1777", "--size", str(policy.limits.memory_bytes), "--tmpfs", SHM_DIR]
     binds: list[tuple[str, Path]] = [("--ro-bind", p) for p in code]
-    binds += [("--ro-bind", Path(p).resolve()) for p in policy.read_only]
+    binds += [("--ro-bind", Path(p).resolve()) for p in (*policy.read_only, *policy.inputs)]
     if policy.device == "cuda":
         for pattern in _GPU_NODES:
             binds += [("--dev-bind", Path(p)) for p in sorted(glob.glob(pattern))]
@@ -283,22 +344,27 @@ def bwrap_args(policy: Policy, info_fd: int | None = None) -> list[str]:
             if entry and Path(entry).is_dir() and not Path(entry).resolve().is_relative_to("/usr"):
                 binds.append(("--ro-bind", Path(entry).resolve()))
     binds.append(("--bind", writable))
-    # Parents before children, so a read-only file inside the writable directory stays read-only.
+    # Parents before children (where they appear inside), so a read-only file inside the writable
+    # directory stays read-only.
     seen: set[tuple[str, Path]] = set()
-    for kind, path in sorted(binds, key=lambda b: (len(b[1].parts), b[0] != "--bind", str(b[1]))):
+    placed = sorted(((kind, path, paths.inside(path)) for kind, path in binds),
+                    key=lambda b: (len(Path(b[2]).parts), b[0] != "--bind", b[2]))
+    for kind, path, there in placed:
         if (kind, path) in seen or not path.exists():
             continue
         seen.add((kind, path))
-        args += [kind, str(path), str(path)]
+        args += [kind, str(path), there]
     # The seal keys: whoever reads them can seal anything, so where the store lies inside something
     # bound above, an empty tmpfs covers it (a store inside the writable directory is refused by seal).
     keys = _key_store()
     if keys is not None and any(_inside(keys, path) for _, path in seen):
-        args += ["--perms", "0555", "--size", "4096", "--tmpfs", str(keys), "--remount-ro", str(keys)]
+        args += ["--perms", "0555", "--size", "4096", "--tmpfs", paths.inside(keys), "--remount-ro", paths.inside(keys)]
     # bwrap builds the view (and /dev) on tmpfs mounts it owns; make them read-only too, so the writable
     # directory and the bounded /dev/shm really are the only places a write can land.
+    if command_fd is not None:
+        args += ["--ro-bind-data", str(command_fd), COMMAND_FILE]
     args += ["--remount-ro", "/dev", "--remount-ro", "/"]
-    args += ["--chdir", str(Path(policy.cwd).resolve() if policy.cwd else writable)]
+    args += ["--chdir", paths.inside(policy.cwd if policy.cwd else writable)]
     if info_fd is not None:
         args += ["--info-fd", str(info_fd)]
     return args
@@ -585,6 +651,21 @@ def _tree_memory_bytes(init_pid: int) -> int:
     return _rss_bytes(pids) + _memfd_bytes(pids) + _tmpfs_bytes(init_pid)
 
 
+def _data_file(data: bytes) -> Any:
+    """An unnamed file holding ``data``, at offset 0, for bwrap to read from its descriptor (a file, not
+    a pipe: no size at which writing it before bwrap starts would block). bwrap closes it after reading."""
+    handle = tempfile.TemporaryFile()
+    handle.write(data)
+    handle.flush()
+    handle.seek(0)
+    return handle
+
+
+def _command_script(argv: Sequence[str]) -> bytes:
+    """``argv`` as a one-line ``sh`` script that execs it (so the command keeps bwrap's child's pid)."""
+    return b"exec " + b" ".join(os.fsencode(shlex.quote(a)) for a in argv) + b"\n"
+
+
 def _prepare_writable(writable: Path) -> None:
     """Create the writable directory and its ``tmp`` and ``.cache``. A previous sandbox may have left
     anything there (a file, a link, a FIFO, a directory it locked): that is only its own problem, so a
@@ -631,15 +712,18 @@ class Confined:
         self.policy = policy
         writable = Path(policy.writable)
         _prepare_writable(writable)
-        env = sandbox_env(policy)
+        self.paths = path_map(policy)
+        env = {key: self.paths.translate(value) for key, value in sandbox_env(policy).items()}
+        command_file = _data_file(_command_script([self.paths.translate(str(a)) for a in argv]))
         info_r, info_w = os.pipe()
-        args = bwrap_args(policy, info_fd=info_w)
+        args = bwrap_args(policy, info_fd=info_w, command_fd=command_file.fileno())
+        args_file = _data_file(b"".join(os.fsencode(a) + b"\0" for a in args))
         self.cgroups = _Cgroups(policy.limits)
         launcher: list[str] = []
         if self.cgroups.procs_files:
             launcher = ["/bin/sh", "-c", _JOIN_CGROUPS, "sh", *map(str, self.cgroups.procs_files), "--"]
         cmd = [*launcher, shutil.which("prlimit") or "prlimit", *_rlimit_args(policy.limits), "--",
-               shutil.which("bwrap") or "bwrap", *args, "--", *argv]
+               shutil.which("bwrap") or "bwrap", "--args", str(args_file.fileno()), "--", "/bin/sh", COMMAND_FILE]
         self.confinement = Confinement(
             tool=_probe()[1], memory=self.cgroups.memory, memory_bytes=policy.limits.memory_bytes,
             pids=self.cgroups.pids, pids_max=policy.limits.pids if self.cgroups.pids != "wall_time_only" else None,
@@ -651,17 +735,25 @@ class Confined:
         self._lock = threading.Lock()
         try:
             self.proc = _spawn(cmd, env=env, stdin=stdin, stdout=stdout, stderr=stderr,
-                               pass_fds=(info_w, *pass_fds), start_new_session=True, cwd="/")
+                               pass_fds=(info_w, args_file.fileno(), command_file.fileno(), *pass_fds),
+                               start_new_session=True, cwd="/")
         except BaseException:
             os.close(info_r)
             self.cgroups.remove()
             raise
         finally:
             os.close(info_w)
+            args_file.close()
+            command_file.close()
         self._info_r = info_r
         self._done = threading.Event()
         self._watch = threading.Thread(target=self._watchdog, name=f"sandbox-{self.proc.pid}", daemon=True)
         self._watch.start()
+
+    def translate(self, value: Any) -> Any:
+        """``value`` (a message for the command: text or JSON-able) with host paths rewritten to where
+        they are inside."""
+        return self.paths.translate_value(value)
 
     # -- Popen-like surface
     @property
@@ -898,8 +990,8 @@ def call_function(module_path: Path | str, function: str, payload: Mapping[str, 
     """Call ``function(**payload)`` from the file ``module_path`` inside a sandbox (the file is made
     visible read-only); the JSON-able return value comes back. Never raises for the code's misbehaviour."""
     module_path = Path(module_path).resolve()
-    policy = Policy(writable=policy.writable, read_only=(*policy.read_only, module_path), env=policy.env,
-                    device=policy.device, limits=policy.limits, cwd=policy.cwd)
+    policy = Policy(writable=policy.writable, read_only=policy.read_only, env=policy.env, device=policy.device,
+                    limits=policy.limits, cwd=policy.cwd, inputs=(*policy.inputs, module_path))
     read_fd, write_fd = os.pipe()
     chunks: list[bytes] = []
     reader = threading.Thread(target=lambda: _drain(read_fd, chunks), daemon=True)

@@ -230,6 +230,16 @@ HOSTILE = textwrap.dedent('''
             out[point] = [writable, st.f_blocks * st.f_frsize]
         return out
 
+    def views():
+        """What a process can learn of where it runs: init's and its own command line, environment,
+        working directory, the mount points, its own file."""
+        def read(path):
+            with open(path, "rb") as f:
+                return f.read().replace(b"\\0", b" ").decode("utf-8", "replace")
+        points = [line.split(" - ")[0].split(" ")[4] for line in read("/proc/self/mountinfo").splitlines()]
+        return {"init": read("/proc/1/cmdline"), "self": read("/proc/self/cmdline"),
+                "environ": read("/proc/self/environ"), "cwd": os.getcwd(), "points": points, "file": __file__}
+
     def kill_parent():
         """The parent pid is not visible; pid 1 is the sandbox's own init."""
         os.kill(os.getppid(), 9)
@@ -664,3 +674,48 @@ def test_a_result_that_is_not_the_harness_json_is_a_failure_not_an_exception(box
     assert isinstance(r, sb.SandboxResult)
     assert isinstance(r.ok, bool) and (r.error is None if r.ok else isinstance(r.error, str) and r.error), r
 
+
+
+# ------------------------------------------------------------------------------------- no host paths
+
+
+def test_no_host_path_of_the_run_shows_inside_and_init_names_none_at_all(box):
+    """The probe read host paths in /proc/1/cmdline (bwrap's whole command line: every bind source) and
+    /proc/self/mountinfo. Now bwrap's options come through --args and the command through a script, so
+    init's command line names no host path; the writable directory and the code under test sit at
+    neutral paths, and the paths handed in are rewritten to them."""
+    scratch = box["work"] / "scratch.txt"
+    r = call(box, "views", wall_s=20)
+    assert r.ok, r.error
+    seen = r.value
+    run_paths = [str(box["tmp"]), str(box["tmp"].resolve()), str(box["work"].resolve())]
+    for where in ("init", "self", "environ", "cwd", "file"):
+        assert not any(p in seen[where] for p in run_paths), (where, seen[where][:500])
+    assert not any(p in point for p in run_paths for point in seen["points"]), seen["points"]
+    host_roots = [str(p) for p in sb.python_roots()] + [sys.prefix, str(Path(sys.executable).parent)]
+    assert not any(root in seen["init"] for root in host_roots), seen["init"]
+    assert seen["cwd"] == "/sandbox/work" and seen["file"].startswith("/sandbox/in/")
+    w = call(box, "write", path=str(scratch), text="through the neutral path")  # a host path handed in still works
+    assert w.ok and scratch.read_text() == "through the neutral path"
+
+
+def test_the_path_map_rewrites_whole_paths_only(tmp_path):
+    run = tmp_path / "run"
+    (run / "work").mkdir(parents=True)
+    (run / "work" / "in.py").write_text("")
+    (tmp_path / "cand.py").write_text("")
+    policy = sb.Policy(writable=run / "work", inputs=(tmp_path / "cand.py", run / "work" / "in.py"))
+    paths = sb.path_map(policy)
+    w, c = str((run / "work").resolve()), str((tmp_path / "cand.py").resolve())
+    assert paths.translate(f"{w}/a.pt") == "/sandbox/work/a.pt"
+    assert paths.translate(f"{c}:rmsnorm") == "/sandbox/in/0/cand.py:rmsnorm"
+    assert paths.translate(f"{w}2/x {w}.bak x{w}") == f"{w}2/x {w}.bak x{w}"  # other names left alone
+    assert paths.inside(run / "work" / "in.py") == "/sandbox/work/in.py"  # an input inside the writable dir
+    assert paths.translate_value({"out": f"{w}/o.pt", "n": [1, f"{c}:f"]}) == {
+        "out": "/sandbox/work/o.pt", "n": [1, "/sandbox/in/0/cand.py:f"]}
+    assert paths.inside("/usr/bin/python3") == "/usr/bin/python3"
+    args = sb.bwrap_args(policy)
+    assert args[args.index(w) + 1] == "/sandbox/work"
+    ro = args.index(str((run / "work" / "in.py").resolve()))
+    assert args[ro - 1] == "--ro-bind" and args[ro + 1] == "/sandbox/work/in.py"
+    assert args.index("/sandbox/work/in.py") > args.index("/sandbox/work")  # read-only on top of the writable dir
