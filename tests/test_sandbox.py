@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from perfwarden.harness import sandbox as sb
+from perfwarden.harness import sandbox_limits
 
 pytestmark = pytest.mark.skipif(sb.available() is not None, reason=f"sandbox unavailable: {sb.available()}")
 
@@ -434,12 +435,12 @@ def test_a_cgroup_oom_kill_is_reported_as_the_memory_limit(box):
     ("rss_watchdog", {"memory.events": "oom_kill 1\n"}, False),
 ])
 def test_oom_kills_are_read_from_either_cgroup_version(version, files, killed):
-    assert sb.oom_killed_in(version, files) is killed
+    assert sandbox_limits.oom_killed_in(version, files) is killed
 
 
 def test_without_cgroups_the_rss_watchdog_bounds_memory(box, monkeypatch):
     """Hosts where no cgroup can be created (CI may differ): the watchdog over the PID namespace holds."""
-    monkeypatch.setattr(sb, "_own_cgroups", lambda *a, **k: {})
+    monkeypatch.setattr(sandbox_limits, "own_cgroups", lambda *a, **k: {})
     r = call(box, "eat_memory", mb=4096, memory_mb=300, wall_s=60)
     assert not r.ok and "RSS watchdog" in r.error, r.error
     assert r.confinement.memory == "rss_watchdog" and r.confinement.pids == "wall_time_only"
@@ -449,7 +450,7 @@ def test_without_cgroups_the_rss_watchdog_bounds_memory(box, monkeypatch):
 def test_without_cgroups_memory_kept_in_tmpfs_or_a_memfd_counts_toward_the_bound(box, monkeypatch, fn):
     """A file in /dev/shm (a tmpfs) or an unmapped memfd is memory outside any RSS: the watchdog counts
     it (the probe kept 2 GiB in /dev/shm under a 512 MiB bound)."""
-    monkeypatch.setattr(sb, "_own_cgroups", lambda *a, **k: {})
+    monkeypatch.setattr(sandbox_limits, "own_cgroups", lambda *a, **k: {})
     r = call(box, fn, mb=600, memory_mb=256, wall_s=30)
     assert not r.ok and "memory limit" in r.error and "RSS watchdog" in r.error, (r.value, r.error)
 
@@ -530,6 +531,24 @@ def test_missing_bwrap_is_a_clear_refusal(box, monkeypatch):
         assert "apt-get install bubblewrap" in sb.available()
         with pytest.raises(sb.SandboxUnavailable, match="bubblewrap"):
             sb.Confined([sys.executable, "-c", "pass"], sb.Policy(writable=box["work"]))
+    finally:
+        monkeypatch.undo()
+        sb._probe.cache_clear()
+    assert sb.available() is None
+
+
+def test_a_bwrap_without_a_bounded_tmpfs_is_a_clear_refusal(box, monkeypatch):
+    """/dev/shm is bounded with --size (bubblewrap 0.7+): an older bwrap is refused with why, not run."""
+    fake = box["tmp"] / "bwrap"
+    fake.write_text('#!/bin/sh\n[ "$1" = --version ] && { echo "bubblewrap 0.6.1"; exit 0; }\n'
+                    'echo "bwrap: Unknown option --size" >&2\nexit 1\n')
+    fake.chmod(0o755)
+    real_which = sb.shutil.which
+    monkeypatch.setattr(sb.shutil, "which", lambda name: str(fake) if name == "bwrap" else real_which(name))
+    sb._probe.cache_clear()
+    try:
+        why = sb.available()
+        assert why is not None and "bubblewrap 0.6.1 is too old" in why and "0.7 or later" in why, why
     finally:
         monkeypatch.undo()
         sb._probe.cache_clear()
