@@ -265,8 +265,12 @@ class PathMap:
     """``(host, inside)`` pairs, resolved host paths."""
 
     def inside(self, path: Path | str) -> str:
-        """Where host ``path`` appears inside the sandbox (the deepest root it lies under)."""
-        resolved = Path(path).resolve()
+        """Where host ``path`` appears inside the sandbox (the deepest root it lies under). A path the
+        confined code may have left as a link loop is taken as written, never raises."""
+        try:
+            resolved = Path(path).resolve()
+        except (OSError, RuntimeError):
+            resolved = Path(os.path.abspath(path))
         best: tuple[Path, str] | None = None
         for host, there in self.roots:
             if _inside(resolved, Path(host)) and (best is None or len(Path(host).parts) > len(best[0].parts)):

@@ -176,6 +176,14 @@ HOSTILE = textwrap.dedent('''
         os.chmod(".", 0o500) if kind == "locked" else None
         return kind
 
+    def loop_cwd():
+        """Leave the working directory a link to itself for the next call to start in."""
+        here = os.getcwd()
+        os.chdir("..")
+        os.rmdir(here)
+        os.symlink(os.path.basename(here), here)
+        return "looped"
+
     def raw_result(text, times=1):
         """Hand back raw text on the result channel instead of the harness's JSON, then exit at once."""
         fd = int(sys.argv[1])
@@ -683,6 +691,16 @@ def test_confined_code_that_replaces_the_harness_files_cannot_make_the_parent_ra
     assert again.ok and again.value == 8, again.error
     assert box["evidence"].read_text() == '{"rep": 0}\n'
     os.chmod(box["work"], 0o755)
+
+
+def test_a_working_directory_left_as_a_link_loop_does_not_make_the_parent_raise(box):
+    sub = box["work"] / "sub"
+    sub.mkdir()
+    policy = sb.Policy(writable=box["work"], cwd=sub, limits=sb.Limits(wall_s=20))
+    first = sb.call_function(box["module"], "loop_cwd", {}, policy)
+    assert first.ok and sub.is_symlink(), first.error
+    again = sb.call_function(box["module"], "good", {"n": 1}, policy)  # resolving the loop used to raise
+    assert isinstance(again, sb.SandboxResult) and (again.ok or again.error)
 
 
 @pytest.mark.parametrize("text,times", [("[", 200_000), ('{"ok": true, "error": {"a": 1}, "value": 3}', 1),
