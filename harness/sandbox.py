@@ -1,9 +1,10 @@
 """The one sandbox for code perfwarden did not write: op-bench candidates and servers that load them.
 
 Generated code (an LLM's kernel, any candidate a producer hands over) runs in a separate process
-isolated by the operating system with bubblewrap (``bwrap``, Debian's ``bubblewrap`` package, installed
-by ``scripts/install.sh``). Nothing here relies on Python-level guards: the code inside may rebind
-anything in its own interpreter, fork, exec or load native code, and still meets the same walls.
+isolated by the operating system with bubblewrap (``bwrap`` 0.7 or later, Debian's ``bubblewrap``
+package, installed by ``scripts/install.sh``). Nothing here relies on Python-level guards: the code
+inside may rebind anything in its own interpreter, fork, exec or load native code, and still meets the
+same walls.
 
 What every sandbox gets:
 
@@ -12,27 +13,38 @@ What every sandbox gets:
   (no terminal to inject into), killed with its parent (``--die-with-parent``);
 - **a read-only view of the system**: ``/usr`` and its merged-usr links, the dynamic loader's cache,
   the Python installation, the virtual environment and perfwarden's own package folders, each bound
-  read-only at its own path; whatever else the caller names (a candidate file, the model cache) also
-  read-only. ``/root``, ``/home``, the rest of ``/etc``, the run directory's evidence: not there;
-- **one writable directory** (``Policy.writable``, inside the run directory), also HOME, TMPDIR and
-  every tool cache; it cannot be a parent of the code or the interpreter (checked);
+  read-only at its own path; ``Policy.inputs`` (the code under test) read-only at neutral paths
+  ``/sandbox/in/<n>/<name>``; ``Policy.read_only`` extras (the model cache, a server's override files)
+  read-only at their own path. ``/root``, ``/home``, the rest of ``/etc``, the run's evidence: not there;
+- **one writable directory** (``Policy.writable``, inside the run directory) at ``/sandbox/work``, also
+  HOME, TMPDIR and every tool cache; it cannot be a parent of the code or the interpreter (checked).
+  Host paths to it and to the inputs in the command, the environment and the op bench's messages are
+  rewritten to where they are inside (:class:`PathMap`), so the run's own paths never show inside;
 - **an empty environment** plus an explicit allow-list; a name that looks like a secret is refused;
 - **a fresh ``/proc``** of its own PID namespace: the parent's processes (and their ``environ``) are
-  not in it;
+  not in it; bwrap's options come through ``--args`` and the command through a read-only script
+  (``/sandbox/.command``), so its init's command line (``/proc/1/cmdline``) names no host path;
 - **limits**: CPU seconds per process (``RLIMIT_CPU``), file size, open files, no core dumps; wall time
   enforced from outside by killing the PID namespace's init (the kernel then kills every process in
   it, ``setsid`` orphans included); memory by a cgroup limit (v1 or v2, a child of the caller's own
-  cgroup) when one can be created, else by a watchdog over the resident memory of every process in
-  the PID namespace -- never ``RLIMIT_AS``, which CUDA cannot live under; process count by a
-  ``pids`` cgroup when one can be created (else only the wall time bounds a fork bomb: recorded);
+  cgroup; an OOM kill is reported as the memory limit) when one can be created, else by a watchdog over
+  the resident memory of every process in the PID namespace plus its ``/dev/shm`` and open memfds --
+  never ``RLIMIT_AS``, which CUDA cannot live under; process count by a ``pids`` cgroup when one can be
+  created (else only the wall time bounds a fork bomb: recorded) (``harness/sandbox_limits.py``);
+- **writable tmpfs**: ``/dev/shm`` only, no bigger than the memory bound; ``/dev`` and the root are
+  bwrap's own tmpfs, read-only;
 - **devices**: ``/dev/null``, ``zero``, ``random``, ``urandom``, ``tty`` only; the GPU's nodes
   (``/dev/nvidia*``, ``/dev/dri``) and ``/sys`` only when the caller asks for ``device="cuda"``.
 
 What it does not contain (README, "Threat model"): kernel exploits (the namespaces share the host
 kernel; no seccomp filter is installed), other processes' GPU memory and the GPU driver's own attack
 surface, timing and cache side channels, disk use summed over many files in the writable directory
-(each file is bounded, the total only by time), and a host without bwrap or user namespaces -- there
-:func:`available` says why not, and callers refuse to run generated code.
+(each file is bounded, the total only by time), System V shared memory a process created and detached
+where no cgroup can be created (the watchdog cannot see it), the source paths of bind mounts (the
+kernel shows each mount's path inside its filesystem in ``/proc/self/mountinfo``, and the code trees
+sit at their own paths), and a host without bwrap or user namespaces -- there :func:`available` says
+why not, and callers refuse to run generated code. :func:`call_function` never raises for what the code
+inside does: whatever it leaves in its directory or writes on its result channel, it gets a result.
 """
 
 from __future__ import annotations
