@@ -28,7 +28,8 @@ What every sandbox gets:
   enforced from outside by killing the PID namespace's init (the kernel then kills every process in
   it, ``setsid`` orphans included); memory by a cgroup limit (v1 or v2, a child of the caller's own
   cgroup; an OOM kill is reported as the memory limit) when one can be created, else by a watchdog over
-  the resident memory of every process in the PID namespace plus its ``/dev/shm`` and open memfds --
+  the resident memory of every process in the PID namespace plus its ``/dev/shm`` and open memfds
+  (System V shared memory, invisible to it, is refused there by a seccomp filter on ``shmget``) --
   never ``RLIMIT_AS``, which CUDA cannot live under; process count by a ``pids`` cgroup when one can be
   created (else only the wall time bounds a fork bomb: recorded) (``harness/sandbox_limits.py``);
 - **writable tmpfs**: ``/dev/shm`` only, no bigger than the memory bound; ``/dev`` and the root are
@@ -37,10 +38,9 @@ What every sandbox gets:
   (``/dev/nvidia*``, ``/dev/dri``) and ``/sys`` only when the caller asks for ``device="cuda"``.
 
 What it does not contain (README, "Threat model"): kernel exploits (the namespaces share the host
-kernel; no seccomp filter is installed), other processes' GPU memory and the GPU driver's own attack
+kernel; no seccomp filter narrows the system calls, beyond ``shmget`` without a cgroup), other processes' GPU memory and the GPU driver's own attack
 surface, timing and cache side channels, disk use summed over many files in the writable directory
-(each file is bounded, the total only by time), System V shared memory a process created and detached
-where no cgroup can be created (the watchdog cannot see it), the source paths of bind mounts (the
+(each file is bounded, the total only by time), the source paths of bind mounts (the
 kernel shows each mount's path inside its filesystem in ``/proc/self/mountinfo``, and the code trees
 sit at their own paths), and a host without bwrap or user namespaces -- there :func:`available` says
 why not, and callers refuse to run generated code. :func:`call_function` never raises for what the code
@@ -71,7 +71,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from perfwarden.harness.sandbox_limits import (JOIN_CGROUPS, Cgroups, MemoryBound, PidsBound, namespace_pids,
-                                               tree_memory_bytes)
+                                               no_sysv_shm_filter, tree_memory_bytes)
 
 Device = Literal["cpu", "cuda"]
 
@@ -469,8 +469,14 @@ class Confined:
         command_file = _data_file(_command_script([self.paths.translate(str(a)) for a in argv]))
         info_r, info_w = os.pipe()
         args = bwrap_args(policy, info_fd=info_w, command_fd=command_file.fileno())
-        args_file = _data_file(b"".join(os.fsencode(a) + b"\0" for a in args))
         self.cgroups = Cgroups(policy.limits)
+        data_files = [command_file]
+        seccomp = no_sysv_shm_filter() if self.cgroups.memory == "rss_watchdog" else None
+        if seccomp:
+            data_files.append(_data_file(seccomp))
+            args += ["--seccomp", str(data_files[-1].fileno())]
+        args_file = _data_file(b"".join(os.fsencode(a) + b"\0" for a in args))
+        data_files.append(args_file)
         launcher: list[str] = []
         if self.cgroups.procs_files:
             launcher = ["/bin/sh", "-c", JOIN_CGROUPS, "sh", *map(str, self.cgroups.procs_files), "--"]
@@ -487,7 +493,7 @@ class Confined:
         self._lock = threading.Lock()
         try:
             self.proc = _spawn(cmd, env=env, stdin=stdin, stdout=stdout, stderr=stderr,
-                               pass_fds=(info_w, args_file.fileno(), command_file.fileno(), *pass_fds),
+                               pass_fds=(info_w, *(f.fileno() for f in data_files), *pass_fds),
                                start_new_session=True, cwd="/")
         except BaseException:
             os.close(info_r)
@@ -495,8 +501,8 @@ class Confined:
             raise
         finally:
             os.close(info_w)
-            args_file.close()
-            command_file.close()
+            for handle in data_files:
+                handle.close()
         self._info_r = info_r
         self._done = threading.Event()
         self._watch = threading.Thread(target=self._watchdog, name=f"sandbox-{self.proc.pid}", daemon=True)

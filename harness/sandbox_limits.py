@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import errno
 import os
+import platform
 import signal
+import struct
 import time
 import uuid
 from collections.abc import Mapping, Sequence
@@ -293,3 +295,43 @@ def tree_memory_bytes(init_pid: int, shm_dir: str) -> int:
     what it keeps in its tmpfs and in memfds -- memory a process can hold outside its RSS."""
     pids = namespace_pids(init_pid)
     return _rss_bytes(pids) + _memfd_bytes(pids) + _tmpfs_bytes(init_pid, shm_dir)
+
+
+# ------------------------------------------------------------------- System V shared memory, unbounded
+
+
+_SECCOMP_KILL_PROCESS, _SECCOMP_ERRNO, _SECCOMP_ALLOW = 0x80000000, 0x00050000, 0x7FFF0000
+_EPERM = 1
+_SHMGET: dict[str, tuple[int, int, bool]] = {
+    "x86_64": (0xC000003E, 29, True),     # AUDIT_ARCH_X86_64, __NR_shmget, has the x32 ABI
+    "aarch64": (0xC00000B7, 194, False),  # AUDIT_ARCH_AARCH64
+}
+"""Per machine: the audit architecture, ``shmget``'s number, whether x32 syscalls exist."""
+
+
+def _bpf(code: int, jt: int, jf: int, k: int) -> bytes:
+    return struct.pack("=HBBI", code, jt, jf, k)
+
+
+def no_sysv_shm_filter(machine: str | None = None) -> bytes | None:
+    """A seccomp program (classic BPF, for bwrap's ``--seccomp``) refusing ``shmget`` with EPERM, or
+    ``None`` on a machine it does not know. Used where no memory cgroup can be created: a System V
+    segment filled and detached is in no process's RSS, and the sandbox's IPC namespace is out of the
+    watchdog's sight. Syscalls of another ABI (i386, x32), which would name ``shmget`` otherwise, kill
+    the process. POSIX shared memory (``/dev/shm``), which torch and multiprocessing use, stays."""
+    arch = _SHMGET.get(machine or platform.machine())
+    if arch is None:
+        return None
+    audit_arch, shmget, x32 = arch
+    ld_w_abs, jeq_k, jge_k, ret_k = 0x20, 0x15, 0x35, 0x06
+    prog = [_bpf(ld_w_abs, 0, 0, 4),                    # seccomp_data.arch
+            _bpf(jeq_k, 1, 0, audit_arch),
+            _bpf(ret_k, 0, 0, _SECCOMP_KILL_PROCESS),
+            _bpf(ld_w_abs, 0, 0, 0)]                    # seccomp_data.nr
+    if x32:
+        prog += [_bpf(jge_k, 0, 1, 0x40000000),         # __X32_SYSCALL_BIT
+                 _bpf(ret_k, 0, 0, _SECCOMP_KILL_PROCESS)]
+    prog += [_bpf(jeq_k, 0, 1, shmget),
+             _bpf(ret_k, 0, 0, _SECCOMP_ERRNO | _EPERM),
+             _bpf(ret_k, 0, 0, _SECCOMP_ALLOW)]
+    return b"".join(prog)

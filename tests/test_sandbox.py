@@ -218,6 +218,20 @@ HOSTILE = textwrap.dedent('''
         time.sleep(hold_s)
         return mb
 
+    def sysv_shm(mb, hold_s=3):
+        """The same in a System V segment, created, filled, detached: in no process's RSS at all."""
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.shmat.restype = ctypes.c_void_p
+        shmid = libc.shmget(0, ctypes.c_size_t(mb << 20), 0o1600)  # IPC_PRIVATE, IPC_CREAT | 0600
+        if shmid < 0:
+            return {"shmget": -1, "errno": ctypes.get_errno()}
+        for start in range(0, mb, 32):  # 32 MiB mapped at a time: RSS never shows more
+            addr = libc.shmat(shmid, None, 0)
+            ctypes.memset(addr + (start << 20), 1, min(32, mb - start) << 20)
+            libc.shmdt(ctypes.c_void_p(addr))
+        time.sleep(hold_s)
+        return {"shmget": shmid}
+
     def tmpfs_mounts():
         """Every tmpfs in the view: [can a file be created in it, its size in bytes]."""
         out = {}
@@ -461,6 +475,20 @@ def test_without_cgroups_memory_kept_in_tmpfs_or_a_memfd_counts_toward_the_bound
     monkeypatch.setattr(sandbox_limits, "own_cgroups", lambda *a, **k: {})
     r = call(box, fn, mb=600, memory_mb=256, wall_s=30)
     assert not r.ok and "memory limit" in r.error and "RSS watchdog" in r.error, (r.value, r.error)
+
+
+def test_without_cgroups_system_v_shared_memory_cannot_hold_memory_outside_the_bound(box, monkeypatch):
+    """A detached System V segment is in no RSS and out of the watchdog's sight (its IPC namespace is the
+    sandbox's own): without a cgroup to charge it to, shmget is refused (seccomp, EPERM)."""
+    monkeypatch.setattr(sandbox_limits, "own_cgroups", lambda *a, **k: {})
+    r = call(box, "sysv_shm", mb=600, memory_mb=256, wall_s=30)
+    assert r.ok and r.value == {"shmget": -1, "errno": 1} or not r.ok and "memory limit" in r.error, (r.value, r.error)
+
+
+def test_the_shmget_filter_knows_its_machines():
+    x86, arm = sandbox_limits.no_sysv_shm_filter("x86_64"), sandbox_limits.no_sysv_shm_filter("aarch64")
+    assert len(x86) == 9 * 8 and len(arm) == 7 * 8  # sock_filter entries: 8 bytes each
+    assert sandbox_limits.no_sysv_shm_filter("riscv64") is None  # unknown: no filter rather than a wrong one
 
 
 def test_every_writable_tmpfs_is_no_bigger_than_the_memory_bound(box, monkeypatch):
