@@ -38,13 +38,14 @@ What every sandbox gets:
   (``/dev/nvidia*``, ``/dev/dri``) and ``/sys`` only when the caller asks for ``device="cuda"``.
 
 What it does not contain (README, "Threat model"): kernel exploits (the namespaces share the host
-kernel; no seccomp filter narrows the system calls, beyond ``shmget`` without a cgroup), other processes' GPU memory and the GPU driver's own attack
-surface, timing and cache side channels, disk use summed over many files in the writable directory
-(each file is bounded, the total only by time), the source paths of bind mounts (the
-kernel shows each mount's path inside its filesystem in ``/proc/self/mountinfo``, and the code trees
-sit at their own paths), and a host without bwrap or user namespaces -- there :func:`available` says
-why not, and callers refuse to run generated code. :func:`call_function` never raises for what the code
-inside does: whatever it leaves in its directory or writes on its result channel, it gets a result.
+kernel; no seccomp filter narrows the system calls, beyond ``shmget`` without a cgroup), other
+processes' GPU memory and the GPU driver's own attack surface, timing and cache side channels, disk
+use summed over many files in the writable directory (each file is bounded, the total only by time),
+the source paths of bind mounts (the kernel shows each mount's path inside its filesystem in
+``/proc/self/mountinfo``, and the code trees sit at their own paths), and a host without bwrap or user
+namespaces -- there :func:`available` says why not, and callers refuse to run generated code.
+:func:`call_function` never raises for what the code inside does: whatever it leaves in its directory
+or writes on its result channel, it gets a result.
 """
 
 from __future__ import annotations
