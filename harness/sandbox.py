@@ -1,9 +1,10 @@
 """The one sandbox for code perfwarden did not write: op-bench candidates and servers that load them.
 
 Generated code (an LLM's kernel, any candidate a producer hands over) runs in a separate process
-isolated by the operating system with bubblewrap (``bwrap``, Debian's ``bubblewrap`` package, installed
-by ``scripts/install.sh``). Nothing here relies on Python-level guards: the code inside may rebind
-anything in its own interpreter, fork, exec or load native code, and still meets the same walls.
+isolated by the operating system with bubblewrap (``bwrap`` 0.7 or later, Debian's ``bubblewrap``
+package, installed by ``scripts/install.sh``). Nothing here relies on Python-level guards: the code
+inside may rebind anything in its own interpreter, fork, exec or load native code, and still meets the
+same walls.
 
 What every sandbox gets:
 
@@ -12,55 +13,68 @@ What every sandbox gets:
   (no terminal to inject into), killed with its parent (``--die-with-parent``);
 - **a read-only view of the system**: ``/usr`` and its merged-usr links, the dynamic loader's cache,
   the Python installation, the virtual environment and perfwarden's own package folders, each bound
-  read-only at its own path; whatever else the caller names (a candidate file, the model cache) also
-  read-only. ``/root``, ``/home``, the rest of ``/etc``, the run directory's evidence: not there;
-- **one writable directory** (``Policy.writable``, inside the run directory), also HOME, TMPDIR and
-  every tool cache; it cannot be a parent of the code or the interpreter (checked);
+  read-only at its own path; ``Policy.inputs`` (the code under test) read-only at neutral paths
+  ``/sandbox/in/<n>/<name>``; ``Policy.read_only`` extras (the model cache, a server's override files)
+  read-only at their own path. ``/root``, ``/home``, the rest of ``/etc``, the run's evidence: not there;
+- **one writable directory** (``Policy.writable``, inside the run directory) at ``/sandbox/work``, also
+  HOME, TMPDIR and every tool cache; it cannot be a parent of the code or the interpreter (checked).
+  Host paths to it and to the inputs in the command, the environment and the op bench's messages are
+  rewritten to where they are inside (:class:`PathMap`), so the run's own paths never show inside;
 - **an empty environment** plus an explicit allow-list; a name that looks like a secret is refused;
 - **a fresh ``/proc``** of its own PID namespace: the parent's processes (and their ``environ``) are
-  not in it;
+  not in it; bwrap's options come through ``--args`` and the command through a read-only script
+  (``/sandbox/.command``), so its init's command line (``/proc/1/cmdline``) names no host path;
 - **limits**: CPU seconds per process (``RLIMIT_CPU``), file size, open files, no core dumps; wall time
   enforced from outside by killing the PID namespace's init (the kernel then kills every process in
   it, ``setsid`` orphans included); memory by a cgroup limit (v1 or v2, a child of the caller's own
-  cgroup) when one can be created, else by a watchdog over the resident memory of every process in
-  the PID namespace -- never ``RLIMIT_AS``, which CUDA cannot live under; process count by a
-  ``pids`` cgroup when one can be created (else only the wall time bounds a fork bomb: recorded);
+  cgroup; an OOM kill is reported as the memory limit) when one can be created, else by a watchdog over
+  the resident memory of every process in the PID namespace plus its ``/dev/shm`` and open memfds
+  (System V shared memory, invisible to it, is refused there by a seccomp filter on ``shmget``) --
+  never ``RLIMIT_AS``, which CUDA cannot live under; process count by a ``pids`` cgroup when one can be
+  created (else only the wall time bounds a fork bomb: recorded) (``harness/sandbox_limits.py``);
+- **writable tmpfs**: ``/dev/shm`` only, no bigger than the memory bound; ``/dev`` and the root are
+  bwrap's own tmpfs, read-only;
 - **devices**: ``/dev/null``, ``zero``, ``random``, ``urandom``, ``tty`` only; the GPU's nodes
   (``/dev/nvidia*``, ``/dev/dri``) and ``/sys`` only when the caller asks for ``device="cuda"``.
 
 What it does not contain (README, "Threat model"): kernel exploits (the namespaces share the host
-kernel; no seccomp filter is installed), other processes' GPU memory and the GPU driver's own attack
-surface, timing and cache side channels, disk use summed over many files in the writable directory
-(each file is bounded, the total only by time), and a host without bwrap or user namespaces -- there
-:func:`available` says why not, and callers refuse to run generated code.
+kernel; no seccomp filter narrows the system calls, beyond ``shmget`` without a cgroup), other
+processes' GPU memory and the GPU driver's own attack surface, timing and cache side channels, disk
+use summed over many files in the writable directory (each file is bounded, the total only by time),
+the source paths of bind mounts (the kernel shows each mount's path inside its filesystem in
+``/proc/self/mountinfo``, and the code trees sit at their own paths), and a host without bwrap or user
+namespaces -- there :func:`available` says why not, and callers refuse to run generated code.
+:func:`call_function` never raises for what the code inside does: whatever it leaves in its directory
+or writes on its result channel, it gets a result.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
-import errno
 import glob
 import json
 import os
 import re
 import select
+import shlex
 import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import textwrap
 import threading
 import time
-import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Literal
 
+from perfwarden.harness.sandbox_limits import (JOIN_CGROUPS, Cgroups, MemoryBound, PidsBound, namespace_pids,
+                                               no_sysv_shm_filter, tree_memory_bytes)
+
 Device = Literal["cpu", "cuda"]
-MemoryBound = Literal["cgroup_v1", "cgroup_v2", "rss_watchdog"]
-PidsBound = Literal["cgroup_v1", "cgroup_v2", "wall_time_only"]
 
 INSTALL_HINT = (
     "install bubblewrap: `apt-get install bubblewrap` on Debian/Ubuntu (`bash scripts/install.sh` does it), "
@@ -84,6 +98,10 @@ _MERGED_USR = ("bin", "sbin", "lib", "lib32", "lib64", "libx32")
 _GPU_NODES = ("/dev/nvidia*", "/dev/nvidia-caps", "/dev/dri")
 _PACKAGES = ("perfwarden.agents", "perfwarden.harness", "perfwarden.orchestrator", "perfwarden.proof",
              "perfwarden.skills")
+
+
+SHM_DIR = "/dev/shm"
+"""The sandbox's one writable tmpfs: bounded in size by the memory bound and counted toward it."""
 
 
 class SandboxUnavailable(RuntimeError):
@@ -130,6 +148,9 @@ class Policy:
     limits: Limits = field(default_factory=Limits)
     cwd: Path | None = None
     """Working directory inside (default: ``writable``)."""
+    inputs: tuple[Path, ...] = ()
+    """Files or directories visible read-only at neutral paths (``/sandbox/in/<n>/<name>``); host paths
+    to them in the command and the environment are rewritten (:meth:`PathMap.translate`)."""
 
 
 @dataclass
@@ -165,9 +186,13 @@ def _probe() -> tuple[str | None, str]:
     try:
         version = subprocess.run([bwrap, "--version"], capture_output=True, text=True, timeout=10).stdout.strip()
         probe = subprocess.run([bwrap, *_namespace_args(), "--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev",
-                                "--", "/bin/true"], capture_output=True, text=True, timeout=20, env={})
+                                "--perms", "1777", "--size", "65536", "--tmpfs", SHM_DIR, "--", "/bin/true"],
+                               capture_output=True, text=True, timeout=20, env={})
     except (OSError, subprocess.TimeoutExpired) as exc:
         return f"bwrap could not be run ({type(exc).__name__}: {exc}); {INSTALL_HINT}", ""
+    if probe.returncode != 0 and "unknown option" in probe.stderr.lower():
+        return (f"{version or 'bwrap'} is too old: the sandbox bounds its /dev/shm with --size and --perms "
+                f"(bubblewrap 0.7 or later; {probe.stderr.strip()[:200]!r}); {INSTALL_HINT}"), version
     if probe.returncode != 0:
         return (f"bwrap cannot create the sandbox's namespaces here ({probe.stderr.strip()[:300]!r}); "
                 f"{INSTALL_HINT}"), version
@@ -243,9 +268,70 @@ def _key_store() -> Path | None:
     return store if store.is_dir() else None
 
 
-def bwrap_args(policy: Policy, info_fd: int | None = None) -> list[str]:
-    """bwrap's arguments (before ``--``) for ``policy``: what is bound where, read-only or not."""
+@dataclass(frozen=True)
+class PathMap:
+    """Where the sandbox shows host paths: the writable directory at ``/sandbox/work``, each input at
+    ``/sandbox/in/<n>/<name>``, everything else (the system, the interpreter, perfwarden's code, the
+    caller's ``read_only`` extras) at its own path. The run's own paths never appear inside."""
+
+    roots: tuple[tuple[str, str], ...]
+    """``(host, inside)`` pairs, resolved host paths."""
+
+    def inside(self, path: Path | str) -> str:
+        """Where host ``path`` appears inside the sandbox (the deepest root it lies under). A path the
+        confined code may have left as a link loop is taken as written, never raises."""
+        try:
+            resolved = Path(path).resolve()
+        except (OSError, RuntimeError):
+            resolved = Path(os.path.abspath(path))
+        best: tuple[Path, str] | None = None
+        for host, there in self.roots:
+            if _inside(resolved, Path(host)) and (best is None or len(Path(host).parts) > len(best[0].parts)):
+                best = (Path(host), there)
+        if best is None:
+            return str(path)
+        rel = resolved.relative_to(best[0])
+        return best[1] if rel == Path(".") else f"{best[1]}/{rel}"
+
+    def translate(self, text: str) -> str:
+        """``text`` (an argument, an environment value, a message) with every host path under a root
+        rewritten to where it is inside; other text unchanged."""
+        for host, there in sorted(self.roots, key=lambda r: -len(r[0])):
+            text = re.sub(rf"(?<![\w.\-/]){re.escape(host)}(?![\w.\-])", lambda _m, t=there: t, text)
+        return text
+
+    def translate_value(self, value: Any) -> Any:
+        """A JSON-able value (a message for the command) with every string in it translated."""
+        if isinstance(value, str):
+            return self.translate(value)
+        if isinstance(value, Mapping):
+            return {key: self.translate_value(item) for key, item in value.items()}
+        if isinstance(value, (list, tuple)):
+            return [self.translate_value(item) for item in value]
+        return value
+
+
+SANDBOX_ROOT = "/sandbox"
+"""Parent of the neutral paths (on bwrap's own root, read-only)."""
+COMMAND_FILE = f"{SANDBOX_ROOT}/.command"
+"""The command, as a shell script bound read-only: bwrap's own command line (``/proc/1/cmdline``
+inside) then names no host path; its options come through ``--args`` from an unnamed file."""
+
+
+def path_map(policy: Policy) -> PathMap:
+    """The neutral paths of ``policy``: its writable directory, then each input not inside an earlier root."""
+    roots = [(str(Path(policy.writable).resolve()), f"{SANDBOX_ROOT}/work")]
+    for n, item in enumerate(policy.inputs):
+        host = Path(item).resolve()
+        if not any(_inside(host, Path(r)) for r, _ in roots):
+            roots.append((str(host), f"{SANDBOX_ROOT}/in/{n}/{host.name or 'root'}"))
+    return PathMap(tuple(roots))
+
+
+def bwrap_args(policy: Policy, info_fd: int | None = None, command_fd: int | None = None) -> list[str]:
+    """bwrap's options (before ``--``) for ``policy``: what is bound where, read-only or not."""
     writable = Path(policy.writable).resolve()
+    paths = path_map(policy)
     code = python_roots()
     for root in code:
         if _inside(root, writable):
@@ -263,9 +349,13 @@ def bwrap_args(policy: Policy, info_fd: int | None = None) -> list[str]:
             args += ["--ro-bind", str(top), str(top)]
     for name in _ETC_FILES:
         args += ["--ro-bind-try", f"/etc/{name}", f"/etc/{name}"]
-    args += ["--proc", "/proc", "--dev", "/dev"]
+    # /dev is bwrap's own tmpfs: read-only at the end (below); /dev/shm (POSIX shared memory, semaphores:
+    # multiprocessing and torch need it) is a tmpfs of its own, no bigger than the memory bound -- and
+    # the RSS watchdog counts what is in it (a cgroup charges it to the sandbox by itself).
+    args += ["--proc", "/proc", "--dev", "/dev",
+             "--perms", "1777", "--size", str(policy.limits.memory_bytes), "--tmpfs", SHM_DIR]
     binds: list[tuple[str, Path]] = [("--ro-bind", p) for p in code]
-    binds += [("--ro-bind", Path(p).resolve()) for p in policy.read_only]
+    binds += [("--ro-bind", Path(p).resolve()) for p in (*policy.read_only, *policy.inputs)]
     if policy.device == "cuda":
         for pattern in _GPU_NODES:
             binds += [("--dev-bind", Path(p)) for p in sorted(glob.glob(pattern))]
@@ -274,182 +364,33 @@ def bwrap_args(policy: Policy, info_fd: int | None = None) -> list[str]:
             if entry and Path(entry).is_dir() and not Path(entry).resolve().is_relative_to("/usr"):
                 binds.append(("--ro-bind", Path(entry).resolve()))
     binds.append(("--bind", writable))
-    # Parents before children, so a read-only file inside the writable directory stays read-only.
+    # Parents before children (where they appear inside), so a read-only file inside the writable
+    # directory stays read-only.
     seen: set[tuple[str, Path]] = set()
-    for kind, path in sorted(binds, key=lambda b: (len(b[1].parts), b[0] != "--bind", str(b[1]))):
+    placed = sorted(((kind, path, paths.inside(path)) for kind, path in binds),
+                    key=lambda b: (len(Path(b[2]).parts), b[0] != "--bind", b[2]))
+    for kind, path, there in placed:
         if (kind, path) in seen or not path.exists():
             continue
         seen.add((kind, path))
-        args += [kind, str(path), str(path)]
+        args += [kind, str(path), there]
     # The seal keys: whoever reads them can seal anything, so where the store lies inside something
     # bound above, an empty tmpfs covers it (a store inside the writable directory is refused by seal).
     keys = _key_store()
     if keys is not None and any(_inside(keys, path) for _, path in seen):
-        args += ["--tmpfs", str(keys)]
-    # bwrap builds the view on a tmpfs root (with the mount points it needs); make that read-only too,
-    # so the writable directory really is the only place a write can land.
-    args += ["--remount-ro", "/"]
-    args += ["--chdir", str(Path(policy.cwd).resolve() if policy.cwd else writable)]
+        args += ["--perms", "0555", "--size", "4096", "--tmpfs", paths.inside(keys), "--remount-ro", paths.inside(keys)]
+    # bwrap builds the view (and /dev) on tmpfs mounts it owns; make them read-only too, so the writable
+    # directory and the bounded /dev/shm really are the only places a write can land.
+    if command_fd is not None:
+        args += ["--ro-bind-data", str(command_fd), COMMAND_FILE]
+    args += ["--remount-ro", "/dev", "--remount-ro", "/"]
+    args += ["--chdir", paths.inside(policy.cwd if policy.cwd else writable)]
     if info_fd is not None:
         args += ["--info-fd", str(info_fd)]
     return args
 
 
-# ------------------------------------------------------------------------------------------ cgroups
-
-
-def _own_cgroups(proc_self: Path = Path("/proc/self")) -> dict[str, tuple[str, Path]]:
-    """Controller -> (hierarchy version, the caller's own cgroup directory), from /proc/self."""
-    mounts: dict[str, Path] = {}
-    v2_mount: Path | None = None
-    try:
-        for line in (proc_self / "mountinfo").read_text().splitlines():
-            pre, _, post = line.partition(" - ")
-            fstype, _, super_opts = (post.split(" ") + ["", "", ""])[:3]
-            mount_point = Path(pre.split(" ")[4])
-            if fstype == "cgroup2":
-                v2_mount = mount_point
-            elif fstype == "cgroup":
-                for opt in super_opts.split(","):
-                    if opt in ("memory", "pids"):
-                        mounts[opt] = mount_point
-        lines = (proc_self / "cgroup").read_text().splitlines()
-    except OSError:
-        return {}
-    out: dict[str, tuple[str, Path]] = {}
-    for line in lines:
-        hier, _, rest = line.partition(":")
-        controllers, _, path = rest.partition(":")
-        for ctrl in controllers.split(","):
-            if ctrl in mounts:
-                out[ctrl] = ("cgroup_v1", mounts[ctrl] / path.lstrip("/"))
-        if hier == "0" and controllers == "" and v2_mount is not None:
-            out.setdefault("v2", ("cgroup_v2", v2_mount / path.lstrip("/")))
-    return out
-
-
-class _Cgroups:
-    """Child cgroups of the caller's own (so every limit above ours still applies), one per sandbox."""
-
-    def __init__(self, limits: Limits):
-        self.dirs: list[Path] = []
-        self.procs_files: list[Path] = []
-        self.memory: MemoryBound = "rss_watchdog"
-        self.pids: PidsBound = "wall_time_only"
-        self._oom_file: Path | None = None
-        self._v2_dir: Path | None = None
-        name = f"perfwarden-sandbox-{os.getpid()}-{uuid.uuid4().hex[:8]}"
-        own = _own_cgroups()
-        if "v2" in own and "memory" not in own:
-            self._try_v2(own["v2"][1] / name, limits)
-            return
-        if "memory" in own and self._make(own["memory"][1] / name, {"memory.limit_in_bytes": limits.memory_bytes}):
-            memsw = own["memory"][1] / name / "memory.memsw.limit_in_bytes"
-            if memsw.exists():
-                self._write(memsw, limits.memory_bytes)
-            self.memory, self._oom_file = "cgroup_v1", own["memory"][1] / name / "memory.oom_control"
-        if "pids" in own and self._make(own["pids"][1] / name, {"pids.max": limits.pids}):
-            self.pids = "cgroup_v1"
-
-    def _try_v2(self, path: Path, limits: Limits) -> None:
-        try:
-            path.mkdir()
-        except OSError:
-            return
-        self.dirs.append(path)
-        controllers = (path / "cgroup.controllers").read_text().split() if (path / "cgroup.controllers").exists() else []
-        ok = False
-        if "memory" in controllers and self._write(path / "memory.max", limits.memory_bytes):
-            self._write(path / "memory.swap.max", 0)
-            self.memory, self._oom_file, ok = "cgroup_v2", path / "memory.events", True
-        if "pids" in controllers and self._write(path / "pids.max", limits.pids):
-            self.pids, ok = "cgroup_v2", True
-        if ok:
-            self.procs_files.append(path / "cgroup.procs")
-            self._v2_dir = path
-        else:
-            self.remove()
-
-    @staticmethod
-    def _drop_stale(parent: Path) -> None:
-        """Remove empty sandbox cgroups left by a perfwarden process that was killed before cleaning up."""
-        for stale in parent.glob("perfwarden-sandbox-*"):
-            pid = stale.name.split("-")[2]
-            if pid.isdigit() and not Path(f"/proc/{pid}").exists():
-                try:
-                    stale.rmdir()
-                except OSError:
-                    pass
-
-    def _make(self, path: Path, settings: Mapping[str, int]) -> bool:
-        self._drop_stale(path.parent)
-        try:
-            path.mkdir()
-        except OSError:
-            return False
-        self.dirs.append(path)
-        if all(self._write(path / key, value) for key, value in settings.items()):
-            self.procs_files.append(path / "cgroup.procs")
-            return True
-        return False
-
-    @staticmethod
-    def _write(path: Path, value: int) -> bool:
-        try:
-            path.write_text(str(value))
-            return True
-        except OSError:
-            return False
-
-    def pids_inside(self) -> list[int]:
-        for procs in self.procs_files:
-            try:
-                return [int(p) for p in procs.read_text().split()]
-            except (OSError, ValueError):
-                continue
-        return []
-
-    def oom_killed(self) -> bool:
-        if self._oom_file is None:
-            return False
-        try:
-            for line in self._oom_file.read_text().splitlines():
-                key, _, value = line.partition(" ")
-                if key == "oom_kill" and int(value) > 0:
-                    return True
-        except (OSError, ValueError):
-            pass
-        return False
-
-    def kill_all(self) -> None:
-        if self._v2_dir is not None and (self._v2_dir / "cgroup.kill").exists():
-            self._write(self._v2_dir / "cgroup.kill", 1)
-        for _ in range(50):
-            pids = self.pids_inside()
-            if not pids:
-                return
-            for pid in pids:
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-            time.sleep(0.02)
-
-    def remove(self) -> None:
-        for path in reversed(self.dirs):
-            for _ in range(50):
-                try:
-                    path.rmdir()
-                    break
-                except OSError as exc:
-                    if exc.errno == errno.ENOENT:
-                        break
-                    time.sleep(0.02)
-        self.dirs, self.procs_files = [], []
-
-
-_JOIN_CGROUPS = 'while [ "$1" != "--" ]; do echo $$ > "$1" || exit 125; shift; done; shift; exec "$@"'
-"""Moves the launcher shell into the sandbox's cgroups, then execs prlimit -> bwrap (all inherit them)."""
+# ------------------------------------------------------------------------------------------ limits
 
 
 def _rlimit_args(limits: Limits) -> list[str]:
@@ -463,25 +404,31 @@ def _rlimit_args(limits: Limits) -> list[str]:
 # -------------------------------------------------------------------------------------- a sandbox
 
 
-def _tree_rss_bytes(init_pid: int) -> int:
-    """Resident memory of every process in ``init_pid``'s PID namespace (the RSS watchdog's reading)."""
-    try:
-        ns = os.readlink(f"/proc/{init_pid}/ns/pid")
-    except OSError:
-        return 0
-    page = os.sysconf("SC_PAGE_SIZE")
-    total = 0
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
+def _data_file(data: bytes) -> Any:
+    """An unnamed file holding ``data``, at offset 0, for bwrap to read from its descriptor (a file, not
+    a pipe: no size at which writing it before bwrap starts would block). bwrap closes it after reading."""
+    handle = tempfile.TemporaryFile()
+    handle.write(data)
+    handle.flush()
+    handle.seek(0)
+    return handle
+
+
+def _command_script(argv: Sequence[str]) -> bytes:
+    """``argv`` as a one-line ``sh`` script that execs it (so the command keeps bwrap's child's pid)."""
+    return b"exec " + b" ".join(os.fsencode(shlex.quote(a)) for a in argv) + b"\n"
+
+
+def _prepare_writable(writable: Path) -> None:
+    """Create the writable directory and its ``tmp`` and ``.cache``. A previous sandbox may have left
+    anything there (a file, a link, a FIFO, a directory it locked): that is only its own problem, so a
+    name that cannot be made a directory is left as it is (``mkdir`` never follows a link)."""
+    writable.mkdir(parents=True, exist_ok=True)
+    for sub in ("tmp", ".cache"):
         try:
-            if os.readlink(f"/proc/{entry.name}/ns/pid") != ns:
-                continue
-            with open(f"/proc/{entry.name}/statm", encoding="ascii") as handle:
-                total += int(handle.read().split()[1]) * page
-        except (OSError, ValueError, IndexError):
-            continue
-    return total
+            (writable / sub).mkdir()
+        except OSError:
+            pass
 
 
 _SPAWNER: concurrent.futures.ThreadPoolExecutor | None = None
@@ -517,18 +464,25 @@ class Confined:
         require()
         self.policy = policy
         writable = Path(policy.writable)
-        writable.mkdir(parents=True, exist_ok=True)
-        for sub in ("tmp", ".cache"):
-            (writable / sub).mkdir(exist_ok=True)
-        env = sandbox_env(policy)
+        _prepare_writable(writable)
+        self.paths = path_map(policy)
+        env = {key: self.paths.translate(value) for key, value in sandbox_env(policy).items()}
+        command_file = _data_file(_command_script([self.paths.translate(str(a)) for a in argv]))
         info_r, info_w = os.pipe()
-        args = bwrap_args(policy, info_fd=info_w)
-        self.cgroups = _Cgroups(policy.limits)
+        args = bwrap_args(policy, info_fd=info_w, command_fd=command_file.fileno())
+        self.cgroups = Cgroups(policy.limits)
+        data_files = [command_file]
+        seccomp = no_sysv_shm_filter() if self.cgroups.memory == "rss_watchdog" else None
+        if seccomp:
+            data_files.append(_data_file(seccomp))
+            args += ["--seccomp", str(data_files[-1].fileno())]
+        args_file = _data_file(b"".join(os.fsencode(a) + b"\0" for a in args))
+        data_files.append(args_file)
         launcher: list[str] = []
         if self.cgroups.procs_files:
-            launcher = ["/bin/sh", "-c", _JOIN_CGROUPS, "sh", *map(str, self.cgroups.procs_files), "--"]
+            launcher = ["/bin/sh", "-c", JOIN_CGROUPS, "sh", *map(str, self.cgroups.procs_files), "--"]
         cmd = [*launcher, shutil.which("prlimit") or "prlimit", *_rlimit_args(policy.limits), "--",
-               shutil.which("bwrap") or "bwrap", *args, "--", *argv]
+               shutil.which("bwrap") or "bwrap", "--args", str(args_file.fileno()), "--", "/bin/sh", COMMAND_FILE]
         self.confinement = Confinement(
             tool=_probe()[1], memory=self.cgroups.memory, memory_bytes=policy.limits.memory_bytes,
             pids=self.cgroups.pids, pids_max=policy.limits.pids if self.cgroups.pids != "wall_time_only" else None,
@@ -540,17 +494,25 @@ class Confined:
         self._lock = threading.Lock()
         try:
             self.proc = _spawn(cmd, env=env, stdin=stdin, stdout=stdout, stderr=stderr,
-                               pass_fds=(info_w, *pass_fds), start_new_session=True, cwd=writable)
+                               pass_fds=(info_w, *(f.fileno() for f in data_files), *pass_fds),
+                               start_new_session=True, cwd="/")
         except BaseException:
             os.close(info_r)
             self.cgroups.remove()
             raise
         finally:
             os.close(info_w)
+            for handle in data_files:
+                handle.close()
         self._info_r = info_r
         self._done = threading.Event()
         self._watch = threading.Thread(target=self._watchdog, name=f"sandbox-{self.proc.pid}", daemon=True)
         self._watch.start()
+
+    def translate(self, value: Any) -> Any:
+        """``value`` (a message for the command: text or JSON-able) with host paths rewritten to where
+        they are inside."""
+        return self.paths.translate_value(value)
 
     # -- Popen-like surface
     @property
@@ -574,17 +536,7 @@ class Confined:
         """Host pids of every process in the sandbox (for contention samples to exclude)."""
         inside = set(self.cgroups.pids_inside())
         if self._init_pid is not None:
-            try:
-                ns = os.readlink(f"/proc/{self._init_pid}/ns/pid")
-                for entry in os.scandir("/proc"):
-                    if entry.name.isdigit():
-                        try:
-                            if os.readlink(f"/proc/{entry.name}/ns/pid") == ns:
-                                inside.add(int(entry.name))
-                        except OSError:
-                            continue
-            except OSError:
-                pass
+            inside.update(namespace_pids(self._init_pid))
         return sorted(inside | {self.proc.pid})
 
     def terminate(self) -> None:
@@ -668,7 +620,7 @@ class Confined:
             if deadline is not None and now >= deadline:
                 self.kill(f"wall time limit ({limits.wall_s:g}s)")
                 return
-            if rss and self._init_pid is not None and _tree_rss_bytes(self._init_pid) > limits.memory_bytes:
+            if rss and self._init_pid is not None and tree_memory_bytes(self._init_pid, SHM_DIR) > limits.memory_bytes:
                 self.kill(f"memory limit ({limits.memory_bytes >> 20} MiB, RSS watchdog)")
                 return
             wait = 0.1 if rss else 0.25
@@ -716,10 +668,9 @@ class Completed:
 
 def run(argv: Sequence[str], policy: Policy, *, input: bytes | None = None, pass_fds: Sequence[int] = ()) -> Completed:
     """Run ``argv`` confined until it exits or a limit stops it; output is captured (bounded by the file
-    size limit, since it goes through files in the writable directory)."""
-    out_dir = Path(policy.writable)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    with open(out_dir / ".sandbox.stdout", "w+b") as out, open(out_dir / ".sandbox.stderr", "w+b") as err:
+    size limit). It goes through anonymous temporary files outside the sandbox's view: no name the
+    confined code could replace with a directory, FIFO or link for the parent to trip over."""
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         box = Confined(argv, policy, stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL,
                        stdout=out, stderr=err, pass_fds=pass_fds)
         if input is not None:
@@ -735,8 +686,6 @@ def run(argv: Sequence[str], policy: Policy, *, input: bytes | None = None, pass
         err.seek(0)
         result = Completed(code, out.read(limit), err.read(limit), time.monotonic() - box.started,
                            box.exit_reason(), box.confinement)
-    for name in (".sandbox.stdout", ".sandbox.stderr"):
-        (out_dir / name).unlink(missing_ok=True)
     return result
 
 
@@ -800,8 +749,8 @@ def call_function(module_path: Path | str, function: str, payload: Mapping[str, 
     """Call ``function(**payload)`` from the file ``module_path`` inside a sandbox (the file is made
     visible read-only); the JSON-able return value comes back. Never raises for the code's misbehaviour."""
     module_path = Path(module_path).resolve()
-    policy = Policy(writable=policy.writable, read_only=(*policy.read_only, module_path), env=policy.env,
-                    device=policy.device, limits=policy.limits, cwd=policy.cwd)
+    policy = Policy(writable=policy.writable, read_only=policy.read_only, env=policy.env, device=policy.device,
+                    limits=policy.limits, cwd=policy.cwd, inputs=(*policy.inputs, module_path))
     read_fd, write_fd = os.pipe()
     chunks: list[bytes] = []
     reader = threading.Thread(target=lambda: _drain(read_fd, chunks), daemon=True)
@@ -816,13 +765,24 @@ def call_function(module_path: Path | str, function: str, payload: Mapping[str, 
     base = {"seconds": done.seconds, "stderr_tail": tail, "confinement": done.confinement}
     if done.killed_for:
         return SandboxResult(False, error=done.killed_for, **base)
+    ok, value, error = parse_result(b"".join(chunks), done.returncode)
+    return SandboxResult(ok, value=value, error=error, **base)
+
+
+def parse_result(raw: bytes, returncode: int | None) -> tuple[bool, Any, str | None]:
+    """``(ok, value, error)`` from what the confined code wrote on the result channel. It may have written
+    anything there, so anything but the harness's own ``{"ok": bool, ...}`` is a failure saying so
+    (never an exception: nesting too deep for the parser, an error that is not a string, bad UTF-8)."""
     try:
-        body = json.loads(b"".join(chunks).decode("utf-8", "replace"))
-    except ValueError:
-        return SandboxResult(False, error=f"no result ({describe_exit(done.returncode)})", **base)
-    if not isinstance(body, dict):
-        return SandboxResult(False, error="malformed result", **base)
-    return SandboxResult(bool(body.get("ok")), value=body.get("value"), error=body.get("error"), **base)
+        body = json.loads(raw.decode("utf-8", "replace"))
+    except (ValueError, RecursionError):
+        return False, None, f"no result ({describe_exit(returncode)})"
+    if not isinstance(body, dict) or not isinstance(body.get("ok"), bool):
+        return False, None, "malformed result"
+    error = body.get("error")
+    if body["ok"]:
+        return (True, body.get("value"), None) if error is None else (False, None, "malformed result")
+    return False, None, error if isinstance(error, str) and error else "malformed result"
 
 
 def _drain(fd: int, chunks: list[bytes], limit: int = 16 << 20) -> None:

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from perfwarden.harness import sandbox as sb
+from perfwarden.harness import sandbox_limits
 
 pytestmark = pytest.mark.skipif(sb.available() is not None, reason=f"sandbox unavailable: {sb.available()}")
 
@@ -148,6 +149,119 @@ HOSTILE = textwrap.dedent('''
     def read(path):
         with open(path, "rb") as f:
             return f.read(200).decode("latin-1")
+
+    def vandalize(kind, target):
+        """Replace what the harness may keep in the writable directory (its output files, tmp, .cache)
+        with a directory, a FIFO, a link to a file outside, or nothing."""
+        names = [n for n in os.listdir(".") if not os.path.isdir(n) or os.path.islink(n)]
+        names += [".sandbox.stdout", ".sandbox.stderr", "tmp", ".cache"]
+        for name in names:
+            if os.path.islink(name) or os.path.isfile(name) or os.path.exists(name) and not os.path.isdir(name):
+                os.unlink(name)
+            elif os.path.isdir(name):
+                os.rmdir(name) if not os.listdir(name) else None
+            if os.path.lexists(name):
+                continue
+            if kind == "dir":
+                os.mkdir(name)
+                open(os.path.join(name, "x"), "w").close()
+            elif kind == "fifo":
+                os.mkfifo(name)
+            elif kind == "link":
+                os.symlink(target, name)
+            elif kind == "file":
+                open(name, "w").close()
+            elif kind == "locked":
+                os.mkdir(name, 0)
+        os.chmod(".", 0o500) if kind == "locked" else None
+        return kind
+
+    def loop_cwd():
+        """Leave the working directory a link to itself for the next call to start in."""
+        here = os.getcwd()
+        os.chdir("..")
+        os.rmdir(here)
+        os.symlink(os.path.basename(here), here)
+        return "looped"
+
+    def raw_result(text, times=1):
+        """Hand back raw text on the result channel instead of the harness's JSON, then exit at once."""
+        fd = int(sys.argv[1])
+        data = text.encode("utf-8", "surrogateescape") * times
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+        os._exit(0)
+
+    def fill_shm(mb, hold_s=3):
+        """Keep memory where RSS does not show it: files (32 MiB each, under the file-size limit) in the
+        sandbox's /dev/shm (a tmpfs)."""
+        written = 0
+        try:
+            for i in range(0, mb, 32):
+                with open(f"/dev/shm/hog-{i}", "wb") as f:
+                    for _ in range(min(32, mb - i)):
+                        f.write(b"x" * (1 << 20))
+                        f.flush()
+                        written += 1
+        except OSError:
+            pass
+        time.sleep(hold_s)
+        return written
+
+    def fill_memfd(mb, hold_s=3):
+        """The same in anonymous memfds, never mapped."""
+        for i in range(0, mb, 32):
+            fd = os.memfd_create(f"hog-{i}")
+            for _ in range(min(32, mb - i)):
+                os.write(fd, b"x" * (1 << 20))
+        time.sleep(hold_s)
+        return mb
+
+    def sysv_shm(mb, hold_s=3):
+        """The same in a System V segment, created, filled, detached: in no process's RSS at all."""
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.shmat.restype = ctypes.c_void_p
+        shmid = libc.shmget(0, ctypes.c_size_t(mb << 20), 0o1600)  # IPC_PRIVATE, IPC_CREAT | 0600
+        if shmid < 0:
+            return {"shmget": -1, "errno": ctypes.get_errno()}
+        for start in range(0, mb, 32):  # 32 MiB mapped at a time: RSS never shows more
+            addr = libc.shmat(shmid, None, 0)
+            ctypes.memset(addr + (start << 20), 1, min(32, mb - start) << 20)
+            libc.shmdt(ctypes.c_void_p(addr))
+        time.sleep(hold_s)
+        return {"shmget": shmid}
+
+    def tmpfs_mounts():
+        """Every tmpfs in the view: [can a file be created in it, its size in bytes]."""
+        out = {}
+        with open("/proc/self/mountinfo") as f:
+            lines = f.read().splitlines()
+        for line in lines:
+            pre, _, post = line.partition(" - ")
+            if post.split(" ")[0] != "tmpfs":
+                continue
+            point = pre.split(" ")[4]
+            st = os.statvfs(point)
+            try:
+                with open(os.path.join(point, ".probe"), "w") as f:
+                    f.write("x")
+                os.unlink(os.path.join(point, ".probe"))
+                writable = True
+            except OSError:
+                writable = False
+            out[point] = [writable, st.f_blocks * st.f_frsize]
+        return out
+
+    def views():
+        """What a process can learn of where it runs: init's and its own command line, environment,
+        working directory, the mount points, its own file."""
+        def read(path):
+            with open(path, "rb") as f:
+                return f.read().replace(b"\\0", b" ").decode("utf-8", "replace")
+        points = [line.split(" - ")[0].split(" ")[4] for line in read("/proc/self/mountinfo").splitlines()]
+        return {"init": read("/proc/1/cmdline"), "self": read("/proc/self/cmdline"),
+                "environ": read("/proc/self/environ"), "cwd": os.getcwd(), "points": points, "file": __file__}
 
     def kill_parent():
         """The parent pid is not visible; pid 1 is the sandbox's own init."""
@@ -314,12 +428,81 @@ def test_memory_blow_up_is_stopped(box):
     assert "memory" in r.error or "SIGKILL" in r.error or "MemoryError" in r.error, r.error
 
 
+def test_a_cgroup_oom_kill_is_reported_as_the_memory_limit(box):
+    """The cgroup was removed before its OOM count was read: an OOM kill came back as a plain SIGKILL."""
+    r = call(box, "eat_memory", mb=2048, memory_mb=256)
+    if r.confinement.memory == "rss_watchdog":
+        pytest.skip("no memory cgroup can be created here")
+    assert not r.ok and r.error.startswith("memory limit (256 MiB, cgroup OOM kill)"), r.error
+    proc = sb.Confined([sys.executable, "-I", "-c", "b = [bytearray(1 << 20) for _ in range(2048)]"],
+                       sb.Policy(writable=box["work"], limits=sb.Limits(wall_s=20, memory_bytes=256 << 20)))
+    proc.wait(30)
+    assert proc.exit_reason() == "memory limit (256 MiB, cgroup OOM kill)"
+
+
+@pytest.mark.parametrize("version,files,killed", [
+    ("cgroup_v2", {"memory.events": "low 0\nhigh 0\nmax 12\noom 1\noom_kill 1\noom_group_kill 0\n"}, True),
+    ("cgroup_v2", {"memory.events": "low 0\nhigh 0\nmax 3\noom 0\noom_kill 0\n"}, False),
+    ("cgroup_v2", {"memory.events": "oom_group_kill 1\n"}, True),
+    ("cgroup_v2", {}, False),
+    ("cgroup_v1", {"memory.oom_control": "oom_kill_disable 0\nunder_oom 0\noom_kill 2\n"}, True),
+    ("cgroup_v1", {"memory.oom_control": "oom_kill_disable 0\nunder_oom 0\noom_kill 0\n",
+                   "memory.failcnt": "40\n", "memory.max_usage_in_bytes": "268435456\n",
+                   "memory.limit_in_bytes": "268435456\n"}, False),
+    ("cgroup_v1", {"memory.oom_control": "oom_kill_disable 0\nunder_oom 0\n", "memory.failcnt": "40\n",
+                   "memory.max_usage_in_bytes": "268435456\n", "memory.limit_in_bytes": "268435456\n"}, True),
+    ("cgroup_v1", {"memory.oom_control": "oom_kill_disable 0\nunder_oom 0\n", "memory.failcnt": "0\n",
+                   "memory.max_usage_in_bytes": "1000\n", "memory.limit_in_bytes": "268435456\n"}, False),
+    ("cgroup_v1", {"memory.oom_control": "garbage", "memory.failcnt": "x"}, False),
+    ("rss_watchdog", {"memory.events": "oom_kill 1\n"}, False),
+])
+def test_oom_kills_are_read_from_either_cgroup_version(version, files, killed):
+    assert sandbox_limits.oom_killed_in(version, files) is killed
+
+
 def test_without_cgroups_the_rss_watchdog_bounds_memory(box, monkeypatch):
     """Hosts where no cgroup can be created (CI may differ): the watchdog over the PID namespace holds."""
-    monkeypatch.setattr(sb, "_own_cgroups", lambda *a, **k: {})
+    monkeypatch.setattr(sandbox_limits, "own_cgroups", lambda *a, **k: {})
     r = call(box, "eat_memory", mb=4096, memory_mb=300, wall_s=60)
     assert not r.ok and "RSS watchdog" in r.error, r.error
     assert r.confinement.memory == "rss_watchdog" and r.confinement.pids == "wall_time_only"
+
+
+@pytest.mark.parametrize("fn", ["fill_shm", "fill_memfd"])
+def test_without_cgroups_memory_kept_in_tmpfs_or_a_memfd_counts_toward_the_bound(box, monkeypatch, fn):
+    """A file in /dev/shm (a tmpfs) or an unmapped memfd is memory outside any RSS: the watchdog counts
+    it (the probe kept 2 GiB in /dev/shm under a 512 MiB bound)."""
+    monkeypatch.setattr(sandbox_limits, "own_cgroups", lambda *a, **k: {})
+    r = call(box, fn, mb=600, memory_mb=256, wall_s=30)
+    assert not r.ok and "memory limit" in r.error and "RSS watchdog" in r.error, (r.value, r.error)
+
+
+def test_without_cgroups_system_v_shared_memory_cannot_hold_memory_outside_the_bound(box, monkeypatch):
+    """A detached System V segment is in no RSS and out of the watchdog's sight (its IPC namespace is the
+    sandbox's own): without a cgroup to charge it to, shmget is refused (seccomp, EPERM)."""
+    monkeypatch.setattr(sandbox_limits, "own_cgroups", lambda *a, **k: {})
+    r = call(box, "sysv_shm", mb=600, memory_mb=256, wall_s=30)
+    assert r.ok and r.value == {"shmget": -1, "errno": 1} or not r.ok and "memory limit" in r.error, (r.value, r.error)
+
+
+def test_the_shmget_filter_knows_its_machines():
+    x86, arm = sandbox_limits.no_sysv_shm_filter("x86_64"), sandbox_limits.no_sysv_shm_filter("aarch64")
+    assert len(x86) == 9 * 8 and len(arm) == 7 * 8  # sock_filter entries: 8 bytes each
+    assert sandbox_limits.no_sysv_shm_filter("riscv64") is None  # unknown: no filter rather than a wrong one
+
+
+def test_every_writable_tmpfs_is_no_bigger_than_the_memory_bound(box, monkeypatch):
+    """/dev (bwrap's own tmpfs) and the empty tmpfs over a key store are read-only; /dev/shm is the one
+    writable tmpfs and no bigger than the memory bound, on every path (cgroup or not)."""
+    shared = box["tmp"] / "shared"
+    (shared / "keys").mkdir(parents=True)
+    monkeypatch.setenv("PERFWARDEN_KEY_DIR", str(shared / "keys"))
+    policy = sb.Policy(writable=box["work"], read_only=(shared,), limits=sb.Limits(wall_s=20, memory_bytes=300 << 20))
+    r = sb.call_function(box["module"], "tmpfs_mounts", {}, policy)
+    assert r.ok, r.error
+    writable = {point: size for point, (ok, size) in r.value.items() if ok}
+    assert list(writable) == ["/dev/shm"], r.value
+    assert writable["/dev/shm"] <= 300 << 20, r.value
 
 
 def test_cpu_spin_is_stopped_by_the_cpu_limit(box):
@@ -384,6 +567,24 @@ def test_missing_bwrap_is_a_clear_refusal(box, monkeypatch):
         assert "apt-get install bubblewrap" in sb.available()
         with pytest.raises(sb.SandboxUnavailable, match="bubblewrap"):
             sb.Confined([sys.executable, "-c", "pass"], sb.Policy(writable=box["work"]))
+    finally:
+        monkeypatch.undo()
+        sb._probe.cache_clear()
+    assert sb.available() is None
+
+
+def test_a_bwrap_without_a_bounded_tmpfs_is_a_clear_refusal(box, monkeypatch):
+    """/dev/shm is bounded with --size (bubblewrap 0.7+): an older bwrap is refused with why, not run."""
+    fake = box["tmp"] / "bwrap"
+    fake.write_text('#!/bin/sh\n[ "$1" = --version ] && { echo "bubblewrap 0.6.1"; exit 0; }\n'
+                    'echo "bwrap: Unknown option --size" >&2\nexit 1\n')
+    fake.chmod(0o755)
+    real_which = sb.shutil.which
+    monkeypatch.setattr(sb.shutil, "which", lambda name: str(fake) if name == "bwrap" else real_which(name))
+    sb._probe.cache_clear()
+    try:
+        why = sb.available()
+        assert why is not None and "bubblewrap 0.6.1 is too old" in why and "0.7 or later" in why, why
     finally:
         monkeypatch.undo()
         sb._probe.cache_clear()
@@ -502,3 +703,84 @@ def test_a_sandbox_dies_when_the_process_that_started_it_is_sigkilled(box):
         assert not Path(f"/proc/{bwrap_pid}").exists(), "the sandbox outlived the SIGKILLed process that started it"
     finally:
         parent.kill()
+
+
+# ------------------------------------------------------------ the parent never raises for the code inside
+
+
+@pytest.mark.parametrize("kind", ["dir", "fifo", "link", "file", "locked"])
+def test_confined_code_that_replaces_the_harness_files_cannot_make_the_parent_raise_or_write(box, kind):
+    """call_function never raises for the code's misbehaviour: its output files, tmp and .cache
+    replaced by a directory, FIFO, link (to evidence outside), a file, or a locked directory -- this call
+    and the next both return a result, and nothing outside is written through a planted link."""
+    r = call(box, "vandalize", kind=kind, target=str(box["evidence"]))
+    assert isinstance(r, sb.SandboxResult) and (r.error is None or isinstance(r.error, str))
+    again = call(box, "good", n=4)
+    assert again.ok and again.value == 8, again.error
+    assert box["evidence"].read_text() == '{"rep": 0}\n'
+    os.chmod(box["work"], 0o755)
+
+
+def test_a_working_directory_left_as_a_link_loop_does_not_make_the_parent_raise(box):
+    sub = box["work"] / "sub"
+    sub.mkdir()
+    policy = sb.Policy(writable=box["work"], cwd=sub, limits=sb.Limits(wall_s=20))
+    first = sb.call_function(box["module"], "loop_cwd", {}, policy)
+    assert first.ok and sub.is_symlink(), first.error
+    again = sb.call_function(box["module"], "good", {"n": 1}, policy)  # resolving the loop used to raise
+    assert isinstance(again, sb.SandboxResult) and (again.ok or again.error)
+
+
+@pytest.mark.parametrize("text,times", [("[", 200_000), ('{"ok": true, "error": {"a": 1}, "value": 3}', 1),
+                                        ('"a string"', 1), ("1", 6000), ("\\udcff\\udcfe{", 1), ("", 1),
+                                        ('{"ok": "yes", "error": ["x"]}', 1)])
+def test_a_result_that_is_not_the_harness_json_is_a_failure_not_an_exception(box, text, times):
+    r = call(box, "raw_result", text=text, times=times)
+    assert isinstance(r, sb.SandboxResult)
+    assert isinstance(r.ok, bool) and (r.error is None if r.ok else isinstance(r.error, str) and r.error), r
+
+
+
+# ------------------------------------------------------------------------------------- no host paths
+
+
+def test_no_host_path_of_the_run_shows_inside_and_init_names_none_at_all(box):
+    """The probe read host paths in /proc/1/cmdline (bwrap's whole command line: every bind source) and
+    /proc/self/mountinfo. Now bwrap's options come through --args and the command through a script, so
+    init's command line names no host path; the writable directory and the code under test sit at
+    neutral paths, and the paths handed in are rewritten to them."""
+    scratch = box["work"] / "scratch.txt"
+    r = call(box, "views", wall_s=20)
+    assert r.ok, r.error
+    seen = r.value
+    run_paths = [str(box["tmp"]), str(box["tmp"].resolve()), str(box["work"].resolve())]
+    for where in ("init", "self", "environ", "cwd", "file"):
+        assert not any(p in seen[where] for p in run_paths), (where, seen[where][:500])
+    assert not any(p in point for p in run_paths for point in seen["points"]), seen["points"]
+    host_roots = [str(p) for p in sb.python_roots()] + [sys.prefix, str(Path(sys.executable).parent)]
+    assert not any(root in seen["init"] for root in host_roots), seen["init"]
+    assert seen["cwd"] == "/sandbox/work" and seen["file"].startswith("/sandbox/in/")
+    w = call(box, "write", path=str(scratch), text="through the neutral path")  # a host path handed in still works
+    assert w.ok and scratch.read_text() == "through the neutral path"
+
+
+def test_the_path_map_rewrites_whole_paths_only(tmp_path):
+    run = tmp_path / "run"
+    (run / "work").mkdir(parents=True)
+    (run / "work" / "in.py").write_text("")
+    (tmp_path / "cand.py").write_text("")
+    policy = sb.Policy(writable=run / "work", inputs=(tmp_path / "cand.py", run / "work" / "in.py"))
+    paths = sb.path_map(policy)
+    w, c = str((run / "work").resolve()), str((tmp_path / "cand.py").resolve())
+    assert paths.translate(f"{w}/a.pt") == "/sandbox/work/a.pt"
+    assert paths.translate(f"{c}:rmsnorm") == "/sandbox/in/0/cand.py:rmsnorm"
+    assert paths.translate(f"{w}2/x {w}.bak x{w}") == f"{w}2/x {w}.bak x{w}"  # other names left alone
+    assert paths.inside(run / "work" / "in.py") == "/sandbox/work/in.py"  # an input inside the writable dir
+    assert paths.translate_value({"out": f"{w}/o.pt", "n": [1, f"{c}:f"]}) == {
+        "out": "/sandbox/work/o.pt", "n": [1, "/sandbox/in/0/cand.py:f"]}
+    assert paths.inside("/usr/bin/python3") == "/usr/bin/python3"
+    args = sb.bwrap_args(policy)
+    assert args[args.index(w) + 1] == "/sandbox/work"
+    ro = args.index(str((run / "work" / "in.py").resolve()))
+    assert args[ro - 1] == "--ro-bind" and args[ro + 1] == "/sandbox/work/in.py"
+    assert args.index("/sandbox/work/in.py") > args.index("/sandbox/work")  # read-only on top of the writable dir

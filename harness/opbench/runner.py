@@ -64,7 +64,7 @@ class WorkerClient:
                "OPENBLAS_NUM_THREADS": str(threads), "TORCHINDUCTOR_COMPILE_THREADS": "1"}
         if triton and device == "cpu":
             env["TRITON_INTERPRET"] = "1"
-        policy = sandbox.Policy(writable=workdir, read_only=(Path(target),) if is_file else (), env=env,
+        policy = sandbox.Policy(writable=workdir, inputs=(Path(target),) if is_file else (), env=env,
                                 device=device, limits=limits)
         # The worker's stderr goes to a file beside (not inside) its writable directory: it cannot be
         # replaced by a link or a FIFO from inside, and we read it back through our own handle.
@@ -97,7 +97,7 @@ class WorkerClient:
         stdin = self.box.proc.stdin
         assert stdin is not None
         try:
-            stdin.write((json.dumps(msg) + "\n").encode())
+            stdin.write((json.dumps(self.box.translate(msg)) + "\n").encode())  # paths as the worker sees them
             stdin.flush()
         except (BrokenPipeError, OSError):
             pass  # the reader sees EOF and the request fails with the exit status
