@@ -25,6 +25,7 @@ from perfwarden.agents.base import AttackProducer
 from perfwarden.agents.brains import Brains
 from perfwarden.agents.llm import LLMClient
 from perfwarden.harness.records import write_json_atomic
+from perfwarden.orchestrator.checkpoint_serde import CheckpointTypeError, StateOnlySerializer
 from perfwarden.orchestrator.crashpoints import crash_point
 from perfwarden.orchestrator.graph import build_graph, initial_state
 from perfwarden.orchestrator.lab import Lab
@@ -85,10 +86,11 @@ def _graph(run: Path, checkpointer_url: str | None):
             raise RunUsageError("a Postgres checkpointer needs `pip install langgraph-checkpoint-postgres`") from exc
         cm = PostgresSaver.from_conn_string(checkpointer_url)
         saver = cm.__enter__()
+        saver.serde = StateOnlySerializer()
         saver.setup()
         return build_graph().compile(checkpointer=saver), cm
     conn = sqlite3.connect(checkpoint_path(run), check_same_thread=False)
-    return build_graph().compile(checkpointer=SqliteSaver(conn)), conn
+    return build_graph().compile(checkpointer=SqliteSaver(conn, serde=StateOnlySerializer())), conn
 
 
 def check_state_version(run: Path, values: dict[str, Any]) -> None:
@@ -139,6 +141,8 @@ def run_graph(run: Path, settings: RunSettings, lab: Lab, *, resume: bool = Fals
                 return ensure_report(run, dict(snapshot.values), context)
             return ensure_report(run, graph.invoke(None, config, context=context), context)
         return ensure_report(run, graph.invoke(initial_state(run, clock()), config, context=context), context)
+    except CheckpointTypeError as exc:
+        raise RunUsageError(f"{str(run)!r} cannot be resumed: {exc}") from None
     finally:
         if hasattr(handle, "close"):
             handle.close()

@@ -1,0 +1,118 @@
+"""Issue 16, item 1: resuming executes nothing a run's files name.
+
+A run directory someone else prepared is input to ``run --resume``: its checkpoint may name any type
+(LangGraph's default serializer imports and calls it), and its settings.json may name an interpreter
+or code to load. Each attack here plants a command that would create a marker file and checks that
+the resume exits 3 with a message naming what was refused, and that the marker does not exist. Each
+test failed before the fix (the marker was created, or the resume exited 0).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sqlite3
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import ormsgpack
+import pytest
+from langgraph.checkpoint.serde.jsonplus import EXT_CONSTRUCTOR_SINGLE_ARG, JsonPlusSerializer
+
+from perfwarden.orchestrator.runner import RunUsageError, run_graph
+from perfwarden.orchestrator.settings import RunSettings
+from perfwarden.orchestrator.simlab import SyntheticLab
+
+
+def cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "perfwarden.orchestrator.cli", *args], capture_output=True,
+                          text=True, timeout=120, env={**os.environ, **(env or {})}, stdin=subprocess.DEVNULL)
+
+
+def synthetic_run(path: Path, **lab) -> Path:
+    """A small real run of the synthetic target (a second or so), finished unless ``lab`` crashes it."""
+    settings = RunSettings(target="synthetic", levers=["max_batch_size=2"], kernels=False)
+    try:
+        run_graph(path, settings, SyntheticLab(**lab), capture_logs=False)
+    except KeyboardInterrupt:  # SyntheticLab(crash_after=N) stops the run mid-rep, as a kill would
+        pass
+    return path
+
+
+def plant(run: Path, payload: ormsgpack.Ext) -> None:
+    """Add ``payload`` to the notes of every checkpoint in the run, written as the library writes them."""
+    serde = JsonPlusSerializer(allowed_msgpack_modules=None)  # strict: reading to rewrite runs nothing
+    with sqlite3.connect(run / "checkpoints.sqlite") as conn:
+        rows = conn.execute("SELECT rowid, type, checkpoint FROM checkpoints").fetchall()
+        assert rows
+        for rowid, kind, blob in rows:
+            checkpoint = serde.loads_typed((kind, blob))
+            checkpoint["channel_values"]["notes"] = [*checkpoint["channel_values"].get("notes", []), payload]
+            kind, blob = serde.dumps_typed(checkpoint)
+            conn.execute("UPDATE checkpoints SET type = ?, checkpoint = ? WHERE rowid = ?", (kind, blob, rowid))
+
+
+def os_system(command: str) -> ormsgpack.Ext:
+    """The msgpack extension object the library revives as ``os.system(command)``."""
+    return ormsgpack.Ext(EXT_CONSTRUCTOR_SINGLE_ARG, ormsgpack.packb(("os", "system", command)))
+
+
+def test_a_checkpoint_naming_os_system_is_refused_naming_the_type_and_runs_nothing(tmp_path):
+    run = synthetic_run(tmp_path / "run")
+    marker = tmp_path / "pwned"
+    plant(run, os_system(f"touch {marker}"))
+    done = cli("run", "--resume", str(run))
+    assert not marker.exists(), "the checkpoint's os.system ran on resume"
+    assert done.returncode == 3, done.stderr[-2000:]
+    assert "os.system" in done.stderr and "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize("payload", [
+    ormsgpack.Ext(3, ormsgpack.packb(("pathlib", "Path", "x", "touch"))),  # a method call
+    ormsgpack.Ext(6, ormsgpack.packb(("|O", [1], "C", b"\0" * 8))),  # an array
+    ormsgpack.Ext(5, ormsgpack.packb(("perfwarden.orchestrator.settings", "RunSettings", {}, "x"))),  # ours, not state
+])
+def test_any_other_extension_is_refused_in_process(tmp_path, payload):
+    run = synthetic_run(tmp_path / "run")
+    plant(run, payload)
+    with pytest.raises(RunUsageError, match="cannot be resumed: the checkpoint"):
+        run_graph(run, RunSettings(), SyntheticLab(), resume=True)
+
+
+def test_a_pending_write_naming_a_function_is_refused_too(tmp_path):
+    """Writes saved for a task that finished just before a crash are loaded on resume as well."""
+    run = synthetic_run(tmp_path / "run", crash_after=6)
+    marker = tmp_path / "pwned"
+    serde = JsonPlusSerializer()
+    with sqlite3.connect(run / "checkpoints.sqlite") as conn:
+        thread, ns, cid = conn.execute("SELECT thread_id, checkpoint_ns, checkpoint_id FROM checkpoints "
+                                       "ORDER BY checkpoint_id DESC LIMIT 1").fetchone()
+        kind, blob = serde.dumps_typed([os_system(f"touch {marker}")])
+        conn.execute("INSERT INTO writes (thread_id, checkpoint_ns, checkpoint_id, task_id, idx, channel, type, "
+                     "value) VALUES (?, ?, ?, ?, ?, ?, ?, ?)", (thread, ns, cid, "planted-task", 0, "notes", kind, blob))
+    with pytest.raises(RunUsageError, match="os.system"):
+        run_graph(run, RunSettings(), SyntheticLab(), resume=True)
+    assert not marker.exists()
+
+
+def test_a_fresh_runs_checkpoints_name_only_allowed_types_and_it_resumes(tmp_path):
+    """The allow-list covers everything a real run writes: crash a run, check every stored value, resume."""
+    from perfwarden.orchestrator.checkpoint_serde import ALLOWED_TYPES, named_types
+
+    run = synthetic_run(tmp_path / "run", crash_after=12)
+    assert not (run / "report.json").exists()
+    named: set[tuple[str, str]] = set()
+    with sqlite3.connect(run / "checkpoints.sqlite") as conn:
+        values = [*conn.execute("SELECT type, checkpoint FROM checkpoints"),
+                  *conn.execute("SELECT type, value FROM writes")]
+    for kind, blob in values:
+        assert kind in ("msgpack", "null")
+        if kind == "msgpack":
+            named |= set(named_types(blob))
+    assert named and named <= ALLOWED_TYPES, named - ALLOWED_TYPES
+    state = run_graph(run, RunSettings(), SyntheticLab(), resume=True)
+    assert state["stage"] == "done" and (run / "report.json").is_file()
+    assert [b.name for b in state["banked"]] == ["cfg-max_batch_size=2"]
