@@ -29,7 +29,7 @@ from perfwarden.orchestrator.checkpoint_serde import CheckpointTypeError, StateO
 from perfwarden.orchestrator.crashpoints import crash_point
 from perfwarden.orchestrator.graph import build_graph, initial_state
 from perfwarden.orchestrator.lab import Lab
-from perfwarden.orchestrator.settings import RunSettings
+from perfwarden.orchestrator.settings import RunSettings, settings_error
 from perfwarden.orchestrator.state import STATE_VERSION, RunContext, RunState, SilentWatcher
 
 THREAD_ID = "perfwarden-run"
@@ -59,9 +59,7 @@ def read_settings(run: Path) -> RunSettings:
     except OSError as exc:
         raise RunUsageError(f"{str(run)!r} is not a perfwarden run directory: {exc}") from None
     except ValidationError as exc:
-        err = exc.errors()[0]
-        raise RunUsageError(f"{str(settings_path(run))!r} is invalid: {err['msg']} at "
-                            f"{'.'.join(map(str, err['loc'])) or 'the top level'!r}") from None
+        raise RunUsageError(settings_error(exc, repr(str(settings_path(run))))) from None
 
 
 def ensure_report(run: Path, state: dict[str, Any], context: RunContext) -> dict[str, Any]:
