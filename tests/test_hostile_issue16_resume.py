@@ -231,3 +231,20 @@ def test_kernels_the_run_generated_or_perfwarden_offers_still_resume(tmp_path):
     rewrite_proposals(run, op="rmsnorm", candidates=[f"{run}/generated/rmsnorm_llm_0.py:rmsnorm", f"{own}:fn",
                                                      "perfwarden.harness.ops.rmsnorm_alt:rmsnorm"])
     assert run_graph(run, RunSettings(), SyntheticLab(), resume=True)["stage"] == "done"
+
+
+@pytest.mark.parametrize("field", ["model", "speculative_draft_model_path"])
+def test_weights_inside_the_run_are_not_loaded_on_resume(tmp_path, field):
+    """The run's author's own files are never handed to SGLang as weights (a pickled .bin is code)."""
+    run = tmp_path / "run"
+    run.mkdir()
+    planted = run / "weights"
+    planted.mkdir()
+    (planted / "config.json").write_text("{}")
+    marker = tmp_path / "pwned"
+    python = marker_script(tmp_path / "sglang-python", marker)  # the person's interpreter: probing it is fine
+    extra = {"base_config": {"speculative_draft_model_path": str(planted)}} if field != "model" else {}
+    sglang_settings(run, planted if field == "model" else tmp_path / "weights", **extra)
+    code, message = cli_here("run", "--resume", str(run), "--sglang-python", python)
+    assert code == 3 and "weights inside the run" in message and field in message, message
+    assert not marker.exists()  # refused before the interpreter is even probed
