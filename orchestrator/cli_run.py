@@ -180,7 +180,7 @@ def _new_settings(err: Console, settings_kw: dict, set_: list[str]) -> RunSettin
     try:
         return RunSettings(**settings_kw)
     except ValidationError as exc:
-        print_error(err, settings_error(exc, "the run's settings"))
+        print_error(err, settings_error(exc, "the run's settings are invalid"))
         raise typer.Exit(ExitCode.INVALID) from None
 
 

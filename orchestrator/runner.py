@@ -59,7 +59,7 @@ def read_settings(run: Path) -> RunSettings:
     except OSError as exc:
         raise RunUsageError(f"{str(run)!r} is not a perfwarden run directory: {exc}") from None
     except ValidationError as exc:
-        raise RunUsageError(settings_error(exc, repr(str(settings_path(run))))) from None
+        raise RunUsageError(settings_error(exc, f"{str(settings_path(run))!r} is invalid")) from None
 
 
 def ensure_report(run: Path, state: dict[str, Any], context: RunContext) -> dict[str, Any]:
