@@ -212,7 +212,8 @@ def run(
                                "needs --model) or synthetic."),
     model: str = typer.Option(None, "--model", help="sglang: directory of the weights to serve."),
     sglang_python: str = typer.Option(None, "--sglang-python", help="sglang: the python of SGLang's own "
-                                      "environment (default: $PERFWARDEN_SGLANG_PYTHON, else this python)."),
+                                      "environment (default: $PERFWARDEN_SGLANG_PYTHON, else this python; "
+                                      "--resume needs one of the two: a run never names it)."),
     set_: list[str] = typer.Option([], "--set", help="Baseline knob, key=value (repeatable): the true baseline "
                                    "the search starts from (e.g. sglang's mem_fraction_static, tp_size)."),
     out: Path = typer.Option(None, "--out", help="Run directory (default: runs/<UTC timestamp>)."),
