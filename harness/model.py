@@ -6,9 +6,17 @@ dequantize once, with transformers' own GGUF reader (``load_gguf_checkpoint``: t
 and Q/K un-permutation that ``from_pretrained`` uses), and publish a plain safetensors + config +
 tokenizer directory in a cache. Every later load is an ordinary ``from_pretrained(dir)`` (~2 s).
 
-Why atomic: two processes (a test run and a server, two servers) may convert at the same time. Each
-converts into its own temporary directory beside the target and renames it into place; a rename onto an
-existing directory fails, so the loser discards its copy. Readers only ever see a complete directory.
+Why locked and atomic: two processes (a run and a server, two servers) or two threads (a lab starting
+its legs' servers at once) may ask for the weights at the same time. Conversion runs once, under a file
+lock in the cache root (``fcntl.flock``: other processes) and a process lock (other threads), into a
+temporary directory that is renamed into place after its manifest is written; a directory without a
+valid manifest (a conversion killed by a non-atomic tool) is never used, it is converted again. Readers
+only ever see a complete directory, and a complete one is read without taking the lock (a sandboxed
+server sees the cache read-only).
+
+Why a lock around ``import transformers``: its top-level module is lazy, and the first import from
+several threads at once fails in all but one (``cannot import name 'AutoConfig' from 'transformers'``).
+Every transformers import here goes through ``transformers_names``.
 
 Nothing here touches the network: the GGUF comes from the installed wheel, transformers runs with
 ``local_files_only`` and ``HF_HUB_OFFLINE=1``.
@@ -16,14 +24,18 @@ Nothing here touches the network: the GGUF comes from the installed wheel, trans
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
+import importlib
 import importlib.util
 import json
 import os
 import shutil
 import tempfile
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -46,6 +58,10 @@ MANIFEST = "perfwarden_conversion.json"
 WEIGHTS_FILE = "model.safetensors"
 """The converted weights (float32, dequantized from Q4_1)."""
 RANDOM_WEIGHT_SEED = 1234
+LOCK_FILE = "convert.lock"
+"""In the cache root: held (``flock``) by whichever process converts, so only one does."""
+LOCK_TIMEOUT_S = 900.0
+"""How long to wait for another process's conversion (~30 s on an idle 2-core host) before giving up."""
 """Seed of ``random_weight_model``: the calibration's negative class must be reproducible."""
 
 PACKAGED_CONFIG = Path(__file__).resolve().with_name("smollm2_135m_config.json")
@@ -131,6 +147,18 @@ def model_dir_for(gguf: Path, root: Path | None = None) -> Path:
     return root / "models" / converted_dir_name(MODEL_NAME, file_sha256(gguf))
 
 
+_IMPORT_LOCK = threading.RLock()
+
+
+def transformers_names(*names: str, module: str = "transformers") -> tuple[Any, ...]:
+    """``from <module> import <names>``, under one process-wide lock: transformers' lazy top-level module
+    raises ImportError in every thread but one when several import it for the first time at once."""
+    with _IMPORT_LOCK:
+        importlib.import_module("torch")  # transformers imports torch; first imports of both stay serial
+        loaded = importlib.import_module(module)
+        return tuple(getattr(loaded, name) for name in names)
+
+
 # --------------------------------------------------------------------------------------- converting
 
 
@@ -145,8 +173,11 @@ def convert_gguf(gguf: Path, out_dir: Path) -> None:
     built from the GGUF's own config so a missing or extra tensor is an error, not a silent default.
     """
     import torch
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
-    from transformers.modeling_gguf_pytorch_utils import load_gguf_checkpoint
+
+    AutoConfig, AutoModelForCausalLM, AutoTokenizer = transformers_names(
+        "AutoConfig", "AutoModelForCausalLM", "AutoTokenizer")
+    (load_gguf_checkpoint,) = transformers_names("load_gguf_checkpoint",
+                                                 module="transformers.modeling_gguf_pytorch_utils")
 
     src_dir, fname = str(gguf.parent), gguf.name
     config = AutoConfig.from_pretrained(src_dir, gguf_file=fname, local_files_only=True)
@@ -171,7 +202,6 @@ def convert_gguf(gguf: Path, out_dir: Path) -> None:
 
 def _write_manifest(out_dir: Path, gguf: Path, gguf_sha: str, seconds: float) -> dict[str, Any]:
     import torch
-    import transformers
 
     weights = out_dir / WEIGHTS_FILE
     if not weights.is_file():
@@ -182,8 +212,9 @@ def _write_manifest(out_dir: Path, gguf: Path, gguf_sha: str, seconds: float) ->
         "source_gguf_sha256": gguf_sha,
         "weights_file": WEIGHTS_FILE,
         "weights_sha256": file_sha256(weights),
+        "weights_bytes": weights.stat().st_size,
         "converted_with": {
-            "transformers": transformers.__version__,
+            "transformers": transformers_names("__version__")[0],
             "torch": torch.__version__,
             "gguf": _dist_version("gguf"),
         },
@@ -204,46 +235,105 @@ def _dist_version(dist: str) -> str | None:
 
 
 def is_complete(model_dir: Path) -> bool:
-    """A converted directory counts only when its manifest (written last) is there."""
-    return (model_dir / MANIFEST).is_file() and (model_dir / WEIGHTS_FILE).is_file()
+    """A converted directory counts only when its manifest (written last, inside the temporary directory
+    before the rename) parses and the weights file has the size it records: a directory some other tool
+    left half-written or half-copied is not converted, whatever files it holds."""
+    try:
+        manifest = json.loads((Path(model_dir) / MANIFEST).read_text())
+        size = (Path(model_dir) / WEIGHTS_FILE).stat().st_size
+    except (OSError, ValueError):
+        return False
+    if not isinstance(manifest, dict) or not isinstance(manifest.get("weights_sha256"), str):
+        return False
+    recorded = manifest.get("weights_bytes")  # absent in manifests written before it was recorded
+    return recorded is None or recorded == size
+
+
+_PROCESS_LOCK = threading.Lock()
+
+
+@contextlib.contextmanager
+def conversion_lock(root: Path, timeout_s: float = LOCK_TIMEOUT_S) -> Iterator[None]:
+    """Held by one converter at a time: a thread of this process (``threading.Lock``) and a process on
+    this host (``flock`` on ``<root>/convert.lock``, released by the kernel if the holder dies). Bounded:
+    ModelError after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    if not _PROCESS_LOCK.acquire(timeout=timeout_s):
+        raise ModelError(f"another thread held the weights conversion lock for over {timeout_s:.0f}s")
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        lock_path = root / LOCK_FILE
+        fd = os.open(lock_path, os.O_RDONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666)
+        try:
+            while True:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    if time.monotonic() > deadline:
+                        raise ModelError(f"another process held {str(lock_path)!r} (converting the weights) "
+                                         f"for over {timeout_s:.0f}s") from None
+                    time.sleep(0.2)
+            yield
+        finally:
+            os.close(fd)  # releases the flock
+    finally:
+        _PROCESS_LOCK.release()
+
+
+def _discard(path: Path) -> None:
+    """Remove a leftover directory (never following a link: a link is removed, not what it points to)."""
+    if path.is_symlink() or path.is_file():
+        path.unlink()
+    elif path.exists():
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def _clear_leftovers(target: Path) -> None:
+    """Under the lock: what killed conversions of ``target`` left (temporary directories), and ``target``
+    itself when it is not complete (renamed aside first, so no reader sees it half-deleted)."""
+    for leftover in target.parent.glob(f".tmp-{target.name}-*"):
+        _discard(leftover)
+    if target.exists() or target.is_symlink():
+        aside = target.with_name(f".tmp-{target.name}-incomplete-{os.getpid()}")
+        os.rename(target, aside)
+        _discard(aside)
 
 
 def ensure_converted(
-    gguf: Path | None = None, root: Path | None = None, converter: Converter = convert_gguf
+    gguf: Path | None = None, root: Path | None = None, converter: Converter = convert_gguf,
+    lock_timeout_s: float = LOCK_TIMEOUT_S,
 ) -> Path:
-    """Return the converted model directory, converting once if needed (atomic publish).
+    """Return the converted model directory, converting once if needed: the one path to the weights for
+    the run, its servers and the tests.
 
-    The conversion runs in ``<models>/.tmp-<target>-<random>``; the finished directory is renamed onto
-    the target. If another process published first, the rename fails and this copy is discarded.
+    A complete directory is returned without locking. Otherwise, under ``conversion_lock``: check again
+    (another converter may just have finished), clear leftovers, convert into
+    ``<models>/.tmp-<target>-<random>``, write the manifest last, rename into place.
     """
     gguf = gguf_path() if gguf is None else Path(gguf)
+    root = cache_root() if root is None else Path(root)
     target = model_dir_for(gguf, root)
     if is_complete(target):
         return target
-    if target.exists():
-        raise ModelError(
-            f"cache directory {str(target)!r} exists but is incomplete (no {MANIFEST!r}); "
-            f"it was not written by perfwarden's atomic conversion -- remove it and retry"
-        )
-    target.parent.mkdir(parents=True, exist_ok=True)
-    gguf_sha = file_sha256(gguf)
-    tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{target.name}-", dir=target.parent))
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(tmp, 0o777 & ~umask)  # mkdtemp's 0700 would make a shared cache unreadable to others
-    try:
-        started = time.monotonic()
-        converter(gguf, tmp)
-        _write_manifest(tmp, gguf, gguf_sha, time.monotonic() - started)
+    with conversion_lock(root, lock_timeout_s):
+        if is_complete(target):
+            return target
+        target.parent.mkdir(parents=True, exist_ok=True)
+        _clear_leftovers(target)
+        gguf_sha = file_sha256(gguf)
+        tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{target.name}-", dir=target.parent))
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o777 & ~umask)  # mkdtemp's 0700 would make a shared cache unreadable to others
         try:
+            started = time.monotonic()
+            converter(gguf, tmp)
+            _write_manifest(tmp, gguf, gguf_sha, time.monotonic() - started)
             os.rename(tmp, target)
-        except OSError:
-            if not is_complete(target):
-                raise
-            # Another process won the race with a complete directory: use theirs.
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
+        finally:
+            if tmp.exists():
+                shutil.rmtree(tmp, ignore_errors=True)
     return target
 
 
@@ -286,7 +376,7 @@ def torch_dtype(name: str):
 
 def load_tokenizer(model_dir: Path | None = None):
     """The SmolLM2 tokenizer (with its chat template) from the converted directory."""
-    from transformers import AutoTokenizer
+    (AutoTokenizer,) = transformers_names("AutoTokenizer")
 
     model_dir = ensure_converted() if model_dir is None else Path(model_dir)
     return AutoTokenizer.from_pretrained(str(model_dir), local_files_only=True)
@@ -316,7 +406,7 @@ def load_model(
 ):
     """Load SmolLM2-135M-Instruct (converting once if needed) onto ``device``; returns ``(model, tokenizer)``
     in eval mode."""
-    from transformers import AutoModelForCausalLM
+    (AutoModelForCausalLM,) = transformers_names("AutoModelForCausalLM")
 
     if attn_implementation not in ("eager", "sdpa"):
         raise ValueError(
@@ -344,7 +434,7 @@ def random_weight_model(
     """Same architecture and tokenizer, randomly initialized weights (fixed seed): the negative class
     for calibrating the coherence check. Returns ``(model, tokenizer)`` in eval mode."""
     import torch
-    from transformers import AutoConfig, AutoModelForCausalLM
+    AutoConfig, AutoModelForCausalLM = transformers_names("AutoConfig", "AutoModelForCausalLM")
 
     model_dir = ensure_converted() if model_dir is None else Path(model_dir)
     config = AutoConfig.from_pretrained(str(model_dir), local_files_only=True)
@@ -385,7 +475,7 @@ def byte_level_tokenizer():
     import json as _json
 
     from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
+    (PreTrainedTokenizerFast,) = transformers_names("PreTrainedTokenizerFast")
 
     vocab_size = int(_json.loads(PACKAGED_CONFIG.read_text())["vocab_size"])
     vocab = {token: i for i, token in enumerate(SMOLLM2_SPECIAL_TOKENS)}
@@ -441,7 +531,7 @@ def load_random_model(
     tokenizer. Weights are drawn on the CPU under ``seed`` (the caller's RNG state is restored), so every
     host with the same torch serves the same tensors; the digest in ``ModelInfo`` proves it."""
     import torch
-    from transformers import AutoConfig, AutoModelForCausalLM
+    AutoConfig, AutoModelForCausalLM = transformers_names("AutoConfig", "AutoModelForCausalLM")
 
     if attn_implementation not in ("eager", "sdpa"):
         raise ValueError(

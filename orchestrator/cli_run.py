@@ -56,23 +56,32 @@ def make_attacker(settings: RunSettings):
     return red_team.make_producer(settings)
 
 
-class TerminalWatcher:
-    """The run as a person watches it: one line per verdict, a progress bar per measurement."""
+def budget_text(remaining_s: float) -> str:
+    """The one way the budget left is shown (progress bar, measuring line, verdict line)."""
+    return f"budget {remaining_s / 60:.1f} min left" if remaining_s > 0 else "budget spent"
 
-    def __init__(self, console: Console, budget_s: float, started: float):
+
+class TerminalWatcher:
+    """The run as a person watches it: one line per verdict, a progress bar per measurement.
+
+    The budget left comes from the run itself (``RunContext.remaining_s``, counted from the run's start
+    in its checkpoint, across resumes), handed over at every node: the terminal never counts its own."""
+
+    def __init__(self, console: Console, started: float):
         self.console = console
-        self.budget_s = budget_s
         self.started = started
+        self.deadline: float | None = None
+        """Clock time the run's budget runs out, as the run last said (``node``)."""
         self.progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                                  TimeElapsedColumn(), TextColumn("[dim]{task.fields[budget]}"),
                                  console=console, transient=True, redirect_stdout=False, redirect_stderr=False)
         self.task = None
 
     def _budget(self) -> str:
-        left = self.budget_s - (time.time() - self.started)
-        return f"budget {left / 60:4.1f} min left" if left > 0 else "budget spent"
+        return budget_text(self.deadline - time.time()) if self.deadline is not None else "budget -"
 
-    def node(self, name: str, detail: str) -> None:
+    def node(self, name: str, detail: str, remaining_s: float) -> None:
+        self.deadline = time.time() + remaining_s
         if name in ("baseline", "profile", "op_benchmarker", "bundle", "quality_eval", "red_team"):
             self.console.print(safe_text((f"{time.time() - self.started:6.0f}s ", "dim"), (name, "cyan"),
                                              f" {detail}" if detail else ""))
@@ -104,7 +113,7 @@ class TerminalWatcher:
             (f"{time.time() - self.started:6.0f}s ", "dim"), (f"[{summary.seq:03d}] ", "dim"),
             (f"{summary.scope:<8}", "bold"), f" {what}  ", (summary.verdict, VERDICT_STYLE[summary.verdict]),
             f" {summary.action}", f"  {head}" if head else "", ("  codes: ", "dim"), codes,
-            (f"  ({max(remaining_s, 0) / 60:.1f} min left)", "dim")))
+            (f"  ({budget_text(remaining_s)})", "dim")))
 
     def _stop(self) -> None:
         if self.task is not None:
@@ -265,7 +274,7 @@ def run(
         client = LLMClient(model=settings.llm_model, timeout_s=settings.llm_timeout_s,
                            max_retries=settings.llm_max_retries, max_tokens=settings.llm_max_tokens)
     started = time.time()
-    watcher = TerminalWatcher(err, settings.budget_minutes * 60.0, started)
+    watcher = TerminalWatcher(err, started)
     err.print(safe_text(("perfwarden run", "bold"), f" target={settings.target} budget={settings.budget_minutes:g} min "
                             f"run={run_dir}"))
     try:

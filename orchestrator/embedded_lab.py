@@ -23,7 +23,7 @@ from perfwarden.harness.loadgen_client import LoadSettings, measure_rep, request
 from perfwarden.harness.prompts import parity_prompts, random_word_prompts, varied_prompts
 from perfwarden.harness.records import LegSpec, Overlay, RunDir, append_jsonl
 from perfwarden.harness.target_config import EmbeddedConfig, TargetConfig
-from perfwarden.harness.targets import EmbeddedTarget, ServerTarget, TargetError
+from perfwarden.harness.targets import EmbeddedTarget, ServerTarget, TargetError, prepare_weights
 from perfwarden.orchestrator.lab import LabError, LegPlan
 
 OPS_DIR = Path(__file__).resolve().parents[1] / "harness" / "ops"
@@ -112,10 +112,15 @@ class ServerLab:
         """The config a leg's quality-eval server runs with (the leg's own by default)."""
         return dict(config)
 
+    def prepare(self, legs: list[LegPlan]) -> None:
+        """One-off work the legs' servers share, done here in the calling thread before any server starts
+        (the embedded target converts its weights on a first run: never from several threads at once)."""
+
     # ------------------------------------------------------------------ measuring
     def measure(self, run: Path, legs: list[LegPlan], reps: int) -> dict[str, str]:
         seal.begin(run)  # every file below is sealed as it is written (resume continues the chain)
         paths = RunDir(run)
+        self.prepare(legs)
         if self.servers_at_once:
             return self._measure_together(paths, legs, reps)
         return self._measure_one_at_a_time(paths, legs, reps)
@@ -272,6 +277,10 @@ class EmbeddedLab(ServerLab):
 
     def base_config(self) -> dict[str, Any]:
         return {**EMBEDDED_BASE, **self.base_overrides}
+
+    def prepare(self, legs: list[LegPlan]) -> None:
+        for plan in legs:
+            prepare_weights(plan.config)
 
     def overridable_ops(self) -> list[str]:
         from perfwarden.harness.ops import SUPPORTED_OPS

@@ -141,7 +141,7 @@ def step(name: str) -> Callable[[Node], Node]:
         def wrapper(state: RunState, runtime: Runtime[RunContext]) -> dict:
             crash_point(f"before:{name}")
             started = time.time()
-            runtime.context.watcher.node(name, state.get("current") or "")
+            runtime.context.watcher.node(name, state.get("current") or "", runtime.context.remaining_s(state))
             try:
                 update = fn(state, runtime) or {}
             except Exception as exc:

@@ -98,7 +98,9 @@ class RunState(TypedDict, total=False):
 class RunWatcher(Protocol):
     """What a person watching the run is shown (the terminal; nothing in tests)."""
 
-    def node(self, name: str, detail: str) -> None: ...
+    def node(self, name: str, detail: str, remaining_s: float) -> None:
+        """A node starts; ``remaining_s`` is the run's budget left (``RunContext.remaining_s``), the only
+        figure a watcher shows as budget."""
 
     def measuring(self, legs: list[LegPlan], reps: int) -> None: ...
 
@@ -108,7 +110,7 @@ class RunWatcher(Protocol):
 
 
 class SilentWatcher:
-    def node(self, name: str, detail: str) -> None:
+    def node(self, name: str, detail: str, remaining_s: float) -> None:
         pass
 
     def measuring(self, legs: list[LegPlan], reps: int) -> None:

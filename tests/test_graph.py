@@ -485,3 +485,29 @@ def reps_by_leg_safe(run: Path) -> dict[str, list[int]]:
                 pass
         out[bench.parent.name] = reps
     return out
+
+
+def test_the_terminal_shows_one_budget_figure_the_runs_own(tmp_path):
+    """Issue 18: the measuring line and the verdict lines showed two different "min left" figures (the
+    terminal counted from its own start, the run from its checkpoint's). A run that started 3 minutes
+    before this process (as a resumed one did) shows the run's figure everywhere."""
+    import io
+    import re
+
+    from rich.console import Console
+
+    from perfwarden.orchestrator.cli_run import TerminalWatcher
+
+    console = Console(file=io.StringIO(), width=250)  # not a terminal: one line per measurement
+    watcher = TerminalWatcher(console, started=time.time())
+    readings = iter([time.time() - 180.0])
+
+    def clock() -> float:  # the run's start (the first reading) was 180 s ago; every later reading is now
+        return next(readings, None) or time.time()
+
+    run_graph(tmp_path / "run", settings(levers=["max_batch_size=2"], kernels=False, budget_minutes=10),
+              SyntheticLab(), watcher=watcher, clock=clock)
+    out = console.file.getvalue()
+    figures = [float(x) for x in re.findall(r"(\d+\.\d) min left", out)]
+    assert "measuring" in out and "cfg-max_batch_size=2" in out and len(figures) >= 2, out
+    assert all(6.5 <= f <= 7.0 for f in figures), out
