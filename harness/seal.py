@@ -56,6 +56,7 @@ from typing import Any
 
 import msgspec
 
+from perfwarden.harness import safe_write
 from perfwarden.harness.jsonl import SealEntry
 from perfwarden.harness.records import (SealHead, SealKey, append_jsonl as _plain_append_jsonl, key_store_dir,
                                         write_json_atomic)
@@ -250,7 +251,7 @@ class Chain:
     @contextmanager
     def _locked(self) -> Iterator[int]:
         with self._lock:
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
+            fd = safe_write.open_fd(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND, self.root)
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX)
                 self._refresh(fd)
@@ -274,8 +275,7 @@ class Chain:
         self._read_to += end
         if end < len(data):  # torn tail: a writer died mid-entry; keep it aside, never extend it
             fragment = data[end:]
-            with open(self.path.with_name(EVIDENCE_FILE + ".torn"), "ab") as torn:
-                torn.write(fragment + b"\n")
+            safe_write.append_line(self.path.with_name(EVIDENCE_FILE + ".torn"), fragment + b"\n", self.root)
             os.ftruncate(fd, self._read_to)
             os.fsync(fd)
             self._append(fd, {"kind": "cut", "file": EVIDENCE_FILE, "offset": self._read_to,
@@ -344,13 +344,11 @@ class Chain:
 
     def _cut(self, fd: int, path: Path, rel: str, st: _FileState, actual: int) -> bytes:
         """Move bytes past the sealed end of ``path`` aside (``<file>.unsealed``) and record it."""
-        with open(path, "rb+") as handle:
+        with safe_write.open_update(path, self.root) as handle:
             handle.seek(st.size)
             dropped = handle.read(actual - st.size)
-            with open(path.with_name(path.name + ".unsealed"), "ab") as aside:
-                aside.write(dropped if dropped.endswith(b"\n") else dropped + b"\n")
-                aside.flush()
-                os.fsync(aside.fileno())
+            safe_write.append_line(path.with_name(path.name + ".unsealed"),
+                                   dropped if dropped.endswith(b"\n") else dropped + b"\n", self.root)
             handle.truncate(st.size)
             handle.flush()
             os.fsync(handle.fileno())
@@ -393,8 +391,7 @@ class Chain:
             st = st or _FileState()
             self._reconcile(fd, path, rel, st)
             hasher = self._checked_hasher(path, rel, st)
-            path.parent.mkdir(parents=True, exist_ok=True)
-            with open(path, "ab") as handle:
+            with safe_write.open_append(path, self.root) as handle:
                 handle.write(data)
                 handle.flush()
                 os.fsync(handle.fileno())
@@ -450,8 +447,7 @@ class Chain:
         path = Path(path)
         with self._locked() as fd:
             rel = self.rel(path)
-            existed = path.exists()
-            path.unlink(missing_ok=True)
+            existed = safe_write.unlink(path, self.root)
             if rel in self._files or existed:
                 self._append(fd, {"kind": "gone", "file": rel, **self._meta(rel, path)})
                 self._files.pop(rel, None)
@@ -628,7 +624,7 @@ def forget(run: Path | str) -> None:
 def write_json(path: Path | str, payload: Any) -> None:
     """``write_json_atomic`` + seal the file when it lies in a sealed run."""
     chain = chain_for(path)
-    write_json_atomic(Path(path), payload)
+    write_json_atomic(Path(path), payload, chain.root if chain else None)
     if chain is not None:
         chain.seal_file(Path(path))
 
@@ -637,13 +633,7 @@ def write_text(path: Path | str, text: str) -> None:
     """Write a text file atomically + seal it when it lies in a sealed run."""
     path = Path(path)
     chain = chain_for(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "w", encoding="utf-8") as handle:
-        handle.write(text)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, path)
+    safe_write.write_text(path, text, chain.root if chain else None)
     if chain is not None:
         chain.seal_file(path)
 
@@ -683,6 +673,12 @@ def unlink(path: Path | str) -> None:
     """Remove a file; in a sealed run, record that the harness removed it."""
     chain = chain_for(path)
     if chain is None:
-        Path(path).unlink(missing_ok=True)
+        safe_write.unlink(path)
     else:
         chain.unlink(Path(path))
+
+
+def root_of(path: Path | str) -> Path | None:
+    """The root of the sealed run ``path`` lies in (writers check every folder below it), else None."""
+    chain = chain_for(path)
+    return chain.root if chain else None

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from perfwarden.agents.base import BankedChange, Proposal, VerdictSummary
+from perfwarden.harness import safe_write
 from perfwarden.harness.records import write_json_atomic
 from perfwarden.harness.target_config import TargetConfig
 from perfwarden.orchestrator.crashpoints import crash_point
@@ -174,9 +175,7 @@ def render_markdown(report: dict[str, Any]) -> str:
 def write_report(run: Path, state: dict[str, Any], base_config: dict[str, Any], config_model: type[TargetConfig],
                  llm_usage: dict[str, Any] | None = None) -> dict[str, Any]:
     report = build_report(state, base_config, config_model, llm_usage)
-    write_json_atomic(Path(run) / "report.json", report)
+    write_json_atomic(Path(run) / "report.json", report, run)
     crash_point("report_json_written")
-    tmp = Path(run) / ".report.md.tmp"
-    tmp.write_text(render_markdown(report), encoding="utf-8")
-    tmp.replace(Path(run) / "report.md")
+    safe_write.write_text(Path(run) / "report.md", render_markdown(report), run)
     return report
