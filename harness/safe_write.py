@@ -77,6 +77,12 @@ def _split(path: Path | str, root: Path | str | None) -> tuple[Path, list[str], 
     raise RefusedWrite(path, "outside", f"{str(path)!r} is not inside the run {str(root)!r}: not written")
 
 
+def relative(path: Path | str, root: Path | str) -> str:
+    """``path`` relative to ``root`` (POSIX), without resolving a link below the root."""
+    _base, parts, name = _split(path, root)
+    return "/".join([*parts, name])
+
+
 def _shown(base: Path, parts: list[str]) -> str:
     return str(base.joinpath(*parts)) if parts else str(base)
 

@@ -242,10 +242,11 @@ class Chain:
 
     # ---------------------------------------------------------------- internals
     def rel(self, path: Path) -> str:
-        absolute = Path(os.path.abspath(path))
+        """``path`` inside the run, as the chain names it (a link below the root is not resolved: the
+        write through it is refused by ``safe_write``)."""
         try:
-            return absolute.resolve().relative_to(self.root).as_posix()
-        except ValueError:
+            return safe_write.relative(path, self.root)
+        except safe_write.RefusedWrite:
             raise SealError(f"{str(path)!r} is not inside the sealed run {str(self.root)!r}") from None
 
     @contextmanager
@@ -621,28 +622,29 @@ def forget(run: Path | str) -> None:
 # ----------------------------------------------------------------------------------- writers
 
 
-def write_json(path: Path | str, payload: Any) -> None:
-    """``write_json_atomic`` + seal the file when it lies in a sealed run."""
+def write_json(path: Path | str, payload: Any, root: Path | str | None = None) -> None:
+    """``write_json_atomic`` + seal the file when it lies in a sealed run. Nothing below the run's root
+    (the chain's, else ``root``) is written through a link (``harness.safe_write``)."""
     chain = chain_for(path)
-    write_json_atomic(Path(path), payload, chain.root if chain else None)
+    write_json_atomic(Path(path), payload, chain.root if chain else root)
     if chain is not None:
         chain.seal_file(Path(path))
 
 
-def write_text(path: Path | str, text: str) -> None:
+def write_text(path: Path | str, text: str, root: Path | str | None = None) -> None:
     """Write a text file atomically + seal it when it lies in a sealed run."""
     path = Path(path)
     chain = chain_for(path)
-    safe_write.write_text(path, text, chain.root if chain else None)
+    safe_write.write_text(path, text, chain.root if chain else root)
     if chain is not None:
         chain.seal_file(path)
 
 
-def append_jsonl(path: Path | str, record: dict[str, Any]) -> None:
+def append_jsonl(path: Path | str, record: dict[str, Any], root: Path | str | None = None) -> None:
     """Append one JSON line, sealed when ``path`` lies in a sealed run (else ``records.append_jsonl``)."""
     chain = chain_for(path)
     if chain is None:
-        _plain_append_jsonl(Path(path), record)
+        _plain_append_jsonl(Path(path), record, root)
     else:
         chain.append_line(Path(path), record)
 

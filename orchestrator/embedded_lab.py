@@ -215,7 +215,7 @@ class ServerLab:
         safe_write.make_dirs(paths.leg_dir(plan.leg), paths.root)
         spec = LegSpec(leg=plan.leg, role=plan.role, overlay=Overlay(**plan.overlay) if plan.overlay else Overlay(),
                        purpose=plan.purpose, parent_leg=plan.parent, workload=self.workload(plan))
-        seal.write_json(paths.leg_spec(plan.leg), spec)
+        seal.write_json(paths.leg_spec(plan.leg), spec, paths.root)
 
     def _launch(self, paths: RunDir, plan: LegPlan, targets: dict[str, ServerTarget]) -> str:
         target = self.make_target(paths.leg_dir(plan.leg), plan.config)
@@ -231,7 +231,7 @@ class ServerLab:
         spec = LegSpec(leg=plan.leg, role=plan.role, overlay=Overlay(**plan.overlay) if plan.overlay else Overlay(),
                        purpose=plan.purpose, parent_leg=plan.parent, status="failed", failure=why[:500],
                        workload=self.workload(plan))
-        seal.write_json(paths.leg_spec(plan.leg), spec)  # the chain keeps "failed" even if this file is edited
+        seal.write_json(paths.leg_spec(plan.leg), spec, paths.root)  # the chain keeps "failed" even if this file is edited
 
     def _parity_dump(self, paths: RunDir, leg: str, base_url: str) -> None:
         """Greedy outputs for the fixed parity prompts (outputs.jsonl), written whole or not at all."""
