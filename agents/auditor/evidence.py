@@ -17,13 +17,13 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from perfwarden.agents.auditor.findings import Findings
 from perfwarden.agents.auditor.rederive import RepError, RepMetrics, rederive_rep
 from perfwarden.harness.json_limits import loads_bounded
 from perfwarden.harness.jsonl import (BenchRunLine, LineIssue, LineRef, OpBenchLine, OutputLine,
-                                      ProfileLine, iter_jsonl, read_jsonl)
+                                      ProfileLine, iter_jsonl, no_repeats, read_jsonl)
 from perfwarden.harness.mlperf_log import MlperfLogError, read_detail
 from perfwarden.harness.records import EvidenceRef, LegSpec, QualityEval, RunDir
 from perfwarden.harness.safe_read import (BENCH_LINE_BYTES, LOG_LINE_CHARS, RECORD_BYTES, TEXT_BYTES, RefusedInput,
@@ -138,6 +138,12 @@ class RunLoader:
         in one leg or across legs, is duplicated evidence (constant memory per rep)."""
         self._run_started: float | None | bool = False
         """Unix time the run started (run.json), None when unknown; False until read."""
+        self.notes: list[str] = []
+        """What the loader read but did not check (a foreign file's fields perfwarden does not know)."""
+        self.line_sealed: frozenset[str] = frozenset()
+        """Files (relative to the run) whose every line a *verified* seal chain says the harness appended
+        through its own writer, which cannot write a repeated key: their lines skip that scan. A line
+        whose bytes differ from the sealed ones is EVIDENCE_TAMPERED (integrity gate) anyway."""
 
     # ---------------------------------------------------------------- generic
     def _digest(self, path: Path, sha: str) -> None:
@@ -220,7 +226,8 @@ class RunLoader:
             return None, tf
         try:
             obj = loads_bounded("\n".join(tf.lines), what=f"{what} {_rel(self.run, path)!r}",
-                                parse_constant=_reject_constant, parse_float=_finite_float)
+                                parse_constant=_reject_constant, parse_float=_finite_float,
+                                object_pairs_hook=no_repeats)
         except (ValueError, RecursionError) as exc:
             self.findings.add("EVIDENCE_CORRUPT", "FAIL", f"{what} {_rel(self.run, path)!r} is not valid JSON: {exc}",
                               evidence=[tf.evidence(self.run, None)], gate="evidence")
@@ -232,8 +239,15 @@ class RunLoader:
         return obj, tf
 
     def report_issues(self, issues: list[LineIssue], what: str) -> None:
-        """Torn tail -> FLAG (the writer was interrupted); anything mid-file -> FAIL."""
+        """Torn tail -> FLAG (the writer was interrupted); anything mid-file -> FAIL. A foreign file's
+        fields perfwarden does not read are listed as not checked (one note per file)."""
+        foreign = sorted({name for issue in issues if issue.kind == "foreign_fields" for name in issue.message.split(", ")})
+        if foreign:
+            self.notes.append(f"{what}: foreign file ({_rel(self.run, issues[0].ref.path)!r}) fields perfwarden does not "
+                              f"read, not checked: {', '.join(foreign[:40])}" + (" …" if len(foreign) > 40 else ""))
         for issue in issues:
+            if issue.kind == "foreign_fields":
+                continue
             # A line over its size bound was hashed while skipped (never re-read); others are short.
             sha = issue.sha256 or (hashlib.sha256(issue.ref.raw()).hexdigest() if issue.ref.length else None)
             ev = [EvidenceRef(file=_rel(self.run, issue.ref.path), line=issue.ref.line or None, sha256=sha)]
@@ -280,6 +294,12 @@ class RunLoader:
         if spec_obj is not None:
             try:
                 leg.spec = LegSpec.model_validate(spec_obj)
+                unknown = unknown_fields(leg.spec)
+                if unknown:
+                    self.findings.add("EVIDENCE_CORRUPT", "FAIL", f"leg spec of {name!r} has field(s) its schema does not "
+                                      f"have: {', '.join(unknown[:8])} (the harness never writes them)",
+                                      evidence=[leg.spec_file.evidence(self.run, leg.spec_file.key_line(
+                                          unknown[0].rsplit('.', 1)[-1]))], gate="evidence")
             except ValidationError as exc:
                 self.findings.add(_invalid_code(exc), "FAIL", f"leg spec of {name!r} is invalid: "
                                   f"{exc.errors()[0]['msg']} at {exc.errors()[0]['loc']!r}",
@@ -389,7 +409,8 @@ class RunLoader:
         try:
             # No enumerate(): it keeps the previous item alive while the next line is read, i.e. two
             # reps' decoded arrays at once. Here ``line`` is dropped before the next read.
-            for ref, line in iter_jsonl(path, BenchRunLine, issues, digest, self.run, BENCH_LINE_BYTES):
+            for ref, line in iter_jsonl(path, BenchRunLine, issues, digest, self.run, BENCH_LINE_BYTES,
+                                        check_keys=_rel(self.run, path) not in self.line_sealed):
                 index += 1
                 self._lines_seen += 1
                 claimed_leg, rep, error = line.leg, None, None
@@ -524,6 +545,19 @@ def missing_rep_numbers(numbered: list[int], show: int = 10) -> tuple[int, list[
             missing += gap
             shown.extend(range(a + 1, min(b, a + 1 + show - len(shown))))
     return missing, shown[:show]
+
+
+def unknown_fields(model: BaseModel, prefix: str = "") -> list[str]:
+    """Dotted names of every field a pydantic record holds that its schema does not declare (records
+    keep unknown fields for forward compatibility; the auditor refuses them in harness records)."""
+    out = [prefix + str(k) for k in (model.model_extra or {})]
+    for name in type(model).model_fields:
+        value = getattr(model, name)
+        items = value if isinstance(value, list) else list(value.values()) if isinstance(value, dict) else [value]
+        for item in items:
+            if isinstance(item, BaseModel):
+                out += unknown_fields(item, f"{prefix}{name}.")
+    return out
 
 
 def _count(value: Any) -> bool:
