@@ -18,6 +18,7 @@ auditor turns that into ``EVIDENCE_MISSING`` where a gate needs the field.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import queue
 import threading
@@ -29,7 +30,7 @@ from typing import Annotated, Any, ClassVar, Generic, Literal, TypeVar
 import msgspec
 
 from perfwarden.harness.safe_read import LINE_BYTES, MAX_DEPTH, RefusedInput, open_regular, size_text, too_deep
-from perfwarden.harness.json_limits import JsonTooDeep, check_depth
+from perfwarden.harness.json_limits import JsonTooDeep, RepeatedKey, check_depth, no_repeats
 
 T = TypeVar("T")
 
@@ -262,21 +263,6 @@ def decode_line(decoder: "msgspec.json.Decoder[T]", line: bytes, check_keys: boo
     return record
 
 
-class RepeatedKey(ValueError):
-    """A JSON object names one key twice: two readers may see two values (issue 17 item 1)."""
-
-
-def no_repeats(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    """``object_pairs_hook`` for ``json.loads`` that refuses a repeated key (every depth)."""
-    out = dict(pairs)
-    if len(out) != len(pairs):
-        seen: set[str] = set()
-        key = next(k for k, _ in pairs if k in seen or seen.add(k))
-        raise RepeatedKey(f"key {key!r} is repeated in one object (whichever value a reader keeps, another "
-                          "reader sees the other)")
-    return out
-
-
 _TOP = msgspec.json.Decoder(dict[str, msgspec.Raw])
 _WS = (b" ", b"\t", b"\r", b"\n")
 
@@ -329,13 +315,11 @@ def _blanks_outside(line: bytes, top: dict[str, msgspec.Raw]) -> int:
 
 
 def _slow_repeated_key(data: bytes) -> str | None:
-    import json
-
     try:
         check_depth(data)
         json.loads(data, object_pairs_hook=no_repeats)
     except RepeatedKey as exc:
-        return str(exc).split("'")[1] if "'" in str(exc) else str(exc)
+        return exc.key
     except (ValueError, RecursionError):
         return None
     return None

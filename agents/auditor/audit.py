@@ -18,10 +18,10 @@ from typing import Any, Callable
 
 from perfwarden.agents.auditor import stats
 from perfwarden.agents.auditor.claim_file import ClaimError, load_claim  # noqa: F401 - re-exported
-from perfwarden.agents.auditor.evidence import LegEvidence, RunLoader, _plain_name
+from perfwarden.agents.auditor.evidence import LegEvidence, RunLoader, _plain_name, check_named_folders
 from perfwarden.agents.auditor.findings import Findings, GateResult, choose_action, verdict_label
 from perfwarden.agents.auditor.gates import (caching, conditions, correctness, explain, integrity, knobs, lever,
-                                             measurement, opbench, profile, prose, served, workload)
+                                             measurement, opbench, profile, prose, served, timeline, workload)
 from perfwarden.agents.auditor.manifest import (KeyChoice, KeyFileError, Manifest, chain_seal_id, observe,
                                                 read_manifest, resolve_key)
 from perfwarden.agents.auditor.rederive import METRICS
@@ -199,6 +199,9 @@ def audit_patch(a: Audit, bundle: bool = False) -> None:
         a.gate("condition_copies", lambda leg=leg: conditions.check_condition_copies(a.run, leg))
     a.gate("workload", lambda: workload.check_workload(a.run, claim, base, cand))
     a.gate("interleaving", lambda: measurement.check_interleaving(a.run, base, cand))
+    claimed = [a.leg(n) for n in _claim_legs(claim) if _plain_name(n)]
+    a.gate("overlap", lambda: timeline.check_overlap(a.run, claimed, claim.legs.concurrent))
+    a.gate("named_files", lambda: check_named_folders(a.run, claimed, a.manifest is not None and a.manifest[0] is not None))
 
     a.diff = a.gate("conditions", lambda: conditions.check_conditions(a.run, claim, base, cand, a.findings)) or {}
     unknown = a.gate("knobs", lambda: knobs.check_unknown_knobs(a.run, claim, a.diff, base, cand)) or []

@@ -17,15 +17,15 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ValidationError
+from pydantic import ValidationError
 
-from perfwarden.agents.auditor.findings import Findings
+from perfwarden.agents.auditor.findings import Findings, GateResult, finding
 from perfwarden.agents.auditor.rederive import RepError, RepMetrics, rederive_rep
-from perfwarden.harness.json_limits import loads_bounded
+from perfwarden.harness.json_limits import loads_bounded, no_repeats
 from perfwarden.harness.jsonl import (BenchRunLine, LineIssue, LineRef, OpBenchLine, OutputLine,
-                                      ProfileLine, iter_jsonl, no_repeats, read_jsonl)
+                                      ProfileLine, iter_jsonl, read_jsonl)
 from perfwarden.harness.mlperf_log import MlperfLogError, read_detail
-from perfwarden.harness.records import EvidenceRef, LegSpec, QualityEval, RunDir
+from perfwarden.harness.records import EvidenceRef, LegSpec, QualityEval, RunDir, unknown_fields
 from perfwarden.harness.safe_read import (BENCH_LINE_BYTES, LOG_LINE_CHARS, RECORD_BYTES, TEXT_BYTES, RefusedInput,
                                           check_regular, exists, read_bytes)
 
@@ -530,6 +530,47 @@ class RunLoader:
         return self._inside(rel_path)
 
 
+def check_named_folders(run: Path, legs: list[LegEvidence], sealed: bool) -> GateResult:
+    """Every LoadGen folder a rep's line names (``loadgen.dir``) exists inside the run, or evidence was
+    removed (EVIDENCE_MISSING, FAIL). Decided where the run shows it keeps them: a sealed run, or one
+    where another named folder of the audited legs exists. An unsealed run where no named folder exists
+    at all (hand-built evidence, a rig that kept no logs) is listed as not checked."""
+    named: list[tuple[LegEvidence, RepMetrics, bool]] = []
+    for leg in legs:
+        for rep in leg.reps:
+            if rep.loadgen_dir is not None:
+                named.append((leg, rep, _folder_inside(run, rep.loadgen_dir)))
+    absent = [(leg, rep) for leg, rep, there in named if not there]
+    if not absent:
+        return GateResult()
+    if not sealed and len(absent) == len(named):
+        return GateResult(not_checked=[f"LoadGen logs: the {len(named)} folder(s) the reps name are all absent from "
+                                       "this unsealed run, so LoadGen's own logs cannot be held against the lines"])
+    found = []
+    for leg, rep in absent[:MAX_NAMED]:
+        found.append(finding("EVIDENCE_MISSING", "FAIL", f"leg {leg.name!r} rep {rep.rep} names LoadGen folder "
+                             f"{rep.loadgen_dir!r}, which is not in the run" + (" (the run is sealed)" if sealed else
+                             " while other reps' folders are") + ": evidence a record names was removed",
+                             measured=rep.loadgen_dir, threshold="an existing folder inside the run",
+                             evidence=[line_evidence(run, rep.ref)], gate="evidence"))
+    return GateResult(findings=found)
+
+
+MAX_NAMED = 25
+
+
+def _folder_inside(run: Path, name: str) -> bool:
+    """``name`` (relative to the run) is a real directory inside the run, reached without links out."""
+    if not name or "\x00" in name or os.path.isabs(name):
+        return False
+    path = (run / name)
+    try:
+        resolved = path.resolve()
+    except (OSError, RuntimeError):
+        return False
+    return resolved.is_relative_to(run.resolve()) and resolved.is_dir() and not path.is_symlink()
+
+
 RUN_CLOCK_SLACK_S = 60.0
 """A rep may appear to start this much before its run (clock steps, a manifest written late)."""
 
@@ -545,19 +586,6 @@ def missing_rep_numbers(numbered: list[int], show: int = 10) -> tuple[int, list[
             missing += gap
             shown.extend(range(a + 1, min(b, a + 1 + show - len(shown))))
     return missing, shown[:show]
-
-
-def unknown_fields(model: BaseModel, prefix: str = "") -> list[str]:
-    """Dotted names of every field a pydantic record holds that its schema does not declare (records
-    keep unknown fields for forward compatibility; the auditor refuses them in harness records)."""
-    out = [prefix + str(k) for k in (model.model_extra or {})]
-    for name in type(model).model_fields:
-        value = getattr(model, name)
-        items = value if isinstance(value, list) else list(value.values()) if isinstance(value, dict) else [value]
-        for item in items:
-            if isinstance(item, BaseModel):
-                out += unknown_fields(item, f"{prefix}{name}.")
-    return out
 
 
 def _count(value: Any) -> bool:
