@@ -122,6 +122,13 @@ def _unknown_bench_field(run: Path, **fields: Any) -> None:
     edit_lines(run, "cand", with_fields(**fields))
 
 
+def _mixed_foreign_line(run: Path) -> None:
+    """The candidate's last rep line rewritten as a foreign writer's: no schema_version, no contention
+    sample, no start time, sglang's extra fields -- in a file the harness wrote."""
+    harness_ab(run)
+    edit_lines(run, "cand", lambda line: {**foreign(line), **SGLANG_EXTRAS} if line["rep"] == 4 else line)
+
+
 def _unknown_leg_json(run: Path) -> None:
     ab(run)
     spec = json.loads((run / "legs" / "cand" / "leg.json").read_text())
@@ -239,6 +246,11 @@ CASES: dict[str, tuple[Callable[[Path], Any], str, str, list[str], list[str], st
     "strict-wrong-type": (
         lambda r: _unknown_bench_field(r, completed="8"), "FAIL", "eject", ["EVIDENCE_CORRUPT"], [],
         "Harness-written candidate lines give 'completed' as the string \"8\": a field of the wrong type."),
+    "strict-mixed-foreign-line": (
+        _mixed_foreign_line, "FAIL", "eject", ["EVIDENCE_CORRUPT"], [],
+        "One candidate line of a harness-written bench file (the others carry schema_version 1) is written as "
+        "a foreign file's: it would escape the harness schema, the contention sample and the rep clock. One "
+        "file has one writer; a harness file with a foreign line is corrupt."),
     "strict-unknown-leg-json": (
         _unknown_leg_json, "FAIL", "eject", ["EVIDENCE_CORRUPT"], [],
         "The candidate's leg.json overlay carries 'warmup_reps_dropped', which no overlay has: a leg spec "
