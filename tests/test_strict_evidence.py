@@ -270,7 +270,6 @@ def test_legs_declared_concurrent_may_overlap(tmp_path):
 # ------------------------------------------------------------------------- the fixtures
 
 
-@pytest.mark.slow
 def test_strict_fixtures_agree_with_their_answer_keys():
     for fixture in sorted(FIXTURES.glob("strict-*")):
         answer = json.loads((fixture / "answer_key.json").read_text())["answers"][0]

@@ -465,6 +465,7 @@ class RunLoader:
         self._digest(path, digest.hexdigest())
         self.report_issues(issues, f"bench_runs of leg {name!r}")
         self._legs_torn[name] = any(issue.kind == "torn_tail" for issue in issues)
+        self._check_one_writer(name, path, reps)
         numbered = sorted(seen)
         missing, shown = missing_rep_numbers(numbered)
         if missing:
@@ -479,6 +480,19 @@ class RunLoader:
                               evidence=[EvidenceRef(file=_rel(self.run, path), line=lines[0])],
                               action="remeasure", gate="evidence")
         return reps
+
+    def _check_one_writer(self, name: str, path: Path, reps: list[RepMetrics]) -> None:
+        """One bench file has one writer: a line without ``schema_version`` in a file whose other lines
+        the harness wrote would escape the harness schema, the contention sample and the rep clock."""
+        harness = [r for r in reps if r.schema_version is not None]
+        foreign = [r for r in reps if r.schema_version is None]
+        if harness and foreign:
+            self.findings.add("EVIDENCE_CORRUPT", "FAIL", f"bench_runs of leg {name!r} mixes {len(harness)} harness-"
+                              f"written line(s) with {len(foreign)} foreign-format line(s) (no schema_version), e.g. "
+                              f"line {foreign[0].ref.line}: one file has one writer",
+                              measured={"harness": len(harness), "foreign": len(foreign)},
+                              evidence=[line_evidence(self.run, harness[0].ref), line_evidence(self.run, foreign[0].ref)],
+                              gate="evidence")
 
     def _load_outputs(self, name: str) -> list[tuple[LineRef, OutputLine]] | None:
         path = self.paths.outputs(name)
