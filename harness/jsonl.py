@@ -278,7 +278,9 @@ def repeated_key(line: bytes) -> str | None:
     non-blank bytes) unaccounted, and so does an escaped key (an escape is longer than what it
     encodes). Blanks outside strings are counted and taken off. Only when the sum does not close
     (a repeat, an escaped key) or a value holds a nested object is the exact slow check run, on that
-    part only: ``json.loads`` with :func:`no_repeats`."""
+    part only: ``json.loads`` with :func:`no_repeats` -- on at most ``SLOW_CHECK_BYTES``; a larger part
+    that would need it is answered ``UNACCOUNTED`` (fail closed: no writer here escapes a key name, and
+    a gigabyte line is never parsed into Python objects)."""
     try:
         top = _TOP.decode(line)
     except DECODE_ERRORS:
@@ -314,7 +316,15 @@ def _blanks_outside(line: bytes, top: dict[str, msgspec.Raw]) -> int:
     return sum(line.count(c) for c in _WS) - inside
 
 
+SLOW_CHECK_BYTES = 16 << 20
+UNACCOUNTED = "\x00unaccounted"
+"""What :func:`repeated_key` answers for a part too large for the exact reader whose bytes its keys do
+not account for."""
+
+
 def _slow_repeated_key(data: bytes) -> str | None:
+    if len(data) > SLOW_CHECK_BYTES:
+        return UNACCOUNTED
     try:
         check_depth(data)
         json.loads(data, object_pairs_hook=no_repeats)
@@ -327,6 +337,9 @@ def _slow_repeated_key(data: bytes) -> str | None:
 
 def _refuse_repeats(line: bytes) -> None:
     key = repeated_key(line)
+    if key == UNACCOUNTED:
+        raise msgspec.ValidationError(f"its keys do not account for its bytes: a repeated (or escaped) key in a "
+                                      f"part over {size_text(SLOW_CHECK_BYTES)}, which is not parsed a second time")
     if key is not None:
         raise msgspec.ValidationError(f"key {key!r} is repeated in one object (whichever value a reader keeps, "
                                       "another reader sees the other)")

@@ -277,3 +277,14 @@ def test_strict_fixtures_agree_with_their_answer_keys():
         assert verdict.verdict == answer["verdict"], fixture.name
         assert set(answer["must_include"]) <= codes(verdict), fixture.name
         assert not set(answer["must_exclude"]) & codes(verdict), fixture.name
+
+
+def test_a_repeat_in_a_huge_line_is_refused_without_parsing_it_twice(monkeypatch):
+    import perfwarden.harness.jsonl as jsonl
+
+    monkeypatch.setattr(jsonl, "SLOW_CHECK_BYTES", 1000)  # the bound, scaled down
+    line = json.dumps({"ttfts": [0.1] * 500, "leg": "a"}).encode()
+    assert repeated_key(line) is None  # spaced JSON, no repeat: decided by counting, not parsing
+    assert repeated_key(b'{"leg":"b",' + line[1:]) == jsonl.UNACCOUNTED
+    with pytest.raises(msgspec.ValidationError, match="do not account for its bytes"):
+        jsonl.decode_line(msgspec.json.Decoder(BenchRunLine), b'{"leg":"b",' + line[1:])
