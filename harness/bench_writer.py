@@ -18,8 +18,9 @@ is evidence the auditor must see (design §8), never a number.
 This is the *producer* side. The auditor re-derives every number from the per-request arrays with its
 own code (``perfwarden.agents.auditor``); nothing here imports it.
 
-perfwarden's additions to the sglang line: ``schema_version``, ``leg``, ``rep``, ``started_at`` (unix
-time of rep start), ``request_starts`` (s since rep start), ``latencies`` (per-request e2e, s),
+perfwarden's additions to the sglang line: ``schema_version``, ``leg``, ``rep``, ``started_at`` and
+``ended_at`` (unix times of rep start and end: reps of different legs must not overlap),
+``request_starts`` (s since rep start), ``latencies`` (per-request e2e, s),
 ``contention`` ({"start": sample, "end": sample}, see ``perfwarden.harness.contention``), and
 per-request provenance: ``issue_delays`` (s between LoadGen issuing a query and the request being
 sent), ``input_lens_source`` (``usage`` | ``estimate``), ``output_lens_source`` (``usage`` |
@@ -160,7 +161,7 @@ def build_bench_line(records: Sequence[RequestRecord], *, leg: str, rep: int, st
                      duration_s: float, request_rate: float | str, max_concurrency: int | None,
                      backend: str, dataset_name: str, server_info: dict | None = None,
                      accept_length: float | None = None, contention: dict | None = None,
-                     extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
+                     extra: Mapping[str, Any] | None = None, ended_at: float | None = None) -> dict[str, Any]:
     """One ``bench_runs.jsonl`` line (a dict ready for ``append_jsonl``).
 
     ``request_rate`` is the Server scenario's target QPS, or ``"inf"`` for Offline (sglang writes
@@ -179,6 +180,7 @@ def build_bench_line(records: Sequence[RequestRecord], *, leg: str, rep: int, st
         "leg": leg,
         "rep": rep,
         "started_at": started_at,
+        **({"ended_at": ended_at} if ended_at is not None else {}),
         "backend": backend,
         "dataset_name": dataset_name,
         "request_rate": request_rate,

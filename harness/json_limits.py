@@ -49,6 +49,25 @@ def check_depth(data: bytes | str, limit: int = MAX_DEPTH, what: str = "JSON") -
         raise JsonTooDeep(f"{what} nests {depth} levels deep, more than the limit of {limit}")
 
 
+class RepeatedKey(ValueError):
+    """A JSON object names one key twice: two readers may see two values (issue 17 item 1)."""
+
+    def __init__(self, key: str):
+        super().__init__(f"key {key!r} is repeated in one object (whichever value a reader keeps, another "
+                         "reader sees the other)")
+        self.key = key
+
+
+def no_repeats(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """``object_pairs_hook`` for ``json.loads`` that refuses a repeated key (every depth)."""
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        seen: set[str] = set()
+        key = next(k for k, _ in pairs if k in seen or seen.add(k))
+        raise RepeatedKey(key)
+    return out
+
+
 def loads_bounded(data: bytes | str, limit: int = MAX_DEPTH, what: str = "JSON", **kwargs: Any) -> Any:
     """``json.loads`` behind an explicit depth check (raises ``JsonTooDeep``, a ``ValueError``)."""
     check_depth(data, limit, what)

@@ -7,26 +7,30 @@ Rules every reader here follows (design §2, issue 2):
   the exact raw line and its sha256 later without hashing every line up front.
 
 The schemas are msgspec Structs so that the hot path (``bench_runs.jsonl`` with per-request arrays)
-decodes straight into typed columns. Unknown fields are ignored (a real sglang/vLLM file audits as-is);
-absent fields decode to ``None`` and the auditor turns that into ``EVIDENCE_MISSING`` where a gate needs
-the field.
+decodes straight into typed columns. The schemas are strict (issue 17): a field a schema does not have,
+a field of the wrong type or a repeated key is a corrupt line -- except that a *foreign* bench line (no
+``schema_version``: a real sglang/vLLM file audited as-is) may carry fields perfwarden does not read;
+they are reported (``LineIssue`` kind ``foreign_fields``), never silently skipped. A repeated key is
+corrupt in every file, whichever value a parser would keep. Absent fields decode to ``None`` and the
+auditor turns that into ``EVIDENCE_MISSING`` where a gate needs the field.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import queue
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, ClassVar, Generic, Literal, TypeVar
+from typing import Annotated, Any, ClassVar, Generic, Literal, TypeVar
 
 import msgspec
 
 from perfwarden.harness.safe_read import LINE_BYTES, MAX_DEPTH, RefusedInput, open_regular, size_text, too_deep
-from perfwarden.harness.json_limits import JsonTooDeep, check_depth
+from perfwarden.harness.json_limits import JsonTooDeep, RepeatedKey, check_depth, no_repeats
 
 T = TypeVar("T")
 
@@ -58,8 +62,10 @@ class LineRef:
 class LineIssue:
     """A line that could not be taken as written evidence."""
 
-    kind: Literal["torn_tail", "corrupt", "missing_field", "empty_file", "unreadable"]
-    """``missing_field``: the line is a JSON object but lacks a field the schema requires."""
+    kind: Literal["torn_tail", "corrupt", "missing_field", "empty_file", "unreadable", "foreign_fields"]
+    """``missing_field``: the line is a JSON object but lacks a field the schema requires.
+    ``foreign_fields``: a foreign line's fields perfwarden does not read (``message`` lists them): not
+    checked, and not a problem of the line."""
     ref: LineRef
     message: str
     sha256: str | None = None
@@ -240,17 +246,103 @@ def _issue_kind(exc: BaseException, line: bytes) -> Literal["corrupt", "missing_
     return "corrupt"
 
 
-def decode_line(decoder: "msgspec.json.Decoder[T]", line: bytes) -> T:
+def decode_line(decoder: "msgspec.json.Decoder[T]", line: bytes, check_keys: bool = True) -> T:
     """Decode one JSONL line. JSON text is UTF-8 (RFC 8259): msgspec validates the strings it decodes
     but skips unknown fields unchecked, so a non-ASCII line is validated whole first (an invalid byte in
-    an unknown key mid-file is corruption too). ``isascii`` is a C scan that allocates nothing."""
+    an unknown key mid-file is corruption too). ``isascii`` is a C scan that allocates nothing.
+    ``check_keys``: refuse a repeated key (:func:`repeated_key`); off only for a line whose bytes a
+    verified seal proves the harness's own writer produced (it cannot write one)."""
     if not line.isascii():
         line.decode("utf-8")
     record = decoder.decode(line)
     for name in getattr(record, "FREE_FORM", ()):  # untyped values: nesting is not bounded by the schema
         if too_deep(getattr(record, name)):
             raise msgspec.ValidationError(f"{name!r} nests deeper than {MAX_DEPTH} levels")
+    if check_keys:
+        _refuse_repeats(line)
     return record
+
+
+_TOP = msgspec.json.Decoder(dict[str, msgspec.Raw])
+_WS = (b" ", b"\t", b"\r", b"\n")
+
+
+def repeated_key(line: bytes) -> str | None:
+    """The first repeated key of any object in the JSON text ``line``, or None (also when ``line`` is
+    not JSON: the schema decode reports that).
+
+    Fast and exact without a second full parse: the top-level object is split into raw values
+    (msgspec skips values without building them), and its bytes are accounted for. A JSON object of
+    n distinct keys with no whitespace outside strings is exactly ``2n + 1`` bytes of braces, commas
+    and colons plus its key tokens and values; a repeated key leaves a whole pair (at least 3 more
+    non-blank bytes) unaccounted, and so does an escaped key (an escape is longer than what it
+    encodes). Blanks outside strings are counted and taken off. Only when the sum does not close
+    (a repeat, an escaped key) or a value holds a nested object is the exact slow check run, on that
+    part only: ``json.loads`` with :func:`no_repeats` -- on at most ``SLOW_CHECK_BYTES``; a larger part
+    that would need it is answered ``UNACCOUNTED`` (fail closed: no writer here escapes a key name, and
+    a gigabyte line is never parsed into Python objects)."""
+    try:
+        top = _TOP.decode(line)
+    except DECODE_ERRORS:
+        return None
+    accounted = sum(len(key.encode("utf-8", "surrogatepass")) + 2 + len(raw) for key, raw in top.items())
+    structure = 2 * len(top) + 1 if top else 2
+    if len(line) - accounted != structure and len(line) - accounted - _blanks_outside(line, top) != structure:
+        return _slow_repeated_key(line)
+    # Objects nested in values: few and small in every schema here; found without scanning big arrays
+    # when no '{' lies outside the small values (a count is one C pass).
+    small = {key: bytes(raw) for key, raw in top.items() if len(raw) <= _SMALL_VALUE}
+    braces_in_small = sum(data.count(b"{") for data in small.values())
+    if line.count(b"{") - 1 > braces_in_small:
+        small = {key: bytes(raw) for key, raw in top.items()}
+    for data in small.values():
+        if data[:1] in (b"{", b"[") and b"{" in data:
+            key = _slow_repeated_key(data)
+            if key is not None:
+                return key
+    return None
+
+
+_SMALL_VALUE = 1 << 16
+
+
+def _blanks_outside(line: bytes, top: dict[str, msgspec.Raw]) -> int:
+    """JSON whitespace of ``line`` that lies outside its top-level keys and values."""
+    inside = sum(key.count(" ") for key in top)
+    for raw in top.values():
+        data = bytes(raw)
+        if data[:1] in (b'"', b"[", b"{"):
+            inside += sum(data.count(c) for c in _WS)
+    return sum(line.count(c) for c in _WS) - inside
+
+
+SLOW_CHECK_BYTES = 16 << 20
+UNACCOUNTED = "\x00unaccounted"
+"""What :func:`repeated_key` answers for a part too large for the exact reader whose bytes its keys do
+not account for."""
+
+
+def _slow_repeated_key(data: bytes) -> str | None:
+    if len(data) > SLOW_CHECK_BYTES:
+        return UNACCOUNTED
+    try:
+        check_depth(data)
+        json.loads(data, object_pairs_hook=no_repeats)
+    except RepeatedKey as exc:
+        return exc.key
+    except (ValueError, RecursionError):
+        return None
+    return None
+
+
+def _refuse_repeats(line: bytes) -> None:
+    key = repeated_key(line)
+    if key == UNACCOUNTED:
+        raise msgspec.ValidationError(f"its keys do not account for its bytes: a repeated (or escaped) key in a "
+                                      f"part over {size_text(SLOW_CHECK_BYTES)}, which is not parsed a second time")
+    if key is not None:
+        raise msgspec.ValidationError(f"key {key!r} is repeated in one object (whichever value a reader keeps, "
+                                      "another reader sees the other)")
 
 
 def _describe(exc: BaseException) -> str:
@@ -265,16 +357,10 @@ def read_jsonl(path: Path, schema: type[T], root: Path | None = None, max_line: 
     """Decode every complete line of ``path`` into ``schema``; collect problems instead of raising
     (a file refused by ``safe_read`` -- outside ``root``, not regular -- is an ``unreadable`` issue)."""
     report: ReadReport[T] = ReadReport(Path(path))
-    decoder = msgspec.json.Decoder(schema)
     digest = hashlib.sha256()
     try:
-        for ref, line in iter_raw_lines(path, report.issues, digest, root, max_line):
-            try:
-                check_depth(line, what=f"line {ref.line}")  # the same limit on every Python version
-                report.records.append((ref, decode_line(decoder, line)))
-            except (*DECODE_ERRORS, JsonTooDeep) as exc:
-                report.issues.append(LineIssue(_issue_kind(exc, line), ref, f"line {ref.line} of {Path(path).name!r}"
-                                               f" does not decode as {schema.__name__}: {_describe(exc)}"))
+        for ref, record in iter_jsonl(path, schema, report.issues, digest, root, max_line, depth_first=True):
+            report.records.append((ref, record))
     except RefusedInput as exc:
         report.issues.append(LineIssue("unreadable", LineRef(Path(path), 0, 0, 0), str(exc)))
     except OSError as exc:
@@ -284,14 +370,35 @@ def read_jsonl(path: Path, schema: type[T], root: Path | None = None, max_line: 
     return report
 
 
+_UNKNOWN_FIELD = "Object contains unknown field"
+
+
 def iter_jsonl(path: Path, schema: type[T], issues: list[LineIssue], digest: "hashlib._Hash | None" = None,
-               root: Path | None = None, max_line: int = LINE_BYTES) -> Iterator[tuple[LineRef, T]]:
-    """Streaming variant of :func:`read_jsonl` for files too large to hold (bench runs)."""
+               root: Path | None = None, max_line: int = LINE_BYTES, check_keys: bool = True,
+               depth_first: bool = False) -> Iterator[tuple[LineRef, T]]:
+    """Streaming variant of :func:`read_jsonl` for files too large to hold (bench runs).
+
+    Strict (module docstring): an unknown field is a ``corrupt`` issue, except in a foreign bench line
+    (``foreign_fields`` issue, the record still yielded). ``check_keys=False`` only for a file whose
+    lines a verified seal proves the harness wrote (see :func:`decode_line`). ``depth_first``: measure
+    the nesting before decoding (small records; the bench schema bounds its own nesting)."""
     decoder = msgspec.json.Decoder(schema)
+    foreign = msgspec.json.Decoder(FOREIGN_SCHEMAS[schema]) if schema in FOREIGN_SCHEMAS else None
     for ref, line in iter_raw_lines(path, issues, digest, root, max_line):
         try:
-            record = decode_line(decoder, line)
-        except DECODE_ERRORS as exc:
+            if depth_first:
+                check_depth(line, what=f"line {ref.line}")  # the same limit on every Python version
+            try:
+                record = decode_line(decoder, line, check_keys)
+            except msgspec.ValidationError as exc:
+                if foreign is None or not str(exc).startswith(_UNKNOWN_FIELD):
+                    raise
+                record = decode_line(foreign, line, check_keys)
+                if getattr(record, "schema_version", None) is not None:
+                    raise  # the harness wrote it: its schema is the whole line
+                issues.append(LineIssue("foreign_fields", ref, ", ".join(sorted(
+                    set(_TOP.decode(line)) - set(schema.__struct_fields__)))))
+        except (*DECODE_ERRORS, JsonTooDeep) as exc:
             issues.append(LineIssue(_issue_kind(exc, line), ref, f"line {ref.line} of {Path(path).name!r} does not "
                                     f"decode as {schema.__name__}: {_describe(exc)}"))
             continue
@@ -311,7 +418,7 @@ Millis = Annotated[float, msgspec.Meta(ge=0, le=1e9)]
 Micros = Annotated[float, msgspec.Meta(ge=0, le=1e15)]
 
 
-class BenchRunLine(msgspec.Struct, kw_only=True):
+class BenchRunLine(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """One line of ``bench_runs.jsonl``: one timed repetition.
 
     Line-compatible with ``sglang.bench_serving --output-file … --output-details``. Units follow
@@ -366,6 +473,15 @@ class BenchRunLine(msgspec.Struct, kw_only=True):
     ``server_info``."""
     started_at: OptFloat = None
     """Unix time the rep started (orders interleaved reps)."""
+    ended_at: OptFloat = None
+    """Unix time the rep ended (with ``started_at``: reps of different legs must not overlap)."""
+    generated_texts: list[str | None] | None = None
+    input_throughput: OptFloat = None
+    issue_delays: list[float] | None = None
+    """Per-request seconds between LoadGen issuing the query and the request being sent."""
+    input_lens_source: list[str] | None = None
+    output_lens_source: list[str] | None = None
+    finish_reasons: list[str | None] | None = None
     # Workload descriptors (issue 13 §1). perfwarden's LoadGen client writes the first five; the
     # rest are sglang bench_serving's own. Nested ones stay raw JSON (decoded behind a depth limit).
     issued: int | None = None
@@ -386,7 +502,7 @@ class BenchRunLine(msgspec.Struct, kw_only=True):
 
 
 
-class OutputLine(msgspec.Struct, kw_only=True):
+class OutputLine(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """One line of ``outputs.jsonl``: the greedy output for one fixed prompt (parity dump)."""
 
     prompt_id: str | int
@@ -395,9 +511,11 @@ class OutputLine(msgspec.Struct, kw_only=True):
     finish_reason: str | None = None
     seed: int | None = None
     prompt: str | None = None
+    error: str | None = None
+    """Why the request failed (the parity dump keeps a failed prompt's line, text empty)."""
 
 
-class OpBenchLine(msgspec.Struct, kw_only=True):
+class OpBenchLine(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """One line of ``opbench.jsonl``: one (backend, shape, trial) of an op benchmark."""
 
     op: str
@@ -439,7 +557,7 @@ class OpBenchLine(msgspec.Struct, kw_only=True):
     """Whether the device cache was flushed before every timed call (GPU)."""
 
 
-class ProfileLine(msgspec.Struct, kw_only=True):
+class ProfileLine(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """One line of ``profile.jsonl``: time aggregated for one op/kernel name (and shapes)."""
 
     name: str
@@ -460,7 +578,7 @@ class ProfileLine(msgspec.Struct, kw_only=True):
 SealKind = Literal["open", "line", "file", "cut", "gone"]
 
 
-class SealEntry(msgspec.Struct, kw_only=True):
+class SealEntry(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """One line of ``evidence.jsonl``: the run's manifest and seal chain (``perfwarden.harness.seal``).
 
     Every entry says what the harness wrote and is chained to the one before it:
@@ -501,3 +619,12 @@ class SealEntry(msgspec.Struct, kw_only=True):
     created_at: str | None = None
     dropped_bytes: int | None = None
     dropped_sha256: str | None = None
+
+
+class ForeignBenchRunLine(BenchRunLine, forbid_unknown_fields=False):
+    """A bench line from a foreign writer (no ``schema_version``): sglang/vLLM add fields perfwarden does
+    not read, which are listed, not refused. Never decoded directly: see :func:`iter_jsonl`."""
+
+
+FOREIGN_SCHEMAS: dict[type, type] = {BenchRunLine: ForeignBenchRunLine}
+"""The schemas a foreign writer may extend (only the bench line: every other record is perfwarden's)."""

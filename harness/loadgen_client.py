@@ -734,6 +734,7 @@ def measure_rep(run_dir: Path | RunDir, leg: str, rep: int, base_url: str, promp
     server_info = fetch_server_info(base_url) or server_info
     line = build_bench_line(
         result.records, leg=leg, rep=rep, started_at=result.started_at, duration_s=result.duration_s,
+        ended_at=result.started_at + result.wall_s,
         request_rate=settings.target_qps if settings.scenario == "Server" else "inf",
         max_concurrency=settings.max_concurrency, backend=backend, dataset_name=dataset_name,
         server_info=server_info, contention={"start": before, "end": after},

@@ -71,6 +71,20 @@ class Record(BaseModel):
         return migrate(cls.__name__, data)
 
 
+def unknown_fields(model: BaseModel, prefix: str = "") -> list[str]:
+    """Dotted names of every field a record holds that its schema does not declare. Records keep unknown
+    fields (forward compatible), so a reader that must be strict -- the auditor reading harness records
+    and claims (issue 17) -- asks for them here."""
+    out = [prefix + str(k) for k in (model.model_extra or {})]
+    for name in type(model).model_fields:
+        value = getattr(model, name)
+        items = value if isinstance(value, list) else list(value.values()) if isinstance(value, dict) else [value]
+        for item in items:
+            if isinstance(item, BaseModel):
+                out += unknown_fields(item, f"{prefix}{name}.")
+    return out
+
+
 def schema_major(value: Any) -> int:
     """``1``, ``"1"`` or ``"1.3"`` -> 1; anything else is not a schema version."""
     if isinstance(value, bool) or not isinstance(value, (int, str)):
@@ -219,6 +233,9 @@ class LegRefs(Record):
     the candidate leg is the control, which also differs in prompt lengths (padding, prefill)."""
     aa: list[str] = Field(default_factory=list)
     """Same-session A/A legs (the baseline config re-measured) that calibrate the noise band."""
+    concurrent: bool = False
+    """The legs were measured at the same time on purpose (e.g. on separate machines or GPUs that share
+    nothing). Otherwise reps of different legs must not overlap in time (they would contend)."""
 
 
 class DeclaredLever(Record):
@@ -553,11 +570,27 @@ def write_json_atomic(path: Path, payload: Any, root: Path | str | None = None) 
     safe_write.write_json(path, payload, root)
 
 
+def jsonl_text(record: dict[str, Any]) -> str:
+    """One JSONL line (compact, no NaN). Every object key must be a string: ``json.dumps`` turns ``1``
+    and ``"1"`` (or ``True`` and ``"true"``) into one repeated key, and the auditor trusts that a line
+    the harness sealed has none (issue 17 item 1)."""
+    stack: list[Any] = [record]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            bad = next((k for k in item if not isinstance(k, str)), None)
+            if bad is not None:
+                raise TypeError(f"key {bad!r} is not a string: JSON would write it as one that may repeat another")
+            stack.extend(v for v in item.values() if isinstance(v, (dict, list, tuple)))
+        else:
+            stack.extend(v for v in item if isinstance(v, (dict, list, tuple)))
+    return json.dumps(record, allow_nan=False, separators=(",", ":")) + "\n"
+
+
 def append_jsonl(path: Path, record: dict[str, Any], root: Path | str | None = None) -> None:
     """Append one JSON line; the newline is written with the record so a crash leaves a torn tail
     that readers detect, never a line that silently merges with the next."""
-    line = json.dumps(record, allow_nan=False, separators=(",", ":")) + "\n"
-    safe_write.append_line(path, line.encode("utf-8"), root)
+    safe_write.append_line(path, jsonl_text(record).encode("utf-8"), root)
 
 
 class RunDir:

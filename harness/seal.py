@@ -59,7 +59,7 @@ import msgspec
 from perfwarden.harness import safe_write
 from perfwarden.harness.jsonl import SealEntry
 from perfwarden.harness.records import (SealHead, SealKey, append_jsonl as _plain_append_jsonl, is_seal_id,
-                                        key_store_dir, key_store_path, write_json_atomic)
+                                        jsonl_text, key_store_dir, key_store_path, write_json_atomic)
 from perfwarden.harness.safe_read import KEY_BYTES, read_bytes
 
 log = logging.getLogger(__name__)
@@ -385,7 +385,7 @@ class Chain:
     def append_line(self, path: Path, record: dict[str, Any]) -> dict[str, Any]:
         """Append one JSON line to ``path`` and seal it (bench lines carry leg, rep, contention)."""
         path = Path(path)
-        data = (json.dumps(record, allow_nan=False, separators=(",", ":")) + "\n").encode("utf-8")
+        data = jsonl_text(record).encode("utf-8")
         with self._locked() as fd:
             rel = self.rel(path)
             st = self._files.get(rel)

@@ -102,7 +102,9 @@ def test_server_scenario_rep_writes_a_decodable_sglang_line_and_loadgen_logs(ser
     assert rec.output_lens == [5] * n and set(line["output_lens_source"]) == {"usage"}
     assert rec.input_lens == [len(by_id[i].text.split()) for i in ids]  # the server's usage
     assert set(line["input_lens_source"]) == {"usage"}
-    assert line["generated_texts"] == [" t0 t1 t2 t3 t4"] * n  # not a BenchRunLine field (ignored there)
+    assert rec.generated_texts == [" t0 t1 t2 t3 t4"] * n  # the strict schema holds every field written
+    # the rep's window (issue 17 item 4): stamped around the LoadGen test, so it holds the whole timeline
+    assert rec.ended_at is not None and rec.ended_at >= rec.started_at + rec.duration - 0.05
     assert rec.total_output_tokens == 5 * n
     assert rec.output_throughput == pytest.approx(5 * n / rec.duration)
 

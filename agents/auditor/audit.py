@@ -18,13 +18,13 @@ from typing import Any, Callable
 
 from perfwarden.agents.auditor import stats
 from perfwarden.agents.auditor.claim_file import ClaimError, load_claim  # noqa: F401 - re-exported
-from perfwarden.agents.auditor.evidence import LegEvidence, RunLoader, _plain_name
+from perfwarden.agents.auditor.evidence import LegEvidence, RunLoader, _plain_name, check_named_folders
 from perfwarden.agents.auditor.findings import Findings, GateResult, choose_action, verdict_label
 from perfwarden.agents.auditor.gates import (caching, conditions, correctness, explain, integrity, knobs, lever,
                                              measurement, opbench, profile, prose, same_config, served,
-                                             workload)
-from perfwarden.agents.auditor.manifest import (KeyChoice, KeyFileError, chain_seal_id, observe, read_manifest,
-                                                resolve_key)
+                                             timeline, workload)
+from perfwarden.agents.auditor.manifest import (KeyChoice, KeyFileError, Manifest, chain_seal_id, observe,
+                                                read_manifest, resolve_key)
 from perfwarden.agents.auditor.rederive import METRICS
 from perfwarden.harness.records import Claim, Comparison, Finding, MetricStats, RunDir, Verdict, write_json_atomic
 from perfwarden.harness.safe_read import REPORT_BYTES, exists
@@ -54,6 +54,8 @@ class Audit:
     extra_kind: str = "ratio"
     """What ``extra_values`` are, for prose tracing: ``share`` (profile scope) or ``ratio`` (speedups)."""
     key: Path | None = None
+    manifest: tuple[Manifest | None, str | None] | None = None
+    """The seal chain as read before the gates (manifest, error reading it); None until read."""
     """The run's seal key file as given (``--key``), for audits this audit runs itself (bundle components)."""
 
     def gate(self, name: str, fn: Callable[[], Any]) -> Any:
@@ -209,6 +211,9 @@ def audit_patch(a: Audit, bundle: bool = False) -> None:
         a.gate("condition_copies", lambda leg=leg: conditions.check_condition_copies(a.run, leg))
     a.gate("workload", lambda: workload.check_workload(a.run, claim, base, cand))
     a.gate("interleaving", lambda: measurement.check_interleaving(a.run, base, cand))
+    claimed = [a.leg(n) for n in _claim_legs(claim) if _plain_name(n)]
+    a.gate("overlap", lambda: timeline.check_overlap(a.run, claimed, claim.legs.concurrent))
+    a.gate("named_files", lambda: check_named_folders(a.run, claimed, a.manifest is not None and a.manifest[0] is not None))
 
     a.diff = a.gate("conditions", lambda: conditions.check_conditions(a.run, claim, base, cand, a.findings)) or {}
     unknown = a.gate("knobs", lambda: knobs.check_unknown_knobs(a.run, claim, a.diff, base, cand)) or []
@@ -412,6 +417,9 @@ def audit_claim(run: Path, claim: Claim, claim_ref: str, claim_sha: str, key: Pa
     findings = Findings()
     loader = RunLoader(run, findings)
     a = Audit(run=run, claim=claim, loader=loader, findings=findings, key=key)
+    a.manifest = _read_chain(a, key_choice)
+    if a.manifest[0] is not None and a.manifest[0].verified and a.manifest[0].broken is None:
+        loader.line_sealed = frozenset(f.path for f in a.manifest[0].files.values() if f.lines and not f.whole)
     if not run.is_dir():
         findings.add("EVIDENCE_MISSING", "FAIL", f"run directory {str(run)!r} does not exist", gate="evidence")
     else:
@@ -449,17 +457,23 @@ def _integrity(a: Audit, key: KeyChoice) -> GateResult:
     # cannot admit a foreign rep, whose line the chain never sealed).
     unsealed_by_design = {prose_file, "run.json"}
     read = {rel: sha for rel, sha in a.loader.digests.items() if rel not in unsealed_by_design}
-    chain = a.loader.paths.evidence
-    manifest, error = None, None
-    if chain.is_file():
-        try:
-            manifest = read_manifest(chain, key.key, key.head)
-        except OSError as exc:
-            error = f"{str(chain)!r}: {exc}"
-        else:
-            a.loader.digests[integrity.CHAIN] = manifest.sha256
+    manifest, error = a.manifest if a.manifest is not None else _read_chain(a, key)
+    if manifest is not None:
+        a.loader.digests[integrity.CHAIN] = manifest.sha256
     files = observe(a.run, manifest, a.loader.digests) if manifest is not None else {}
     return integrity.check_integrity(integrity.IntegrityEvidence(key, manifest, files, read, on_disk, error))
+
+
+def _read_chain(a: Audit, key: KeyChoice) -> tuple[Manifest | None, str | None]:
+    """The run's seal chain, read once before any gate (the loader needs to know which lines a verified
+    seal covers) and reused by the integrity gate."""
+    chain = a.loader.paths.evidence
+    if not chain.is_file():
+        return None, None
+    try:
+        return read_manifest(chain, key.key, key.head), None
+    except OSError as exc:
+        return None, f"{str(chain)!r}: {exc}"
 
 
 def _prose(a: Audit):
@@ -531,7 +545,7 @@ def build_verdict(a: Audit, claim_ref: str, claim_sha: str) -> Verdict:
         headline_claimed=a.claim.headline.value, headline_rederived=_finite(a.headline_rederived),
         lever_declared=a.claim.lever.lever_class if a.claim.lever else None,
         lever_detected=a.lever_detected, lever_signals=a.lever_signals, server_info_diff=a.diff,
-        correctness=a.correctness, not_checked=a.not_checked, degraded=bool(a.degraded),
+        correctness=a.correctness, not_checked=a.not_checked + a.loader.notes, degraded=bool(a.degraded),
         degraded_reasons=a.degraded, auditor_version=AUDITOR_VERSION, input_digests=digests,
         digest=hashlib.sha256(digest_src.encode()).hexdigest(),
     )

@@ -11,8 +11,8 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from perfwarden.harness.records import Claim
-from perfwarden.harness.json_limits import loads_bounded
+from perfwarden.harness.records import Claim, unknown_fields
+from perfwarden.harness.json_limits import loads_bounded, no_repeats
 from perfwarden.harness.safe_read import CLAIM_BYTES, STRING_CHARS, long_string, read_bytes
 
 
@@ -31,7 +31,7 @@ def load_claim(path: Path, root: Path | None = None) -> tuple[Claim, str]:
     except OSError as exc:
         raise ClaimError(f"cannot read claim {str(path)!r}: {exc}") from None
     try:
-        obj = loads_bounded(data, what=f"claim {str(path)!r}", parse_constant=_reject)
+        obj = loads_bounded(data, what=f"claim {str(path)!r}", parse_constant=_reject, object_pairs_hook=no_repeats)
     except (ValueError, RecursionError) as exc:  # JsonTooDeep is a ValueError
         raise ClaimError(f"claim {str(path)!r} is not valid JSON: {exc}") from None
     too_long = long_string(obj)
@@ -39,10 +39,14 @@ def load_claim(path: Path, root: Path | None = None) -> tuple[Claim, str]:
         raise ClaimError(f"claim {str(path)!r}: the string at {too_long[0]!r} is {too_long[1]:,} characters, over "
                          f"the {STRING_CHARS:,}-character bound for one field")
     try:
-        return Claim.model_validate(obj), hashlib.sha256(data).hexdigest()
+        claim = Claim.model_validate(obj)
     except ValidationError as exc:
         err = exc.errors()[0]
         raise ClaimError(f"claim {str(path)!r} is invalid: {err['msg']} at {'.'.join(map(str, err['loc']))!r}") from None
+    unknown = unknown_fields(claim)
+    if unknown:  # a misspelt or invented field would be read by no one: the claim says less than it seems
+        raise ClaimError(f"claim {str(path)!r} has field(s) a claim does not have: {', '.join(unknown[:8])}")
+    return claim, hashlib.sha256(data).hexdigest()
 
 
 def _reject(name: str):

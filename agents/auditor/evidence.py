@@ -19,13 +19,13 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from perfwarden.agents.auditor.findings import Findings
+from perfwarden.agents.auditor.findings import Findings, GateResult, finding
 from perfwarden.agents.auditor.rederive import RepError, RepMetrics, rederive_rep
-from perfwarden.harness.json_limits import loads_bounded
+from perfwarden.harness.json_limits import loads_bounded, no_repeats
 from perfwarden.harness.jsonl import (BenchRunLine, LineIssue, LineRef, OpBenchLine, OutputLine,
                                       ProfileLine, iter_jsonl, read_jsonl)
 from perfwarden.harness.mlperf_log import MlperfLogError, read_detail
-from perfwarden.harness.records import EvidenceRef, LegSpec, QualityEval, RunDir
+from perfwarden.harness.records import EvidenceRef, LegSpec, QualityEval, RunDir, unknown_fields
 from perfwarden.harness.safe_read import (BENCH_LINE_BYTES, LOG_LINE_CHARS, RECORD_BYTES, TEXT_BYTES, RefusedInput,
                                           check_regular, exists, read_bytes)
 
@@ -138,6 +138,12 @@ class RunLoader:
         in one leg or across legs, is duplicated evidence (constant memory per rep)."""
         self._run_started: float | None | bool = False
         """Unix time the run started (run.json), None when unknown; False until read."""
+        self.notes: list[str] = []
+        """What the loader read but did not check (a foreign file's fields perfwarden does not know)."""
+        self.line_sealed: frozenset[str] = frozenset()
+        """Files (relative to the run) whose every line a *verified* seal chain says the harness appended
+        through its own writer, which cannot write a repeated key: their lines skip that scan. A line
+        whose bytes differ from the sealed ones is EVIDENCE_TAMPERED (integrity gate) anyway."""
 
     # ---------------------------------------------------------------- generic
     def _digest(self, path: Path, sha: str) -> None:
@@ -220,7 +226,8 @@ class RunLoader:
             return None, tf
         try:
             obj = loads_bounded("\n".join(tf.lines), what=f"{what} {_rel(self.run, path)!r}",
-                                parse_constant=_reject_constant, parse_float=_finite_float)
+                                parse_constant=_reject_constant, parse_float=_finite_float,
+                                object_pairs_hook=no_repeats)
         except (ValueError, RecursionError) as exc:
             self.findings.add("EVIDENCE_CORRUPT", "FAIL", f"{what} {_rel(self.run, path)!r} is not valid JSON: {exc}",
                               evidence=[tf.evidence(self.run, None)], gate="evidence")
@@ -232,8 +239,15 @@ class RunLoader:
         return obj, tf
 
     def report_issues(self, issues: list[LineIssue], what: str) -> None:
-        """Torn tail -> FLAG (the writer was interrupted); anything mid-file -> FAIL."""
+        """Torn tail -> FLAG (the writer was interrupted); anything mid-file -> FAIL. A foreign file's
+        fields perfwarden does not read are listed as not checked (one note per file)."""
+        foreign = sorted({name for issue in issues if issue.kind == "foreign_fields" for name in issue.message.split(", ")})
+        if foreign:
+            self.notes.append(f"{what}: foreign file ({_rel(self.run, issues[0].ref.path)!r}) fields perfwarden does not "
+                              f"read, not checked: {', '.join(foreign[:40])}" + (" …" if len(foreign) > 40 else ""))
         for issue in issues:
+            if issue.kind == "foreign_fields":
+                continue
             # A line over its size bound was hashed while skipped (never re-read); others are short.
             sha = issue.sha256 or (hashlib.sha256(issue.ref.raw()).hexdigest() if issue.ref.length else None)
             ev = [EvidenceRef(file=_rel(self.run, issue.ref.path), line=issue.ref.line or None, sha256=sha)]
@@ -280,6 +294,12 @@ class RunLoader:
         if spec_obj is not None:
             try:
                 leg.spec = LegSpec.model_validate(spec_obj)
+                unknown = unknown_fields(leg.spec)
+                if unknown:
+                    self.findings.add("EVIDENCE_CORRUPT", "FAIL", f"leg spec of {name!r} has field(s) its schema does not "
+                                      f"have: {', '.join(unknown[:8])} (the harness never writes them)",
+                                      evidence=[leg.spec_file.evidence(self.run, leg.spec_file.key_line(
+                                          unknown[0].rsplit('.', 1)[-1]))], gate="evidence")
             except ValidationError as exc:
                 self.findings.add(_invalid_code(exc), "FAIL", f"leg spec of {name!r} is invalid: "
                                   f"{exc.errors()[0]['msg']} at {exc.errors()[0]['loc']!r}",
@@ -389,7 +409,8 @@ class RunLoader:
         try:
             # No enumerate(): it keeps the previous item alive while the next line is read, i.e. two
             # reps' decoded arrays at once. Here ``line`` is dropped before the next read.
-            for ref, line in iter_jsonl(path, BenchRunLine, issues, digest, self.run, BENCH_LINE_BYTES):
+            for ref, line in iter_jsonl(path, BenchRunLine, issues, digest, self.run, BENCH_LINE_BYTES,
+                                        check_keys=_rel(self.run, path) not in self.line_sealed):
                 index += 1
                 self._lines_seen += 1
                 claimed_leg, rep, error = line.leg, None, None
@@ -444,6 +465,7 @@ class RunLoader:
         self._digest(path, digest.hexdigest())
         self.report_issues(issues, f"bench_runs of leg {name!r}")
         self._legs_torn[name] = any(issue.kind == "torn_tail" for issue in issues)
+        self._check_one_writer(name, path, reps)
         numbered = sorted(seen)
         missing, shown = missing_rep_numbers(numbered)
         if missing:
@@ -458,6 +480,19 @@ class RunLoader:
                               evidence=[EvidenceRef(file=_rel(self.run, path), line=lines[0])],
                               action="remeasure", gate="evidence")
         return reps
+
+    def _check_one_writer(self, name: str, path: Path, reps: list[RepMetrics]) -> None:
+        """One bench file has one writer: a line without ``schema_version`` in a file whose other lines
+        the harness wrote would escape the harness schema, the contention sample and the rep clock."""
+        harness = [r for r in reps if r.schema_version is not None]
+        foreign = [r for r in reps if r.schema_version is None]
+        if harness and foreign:
+            self.findings.add("EVIDENCE_CORRUPT", "FAIL", f"bench_runs of leg {name!r} mixes {len(harness)} harness-"
+                              f"written line(s) with {len(foreign)} foreign-format line(s) (no schema_version), e.g. "
+                              f"line {foreign[0].ref.line}: one file has one writer",
+                              measured={"harness": len(harness), "foreign": len(foreign)},
+                              evidence=[line_evidence(self.run, harness[0].ref), line_evidence(self.run, foreign[0].ref)],
+                              gate="evidence")
 
     def _load_outputs(self, name: str) -> list[tuple[LineRef, OutputLine]] | None:
         path = self.paths.outputs(name)
@@ -507,6 +542,47 @@ class RunLoader:
 
     def inside(self, rel_path: str) -> Path:
         return self._inside(rel_path)
+
+
+def check_named_folders(run: Path, legs: list[LegEvidence], sealed: bool) -> GateResult:
+    """Every LoadGen folder a rep's line names (``loadgen.dir``) exists inside the run, or evidence was
+    removed (EVIDENCE_MISSING, FAIL). Decided where the run shows it keeps them: a sealed run, or one
+    where another named folder of the audited legs exists. An unsealed run where no named folder exists
+    at all (hand-built evidence, a rig that kept no logs) is listed as not checked."""
+    named: list[tuple[LegEvidence, RepMetrics, bool]] = []
+    for leg in legs:
+        for rep in leg.reps:
+            if rep.loadgen_dir is not None:
+                named.append((leg, rep, _folder_inside(run, rep.loadgen_dir)))
+    absent = [(leg, rep) for leg, rep, there in named if not there]
+    if not absent:
+        return GateResult()
+    if not sealed and len(absent) == len(named):
+        return GateResult(not_checked=[f"LoadGen logs: the {len(named)} folder(s) the reps name are all absent from "
+                                       "this unsealed run, so LoadGen's own logs cannot be held against the lines"])
+    found = []
+    for leg, rep in absent[:MAX_NAMED]:
+        found.append(finding("EVIDENCE_MISSING", "FAIL", f"leg {leg.name!r} rep {rep.rep} names LoadGen folder "
+                             f"{rep.loadgen_dir!r}, which is not in the run" + (" (the run is sealed)" if sealed else
+                             " while other reps' folders are") + ": evidence a record names was removed",
+                             measured=rep.loadgen_dir, threshold="an existing folder inside the run",
+                             evidence=[line_evidence(run, rep.ref)], gate="evidence"))
+    return GateResult(findings=found)
+
+
+MAX_NAMED = 25
+
+
+def _folder_inside(run: Path, name: str) -> bool:
+    """``name`` (relative to the run) is a real directory inside the run, reached without links out."""
+    if not name or "\x00" in name or os.path.isabs(name):
+        return False
+    path = (run / name)
+    try:
+        resolved = path.resolve()
+    except (OSError, RuntimeError):
+        return False
+    return resolved.is_relative_to(run.resolve()) and resolved.is_dir() and not path.is_symlink()
 
 
 RUN_CLOCK_SLACK_S = 60.0

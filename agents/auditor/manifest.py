@@ -29,7 +29,7 @@ from typing import Literal
 
 import msgspec
 
-from perfwarden.harness.jsonl import DECODE_ERRORS, LineIssue, SealEntry, iter_raw_lines
+from perfwarden.harness.jsonl import DECODE_ERRORS, LineIssue, SealEntry, iter_raw_lines, repeated_key
 from perfwarden.harness.records import SealHead, SealKey, key_store_dir, key_store_path
 from perfwarden.harness.safe_read import KEY_BYTES, read_bytes
 
@@ -240,6 +240,9 @@ class _Reader:
             e = msgspec.json.decode(raw, type=SealEntry)
         except DECODE_ERRORS as exc:
             return self.broke("undecodable", f"chain line {number} does not decode as a seal entry: {exc}", link)
+        repeated = repeated_key(raw)
+        if repeated is not None:  # the harness's writer cannot repeat a key; a reader could take either value
+            return self.broke("undecodable", f"chain line {number} repeats the key {repeated!r}", link)
         if len(raw) < _MAC_TAIL or raw[-_MAC_TAIL:-66] != _MAC_FIELD or not raw.endswith(b'"}'):
             return self.broke("no_mac", f"chain line {number} does not end in its MAC", link)
         if number == 1 and (e.kind != "open" or e.prev != GENESIS_MAC):

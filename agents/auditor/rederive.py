@@ -120,6 +120,10 @@ class RepMetrics:
     cache_hit_rate: float | None = None
     contention: dict | None = None
     started_at: float | None = None
+    ended_at: float | None = None
+    """Unix time the rep ended, when the line records it (reps of different legs must not overlap)."""
+    loadgen_dir: str | None = None
+    """The LoadGen log folder the line names (``loadgen.dir``), as written."""
     reported: dict[str, float] = field(default_factory=dict)
     error_samples: list[str] = field(default_factory=list)
     missing: list[str] = field(default_factory=list)
@@ -274,12 +278,35 @@ def _workload(line: BenchRunLine, ref: LineRef) -> dict[str, Any]:
         if value is None:
             continue
         if name == "loadgen":
+            _check_loadgen(line, value, ref)
             value = value.get("settings") if isinstance(value, dict) else None
             if value is None:
                 continue
             name = "loadgen.settings"
         out.update(flatten_json(value, f"{name}.") if isinstance(value, dict) and value else {name: value})
     return out
+
+
+LOADGEN_FIELDS = {"dir": str, "settings": dict, "wall_s": (int, float)}
+"""What the harness writes in a bench line's ``loadgen`` object (``harness/loadgen_client.measure_rep``)."""
+
+
+def _check_loadgen(line: BenchRunLine, value: dict, ref: LineRef) -> None:
+    """A harness line's ``loadgen`` object holds only the harness's fields, each of its type."""
+    if line.schema_version is None:
+        return
+    for key, item in value.items():
+        kind = LOADGEN_FIELDS.get(key)
+        if kind is None:
+            raise RepError("corrupt", f"line {ref.line}: 'loadgen' has a field its schema does not have: {key!r}")
+        if isinstance(item, bool) or not isinstance(item, kind):
+            raise RepError("corrupt", f"line {ref.line}: 'loadgen.{key}' is a {type(item).__name__}, the wrong type")
+
+
+def loadgen_dir(raw: msgspec.Raw, ref: LineRef) -> str | None:
+    value = raw_json(raw, "loadgen", ref)
+    folder = value.get("dir") if isinstance(value, dict) else None
+    return folder if isinstance(folder, str) else None
 
 
 def _prompt_digests(line: BenchRunLine, n: int, in_lens: np.ndarray | None) -> tuple[str | None, str | None]:
@@ -394,7 +421,8 @@ def rederive_rep(line: BenchRunLine, ref: LineRef, leg: str, rep_index: int) -> 
     server_info = raw_object(line.server_info, "server_info", ref)
     result = RepMetrics(leg=leg, rep=rep, ref=ref, n_requests=n, n_ok=n_ok, n_errors=n - n_ok,
                         duration_s=float(line.duration), accept_length=line.accept_length,
-                        contention=contention, started_at=line.started_at, schema_version=line.schema_version,
+                        contention=contention, started_at=line.started_at, ended_at=line.ended_at,
+                        schema_version=line.schema_version, loadgen_dir=loadgen_dir(line.loadgen, ref),
                         issued=line.issued, workload=_workload(line, ref),
                         server_info=flatten_json(server_info) if server_info is not None else None)
     in_lens = _as_array(line.input_lens, "input_lens", n) if line.input_lens is not None else None

@@ -60,7 +60,8 @@ def read_served(path: Path | None) -> Served | None:
     served = Served()
     keyed = False
     issues: list[LineIssue] = []  # torn/corrupt lines are reported by the evidence loader
-    for ref, line in iter_jsonl(path, ServedLine, issues):
+    # A partial view of lines the evidence loader already decoded strictly and scanned for repeated keys.
+    for ref, line in iter_jsonl(path, ServedLine, issues, check_keys=False):
         if line.prompt_ids is None or line.generated_texts is None:
             if not keyed:
                 return None  # a writer names its prompts on every line or on none: no second pass over a
