@@ -397,7 +397,7 @@ def audit_claim(run: Path, claim: Claim, claim_ref: str, claim_sha: str, key: Pa
     except KeyFileError as exc:
         raise ClaimError(str(exc)) from None
     findings = Findings()
-    loader = RunLoader(run, findings)
+    loader = RunLoader(run, findings, tuple(claim.lever.kernel_ops) if claim.lever else ())
     a = Audit(run=run, claim=claim, loader=loader, findings=findings, key=key)
     if not run.is_dir():
         findings.add("EVIDENCE_MISSING", "FAIL", f"run directory {str(run)!r} does not exist", gate="evidence")
