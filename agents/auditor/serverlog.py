@@ -14,7 +14,7 @@ the verdict can say that copy was not checked -- never taken as agreement):
 Besides the conditions, every other thing a gate looks for in a server log is defined here too (the
 mechanisms that ran, acceptance counts, crash lines, usage peaks, an op's engagement), because
 :func:`scan_server_log` reads a log once for all of them: a 256 MiB log is streamed in 1 MiB pieces,
-only the lines a literal prefilter lets through are looked at, and what is kept is bounded by the
+only the lines that hold a pattern's literals (its ``Guard``) are looked at, and what is kept is bounded by the
 ``MAX_*`` constants below -- never the log's lines (the gates used to re-scan them each, 341 s for
 250 MB). Gates consume the :class:`ServerLog` record.
 """
@@ -28,7 +28,7 @@ import json
 import math
 import re
 from dataclasses import dataclass, field
-from itertools import compress, count
+from itertools import compress, count, repeat
 from typing import Any, Iterable, Literal
 
 from perfwarden.agents.auditor import registry
@@ -164,14 +164,43 @@ died``: the unbounded gap made a line of repeated "Worker " quadratic, 3.6 s for
 ERROR_PATTERNS = re.compile(r"(Traceback \(most recent call last\)|RuntimeError:|CUDA error)")
 """Log lines that are a crash only when the leg also died (a server may log a failed request and live)."""
 
-KEYWORDS = ("effective_config", "serverargs(", "engaged", "0 calls", "prompt_lookup", "accept",
-            "specdecoding metrics:", "speculative_algorithm=", "response", "override",
-            "segmentation fault", "core dumped", "killed", "out of memory", "illegal memory access", "crash", "died",
-            "exited", "fatal", "sigabrt", "sigsegv", "traceback (most recent call last)", "runtimeerror:",
-            "cuda error")
-"""Every pattern above (and the registry's usage patterns' literal prefixes, added at scan time) only
-matches a line holding one of these, case folded: lines without any are counted and skipped unread.
-A pattern added above needs its literal here (``test_keywords_cover_every_pattern``)."""
+Guard = tuple[frozenset[str], ...]
+"""Literals a line must hold (case folded: ``fold``) for a pattern to be worth running on it: all of
+one set, for any set. Lines that hold no guard of any pattern are counted and skipped unread."""
+
+
+def _guard(*alternatives: str | tuple[str, ...]) -> Guard:
+    return tuple(frozenset((a,) if isinstance(a, str) else a) for a in alternatives)
+
+
+_NOT_ENGAGED_GUARD = _guard("engaged", "0 calls")
+_CONDITION_GUARD = _guard("effective_config", "serverargs(", "engaged")
+SIGNAL_GUARDS: list[Guard] = [
+    _guard("engaged"), _guard("prompt_lookup rid="), _guard("accept len:"), _guard("specdecoding metrics:"),
+    _guard('"avg_spec_accept_length"'), _guard("speculative_algorithm="),
+    _guard("engaged"), _guard(("response", "cache", "hit")), _guard('"response_cache_hits"'),
+    _guard("engaged"), _guard("engaged"), _guard('"op_override_calls"'), _guard("op_override final calls"),
+]
+"""One guard per ``SIGNAL_PATTERNS`` entry, in order (a pattern added there needs its guard here)."""
+_ACCEPT_GUARD = _guard("prompt_lookup rid=", "accepted: ", "accept rate:")
+_FATAL_GUARD = _guard("segmentation fault", "core dumped", "killed", "out of memory", "illegal memory access",
+                      "server crashed", "server died", "server exited", "fatal", "sigabrt", "sigsegv",
+                      ("worker", "died"), "scheduler crash", "exited with")
+_ERROR_GUARD = _guard("traceback (most recent call last)", "runtimeerror:", "cuda error")
+_FOLD_SPECIAL = {0x130: "i", 0x131: "i", 0x17F: "s", 0x212A: "k"}
+"""Letters a case-insensitive ``re`` pattern matches to an ASCII letter that ``str.lower`` does not map
+to one (dotted/dotless i, long s, Kelvin sign): folded first, so a guard never hides a match."""
+_FOLD_SPECIAL_RX = re.compile("[\u0130\u0131\u017f\u212a]")
+
+
+def fold(text: str) -> str:
+    """``text`` lower-cased the way guards compare it (line breaks untouched, so lines stay aligned)."""
+    return (text.translate(_FOLD_SPECIAL) if _FOLD_SPECIAL_RX.search(text) else text).lower()
+
+
+def _holds(present: frozenset[str], guard: Guard) -> bool:
+    return any(need <= present for need in guard)
+
 
 MAX_COPIES = 1000
 """Configuration lines held as copies of the conditions; later ones that repeat a held copy are the
@@ -305,18 +334,21 @@ def _add_exact(partials: list[float], x: float) -> None:
 
 
 class _LineScan:
-    """Every gate's per-line logic, in one place, fed the lines the prefilter lets through."""
+    """Every gate's per-line logic, in one place, fed the lines whose guards hold."""
 
     def __init__(self, log: ServerLog, ops: Iterable[str], usage: Iterable[str]):
         self.log = log
         self.ops = [(op, re.compile(rf"\b{re.escape(op)}\b", re.IGNORECASE), op.lower()) for op in dict.fromkeys(ops)]
-        self.usage = [(p, re.compile(p)) for p in usage]
-        prefixes = [_literal_prefix(p) for p, _ in self.usage]
-        self.every_line = not all(prefixes)
-        self.prefilter = re.compile("|".join(re.escape(k) for k in (*KEYWORDS, *prefixes) if k), re.IGNORECASE)
+        self.usage = [(p, re.compile(p), _guard(_literal_prefix(p).lower())) for p in usage]
+        self.every_line = not all(_literal_prefix(p) for p, _, _ in self.usage)
+        guards = [_NOT_ENGAGED_GUARD, _CONDITION_GUARD, *SIGNAL_GUARDS, _ACCEPT_GUARD, _FATAL_GUARD, _ERROR_GUARD,
+                  *(g for _, _, g in self.usage)]
+        self.needs = sorted({need for guard in guards for need in guard}, key=sorted)
+        """Every set of literals that makes a line worth reading."""
+        self.needles = sorted({n for need in self.needs for n in need})
         self.copy_keys: set[str] = set()
         self.copies_over = self.problems_over = self.signals_over = 0
-        log.usage_peaks = {p: None for p, _ in self.usage}
+        log.usage_peaks = {p: None for p, _, _ in self.usage}
         log.engaged = {op: None for op, _, _ in self.ops}
         log.refused = dict(log.engaged)
 
@@ -325,25 +357,41 @@ class _LineScan:
             self.log.cited[i] = (hashlib.sha256(text.encode("utf-8")).hexdigest(), text[:_EXCERPT])
 
     def lines(self, first: int, parts: list[str]) -> None:
-        """Lines ``first``, ``first + 1``, ... (the prefilter runs in C over the whole batch)."""
-        hits = range(len(parts)) if self.every_line else compress(count(), map(self.prefilter.search, parts))
-        for k in hits:
-            self.line(first + k, parts[k])
+        """Lines ``first``, ``first + 1``, ...: a literal absent from the whole batch rules its guard out
+        at once; the others select lines with ``in`` run in C, and only those are read."""
+        folded_text = fold("\n".join(parts))
+        folded = folded_text.split("\n")
+        if len(folded) != len(parts):  # cannot happen (folding keeps line breaks); never misalign
+            folded = [fold(p) for p in parts]
+        chosen: set[int] = set(range(len(parts))) if self.every_line else set()
+        for need in self.needs:
+            if len(chosen) == len(parts):
+                break
+            if all(n in folded_text for n in need):
+                rarest = max(need, key=len)
+                chosen.update(compress(count(), map(str.__contains__, folded, repeat(rarest))))
+        for k in sorted(chosen):
+            low = folded[k]
+            self.line(first + k, parts[k], frozenset(n for n in self.needles if n in low), low)
 
-    def line(self, i: int, text: str) -> None:
-        if "effective_config" in text or "ServerArgs(" in text or "ENGAGED" in text:
-            self._condition(i, text)
-        self._signal(i, text)
-        self._acceptance(i, text)
+    def line(self, i: int, text: str, present: frozenset[str], low: str) -> None:
         log = self.log
-        if log.fatal is None and FATAL_PATTERNS.search(text):
+        if _holds(present, _CONDITION_GUARD) and ("effective_config" in text or "ServerArgs(" in text
+                                                  or "ENGAGED" in text):
+            self._condition(i, text)
+        refused = _holds(present, _NOT_ENGAGED_GUARD) and NOT_ENGAGED_RX.search(text) is not None
+        if not refused:
+            self._signal(i, text, present)
+        if _holds(present, _ACCEPT_GUARD):
+            self._acceptance(i, text)
+        if log.fatal is None and _holds(present, _FATAL_GUARD) and FATAL_PATTERNS.search(text):
             log.fatal = (i, text.strip()[:160])
             self.cite(i, text)
-        if log.error is None and ERROR_PATTERNS.search(text):
+        if log.error is None and _holds(present, _ERROR_GUARD) and ERROR_PATTERNS.search(text):
             log.error = (i, text.strip()[:160])
             self.cite(i, text)
-        for pattern, rx in self.usage:
-            m = rx.search(text)
+        for pattern, rx, guard in self.usage:
+            m = rx.search(text) if self.every_line or _holds(present, guard) else None
             if m:
                 try:
                     value = float(m.group(1))
@@ -351,12 +399,13 @@ class _LineScan:
                     continue
                 peak = log.usage_peaks[pattern]
                 log.usage_peaks[pattern] = value if peak is None else max(peak, value)
-        for op, rx, low in self.ops:
-            if log.engaged[op] is None and rx.search(text) and _ENGAGED_WORD.search(text) \
-                    and not NOT_ENGAGED_RX.search(text):
+        if not (refused or "engaged" in present):
+            return
+        for op, rx, name in self.ops:
+            if log.engaged[op] is None and not refused and rx.search(text) and _ENGAGED_WORD.search(text):
                 log.engaged[op] = i
                 self.cite(i, text)
-            if log.refused[op] is None and low in text.lower() and NOT_ENGAGED_RX.search(text):
+            if log.refused[op] is None and refused and name in text.lower():
                 log.refused[op] = i
                 self.cite(i, text)
 
@@ -378,11 +427,9 @@ class _LineScan:
         elif key not in self.copy_keys:
             self.copies_over += 1
 
-    def _signal(self, i: int, text: str) -> None:
-        if NOT_ENGAGED_RX.search(text):
-            return
-        for family, rx in SIGNAL_PATTERNS:
-            m = rx.search(text)
+    def _signal(self, i: int, text: str, present: frozenset[str]) -> None:
+        for (family, rx), guard in zip(SIGNAL_PATTERNS, SIGNAL_GUARDS):
+            m = rx.search(text) if _holds(present, guard) else None
             if not m:
                 continue
             detail = m.group(1).lower() if family == "kernel_override" and m.groups() else None
