@@ -29,7 +29,7 @@ import math
 import re
 from dataclasses import dataclass, field
 from itertools import compress, count, repeat
-from typing import Any, Iterable, Literal
+from typing import Any, Iterable, Literal, NamedTuple
 
 from perfwarden.agents.auditor import registry
 from perfwarden.agents.auditor.rederive import flatten_json
@@ -333,6 +333,24 @@ def _add_exact(partials: list[float], x: float) -> None:
     partials[i:] = [x]
 
 
+MAX_PLANS = 4096
+"""Line shapes (sets of literals present) whose plan is remembered."""
+
+
+class _Plan(NamedTuple):
+    """What to run on a line, from the literals it holds."""
+
+    condition: bool
+    not_engaged: bool
+    signals: tuple[int, ...]
+    """Indices into ``SIGNAL_PATTERNS``, in order."""
+    accept: bool
+    fatal: bool
+    error: bool
+    usage: tuple[int, ...]
+    engaged: bool
+
+
 class _LineScan:
     """Every gate's per-line logic, in one place, fed the lines whose guards hold."""
 
@@ -346,6 +364,7 @@ class _LineScan:
         self.needs = sorted({need for guard in guards for need in guard}, key=sorted)
         """Every set of literals that makes a line worth reading."""
         self.needles = sorted({n for need in self.needs for n in need})
+        self._plans: dict[frozenset[str], _Plan] = {}
         self.copy_keys: set[str] = set()
         self.copies_over = self.problems_over = self.signals_over = 0
         log.usage_peaks = {p: None for p, _, _ in self.usage}
@@ -357,41 +376,55 @@ class _LineScan:
             self.log.cited[i] = (hashlib.sha256(text.encode("utf-8")).hexdigest(), text[:_EXCERPT])
 
     def lines(self, first: int, parts: list[str]) -> None:
-        """Lines ``first``, ``first + 1``, ...: a literal absent from the whole batch rules its guard out
+        """Lines ``first``, ``first + 1``, ...: a literal absent from the whole batch rules its guards out
         at once; the others select lines with ``in`` run in C, and only those are read."""
         folded_text = fold("\n".join(parts))
         folded = folded_text.split("\n")
         if len(folded) != len(parts):  # cannot happen (folding keeps line breaks); never misalign
             folded = [fold(p) for p in parts]
+        in_batch = frozenset(n for n in self.needles if n in folded_text)
         chosen: set[int] = set(range(len(parts))) if self.every_line else set()
         for need in self.needs:
             if len(chosen) == len(parts):
                 break
-            if all(n in folded_text for n in need):
-                rarest = max(need, key=len)
-                chosen.update(compress(count(), map(str.__contains__, folded, repeat(rarest))))
+            if need <= in_batch:
+                chosen.update(compress(count(), map(str.__contains__, folded, repeat(max(need, key=len)))))
         for k in sorted(chosen):
             low = folded[k]
-            self.line(first + k, parts[k], frozenset(n for n in self.needles if n in low), low)
+            self.line(first + k, parts[k], self.plan(frozenset(n for n in in_batch if n in low)))
 
-    def line(self, i: int, text: str, present: frozenset[str], low: str) -> None:
+    def plan(self, present: frozenset[str]) -> _Plan:
+        """Which patterns a line holding exactly the literals ``present`` can match (memoized: a log
+        repeats a handful of line shapes)."""
+        plan = self._plans.get(present)
+        if plan is None:
+            plan = _Plan(_holds(present, _CONDITION_GUARD), _holds(present, _NOT_ENGAGED_GUARD),
+                         tuple(k for k, g in enumerate(SIGNAL_GUARDS) if _holds(present, g)),
+                         _holds(present, _ACCEPT_GUARD), _holds(present, _FATAL_GUARD), _holds(present, _ERROR_GUARD),
+                         tuple(k for k, (_, _, g) in enumerate(self.usage) if self.every_line or _holds(present, g)),
+                         "engaged" in present)
+            if len(self._plans) < MAX_PLANS:
+                self._plans[present] = plan
+        return plan
+
+    def line(self, i: int, text: str, plan: _Plan) -> None:
         log = self.log
-        if _holds(present, _CONDITION_GUARD) and ("effective_config" in text or "ServerArgs(" in text
-                                                  or "ENGAGED" in text):
+        if plan.condition and ("effective_config" in text or "ServerArgs(" in text or "ENGAGED" in text):
             self._condition(i, text)
-        refused = _holds(present, _NOT_ENGAGED_GUARD) and NOT_ENGAGED_RX.search(text) is not None
-        if not refused:
-            self._signal(i, text, present)
-        if _holds(present, _ACCEPT_GUARD):
+        refused = plan.not_engaged and NOT_ENGAGED_RX.search(text) is not None
+        if plan.signals and not refused:
+            self._signal(i, text, plan.signals)
+        if plan.accept:
             self._acceptance(i, text)
-        if log.fatal is None and _holds(present, _FATAL_GUARD) and FATAL_PATTERNS.search(text):
+        if plan.fatal and log.fatal is None and FATAL_PATTERNS.search(text):
             log.fatal = (i, text.strip()[:160])
             self.cite(i, text)
-        if log.error is None and _holds(present, _ERROR_GUARD) and ERROR_PATTERNS.search(text):
+        if plan.error and log.error is None and ERROR_PATTERNS.search(text):
             log.error = (i, text.strip()[:160])
             self.cite(i, text)
-        for pattern, rx, guard in self.usage:
-            m = rx.search(text) if self.every_line or _holds(present, guard) else None
+        for k in plan.usage:
+            pattern, rx, _ = self.usage[k]
+            m = rx.search(text)
             if m:
                 try:
                     value = float(m.group(1))
@@ -399,8 +432,11 @@ class _LineScan:
                     continue
                 peak = log.usage_peaks[pattern]
                 log.usage_peaks[pattern] = value if peak is None else max(peak, value)
-        if not (refused or "engaged" in present):
-            return
+        if refused or plan.engaged:
+            self._ops(i, text, refused)
+
+    def _ops(self, i: int, text: str, refused: bool) -> None:
+        log = self.log
         for op, rx, name in self.ops:
             if log.engaged[op] is None and not refused and rx.search(text) and _ENGAGED_WORD.search(text):
                 log.engaged[op] = i
@@ -427,9 +463,10 @@ class _LineScan:
         elif key not in self.copy_keys:
             self.copies_over += 1
 
-    def _signal(self, i: int, text: str, present: frozenset[str]) -> None:
-        for (family, rx), guard in zip(SIGNAL_PATTERNS, SIGNAL_GUARDS):
-            m = rx.search(text) if _holds(present, guard) else None
+    def _signal(self, i: int, text: str, candidates: tuple[int, ...]) -> None:
+        for k in candidates:
+            family, rx = SIGNAL_PATTERNS[k]
+            m = rx.search(text)
             if not m:
                 continue
             detail = m.group(1).lower() if family == "kernel_override" and m.groups() else None
