@@ -31,6 +31,8 @@ from perfwarden.harness.safe_read import (BENCH_LINE_BYTES, LOG_LINE_CHARS, RECO
                                           check_regular, exists, iter_chunks, read_bytes)
 
 _EXCERPT = 200
+LOG_CHUNK = 256 << 10
+"""Bytes of a server log read at a time (what one pass holds, a few times over, while it reads)."""
 # Per-request arrays every sglang/vLLM bench file carries but rederive can do without: absent, the
 # metrics they feed are silently underivable, so their absence is reported (FLAG: a gate cannot decide).
 _STANDARD_ARRAYS = {"itls": "ITL metrics (and e2e/TPOT when there is no 'latencies' array)",
@@ -201,8 +203,8 @@ class RunLoader:
         if not self.present(path, False, what):
             return None
         try:
-            log = scan_server_log(iter_chunks(path, self.run, limit=TEXT_BYTES, what=what), _rel(self.run, path),
-                                  self.log_ops, LOG_LINE_CHARS)
+            log = scan_server_log(iter_chunks(path, self.run, limit=TEXT_BYTES, what=what, chunk=LOG_CHUNK),
+                                  _rel(self.run, path), self.log_ops, LOG_LINE_CHARS)
         except RefusedInput as exc:
             self.refused(exc, what)
             return None

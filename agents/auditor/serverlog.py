@@ -164,13 +164,13 @@ died``: the unbounded gap made a line of repeated "Worker " quadratic, 3.6 s for
 ERROR_PATTERNS = re.compile(r"(Traceback \(most recent call last\)|RuntimeError:|CUDA error)")
 """Log lines that are a crash only when the leg also died (a server may log a failed request and live)."""
 
-Guard = tuple[frozenset[str], ...]
+Guard = tuple[frozenset[bytes], ...]
 """Literals a line must hold (case folded: ``fold``) for a pattern to be worth running on it: all of
 one set, for any set. Lines that hold no guard of any pattern are counted and skipped unread."""
 
 
 def _guard(*alternatives: str | tuple[str, ...]) -> Guard:
-    return tuple(frozenset((a,) if isinstance(a, str) else a) for a in alternatives)
+    return tuple(frozenset(n.encode("utf-8") for n in ((a,) if isinstance(a, str) else a)) for a in alternatives)
 
 
 _NOT_ENGAGED_GUARD = _guard("engaged", "0 calls")
@@ -188,17 +188,18 @@ _FATAL_GUARD = _guard("segmentation fault", "core dumped", "killed", "out of mem
                       ("worker", "died"), "scheduler crash", "exited with")
 _ERROR_GUARD = _guard("traceback (most recent call last)", "runtimeerror:", "cuda error")
 _FOLD_SPECIAL = {0x130: "i", 0x131: "i", 0x17F: "s", 0x212A: "k"}
-"""Letters a case-insensitive ``re`` pattern matches to an ASCII letter that ``str.lower`` does not map
-to one (dotted/dotless i, long s, Kelvin sign): folded first, so a guard never hides a match."""
+"""The only letters a case-insensitive ``re`` pattern matches to an ASCII letter besides A-Z (dotted and
+dotless i, long s, Kelvin sign): folded first, so a guard never hides a match."""
 _FOLD_SPECIAL_RX = re.compile("[\u0130\u0131\u017f\u212a]")
 
 
-def fold(text: str) -> str:
-    """``text`` lower-cased the way guards compare it (line breaks untouched, so lines stay aligned)."""
-    return (text.translate(_FOLD_SPECIAL) if _FOLD_SPECIAL_RX.search(text) else text).lower()
+def fold(text: str) -> bytes:
+    """``text`` as UTF-8 with ASCII letters lower-cased, the way guards compare it (bytes: ``str.lower``
+    of non-ASCII text allocates 12 bytes a character; line breaks are untouched, so lines stay aligned)."""
+    return (text.translate(_FOLD_SPECIAL) if _FOLD_SPECIAL_RX.search(text) else text).encode("utf-8").lower()
 
 
-def _holds(present: frozenset[str], guard: Guard) -> bool:
+def _holds(present: frozenset[bytes], guard: Guard) -> bool:
     return any(need <= present for need in guard)
 
 
@@ -357,14 +358,14 @@ class _LineScan:
     def __init__(self, log: ServerLog, ops: Iterable[str], usage: Iterable[str]):
         self.log = log
         self.ops = [(op, re.compile(rf"\b{re.escape(op)}\b", re.IGNORECASE), op.lower()) for op in dict.fromkeys(ops)]
-        self.usage = [(p, re.compile(p), _guard(_literal_prefix(p).lower())) for p in usage]
+        self.usage = [(p, re.compile(p), (frozenset({fold(_literal_prefix(p))}),)) for p in usage]
         self.every_line = not all(_literal_prefix(p) for p, _, _ in self.usage)
         guards = [_NOT_ENGAGED_GUARD, _CONDITION_GUARD, *SIGNAL_GUARDS, _ACCEPT_GUARD, _FATAL_GUARD, _ERROR_GUARD,
                   *(g for _, _, g in self.usage)]
         self.needs = sorted({need for guard in guards for need in guard}, key=sorted)
         """Every set of literals that makes a line worth reading."""
         self.needles = sorted({n for need in self.needs for n in need})
-        self._plans: dict[frozenset[str], _Plan] = {}
+        self._plans: dict[frozenset[bytes], _Plan] = {}
         self.copy_keys: set[str] = set()
         self.copies_over = self.problems_over = self.signals_over = 0
         log.usage_peaks = {p: None for p, _, _ in self.usage}
@@ -379,7 +380,7 @@ class _LineScan:
         """Lines ``first``, ``first + 1``, ...: a literal absent from the whole batch rules its guards out
         at once; the others select lines with ``in`` run in C, and only those are read."""
         folded_text = fold("\n".join(parts))
-        folded = folded_text.split("\n")
+        folded = folded_text.split(b"\n")
         if len(folded) != len(parts):  # cannot happen (folding keeps line breaks); never misalign
             folded = [fold(p) for p in parts]
         in_batch = frozenset(n for n in self.needles if n in folded_text)
@@ -388,12 +389,12 @@ class _LineScan:
             if len(chosen) == len(parts):
                 break
             if need <= in_batch:
-                chosen.update(compress(count(), map(str.__contains__, folded, repeat(max(need, key=len)))))
+                chosen.update(compress(count(), map(bytes.__contains__, folded, repeat(max(need, key=len)))))
         for k in sorted(chosen):
             low = folded[k]
             self.line(first + k, parts[k], self.plan(frozenset(n for n in in_batch if n in low)))
 
-    def plan(self, present: frozenset[str]) -> _Plan:
+    def plan(self, present: frozenset[bytes]) -> _Plan:
         """Which patterns a line holding exactly the literals ``present`` can match (memoized: a log
         repeats a handful of line shapes)."""
         plan = self._plans.get(present)
@@ -402,7 +403,7 @@ class _LineScan:
                          tuple(k for k, g in enumerate(SIGNAL_GUARDS) if _holds(present, g)),
                          _holds(present, _ACCEPT_GUARD), _holds(present, _FATAL_GUARD), _holds(present, _ERROR_GUARD),
                          tuple(k for k, (_, _, g) in enumerate(self.usage) if self.every_line or _holds(present, g)),
-                         "engaged" in present)
+                         b"engaged" in present)
             if len(self._plans) < MAX_PLANS:
                 self._plans[present] = plan
         return plan
