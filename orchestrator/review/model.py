@@ -15,7 +15,7 @@ import json
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, Iterator, NamedTuple
 
 from pydantic import ValidationError
 
@@ -222,6 +222,21 @@ class RunReview:
         """Verdicts of the trail left out of ``entries``."""
         return self.summary.total - len(self.entries)
 
+    def all_entries(self) -> Iterator[VerdictEntry]:
+        """Every verdict of the trail in seq order: the held ones as they are, the others read again
+        one at a time (exports list every verdict; memory stays flat)."""
+        if not self.omitted:
+            yield from self.entries
+            return
+        held = {e.path: e for e in self.entries}
+        claims: dict[str, tuple[Claim | None, str | None]] = {}
+        for row in self.summary.rows:
+            entry = held.get(row.path)
+            if entry is None:
+                verdict = read_verdict(self.root / row.path, self.root)
+                entry = VerdictEntry(verdict, row.path, *_cached_claim(self.root, verdict.claim, claims))
+            yield entry
+
     @property
     def run_id(self) -> str:
         return self.manifest.id if self.manifest is not None else self.root.name
@@ -304,6 +319,16 @@ def _seq_order(entry: VerdictEntry) -> tuple[int, str]:
     return entry.verdict.claim_seq, entry.path
 
 
+def _cached_claim(root: Path, rel: str, cache: dict[str, tuple[Claim | None, str | None]]
+                  ) -> tuple[Claim | None, str | None]:
+    """``read_claim`` once per claim file while a trail is read (at most ``_CLAIMS_CACHED`` remembered)."""
+    if rel not in cache:
+        if len(cache) >= _CLAIMS_CACHED:
+            cache.clear()
+        cache[rel] = read_claim(root, rel)
+    return cache[rel]
+
+
 def load_saved_verdicts(root: Path, keep: int | None = None) -> tuple[list[VerdictEntry], TrailSummary]:
     """Every ``verdicts/*.json`` (hidden temp files of atomic writes are skipped), read one at a time:
     the summary of all of them, and the ``keep`` (default ``KEEP``) most severe held whole, in seq order."""
@@ -316,11 +341,7 @@ def load_saved_verdicts(root: Path, keep: int | None = None) -> tuple[list[Verdi
     claims: dict[str, tuple[Claim | None, str | None]] = {}
     for path in sorted(p for p in vdir.glob("*.json") if not p.name.startswith(".")):
         verdict = read_verdict(path, root)
-        if verdict.claim not in claims:
-            if len(claims) >= _CLAIMS_CACHED:
-                claims.clear()
-            claims[verdict.claim] = read_claim(root, verdict.claim)
-        claim, note = claims[verdict.claim]
+        claim, note = _cached_claim(root, verdict.claim, claims)
         entry = VerdictEntry(verdict, str(path.relative_to(root)), claim, note)
         summary.add(entry)
         heapq.heappush(heap, _Kept(entry))
