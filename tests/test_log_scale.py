@@ -237,3 +237,33 @@ def test_a_server_log_is_read_once_in_pieces_and_never_held(tmp_path, monkeypatc
     assert sum(reads) == size  # once: no gate, check or digest reads it again
     assert max(reads) <= 1 << 20  # streamed, never whole
     assert peak < size / 2, (peak, size)
+
+
+def test_the_persona_excerpt_reads_only_the_end_of_a_big_log(tmp_path, monkeypatch):
+    """The LLM persona shows a log's last lines: it reads the end of the file, not the whole 8 MiB again."""
+    from perfwarden.agents.auditor import persona
+    from perfwarden.harness.records import Verdict
+
+    log = tmp_path / "legs" / "a" / "server.log"
+    log.parent.mkdir(parents=True)
+    log.write_bytes(b"".join(b"INFO request done line %07d\n" % i for i in range(300_000)))
+    reads: list[int] = []
+    real_open = safe_read.open_regular
+
+    def counted(path, *args, **kwargs):
+        handle = real_open(path, *args, **kwargs)
+        read = handle.read
+
+        def read_counted(n=-1):
+            data = read(n)
+            reads.append(len(data))
+            return data
+        handle.read = read_counted
+        return handle
+
+    monkeypatch.setattr(safe_read, "open_regular", counted)
+    monkeypatch.setattr(persona, "open_regular", counted, raising=False)
+    verdict = Verdict(scope="patch", claim="claims/001-patch.json", verdict="FAIL", action="eject", legs={"a": {}})
+    text = persona.raw_excerpts(tmp_path, verdict)
+    assert "line 0299999" in text and "line 0299960" in text and "line 0299959" not in text
+    assert sum(reads) <= 1 << 20, sum(reads)
