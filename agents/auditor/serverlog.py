@@ -24,7 +24,6 @@ from __future__ import annotations
 import ast
 import codecs
 import hashlib
-import json
 import math
 import re
 from dataclasses import dataclass, field
@@ -204,13 +203,15 @@ def _holds(present: frozenset[bytes], guard: Guard) -> bool:
 
 
 MAX_COPIES = 1000
-"""Configuration lines held as copies of the conditions; later ones that repeat a held copy are the
-same check, any other is counted as not checked."""
+"""Configuration lines held as copies of the conditions (a server states them once per start); later
+ones are counted as not checked."""
+MAX_COPY_CHARS = 16 << 20
+"""Characters of configuration lines held in all (a 64 KiB effective_config parses to thousands of keys)."""
 MAX_PROBLEMS = 100
 """Unreadable configuration lines described one by one; the rest are counted in one note."""
 MAX_SIGNALS = 100
 """Mechanism lines held per (family, op, hit) kind; all are counted."""
-MAX_SIGNAL_KINDS = 1000
+MAX_SIGNAL_KINDS = 100
 """Distinct (family, op, hit) kinds held; lines of further kinds are counted in a note."""
 _EXCERPT = 200
 _LINE_BREAKS = "\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"
@@ -366,8 +367,7 @@ class _LineScan:
         """Every set of literals that makes a line worth reading."""
         self.needles = sorted({n for need in self.needs for n in need})
         self._plans: dict[frozenset[bytes], _Plan] = {}
-        self.copy_keys: set[str] = set()
-        self.copies_over = self.problems_over = self.signals_over = 0
+        self.copies_over = self.problems_over = self.signals_over = self.copy_chars = 0
         log.usage_peaks = {p: None for p, _, _ in self.usage}
         log.engaged = {op: None for op, _, _ in self.ops}
         log.refused = dict(log.engaged)
@@ -448,6 +448,9 @@ class _LineScan:
 
     def _condition(self, i: int, text: str) -> None:
         log = self.log
+        if len(log.copies) >= MAX_COPIES or self.copy_chars >= MAX_COPY_CHARS:
+            self.copies_over += 1  # past the bound nothing is parsed: a hostile log cannot make it slow
+            return
         copy, problem = _condition_line(i, text)
         if problem is not None:
             if len(log.problems) < MAX_PROBLEMS:
@@ -456,13 +459,9 @@ class _LineScan:
                 self.problems_over += 1
         if copy is None:
             return
-        key = json.dumps([copy.source, copy.values], sort_keys=True, default=str)
-        if len(log.copies) < MAX_COPIES:
-            log.copies.append(copy)
-            self.copy_keys.add(key)
-            self.cite(i, text)
-        elif key not in self.copy_keys:
-            self.copies_over += 1
+        log.copies.append(copy)
+        self.copy_chars += len(text)
+        self.cite(i, text)
 
     def _signal(self, i: int, text: str, candidates: tuple[int, ...]) -> None:
         for k in candidates:
@@ -512,8 +511,8 @@ class _LineScan:
             log.problems.append(f"{self.problems_over} more configuration line(s) do not parse (only the first "
                                 f"{MAX_PROBLEMS} are described)")
         if self.copies_over:
-            log.problems.append(f"{self.copies_over} configuration line(s) after the first {MAX_COPIES} state other "
-                                "values and are not held (over the bound)")
+            log.problems.append(f"{self.copies_over} configuration line(s) after the first {len(log.copies)} are not "
+                                f"read (over the bound of {MAX_COPIES} lines, {MAX_COPY_CHARS:,} characters)")
         if self.signals_over:
             log.notes.append(f"{self.signals_over} mechanism line(s) of kinds beyond the first {MAX_SIGNAL_KINDS} "
                              "are not held (over the bound)")
