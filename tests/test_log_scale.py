@@ -106,7 +106,8 @@ def _pieces(data: bytes, size: int) -> list[bytes]:
 def _same(data: bytes, size: int) -> None:
     lines = data.decode("utf-8", "replace").splitlines()
     got, want = _record(scan_server_log(_pieces(data, size), "server.log", OPS)), _reference(lines)
-    if isinstance(want["rate"][0], float) and isinstance(got["rate"][0], float):  # fsum vs numpy: last bits
+    if isinstance(want["rate"][0], float) and isinstance(got["rate"][0], float) and want["rate"][0] != float("inf"):
+        # fsum vs numpy's pairwise sum: the last bits may differ
         assert got["rate"][0] == pytest.approx(want["rate"][0], rel=1e-12)
         got["rate"], want["rate"] = got["rate"][1], want["rate"][1]
     assert got == want
@@ -128,7 +129,7 @@ FRAGMENTS = [
     "ENGAGED prompt_lookup n=3", "override rmsnorm engaged", "rmsnorm not engaged", "RMSNorm engaged=0",
     "rotary override: 0 calls", "response cache hit rid=7", "Response-Cache HIT", "response_cache STORE key=1",
     "prompt_lookup rid=r1 verify_steps=4 drafted=12 accepted=7", "Accepted: 5 tokens, Drafted: 9 tokens",
-    "accept len: 2.5 accept rate: 0.41", "accept rate: 1.2.3", "SpecDecoding metrics: x", "token usage: 0.83",
+    "accept len: 2.5 accept rate: 0.41", "accept rate: 1.2.3", "accept rate: " + "9" * 400, "SpecDecoding metrics: x", "token usage: 0.83",
     "kv_usage=0.4", "kv_usage=1.2.3", "server_args=ServerArgs(model_path='/m', tp_size=8)",
     "server_args=ServerArgs(tp_size=", "Segmentation fault (core dumped)", "ſegmentation fault", "KİLLED",
     "\u212ailled", "Worker 3 died", "RuntimeError: boom", "Traceback (most recent call last):", "CUDA error: x",

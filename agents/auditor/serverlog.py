@@ -263,6 +263,8 @@ class ServerLog:
     drafted: int = 0
     rate_partials: list[float] = field(default_factory=list)
     n_rates: int = 0
+    rate_infinite: bool = False
+    """A rate of hundreds of digits reads as infinity (the mean is then infinite, as numpy's was)."""
     acceptance_line: int | None = None
     acceptance_error: Exception | None = None
     """The first acceptance number that did not parse (the gate fails on it, as it always did)."""
@@ -291,7 +293,8 @@ class ServerLog:
         if self.drafted > 0:
             return self.accepted / self.drafted, self.acceptance_line
         if self.n_rates:
-            return math.fsum(self.rate_partials) / self.n_rates, self.acceptance_line
+            total = math.inf if self.rate_infinite else math.fsum(self.rate_partials)
+            return total / self.n_rates, self.acceptance_line
         return None, None
 
     def crash_line(self, failed: bool) -> tuple[int, str] | None:
@@ -311,7 +314,7 @@ def _literal_prefix(pattern: str) -> str:
     if "|" in pattern:
         return ""
     out = ""
-    for i, ch in enumerate(pattern):
+    for ch in pattern:
         if ch in ".^$*+?{}[]\\|()":
             if ch in "*?{" and out:
                 out = out[:-1]  # the last literal is optional
@@ -494,7 +497,11 @@ class _LineScan:
                 log.accepted += int(m.group(1))
                 log.drafted += int(m.group(2))
             elif m := _SGLANG_RATE.search(text):
-                _add_exact(log.rate_partials, float(m.group(1)))
+                rate = float(m.group(1))
+                if math.isfinite(rate):
+                    _add_exact(log.rate_partials, rate)
+                else:
+                    log.rate_infinite = True
                 log.n_rates += 1
             else:
                 return
