@@ -26,7 +26,7 @@ from __future__ import annotations
 import os
 import stat
 from pathlib import Path
-from typing import BinaryIO, Literal
+from typing import BinaryIO, Iterator, Literal
 from perfwarden.harness.json_limits import MAX_DEPTH  # noqa: F401 - one nesting bound, re-exported
 
 Reason = Literal["missing", "outside", "not_regular", "too_large", "unreadable"]
@@ -201,6 +201,22 @@ def read_bytes(path: Path | str, root: Path | str | None = None, *, limit: int, 
                            f"{size_text(limit)} bound while it was read: not read")
     return data
 
+
+
+def iter_chunks(path: Path | str, root: Path | str | None = None, *, limit: int, what: str = "file",
+                chunk: int = 1 * MiB) -> Iterator[bytes]:
+    """The file's bytes in pieces of at most ``chunk``, under ``read_bytes``' rules (one piece in memory
+    at a time: a reader that streams a 256 MiB log never holds it). A file that grows past ``limit``
+    while read raises ``RefusedInput`` after the pieces already yielded: a caller keeps nothing from a
+    refused file."""
+    total = 0
+    with open_regular(path, root, what, limit) as handle:
+        while piece := handle.read(min(chunk, limit + 1 - total)):
+            total += len(piece)
+            if total > limit:
+                raise RefusedInput(path, "too_large", f"{what} {_shown(Path(path), root)!r} grew past the "
+                                   f"{size_text(limit)} bound while it was read: not read")
+            yield piece
 
 
 def too_deep(obj: object, limit: int = MAX_DEPTH) -> bool:

@@ -23,7 +23,7 @@ from rich.console import Console
 from perfwarden.orchestrator.exit_codes import ExitCode
 from perfwarden.orchestrator.render import print_error, safe_text
 from perfwarden.orchestrator.review.compare import compare as pair_reviews
-from perfwarden.orchestrator.review.export import FORMATS, export
+from perfwarden.orchestrator.review.export import FORMATS, export_pieces
 from perfwarden.orchestrator.review.report_html import render_compare_html, render_review_html
 from perfwarden.orchestrator.review.model import ReviewError, load_review
 from perfwarden.orchestrator.review.terminal import print_comparison, print_review
@@ -64,7 +64,8 @@ def review(
         raise typer.Exit(ExitCode.INVALID) from None
     comp = pair_reviews(first, second) if second is not None else None
     if fmt is not None:
-        sys.stdout.write(export(first, fmt.value, comp))
+        for piece in export_pieces(first, fmt.value, comp):
+            sys.stdout.write(piece)
     else:
         out = Console(highlight=False)
         print_comparison(comp, out) if comp is not None else print_review(first, out)

@@ -415,7 +415,7 @@ def audit_claim(run: Path, claim: Claim, claim_ref: str, claim_sha: str, key: Pa
     except KeyFileError as exc:
         raise ClaimError(str(exc)) from None
     findings = Findings()
-    loader = RunLoader(run, findings)
+    loader = RunLoader(run, findings, tuple(claim.lever.kernel_ops) if claim.lever else ())
     a = Audit(run=run, claim=claim, loader=loader, findings=findings, key=key)
     a.manifest = _read_chain(a, key_choice)
     if a.manifest[0] is not None and a.manifest[0].verified and a.manifest[0].broken is None:

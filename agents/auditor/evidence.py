@@ -21,15 +21,18 @@ from pydantic import ValidationError
 
 from perfwarden.agents.auditor.findings import Findings, GateResult, finding
 from perfwarden.agents.auditor.rederive import RepError, RepMetrics, rederive_rep
+from perfwarden.agents.auditor.serverlog import ServerLog, scan_server_log
 from perfwarden.harness.json_limits import loads_bounded, no_repeats
 from perfwarden.harness.jsonl import (BenchRunLine, LineIssue, LineRef, OpBenchLine, OutputLine,
                                       ProfileLine, iter_jsonl, read_jsonl)
 from perfwarden.harness.mlperf_log import MlperfLogError, read_detail
 from perfwarden.harness.records import EvidenceRef, LegSpec, QualityEval, RunDir, unknown_fields
 from perfwarden.harness.safe_read import (BENCH_LINE_BYTES, LOG_LINE_CHARS, RECORD_BYTES, TEXT_BYTES, RefusedInput,
-                                          check_regular, exists, read_bytes)
+                                          check_regular, exists, iter_chunks, read_bytes)
 
 _EXCERPT = 200
+LOG_CHUNK = 256 << 10
+"""Bytes of a server log read at a time (what one pass holds, a few times over, while it reads)."""
 # Per-request arrays every sglang/vLLM bench file carries but rederive can do without: absent, the
 # metrics they feed are silently underivable, so their absence is reported (FLAG: a gate cannot decide).
 _STANDARD_ARRAYS = {"itls": "ITL metrics (and e2e/TPOT when there is no 'latencies' array)",
@@ -97,7 +100,8 @@ class LegEvidence:
     spec_file: TextFile | None = None
     server_info: dict[str, Any] | None = None
     server_info_file: TextFile | None = None
-    log: TextFile | None = None
+    log: ServerLog | None = None
+    """What one pass over ``server.log`` found for the gates (``serverlog.scan_server_log``)."""
     reps: list[RepMetrics] = field(default_factory=list)
     bench_path: Path | None = None
     outputs: list[tuple[LineRef, OutputLine]] | None = None
@@ -124,8 +128,10 @@ def _finite_json(obj: Any) -> bool:
 class RunLoader:
     """Reads raw files of one run directory, caching them and recording digests and findings."""
 
-    def __init__(self, run: Path, findings: Findings):
+    def __init__(self, run: Path, findings: Findings, log_ops: tuple[str, ...] = ()):
         self.run = Path(run)
+        self.log_ops = log_ops
+        """Kernel ops whose engagement the claim declares: the one pass over each server log looks for them."""
         self.paths = RunDir(run)
         self.findings = findings
         self.digests: dict[str, str] = {}
@@ -174,12 +180,9 @@ class RunLoader:
             return False
         return True
 
-    def text(self, path: Path, required: bool, what: str, limit: int = TEXT_BYTES,
-             max_line_chars: int | None = None) -> TextFile | None:
+    def text(self, path: Path, required: bool, what: str, limit: int = TEXT_BYTES) -> TextFile | None:
         """Read a text file of at most ``limit`` bytes; a missing required file is EVIDENCE_MISSING
-        (fail closed), and so is anything ``present`` refuses. With ``max_line_chars`` (server logs), a
-        longer line is EVIDENCE_CORRUPT and the file is kept only up to it, cut at the bound: the
-        verdict is a FAIL anyway, and the gates never scan megabytes of one line with regexes."""
+        (fail closed), and so is anything ``present`` refuses."""
         if not self.present(path, required, what):
             return None
         try:
@@ -197,22 +200,33 @@ class RunLoader:
             tf = TextFile(path, data.decode("utf-8").splitlines(), sha)
         except UnicodeDecodeError:
             tf = TextFile(path, data.decode("utf-8", "replace").splitlines(), sha, utf8=False)
-        if max_line_chars is not None:
-            self._cut_long_line(tf, max_line_chars, what)
         return tf
 
-    def _cut_long_line(self, tf: TextFile, bound: int, what: str) -> None:
-        index = next((i for i, line in enumerate(tf.lines) if len(line) > bound), None)
-        if index is None:
-            return
-        line = tf.lines[index]
-        self.findings.add("EVIDENCE_CORRUPT", "FAIL", f"{what} {_rel(self.run, tf.path)!r} line {index + 1} is "
-                          f"{len(line):,} characters, over the {bound:,}-character bound for one log line: the log is "
-                          "not read past it", measured=len(line), threshold=bound,
-                          evidence=[EvidenceRef(file=_rel(self.run, tf.path), line=index + 1,
-                                                sha256=hashlib.sha256(line.encode("utf-8")).hexdigest(),
-                                                excerpt=line[:_EXCERPT])], gate="evidence")
-        tf.lines = tf.lines[:index] + [line[:bound]]
+    def server_log(self, path: Path, what: str) -> ServerLog | None:
+        """Read a server log once, streaming, into what every gate needs from it (never its lines).
+        A line over ``LOG_LINE_CHARS`` is EVIDENCE_CORRUPT and the log is read only up to it, cut at
+        the bound: the verdict is a FAIL anyway, and the gates never scan megabytes of one line."""
+        if not self.present(path, False, what):
+            return None
+        try:
+            log = scan_server_log(iter_chunks(path, self.run, limit=TEXT_BYTES, what=what, chunk=LOG_CHUNK),
+                                  _rel(self.run, path), self.log_ops, LOG_LINE_CHARS)
+        except RefusedInput as exc:
+            self.refused(exc, what)
+            return None
+        except OSError as exc:
+            self.findings.add("EVIDENCE_MISSING", "FAIL", f"cannot read {what} {_rel(self.run, path)!r}: {exc}",
+                              evidence=[EvidenceRef(file=_rel(self.run, path))], gate="evidence")
+            return None
+        self._digest(path, log.sha256)
+        long = log.long_line
+        if long is not None:
+            self.findings.add("EVIDENCE_CORRUPT", "FAIL", f"{what} {log.file!r} line {long.line} is {long.chars:,} "
+                              f"characters, over the {LOG_LINE_CHARS:,}-character bound for one log line: the log is "
+                              "not read past it", measured=long.chars, threshold=LOG_LINE_CHARS,
+                              evidence=[EvidenceRef(file=log.file, line=long.line, sha256=long.sha256,
+                                                    excerpt=long.excerpt)], gate="evidence")
+        return log
 
     def json_object(self, path: Path, required: bool, what: str,
                     limit: int = RECORD_BYTES) -> tuple[dict | None, TextFile | None]:
@@ -306,8 +320,7 @@ class RunLoader:
                                   evidence=[leg.spec_file.evidence(self.run, None)], gate="evidence")
         leg.server_info, leg.server_info_file = self.json_object(self.paths.server_info(name), False,
                                                                  f"server_info of {name!r}")
-        leg.log = self.text(self.paths.server_log(name), False, f"server log of {name!r}",
-                            max_line_chars=LOG_LINE_CHARS)
+        leg.log = self.server_log(self.paths.server_log(name), f"server log of {name!r}")
         leg.bench_path = self.paths.bench_runs(name)
         lines_before = self._lines_seen
         leg.reps = self._load_reps(name, leg.bench_path)

@@ -9,6 +9,7 @@ output marks the verdict degraded and the run goes on.
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Literal
 
@@ -18,11 +19,14 @@ from perfwarden.agents.auditor.codes import CATALOG
 from perfwarden.agents.auditor.findings import choose_action, verdict_label
 from perfwarden.agents.llm import LLMClient, LLMOutputError, LLMUnavailable
 from perfwarden.harness.records import EvidenceRef, Finding, Verdict
-from perfwarden.harness.safe_read import TEXT_BYTES, read_bytes
+from perfwarden.harness.safe_read import TEXT_BYTES, open_regular
 from perfwarden.skills import fence, load_skill, render_prompt
 
 EXCERPT_LINES = 40
 """Raw lines shown to the persona per file (the tail of server logs, the first outputs)."""
+EXCERPT_BYTES = 512 << 10
+"""Bytes read per file for those lines: the end of a server log, the start of the outputs (a log at its
+256 MiB bound is read once, by the audit, not a second time whole for 40 lines)."""
 
 
 class PersonaEvidence(BaseModel):
@@ -49,13 +53,25 @@ def raw_excerpts(run: Path, verdict: Verdict) -> str:
         for name in ("server.log", "outputs.jsonl"):
             path = Path(run) / "legs" / leg / name
             try:  # a link out of the run (a secret) must never reach the LLM; a FIFO must not block
-                data = read_bytes(path, run, limit=TEXT_BYTES, what=f"legs/{leg}/{name}")
+                data, cut = _read_end(path, run, f"legs/{leg}/{name}", tail=name == "server.log")
             except OSError:
                 continue
             lines = data.decode("utf-8", "replace").splitlines()
+            if cut:  # the window starts (tail) or ends (head) inside a line: that partial line is not shown
+                lines = lines[1:] if name == "server.log" else lines[:-1]
             chosen = lines[-EXCERPT_LINES:] if name == "server.log" else lines[:EXCERPT_LINES]
             parts.append(f"--- legs/{leg}/{name} ---\n" + "\n".join(line[:2000] for line in chosen))
     return fence("\n".join(parts)) or "(none)"
+
+
+def _read_end(path: Path, run: Path, what: str, tail: bool) -> tuple[bytes, bool]:
+    """The last (``tail``) or first ``EXCERPT_BYTES`` of a file under ``safe_read``'s rules, and whether
+    the file holds more than that."""
+    with open_regular(path, run, what, TEXT_BYTES) as handle:
+        size = os.fstat(handle.fileno()).st_size
+        if tail and size > EXCERPT_BYTES:
+            handle.seek(size - EXCERPT_BYTES)
+        return handle.read(EXCERPT_BYTES), size > EXCERPT_BYTES
 
 
 def build_prompt(run: Path, claim_json: str, verdict: Verdict) -> str:

@@ -16,7 +16,8 @@ from __future__ import annotations
 import csv
 import io
 import json
-from typing import Any
+import textwrap
+from typing import Any, Iterator
 
 from perfwarden.orchestrator.render import md_cell, printable
 from perfwarden.orchestrator.review.compare import Comparison, metric_rows
@@ -35,7 +36,9 @@ def entry_json(entry: VerdictEntry) -> dict[str, Any]:
             "verdict": entry.verdict.model_dump(mode="json")}
 
 
-def review_json(review: RunReview) -> dict[str, Any]:
+def review_json(review: RunReview, verdicts: bool = True) -> dict[str, Any]:
+    """The review as one JSON object; ``verdicts=False`` leaves the (last) ``verdicts`` list empty for
+    :func:`review_json_pieces` to stream."""
     b = banked(review)
     return {
         "run": review.run_id, "root": str(review.root), "audited_now": review.audited_now, "notes": review.notes,
@@ -43,8 +46,21 @@ def review_json(review: RunReview) -> dict[str, Any]:
                    "items": [{"label": i.label, "lever_class": i.lever_class, "verdict_key": i.entry.key if i.entry
                               else None, "headline": i.headline, "problem": i.problem} for i in b.items],
                    "bankable_not_in_report": [e.key for e in b.unreported]},
-        "verdicts": [entry_json(e) for e in review.entries],
+        "verdicts": [entry_json(e) for e in review.all_entries()] if verdicts else [],
     }
+
+
+def review_json_pieces(review: RunReview) -> Iterator[str]:
+    """``json.dumps(review_json(review), indent=2)`` written one verdict at a time."""
+    head = json.dumps(review_json(review, verdicts=False), indent=2, default=str)
+    tail = '\n  "verdicts": []\n}'
+    assert head.endswith(tail)
+    yield head[: -len(tail)] + '\n  "verdicts": ['
+    sep = "\n"
+    for e in review.all_entries():
+        yield sep + textwrap.indent(json.dumps(entry_json(e), indent=2, default=str), "    ")
+        sep = ",\n"
+    yield ("\n  ]\n}" if sep != "\n" else "]\n}") + "\n"
 
 
 def compare_json(comp: Comparison) -> dict[str, Any]:
@@ -67,20 +83,32 @@ def compare_json(comp: Comparison) -> dict[str, Any]:
 
 def md_table(headers: list[str], rows: list[list[object]]) -> str:
     out = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
-    out += ["| " + " | ".join(md_cell(c) for c in row) + " |" for row in rows]
+    out += [md_table_row(row) for row in rows]
     return "\n".join(out)
 
 
+def md_table_row(row: list[object]) -> str:
+    return "| " + " | ".join(md_cell(c) for c in row) + " |"
+
+
 def review_md(review: RunReview) -> str:
+    return "".join(review_md_pieces(review))
+
+
+def review_md_pieces(review: RunReview) -> Iterator[str]:
+    """The markdown review, one verdict's rows at a time (every verdict of the trail)."""
     lines = [f"# perfwarden review: {md_cell(review.run_id)}", ""]
     if review.audited_now:
         lines += ["> The run has no saved verdict: its claims were audited now (not saved).", ""]
     lines += [f"> note: {md_cell(n)}" for n in review.notes]
     lines += ["## Verdict trail", "", md_table(
-        ["claim", "scope", "verdict", "action", "metric", "claimed", "re-derived", "lever decl.", "lever det."],
-        [[e.key, e.verdict.scope, e.verdict.verdict, e.verdict.action, e.headline_metric,
-          fmt_pct(e.verdict.headline_claimed), fmt_pct(e.verdict.headline_rederived),
-          e.verdict.lever_declared or "-", e.verdict.lever_detected or "-"] for e in review.entries]), ""]
+        ["claim", "scope", "verdict", "action", "metric", "claimed", "re-derived", "lever decl.", "lever det."], [])]
+    yield "\n".join(lines) + "\n"
+    for e in review.all_entries():
+        yield md_table_row([e.key, e.verdict.scope, e.verdict.verdict, e.verdict.action, e.headline_metric,
+                            fmt_pct(e.verdict.headline_claimed), fmt_pct(e.verdict.headline_rederived),
+                            e.verdict.lever_declared or "-", e.verdict.lever_detected or "-"]) + "\n"
+    lines = [""]
     b = banked(review)
     lines += ["## Banked results by lever class", "", f"source: {md_cell(b.source)}", ""]
     for cls, items in b.by_class().items():
@@ -88,12 +116,18 @@ def review_md(review: RunReview) -> str:
             f"{md_cell(i.label)} ({md_cell(i.headline)})" + (f" **problem: {md_cell(i.problem)}**" if i.problem else "")
             for i in items) or "none"))
     lines += ["", "## Findings", ""]
-    rows = [[e.key, e.verdict.verdict, f.severity, f.code, f.gate or "-", fmt_value(f.measured, 60),
-             fmt_value(f.threshold, 60), evidence_text(f), f.message]
-            for e in review.entries for f in e.verdict.findings]
-    lines.append(md_table(["claim", "verdict", "severity", "code", "gate", "measured", "threshold", "evidence",
-                           "message"], rows) if rows else "No finding.")
-    return "\n".join(lines) + "\n"
+    yield "\n".join(lines) + "\n"
+    any_rows = False
+    for e in review.all_entries():
+        for f in e.verdict.findings:
+            if not any_rows:
+                yield md_table(["claim", "verdict", "severity", "code", "gate", "measured", "threshold", "evidence",
+                                "message"], []) + "\n"
+                any_rows = True
+            yield md_table_row([e.key, e.verdict.verdict, f.severity, f.code, f.gate or "-", fmt_value(f.measured, 60),
+                                fmt_value(f.threshold, 60), evidence_text(f), f.message]) + "\n"
+    if not any_rows:
+        yield "No finding.\n"
 
 
 def compare_md(comp: Comparison) -> str:
@@ -134,27 +168,31 @@ def csv_safe(value: object) -> object:
         return "'" + printable(value)
 
 
-def _csv(headers: list[str], rows: list[list[object]]) -> str:
+def _csv(headers: list[str] | None, rows: list[list[object]]) -> str:
     buf = io.StringIO()
     writer = csv.writer(buf, lineterminator="\n")
-    writer.writerow(headers)
+    if headers is not None:
+        writer.writerow(headers)
     writer.writerows([[csv_safe(c) for c in row] for row in rows])
     return buf.getvalue()
 
 
 def review_csv(review: RunReview) -> str:
+    return "".join(review_csv_pieces(review))
+
+
+def review_csv_pieces(review: RunReview) -> Iterator[str]:
+    """One row per finding of every verdict of the trail, one verdict at a time."""
     headers = ["claim", "scope", "verdict", "action", "banked", "headline_claimed", "headline_rederived",
                "severity", "code", "gate", "measured", "threshold", "evidence", "message"]
-    rows = []
-    for e in review.entries:
+    yield _csv(headers, [])
+    for e in review.all_entries():
         v = e.verdict
         head = [e.key, v.scope, v.verdict, v.action, is_banked(e), v.headline_claimed, v.headline_rederived]
-        if not v.findings:
-            rows.append(head + ["", "", "", "", "", "", ""])
-        for f in v.findings:
-            rows.append(head + [f.severity, f.code, f.gate, _json(f.measured), _json(f.threshold), evidence_text(f),
-                                f.message])
-    return _csv(headers, rows)
+        rows = [head + ["", "", "", "", "", "", ""]] if not v.findings else []
+        rows += [head + [f.severity, f.code, f.gate, _json(f.measured), _json(f.threshold), evidence_text(f),
+                         f.message] for f in v.findings]
+        yield _csv(None, rows)
 
 
 def compare_csv(comp: Comparison) -> str:
@@ -171,10 +209,17 @@ def _json(value: Any) -> str:
 
 def export(review: RunReview, fmt: str, comp: Comparison | None = None) -> str:
     """The review (or the comparison) in ``fmt``."""
+    return "".join(export_pieces(review, fmt, comp))
+
+
+def export_pieces(review: RunReview, fmt: str, comp: Comparison | None = None) -> Iterator[str]:
+    """``export`` in pieces, one verdict at a time for a review (memory flat in the number of verdicts)."""
     if fmt == "json":
-        return json.dumps(compare_json(comp) if comp else review_json(review), indent=2, default=str) + "\n"
+        if comp:
+            return iter([json.dumps(compare_json(comp), indent=2, default=str) + "\n"])
+        return review_json_pieces(review)
     if fmt == "md":
-        return compare_md(comp) if comp else review_md(review)
+        return iter([compare_md(comp)]) if comp else review_md_pieces(review)
     if fmt == "csv":
-        return compare_csv(comp) if comp else review_csv(review)
+        return iter([compare_csv(comp)]) if comp else review_csv_pieces(review)
     raise ValueError(f"unknown format {fmt!r}: use one of {FORMATS!r}")

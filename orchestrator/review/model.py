@@ -10,10 +10,12 @@ hides the whole trail.
 
 from __future__ import annotations
 
+import heapq
 import json
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator, NamedTuple
 
 from pydantic import ValidationError
 
@@ -27,6 +29,12 @@ AUDITED_NOW = "(audited now, not saved)"
 
 HEADLINE_KEEPING_ACTIONS = ("downgrade_headline", "replace_headline_with_e2e")
 """FLAG actions that still bank the change (under its true class, or with the e2e number)."""
+KEEP = 500
+"""Verdicts a review holds whole (every one of a trail up to this long). A longer trail is streamed: its
+counts, gate table and banked results cover every verdict, and only the ``KEEP`` most severe ones
+(every FAIL, then FLAG, then PASS; earliest first) are held for the detailed views, which say how many
+were left out. Memory stays flat in the number of verdicts (20,000 took 1.5 GB held whole), and the
+HTML page holds at most ``KEEP`` verdict cards (about 30 KB each)."""
 
 
 class ReviewError(ValueError):
@@ -86,12 +94,111 @@ class VerdictEntry:
         return self.role_legs().get("baseline")
 
 
+def is_banked(entry: VerdictEntry) -> bool:
+    """PASS, or FLAG that keeps the change under a corrected headline."""
+    v = entry.verdict
+    return v.verdict == "PASS" or (v.verdict == "FLAG" and v.action in HEADLINE_KEEPING_ACTIONS)
+
+
+def banked_headline(entry: VerdictEntry) -> str:
+    """The number that may be banked: the re-derived one (never the producer's)."""
+    v, metric = entry.verdict, entry.headline_metric
+    if v.headline_rederived is not None:
+        return f"{metric} {v.headline_rederived:+.2f}% (re-derived)"
+    base = entry.baseline_leg()
+    stats = v.legs.get(base, {}).get(metric) if base else None
+    if stats is not None:  # a baseline banks its level, not a delta
+        return f"{metric} median {stats.median:.6g} over {stats.n} reps (re-derived)"
+    return "no re-derived headline"
+
+
+class TrailRow(NamedTuple):
+    """One verdict of the trail as the summaries need it (a few hundred bytes, whatever the verdict)."""
+
+    seq: int
+    path: str
+    key: str
+    scope: str
+    claim: str
+    lever_name: str | None
+    lever_class: str | None
+    verdict: str
+    action: str
+    banked: bool
+    headline: str
+
+
+_SEVERITY_RANK = {"FAIL": 0, "FLAG": 1}
+
+
+@dataclass
+class TrailSummary:
+    """Counts over every verdict of a trail, gathered one verdict at a time."""
+
+    rows: list[TrailRow] = field(default_factory=list)
+    counts: Counter = field(default_factory=Counter)
+    codes: set[str] = field(default_factory=set)
+    scopes: set[str] = field(default_factory=set)
+    gates: dict[tuple[str, str], tuple[tuple, Counter]] = field(default_factory=dict)
+    """(gate, scope) -> (where first seen in seq order, severity counts)."""
+
+    @property
+    def total(self) -> int:
+        return len(self.rows)
+
+    def add(self, entry: VerdictEntry) -> None:
+        v = entry.verdict
+        self.rows.append(TrailRow(v.claim_seq, entry.path, entry.key, v.scope, v.claim, entry.lever_name,
+                                  entry.lever_class, v.verdict, v.action, is_banked(entry), banked_headline(entry)))
+        self.counts[v.verdict] += 1
+        self.scopes.add(v.scope)
+        for i, f in enumerate(v.findings):
+            self.codes.add(f.code)
+            where = (v.claim_seq, entry.path, i)
+            first, counts = self.gates.get((f.gate or "-", v.scope), (where, Counter()))
+            counts[f.severity] += 1
+            self.gates[(f.gate or "-", v.scope)] = (min(first, where), counts)
+
+    def finish(self) -> TrailSummary:
+        self.rows.sort(key=lambda r: (r.seq, r.path))
+        return self
+
+    def gate_rows(self) -> list[tuple[str, str, Counter]]:
+        """(gate, scope, severity counts) for every gate that raised a finding, in first-seen order."""
+        return [(gate, scope, c) for (gate, scope), (_, c) in sorted(self.gates.items(), key=lambda kv: kv[1][0])]
+
+    @classmethod
+    def of(cls, entries: list[VerdictEntry]) -> TrailSummary:
+        out = cls()
+        for entry in entries:
+            out.add(entry)
+        return out.finish()
+
+
+_CLAIMS_CACHED = 256
+"""Claims remembered while a trail is read (verdicts that answer the same claim file read it once)."""
+
+
+class _Kept:
+    """Heap item: the heap's top is the verdict dropped first (least severe, latest)."""
+
+    __slots__ = ("rank", "entry")
+
+    def __init__(self, entry: VerdictEntry):
+        v = entry.verdict
+        self.rank, self.entry = (_SEVERITY_RANK.get(v.verdict, 2), v.claim_seq, entry.path), entry
+
+    def __lt__(self, other: _Kept) -> bool:
+        return self.rank > other.rank
+
+
 @dataclass
 class RunReview:
     """Everything one review renders, loaded once."""
 
     root: Path
     entries: list[VerdictEntry]
+    """The verdicts held whole, in seq order: all of them, or the ``KEEP`` most severe of a longer trail."""
     manifest: RunManifest | None = None
     audited_now: bool = False
     """True when the run had no saved verdicts and its claims were audited for this review."""
@@ -103,6 +210,32 @@ class RunReview:
     """Orchestrator step records from ``events.jsonl`` (node, duration, error), when present."""
     label: str = ""
     """How the input was named on the command line (for titles and comparisons)."""
+    summary: TrailSummary | None = None
+    """Counts over the whole trail (``entries`` when not given)."""
+
+    def __post_init__(self) -> None:
+        if self.summary is None:
+            self.summary = TrailSummary.of(self.entries)
+
+    @property
+    def omitted(self) -> int:
+        """Verdicts of the trail left out of ``entries``."""
+        return self.summary.total - len(self.entries)
+
+    def all_entries(self) -> Iterator[VerdictEntry]:
+        """Every verdict of the trail in seq order: the held ones as they are, the others read again
+        one at a time (exports list every verdict; memory stays flat)."""
+        if not self.omitted:
+            yield from self.entries
+            return
+        held = {e.path: e for e in self.entries}
+        claims: dict[str, tuple[Claim | None, str | None]] = {}
+        for row in self.summary.rows:
+            entry = held.get(row.path)
+            if entry is None:
+                verdict = read_verdict(self.root / row.path, self.root)
+                entry = VerdictEntry(verdict, row.path, *_cached_claim(self.root, verdict.claim, claims))
+            yield entry
 
     @property
     def run_id(self) -> str:
@@ -141,14 +274,17 @@ def read_verdict(path: Path, root: Path | None = None) -> Verdict:
     """Parse one verdict file (a regular file inside ``root`` when found in a run, at most
     ``VERDICT_BYTES``, no string over ``MESSAGE_CHARS``); any problem is a ``ReviewError`` naming it."""
     try:
-        obj = json.loads(read_bytes(path, root, limit=VERDICT_BYTES, what="verdict"), parse_constant=_reject)
+        raw = read_bytes(path, root, limit=VERDICT_BYTES, what="verdict")
+        obj = json.loads(raw, parse_constant=_reject)
     except OSError as exc:
         raise ReviewError(f"cannot read verdict {str(path)!r}: {exc}") from None
     except (ValueError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError
         raise ReviewError(f"verdict {str(path)!r} is not valid JSON: {exc}") from None
+    # A review reads thousands of verdicts: the walk for long strings is skipped when it cannot find
+    # one (no string is longer in characters than the whole file is in bytes).
     if too_deep(obj):
         raise ReviewError(f"verdict {str(path)!r} nests deeper than {MAX_DEPTH} levels")
-    too_long = long_string(obj, MESSAGE_CHARS)
+    too_long = long_string(obj, MESSAGE_CHARS) if len(raw) > MESSAGE_CHARS else None
     if too_long is not None:
         raise ReviewError(f"verdict {str(path)!r}: the string at {too_long[0]!r} is {too_long[1]:,} characters, "
                           f"over the {MESSAGE_CHARS:,}-character bound for one field")
@@ -183,17 +319,36 @@ def _seq_order(entry: VerdictEntry) -> tuple[int, str]:
     return entry.verdict.claim_seq, entry.path
 
 
-def load_saved_verdicts(root: Path) -> list[VerdictEntry]:
-    """Every ``verdicts/*.json`` in seq order (hidden temp files of atomic writes are skipped)."""
+def _cached_claim(root: Path, rel: str, cache: dict[str, tuple[Claim | None, str | None]]
+                  ) -> tuple[Claim | None, str | None]:
+    """``read_claim`` once per claim file while a trail is read (at most ``_CLAIMS_CACHED`` remembered)."""
+    if rel not in cache:
+        if len(cache) >= _CLAIMS_CACHED:
+            cache.clear()
+        cache[rel] = read_claim(root, rel)
+    return cache[rel]
+
+
+def load_saved_verdicts(root: Path, keep: int | None = None) -> tuple[list[VerdictEntry], TrailSummary]:
+    """Every ``verdicts/*.json`` (hidden temp files of atomic writes are skipped), read one at a time:
+    the summary of all of them, and the ``keep`` (default ``KEEP``) most severe held whole, in seq order."""
+    keep = KEEP if keep is None else keep
     vdir = root / "verdicts"
+    summary = TrailSummary()
     if not vdir.is_dir():
-        return []
-    entries = []
+        return [], summary
+    heap: list[_Kept] = []
+    claims: dict[str, tuple[Claim | None, str | None]] = {}
     for path in sorted(p for p in vdir.glob("*.json") if not p.name.startswith(".")):
         verdict = read_verdict(path, root)
-        claim, note = read_claim(root, verdict.claim)
-        entries.append(VerdictEntry(verdict, str(path.relative_to(root)), claim, note))
-    return sorted(entries, key=_seq_order)
+        claim, note = _cached_claim(root, verdict.claim, claims)
+        entry = VerdictEntry(verdict, str(path.relative_to(root)), claim, note)
+        summary.add(entry)
+        heapq.heappush(heap, _Kept(entry))
+        if len(heap) > keep:
+            heapq.heappop(heap)
+        del verdict, claim, entry
+    return sorted((k.entry for k in heap), key=_seq_order), summary.finish()
 
 
 def audit_claims_now(root: Path) -> list[VerdictEntry]:
@@ -211,9 +366,9 @@ def audit_claims_now(root: Path) -> list[VerdictEntry]:
     return sorted(entries, key=_seq_order)
 
 
-def unanswered_claims(root: Path, entries: list[VerdictEntry]) -> list[str]:
+def unanswered_claims(root: Path, rows: list[TrailRow]) -> list[str]:
     """Notes for claims that have no verdict yet (a trail with a gap must say so, not hide it)."""
-    answered = {e.verdict.claim for e in entries}
+    answered = {r.claim for r in rows}
     claims = sorted(p for p in (root / "claims").glob("*.json") if not p.name.startswith(".")) \
         if (root / "claims").is_dir() else []
     return [f"claim {str(p.relative_to(root))!r} has no verdict yet" for p in claims
@@ -292,6 +447,7 @@ def load_review(path: Path, audit_if_needed: bool = True) -> RunReview:
     root, single = resolve_input(Path(path))
     notes: list[str] = []
     audited_now = False
+    summary = None
     if single is not None:
         verdict = read_verdict(single)  # named on the command line: any regular file, wherever it is
         claim, note = read_claim(root, verdict.claim)
@@ -301,16 +457,20 @@ def load_review(path: Path, audit_if_needed: bool = True) -> RunReview:
             rel = str(single)
         entries = [VerdictEntry(verdict, rel, claim, note)]
     else:
-        entries = load_saved_verdicts(root)
+        entries, summary = load_saved_verdicts(root)
         if not entries and audit_if_needed and (root / "claims").is_dir():
             entries = audit_claims_now(root)
-            audited_now = bool(entries)
+            summary, audited_now = TrailSummary.of(entries), bool(entries)
         if not entries:
             raise ReviewError(f"nothing to review in {str(root)!r}: no verdicts/*.json and no claims/*.json")
-        notes += unanswered_claims(root, entries)
+        notes += unanswered_claims(root, summary.rows)
+        if summary.total > len(entries):
+            notes.append(f"{summary.total:,} verdicts: the {len(entries):,} most severe (FAIL, then FLAG, then PASS; "
+                         f"earliest first) are shown in detail and {summary.total - len(entries):,} are left out of "
+                         f"the detail; the counts, gate table and banked results cover all {summary.total:,}")
     return RunReview(root=root, entries=entries, manifest=read_manifest(root, notes), audited_now=audited_now,
                      report_banked=read_report_banked(root, notes), notes=notes,
-                     events=read_events(root, notes), label=str(path))
+                     events=read_events(root, notes), label=str(path), summary=summary)
 
 
 def read_server_info(root: Path, leg: str) -> tuple[dict[str, Any] | None, str | None]:

@@ -20,9 +20,10 @@ from typing import Any, Iterable
 
 from perfwarden.orchestrator.review.compare import PLOT_METRICS, Comparison, Pair, metric_rows
 from perfwarden.orchestrator.review.evidence import STATUS_TEXT, LineReader
-from perfwarden.orchestrator.review.model import HEADLINE_KEEPING_ACTIONS, RunReview, VerdictEntry, read_server_info
-from perfwarden.orchestrator.review.summary import (LEVER_CLASSES, SEVERITIES, all_codes, banked, fmt_pct,
-                                                    fmt_value, gate_table, gates_of, is_banked, verdict_counts)
+from perfwarden.orchestrator.review.model import (HEADLINE_KEEPING_ACTIONS, KEEP, RunReview, VerdictEntry,
+                                                  read_server_info)
+from perfwarden.orchestrator.review.summary import (LEVER_CLASSES, SEVERITIES, banked, fmt_pct, fmt_value, gates_of,
+                                                    is_banked)
 from perfwarden.orchestrator.review.svg import Row, TimelineNode, esc, strip_plot, timeline
 
 MAX_EVIDENCE_SHOWN = 8
@@ -471,7 +472,7 @@ def verdict_card(entry: VerdictEntry, review: RunReview, reader: LineReader, anc
 
 def header_html(review: RunReview, title: str) -> str:
     m = review.manifest
-    counts = verdict_counts(review.entries)
+    counts = review.summary.counts
     sub = [f"run <b>{esc(review.run_id)}</b>"]
     if m is not None:
         sub.append(f"model {esc(m.model)} · target {esc(m.target)}")
@@ -531,19 +532,21 @@ def banked_html(review: RunReview) -> str:
              f'{esc(b.source if b.source != "verdicts" else "verdicts (" + rule + ")")}</p>']
     for cls, items in b.by_class().items():
         rows = [[td(it.label, cls="problem" if it.problem else ""),
-                 f"<td>{badge(it.entry.verdict.verdict) if it.entry else '-'}</td>", td(it.headline),
-                 td(it.problem or "", cls="problem" if it.problem else "")] for it in items]
+                 f"<td>{badge(it.entry.verdict) if it.entry else '-'}</td>", td(it.headline),
+                 td(it.problem or "", cls="problem" if it.problem else "")] for it in items[:KEEP]]
+        more = f'<p class="kv">… and {len(items) - KEEP:,} more</p>' if len(items) > KEEP else ""
         parts.append(f"<h3>{esc(LEVER_CLASSES.get(cls, str(cls)))}</h3>"
-                     + (table(["claim", "verdict", "banked headline", "problem"], rows) if rows
+                     + (table(["claim", "verdict", "banked headline", "problem"], rows) + more if rows
                         else '<p class="kv">none</p>'))
     if b.unreported:
+        more = f" … and {len(b.unreported) - KEEP:,} more" if len(b.unreported) > KEEP else ""
         parts.append('<p class="kv">bankable but not in report.json: '
-                     + esc(", ".join(e.key for e in b.unreported)) + "</p>")
+                     + esc(", ".join(e.key for e in b.unreported[:KEEP]) + more) + "</p>")
     return "".join(parts) + "</section>"
 
 
 def gates_html(review: RunReview) -> str:
-    rows = [[td(g), td(s), *[td(c[sev] or "·", True) for sev in SEVERITIES]] for g, s, c in gate_table(review.entries)]
+    rows = [[td(g), td(s), *[td(c[sev] or "·", True) for sev in SEVERITIES]] for g, s, c in review.summary.gate_rows()]
     body = table(["gate", "scope", *SEVERITIES], rows) if rows else '<p class="kv">No gate raised a finding.</p>'
     return f'<section class="block"><h2>findings by gate and scope</h2>{body}</section>'
 
@@ -556,10 +559,10 @@ def review_sections(review: RunReview, tag: str = "") -> str:
 
 
 def review_filters(reviews: list[RunReview]) -> str:
-    entries = [e for r in reviews for e in r.entries]
-    scopes = sorted({e.verdict.scope for e in entries})
+    scopes = sorted({s for r in reviews for s in r.summary.scopes})
+    codes = sorted({c for r in reviews for c in r.summary.codes})
     return filter_bar([("verdict", "verdict", ["PASS", "FLAG", "FAIL"])],
-                      [("scope", "scope", scopes), ("codes", "finding code", all_codes(entries))])
+                      [("scope", "scope", scopes), ("codes", "finding code", codes)])
 
 
 def render_review_html(review: RunReview) -> str:

@@ -9,21 +9,16 @@ banking a FAIL is exactly the fake win this tool exists to catch.
 
 from __future__ import annotations
 
-from collections import Counter, defaultdict
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from perfwarden.orchestrator.review.model import HEADLINE_KEEPING_ACTIONS, RunReview, VerdictEntry
+from perfwarden.orchestrator.review.model import (HEADLINE_KEEPING_ACTIONS, RunReview, TrailRow,  # noqa: F401
+                                                  VerdictEntry, is_banked)
 
 LEVER_CLASSES = {"A": "class A (kernel/implementation)", "B": "class B (orthogonal serving lever)",
                  None: "no lever (baseline/profile/harness)"}
 SEVERITIES = ("FAIL", "FLAG", "INFO")
-
-
-def is_banked(entry: VerdictEntry) -> bool:
-    """PASS, or FLAG that keeps the change under a corrected headline."""
-    v = entry.verdict
-    return v.verdict == "PASS" or (v.verdict == "FLAG" and v.action in HEADLINE_KEEPING_ACTIONS)
 
 
 @dataclass
@@ -33,7 +28,7 @@ class BankedItem:
     label: str
     """What is banked: ``<seq>-<scope>`` and the lever name when known."""
     lever_class: str | None
-    entry: VerdictEntry | None
+    entry: TrailRow | None
     """The verdict backing it (None: a report entry that matches no verdict)."""
     problem: str | None = None
     """Why this banking is not backed by its verdict, when it is not."""
@@ -41,16 +36,7 @@ class BankedItem:
     @property
     def headline(self) -> str:
         """The number that may be banked: the re-derived one (never the producer's)."""
-        if self.entry is None:
-            return "-"
-        v, metric = self.entry.verdict, self.entry.headline_metric
-        if v.headline_rederived is not None:
-            return f"{metric} {v.headline_rederived:+.2f}% (re-derived)"
-        base = self.entry.baseline_leg()
-        stats = v.legs.get(base, {}).get(metric) if base else None
-        if stats is not None:  # a baseline banks its level, not a delta
-            return f"{metric} median {stats.median:.6g} over {stats.n} reps (re-derived)"
-        return "no re-derived headline"
+        return self.entry.headline if self.entry is not None else "-"
 
 
 @dataclass
@@ -59,7 +45,7 @@ class Banked:
 
     source: str
     items: list[BankedItem] = field(default_factory=list)
-    unreported: list[VerdictEntry] = field(default_factory=list)
+    unreported: list[TrailRow] = field(default_factory=list)
     """Bankable verdicts the report does not bank (shown for completeness)."""
 
     def by_class(self) -> dict[str | None, list[BankedItem]]:
@@ -73,12 +59,18 @@ class Banked:
         return [f"{item.label}: {item.problem}" for item in self.items if item.problem]
 
 
-def entry_label(entry: VerdictEntry) -> str:
+def entry_label(entry: VerdictEntry | TrailRow) -> str:
     name = entry.lever_name
     return f"{entry.key} {name!r}" if name else entry.key
 
 
-def match_report_item(item: Any, entries: list[VerdictEntry]) -> VerdictEntry | None:
+def _ident(e: VerdictEntry | TrailRow) -> tuple[int, str, str]:
+    """(seq, scope, claim) of a held verdict or of a trail row."""
+    return (e.seq, e.scope, e.claim) if isinstance(e, TrailRow) else (e.verdict.claim_seq, e.verdict.scope,
+                                                                     e.verdict.claim)
+
+
+def match_report_item(item: Any, entries: list[TrailRow] | list[VerdictEntry]) -> TrailRow | VerdictEntry | None:
     """The verdict a ``report.json`` banked entry refers to: a string naming the verdict file, the
     claim file, ``<seq>-<scope>`` or the lever; or an object with ``verdict``/``claim``/``seq``+``scope``
     /``lever`` keys. None when nothing matches (shown, never guessed)."""
@@ -91,12 +83,12 @@ def match_report_item(item: Any, entries: list[VerdictEntry]) -> VerdictEntry | 
                     return found
         seq, scope = item.get("seq", item.get("claim_seq")), item.get("scope")
         if isinstance(seq, int) and isinstance(scope, str):
-            return next((e for e in entries if e.verdict.claim_seq == seq and e.verdict.scope == scope), None)
+            return next((e for e in entries if _ident(e)[:2] == (seq, scope)), None)
         return None
     if not isinstance(item, str):
         return None
     for e in entries:
-        if item in (e.path, e.verdict.claim, e.key, f"verdicts/{e.key}.json", f"claims/{e.key}.json"):
+        if item in (e.path, _ident(e)[2], e.key, f"verdicts/{e.key}.json", f"claims/{e.key}.json"):
             return e
     return next((e for e in entries if e.lever_name == item), None)
 
@@ -113,10 +105,11 @@ def _report_item_label(item: Any) -> str:
 
 
 def banked(review: RunReview) -> Banked:
-    """Banked results of the run (report.json preferred, checked against the verdicts)."""
-    entries = review.entries
+    """Banked results of the run (report.json preferred, checked against the verdicts): every verdict
+    of the trail, held whole or not."""
+    entries = review.summary.rows
     if review.report_banked is None:
-        return Banked("verdicts", [BankedItem(entry_label(e), e.lever_class, e) for e in entries if is_banked(e)])
+        return Banked("verdicts", [BankedItem(entry_label(e), e.lever_class, e) for e in entries if e.banked])
     out = Banked("report.json")
     matched: set[int] = set()
     for raw in review.report_banked:
@@ -127,20 +120,11 @@ def banked(review: RunReview) -> Banked:
                                         "no verdict in this run backs it"))
             continue
         matched.add(id(entry))
-        problem = None if is_banked(entry) else (
-            f"the auditor's verdict is {entry.verdict.verdict} with action {entry.verdict.action!r}")
+        problem = None if entry.banked else (
+            f"the auditor's verdict is {entry.verdict} with action {entry.action!r}")
         out.items.append(BankedItem(entry_label(entry), entry.lever_class, entry, problem))
-    out.unreported = [e for e in entries if is_banked(e) and id(e) not in matched]
+    out.unreported = [e for e in entries if e.banked and id(e) not in matched]
     return out
-
-
-def gate_table(entries: list[VerdictEntry]) -> list[tuple[str, str, Counter]]:
-    """(gate, scope, severity counts) for every gate that raised a finding, in first-seen order."""
-    counts: dict[tuple[str, str], Counter] = defaultdict(Counter)
-    for e in entries:
-        for f in e.verdict.findings:
-            counts[(f.gate or "-", e.verdict.scope)][f.severity] += 1
-    return [(gate, scope, c) for (gate, scope), c in counts.items()]
 
 
 def gates_of(entry: VerdictEntry) -> list[tuple[str, str, int]]:
@@ -154,14 +138,6 @@ def gates_of(entry: VerdictEntry) -> list[tuple[str, str, int]]:
         if gate not in worst or rank[f.severity] < rank[worst[gate]]:
             worst[gate] = f.severity
     return [(g, worst[g], count[g]) for g in worst]
-
-
-def verdict_counts(entries: list[VerdictEntry]) -> Counter:
-    return Counter(e.verdict.verdict for e in entries)
-
-
-def all_codes(entries: list[VerdictEntry]) -> list[str]:
-    return sorted({f.code for e in entries for f in e.verdict.findings})
 
 
 def fmt_value(value: Any, width: int = 40) -> str:

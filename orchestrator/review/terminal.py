@@ -17,9 +17,8 @@ from rich.text import Text
 from perfwarden.orchestrator.render import printable, safe_text  # noqa: F401 - printable is re-exported
 from perfwarden.orchestrator.review.compare import PLOT_METRICS, Comparison, Pair, metric_rows
 from perfwarden.orchestrator.review.evidence import LineReader
-from perfwarden.orchestrator.review.model import AUDITED_NOW, HEADLINE_KEEPING_ACTIONS, RunReview, VerdictEntry
-from perfwarden.orchestrator.review.summary import (LEVER_CLASSES, SEVERITIES, banked, fmt_pct, fmt_value,
-                                                    gate_table, gates_of, verdict_counts)
+from perfwarden.orchestrator.review.model import AUDITED_NOW, HEADLINE_KEEPING_ACTIONS, KEEP, RunReview, VerdictEntry
+from perfwarden.orchestrator.review.summary import LEVER_CLASSES, SEVERITIES, banked, fmt_pct, fmt_value, gates_of
 
 VERDICT_STYLE = {"PASS": "bold green", "FLAG": "bold yellow", "FAIL": "bold red"}
 SEVERITY_STYLE = {"INFO": "dim", "FLAG": "yellow", "FAIL": "red"}
@@ -84,11 +83,11 @@ def header(review: RunReview) -> Group:
     m = review.manifest
     title = t(("Review of run ", "bold"), (repr(review.run_id), "bold"),
               *(() if m is None else (f"  model {m.model!r}, target {m.target!r}",)))
-    counts = verdict_counts(review.entries)
+    counts = review.summary.counts
     summary = ", ".join(f"{counts[k]} {k}" for k in ("PASS", "FLAG", "FAIL") if counts[k]) or "none"
     source = "claims audited now" if review.audited_now else "verdicts/*.json"
     lines: list[RenderableType] = [title, t(str(review.root)),
-                                   t(f"{len(review.entries)} verdict(s) from {source}: {summary}")]
+                                   t(f"{review.summary.total} verdict(s) from {source}: {summary}")]
     if review.audited_now:
         lines.append(t(("The run has no saved verdict: its claims were audited now and nothing was "
                         "written. Keep them with `perfwarden audit RUN --claim CLAIM --save`.", "yellow")))
@@ -101,7 +100,7 @@ def header(review: RunReview) -> Group:
 
 
 def gates_section(review: RunReview) -> RenderableType:
-    rows = gate_table(review.entries)
+    rows = review.summary.gate_rows()
     if not rows:
         return t(("No gate raised a finding.", "dim"))
     table = Table(pad_edge=False, box=None, show_edge=False)
@@ -120,13 +119,17 @@ def banked_section(review: RunReview) -> Group:
     lines: list[RenderableType] = [t(("source: ", "dim"), b.source if b.source != "verdicts" else f"verdicts ({rule})")]
     for cls, items in b.by_class().items():
         lines.append(t((LEVER_CLASSES.get(cls, str(cls)) + ":", "bold"), "" if items else " none"))
-        for item in items:
+        for item in items[:KEEP]:
             style = "red" if item.problem else ""
             lines.append(indent(t((item.label, style), "  ", item.headline), 2))
+        if len(items) > KEEP:
+            lines.append(indent(t((f"… and {len(items) - KEEP:,} more", "dim")), 2))
     for problem in b.problems:
         lines.append(t(("! report banks ", "bold red"), problem))
-    for entry in b.unreported:
+    for entry in b.unreported[:KEEP]:
         lines.append(t(("bankable but not in report.json: ", "yellow"), entry.key))
+    if len(b.unreported) > KEEP:
+        lines.append(t((f"… and {len(b.unreported) - KEEP:,} more bankable verdicts not in report.json", "yellow")))
     return Group(*lines)
 
 
@@ -173,6 +176,9 @@ def print_review(review: RunReview, console: Console) -> None:
     console.print(Rule("verdict trail (seq order)"))
     for entry in review.entries:
         console.print(trail_block(entry))
+    if review.omitted:
+        console.print(t((f"… {review.omitted:,} less severe verdict(s) left out of the detail (counted above and "
+                         "below)", "yellow")))
     console.print(Rule("findings by gate and scope"))
     console.print(gates_section(review))
     console.print(Rule("banked results by lever class"))

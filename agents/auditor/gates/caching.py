@@ -16,7 +16,7 @@ from perfwarden.agents.auditor.evidence import LegEvidence, line_evidence
 from perfwarden.agents.auditor.findings import Findings, GateResult, finding
 from perfwarden.agents.auditor.gates.conditions import flatten, key_evidence
 from perfwarden.agents.auditor.gates.correctness import server_flag
-from perfwarden.agents.auditor.gates.lever import RESPONSE_CACHE_HIT, raw_signals
+from perfwarden.agents.auditor.gates.lever import raw_signals
 
 PREFIX_HIT_RATE_MAX_GAP = 0.10
 """Prefix-cache hit rates of two legs may differ by this much (absolute) before warm-vs-cold confounds."""
@@ -38,10 +38,12 @@ def check_response_cache(run: Path, legs: list[LegEvidence]) -> GateResult:
                                    gate="caching"))
         signals = [s for s in raw_signals(leg) if s.family == "response_cache"]
         if signals:
-            hits = [s for s in signals if RESPONSE_CACHE_HIT.search(s.text)]
-            what = f"{len(hits)} response-cache hit(s)" if hits else "a response cache engaged"
+            hits = [s for s in signals if s.hit]
+            n_hits = leg.log.signal_count("response_cache", hit=True)  # every line, not only those held
+            what = f"{n_hits} response-cache hit(s)" if hits else "a response cache engaged"
             out.append(finding("CACHING_SUSPECTED", "FAIL", f"server log of {leg.name!r} shows {what} "
-                               f"({signals[0].text[:100]!r})", measured=len(hits) or len(signals), threshold=0,
+                               f"({signals[0].text[:100]!r})", measured=n_hits or leg.log.signal_count("response_cache"),
+                               threshold=0,
                                evidence=[leg.log.evidence(run, (hits or signals)[0].line)], action="eject",
                                gate="caching"))
     return GateResult(findings=out)

@@ -14,7 +14,6 @@ measurement. Runtime keys (counters, the process record) and inert keys never co
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,7 +21,7 @@ from typing import Any
 from perfwarden.agents.auditor import registry
 from perfwarden.agents.auditor.evidence import LegEvidence, line_evidence
 from perfwarden.agents.auditor.findings import Findings, GateResult, finding
-from perfwarden.agents.auditor.serverlog import PRESENT, parse_server_log
+from perfwarden.agents.auditor.serverlog import PRESENT
 from perfwarden.harness.records import Claim, EvidenceRef
 
 _MISSING = "<absent>"
@@ -69,20 +68,6 @@ def is_declared(key: str, declared: set[str]) -> bool:
         key.startswith(d + ".") for d in declared)
 
 
-def _peak_usage(log_lines: list[str], pattern: str) -> float | None:
-    rx = re.compile(pattern)
-    peak = None
-    for text in log_lines:
-        m = rx.search(text)
-        if m:
-            try:
-                value = float(m.group(1))
-            except ValueError:
-                continue
-            peak = value if peak is None else max(peak, value)
-    return peak
-
-
 def derived_is_inert(key: str, values: list[Any], declared: set[str], base: LegEvidence,
                      cand: LegEvidence) -> tuple[bool, str]:
     """A derived key (e.g. KV pool size) is accepted only if the declared change causes it and the
@@ -96,7 +81,7 @@ def derived_is_inert(key: str, values: list[Any], declared: set[str], base: LegE
         budgets = [float(v) for v in values]
     except (TypeError, ValueError):
         return False, f"{key!r} budgets are not numbers: {values!r}"
-    peaks = [_peak_usage(leg.log.lines if leg.log else [], rule["usage_pattern"]) for leg in (base, cand)]
+    peaks = [leg.log.usage_peaks[rule["usage_pattern"]] if leg.log else None for leg in (base, cand)]
     if any(p is None for p in peaks):
         return False, f"no usage lines in the server logs prove {key!r} inert (unproven means confound)"
     used = [p * b if p <= 1.0 else p for p, b in zip(peaks, budgets)]
@@ -153,11 +138,12 @@ def leg_copies(run: Path, leg: LegEvidence) -> tuple[list[ConditionCopy], list[s
         copies.append(ConditionCopy("bench_line", f"the server_info in bench line {rep.ref.line}",
                                     rep.server_info, line_evidence(run, rep.ref)))
     if leg.log is not None:
-        parsed, problems = parse_server_log(leg.log.lines)
-        for copy in parsed:
+        for copy in leg.log.copies:
             copies.append(ConditionCopy(copy.source, f"server.log line {copy.line} ({copy.source})", copy.values,
                                         leg.log.evidence(run, copy.line)))
-        notes += [f"conditions in the server log of {leg.name!r}: {p}; that copy is not checked" for p in problems]
+        notes += [f"conditions in the server log of {leg.name!r}: {p}; that copy is not checked"
+                  for p in leg.log.problems]
+        notes += [f"server log of {leg.name!r}: {note}" for note in leg.log.notes]
         if not any(c.kind in ("effective_config", "server_args") for c in copies):
             notes.append(f"conditions in the server log of {leg.name!r}: no effective_config or server_args line "
                          "states the configuration the server applied")

@@ -11,10 +11,8 @@ is a second, undisclosed difference between the legs.
 
 from __future__ import annotations
 
-import re
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 
@@ -22,64 +20,24 @@ from perfwarden.agents.auditor import registry
 from perfwarden.agents.auditor.evidence import LegEvidence, line_evidence
 from perfwarden.agents.auditor.findings import Findings, GateResult, finding
 from perfwarden.agents.auditor.gates.conditions import declared_keys, flatten
+from perfwarden.agents.auditor.serverlog import (NOT_ENGAGED_RX, RESPONSE_CACHE_HIT,  # noqa: F401
+                                                 SIGNAL_PATTERNS, LogSignal)  # re-exported: the patterns moved
 from perfwarden.harness.records import Claim, EvidenceRef
 
-RESPONSE_CACHE_HIT = re.compile(r"response[ _-]?cache[^\n]*\bhit\b", re.IGNORECASE)
-NOT_ENGAGED_RX = re.compile(r"not engaged|engaged\s*[=:]\s*(0|false|no)\b|\b0 calls\b", re.IGNORECASE)
+Signal = LogSignal
+"""One raw sign that a mechanism ran in a leg (the log's are found by ``serverlog.scan_server_log``)."""
 
-Family = Literal["spec_decode", "response_cache", "kernel_override"]
 FAMILY_CLASS: dict[str, str] = {"spec_decode": "B", "response_cache": "B", "kernel_override": "A"}
-
-# (family, pattern) -- each pattern means the mechanism *ran*, not merely that a flag was printed.
-SIGNAL_PATTERNS: list[tuple[Family, re.Pattern]] = [
-    ("spec_decode", re.compile(r"\bENGAGED\s+(prompt_lookup|speculative\w*)", re.IGNORECASE)),
-    ("spec_decode", re.compile(r"\bprompt_lookup rid=\S+ verify_steps=\d+")),
-    ("spec_decode", re.compile(r"\baccept len:\s*[0-9.]+")),                       # sglang decode log
-    ("spec_decode", re.compile(r"SpecDecoding metrics:")),                         # vLLM
-    ("spec_decode", re.compile(r'"avg_spec_accept_length":\s*[0-9.]+')),           # internal_states, non-null
-    ("spec_decode", re.compile(r"speculative_algorithm=['\"](?!None)\w+")),        # sglang ServerArgs print
-    ("response_cache", re.compile(r"\bENGAGED\s+response[ _-]?cache", re.IGNORECASE)),
-    ("response_cache", RESPONSE_CACHE_HIT),
-    ("response_cache", re.compile(r'"response_cache_hits":\s*[1-9]')),
-    ("kernel_override", re.compile(r"\bENGAGED\s+op_override\s+op=['\"]?(\w+)", re.IGNORECASE)),
-    ("kernel_override", re.compile(r"\boverride\s+['\"]?(\w+)['\"]?\s+engaged\b", re.IGNORECASE)),
-    ("kernel_override", re.compile(r'"op_override_calls":\s*\{\s*"(\w+)":\s*[1-9]')),
-    ("kernel_override", re.compile(r"op_override final calls \{\s*'(\w+)':\s*[1-9]")),
-]
-
-# Acceptance counts in logs: (accepted, drafted) per line, or a rate per line.
-_EMBEDDED_COUNTS = re.compile(r"prompt_lookup rid=\S+ verify_steps=\d+ drafted=(\d+) accepted=(\d+)")
-_VLLM_COUNTS = re.compile(r"Accepted: (\d+) tokens, Drafted: (\d+) tokens")
-_SGLANG_RATE = re.compile(r"\baccept rate:\s*([0-9.]+)")
 _DRAFT_WIDTH_KEYS = ("num_speculative_tokens", "speculative_num_draft_tokens", "prompt_lookup_num_tokens",
                      "speculative_config.num_speculative_tokens")
 ACCEPTANCE_TOLERANCE = 0.05
 """A claimed acceptance rate may differ from the raw one by this much (absolute)."""
 
 
-@dataclass(frozen=True)
-class Signal:
-    """One raw sign that a mechanism ran in a leg."""
-
-    family: Family
-    line: int
-    text: str
-    detail: str | None = None
-    """The op a kernel-override line names, when it names one."""
-
-
 def raw_signals(leg: LegEvidence) -> list[Signal]:
-    """Every mechanism the leg's raw says ran: log lines and a non-null ``accept_length``."""
-    out: list[Signal] = []
-    for i, text in enumerate(leg.log.lines if leg.log else [], 1):
-        if NOT_ENGAGED_RX.search(text):
-            continue
-        for family, rx in SIGNAL_PATTERNS:
-            m = rx.search(text)
-            if m:
-                detail = m.group(1).lower() if family == "kernel_override" and m.groups() else None
-                out.append(Signal(family, i, text.strip()[:200], detail))
-                break
+    """Every mechanism the leg's raw says ran: log lines (the first ``serverlog.MAX_SIGNALS`` of each
+    kind) and a non-null ``accept_length``."""
+    out: list[Signal] = list(leg.log.signals) if leg.log else []
     accepts = [r for r in leg.reps if r.accept_length is not None]
     if accepts:
         out.append(Signal("spec_decode", 0, f"accept_length={accepts[0].accept_length!r} in rep {accepts[0].rep}"))
@@ -184,31 +142,7 @@ def check_orthogonal(claim: Claim, detected: str | None, signals: list[str], can
 def raw_acceptance_rate(leg: LegEvidence) -> tuple[float | None, int | None]:
     """Accepted / drafted draft tokens from the log (embedded or vLLM counts, else sglang's rates);
     returns the rate and the log line it starts at."""
-    accepted = drafted = 0
-    rates: list[float] = []
-    first = None
-    for i, text in enumerate(leg.log.lines if leg.log else [], 1):
-        m = _EMBEDDED_COUNTS.search(text)
-        if m:
-            drafted += int(m.group(1))
-            accepted += int(m.group(2))
-            first = first or i
-            continue
-        m = _VLLM_COUNTS.search(text)
-        if m:
-            accepted += int(m.group(1))
-            drafted += int(m.group(2))
-            first = first or i
-            continue
-        m = _SGLANG_RATE.search(text)
-        if m:
-            rates.append(float(m.group(1)))
-            first = first or i
-    if drafted > 0:
-        return accepted / drafted, first
-    if rates:
-        return float(np.mean(rates)), first
-    return None, None
+    return leg.log.acceptance_rate() if leg.log else (None, None)
 
 
 def draft_width(info: dict | None) -> int | None:
@@ -257,14 +191,6 @@ def check_acceptance_rate(run: Path, claim: Claim, cand: LegEvidence) -> GateRes
     return GateResult(not_checked=["acceptance rate: the raw has no acceptance counts to check the claimed rate"])
 
 
-def _engaged(op: str, lines: list[str]) -> int | None:
-    rx = re.compile(rf"\b{re.escape(op)}\b", re.IGNORECASE)
-    for i, text in enumerate(lines, 1):
-        if rx.search(text) and re.search(r"\bengaged\b", text, re.IGNORECASE) and not NOT_ENGAGED_RX.search(text):
-            return i
-    return None
-
-
 def check_engagement(claim: Claim, cand: LegEvidence, run: Path, findings: Findings) -> None:
     """Every declared kernel op must show an engagement line in the candidate's server log."""
     ops = claim.lever.kernel_ops if claim.lever else []
@@ -275,9 +201,10 @@ def check_engagement(claim: Claim, cand: LegEvidence, run: Path, findings: Findi
                      action="eject", gate="engagement")
         return
     for op in ops:
-        if _engaged(op, cand.log.lines) is None:
-            refusal = next((i for i, t in enumerate(cand.log.lines, 1)
-                            if op.lower() in t.lower() and NOT_ENGAGED_RX.search(t)), None)
+        # ``log.engaged``/``log.refused`` hold the ops the loader was given (the claim's): another op is
+        # a KeyError, i.e. this gate fails visibly instead of calling the op unengaged.
+        if cand.log.engaged[op] is None:
+            refusal = cand.log.refused[op]
             findings.add("NOT_ENGAGED", "FAIL", f"the candidate server log never says override {op!r} engaged",
                          measured="no engagement line", threshold=f"a line naming {op!r} and 'engaged'",
                          evidence=[cand.log.evidence(run, refusal)], action="eject", gate="engagement")

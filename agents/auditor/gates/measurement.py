@@ -7,7 +7,6 @@ Every number here is re-derived from the per-request arrays in ``bench_runs.json
 from __future__ import annotations
 
 import math
-import re
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +16,7 @@ from perfwarden.agents.auditor import stats
 from perfwarden.agents.auditor.evidence import LegEvidence, line_evidence
 from perfwarden.agents.auditor.findings import Findings, GateResult, finding
 from perfwarden.agents.auditor.rederive import LATENCY_METRICS, METRICS, RepMetrics
+from perfwarden.agents.auditor.serverlog import ERROR_PATTERNS, FATAL_PATTERNS  # noqa: F401 - re-exported (moved)
 from perfwarden.harness.records import Claim, Comparison, EvidenceRef, MetricStats
 
 # Tolerance for a line's own aggregates vs our re-derivation. Wider for e2e/TPOT when the file has no
@@ -32,14 +32,6 @@ MAX_REPS = 7
 """Most reps per leg a comparison may use (the power target assumes <= 7)."""
 DRIFT_FLOOR_PCT = 2.0
 """Smallest drift reported, even when the band is narrower."""
-FATAL_PATTERNS = re.compile(
-    r"(Segmentation fault|core dumped|\bKilled\b|out of memory|illegal memory access|server (crashed|died|exited)|"
-    r"fatal error|\bFATAL\b|SIGABRT|SIGSEGV|Worker .{0,256}? died|scheduler crash|exited with (code|status) -?[1-9])",
-    re.IGNORECASE)
-"""Log lines that mean the server process itself went down. (``Worker .{0,256}? died``, not ``Worker .*
-died``: the unbounded gap made a line of repeated "Worker " quadratic, 3.6 s for 112 KB.)"""
-ERROR_PATTERNS = re.compile(r"(Traceback \(most recent call last\)|RuntimeError:|CUDA error)")
-"""Log lines that are a crash only when the leg also died (a server may log a failed request and live)."""
 
 
 def leg_metric_stats(reps: list[RepMetrics]) -> dict[str, MetricStats]:
@@ -466,14 +458,12 @@ def check_crash(run: Path, leg: LegEvidence, expected_reps: int | None) -> GateR
                                 evidence=[leg.spec_file.evidence(run, leg.spec_file.key_line("status"))]
                                 if leg.spec_file else [], action="eject", gate="crash"))
     fatal = False
-    if leg.log is not None:
-        for i, text in enumerate(leg.log.lines, 1):
-            if FATAL_PATTERNS.search(text) or (failed and ERROR_PATTERNS.search(text)):
-                fatal = True
-                findings.append(finding("SERVER_CRASH", "FAIL", f"server log of {leg.name!r} line {i}: "
-                                        f"{text.strip()[:160]!r}", evidence=[leg.log.evidence(run, i)],
-                                        action="eject", gate="crash"))
-                break
+    crash = leg.log.crash_line(failed) if leg.log is not None else None
+    if crash is not None:
+        i, text = crash
+        fatal = True
+        findings.append(finding("SERVER_CRASH", "FAIL", f"server log of {leg.name!r} line {i}: {text!r}",
+                                evidence=[leg.log.evidence(run, i)], action="eject", gate="crash"))
     short = expected_reps is not None and leg.reps and len(leg.reps) < expected_reps
     if short and not (failed or fatal):
         missing = expected_reps - len(leg.reps)
