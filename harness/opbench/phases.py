@@ -1,0 +1,214 @@
+"""The op bench's phases after the workers start: correctness (benched and unpredictable shapes, inputs
+left unmodified), timing by the parent's clock with timed outputs sampled after the run, and the rig's
+roofline. Every input derives from the run's secret (``guard``); everything that decides is computed
+here, in the parent. A phase that finds a candidate out of bounds adds a refusal to its backend.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from perfwarden.harness.opbench import guard
+from perfwarden.harness.opbench.correctness import Check, compare
+from perfwarden.harness.opbench.inputs import OPS, as_tensors, clone_args, make_inputs, stable_seed
+from perfwarden.harness.opbench.worker import describe
+
+if TYPE_CHECKING:
+    from perfwarden.harness.opbench.runner import Backend
+
+
+@dataclass
+class Bench:
+    """What every phase needs: the op, the run's secret, the trusted reference and the limits."""
+
+    op: str
+    dtype: str
+    device: str
+    secret: bytes
+    threads: int
+    atol: float
+    rtol: float
+    ref_fn: Any
+    timeout_s: float
+    warmup: int
+    iters: int
+
+    def check_gen(self, shape: tuple[int, ...], label: object) -> int:
+        return guard.secret_seed(self.secret, "check", label, shape)
+
+    def trial_gen(self, shape: tuple[int, ...], trial: int) -> int:
+        return guard.secret_seed(self.secret, "time", shape, trial)
+
+    def inputs(self, shape: tuple[int, ...], gen_seed: int) -> tuple:
+        return make_inputs(self.op, shape, self.dtype, gen_seed, self.device)
+
+    def truth(self, args: tuple) -> list:
+        import torch
+
+        with torch.no_grad():
+            return [t.detach().clone() for t in as_tensors(self.ref_fn(*clone_args(args)))]
+
+
+def judge_files(bench: Bench, path, args: tuple, ref: list) -> Check:
+    """Correctness of one output file a worker wrote (outputs, and the inputs as the call left them)."""
+    from perfwarden.harness.opbench.runner import read_output_file
+
+    try:
+        saved = read_output_file(path)
+        outs, after = as_tensors(saved["outs"]), as_tensors(saved["inputs"])
+        ref_device = ref[0].device if ref else None
+        outs = [t.to(ref_device) if ref_device is not None else t for t in outs]
+    except Exception as exc:  # noqa: BLE001 - a worker that wrote garbage (or a link, a FIFO, a huge file)
+        return Check(False, raised=f"bad output: {describe(exc)}")
+    finally:
+        try:
+            path.unlink()
+        except OSError:
+            pass
+    chk = compare(outs, ref, bench.atol, bench.rtol)
+    why = guard.unmodified(args, after, OPS[bench.op].may_modify)
+    if why:
+        return Check(False, chk.max_abs_err, chk.max_rel_err, raised=why)
+    return chk
+
+
+def check(bench: Bench, b: Backend, shape: tuple[int, ...], gen_seed: int) -> Check:
+    """One correctness check of ``b`` at ``shape`` on the inputs of ``gen_seed``."""
+    from perfwarden.harness.opbench.runner import WorkerFailed
+
+    assert b.worker is not None
+    args = bench.inputs(shape, gen_seed)
+    ref = bench.truth(args)
+    out_file = b.worker.workdir / f"out-{'x'.join(map(str, shape))}-{gen_seed:x}.pt"
+    try:
+        ans = b.worker.request({"cmd": "check", "shape": list(shape), "gen_seed": gen_seed, "out": str(out_file)},
+                               bench.timeout_s)
+    except WorkerFailed as exc:
+        return Check(False, raised=str(exc))
+    if "raised" in ans:
+        return Check(False, raised=str(ans["raised"]))
+    return judge_files(bench, out_file, args, ref)
+
+
+def probe(bench: Bench, b: Backend, shapes: list[tuple[int, ...]]) -> None:
+    """Correctness at shapes drawn from the secret: a candidate right only where it is benched is refused."""
+    for shape in guard.probe_shapes(bench.op, shapes, bench.secret):
+        chk = check(bench, b, shape, bench.check_gen(shape, "probe"))
+        if chk.correct is not True:
+            b.refusals.append(f"wrong at a shape it could not predict {list(shape)}: "
+                              f"{chk.raised or f'max_rel_err {chk.max_rel_err:.3g}'}"[:300])
+            return
+
+
+@dataclass
+class TrialFigures:
+    """One trial of one backend, measured by the parent."""
+
+    call_ms: float
+    graph_ms: float | None
+    wall_ns: int
+    cpu_ns: int
+
+
+def time_trial(bench: Bench, b: Backend, shape: tuple[int, ...], trial: int, ipc_ns: int,
+               graphs: bool) -> TrialFigures | str:
+    """Prepare the trial's input sets (untimed), time the run of its ``iters`` calls from outside, then
+    check a sample of the timed calls' outputs and inputs chosen after the run, and the sandbox's CPU time
+    over the whole window. Returns the figures, or why there are none; refusals go on ``b``."""
+    from perfwarden.harness.opbench.runner import WorkerFailed
+
+    w = b.worker
+    assert w is not None
+    n, gen = bench.warmup + bench.iters, bench.trial_gen(shape, trial)
+    try:
+        ans = w.request({"cmd": "prepare", "shape": list(shape), "gen_seed": gen, "n": n, "warmup": bench.warmup},
+                        bench.timeout_s)
+        if "raised" in ans:
+            return f"timing raised {ans['raised']}"
+        before = w.cpu_tasks()
+        ans, wall = w.timed_request({"cmd": "run", "count": bench.iters}, bench.timeout_s)
+        after = w.cpu_tasks()
+        time.sleep(guard.IDLE_WINDOW_S)
+        idle = guard.cpu_window(after, w.cpu_tasks())
+        if "raised" in ans or ans.get("done") != n:
+            return f"timing raised {ans.get('raised', 'a short run')}"
+        graph_ms = _graph(bench, w, n, ipc_ns) if graphs else None
+        idx = guard.sample_indices(bench.secret, (shape, trial), bench.iters)
+        paths = [w.workdir / f"sample-{trial}-{i}.pt" for i in idx]
+        ans = w.request({"cmd": "sample", "indices": [bench.warmup + i for i in idx],
+                         "outs": [str(p) for p in paths]}, bench.timeout_s)
+    except WorkerFailed as exc:
+        return f"timing: {exc}"
+    if "raised" in ans:
+        return f"timing raised {ans['raised']}"
+    for i, path in zip(idx, paths):
+        args = bench.inputs(shape, stable_seed("set", gen, bench.warmup + i))
+        chk = judge_files(bench, path, args, bench.truth(args))
+        if chk.correct is not True:
+            b.refusals.append(f"timed call {bench.warmup + i} of trial {trial} was wrong: "
+                              f"{chk.raised or f'max_rel_err {chk.max_rel_err:.3g}'}"[:300])
+            break
+    run = guard.cpu_window(before, after)
+    b.refusals.extend(v for v in guard.run_violations(run, idle, bench.threads) if v not in b.refusals)
+    call_ms = guard.decisive_ms(run, wall, ipc_ns, bench.threads, bench.iters, bench.device)
+    return TrialFigures(call_ms, graph_ms, wall, run.cpu_ns)
+
+
+def _graph(bench: Bench, w, n: int, ipc_ns: int) -> float | None:
+    replays = max(1, bench.warmup)
+    ans, wall = w.timed_request({"cmd": "graph_run", "replays": replays, "warmup": bench.warmup}, bench.timeout_s)
+    if "raised" in ans:
+        return None
+    return max(0, wall - ipc_ns) / (replays * (n - bench.warmup)) / 1e6
+
+
+def ipc_floor_ns(bench: Bench, reference: Backend, pings: int = 7) -> int:
+    """The parent's round trip to the trusted reference's worker (least of ``pings``): subtracted from every
+    timed request, so the figure is the calls, not the pipe. Never measured on a candidate's worker."""
+    from perfwarden.harness.opbench.runner import WorkerFailed
+
+    if reference.worker is None:
+        return 0
+    walls = []
+    for _ in range(pings):
+        try:
+            walls.append(reference.worker.timed_request({"cmd": "ping"}, bench.timeout_s)[1])
+        except WorkerFailed:
+            return 0
+    return min(walls)
+
+
+def roofline(bench: Bench, backends: list[Backend], shapes: list[tuple[int, ...]]) -> dict[str, Any]:
+    """The rig's floor per shape (the time to move the op's bytes here) and the isolated speedup it allows;
+    a candidate timed below the floor is refused (implausible, whatever ratio it claims)."""
+    import torch
+
+    out: dict[str, Any] = {}
+    caller = torch.get_num_threads()
+    torch.set_num_threads(bench.threads)
+    try:
+        for shape in shapes:
+            args = bench.inputs(shape, bench.check_gen(shape, "roofline"))
+            nbytes = guard.bytes_moved(args, bench.truth(args))
+            floor = guard.copy_floor_ms(nbytes, bench.device)
+            key = "x".join(map(str, shape))
+            ref = next((b for b in backends if b.is_reference), None)
+            ref_ms = _median_call(ref, shape) if ref else None
+            out[key] = {"bytes_moved": nbytes, "floor_ms": floor, "bandwidth_gb_s": nbytes / floor / 1e6 if floor else None,
+                        "max_plausible_speedup": (ref_ms / (guard.ROOFLINE_MARGIN * floor)) if ref_ms and floor else None}
+            for b in backends:
+                mine = _median_call(b, shape)
+                why = guard.below_roofline(mine, floor) if mine is not None and not b.is_reference else None
+                if why:
+                    b.refusals.append(f"{key}: {why}")
+    finally:
+        torch.set_num_threads(caller)
+    return out
+
+
+def _median_call(b: Backend, shape: tuple[int, ...]) -> float | None:
+    figures = [t.call_ms[0] for (s, _), t in b.times.items() if s == shape and not isinstance(t, str) and t.call_ms]
+    return statistics.median(figures) if figures else None
