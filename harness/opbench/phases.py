@@ -152,13 +152,13 @@ def time_trial(bench: Bench, b: Backend, shape: tuple[int, ...], trial: int, ipc
                               f"{chk.raised or f'max_rel_err {chk.max_rel_err:.3g}'}"[:300])
             break
     run = guard.cpu_window(before, after)
-    b.refusals.extend(v for v in guard.run_violations(run, idle, bench.threads) if v not in b.refusals)
+    b.refusals.extend(v for v in guard.run_violations(run, idle, bench.threads, bench.device) if v not in b.refusals)
     call_ms = guard.decisive_ms(run, wall, ipc_ns, bench.threads, bench.iters, bench.device)
     return TrialFigures(call_ms, graph_ms, wall, run.cpu_ns)
 
 
 def _graph(bench: Bench, w, n: int, ipc_ns: int) -> float | None:
-    replays = max(1, bench.warmup)
+    replays = bench.iters  # one flush per replay: the same floor as a run of ``iters`` calls
     ans, wall = w.timed_request({"cmd": "graph_run", "replays": replays, "warmup": bench.warmup}, bench.timeout_s)
     if "raised" in ans:
         return None
@@ -166,8 +166,9 @@ def _graph(bench: Bench, w, n: int, ipc_ns: int) -> float | None:
 
 
 def ipc_floor_ns(bench: Bench, reference: Backend, pings: int = 7) -> int:
-    """The parent's round trip to the trusted reference's worker (least of ``pings``): subtracted from every
-    timed request, so the figure is the calls, not the pipe. Never measured on a candidate's worker."""
+    """The parent's round trip to the trusted reference's worker (least of ``pings``), with a timed run's
+    cache flushes on a GPU: subtracted from every timed request, so the figure is the calls, not the pipe
+    or the flushes. Never measured on a candidate's worker."""
     from perfwarden.harness.opbench.runner import WorkerFailed
 
     if reference.worker is None:
@@ -175,7 +176,8 @@ def ipc_floor_ns(bench: Bench, reference: Backend, pings: int = 7) -> int:
     walls = []
     for _ in range(pings):
         try:
-            walls.append(reference.worker.timed_request({"cmd": "ping"}, bench.timeout_s)[1])
+            msg = {"cmd": "ping"} if bench.device == "cpu" else {"cmd": "flush", "count": bench.iters}
+            walls.append(reference.worker.timed_request(msg, bench.timeout_s)[1])
         except WorkerFailed:
             return 0
     return min(walls)

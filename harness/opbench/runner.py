@@ -406,7 +406,7 @@ def run_opbench(
         why = reaches_reference(b.spec)
         if why:
             b.refusals.append(f"reaches the reference ({why}): a self-comparison whatever its digest")
-            b.unavailable = b.unavailable or "refused before it ran"
+            b.unavailable = b.unavailable or f"refused before it ran: {b.refusals[-1]}"
     requests = len(shape_list) * (len(seeds) + 1 + 3 * trials) + 10
     cpu_limit = cpu_limit_s if cpu_limit_s is not None else int(
         startup_timeout_s + timeout_s * requests * max(1, threads) + 30)
@@ -540,7 +540,7 @@ def build_rows(op: str, backends: list[Backend], shapes: list[tuple[int, ...]], 
                     raised = timing
                 refused = "; ".join(b.refusals)[:1000] if b.refusals else None
                 correct = False if refused else chk.correct
-                raised = f"refused: {refused}" if refused else raised
+                raised = raised or (f"refused: {refused}" if refused else None)
                 rows.append({
                     "op": op, "backend": b.name, "shape": list(shape), "trial": trial, "dtype": dtype,
                     "times_ms": timed.call_ms if timed else None,

@@ -8,7 +8,8 @@ that does not carry its request's nonce. Protocol: the first stdin line is the j
 request per line, one answer per request on the real stdout, each prefixed with ``PROTOCOL_PREFIX`` and
 echoing the request's ``nonce``. Whatever the implementation prints goes to ``worker.stdout.log``.
 
-Requests: ``ping``; ``check`` (inputs from ``gen_seed`` at ``shape``; writes outputs and the inputs as the
+Requests: ``ping``; ``flush`` (the L2 flushes of a run without the op: the floor a GPU run's wall time is
+measured above); ``check`` (inputs from ``gen_seed`` at ``shape``; writes outputs and the inputs as the
 call left them to ``out``); ``prepare`` (builds a trial's input sets from ``gen_seed``, runs the warm-up
 calls); ``run`` (the next ``count`` timed calls, the device synchronised before answering); ``sample``
 (writes the outputs and inputs of timed calls ``indices`` to ``out``); ``graph_run`` (replays the trial's
@@ -122,6 +123,11 @@ class Session:
     def __init__(self, job: dict[str, Any], fn: Callable[..., Any], sync: Callable[[], None]):
         self.job, self.fn, self.sync = job, fn, sync
         self.trial: Trial | None = None
+        self.flush: Callable[[], None] = lambda: None
+        if job.get("device", "cpu") != "cpu":  # on a GPU the L2 is flushed before every timed call
+            from perfwarden.harness.opbench.timing import CudaApi
+
+            self.flush = CudaApi(job["device"]).flush_cache
 
     def handle(self, req: dict[str, Any]) -> dict[str, Any]:
         import torch
@@ -129,6 +135,11 @@ class Session:
         op, dtype, device = self.job["op"], self.job["dtype"], self.job.get("device", "cpu")
         cmd = req["cmd"]
         if cmd == "ping":
+            return {"ok": True}
+        if cmd == "flush":  # the floor of a timed run without the op (asked of the reference's worker only)
+            for _ in range(int(req["count"])):
+                self.flush()
+            self.sync()
             return {"ok": True}
         if cmd == "check":
             args = make_inputs(op, tuple(req["shape"]), dtype, int(req["gen_seed"]), device)
@@ -150,9 +161,10 @@ class Session:
             return {"raised": f"{cmd!r} before 'prepare'"}
         if cmd == "run":
             end = min(len(trial.sets), trial.next + int(req["count"]))
-            fn, sets, outs = self.fn, trial.sets, trial.outs
+            fn, sets, outs, flush = self.fn, trial.sets, trial.outs, self.flush
             with torch.no_grad():
                 for i in range(trial.next, end):
+                    flush()
                     outs[i] = fn(*sets[i])
             self.sync()
             trial.next = end
@@ -177,8 +189,13 @@ class Session:
                 for args in captured:
                     outs.append(self.fn(*args))
 
-            trial.graph = CudaApi(self.job["device"]).capture(run_all, lambda: None)
+            def warm() -> None:  # on the capture's side stream, as torch's graph docs require
+                for args in captured[:1]:
+                    self.fn(*args)
+
+            trial.graph = CudaApi(self.job["device"]).capture(run_all, warm)
         for _ in range(int(req["replays"])):
+            self.flush()
             trial.graph.replay()
         self.sync()
         return {"ok": True}

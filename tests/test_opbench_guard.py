@@ -1,0 +1,86 @@
+"""The op bench's out-of-reach checks (``harness/opbench/guard``), one by one, without a sandbox."""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("torch")
+
+import torch  # noqa: E402
+
+from perfwarden.harness.opbench import guard  # noqa: E402
+from perfwarden.harness.opbench.digest import reaches_reference  # noqa: E402
+from perfwarden.harness.opbench.inputs import OPS  # noqa: E402
+
+
+def test_inputs_come_from_a_per_run_secret():
+    a, b = guard.new_secret(), guard.new_secret()
+    assert a != b and len(a) == 32
+    assert guard.secret_seed(a, "check", 0, (16, 576)) != guard.secret_seed(b, "check", 0, (16, 576))
+    assert guard.secret_seed(a, "x") == guard.secret_seed(a, "x")
+
+
+def test_probe_shapes_keep_the_models_dimensions_and_differ_from_the_benched_ones():
+    secret = guard.new_secret()
+    for op, shape in (("rmsnorm", (16, 576)), ("silu_mul", (1, 128, 1536)), ("rotary", (1, 9, 16, 64))):
+        (probe,) = guard.probe_shapes(op, [shape], secret)
+        assert probe != shape and probe[-1] == shape[-1]
+        if op == "rotary":
+            assert probe[1] == shape[1] and probe[3] == shape[3]
+
+
+def test_which_inputs_an_op_may_modify_is_said_once_per_op():
+    assert OPS["silu_mul"].may_modify == {0, 1}
+    assert OPS["rmsnorm"].may_modify == frozenset() and OPS["rotary"].may_modify == frozenset()
+    x, w = torch.randn(4, 8), torch.randn(8)
+    assert guard.unmodified((x, w, 1e-5), [x.clone(), w.clone()], OPS["rmsnorm"].may_modify) is None
+    assert "modified input 0" in guard.unmodified((x, w, 1e-5), [x + 1, w.clone()], OPS["rmsnorm"].may_modify)
+    g, u = torch.randn(4, 8), torch.randn(4, 8)
+    assert guard.unmodified((g, u), [g * 2, u.clone()], OPS["silu_mul"].may_modify) is None
+
+
+def test_more_threads_than_the_rig_allows_or_cpu_while_idle_is_refused():
+    run = guard.cpu_window({(1, 1): 0, (1, 2): 0}, {(1, 1): 900_000, (1, 2): 800_000})
+    idle = guard.cpu_window({(1, 1): 0}, {(1, 1): 10_000})
+    assert run.threads_ran == 2 and run.cpu_ns == 1_700_000
+    assert any("2 threads" in v for v in guard.run_violations(run, idle, threads=1))
+    assert guard.run_violations(run, idle, threads=2) == []
+    busy_idle = guard.cpu_window({(1, 1): 0}, {(1, 1): 5_000_000})
+    assert any("while idle" in v for v in guard.run_violations(run, busy_idle, threads=2))
+    assert guard.run_violations(run, idle, threads=1, device="cuda") == []  # a GPU driver has its own threads
+
+
+def test_the_decisive_time_is_the_sandboxes_cpu_on_one_thread_and_never_less_than_the_wall_on_more():
+    run = guard.CpuWindow(cpu_ns=2_000_000, threads_ran=1)
+    assert guard.decisive_ms(run, wall_ns=9_000_000, ipc_ns=0, threads=1, calls=20, device="cpu") == pytest.approx(0.1)
+    assert guard.decisive_ms(run, wall_ns=9_000_000, ipc_ns=1_000_000, threads=2, calls=20,
+                             device="cpu") == pytest.approx(0.4)
+    assert guard.decisive_ms(run, wall_ns=3_000_000, ipc_ns=1_000_000, threads=1, calls=20,
+                             device="cuda") == pytest.approx(0.1)
+
+
+def test_samples_are_drawn_after_the_fact_from_the_secret():
+    s = guard.new_secret()
+    idx = guard.sample_indices(s, ("16x576", 0), 20)
+    assert len(set(idx)) == guard.SAMPLES_PER_TRIAL and all(0 <= i < 20 for i in idx)
+    assert guard.sample_indices(s, ("16x576", 0), 20) == idx
+
+
+def test_roofline_refuses_a_call_faster_than_the_rig_moves_its_bytes():
+    x = torch.randn(64, 576)
+    floor = guard.copy_floor_ms(guard.bytes_moved((x, x), (x,)), "cpu")
+    assert floor > 0
+    assert guard.below_roofline(floor * 0.1, floor) and guard.below_roofline(floor * 2, floor) is None
+
+
+@pytest.mark.parametrize("text,reaches", [
+    ("from perfwarden.harness.ops.reference import rmsnorm as r\n", True),
+    ("import perfwarden.harness.ops.reference as r\n", True),
+    ("from perfwarden.harness.ops import reference\n", True),
+    ("import importlib\nM = 'perfwarden.harness.ops.reference'\n", True),
+    ("import torch\ndef rmsnorm(x, w, eps):\n    return x\n", False),
+])
+def test_a_candidate_that_names_the_reference_is_a_self_comparison(tmp_path, text, reaches):
+    path = tmp_path / "cand.py"
+    path.write_text(text + "def rmsnorm(x, w, eps):\n    return x\n")
+    assert (reaches_reference(f"{path}:rmsnorm") is not None) == reaches
