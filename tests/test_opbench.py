@@ -187,9 +187,13 @@ def test_candidates_run_sandboxed(rig):
 
 
 def test_forged_output_files_are_bad_outputs_not_hangs(rig):
+    # The worker saves with the torch.save it bound before the candidate loaded, so the patch no longer
+    # reaches the file; the patch itself is seen and refuses the candidate. A FIFO or link made any other
+    # way is still a bad output, never followed or blocked on (read_output_file).
     for backend in ("fifo", "link"):
         rows = rig["rows"][backend]
-        assert all(r.correct is False and r.raised.startswith("bad output") for r in rows), backend
+        assert all(r.correct is False for r in rows), backend
+        assert all(r.raised.startswith("bad output") or "torch.save" in (r.refused or "") for r in rows), backend
 
 
 def test_self_copy_has_the_references_digest(rig):

@@ -22,11 +22,14 @@ def test_inputs_come_from_a_per_run_secret():
 
 def test_probe_shapes_keep_the_models_dimensions_and_differ_from_the_benched_ones():
     secret = guard.new_secret()
-    for op, shape in (("rmsnorm", (16, 576)), ("silu_mul", (1, 128, 1536)), ("rotary", (1, 9, 16, 64))):
-        (probe,) = guard.probe_shapes(op, [shape], secret)
-        assert probe != shape and probe[-1] == shape[-1]
-        if op == "rotary":
-            assert probe[1] == shape[1] and probe[3] == shape[3]
+    for op, shape in (("rmsnorm", (16, 576)), ("silu_mul", (2, 128, 1536)), ("rotary", (2, 9, 16, 64))):
+        up, down = guard.probe_shapes(op, [shape], secret)  # one larger, one smaller: no side is safe
+        assert up[0] > shape[0] and down[0] < shape[0]
+        for probe in (up, down):
+            assert probe[-1] == shape[-1]
+            if op == "rotary":
+                assert probe[1] == shape[1] and probe[3] == shape[3]
+    assert len(guard.probe_shapes("rmsnorm", [(1, 576)], secret)) == 1  # nothing smaller than one row
 
 
 def test_which_inputs_an_op_may_modify_is_said_once_per_op():
@@ -52,18 +55,18 @@ def test_more_threads_than_the_rig_allows_or_cpu_while_idle_is_refused():
 
 def test_the_decisive_time_is_the_sandboxes_cpu_on_one_thread_and_never_less_than_the_wall_on_more():
     run = guard.CpuWindow(cpu_ns=2_000_000, threads_ran=1)
-    assert guard.decisive_ms(run, wall_ns=9_000_000, ipc_ns=0, threads=1, calls=20, device="cpu") == pytest.approx(0.1)
-    assert guard.decisive_ms(run, wall_ns=9_000_000, ipc_ns=1_000_000, threads=2, calls=20,
-                             device="cpu") == pytest.approx(0.4)
-    assert guard.decisive_ms(run, wall_ns=3_000_000, ipc_ns=1_000_000, threads=1, calls=20,
-                             device="cuda") == pytest.approx(0.1)
+    assert guard.decisive_ms(run, 9_000_000, 0, 0, threads=1, calls=20, device="cpu") == pytest.approx(0.1)
+    assert guard.decisive_ms(run, 9_000_000, 0, 400_000, threads=1, calls=20, device="cpu") == pytest.approx(0.08)
+    assert guard.decisive_ms(run, 9_000_000, 1_000_000, 0, threads=2, calls=20, device="cpu") == pytest.approx(0.4)
+    assert guard.decisive_ms(run, 3_000_000, 1_000_000, 0, threads=1, calls=20, device="cuda") == pytest.approx(0.1)
 
 
 def test_samples_are_drawn_after_the_fact_from_the_secret():
     s = guard.new_secret()
-    idx = guard.sample_indices(s, ("16x576", 0), 20)
-    assert len(set(idx)) == guard.SAMPLES_PER_TRIAL and all(0 <= i < 20 for i in idx)
-    assert guard.sample_indices(s, ("16x576", 0), 20) == idx
+    assert guard.sample_indices(s, ("16x576", 0), 20) == list(range(20))  # by default every timed call
+    idx = guard.sample_indices(s, ("16x576", 0), 20, k=3)
+    assert len(set(idx)) == 3 and all(0 <= i < 20 for i in idx)
+    assert guard.sample_indices(s, ("16x576", 0), 20, k=3) == idx
 
 
 def test_roofline_refuses_a_call_faster_than_the_rig_moves_its_bytes():
@@ -79,8 +82,33 @@ def test_roofline_refuses_a_call_faster_than_the_rig_moves_its_bytes():
     ("from perfwarden.harness.ops import reference\n", True),
     ("import importlib\nM = 'perfwarden.harness.ops.reference'\n", True),
     ("import torch\ndef rmsnorm(x, w, eps):\n    return x\n", False),
+    ('"""Faster than perfwarden.harness.ops.reference (a docstring does nothing)."""\n', False),
 ])
 def test_a_candidate_that_names_the_reference_is_a_self_comparison(tmp_path, text, reaches):
     path = tmp_path / "cand.py"
     path.write_text(text + "def rmsnorm(x, w, eps):\n    return x\n")
     assert (reaches_reference(f"{path}:rmsnorm") is not None) == reaches
+
+
+def test_a_patched_clock_or_tensor_method_is_seen_and_an_untouched_worker_is_not(monkeypatch):
+    import time
+
+    from perfwarden.harness.opbench import worker
+
+    state = worker.harness_state()
+    assert worker.tampered(state) == []  # a classmethod looked up twice is still the same attribute
+    monkeypatch.setattr(time, "perf_counter_ns", lambda: 0)
+    monkeypatch.setattr(torch.Tensor, "detach", lambda self: self)
+    assert worker.tampered(state) == ["time.perf_counter_ns", "torch.Tensor.detach"]
+
+
+def test_an_output_file_replaced_by_a_fifo_or_a_link_is_refused_without_blocking(tmp_path):
+    import os
+
+    from perfwarden.harness.opbench.runner import read_output_file
+
+    os.mkfifo(tmp_path / "fifo.pt")
+    os.symlink("/proc/self/environ", tmp_path / "link.pt")
+    for name in ("fifo.pt", "link.pt"):
+        with pytest.raises((ValueError, OSError)):
+            read_output_file(tmp_path / name)

@@ -5,13 +5,14 @@ protocol stream, the seeds, the inputs and the outputs it hands back. So nothing
 there:
 
 - **the clock** is the parent's: the wall time of a request seen from outside, and the CPU time of every
-  process in the candidate's sandbox read from ``/proc`` by the parent (``sandbox_cpu_ns``); CPU beyond
-  the rig's threads over a trial is work done outside the timed calls (a background thread, a helper
-  process) and refuses the candidate;
+  thread of every process in the candidate's sandbox read from ``/proc`` by the parent (``task_cpu_ns``,
+  ``decisive_ms``); more threads running than the rig allows, or CPU spent while idle after the run, is
+  work outside the timed calls (a background thread, a helper process) and refuses the candidate
+  (``run_violations``);
 - **inputs** come from a per-run secret (``new_secret``/``secret_seed``) the worker learns one request at a
   time, so nothing can be precomputed at import;
 - **answers** carry the request's nonce; an answer nobody asked for is a forgery (``WorkerClient``);
-- **outputs of timed calls** are checked on a sample chosen after the run (``sample_indices``);
+- **outputs of timed calls** are checked after the run (every one by default, ``sample_indices``);
 - **inputs the op must not modify** are compared bit for bit (``inputs.OpSpec.may_modify``);
 - **shapes** the candidate cannot predict are checked too (``probe_shapes``);
 - **the plausibility bound** is the rig's own memory roofline (``copy_floor_ms``), not a fixed ratio;
@@ -25,6 +26,7 @@ import hashlib
 import hmac
 import math
 import os
+import random
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -32,8 +34,10 @@ from pathlib import Path
 
 ROOFLINE_MARGIN = 0.5
 """A call faster than half the time the rig needs to move its bytes (a copy of that size) is refused."""
-SAMPLES_PER_TRIAL = 3
-"""Timed calls of each trial whose outputs (and unmodified inputs) are checked after the run."""
+SAMPLES_PER_TRIAL: int | None = None
+"""Timed calls of each trial whose outputs (and unmodified inputs) are checked after the run; None: all of
+them (a candidate that computes its answers only when they are read back pays for all of them, see
+``phases.charge_deferred_work``)."""
 
 
 def new_secret() -> bytes:
@@ -50,28 +54,27 @@ def nonce(secret: bytes, counter: int) -> str:
     return hmac.new(secret, f"nonce:{counter}".encode(), hashlib.sha256).hexdigest()[:24]
 
 
-def sample_indices(secret: bytes, key: object, count: int, k: int = SAMPLES_PER_TRIAL) -> list[int]:
-    """``k`` distinct indices in ``range(count)``, drawn after the run from the secret."""
-    import random
-
+def sample_indices(secret: bytes, key: object, count: int, k: int | None = SAMPLES_PER_TRIAL) -> list[int]:
+    """``k`` distinct indices in ``range(count)`` (all when ``k`` is None), drawn after the run from the secret."""
     rng = random.Random(secret_seed(secret, "sample", key))
-    return sorted(rng.sample(range(count), min(k, count)))
+    return sorted(rng.sample(range(count), count if k is None else min(k, count)))
 
 
 def probe_shapes(op: str, shapes: Sequence[tuple[int, ...]], secret: bytes) -> list[tuple[int, ...]]:
-    """One shape per benched shape that the candidate cannot predict: the leading (token, batch, sequence)
-    dimensions redrawn from the secret; the model's own dimensions (hidden size, heads, head dim) kept."""
-    import random
-
+    """Shapes the candidate cannot predict, two per benched shape: the leading (token, batch, sequence)
+    dimensions redrawn from the secret, once larger and once smaller where they can be; the model's own
+    dimensions (hidden size, heads, head dim) kept."""
     rng = random.Random(secret_seed(secret, "probe", op))
     out: list[tuple[int, ...]] = []
     for shape in shapes:
-        free = {0, 2} if op == "rotary" else set(range(len(shape) - 1))
-        for _ in range(20):
-            cand = tuple(rng.randint(1, 2 * d + 7) if i in free else d for i, d in enumerate(shape))
-            if cand not in shapes and cand not in out:
+        free = [i for i in ({0, 2} if op == "rotary" else set(range(len(shape) - 1)))]
+        for low, high in ((lambda d: d + 1, lambda d: 2 * d + 7), (lambda d: 1, lambda d: d - 1)):
+            if all(high(shape[i]) < low(shape[i]) for i in free):
+                continue
+            cand = tuple(rng.randint(low(d), max(low(d), high(d))) if i in free and high(d) >= low(d) else d
+                         for i, d in enumerate(shape))
+            if cand != shape and cand not in shapes and cand not in out:
                 out.append(cand)
-                break
     return out
 
 
@@ -145,16 +148,18 @@ def run_violations(run: CpuWindow, idle: CpuWindow, threads: int, device: str = 
     return out
 
 
-def decisive_ms(run: CpuWindow, wall_ns: int, ipc_ns: int, threads: int, calls: int, device: str) -> float:
+def decisive_ms(run: CpuWindow, wall_ns: int, ipc_ns: int, ipc_cpu_ns: int, threads: int, calls: int,
+                device: str) -> float:
     """Per-call time that decides, all of it read by the parent. On the CPU with one thread: the sandbox's
     CPU time (immune to other load on the machine; every thread and process of the sandbox counts). With
     more threads: the larger of CPU per thread and the wall time (so neither serial work nor parallel work
     is credited for what it did not save). On a GPU: the wall time of the request, which ends after the
-    worker synchronised the device with a function bound before the candidate loaded."""
+    worker synchronised the device with a function bound before the candidate loaded. ``ipc_ns`` and
+    ``ipc_cpu_ns`` are the cost of an empty request (``phases.request_floor``)."""
     wall_ms = max(0, wall_ns - ipc_ns) / 1e6
     if device != "cpu":
         return wall_ms / calls
-    cpu_ms = run.cpu_ns / 1e6 / threads
+    cpu_ms = max(0, run.cpu_ns - ipc_cpu_ns) / 1e6 / threads
     return (cpu_ms if threads == 1 else max(cpu_ms, wall_ms)) / calls
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import statistics
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from perfwarden.harness.opbench import guard
@@ -35,6 +35,7 @@ class Bench:
     timeout_s: float
     warmup: int
     iters: int
+    _truths: dict = field(default_factory=dict)
 
     def check_gen(self, shape: tuple[int, ...], label: object) -> int:
         return guard.secret_seed(self.secret, "check", label, shape)
@@ -44,6 +45,12 @@ class Bench:
 
     def inputs(self, shape: tuple[int, ...], gen_seed: int) -> tuple:
         return make_inputs(self.op, shape, self.dtype, gen_seed, self.device)
+
+    def cached_truth(self, key: object, args: tuple) -> list:
+        """The reference's outputs of a timed input set (every backend gets the same sets in a trial)."""
+        if key not in self._truths:
+            self._truths[key] = self.truth(args)
+        return self._truths[key]
 
     def truth(self, args: tuple) -> list:
         import torch
@@ -111,9 +118,11 @@ class TrialFigures:
     graph_ms: float | None
     wall_ns: int
     cpu_ns: int
+    sample_cpu_ns: int = 0
+    """CPU the sandbox spent handing back the timed calls' outputs (charged where it exceeds the reference's)."""
 
 
-def time_trial(bench: Bench, b: Backend, shape: tuple[int, ...], trial: int, ipc_ns: int,
+def time_trial(bench: Bench, b: Backend, shape: tuple[int, ...], trial: int, floor: Floor,
                graphs: bool) -> TrialFigures | str:
     """Prepare the trial's input sets (untimed), time the run of its ``iters`` calls from outside, then
     check a sample of the timed calls' outputs and inputs chosen after the run, and the sandbox's CPU time
@@ -135,26 +144,46 @@ def time_trial(bench: Bench, b: Backend, shape: tuple[int, ...], trial: int, ipc
         idle = guard.cpu_window(after, w.cpu_tasks())
         if "raised" in ans or ans.get("done") != n:
             return f"timing raised {ans.get('raised', 'a short run')}"
-        graph_ms = _graph(bench, w, n, ipc_ns) if graphs else None
+        graph_ms = _graph(bench, w, n, floor.wall_ns) if graphs else None
         idx = guard.sample_indices(bench.secret, (shape, trial), bench.iters)
         paths = [w.workdir / f"sample-{trial}-{i}.pt" for i in idx]
+        before_sample = w.cpu_tasks()
         ans = w.request({"cmd": "sample", "indices": [bench.warmup + i for i in idx],
                          "outs": [str(p) for p in paths]}, bench.timeout_s)
+        sample_cpu = guard.cpu_window(before_sample, w.cpu_tasks()).cpu_ns
     except WorkerFailed as exc:
         return f"timing: {exc}"
     if "raised" in ans:
         return f"timing raised {ans['raised']}"
     for i, path in zip(idx, paths):
         args = bench.inputs(shape, stable_seed("set", gen, bench.warmup + i))
-        chk = judge_files(bench, path, args, bench.truth(args))
+        chk = judge_files(bench, path, args, bench.cached_truth((gen, i), args))
         if chk.correct is not True:
             b.refusals.append(f"timed call {bench.warmup + i} of trial {trial} was wrong: "
                               f"{chk.raised or f'max_rel_err {chk.max_rel_err:.3g}'}"[:300])
             break
     run = guard.cpu_window(before, after)
     b.refusals.extend(v for v in guard.run_violations(run, idle, bench.threads, bench.device) if v not in b.refusals)
-    call_ms = guard.decisive_ms(run, wall, ipc_ns, bench.threads, bench.iters, bench.device)
-    return TrialFigures(call_ms, graph_ms, wall, run.cpu_ns)
+    call_ms = guard.decisive_ms(run, wall, floor.wall_ns, floor.cpu_ns, bench.threads, bench.iters, bench.device)
+    return TrialFigures(call_ms, graph_ms, wall, run.cpu_ns, sample_cpu)
+
+
+def charge_deferred_work(bench: Bench, backends: list[Backend], figures: dict) -> None:
+    """Work a candidate does while its outputs are read back (a lazy tensor, a patched ``torch.save``) is work
+    its clock did not see: the CPU it spends handing outputs back beyond what the reference's worker spends
+    on the same trial is added to its figure. ``figures`` maps (backend name, shape, trial) -> TrialFigures."""
+    ref = next((b for b in backends if b.is_reference), None)
+    if ref is None:
+        return
+    for b in backends:
+        if b.is_reference:
+            continue
+        for (shape, trial), timed in list(b.times.items()):
+            mine, theirs = figures.get((b.name, shape, trial)), figures.get((ref.name, shape, trial))
+            if mine is None or theirs is None or isinstance(timed, str):
+                continue
+            extra_ns = max(0, mine.sample_cpu_ns - theirs.sample_cpu_ns)
+            timed.call_ms = [t + extra_ns / bench.iters / 1e6 for t in timed.call_ms]
 
 
 def _graph(bench: Bench, w, n: int, ipc_ns: int) -> float | None:
@@ -165,22 +194,33 @@ def _graph(bench: Bench, w, n: int, ipc_ns: int) -> float | None:
     return max(0, wall - ipc_ns) / (replays * (n - bench.warmup)) / 1e6
 
 
-def ipc_floor_ns(bench: Bench, reference: Backend, pings: int = 7) -> int:
-    """The parent's round trip to the trusted reference's worker (least of ``pings``), with a timed run's
-    cache flushes on a GPU: subtracted from every timed request, so the figure is the calls, not the pipe
-    or the flushes. Never measured on a candidate's worker."""
+@dataclass(frozen=True)
+class Floor:
+    """What one request costs with no op in it, measured on the trusted reference's worker: subtracted from
+    every timed request, so a figure is the calls, not the pipe, the protocol or a GPU's flushes."""
+
+    wall_ns: int = 0
+    cpu_ns: int = 0
+
+
+def request_floor(bench: Bench, reference: Backend, pings: int = 7) -> Floor:
+    """The least wall and CPU time of ``pings`` empty requests (on a GPU: a run's cache flushes) to the
+    reference's worker. Never measured on a candidate's worker (it could inflate its own floor)."""
     from perfwarden.harness.opbench.runner import WorkerFailed
 
-    if reference.worker is None:
-        return 0
-    walls = []
+    w = reference.worker
+    if w is None:
+        return Floor()
+    walls, cpus = [], []
+    msg = {"cmd": "ping"} if bench.device == "cpu" else {"cmd": "flush", "count": bench.iters}
     for _ in range(pings):
         try:
-            msg = {"cmd": "ping"} if bench.device == "cpu" else {"cmd": "flush", "count": bench.iters}
-            walls.append(reference.worker.timed_request(msg, bench.timeout_s)[1])
+            before = w.cpu_tasks()
+            walls.append(w.timed_request(msg, bench.timeout_s)[1])
+            cpus.append(guard.cpu_window(before, w.cpu_tasks()).cpu_ns)
         except WorkerFailed:
-            return 0
-    return min(walls)
+            return Floor()
+    return Floor(min(walls), min(cpus))
 
 
 def roofline(bench: Bench, backends: list[Backend], shapes: list[tuple[int, ...]]) -> dict[str, Any]:

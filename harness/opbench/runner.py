@@ -165,8 +165,8 @@ class WorkerClient:
             self._violate("protocol: an answer not tied to its request (forged on the worker's stream)")
         for what in ans.get("reached_reference") or []:
             self._violate(f"reached the reference at run time ({what}): a self-comparison")
-        if ans.get("clock_tampered"):
-            self._violate(f"patched the clock ({', '.join(map(str, ans['clock_tampered']))[:100]})")
+        if ans.get("tampered"):
+            self._violate(f"patched the harness's clock or tensor methods ({', '.join(map(str, ans['tampered']))[:120]})")
         return ans, wall
 
     def _unasked(self) -> None:
@@ -430,14 +430,18 @@ def run_opbench(
         _await_ready(backends, startup_timeout_s, timeout_s)
         _correctness(bench, backends, shape_list, seeds, triton_max_numel if device == "cpu" else None)
         timed = [b for b in backends if b.unavailable is None and not (b.triton and device == "cpu")]
-        ipc_ns = phases.ipc_floor_ns(bench, backends[0])
+        floor = phases.request_floor(bench, backends[0])
+        figures: dict[tuple[str, tuple[int, ...], int], phases.TrialFigures] = {}
         for trial in range(trials):  # trial-major, backend order rotated per trial; Triton timed only on a GPU
             for shape in shape_list:
                 order = timed[trial % len(timed):] + timed[: trial % len(timed)] if timed else []
                 for b in order:
                     time.sleep(settle_s)  # let the previous worker's OpenMP threads stop spinning
-                    b.times[(shape, trial)] = _figures(phases.time_trial(bench, b, shape, trial, ipc_ns,
-                                                                         device == "cuda"))
+                    result = phases.time_trial(bench, b, shape, trial, floor, device == "cuda")
+                    if not isinstance(result, str):
+                        figures[(b.name, shape, trial)] = result
+                    b.times[(shape, trial)] = _figures(result)
+        phases.charge_deferred_work(bench, backends, figures)
         roofline = phases.roofline(bench, backends, shape_list)
     finally:
         torch.set_num_threads(caller_threads)
@@ -461,7 +465,7 @@ def run_opbench(
         "device": describe_device(device, threads), "timing_method": timing_method,
         "l2_flushed": device == "cuda", "sandbox": confinement,
         "started_at": started, "duration_s": round(time.time() - started, 3),
-        "timing": {"clock": "parent", "ipc_floor_ms": ipc_ns / 1e6, "samples_per_trial": guard.SAMPLES_PER_TRIAL,
+        "timing": {"clock": "parent", "request_floor_ms": {"wall": floor.wall_ns / 1e6, "cpu": floor.cpu_ns / 1e6}, "samples_per_trial": guard.SAMPLES_PER_TRIAL,
                    "inputs": "per-run secret", "input_secret": secret.hex()},
         "roofline": roofline,
         "contention": {"start": contention_start, "end": contention_end},

@@ -109,12 +109,17 @@ class Trial:
         self.graph_outs: list[Any] = []
 
 
+_SAVE: list[Callable[..., Any]] = []
+"""``torch.save`` as it was before the candidate loaded (a patched one still runs in the same process; what
+it does while saving is charged to the candidate's clock: ``phases.charge_deferred_work``)."""
+
+
 def _save(path: str, outs: list, args: tuple) -> None:
     import torch
 
     tensors = [t.detach().contiguous().cpu() for t in outs]
     inputs = [a.detach().contiguous().cpu() for a in args if isinstance(a, torch.Tensor)]
-    torch.save({"outs": tensors, "inputs": inputs}, path)
+    (_SAVE[0] if _SAVE else torch.save)({"outs": tensors, "inputs": inputs}, path)
 
 
 class Session:
@@ -201,8 +206,22 @@ class Session:
         return {"ok": True}
 
 
-def _clock_state() -> dict[str, Any]:
-    return {name: getattr(time, name, None) for name in _CLOCKS}
+def harness_state() -> dict[str, Any]:
+    """What the worker relies on that a candidate could patch: the clocks and the tensor methods used to
+    hand outputs back (their raw class attributes: a classmethod is a new object on every lookup).
+    Compared after every request (evidence only: the decision is taken outside)."""
+    import torch
+
+    state: dict[str, Any] = {f"time.{name}": getattr(time, name, None) for name in _CLOCKS}
+    for name in ("detach", "contiguous", "cpu", "clone", "to", "__torch_function__"):
+        state[f"torch.Tensor.{name}"] = torch.Tensor.__dict__.get(name, torch._C.TensorBase.__dict__.get(name))
+    state["torch.save"] = torch.save
+    return state
+
+
+def tampered(before: dict[str, Any]) -> list[str]:
+    now = harness_state()
+    return [name for name, f in before.items() if now.get(name) is not f]
 
 
 def main() -> int:
@@ -211,7 +230,7 @@ def main() -> int:
     log_fd = os.open("worker.stdout.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     os.dup2(log_fd, 1)  # anything the implementation prints goes to the log, never into the protocol
     sys.stdout = os.fdopen(1, "w", buffering=1, encoding="utf-8", closefd=False)
-    dumps, clocks = json.dumps, _clock_state()
+    dumps = json.dumps
 
     def send(msg: dict[str, Any]) -> None:
         proto.write(PROTOCOL_PREFIX + dumps(msg, allow_nan=False) + "\n")
@@ -228,6 +247,8 @@ def main() -> int:
     device = job.get("device", "cpu")
     cuda_sync = torch.cuda.synchronize if device == "cuda" else None  # bound before the candidate loads
     sync = (lambda: cuda_sync(device)) if cuda_sync else (lambda: None)
+    _SAVE.append(torch.save)
+    state = harness_state()
     send({"phase": "torch_imported"})  # from here on the time is the implementation's (bounded per request)
     reached = guard_reference(job.get("reference_file")) if job.get("guard_reference") else []
     try:
@@ -248,8 +269,7 @@ def main() -> int:
             ans = session.handle(req)
         except BaseException as exc:  # noqa: BLE001
             ans = {"raised": describe(exc)}
-        tampered = [n for n, f in clocks.items() if getattr(time, n, None) is not f]
-        send({**ans, "nonce": req.get("nonce"), "reached_reference": list(reached), "clock_tampered": tampered})
+        send({**ans, "nonce": req.get("nonce"), "reached_reference": list(reached), "tampered": tampered(state)})
     return 0
 
 
