@@ -150,6 +150,9 @@ def as_tensors(out: Any) -> list:
         if not isinstance(item, torch.Tensor):
             raise TypeError(f"implementation returned {type(out).__name__!r}, expected a tensor or a tuple "
                             "of tensors")
+        if type(item) is not torch.Tensor:  # a subclass can compute when it is read (lazy evaluation)
+            raise TypeError(f"implementation returned a tensor subclass {type(item).__name__!r}, expected a "
+                            "plain tensor")
     return items
 
 

@@ -20,6 +20,10 @@ if TYPE_CHECKING:
     from perfwarden.harness.opbench.runner import Backend
 
 
+SAMPLE_SLACK = 1.5
+"""Reading a trial's outputs back may cost a candidate's worker this times the reference's before it is charged."""
+
+
 @dataclass
 class Bench:
     """What every phase needs: the op, the run's secret, the trusted reference and the limits."""
@@ -119,6 +123,8 @@ class TrialFigures:
     wall_ns: int
     cpu_ns: int
     sample_cpu_ns: int = 0
+    idle_cpu_ns: int = 0
+    """CPU the sandbox spent in the idle window right after the run (judged against the reference's)."""
     """CPU the sandbox spent handing back the timed calls' outputs (charged where it exceeds the reference's)."""
 
 
@@ -163,18 +169,22 @@ def time_trial(bench: Bench, b: Backend, shape: tuple[int, ...], trial: int, flo
                               f"{chk.raised or f'max_rel_err {chk.max_rel_err:.3g}'}"[:300])
             break
     run = guard.cpu_window(before, after)
-    b.refusals.extend(v for v in guard.run_violations(run, idle, bench.threads, bench.device) if v not in b.refusals)
+    b.refusals.extend(v for v in guard.run_violations(run, bench.threads, bench.device) if v not in b.refusals)
     call_ms = guard.decisive_ms(run, wall, floor.wall_ns, floor.cpu_ns, bench.threads, bench.iters, bench.device)
-    return TrialFigures(call_ms, graph_ms, wall, run.cpu_ns, sample_cpu)
+    return TrialFigures(call_ms, graph_ms, wall, run.cpu_ns, sample_cpu, idle.cpu_ns)
 
 
 def charge_deferred_work(bench: Bench, backends: list[Backend], figures: dict) -> None:
-    """Work a candidate does while its outputs are read back (a lazy tensor, a patched ``torch.save``) is work
-    its clock did not see: the CPU it spends handing outputs back beyond what the reference's worker spends
-    on the same trial is added to its figure. ``figures`` maps (backend name, shape, trial) -> TrialFigures."""
+    """Work a candidate does after its run (deferred to a thread, or done while its outputs are read back: a
+    lazy tensor, a patched method) is work its clock did not see: the CPU its sandbox spends idle after the
+    run and handing outputs back, beyond what the reference's spends on the same trial, is added to its
+    figure, and idle work beyond the slack refuses it. ``figures``: (backend, shape, trial) -> TrialFigures."""
     ref = next((b for b in backends if b.is_reference), None)
     if ref is None:
         return
+    ref_sample = {shape: statistics.median(f.sample_cpu_ns for (name, s, _), f in figures.items()
+                                           if name == ref.name and s == shape) for shape in {k[1] for k in figures}
+                  if any(k[0] == ref.name and k[1] == shape for k in figures)}
     for b in backends:
         if b.is_reference:
             continue
@@ -182,7 +192,12 @@ def charge_deferred_work(bench: Bench, backends: list[Backend], figures: dict) -
             mine, theirs = figures.get((b.name, shape, trial)), figures.get((ref.name, shape, trial))
             if mine is None or theirs is None or isinstance(timed, str):
                 continue
-            extra_ns = max(0, mine.sample_cpu_ns - theirs.sample_cpu_ns)
+            why = guard.idle_violation(mine.idle_cpu_ns, theirs.idle_cpu_ns)
+            if why and not any(r.startswith("used ") for r in b.refusals):
+                b.refusals.append(why)
+            # Handing outputs back costs the same for every backend, give or take: beyond half as much again
+            # as the reference's (median over its trials) it is charged.
+            extra_ns = max(0, mine.sample_cpu_ns - int(SAMPLE_SLACK * ref_sample.get(shape, mine.sample_cpu_ns)))
             timed.call_ms = [t + extra_ns / bench.iters / 1e6 for t in timed.call_ms]
 
 
@@ -191,7 +206,7 @@ def _graph(bench: Bench, w, n: int, ipc_ns: int) -> float | None:
     ans, wall = w.timed_request({"cmd": "graph_run", "replays": replays, "warmup": bench.warmup}, bench.timeout_s)
     if "raised" in ans:
         return None
-    return max(0, wall - ipc_ns) / (replays * (n - bench.warmup)) / 1e6
+    return max(guard.MIN_FIGURE_MS, max(0, wall - ipc_ns) / (replays * (n - bench.warmup)) / 1e6)
 
 
 @dataclass(frozen=True)
@@ -204,15 +219,16 @@ class Floor:
 
 
 def request_floor(bench: Bench, reference: Backend, pings: int = 7) -> Floor:
-    """The least wall and CPU time of ``pings`` empty requests (on a GPU: a run's cache flushes) to the
-    reference's worker. Never measured on a candidate's worker (it could inflate its own floor)."""
+    """The least wall and CPU time of ``pings`` timed runs of ``iters`` calls of an op that does nothing
+    (cache flushes included on a GPU) on the reference's worker. Never measured on a candidate's worker
+    (it could inflate its own floor)."""
     from perfwarden.harness.opbench.runner import WorkerFailed
 
     w = reference.worker
     if w is None:
         return Floor()
     walls, cpus = [], []
-    msg = {"cmd": "ping"} if bench.device == "cpu" else {"cmd": "flush", "count": bench.iters}
+    msg = {"cmd": "null_run", "count": bench.iters}
     for _ in range(pings):
         try:
             before = w.cpu_tasks()

@@ -165,6 +165,9 @@ class WorkerClient:
             self._violate("protocol: an answer not tied to its request (forged on the worker's stream)")
         for what in ans.get("reached_reference") or []:
             self._violate(f"reached the reference at run time ({what}): a self-comparison")
+        if ans.get("not_plain"):
+            self._violate("returned something other than a plain tensor from a timed call (a subclass or a "
+                          "lazy object computes when it is read, after the clock)")
         if ans.get("tampered"):
             self._violate(f"patched the harness's clock or tensor methods ({', '.join(map(str, ans['tampered']))[:120]})")
         return ans, wall
@@ -542,7 +545,8 @@ def build_rows(op: str, backends: list[Backend], shapes: list[tuple[int, ...]], 
                 raised = chk.raised
                 if raised is None and isinstance(timing, str):
                     raised = timing
-                refused = "; ".join(b.refusals)[:1000] if b.refusals else None
+                # The reference is the trusted baseline: what its worker showed is recorded (rig.json), never a refusal.
+                refused = "; ".join(b.refusals)[:1000] if b.refusals and not b.is_reference else None
                 correct = False if refused else chk.correct
                 raised = raised or (f"refused: {refused}" if refused else None)
                 rows.append({

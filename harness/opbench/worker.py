@@ -8,8 +8,8 @@ that does not carry its request's nonce. Protocol: the first stdin line is the j
 request per line, one answer per request on the real stdout, each prefixed with ``PROTOCOL_PREFIX`` and
 echoing the request's ``nonce``. Whatever the implementation prints goes to ``worker.stdout.log``.
 
-Requests: ``ping``; ``flush`` (the L2 flushes of a run without the op: the floor a GPU run's wall time is
-measured above); ``check`` (inputs from ``gen_seed`` at ``shape``; writes outputs and the inputs as the
+Requests: ``ping``; ``null_run`` (a timed run's path with an op that does nothing: the floor every timed
+figure is measured above); ``check`` (inputs from ``gen_seed`` at ``shape``; writes outputs and the inputs as the
 call left them to ``out``); ``prepare`` (builds a trial's input sets from ``gen_seed``, runs the warm-up
 calls); ``run`` (the next ``count`` timed calls, the device synchronised before answering); ``sample``
 (writes the outputs and inputs of timed calls ``indices`` to ``out``); ``graph_run`` (replays the trial's
@@ -141,11 +141,8 @@ class Session:
         cmd = req["cmd"]
         if cmd == "ping":
             return {"ok": True}
-        if cmd == "flush":  # the floor of a timed run without the op (asked of the reference's worker only)
-            for _ in range(int(req["count"])):
-                self.flush()
-            self.sync()
-            return {"ok": True}
+        if cmd == "null_run":  # a timed run's path with an op that does nothing (the reference's worker only)
+            return self._run([(torch.empty(1),)] * int(req["count"]), lambda x: x, 0, int(req["count"]), [None] * int(req["count"]))
         if cmd == "check":
             args = make_inputs(op, tuple(req["shape"]), dtype, int(req["gen_seed"]), device)
             with torch.no_grad():
@@ -166,14 +163,9 @@ class Session:
             return {"raised": f"{cmd!r} before 'prepare'"}
         if cmd == "run":
             end = min(len(trial.sets), trial.next + int(req["count"]))
-            fn, sets, outs, flush = self.fn, trial.sets, trial.outs, self.flush
-            with torch.no_grad():
-                for i in range(trial.next, end):
-                    flush()
-                    outs[i] = fn(*sets[i])
-            self.sync()
+            ans = self._run(trial.sets, self.fn, trial.next, end, trial.outs)
             trial.next = end
-            return {"ok": True, "done": end}
+            return ans
         if cmd == "sample":
             for idx, path in zip(req["indices"], req["outs"]):
                 _save(path, as_tensors(trial.outs[idx]), trial.sets[idx])
@@ -181,6 +173,19 @@ class Session:
         if cmd == "graph_run":
             return self._graph_run(trial, req)
         return {"raised": f"unknown command {cmd!r}"}
+
+    def _run(self, sets: list, fn: Callable[..., Any], start: int, end: int, outs: list) -> dict[str, Any]:
+        """Calls ``start..end`` (the timed path; the same code for the floor, with an op that does nothing)."""
+        import torch
+
+        flush = self.flush
+        with torch.no_grad():
+            for i in range(start, end):
+                flush()
+                outs[i] = fn(*sets[i])
+        self.sync()
+        plain = all(type(t) is torch.Tensor for o in outs[start:end] for t in (o if isinstance(o, (tuple, list)) else (o,)))
+        return {"ok": True, "done": end, "not_plain": not plain}
 
     def _graph_run(self, trial: Trial, req: dict[str, Any]) -> dict[str, Any]:
         from perfwarden.harness.opbench.timing import CudaApi
