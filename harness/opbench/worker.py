@@ -34,6 +34,8 @@ from perfwarden.harness.opbench.inputs import as_tensors, make_inputs, stable_se
 
 PROTOCOL_PREFIX = "@@opbench "
 REFERENCE_MODULE_NAME = "perfwarden.harness.ops.reference"
+_TENSOR_METHODS = ("detach", "contiguous", "cpu", "clone", "to", "copy_", "__torch_function__", "__reduce_ex__",
+                   "__getstate__", "__setstate__", "storage", "untyped_storage", "_typed_storage", "numpy")
 _CLOCKS = ("perf_counter", "perf_counter_ns", "monotonic", "monotonic_ns", "time", "time_ns", "process_time",
            "process_time_ns", "thread_time", "thread_time_ns")
 
@@ -129,10 +131,12 @@ class Session:
         self.job, self.fn, self.sync = job, fn, sync
         self.trial: Trial | None = None
         self.flush: Callable[[], None] = lambda: None
+        self.api = None
         if job.get("device", "cpu") != "cpu":  # on a GPU the L2 is flushed before every timed call
             from perfwarden.harness.opbench.timing import CudaApi
 
-            self.flush = CudaApi(job["device"]).flush_cache
+            self.api = CudaApi(job["device"])
+            self.flush = self.api.flush_cache
 
     def handle(self, req: dict[str, Any]) -> dict[str, Any]:
         import torch
@@ -188,8 +192,8 @@ class Session:
         return {"ok": True, "done": end, "not_plain": not plain}
 
     def _graph_run(self, trial: Trial, req: dict[str, Any]) -> dict[str, Any]:
-        from perfwarden.harness.opbench.timing import CudaApi
-
+        if self.api is None:
+            return {"raised": "no graphs on this device"}
         if trial.graph is None:
             captured = trial.sets[int(req["warmup"]):]
             outs = trial.graph_outs
@@ -203,7 +207,7 @@ class Session:
                 for args in captured[:1]:
                     self.fn(*args)
 
-            trial.graph = CudaApi(self.job["device"]).capture(run_all, warm)
+            trial.graph = self.api.capture(run_all, warm)
         for _ in range(int(req["replays"])):
             self.flush()
             trial.graph.replay()
@@ -218,9 +222,10 @@ def harness_state() -> dict[str, Any]:
     import torch
 
     state: dict[str, Any] = {f"time.{name}": getattr(time, name, None) for name in _CLOCKS}
-    for name in ("detach", "contiguous", "cpu", "clone", "to", "__torch_function__"):
+    for name in _TENSOR_METHODS:
         state[f"torch.Tensor.{name}"] = torch.Tensor.__dict__.get(name, torch._C.TensorBase.__dict__.get(name))
     state["torch.save"] = torch.save
+    state["torch._utils._rebuild_tensor_v2"] = getattr(torch._utils, "_rebuild_tensor_v2", None)
     return state
 
 
