@@ -124,3 +124,60 @@ def test_a_tensor_subclass_is_not_an_answer():
     assert as_tensors(torch.ones(2))[0].shape == (2,)
     with pytest.raises(TypeError, match="subclass"):
         as_tensors(torch.ones(2).as_subclass(Lazy))
+
+
+class _Box:
+    def kill(self, reason=None):
+        pass
+
+
+def _client(reply):
+    """A WorkerClient without a sandbox: ``reply(request)`` is what the 'worker' answers."""
+    import queue
+
+    from perfwarden.harness.opbench.runner import WorkerClient
+
+    c = WorkerClient.__new__(WorkerClient)
+    c.failure, c.violations, c._count, c._secret = None, [], 0, guard.new_secret()
+    c._answers, c.box = queue.Queue(), _Box()
+    c._send = lambda msg: c._answers.put(reply(msg))
+    return c
+
+
+def test_an_answer_must_carry_its_requests_nonce_and_be_the_only_one():
+    honest = _client(lambda msg: {"ok": True, "nonce": msg["nonce"]})
+    assert honest.timed_request({"cmd": "ping"}, 1.0)[0]["ok"] and honest.violations == []
+    guesser = _client(lambda msg: {"ok": True, "nonce": "guessed"})
+    guesser.timed_request({"cmd": "ping"}, 1.0)
+    assert any("not tied to its request" in v for v in guesser.violations)
+    forger = _client(lambda msg: {"ok": True, "nonce": msg["nonce"]})
+    forger.timed_request({"cmd": "ping"}, 1.0)
+    forger._answers.put({"times_ms": [0.0001], "nonce": "x"})  # written on the stream with nothing asked
+    forger.timed_request({"cmd": "ping"}, 1.0)
+    assert any("nobody asked for" in v for v in forger.violations)
+
+
+def test_the_worker_hook_keeps_the_reference_out_of_reach(tmp_path):
+    """In a child interpreter: an audit hook cannot be removed, so it must not be installed in this one."""
+    import os
+    import subprocess
+    import sys
+
+    from perfwarden.harness.opbench.digest import spec_file
+
+    ref = spec_file("perfwarden.harness.ops.reference:rmsnorm")
+    code = (
+        "import importlib, importlib.util, sys\n"
+        "from perfwarden.harness.opbench.worker import guard_reference\n"
+        f"reached = guard_reference({str(ref)!r})\n"
+        "for attempt in (lambda: importlib.import_module('perfwarden.harness.ops.' + 'reference'),\n"
+        f"                lambda: open({str(ref)!r}).read()):\n"
+        "    try:\n"
+        "        attempt(); print('REACHED')\n"
+        "    except (ImportError, PermissionError):\n"
+        "        pass\n"
+        "print(len(reached))\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "REACHED" not in out.stdout and int(out.stdout.split()[-1]) >= 2, out.stdout
