@@ -405,11 +405,7 @@ def run_opbench(
     secret = guard.new_secret()
     bench = phases.Bench(op, dtype, device, secret, threads, atol, rtol, load_impl(ref_spec), timeout_s, warmup,
                          iters)
-    for b in backends[1:]:
-        why = reaches_reference(b.spec)
-        if why:
-            b.refusals.append(f"reaches the reference ({why}): a self-comparison whatever its digest")
-            b.unavailable = b.unavailable or f"refused before it ran: {b.refusals[-1]}"
+    _refuse_reference_reachers(backends)
     requests = len(shape_list) * (len(seeds) + 1 + 3 * trials) + 10
     cpu_limit = cpu_limit_s if cpu_limit_s is not None else int(
         startup_timeout_s + timeout_s * requests * max(1, threads) + 30)
@@ -432,19 +428,7 @@ def run_opbench(
                 confinement = confinement or b.worker.confinement.as_dict()
         _await_ready(backends, startup_timeout_s, timeout_s)
         _correctness(bench, backends, shape_list, seeds, triton_max_numel if device == "cpu" else None)
-        timed = [b for b in backends if b.unavailable is None and not (b.triton and device == "cpu")]
-        floor = phases.request_floor(bench, backends[0])
-        figures: dict[tuple[str, tuple[int, ...], int], phases.TrialFigures] = {}
-        for trial in range(trials):  # trial-major, backend order rotated per trial; Triton timed only on a GPU
-            for shape in shape_list:
-                order = timed[trial % len(timed):] + timed[: trial % len(timed)] if timed else []
-                for b in order:
-                    time.sleep(settle_s)  # let the previous worker's OpenMP threads stop spinning
-                    result = phases.time_trial(bench, b, shape, trial, floor, device == "cuda")
-                    if not isinstance(result, str):
-                        figures[(b.name, shape, trial)] = result
-                    b.times[(shape, trial)] = _figures(result)
-        phases.charge_deferred_work(bench, backends, figures)
+        floor = _timing(bench, backends, shape_list, trials, settle_s)
         roofline = phases.roofline(bench, backends, shape_list)
     finally:
         torch.set_num_threads(caller_threads)
@@ -468,14 +452,8 @@ def run_opbench(
         "device": describe_device(device, threads), "timing_method": timing_method,
         "l2_flushed": device == "cuda", "sandbox": confinement,
         "started_at": started, "duration_s": round(time.time() - started, 3),
-        "timing": {"clock": "parent", "request_floor_ms": {"wall": floor.wall_ns / 1e6, "cpu": floor.cpu_ns / 1e6}, "samples_per_trial": guard.SAMPLES_PER_TRIAL,
-                   "inputs": "per-run secret", "input_secret": secret.hex()},
-        "roofline": roofline,
-        "contention": {"start": contention_start, "end": contention_end},
-        "backends": [{"backend": b.name, "spec": b.spec, "is_reference": b.is_reference, "impl_sha256": b.digest,
-                      "file_sha256": hashlib.sha256(spec_file(b.spec).read_bytes()).hexdigest(),
-                      "triton": b.triton, "unavailable": b.unavailable, "refused": b.refusals or None}
-                     for b in backends],
+        "timing": _timing_record(floor, secret), "roofline": roofline,
+        "contention": {"start": contention_start, "end": contention_end}, "backends": _backend_records(backends),
     })
     from perfwarden.harness.seal import seal_file  # issue 13 §5: evidence the harness wrote is sealed as written
 
@@ -501,6 +479,48 @@ def _await_ready(backends: list[Backend], startup_timeout_s: float, timeout_s: f
         if not ready.get("ready"):
             b.unavailable = str(ready.get("raised") or "worker refused the job")
             b.worker.close()
+
+
+def _refuse_reference_reachers(backends: list[Backend]) -> None:
+    """A candidate whose code reaches the reference is refused before it runs (a self-comparison)."""
+    for b in backends:
+        why = None if b.is_reference else reaches_reference(b.spec)
+        if why:
+            b.refusals.append(f"reaches the reference ({why}): a self-comparison whatever its digest")
+            b.unavailable = b.unavailable or f"refused before it ran: {b.refusals[-1]}"
+
+
+def _timing_record(floor: phases.Floor, secret: bytes) -> dict[str, Any]:
+    """How the figures were taken (``rig.json`` ``timing``); the secret is published once the run is over."""
+    return {"clock": "parent", "request_floor_ms": {"wall": floor.wall_ns / 1e6, "cpu": floor.cpu_ns / 1e6},
+            "samples_per_trial": guard.SAMPLES_PER_TRIAL or "all", "inputs": "per-run secret",
+            "input_secret": secret.hex()}
+
+
+def _backend_records(backends: list[Backend]) -> list[dict[str, Any]]:
+    return [{"backend": b.name, "spec": b.spec, "is_reference": b.is_reference, "impl_sha256": b.digest,
+             "file_sha256": hashlib.sha256(spec_file(b.spec).read_bytes()).hexdigest(), "triton": b.triton,
+             "unavailable": b.unavailable, "refused": b.refusals or None} for b in backends]
+
+
+def _timing(bench: phases.Bench, backends: list[Backend], shapes: list[tuple[int, ...]], trials: int,
+            settle_s: float) -> phases.Floor:
+    """Every trial of every timed backend, trial-major with the backend order rotated per trial (drift hits
+    all alike); Triton only on a GPU. Returns the request floor the figures were measured above."""
+    timed = [b for b in backends if b.unavailable is None and not (b.triton and bench.device == "cpu")]
+    floor = phases.request_floor(bench, backends[0])
+    figures: dict[tuple[str, tuple[int, ...], int], phases.TrialFigures] = {}
+    for trial in range(trials):
+        for shape in shapes:
+            order = timed[trial % len(timed):] + timed[: trial % len(timed)] if timed else []
+            for b in order:
+                time.sleep(settle_s)  # let the previous worker's OpenMP threads stop spinning
+                result = phases.time_trial(bench, b, shape, trial, floor, bench.device == "cuda")
+                if not isinstance(result, str):
+                    figures[(b.name, shape, trial)] = result
+                b.times[(shape, trial)] = _figures(result)
+    phases.charge_deferred_work(bench, backends, figures)
+    return floor
 
 
 def _correctness(bench: phases.Bench, backends: list[Backend], shapes: list[tuple[int, ...]], seeds: list[int],
