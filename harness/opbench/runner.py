@@ -31,7 +31,7 @@ from perfwarden.harness.opbench.correctness import Check
 from perfwarden.harness.opbench.digest import (absolute_spec, impl_digest, parse_spec, reaches_reference, spec_file,
                                                uses_triton)
 from perfwarden.harness.opbench.inputs import OPS, TOLERANCES, OpBenchError, normalize_shapes
-from perfwarden.harness.opbench.worker import PROTOCOL_PREFIX, describe, load_impl
+from perfwarden.harness.opbench.worker import PROTOCOL_PREFIX, load_impl
 
 Dispatch = Literal["eager", "compiled"]
 Device = Literal["cpu", "cuda"]
