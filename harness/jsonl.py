@@ -555,6 +555,9 @@ class OpBenchLine(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """Why no graph figure was taken on a device that has graphs (e.g. the op could not be captured)."""
     l2_flushed: bool | None = None
     """Whether the device cache was flushed before every timed call (GPU)."""
+    refused: str | None = None
+    """Why the op bench itself refused this backend (clock, secret inputs, nonce, timed outputs, inputs
+    modified, unpredictable shapes, roofline, the reference reached); such a row is also ``correct: false``."""
 
 
 class ProfileLine(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):

@@ -85,10 +85,9 @@ def rig(tmp_path_factory, listener):
         "fifo": _write(cands / "fifo.py", """
             import os, torch
             torch.save = lambda obj, path: os.mkfifo(path)
-            from perfwarden.harness.ops.reference import rmsnorm as _ref
 
             def rmsnorm(hidden_states, weight, eps):
-                return _ref(hidden_states, weight, eps) * 1.0
+                return weight * (hidden_states * torch.rsqrt(hidden_states.pow(2).mean(-1, keepdim=True) + eps))
             """) + ":rmsnorm",
         "link": _write(cands / "link.py", """
             import os, torch
@@ -130,7 +129,7 @@ def test_one_line_per_backend_shape_trial_in_the_auditors_format(rig):
     assert all(r.is_reference for r in ref)
     assert [r.trial for r in ref] == [0, 1, 2] and [r.seed for r in ref] == [0, 1, 2]
     for r in ref + rig["rows"]["vecnorm"]:
-        assert r.measured and len(r.times_ms) == ITERS and all(t > 0 for t in r.times_ms)
+        assert r.measured and len(r.times_ms) == 1 and all(t > 0 for t in r.times_ms)
         assert r.warmup_discarded == WARMUP and r.fresh_inputs is True and r.dispatch == "eager"
         assert r.shape == SHAPE and r.dtype == "float32" and (r.atol, r.rtol) == ob.TOLERANCES["float32"]
         assert r.correct is True and r.raised is None
@@ -150,9 +149,10 @@ def test_correct_alternative_passes_every_seed(rig):
 
 def test_eps_outside_sqrt_is_flagged_incorrect(rig):
     rows = rig["rows"]["eps_outside"]
-    assert all(r.correct is False and r.raised is None for r in rows)
-    assert all(r.max_rel_err > 100 * r.rtol for r in rows)
-    assert all(r.measured for r in rows)  # still timed: the auditor, not the rig, decides what counts
+    assert all(r.correct is False and r.max_rel_err > 100 * r.rtol for r in rows)
+    # Wrong at the shapes the secret drew and on the timed calls sampled after the run: refused by the rig.
+    assert all(r.refused and r.raised.startswith("refused: ") for r in rows)
+    assert all(r.measured for r in rows)  # still timed (the parent's figures are evidence either way)
 
 
 def test_hanging_candidate_is_stopped_and_the_benchmark_goes_on(rig):
@@ -187,9 +187,13 @@ def test_candidates_run_sandboxed(rig):
 
 
 def test_forged_output_files_are_bad_outputs_not_hangs(rig):
+    # The worker saves with the torch.save it bound before the candidate loaded, so the patch no longer
+    # reaches the file; the patch itself is seen and refuses the candidate. A FIFO or link made any other
+    # way is still a bad output, never followed or blocked on (read_output_file).
     for backend in ("fifo", "link"):
         rows = rig["rows"][backend]
-        assert all(r.correct is False and r.raised.startswith("bad output") for r in rows), backend
+        assert all(r.correct is False for r in rows), backend
+        assert all(r.raised.startswith("bad output") or "torch.save" in (r.refused or "") for r in rows), backend
 
 
 def test_self_copy_has_the_references_digest(rig):

@@ -12,13 +12,17 @@ How a rig earns the auditor's trust (design §4 "harness"):
   for each input seed (>= 3) and each shape; its output is compared with the reference computed *in
   the trusted parent* on the same device, with dtype-aware tolerances (``inputs.TOLERANCES``,
   ``correctness.compare``). Inputs include small-RMS rows, where eps bugs show;
-- **fresh inputs**: each timed trial generates its own distinct input sets and feeds each one exactly
-  once; warm-up is discarded; trials are interleaved across backends (trial-major, order rotated per
-  trial) so drift hits every backend alike. On a GPU the L2 cache is flushed before every timed call;
-- **two figures on a GPU** (``timing``): call by call (``times_ms``, CUDA events around each call with
-  the device idle before it: what an eager server pays, launch overhead included) and by CUDA-graph
-  replay over many distinct input sets (``graph_times_ms``: the kernel itself). On the CPU only the
-  first, by the host clock;
+- **fresh inputs**: each timed trial draws its own distinct input sets from the run's secret and feeds
+  each one exactly once; warm-up is discarded; trials are interleaved across backends (trial-major, order
+  rotated per trial) so drift hits every backend alike. On a GPU the L2 cache is flushed before every
+  timed call;
+- **the parent's clock** (``guard``, ``phases``): the figure of a trial is taken outside the candidate's
+  process (CPU time of its whole sandbox read from ``/proc``, or the parent's wall time of the request);
+  answers are tied to requests by a nonce; every timed call's output is checked after the run; inputs
+  the op must not modify are checked unmodified; shapes drawn from the secret are checked too; a call
+  faster than the rig's memory roofline, or a candidate that reaches the reference, is refused
+  (``refused`` on its rows). One figure per trial: ``times_ms`` (call by call, what an eager server
+  pays) and on a GPU ``graph_times_ms`` (graph replay: the kernel itself);
 - **threads pinned** and the dispatch path recorded (``eager``, or ``compiled``);
 - **self-comparison detectable**: ``impl_sha256`` is a static digest of the implementation's code
   (``digest``); a copy or re-export of the reference gets the reference's digest;
@@ -33,9 +37,12 @@ network, empty environment, CPU/wall/memory limits). Without it the benchmark re
 candidate that hangs, crashes, exhausts a limit or raises is recorded on its rows (``raised``) and the
 benchmark goes on.
 
-Modules: ``inputs`` (shapes, seeded inputs, tolerances), ``digest`` (specs and code digests),
-``correctness`` (output comparison), ``timing`` (the device timer), ``worker`` (inside the sandbox),
-``runner`` (the benchmark), ``rig`` (device description), ``summary``, ``cli``.
+Modules: ``inputs`` (shapes, seeded inputs, tolerances, which inputs an op may modify), ``digest`` (specs,
+code digests, reaching the reference), ``correctness`` (output comparison), ``guard`` (what keeps the
+verdict out of the candidate's reach), ``phases`` (correctness, timing and roofline, in the parent),
+``timing`` (the device interface: flush, graphs; ``time_trial`` is the in-process timer, kept for the
+device benchmarks, never the op bench's verdict), ``worker`` (inside the sandbox), ``runner`` (the
+benchmark), ``rig`` (device description), ``summary``, ``cli``.
 """
 
 from perfwarden.harness.opbench.correctness import Check, compare

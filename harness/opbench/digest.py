@@ -235,3 +235,29 @@ def uses_triton(spec: str) -> bool:
         return bool(_TRITON_IMPORT.search(spec_file(spec).read_text(encoding="utf-8", errors="replace")))
     except OSError:
         return False
+
+
+_REFERENCE_NAMES = ("perfwarden.harness.ops.reference", "harness.ops.reference", "ops.reference")
+
+
+def reaches_reference(spec: str) -> str | None:
+    """Why a candidate's file reaches the reference implementation statically (an import of its module, an
+    import of it from its package, or its module path or file name in a string), or None. Such a
+    candidate compares the reference with itself whatever its digest."""
+    path = spec_file(spec)
+    try:
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+    except (OSError, SyntaxError, UnicodeDecodeError) as exc:
+        return f"cannot read {path.name}: {type(exc).__name__}"
+    inert = {id(n.value) for n in ast.walk(tree) if isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant)}
+    for node in ast.walk(tree):  # a bare string statement (a docstring) does nothing and is not counted
+        if isinstance(node, ast.Import) and any(a.name.endswith(_REFERENCE_NAMES) for a in node.names):
+            return f"line {node.lineno}: imports the reference module"
+        if isinstance(node, ast.ImportFrom):
+            mod = node.module or ""
+            if mod.endswith(_REFERENCE_NAMES) or (mod.endswith("ops") and any(a.name == "reference" for a in node.names)):
+                return f"line {node.lineno}: imports from the reference module"
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in inert and (
+                any(n in node.value for n in _REFERENCE_NAMES) or node.value.endswith("ops/reference.py")):
+            return f"line {node.lineno}: names the reference module in a string"
+    return None

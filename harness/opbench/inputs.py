@@ -99,13 +99,17 @@ class OpSpec:
     make: Callable[[tuple[int, ...], Any, Any], tuple]
     check_shape: Callable[[tuple[int, ...]], str | None]
     shape_doc: str
+    may_modify: frozenset[int] = frozenset()
+    """Positions of the arguments the op may overwrite (the one place this is said): the op bench checks
+    every other input is bit for bit unchanged after every checked call."""
 
 
 OPS: dict[str, OpSpec] = {
     "rmsnorm": OpSpec("rmsnorm", _rmsnorm_inputs, _check_rank_at_least(1),
-                      "[..., hidden] of hidden_states (weight is [hidden], eps 1e-5)"),
+                      "[..., hidden] of hidden_states (weight is [hidden], eps 1e-5)"),  # hidden_states is the residual
     "silu_mul": OpSpec("silu_mul", _silu_mul_inputs, _check_rank_at_least(1),
-                       "[..., intermediate] of gate (up has the same shape)"),
+                       "[..., intermediate] of gate (up has the same shape)",
+                       frozenset({0, 1})),  # gate and up are temporaries of the MLP: in place is fine
     "rotary": OpSpec("rotary", _rotary_inputs, _check_rotary,
                      "[batch, heads, seq, head_dim] of q (k has heads/3 heads; cos/sin [batch, seq, head_dim])"),
 }
@@ -146,6 +150,9 @@ def as_tensors(out: Any) -> list:
         if not isinstance(item, torch.Tensor):
             raise TypeError(f"implementation returned {type(out).__name__!r}, expected a tensor or a tuple "
                             "of tensors")
+        if type(item) is not torch.Tensor:  # a subclass can compute when it is read (lazy evaluation)
+            raise TypeError(f"implementation returned a tensor subclass {type(item).__name__!r}, expected a "
+                            "plain tensor")
     return items
 
 

@@ -26,11 +26,12 @@ from pathlib import Path
 from typing import IO, Any, Literal
 
 from perfwarden.harness import safe_write, sandbox
-from perfwarden.harness.opbench.correctness import Check, compare
-from perfwarden.harness.opbench.digest import absolute_spec, impl_digest, parse_spec, spec_file, uses_triton
-from perfwarden.harness.opbench.inputs import (OPS, TOLERANCES, OpBenchError, as_tensors, check_seed, clone_args,
-                                               make_inputs, normalize_shapes)
-from perfwarden.harness.opbench.worker import PROTOCOL_PREFIX, describe, load_impl
+from perfwarden.harness.opbench import guard, phases
+from perfwarden.harness.opbench.correctness import Check
+from perfwarden.harness.opbench.digest import (absolute_spec, impl_digest, parse_spec, reaches_reference, spec_file,
+                                               uses_triton)
+from perfwarden.harness.opbench.inputs import OPS, TOLERANCES, OpBenchError, normalize_shapes
+from perfwarden.harness.opbench.worker import PROTOCOL_PREFIX, load_impl
 
 Dispatch = Literal["eager", "compiled"]
 Device = Literal["cpu", "cuda"]
@@ -50,6 +51,29 @@ class WorkerFailed(RuntimeError):
     """The worker stopped answering (timeout, crash, limit): the implementation's fault, on its rows."""
 
 
+def package_root() -> Path | None:
+    """The folder holding the ``perfwarden`` package this process imported, when it is a plain folder
+    named ``perfwarden`` that is not where an editable install maps it (a checkout run through
+    ``PYTHONPATH``): the worker must import this same code, so the folder is shown read-only inside and put
+    first on the worker's path. None where the interpreter finds the package on its own."""
+    import perfwarden.harness as pkg
+
+    here = Path(pkg.__file__).parent.parent
+    if here.name != "perfwarden":
+        return None
+    root = here.parent
+    return None if any(Path(p).resolve() == root.resolve() for p in sys.path[1:] if p and "site-packages" in p) else root
+
+
+def worker_argv(root: Path | None) -> list[str]:
+    """How the worker is started: ``python -I`` (no environment, no user site), on ``root`` when given."""
+    if root is None:
+        return [sys.executable, "-I", "-m", "perfwarden.harness.opbench.worker"]
+    boot = (f"import sys; sys.path.insert(0, {str(root)!r}); "
+            "from perfwarden.harness.opbench.worker import main; sys.exit(main())")
+    return [sys.executable, "-I", "-c", boot]
+
+
 class WorkerClient:
     """One sandboxed worker process and its request/answer channel."""
 
@@ -64,14 +88,20 @@ class WorkerClient:
                "OPENBLAS_NUM_THREADS": str(threads), "TORCHINDUCTOR_COMPILE_THREADS": "1"}
         if triton and device == "cpu":
             env["TRITON_INTERPRET"] = "1"
-        policy = sandbox.Policy(writable=workdir, inputs=(Path(target),) if is_file else (), env=env,
-                                device=device, limits=limits)
+        root = package_root()
+        policy = sandbox.Policy(writable=workdir, inputs=(Path(target),) if is_file else (),
+                                read_only=(root,) if root else (), env=env, device=device, limits=limits)
         # The worker's stderr goes to a file beside (not inside) its writable directory: it cannot be
         # replaced by a link or a FIFO from inside, and we read it back through our own handle.
         self._stderr: IO[bytes] = open(workdir.parent / f"{workdir.name}.stderr.log", "w+b")
-        self.box = sandbox.Confined([sys.executable, "-I", "-m", "perfwarden.harness.opbench.worker"], policy,
+        self.box = sandbox.Confined(worker_argv(root), policy,
                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr)
         self._answers: queue.Queue[dict[str, Any] | None] = queue.Queue()
+        self.violations: list[str] = []
+        """Why this worker's candidate is refused, as seen on the protocol (forged answers, the reference
+        reached, the clock patched): the runner refuses the backend on any."""
+        self._secret = guard.new_secret()
+        self._count = 0
         threading.Thread(target=self._read, name=f"opbench-{backend}", daemon=True).start()
         self._send({**job, "spec": spec})
 
@@ -117,10 +147,42 @@ class WorkerClient:
         return msg
 
     def request(self, msg: dict[str, Any], timeout_s: float) -> dict[str, Any]:
+        return self.timed_request(msg, timeout_s)[0]
+
+    def timed_request(self, msg: dict[str, Any], timeout_s: float) -> tuple[dict[str, Any], int]:
+        """The answer to ``msg`` and the wall time (ns, the parent's clock) from sending it to its answer.
+        The answer must carry the request's nonce and be the only one: anything else is a forgery."""
         if self.failure:
             raise WorkerFailed(self.failure)
-        self._send(msg)
-        return self.answer(timeout_s)
+        self._unasked()
+        self._count += 1
+        tag = guard.nonce(self._secret, self._count)
+        t0 = time.perf_counter_ns()
+        self._send({**msg, "nonce": tag})
+        ans = self.answer(timeout_s)
+        wall = time.perf_counter_ns() - t0
+        if ans.get("nonce") != tag:
+            self._violate("protocol: an answer not tied to its request (forged on the worker's stream)")
+        for what in ans.get("reached_reference") or []:
+            self._violate(f"reached the reference at run time ({what}): a self-comparison")
+        if ans.get("not_plain"):
+            self._violate("returned something other than a plain tensor from a timed call (a subclass or a "
+                          "lazy object computes when it is read, after the clock)")
+        if ans.get("tampered"):
+            self._violate(f"patched the harness's clock or tensor methods ({', '.join(map(str, ans['tampered']))[:120]})")
+        return ans, wall
+
+    def _unasked(self) -> None:
+        if not self._answers.empty():
+            extra = self._answers.get_nowait()
+            if extra is not None:
+                self._violate("protocol: an answer nobody asked for (forged on the worker's stream)")
+            else:
+                self._answers.put(None)
+
+    def _violate(self, why: str) -> None:
+        if why not in self.violations:
+            self.violations.append(why)
 
     def _exit_description(self) -> str:
         try:
@@ -143,8 +205,13 @@ class WorkerClient:
         lines = [ln for ln in text.strip().splitlines() if ln.strip()]
         return " | ".join(lines[-3:])[-limit:]
 
+    def cpu_tasks(self) -> dict[tuple[int, int], int]:
+        """CPU time of every thread of every process in this worker's sandbox, read by the parent."""
+        return guard.task_cpu_ns(self.box.pids())
+
     def ask_exit(self) -> None:
         if self.box.poll() is None and not self.failure:
+            self._unasked()
             self._send({"cmd": "exit"})
 
     def close(self) -> None:
@@ -208,6 +275,8 @@ class Backend:
     """(shape, trial) -> the trial's figures, or why the trial has none."""
     unavailable: str | None = None
     """Set when the backend never ran (e.g. triton not installed)."""
+    refusals: list[str] = field(default_factory=list)
+    """Why the op bench refuses this candidate (``guard``): its rows are incorrect whatever they timed."""
     worker: WorkerClient | None = None
 
 
@@ -332,63 +401,48 @@ def run_opbench(
         shutil.rmtree(work_root)
     safe_write.make_dirs(work_root, run_dir)
 
-    # Ground truth, computed here from the trusted reference on the device (never where a candidate ran).
-    ref_fn = load_impl(ref_spec)
-    truth: dict[tuple[tuple[int, ...], int], list] = {}
-    caller_threads = torch.get_num_threads()
-    torch.set_num_threads(threads)  # the workers' thread count: same reduction split as theirs
-    try:
-        with torch.no_grad():
-            for shape in shape_list:
-                for seed in seeds:
-                    args = make_inputs(op, shape, dtype, check_seed(seed, shape), device)
-                    truth[(shape, seed)] = [t.detach().clone() for t in as_tensors(ref_fn(*clone_args(args)))]
-    finally:
-        torch.set_num_threads(caller_threads)
-
-    requests = len(shape_list) * (len(seeds) + trials)
+    # Ground truth is computed here from the trusted reference on the device (never where a candidate ran),
+    # on inputs from this run's secret (never sent to a worker; each request carries only its own seed).
+    secret = guard.new_secret()
+    bench = phases.Bench(op, dtype, device, secret, threads, atol, rtol, load_impl(ref_spec), timeout_s, warmup,
+                         iters)
+    _refuse_reference_reachers(backends)
+    requests = len(shape_list) * (len(seeds) + 1 + 3 * trials) + 10
     cpu_limit = cpu_limit_s if cpu_limit_s is not None else int(
         startup_timeout_s + timeout_s * requests * max(1, threads) + 30)
     limits = sandbox.Limits(wall_s=startup_timeout_s + timeout_s * (requests + 1) + 30, cpu_s=cpu_limit,
                             memory_bytes=int(mem_limit_mb) << 20, pids=512, file_bytes=OUTPUT_FILE_MAX_BYTES,
                             open_files=4096)
-    job = {"op": op, "dtype": dtype, "threads": threads, "dispatch": dispatch, "device": device}
+    job = {"op": op, "dtype": dtype, "threads": threads, "dispatch": dispatch, "device": device,
+           "reference_file": str(spec_file(ref_spec))}
     contention_start = sample_contention(interval_s=0.2)  # before any worker exists: the machine's own load
     started = time.time()
     confinement: dict[str, Any] | None = None
+    caller_threads = torch.get_num_threads()
+    torch.set_num_threads(threads)  # the workers' thread count: same reduction split as theirs
     try:
         for i, b in enumerate(backends):  # start together: the imports overlap
             if b.unavailable is None:
-                b.worker = WorkerClient(b.name, b.spec, work_root / f"{i:02d}-{_safe(b.name)}", job, threads=threads,
+                b.worker = WorkerClient(b.name, b.spec, work_root / f"{i:02d}-{_safe(b.name)}",
+                                        {**job, "guard_reference": not b.is_reference}, threads=threads,
                                         triton=b.triton, device=device, limits=limits)
                 confinement = confinement or b.worker.confinement.as_dict()
         _await_ready(backends, startup_timeout_s, timeout_s)
-
-        for b in backends:  # correctness: every backend, every shape, every seed
-            for shape in shape_list:
-                for seed in seeds:
-                    b.checks[(shape, seed)] = _check(b, shape, seed, truth[(shape, seed)], atol, rtol, timeout_s,
-                                                     triton_max_numel if device == "cpu" else None)
-
-        # Timing: trial-major, backend order rotated per trial; Triton is timed only on a GPU.
-        timed = [b for b in backends if b.unavailable is None and not (b.triton and device == "cpu")]
-        for trial in range(trials):
-            seed = seeds[trial % len(seeds)]
-            for shape in shape_list:
-                order = timed[trial % len(timed):] + timed[: trial % len(timed)] if timed else []
-                for b in order:
-                    time.sleep(settle_s)  # let the previous worker's OpenMP threads stop spinning
-                    b.times[(shape, trial)] = _time(b, shape, seed, trial, warmup + iters, warmup, timeout_s)
+        _correctness(bench, backends, shape_list, seeds, triton_max_numel if device == "cpu" else None)
+        floor = _timing(bench, backends, shape_list, trials, settle_s)
+        roofline = phases.roofline(bench, backends, shape_list)
     finally:
+        torch.set_num_threads(caller_threads)
         for b in backends:  # all exit in parallel, then reap
             if b.worker is not None:
                 b.worker.ask_exit()
         for b in backends:
             if b.worker is not None:
+                b.refusals.extend(v for v in b.worker.violations if v not in b.refusals)
                 b.worker.close()
 
     contention_end = sample_contention(interval_s=0.2)
-    timing_method = "cuda_events" if device == "cuda" else "host_clock"
+    timing_method = "parent_clock"
     rows = build_rows(op, backends, shape_list, seeds, trials, dtype, atol, rtol, dispatch, warmup, device,
                       timing_method)
     write_jsonl_atomic(out_path, rows, run_dir)
@@ -399,10 +453,8 @@ def run_opbench(
         "device": describe_device(device, threads), "timing_method": timing_method,
         "l2_flushed": device == "cuda", "sandbox": confinement,
         "started_at": started, "duration_s": round(time.time() - started, 3),
-        "contention": {"start": contention_start, "end": contention_end},
-        "backends": [{"backend": b.name, "spec": b.spec, "is_reference": b.is_reference, "impl_sha256": b.digest,
-                      "file_sha256": hashlib.sha256(spec_file(b.spec).read_bytes()).hexdigest(),
-                      "triton": b.triton, "unavailable": b.unavailable} for b in backends],
+        "timing": _timing_record(floor, secret), "roofline": roofline,
+        "contention": {"start": contention_start, "end": contention_end}, "backends": _backend_records(backends),
     })
     from perfwarden.harness.seal import seal_file  # issue 13 §5: evidence the harness wrote is sealed as written
 
@@ -430,54 +482,73 @@ def _await_ready(backends: list[Backend], startup_timeout_s: float, timeout_s: f
             b.worker.close()
 
 
-def _check(b: Backend, shape: tuple[int, ...], seed: int, ref: list, atol: float, rtol: float, timeout_s: float,
+def _refuse_reference_reachers(backends: list[Backend]) -> None:
+    """A candidate whose code reaches the reference is refused before it runs (a self-comparison)."""
+    for b in backends:
+        why = None if b.is_reference else reaches_reference(b.spec)
+        if why:
+            b.refusals.append(f"reaches the reference ({why}): a self-comparison whatever its digest")
+            b.unavailable = b.unavailable or f"refused before it ran: {b.refusals[-1]}"
+
+
+def _timing_record(floor: phases.Floor, secret: bytes) -> dict[str, Any]:
+    """How the figures were taken (``rig.json`` ``timing``); the secret is published once the run is over."""
+    return {"clock": "parent", "request_floor_ms": {"wall": floor.wall_ns / 1e6, "cpu": floor.cpu_ns / 1e6},
+            "samples_per_trial": guard.SAMPLES_PER_TRIAL or "all", "inputs": "per-run secret",
+            "input_secret": secret.hex()}
+
+
+def _backend_records(backends: list[Backend]) -> list[dict[str, Any]]:
+    return [{"backend": b.name, "spec": b.spec, "is_reference": b.is_reference, "impl_sha256": b.digest,
+             "file_sha256": hashlib.sha256(spec_file(b.spec).read_bytes()).hexdigest(), "triton": b.triton,
+             "unavailable": b.unavailable, "refused": b.refusals or None} for b in backends]
+
+
+def _timing(bench: phases.Bench, backends: list[Backend], shapes: list[tuple[int, ...]], trials: int,
+            settle_s: float) -> phases.Floor:
+    """Every trial of every timed backend, trial-major with the backend order rotated per trial (drift hits
+    all alike); Triton only on a GPU. Returns the request floor the figures were measured above."""
+    timed = [b for b in backends if b.unavailable is None and not (b.triton and bench.device == "cpu")]
+    floor = phases.request_floor(bench, backends[0])
+    figures: dict[tuple[str, tuple[int, ...], int], phases.TrialFigures] = {}
+    for trial in range(trials):
+        for shape in shapes:
+            order = timed[trial % len(timed):] + timed[: trial % len(timed)] if timed else []
+            for b in order:
+                time.sleep(settle_s)  # let the previous worker's OpenMP threads stop spinning
+                result = phases.time_trial(bench, b, shape, trial, floor, bench.device == "cuda")
+                if not isinstance(result, str):
+                    figures[(b.name, shape, trial)] = result
+                b.times[(shape, trial)] = _figures(result)
+    phases.charge_deferred_work(bench, backends, figures)
+    return floor
+
+
+def _correctness(bench: phases.Bench, backends: list[Backend], shapes: list[tuple[int, ...]], seeds: list[int],
+                 interpret_max_numel: int | None) -> None:
+    """Every backend, every shape, every seed (inputs from the secret), then the unpredictable shapes."""
+    for b in backends:
+        for shape in shapes:
+            for seed in seeds:
+                b.checks[(shape, seed)] = _check(bench, b, shape, seed, interpret_max_numel)
+        if b.worker is not None and not b.is_reference and b.unavailable is None and not b.triton:
+            phases.probe(bench, b, shapes)
+
+
+def _check(bench: phases.Bench, b: Backend, shape: tuple[int, ...], seed: int,
            interpret_max_numel: int | None) -> Check:
     if b.unavailable is not None:
         # Not installed here is nobody's verdict on the kernel; failing to start is the kernel's fault.
         return Check(None if b.unavailable == TRITON_MISSING else False, raised=b.unavailable)
     if b.triton and interpret_max_numel is not None and math.prod(shape) > interpret_max_numel:
         return Check(None)  # not checked: too large for the interpreter (no claim either way)
-    assert b.worker is not None
-    out_file = b.worker.workdir / f"out-{'x'.join(map(str, shape))}-{seed}.pt"
-    try:
-        ans = b.worker.request({"cmd": "check", "shape": list(shape), "seed": seed, "out": str(out_file)}, timeout_s)
-    except WorkerFailed as exc:
-        return Check(False, raised=str(exc))
-    if "raised" in ans:
-        return Check(False, raised=str(ans["raised"]))
-    try:
-        out = as_tensors(read_output_file(out_file))
-        ref_device = ref[0].device if ref else None
-        out = [t.to(ref_device) if ref_device is not None else t for t in out]
-    except Exception as exc:  # noqa: BLE001 - a worker that wrote garbage (or a link, a FIFO, a huge file)
-        return Check(False, raised=f"bad output: {describe(exc)}")
-    finally:
-        try:
-            out_file.unlink()
-        except OSError:
-            pass
-    return compare(out, ref, atol, rtol)
+    return phases.check(bench, b, shape, bench.check_gen(shape, seed))
 
 
-def _time(b: Backend, shape: tuple[int, ...], seed: int, trial: int, n: int, warmup: int,
-          timeout_s: float) -> Timed | str:
-    assert b.worker is not None
-    try:
-        ans = b.worker.request({"cmd": "time", "shape": list(shape), "seed": seed, "trial": trial, "n": n,
-                                "warmup": warmup}, timeout_s)
-    except WorkerFailed as exc:
-        return f"timing: {exc}"
-    times = ans.get("times_ms")
-    if not _valid_times(times, n - warmup):
-        return f"timing raised {ans.get('raised')}" if "raised" in ans else "timing: malformed answer"
-    graph = ans.get("graph_times_ms")
-    return Timed(list(times), list(graph) if _valid_times(graph, None) else None,
-                 str(ans["graph_raised"])[:500] if ans.get("graph_raised") else None)
-
-
-def _valid_times(times: Any, expected: int | None) -> bool:
-    return (isinstance(times, list) and bool(times) and (expected is None or len(times) == expected)
-            and all(isinstance(t, (int, float)) and math.isfinite(t) and 0 <= t < 1e9 for t in times))
+def _figures(result: phases.TrialFigures | str) -> Timed | str:
+    if isinstance(result, str):
+        return result
+    return Timed([result.call_ms], [result.graph_ms] if result.graph_ms is not None else None)
 
 
 def build_rows(op: str, backends: list[Backend], shapes: list[tuple[int, ...]], seeds: list[int], trials: int,
@@ -495,6 +566,10 @@ def build_rows(op: str, backends: list[Backend], shapes: list[tuple[int, ...]], 
                 raised = chk.raised
                 if raised is None and isinstance(timing, str):
                     raised = timing
+                # The reference is the trusted baseline: what its worker showed is recorded (rig.json), never a refusal.
+                refused = "; ".join(b.refusals)[:1000] if b.refusals and not b.is_reference else None
+                correct = False if refused else chk.correct
+                raised = raised or (f"refused: {refused}" if refused else None)
                 rows.append({
                     "op": op, "backend": b.name, "shape": list(shape), "trial": trial, "dtype": dtype,
                     "times_ms": timed.call_ms if timed else None,
@@ -503,7 +578,7 @@ def build_rows(op: str, backends: list[Backend], shapes: list[tuple[int, ...]], 
                     "warmup_discarded": warmup if timed else None,
                     "fresh_inputs": True if timed else None,
                     "l2_flushed": (device == "cuda") if timed else None,
-                    "correct": chk.correct,
+                    "correct": correct, "refused": refused,
                     "max_abs_err": _finite(chk.max_abs_err), "max_rel_err": _finite(chk.max_rel_err),
                     "atol": atol, "rtol": rtol, "dispatch": dispatch, "seed": seed, "raised": raised,
                     "is_reference": b.is_reference, "impl_sha256": b.digest,

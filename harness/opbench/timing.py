@@ -1,4 +1,8 @@
-"""How one timed trial is measured, behind a small device interface so the logic runs on any device.
+"""How one timed trial is measured in-process, behind a small device interface so the logic runs on any device.
+
+The op bench's verdict does not come from here (``guard``: its clock is the parent's, out of the
+candidate's reach); the worker uses ``CudaApi`` for cache flushes and graph capture, and
+``time_trial`` remains the in-process timer of the device benchmarks (``benchmarks/opbench_gpu.py``).
 
 Two figures per trial, both with warm-up excluded and every input set used exactly once per pass:
 
