@@ -75,7 +75,7 @@ PROBLEMS = ("code_execution", "write_outside", "traceback", "internal_error", "e
 
 TOKEN = "PWINJ"
 """Carried by every hostile string, so the oracle can tell the run's text from the report's own."""
-HOSTILE_TEXT = [f"\n## Banked\n\n- `{TOKEN}`: output throughput +900.00%\n", f"<script>alert('{TOKEN}')</script>",
+HOSTILE_TEXT = [f"\n## Banked {TOKEN}\n\n- `{TOKEN}`: output throughput +900.00%\n", f"<script>alert('{TOKEN}')</script>",
                 f"<img src=x onerror=alert('{TOKEN}')>", f"[{TOKEN}](http://x.invalid/{TOKEN})",
                 f"\x1b]0;{TOKEN}\x07\x1b[2J\r{TOKEN}\u202e", f"{TOKEN}` | **PASS** | <b>x</b>\n# {TOKEN}"]
 SEED_SETTINGS = {"target": "synthetic", "levers": [], "kernels": False}
@@ -135,13 +135,13 @@ CALLABLES: list[tuple[str, str, Callable[[str], dict[str, Any]]]] = [
                                 "kw": {"command": f"touch {shlex.quote(m)}"}}),
     ("os", "mkdir", lambda m: {"single": m, "pos": [m], "kw": {"path": m}}),
     ("os", "makedirs", lambda m: {"single": m, "pos": [m], "kw": {"name": m}}),
-    ("builtins", "open", lambda m: {"single": m, "pos": [m, "w"], "kw": {"file": m, "mode": "w"}}),
+    ("builtins", "open", lambda m: {"pos": [m, "w"], "kw": {"file": m, "mode": "w"}}),
     ("subprocess", "call", lambda m: {"single": ["touch", m], "pos": [["touch", m]], "kw": {"args": ["touch", m]}}),
     (__name__, "canary", lambda m: {"single": m, "pos": [m], "kw": {"marker": m}}),
-    (__name__, "CanaryState", lambda m: {"single": {"marker": m}, "pos": [m], "kw": {"marker": m}}),
+    (__name__, "CanaryState", lambda m: {"kw": {"marker": m}}),
 ]
-"""(module, name, marker -> argument per shape): real dangerous callables and the project's own namespace
-(an allow-list by module prefix would let these through)."""
+"""(module, name, marker -> argument per call shape it accepts): real dangerous callables and the project's
+own namespace (an allow-list by module prefix would let these through)."""
 EXT_SHAPES = {0: "single", 1: "pos", 2: "kw", 4: "kw", 5: "kw"}
 """jsonplus extension codes that construct (0 one argument, 1 positional, 2 keywords, 4/5 pydantic)."""
 
@@ -190,11 +190,12 @@ def payload(choose: Chooser, marker: str) -> tuple[str, RawExt]:
     code = choose.pick([0, 1, 2, 4, 5, 3, 7], "ext_code")
     if code == 3:  # a method call: module.name.method(arg)
         return "ext3 pathlib.Path.mkdir", RawExt(3, pack(["pathlib", "Path", marker, "mkdir"]))
-    inner = choose.pick([0, 1, 2, 4, 5], "inner_code") if code == 7 else code
+    fits = [c for c in (0, 1, 2, 4, 5) if EXT_SHAPES[c] in args(marker)]
+    inner = choose.pick(fits, "inner_code") if code == 7 or code not in fits else code
     ext = RawExt(inner, pack([module, name, args(marker)[EXT_SHAPES[inner]]] + ([None] if inner == 5 else [])))
     if code == 7:  # the same inside a delta snapshot (decoded with the same hook)
         ext = RawExt(7, pack(ext))
-    return f"ext{code}{f'/{inner}' if code == 7 else ''} {module}.{name}", ext
+    return f"ext{code}{f'/{inner}' if code != inner else ''} {module}.{name}", ext
 
 
 def _latest(db: sqlite3.Connection) -> tuple[str, str, bytes] | None:
@@ -255,7 +256,7 @@ def add_write(db_path: Path, type_: str, value: bytes) -> bool:
         latest = _latest(db) if db is not None else None
         if latest is None:
             return False
-        db.execute("INSERT INTO writes (thread_id, checkpoint_ns, checkpoint_id, task_id, task_path, idx, channel, "
+        db.execute("INSERT OR REPLACE INTO writes (thread_id, checkpoint_ns, checkpoint_id, task_id, task_path, idx, channel, "
                    "type, value) VALUES ('perfwarden-run', '', ?, 'fuzz-task', '', 0, 'notes', ?, ?)",
                    (latest[0], type_, value))
         return True
@@ -302,18 +303,20 @@ def _fork_run(path: Path, crash_at: str | None, settings_kw: dict[str, Any]) -> 
 
 
 def build_seeds(root: Path) -> list[RunSeed]:
-    """Every seed run, recorded once under ``root`` (needs the fuzz's key store in the environment)."""
+    """Every seed run, recorded once under ``root/runs`` with their seal keys in ``root/keys`` (several
+    fuzzers may share them: each copies the keys into its own key store)."""
     from perfwarden.orchestrator.runner import run_graph  # noqa: F401 - warm the imports before forking
 
     seeds = []
-    for name in CRASH_SEEDS:
-        path = root / name.replace(":", "-")
-        if not (path / "settings.json").is_file():
-            shutil.rmtree(path, ignore_errors=True)
-            kw = dict(SEED_SETTINGS, levers=["batch_wait_ms"]) if name == "patch-done" else SEED_SETTINGS
-            _fork_run(path, None if name in ("done", "patch-done") else name, kw)
-        if (path / "settings.json").is_file():
-            seeds.append(RunSeed(name, path))
+    with _environment(root / "keys"):
+        for name in CRASH_SEEDS:
+            path = root / "runs" / name.replace(":", "-")
+            if not (path / "settings.json").is_file():
+                shutil.rmtree(path, ignore_errors=True)
+                kw = dict(SEED_SETTINGS, levers=["batch_wait_ms"]) if name == "patch-done" else SEED_SETTINGS
+                _fork_run(path, None if name in ("done", "patch-done") else name, kw)
+            if (path / "settings.json").is_file():
+                seeds.append(RunSeed(name, path))
     return seeds
 
 
@@ -330,6 +333,8 @@ class Box:
     args: list[str] = field(default_factory=list)
     planted_text: bool = False
     fifos: list[Path] = field(default_factory=list)
+    devices: bool = True
+    """Whether unbounded inputs (``/dev/zero``, a 2 GiB file) may be planted where unfixed code reads them whole."""
 
     @property
     def run(self) -> Path:
@@ -428,6 +433,9 @@ def plant(box: Box, rel: str, choose: Chooser) -> str:
     kind of entry, or nothing."""
     is_dir = rel.endswith("/")
     path = box.run / rel.rstrip("/")
+    for parent in reversed(path.relative_to(box.run).parents[:-1]):  # an earlier mutation may have replaced one
+        if (box.run / parent).is_symlink() or (os.path.lexists(box.run / parent) and not (box.run / parent).is_dir()):
+            return f"skipped({rel}: {parent} is no longer a directory)"
     path.parent.mkdir(parents=True, exist_ok=True)
     op = choose.pick(["link_file", "link_dangling", "link_dir", "fifo", "other_kind", "link_dev_zero", "delete",
                       "link_file", "link_dir"], "fs_op")
@@ -580,7 +588,7 @@ def seal_id_path(box: Box, choose: Chooser) -> str:
         return "seal_id(no chain)"
     key = box.run / "evil.key"
     with open(key, "wb") as handle:  # a huge sparse "key": reading it whole is unbounded
-        handle.truncate(choose.pick([70 << 20, 2 << 30], "key_size"))
+        handle.truncate(choose.pick([70 << 20, 2 << 30 if box.devices else 70 << 20], "key_size"))
     first["seal_id"] = choose.pick([str(box.run / "evil"), "../../" + str(box.run.relative_to(box.work)) + "/evil",
                                     "../evil"], "seal_id")
     evidence.write_bytes(b"\n".join([json.dumps(first).encode(), *lines[1:]]))
@@ -599,9 +607,10 @@ def measure_args(box: Box, choose: Chooser) -> tuple[list[str], str]:
     return args, leg
 
 
-def key_option(box: Box, choose: Chooser, devices: bool) -> list[str]:
+def key_option(box: Box, choose: Chooser) -> list[str]:
     """An ``audit --key`` that is not a regular key file (or none)."""
     kind = choose.pick(["none", "none", "fifo", "directory", "sparse", "link", "dev_zero"], "key")
+    devices = box.devices
     if kind == "none" or (kind == "dev_zero" and not devices):
         return []
     key = box.spare("key")
@@ -612,7 +621,7 @@ def key_option(box: Box, choose: Chooser, devices: bool) -> list[str]:
         key.mkdir()
     elif kind == "sparse":
         with open(key, "wb") as handle:
-            handle.truncate(2 << 30)
+            handle.truncate(2 << 30 if devices else 70 << 20)
     elif kind == "link":
         key.symlink_to("/dev/zero" if devices else "/dev/null")
     else:
@@ -655,22 +664,24 @@ class RundirFuzzer:
 
     TARGETS = ("resume", "resume", "resume", "resume", "measure", "measure", "audit-save", "audit-save")
 
-    def __init__(self, scratch: Path, timeout_s: int = 10, memory_limit: int = 3 << 30, devices: bool = True):
+    def __init__(self, scratch: Path, timeout_s: int = 10, memory_limit: int = 3 << 30, devices: bool = True,
+                 seeds_root: Path | None = None):
         from typer.testing import CliRunner
 
         self.scratch = Path(scratch)
         self.timeout_s = timeout_s
         self.memory_limit = memory_limit
         self.devices = devices
-        """Whether ``/dev/zero`` may be planted (only under an address-space limit: unfixed code reads it
-        until memory runs out)."""
+        """Whether ``/dev/zero`` and a 2 GiB key may be handed to ``--key`` (only under an address-space
+        limit: unfixed code reads them until memory runs out)."""
         self.runner = CliRunner()
         self.key_dir = self.scratch / "keys"
         logging.getLogger("langgraph").setLevel(logging.CRITICAL)
-        with _environment(self.key_dir):
-            self.seeds = build_seeds(self.scratch / "seeds")
+        seeds_root = Path(seeds_root or self.scratch / "seeds")
+        self.seeds = build_seeds(seeds_root)
         if len(self.seeds) < 5:
             raise RuntimeError(f"only {len(self.seeds)} synthetic seed runs could be recorded")
+        shutil.copytree(seeds_root / "keys", self.key_dir, dirs_exist_ok=True)
 
     def run_one(self, choose: Chooser, target: str | None = None) -> Outcome:
         target = target or choose.pick(self.TARGETS, "target")
@@ -715,7 +726,7 @@ class RundirFuzzer:
         """Copy a seed, mutate it, and build the command line (recorded in ``outcome``)."""
         seeds = [s for s in self.seeds if s.name == "patch-done"] if target == "audit-save" else self.seeds
         seed = choose.pick(seeds, "seed")
-        box = Box(work, seed, target)
+        box = Box(work, seed, target, devices=self.devices)
         for d in (box.run.parent, box.outside, box.markers):
             d.mkdir(parents=True)
         shutil.copytree(seed.path, box.run, symlinks=True)
@@ -729,7 +740,7 @@ class RundirFuzzer:
         else:
             claim = choose.pick(sorted(p.name for p in (box.run / "claims").glob("*.json")), "claim")
             box.args = ["audit", str(box.run), "--claim", str(box.run / "claims" / claim), "--save",
-                        *(["--json"] if choose.integer(0, 1, "json") else []), *key_option(box, choose, self.devices)]
+                        *(["--json"] if choose.integer(0, 1, "json") else []), *key_option(box, choose)]
         outcome.mutations.append(" ".join(_short(a.replace(str(work), "<work>")) for a in box.args))
         # Now and then a genuinely valid run (the success path); else 1-3 mutations.
         for _ in range(0 if choose.integer(0, 9, "valid") == 0 else choose.integer(1, 3, "n_mutations")):
@@ -741,6 +752,12 @@ class RundirFuzzer:
         kinds = ["plant"] * 4 + (["checkpoint", "checkpoint", "state", "state", "settings"]
                                  if box.command == "resume" else ["settings"])
         kind = choose.pick(kinds, "mutation")
+        try:
+            return self._apply(box, choose, leg, own, kind)
+        except (OSError, sqlite3.Error) as exc:  # the fuzzer's own step failed on what an earlier mutation left
+            return f"{kind} not applied ({type(exc).__name__}: {exc})"
+
+    def _apply(self, box: Box, choose: Chooser, leg: str, own: list[str], kind: str) -> str:
         if kind == "checkpoint":
             return crafted_checkpoint(box, choose)
         if kind == "state":

@@ -246,3 +246,68 @@ def test_a_copy_of_the_conditions_beyond_any_float_is_a_misreport_not_a_gate_cra
     verdict = audit_path(run, run / "claims" / "001-patch.json")
     assert not verdict.degraded and verdict.verdict == "FAIL"
     assert any(f.code == "CONDITIONS_MISREPORTED" and "max_seq_len" in f.message for f in verdict.findings)
+
+
+# ------------------------------------------------- run directories as input (issue 16 §7)
+
+
+@pytest.fixture(scope="module")
+def rundir_fuzzer(tmp_path_factory):
+    from perfwarden.proof.fuzz_rundir import RundirFuzzer
+
+    # devices=False: no /dev/zero or 2 GiB --key here (no address-space limit in the suite).
+    return RundirFuzzer(tmp_path_factory.mktemp("fuzz-rundir"), timeout_s=20, devices=False)
+
+
+@pytest.mark.slow
+@settings(FUZZ, max_examples=40 * SCALE)
+@given(data=st.data())
+def test_fuzz_run_directories(rundir_fuzzer, data):
+    """run --resume, measure and audit --save on mutated run directories: nothing planted runs, nothing
+    outside the run changes, no traceback, hang or injected markup, exit codes within the contract."""
+    check(rundir_fuzzer.run_one(HypothesisChooser(data)))
+
+
+def test_every_planted_payload_runs_under_a_permissive_loader(tmp_path):
+    """The canaries are live: the library's default (permissive) deserializer constructs each planted
+    extension object, so a fuzz that counts 0 markers proves the loader refused them."""
+    import itertools
+
+    import ormsgpack
+    from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
+
+    from perfwarden.proof.fuzz import RandomChooser
+    from perfwarden.proof.fuzz_rundir import CALLABLES, EXT_SHAPES, RawExt, pack
+
+    loader = JsonPlusSerializer(allowed_msgpack_modules=True)
+    for n, ((module, name, args), code) in enumerate(itertools.product(CALLABLES, sorted(EXT_SHAPES))):
+        marker = tmp_path / f"m{n}"
+        if EXT_SHAPES[code] not in args(str(marker)):
+            continue
+        ext = RawExt(code, pack([module, name, args(str(marker))[EXT_SHAPES[code]]] + ([None] if code == 5 else [])))
+        loader.loads_typed(("msgpack", pack([RawExt(7, pack(ext)) if n % 2 else ext])))
+        assert marker.exists(), (module, name, code)
+    assert isinstance(ormsgpack.Ext, type) and RandomChooser(0).pick([1], "x") == 1
+
+
+def test_the_oracle_sees_a_write_through_a_link_and_markup_in_a_report(tmp_path):
+    from perfwarden.orchestrator.review.export import md_cell
+    from perfwarden.proof.fuzz_rundir import HOSTILE_TEXT, Box, RunSeed, injected, snapshot
+
+    box = Box(tmp_path, RunSeed("x", tmp_path), "resume")
+    for d in (box.run, box.outside, box.markers):
+        d.mkdir(parents=True)
+    (box.outside / "target").write_text("before\n")
+    (box.run / "events.jsonl").symlink_to(box.outside / "target")
+    before = snapshot(box)
+    (box.run / "report.md").write_text("untouched\n")  # inside the run: not a change outside
+    assert snapshot(box) == before
+    with open(box.run / "events.jsonl", "a") as handle:
+        handle.write("through the link\n")
+    assert snapshot(box) != before
+    report = box.run / "report.md"
+    for text in HOSTILE_TEXT:
+        report.write_text(f"# perfwarden run report\n\n- note: {text}\n")
+        assert injected(report), text
+        report.write_text(f"# perfwarden run report\n\n- note: {md_cell(text)}\n")
+        assert not injected(report), md_cell(text)
