@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import tempfile
 from pathlib import Path
 from collections.abc import Callable
@@ -491,6 +492,24 @@ def key_store_dir() -> Path:
     return Path(data_home) / "perfwarden" / "keys"
 
 
+SEAL_ID_PATTERN = r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}"
+"""A seal id: one file name in the key store (no separator, no leading dot or dash). A chain's first
+entry names its seal id and the chain lies in the run directory, so the id is input: only an id of this
+form is ever turned into a path (``key_store_path``), by the writer and the auditor alike."""
+_SEAL_ID = re.compile(SEAL_ID_PATTERN)
+
+
+def is_seal_id(value: object) -> bool:
+    """Whether ``value`` is a seal id (``SEAL_ID_PATTERN``, the whole string)."""
+    return isinstance(value, str) and _SEAL_ID.fullmatch(value) is not None
+
+
+def key_store_path(seal_id: object) -> Path | None:
+    """``<key store>/<seal_id>.key``, or None when ``seal_id`` is not a seal id (``"../run/evil"``
+    would otherwise name a key inside the run it is meant to verify)."""
+    return key_store_dir() / f"{seal_id}.key" if is_seal_id(seal_id) else None
+
+
 class SealKey(Record):
     """``<key store>/<seal_id>.key`` (mode 0600): the secret a run's seal chain is keyed with.
 
@@ -499,7 +518,7 @@ class SealKey(Record):
 
     schema_version: int = SCHEMA_VERSION
     """Version of this record's schema."""
-    seal_id: str
+    seal_id: str = Field(pattern=f"^{SEAL_ID_PATTERN}$")
     """Identifier of the chain this key seals (also in the chain's first entry); unique per run."""
     run_dir: str
     """Absolute path of the run directory when the chain was opened (lets the auditor find the key of
@@ -516,7 +535,7 @@ class SealHead(Record):
 
     schema_version: int = SCHEMA_VERSION
     """Version of this record's schema."""
-    seal_id: str
+    seal_id: str = Field(pattern=f"^{SEAL_ID_PATTERN}$")
     """Chain this head belongs to."""
     seq: int
     """Sequence number of the last entry written."""

@@ -50,6 +50,8 @@ TEXT_BYTES = 256 * MiB
 LOG_LINE_CHARS = 64 * KiB
 """One line of a server log (a logged request is a few KiB): the gates scan log lines with regexes, and
 a longer line is not a log line."""
+KEY_BYTES = 64 * KiB
+"""A seal key file (``--key`` or the key store): a small JSON record or a line of hex digits."""
 REPORT_BYTES = 8 * MiB
 """A producer's prose report whose numbers are traced."""
 LINE_BYTES = 64 * MiB

@@ -57,8 +57,9 @@ from typing import Any
 import msgspec
 
 from perfwarden.harness.jsonl import SealEntry
-from perfwarden.harness.records import (SealHead, SealKey, append_jsonl as _plain_append_jsonl, key_store_dir,
-                                        write_json_atomic)
+from perfwarden.harness.records import (SealHead, SealKey, append_jsonl as _plain_append_jsonl, is_seal_id,
+                                        key_store_dir, key_store_path, write_json_atomic)
+from perfwarden.harness.safe_read import KEY_BYTES, read_bytes
 
 log = logging.getLogger(__name__)
 
@@ -164,8 +165,9 @@ def head_path(key_file: Path) -> Path:
 
 
 def read_key_file(path: Path) -> SealKey:
+    """A key file, read like any input: a regular file of at most ``KEY_BYTES``, never blocking."""
     try:
-        return SealKey.model_validate_json(Path(path).read_text("utf-8"))
+        return SealKey.model_validate_json(read_bytes(path, limit=KEY_BYTES, what="seal key"))
     except (OSError, ValueError) as exc:
         raise SealError(f"cannot read seal key {str(path)!r}: {exc}") from None
 
@@ -184,15 +186,15 @@ def find_key_file(run: Path | str) -> Path | None:
     if cached is not None:
         return cached.key_file
     store = key_store_dir()
-    seal_id = _chain_seal_id(root / EVIDENCE_FILE)
-    if seal_id and (store / f"{seal_id}.key").is_file():
-        return store / f"{seal_id}.key"
+    by_id = key_store_path(_chain_seal_id(root / EVIDENCE_FILE))  # None for an id that is not one
+    if by_id is not None and by_id.is_file():
+        return by_id
     if store.is_dir():
         for candidate in sorted(store.glob("*.key")):
             try:
-                if SealKey.model_validate_json(candidate.read_text("utf-8")).run_dir == str(root):
+                if read_key_file(candidate).run_dir == str(root):
                     return candidate
-            except (OSError, ValueError):
+            except SealError:
                 continue
     return None
 
@@ -563,8 +565,10 @@ def _run_id(root: Path) -> str:
 
 def _create(root: Path, key_file: Path | None) -> Chain:
     run_id = _run_id(root)
-    seal_id = f"{_safe(run_id)}-{secrets.token_hex(6)}"
-    key_file = Path(os.path.abspath(key_file)) if key_file else key_store_dir() / f"{seal_id}.key"
+    seal_id = f"{_safe(run_id).lstrip('.-')[:60] or 'run'}-{secrets.token_hex(6)}"
+    if not is_seal_id(seal_id):  # cannot happen (``_safe``); the reader refuses any other id
+        raise SealError(f"internal: {seal_id!r} is not a seal id")
+    key_file = Path(os.path.abspath(key_file)) if key_file else key_store_path(seal_id)
     if _inside(key_file, root):
         raise SealError(f"the seal key {str(key_file)!r} would lie inside the run {str(root)!r}: a key beside "
                         "the evidence proves nothing; point PERFWARDEN_KEY_DIR elsewhere")
@@ -588,7 +592,10 @@ def _open_existing(root: Path, key_file: Path | None) -> Chain:
     seal_id = _chain_seal_id(path)
     if seal_id is None:
         raise SealError(f"{str(path)!r} does not start with an 'open' entry; it cannot be continued")
-    key_file = key_file or key_store_dir() / f"{seal_id}.key"
+    if not is_seal_id(seal_id):
+        raise SealError(f"the seal chain of {str(root)!r} names the seal id {seal_id[:200]!r}, which is not an "
+                        "identifier (letters, digits, '_', '.', '-'): no key is looked up by it")
+    key_file = key_file or key_store_path(seal_id)
     if not key_file.is_file():
         raise SealError(f"cannot continue the seal chain of {str(root)!r}: its key {str(key_file)!r} is not in the "
                         f"key store (set PERFWARDEN_KEY_DIR to the store that holds seal {seal_id!r})")

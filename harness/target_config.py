@@ -392,4 +392,8 @@ class SGLangConfig(TargetConfig):
 
 
 TARGET_CONFIGS: dict[str, type[TargetConfig]] = {"embedded": EmbeddedConfig, "sglang": SGLangConfig}
+
+CODE_KNOBS = frozenset({"op_overrides"})
+"""Knobs whose value names code to import (a file or a module): the command line of ``measure`` may set
+them, a run's settings never (settings.json is read back from the run directory on resume)."""
 """Target name -> its config model."""

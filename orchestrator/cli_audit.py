@@ -33,6 +33,14 @@ def audit(
     except ClaimError as exc:
         print_error(err, exc)
         raise typer.Exit(ExitCode.INVALID) from None
+    if key is not None:  # like the claim: a key that is not a small regular file is refused at once
+        from perfwarden.agents.auditor.manifest import KeyFileError, read_operator_key
+
+        try:
+            read_operator_key(key)
+        except KeyFileError as exc:
+            print_error(err, exc)
+            raise typer.Exit(ExitCode.INVALID) from None
     from perfwarden.agents.auditor.audit import audit_path, write_verdict
 
     try:

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 from perfwarden.orchestrator.exit_codes import ExitCode
 from perfwarden.orchestrator.render import VERDICT_STYLE, print_error, safe_text
-from perfwarden.orchestrator.settings import RunSettings
+from perfwarden.orchestrator.settings import RunSettings, settings_error
 
 if TYPE_CHECKING:  # the run's machinery is imported only when a run starts (other commands stay fast)
     from perfwarden.agents.base import VerdictSummary
@@ -28,7 +28,8 @@ if TYPE_CHECKING:  # the run's machinery is imported only when a run starts (oth
     from perfwarden.orchestrator.lab import LegPlan
 
 
-def make_lab(settings: RunSettings, on_rep=None):
+def make_lab(settings: RunSettings, on_rep=None, sglang_python: str | None = None):
+    """The target's lab; ``sglang_python`` (from ``check_sglang``, never from the run) for the sglang target."""
     if settings.target == "synthetic":
         from perfwarden.orchestrator.simlab import SyntheticLab
 
@@ -36,7 +37,7 @@ def make_lab(settings: RunSettings, on_rep=None):
     if settings.target == "sglang":
         from perfwarden.orchestrator.sglang_lab import SGLangLab
 
-        return SGLangLab.from_settings(settings, on_rep=on_rep)
+        return SGLangLab.from_settings(settings, python=sglang_python, on_rep=on_rep)
     from perfwarden.orchestrator.embedded_lab import EmbeddedLab
 
     return EmbeddedLab.from_settings(settings, on_rep=on_rep)
@@ -124,15 +125,78 @@ def _terminal() -> Console:
         return Console(stderr=True, soft_wrap=True, highlight=False)
 
 
-def check_sglang(settings: RunSettings) -> RunSettings:
+def check_sglang(settings: RunSettings, sglang_python: str | None, resume: bool) -> tuple[RunSettings, str]:
     """An SGLang run's model path and interpreter, checked before anything runs (``SGLangEnvError``
-    otherwise), with the interpreter resolved; kernels off (perfwarden has no profiler or op overrides
-    inside SGLang)."""
-    from perfwarden.harness.sglang_target import check_model_path, find_sglang_python
+    otherwise): the settings with kernels off (perfwarden has no profiler or op overrides inside SGLang)
+    and the resolved interpreter. The interpreter comes from the person running perfwarden, never from
+    the run: a resume is told it again (``--sglang-python`` or ``PERFWARDEN_SGLANG_PYTHON``) or refused."""
+    from perfwarden.harness.sglang_target import PYTHON_ENV, SGLangEnvError, check_model_path, find_sglang_python
 
+    if resume and not sglang_python and not os.environ.get(PYTHON_ENV):
+        raise SGLangEnvError(f"this run serves SGLang: name the SGLang interpreter to resume it with, "
+                             f"--sglang-python PY or {PYTHON_ENV} (a run's files never name a program to run)")
     model = check_model_path(settings.model)
-    python, _version = find_sglang_python(settings.sglang_python)
-    return settings.model_copy(update={"model": model, "sglang_python": python, "kernels": False})
+    python, _version = find_sglang_python(sglang_python)
+    return settings.model_copy(update={"model": model, "kernels": False}), python
+
+
+def _check_options(err: Console, target: str, model: str | None, sglang_python: str | None,
+                   resume: Path | None) -> None:
+    """Options that contradict each other are a usage error (exit 2) before anything is read."""
+    problem = None
+    if target not in ("embedded", "sglang", "synthetic"):
+        problem = f"unknown target {target!r} (embedded, sglang, synthetic)"
+    elif resume is None and target != "sglang" and (model or sglang_python):
+        problem = f"--model and --sglang-python are sglang options; target {target!r} serves its own model"
+    elif resume is not None and model:
+        problem = "--model: a resumed run serves the model it started with"
+    if problem:
+        print_error(err, problem)
+        raise typer.Exit(ExitCode.USAGE)
+
+
+def _new_settings(err: Console, settings_kw: dict, set_: list[str]) -> RunSettings:
+    """The settings a new run starts with, from its options and ``--set`` knobs; exit 3 when invalid."""
+    from pydantic import ValidationError
+
+    from perfwarden.harness.target_config import TARGET_CONFIGS, ConfigError, parse_set_args
+
+    try:
+        if set_:
+            raw = parse_set_args(set_)
+            validated = TARGET_CONFIGS.get(settings_kw["target"], TARGET_CONFIGS["embedded"]).validate_knobs(dict(raw))
+            settings_kw = {**settings_kw, "base_config": {key: getattr(validated, key) for key in raw}}
+    except (ConfigError, ValueError) as exc:
+        print_error(err, f"bad --set: {exc}")
+        raise typer.Exit(ExitCode.INVALID) from None
+    try:
+        return RunSettings(**settings_kw)
+    except ValidationError as exc:
+        print_error(err, settings_error(exc, "the run's settings"))
+        raise typer.Exit(ExitCode.INVALID) from None
+
+
+def _sglang_interpreter(err: Console, settings: RunSettings, sglang_python: str | None,
+                        resume: Path | None) -> tuple[RunSettings, str | None]:
+    """``check_sglang`` for an sglang run (exit 3 with its message); other targets take no interpreter."""
+    from perfwarden.harness.sglang_target import SGLangEnvError
+
+    if settings.target != "sglang":
+        if sglang_python:
+            print_error(err, f"--sglang-python is an sglang option; the run in {str(resume)!r} serves "
+                             f"{settings.target!r}")
+            raise typer.Exit(ExitCode.USAGE)
+        return settings, None
+    try:
+        kernels_asked = settings.kernels
+        settings, python = check_sglang(settings, sglang_python, resume is not None)
+    except SGLangEnvError as exc:
+        print_error(err, exc)
+        raise typer.Exit(ExitCode.INVALID) from None
+    if kernels_asked:
+        err.print(safe_text(("note", "yellow"), ": the sglang target has no profiler or op overrides in "
+                            "perfwarden, so this run tunes server arguments only (--no-kernels)"))
+    return settings, python
 
 
 def run(
@@ -158,13 +222,8 @@ def run(
 ) -> None:
     """Optimize the target; bank only what the auditor passes. Writes RUN/report.md and report.json."""
     err = _terminal()
-    if target not in ("embedded", "sglang", "synthetic"):
-        print_error(err, f"unknown target {target!r} (embedded, sglang, synthetic)")
-        raise typer.Exit(ExitCode.USAGE)
-    if target != "sglang" and (model or sglang_python):
-        print_error(err, f"--model and --sglang-python are sglang options; target {target!r} serves its own model")
-        raise typer.Exit(ExitCode.USAGE)
-    settings_kw: dict = {"target": target, "model": model, "sglang_python": sglang_python}
+    _check_options(err, target, model, sglang_python, resume)
+    settings_kw: dict = {"target": target, "model": model}
     if budget_minutes is not None:
         settings_kw["budget_minutes"] = budget_minutes
     if levers is not None:
@@ -177,19 +236,9 @@ def run(
         settings_kw["reps"] = reps
     if llm:
         settings_kw["llm_model"] = llm
-    from perfwarden.harness.sglang_target import SGLangEnvError
-    from perfwarden.harness.target_config import TARGET_CONFIGS, ConfigError, parse_set_args
-
-    try:
-        if set_:
-            raw = parse_set_args(set_)
-            validated = TARGET_CONFIGS.get(target, TARGET_CONFIGS["embedded"]).validate_knobs(dict(raw))
-            settings_kw["base_config"] = {key: getattr(validated, key) for key in raw}
-    except (ConfigError, ValueError) as exc:
-        print_error(err, f"bad --set: {exc}")
-        raise typer.Exit(ExitCode.INVALID) from None
-    settings = RunSettings(**settings_kw)
+    settings = _new_settings(err, settings_kw, set_)
     from perfwarden.agents.config_tuner import parse_levers  # heavy: only when a run starts
+    from perfwarden.harness.target_config import ConfigError
     from perfwarden.orchestrator.runner import RunUsageError, read_settings, run_graph
 
     if resume is not None:  # a resumed run keeps the settings it started with
@@ -198,16 +247,7 @@ def run(
         except RunUsageError as exc:
             print_error(err, exc)
             raise typer.Exit(ExitCode.INVALID) from None
-    if settings.target == "sglang":
-        try:
-            kernels_asked = settings.kernels
-            settings = check_sglang(settings)
-        except SGLangEnvError as exc:
-            print_error(err, exc)
-            raise typer.Exit(ExitCode.INVALID) from None
-        if kernels_asked:
-            err.print(safe_text(("note", "yellow"), ": the sglang target has no profiler or op overrides in "
-                                "perfwarden, so this run tunes server arguments only (--no-kernels)"))
+    settings, python = _sglang_interpreter(err, settings, sglang_python, resume)
     run_dir = resume or out or Path("runs") / time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     client = None
     if settings.llm_model:
@@ -220,7 +260,7 @@ def run(
     err.print(safe_text(("perfwarden run", "bold"), f" target={settings.target} budget={settings.budget_minutes:g} min "
                             f"run={run_dir}"))
     try:
-        lab = make_lab(settings, on_rep=watcher.rep)
+        lab = make_lab(settings, on_rep=watcher.rep, sglang_python=python)
         parse_levers(lab.config_model, settings.levers)  # a bad --levers is a clear error before anything runs
         state = run_graph(Path(run_dir), settings, lab, resume=resume is not None, llm=client,
                           checkpointer_url=checkpointer, watcher=watcher, attacker=make_attacker(settings))

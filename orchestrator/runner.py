@@ -25,10 +25,11 @@ from perfwarden.agents.base import AttackProducer
 from perfwarden.agents.brains import Brains
 from perfwarden.agents.llm import LLMClient
 from perfwarden.harness.records import write_json_atomic
+from perfwarden.orchestrator.checkpoint_serde import CheckpointTypeError, StateOnlySerializer
 from perfwarden.orchestrator.crashpoints import crash_point
 from perfwarden.orchestrator.graph import build_graph, initial_state
 from perfwarden.orchestrator.lab import Lab
-from perfwarden.orchestrator.settings import RunSettings
+from perfwarden.orchestrator.settings import RunSettings, settings_error
 from perfwarden.orchestrator.state import STATE_VERSION, RunContext, RunState, SilentWatcher
 
 THREAD_ID = "perfwarden-run"
@@ -58,9 +59,7 @@ def read_settings(run: Path) -> RunSettings:
     except OSError as exc:
         raise RunUsageError(f"{str(run)!r} is not a perfwarden run directory: {exc}") from None
     except ValidationError as exc:
-        err = exc.errors()[0]
-        raise RunUsageError(f"{str(settings_path(run))!r} is invalid: {err['msg']} at "
-                            f"{'.'.join(map(str, err['loc'])) or 'the top level'!r}") from None
+        raise RunUsageError(settings_error(exc, repr(str(settings_path(run))))) from None
 
 
 def ensure_report(run: Path, state: dict[str, Any], context: RunContext) -> dict[str, Any]:
@@ -85,10 +84,11 @@ def _graph(run: Path, checkpointer_url: str | None):
             raise RunUsageError("a Postgres checkpointer needs `pip install langgraph-checkpoint-postgres`") from exc
         cm = PostgresSaver.from_conn_string(checkpointer_url)
         saver = cm.__enter__()
+        saver.serde = StateOnlySerializer()
         saver.setup()
         return build_graph().compile(checkpointer=saver), cm
     conn = sqlite3.connect(checkpoint_path(run), check_same_thread=False)
-    return build_graph().compile(checkpointer=SqliteSaver(conn)), conn
+    return build_graph().compile(checkpointer=SqliteSaver(conn, serde=StateOnlySerializer())), conn
 
 
 def check_state_version(run: Path, values: dict[str, Any]) -> None:
@@ -139,6 +139,8 @@ def run_graph(run: Path, settings: RunSettings, lab: Lab, *, resume: bool = Fals
                 return ensure_report(run, dict(snapshot.values), context)
             return ensure_report(run, graph.invoke(None, config, context=context), context)
         return ensure_report(run, graph.invoke(initial_state(run, clock()), config, context=context), context)
+    except CheckpointTypeError as exc:
+        raise RunUsageError(f"{str(run)!r} cannot be resumed: {exc}") from None
     finally:
         if hasattr(handle, "close"):
             handle.close()

@@ -1,10 +1,30 @@
-"""Settings of an autonomous run: every loop bound and budget in one place."""
+"""Settings of an autonomous run: every loop bound and budget in one place.
+
+settings.json is written into the run directory and read back on ``--resume``, so it is input like
+any other file of a run (README, "Hostile input"): nothing in it names a program, an interpreter or
+code to load. The SGLang interpreter comes from the command line or the environment of the person
+running perfwarden (``--sglang-python``, ``PERFWARDEN_SGLANG_PYTHON``), every baseline knob is
+validated against the target's config model, and a knob that names code (``CODE_KNOBS``) is refused.
+"""
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from perfwarden.harness.target_config import CODE_KNOBS, TARGET_CONFIGS
+
+def settings_error(exc: Any, where: str) -> str:
+    """One line for a pydantic ``ValidationError`` of ``RunSettings``: its first problem and where."""
+    err = exc.errors()[0]
+    message = str(err["msg"]).removeprefix("Value error, ")
+    loc = ".".join(map(str, err["loc"]))
+    return f"{where} are invalid: {message}" + (f" at {loc!r}" if loc else "")
+
+
+LEGACY_INTERPRETER = "sglang_python"
+"""Field of older runs' settings that named the SGLang interpreter (refused: see ``RunSettings``)."""
 
 
 class RunSettings(BaseModel):
@@ -16,9 +36,6 @@ class RunSettings(BaseModel):
     """Serving target. ``synthetic`` is the test double used by the graph's unit tests."""
     model: str | None = None
     """Weights directory the target serves (``--model``; sglang only: the embedded target serves SmolLM2)."""
-    sglang_python: str | None = None
-    """Interpreter of the SGLang environment (``--sglang-python`` or ``PERFWARDEN_SGLANG_PYTHON``, resolved
-    when the run started; a resumed run checks it again)."""
     budget_minutes: float = 14.0
     """Wall-clock budget; when it runs out, remaining proposals are skipped and the report is written."""
     seed: int = 0
@@ -50,7 +67,8 @@ class RunSettings(BaseModel):
     recursion_limit: int = 200
     """LangGraph recursion limit (every loop is bounded anyway; this is the backstop)."""
     base_config: dict = Field(default_factory=dict)
-    """Target knobs of the true baseline (the target's defaults when empty)."""
+    """Target knobs of the true baseline (the target's defaults when empty); each a knob of the target's
+    config model with a valid value, none of ``CODE_KNOBS``."""
     levers: list[str] | None = None
     """Search exactly these knobs (``knob`` or ``knob=value``; None: the target's default search space,
     from its config model)."""
@@ -69,3 +87,24 @@ class RunSettings(BaseModel):
     """Retries of an LLM call whose output fails validation or whose request fails."""
     llm_max_tokens: int | None = 512
     """Cap on one LLM answer's length (None: the endpoint's default)."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_interpreter(cls, data: Any) -> Any:
+        """Older runs named the SGLang interpreter here; a resume would have run whatever it named."""
+        if isinstance(data, dict) and LEGACY_INTERPRETER in data:
+            raise ValueError(f"a run's settings may not name an interpreter ({LEGACY_INTERPRETER!r}); if this is "
+                             f"your own run from an older perfwarden, delete that field from settings.json and "
+                             "resume with --sglang-python PY (or PERFWARDEN_SGLANG_PYTHON)")
+        return data
+
+    @model_validator(mode="after")
+    def _check_base_config(self) -> RunSettings:
+        """Baseline knobs: known, valid, and none that names code to import (nothing would check it on resume)."""
+        code = sorted(set(self.base_config) & CODE_KNOBS)
+        if code:
+            raise ValueError(f"baseline knob(s) {code!r} name code to load, and a run's settings never name code "
+                             "to run; the run's kernel path proposes its own kernels (`perfwarden measure --set "
+                             "op_overrides...` measures a leg with yours)")
+        TARGET_CONFIGS.get(self.target, TARGET_CONFIGS["embedded"]).validate_knobs(dict(self.base_config))
+        return self

@@ -39,11 +39,11 @@ class SGLangLab(ServerLab):
         self.model_name = model_path
 
     @classmethod
-    def from_settings(cls, settings, on_rep=None) -> "SGLangLab":
-        if not settings.model or not settings.sglang_python:
-            raise ValueError("an SGLang run needs settings.model and settings.sglang_python")
-        return cls(model_path=settings.model, python=settings.sglang_python, **cls.settings_kwargs(settings),
-                   on_rep=on_rep)
+    def from_settings(cls, settings, python: str | None = None, on_rep=None) -> "SGLangLab":
+        """``python``: the interpreter the person running perfwarden named (a run's settings never name one)."""
+        if not settings.model or not python:
+            raise ValueError("an SGLang run needs settings.model and the SGLang interpreter")
+        return cls(model_path=settings.model, python=python, **cls.settings_kwargs(settings), on_rep=on_rep)
 
     def make_target(self, leg_dir: Path, config: dict[str, Any]) -> ServerTarget:
         return SglangTarget(leg_dir, {**config, "model_path": self.model_path}, python=self.python,

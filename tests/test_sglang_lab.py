@@ -133,16 +133,20 @@ def test_a_missing_model_or_an_environment_without_sglang_exits_3_before_anythin
 
 
 def test_a_resumed_sglang_run_checks_its_environment_again_and_a_bad_baseline_knob_is_refused(tmp_path, model_dir,
-                                                                                                sglang_python):
+                                                                                                sglang_python,
+                                                                                                monkeypatch):
     from perfwarden.harness.records import write_json_atomic
     from perfwarden.orchestrator.settings import RunSettings
 
     run = tmp_path / "run"
     run.mkdir()
     gone = str(tmp_path / "removed-env" / "bin" / "python")  # the SGLang environment was deleted since
-    write_json_atomic(run / "settings.json", RunSettings(target="sglang", model=model_dir, sglang_python=gone))
-    result = runner.invoke(app, ["run", "--resume", str(run)])
+    write_json_atomic(run / "settings.json", RunSettings(target="sglang", model=model_dir))
+    result = runner.invoke(app, ["run", "--resume", str(run), "--sglang-python", gone])
     assert result.exit_code == 3 and "not an executable" in result.output, result.output
+    monkeypatch.delenv("PERFWARDEN_SGLANG_PYTHON", raising=False)
+    asked = runner.invoke(app, ["run", "--resume", str(run)])  # the run never names its interpreter: ask for it
+    assert asked.exit_code == 3 and "name the SGLang interpreter to resume it with" in " ".join(asked.output.split())
     bad = runner.invoke(app, ["run", "--target", "sglang", "--model", model_dir, "--sglang-python", sglang_python,
                               "--out", str(tmp_path / "bad"), "--set", "mem_fraction_static=1.5"])
     assert bad.exit_code == 3 and "mem_fraction_static" in bad.output and not (tmp_path / "bad").exists()
@@ -304,7 +308,7 @@ def test_run_on_sglang_reaches_a_report(tmp_path, model_dir, sglang_python, monk
     assert "tunes server arguments only (--no-kernels)" in " ".join(result.output.split())
     settings = json.loads((out / "settings.json").read_text())
     assert settings["target"] == "sglang" and settings["kernels"] is False
-    assert settings["sglang_python"] == sglang_python and settings["model"] == model_dir
+    assert "sglang_python" not in settings and settings["model"] == model_dir  # never a program to run
     assert settings["base_config"] == {"chunked_prefill_size": 4096}
     assert json.loads((out / "run.json").read_text())["model"] == model_dir
     report = json.loads((out / "report.json").read_text())

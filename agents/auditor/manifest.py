@@ -30,7 +30,8 @@ from typing import Literal
 import msgspec
 
 from perfwarden.harness.jsonl import DECODE_ERRORS, LineIssue, SealEntry, iter_raw_lines
-from perfwarden.harness.records import SealHead, SealKey, key_store_dir
+from perfwarden.harness.records import SealHead, SealKey, key_store_dir, key_store_path
+from perfwarden.harness.safe_read import KEY_BYTES, read_bytes
 
 EVIDENCE_FILE = "evidence.jsonl"
 GENESIS_MAC = "0" * 64
@@ -72,7 +73,9 @@ def key_fingerprint(key: bytes) -> str:
 
 
 def _parse_key(path: Path) -> tuple[bytes, str | None]:
-    text = path.read_text("utf-8").strip()
+    """A key file read like a claim: a regular file of at most ``KEY_BYTES``, opened without blocking
+    (a FIFO, ``/dev/zero``, a directory or a huge file is refused, never waited on or read whole)."""
+    text = read_bytes(path, limit=KEY_BYTES, what="seal key").decode("utf-8").strip()
     if text.startswith("{"):
         record = SealKey.model_validate_json(text)
         key, seal_id = record.key, record.seal_id
@@ -84,12 +87,20 @@ def _parse_key(path: Path) -> tuple[bytes, str | None]:
     return raw, seal_id
 
 
+def read_operator_key(path: Path) -> tuple[bytes, str | None]:
+    """The key the operator named (``--key``) and its seal id; :class:`KeyFileError` when unusable."""
+    try:
+        return _parse_key(Path(path))
+    except (OSError, ValueError) as exc:
+        raise KeyFileError(f"cannot use seal key {str(path)!r}: {exc}") from None
+
+
 def _head(path: Path) -> SealHead | None:
     head = path.with_suffix(".head")
     if not head.is_file():
         return None
     try:
-        return SealHead.model_validate_json(head.read_text("utf-8"))
+        return SealHead.model_validate_json(read_bytes(head, limit=KEY_BYTES, what="seal head"))
     except (OSError, ValueError):
         return None
 
@@ -98,15 +109,12 @@ def resolve_key(run: Path, key_path: Path | None, chain_seal_id: str | None) -> 
     """The key that verifies ``run`` (see the module docstring). An operator's key file that cannot be
     read raises :class:`KeyFileError`; a bad key store entry is reported in ``note`` instead."""
     if key_path is not None:
-        try:
-            key, seal_id = _parse_key(Path(key_path))
-        except (OSError, ValueError) as exc:
-            raise KeyFileError(f"cannot use seal key {str(key_path)!r}: {exc}") from None
+        key, seal_id = read_operator_key(Path(key_path))
         return KeyChoice(key, f"--key {str(key_path)!r}", seal_id, _head(Path(key_path)), bound=True)
     store = key_store_dir()
     notes = []
-    if chain_seal_id and "/" not in chain_seal_id and (store / f"{chain_seal_id}.key").is_file():
-        path = store / f"{chain_seal_id}.key"
+    path = key_store_path(chain_seal_id)  # None for an id that is not one: the run never names a key's path
+    if path is not None and path.is_file():
         try:
             key, seal_id = _parse_key(path)
             return KeyChoice(key, f"key store ({str(path)!r})", seal_id, _head(path))
@@ -116,7 +124,7 @@ def resolve_key(run: Path, key_path: Path | None, chain_seal_id: str | None) -> 
         here = str(Path(run).resolve())
         for path in sorted(store.glob("*.key")):
             try:
-                record = SealKey.model_validate_json(path.read_text("utf-8"))
+                record = SealKey.model_validate_json(read_bytes(path, limit=KEY_BYTES, what="seal key"))
                 if record.run_dir == here:
                     return KeyChoice(bytes.fromhex(record.key), f"key store, registered for this run directory "
                                      f"({str(path)!r})", record.seal_id, _head(path), bound=True)

@@ -1,0 +1,115 @@
+"""The checkpoint's serializer: it revives the run state's own record types and nothing else.
+
+A checkpoint is a file in the run directory, so it is input like any other (README, "Hostile input").
+LangGraph's default serializer imports and calls whatever ``(module, name)`` a msgpack extension object
+names (``os.system`` with an argument runs a command on load); its strict mode silently hands back the
+raw data instead. Here a checkpoint value is first scanned, without constructing anything, and any
+type outside ``ALLOWED_TYPES`` (the pydantic records ``RunState`` holds) is a ``CheckpointTypeError``
+naming it, before the library revives anything. The library's own allow-list is set to the same
+types as a second wall.
+"""
+
+from __future__ import annotations
+
+import typing
+from typing import Any
+
+import ormsgpack
+from langgraph.checkpoint.serde import jsonplus
+from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
+from pydantic import BaseModel
+
+PLAIN_KINDS = ("null", "bytes", "bytearray")
+"""Serialization kinds that revive no type (``msgpack`` is scanned; ``json`` and ``pickle`` are refused)."""
+CONSTRUCTOR_EXTS = (jsonplus.EXT_CONSTRUCTOR_SINGLE_ARG, jsonplus.EXT_CONSTRUCTOR_POS_ARGS,
+                    jsonplus.EXT_CONSTRUCTOR_KW_ARGS, jsonplus.EXT_PYDANTIC_V1, jsonplus.EXT_PYDANTIC_V2)
+"""Extension codes whose payload is ``(module, name, args, ...)``: the library would call ``module.name``."""
+
+
+class CheckpointTypeError(ValueError):
+    """A checkpoint value names a type outside the allow-list, or cannot be decoded at all."""
+
+
+def _record_types(hint: Any, found: set[type[BaseModel]]) -> None:
+    """Every perfwarden pydantic model reachable from a type hint (fields included)."""
+    if isinstance(hint, type) and issubclass(hint, BaseModel):
+        if hint in found or not hint.__module__.startswith("perfwarden."):
+            return
+        found.add(hint)
+        for field in hint.model_fields.values():
+            _record_types(field.annotation, found)
+        return
+    for arg in typing.get_args(hint):
+        _record_types(arg, found)
+
+
+def state_record_types() -> frozenset[tuple[str, str]]:
+    """``(module, name)`` of each record type the run state holds, read from ``RunState``'s hints."""
+    from perfwarden.orchestrator.state import RunState
+
+    found: set[type[BaseModel]] = set()
+    for hint in typing.get_type_hints(RunState, include_extras=True).values():
+        _record_types(hint, found)
+    return frozenset((cls.__module__, cls.__name__) for cls in found)
+
+
+ALLOWED_TYPES: frozenset[tuple[str, str]] = state_record_types()
+"""The only types a checkpoint may name (the project's own run-state records)."""
+
+
+def named_types(blob: bytes) -> list[tuple[str, str]]:
+    """``(module, name)`` of every constructor a msgpack value names, nested ones included, in order;
+    constructs nothing. ``CheckpointTypeError`` for an extension that is not a constructor of a named
+    type (a method call, an array) or a value that does not decode."""
+    names: list[tuple[str, str]] = []
+    refused: list[str] = []
+
+    def hook(code: int, data: bytes) -> None:
+        if code == jsonplus.EXT_DELTA_SNAPSHOT:  # a wrapper around plain data
+            ormsgpack.unpackb(data, ext_hook=hook, option=ormsgpack.OPT_NON_STR_KEYS)
+            return None
+        payload = ormsgpack.unpackb(data, ext_hook=hook, option=ormsgpack.OPT_NON_STR_KEYS)
+        if code not in CONSTRUCTOR_EXTS or not isinstance(payload, (list, tuple)) or len(payload) < 2:
+            refused.append(f"msgpack extension {code} ({_head(payload)})")
+            raise ValueError(refused[-1])
+        names.append((str(payload[0]), str(payload[1])))
+        return None
+
+    try:
+        ormsgpack.unpackb(blob, ext_hook=hook, option=ormsgpack.OPT_NON_STR_KEYS)
+    except (ValueError, TypeError) as exc:  # ormsgpack reports a failing hook as ValueError("ext_hook failed")
+        raise CheckpointTypeError(f"the checkpoint holds {refused[0]}, which perfwarden never writes" if refused
+                                  else f"a checkpoint value does not decode: {exc}") from None
+    return names
+
+
+def _head(value: Any) -> str:
+    """A short, printable description of an unexpected extension payload."""
+    if isinstance(value, (list, tuple)) and len(value) >= 2:
+        return ".".join(str(part)[:80] for part in value[:2]) + (f".{str(value[3])[:80]}" if len(value) > 3 else "")
+    return type(value).__name__
+
+
+def check_blob(blob: bytes) -> None:
+    """Refuse a msgpack checkpoint value that names any type outside ``ALLOWED_TYPES``."""
+    for module, name in named_types(blob):
+        if (module, name) not in ALLOWED_TYPES:
+            raise CheckpointTypeError(
+                f"the checkpoint names the type {module[:120]}.{name[:120]}, which is not one of perfwarden's "
+                f"run-state records ({', '.join(sorted(n for _, n in ALLOWED_TYPES))}); it was not loaded")
+
+
+class StateOnlySerializer(JsonPlusSerializer):
+    """``JsonPlusSerializer`` that loads only values naming ``ALLOWED_TYPES`` (writes are unchanged)."""
+
+    def __init__(self) -> None:
+        super().__init__(allowed_msgpack_modules=tuple(sorted(ALLOWED_TYPES)))
+
+    def loads_typed(self, data: tuple[str, bytes]) -> Any:
+        kind, blob = data
+        if kind not in PLAIN_KINDS:
+            if kind != "msgpack":
+                raise CheckpointTypeError(f"the checkpoint holds a {str(kind)[:40]!r} value, which perfwarden "
+                                          "never writes (only msgpack); it was not loaded")
+            check_blob(blob)
+        return super().loads_typed(data)
