@@ -18,6 +18,7 @@ from perfwarden.agents import config_tuner
 from perfwarden.agents.base import FixDecision, Proposal, VerdictSummary
 from perfwarden.agents.config_tuner import KnobStep, Tried
 from perfwarden.agents.llm import LLMClient, LLMOutputError, LLMUnavailable
+from perfwarden.harness import safe_write
 from perfwarden.harness.target_config import TargetConfig
 from perfwarden.skills import fence, render_skill
 
@@ -153,7 +154,6 @@ class Brains:
         except (LLMUnavailable, LLMOutputError) as exc:
             self._fell_back("kernel_extractor", f"kernel-extractor LLM failed ({exc})")
             return None
-        path = Path(run) / "generated" / f"{op}_llm_{index}.py"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(answer.code, encoding="utf-8")
+        path = Path(run) / "generated" / f"{safe_write.check_name(op, 'op')}_llm_{index}.py"
+        safe_write.write_text(path, answer.code, run)
         return f"{path}:{function}"

@@ -42,7 +42,7 @@ import msgspec
 import numpy as np
 
 from perfwarden.harness.jsonl import DECODE_ERRORS, LineIssue, iter_raw_lines
-from perfwarden.harness import seal
+from perfwarden.harness import safe_write, seal
 from perfwarden.harness.records import SCHEMA_VERSION
 
 InputLenSource = Literal["usage", "estimate"]
@@ -268,7 +268,7 @@ def seal_torn_tail(path: Path) -> bytes:
         return b""
     if size == 0:
         return b""
-    with open(path, "rb+") as handle:
+    with safe_write.open_update(path) as handle:
         handle.seek(size - 1)
         if handle.read(1) == b"\n":
             return b""
@@ -287,7 +287,7 @@ def seal_torn_tail(path: Path) -> bytes:
             pos = read_from
         handle.seek(start)
         fragment = handle.read()
-        with open(path.with_name(path.name + ".torn"), "ab") as torn:
+        with safe_write.open_append(path.with_name(path.name + ".torn")) as torn:
             torn.write(fragment + b"\n")
             torn.flush()
             os.fsync(torn.fileno())

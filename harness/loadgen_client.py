@@ -64,7 +64,7 @@ from perfwarden.harness.bench_writer import (
 )
 from perfwarden.harness.contention import sample_contention
 from perfwarden.harness.prompts import Prompt, estimate_tokens
-from perfwarden.harness import seal
+from perfwarden.harness import safe_write, seal
 from perfwarden.harness.records import RunDir
 
 Scenario = Literal["Server", "Offline"]
@@ -608,7 +608,7 @@ class OpenAIStreamingSUT:
 
         self._lg = lg
         out_dir = Path(out_dir)
-        out_dir.mkdir(parents=True, exist_ok=True)
+        safe_write.make_dirs(out_dir, seal.root_of(out_dir))
         for name in (*LOADGEN_LOGS, "mlperf_log_accuracy.json", "mlperf_log_trace.json"):
             seal.unlink(out_dir / name)  # a re-run rep never mixes with stale logs (recorded when sealed)
         test_settings = loadgen_test_settings(self.settings)

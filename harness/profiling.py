@@ -14,7 +14,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from perfwarden.harness import seal
+from perfwarden.harness import safe_write, seal
 
 PREFIX = "pw::"
 
@@ -104,9 +104,6 @@ def profile_model(out: Path, config: dict[str, Any], *, max_tokens: int = 12, n_
         for restore in restores:
             restore()
     out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_suffix(".tmp")
-    tmp.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
-    tmp.replace(out)
+    safe_write.write_text(out, "".join(json.dumps(r) + "\n" for r in rows), seal.root_of(out))
     seal.seal_file(out)
     return out

@@ -301,7 +301,7 @@ def evaluate_qa(
 def write_eval(run_dir: Path | str, result: QualityEval) -> Path:
     """Write ``result`` to ``<run>/quality/<eval>@<leg>.json`` atomically; returns the path."""
     path = RunDir(run_dir).quality(result.eval_id, result.leg)
-    seal.write_json(path, result)  # sealed when the run has a chain
+    seal.write_json(path, result, run_dir)  # sealed when the run has a chain; never through a link
     return path
 
 

@@ -21,6 +21,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from perfwarden.harness import safe_write
+
 SCHEMA_VERSION = 1
 """Major version of the persisted record schemas written by this perfwarden. A record of a newer major
 version is refused with a clear error (its fields may mean something else); an older one is migrated
@@ -546,35 +548,17 @@ class SealHead(Record):
 # ------------------------------------------------------------------------------------------- writers
 
 
-def write_json_atomic(path: Path, payload: Any) -> None:
-    """Write JSON so that readers see either the old file or the whole new one, never a torn file."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    text = payload.model_dump_json(indent=2) if isinstance(payload, BaseModel) else json.dumps(
-        payload, indent=2, sort_keys=True, allow_nan=False
-    )
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text + "\n")
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+def write_json_atomic(path: Path, payload: Any, root: Path | str | None = None) -> None:
+    """Write JSON so that readers see either the old file or the whole new one, never a torn file;
+    inside ``root`` without following a link (``harness.safe_write``)."""
+    safe_write.write_json(path, payload, root)
 
 
-def append_jsonl(path: Path, record: dict[str, Any]) -> None:
+def append_jsonl(path: Path, record: dict[str, Any], root: Path | str | None = None) -> None:
     """Append one JSON line; the newline is written with the record so a crash leaves a torn tail
     that readers detect, never a line that silently merges with the next."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     line = json.dumps(record, allow_nan=False, separators=(",", ":")) + "\n"
-    with open(path, "a", encoding="utf-8") as handle:
-        handle.write(line)
-        handle.flush()
-        os.fsync(handle.fileno())
+    safe_write.append_line(path, line.encode("utf-8"), root)
 
 
 class RunDir:

@@ -56,6 +56,7 @@ from typing import Any
 
 import msgspec
 
+from perfwarden.harness import safe_write
 from perfwarden.harness.jsonl import SealEntry
 from perfwarden.harness.records import (SealHead, SealKey, append_jsonl as _plain_append_jsonl, is_seal_id,
                                         key_store_dir, key_store_path, write_json_atomic)
@@ -243,16 +244,17 @@ class Chain:
 
     # ---------------------------------------------------------------- internals
     def rel(self, path: Path) -> str:
-        absolute = Path(os.path.abspath(path))
+        """``path`` inside the run, as the chain names it (a link below the root is not resolved: the
+        write through it is refused by ``safe_write``)."""
         try:
-            return absolute.resolve().relative_to(self.root).as_posix()
-        except ValueError:
+            return safe_write.relative(path, self.root)
+        except safe_write.RefusedWrite:
             raise SealError(f"{str(path)!r} is not inside the sealed run {str(self.root)!r}") from None
 
     @contextmanager
     def _locked(self) -> Iterator[int]:
         with self._lock:
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
+            fd = safe_write.open_fd(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND, self.root)
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX)
                 self._refresh(fd)
@@ -276,8 +278,7 @@ class Chain:
         self._read_to += end
         if end < len(data):  # torn tail: a writer died mid-entry; keep it aside, never extend it
             fragment = data[end:]
-            with open(self.path.with_name(EVIDENCE_FILE + ".torn"), "ab") as torn:
-                torn.write(fragment + b"\n")
+            safe_write.append_line(self.path.with_name(EVIDENCE_FILE + ".torn"), fragment + b"\n", self.root)
             os.ftruncate(fd, self._read_to)
             os.fsync(fd)
             self._append(fd, {"kind": "cut", "file": EVIDENCE_FILE, "offset": self._read_to,
@@ -346,13 +347,11 @@ class Chain:
 
     def _cut(self, fd: int, path: Path, rel: str, st: _FileState, actual: int) -> bytes:
         """Move bytes past the sealed end of ``path`` aside (``<file>.unsealed``) and record it."""
-        with open(path, "rb+") as handle:
+        with safe_write.open_update(path, self.root) as handle:
             handle.seek(st.size)
             dropped = handle.read(actual - st.size)
-            with open(path.with_name(path.name + ".unsealed"), "ab") as aside:
-                aside.write(dropped if dropped.endswith(b"\n") else dropped + b"\n")
-                aside.flush()
-                os.fsync(aside.fileno())
+            safe_write.append_line(path.with_name(path.name + ".unsealed"),
+                                   dropped if dropped.endswith(b"\n") else dropped + b"\n", self.root)
             handle.truncate(st.size)
             handle.flush()
             os.fsync(handle.fileno())
@@ -395,8 +394,7 @@ class Chain:
             st = st or _FileState()
             self._reconcile(fd, path, rel, st)
             hasher = self._checked_hasher(path, rel, st)
-            path.parent.mkdir(parents=True, exist_ok=True)
-            with open(path, "ab") as handle:
+            with safe_write.open_append(path, self.root) as handle:
                 handle.write(data)
                 handle.flush()
                 os.fsync(handle.fileno())
@@ -452,8 +450,7 @@ class Chain:
         path = Path(path)
         with self._locked() as fd:
             rel = self.rel(path)
-            existed = path.exists()
-            path.unlink(missing_ok=True)
+            existed = safe_write.unlink(path, self.root)
             if rel in self._files or existed:
                 self._append(fd, {"kind": "gone", "file": rel, **self._meta(rel, path)})
                 self._files.pop(rel, None)
@@ -632,34 +629,29 @@ def forget(run: Path | str) -> None:
 # ----------------------------------------------------------------------------------- writers
 
 
-def write_json(path: Path | str, payload: Any) -> None:
-    """``write_json_atomic`` + seal the file when it lies in a sealed run."""
+def write_json(path: Path | str, payload: Any, root: Path | str | None = None) -> None:
+    """``write_json_atomic`` + seal the file when it lies in a sealed run. Nothing below the run's root
+    (the chain's, else ``root``) is written through a link (``harness.safe_write``)."""
     chain = chain_for(path)
-    write_json_atomic(Path(path), payload)
+    write_json_atomic(Path(path), payload, chain.root if chain else root)
     if chain is not None:
         chain.seal_file(Path(path))
 
 
-def write_text(path: Path | str, text: str) -> None:
+def write_text(path: Path | str, text: str, root: Path | str | None = None) -> None:
     """Write a text file atomically + seal it when it lies in a sealed run."""
     path = Path(path)
     chain = chain_for(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "w", encoding="utf-8") as handle:
-        handle.write(text)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, path)
+    safe_write.write_text(path, text, chain.root if chain else root)
     if chain is not None:
         chain.seal_file(path)
 
 
-def append_jsonl(path: Path | str, record: dict[str, Any]) -> None:
+def append_jsonl(path: Path | str, record: dict[str, Any], root: Path | str | None = None) -> None:
     """Append one JSON line, sealed when ``path`` lies in a sealed run (else ``records.append_jsonl``)."""
     chain = chain_for(path)
     if chain is None:
-        _plain_append_jsonl(Path(path), record)
+        _plain_append_jsonl(Path(path), record, root)
     else:
         chain.append_line(Path(path), record)
 
@@ -690,6 +682,12 @@ def unlink(path: Path | str) -> None:
     """Remove a file; in a sealed run, record that the harness removed it."""
     chain = chain_for(path)
     if chain is None:
-        Path(path).unlink(missing_ok=True)
+        safe_write.unlink(path)
     else:
         chain.unlink(Path(path))
+
+
+def root_of(path: Path | str) -> Path | None:
+    """The root of the sealed run ``path`` lies in (writers check every folder below it), else None."""
+    chain = chain_for(path)
+    return chain.root if chain else None

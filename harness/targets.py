@@ -25,7 +25,7 @@ from typing import Any, Literal
 
 import httpx
 
-from perfwarden.harness import sandbox, seal
+from perfwarden.harness import safe_write, sandbox, seal
 
 FailureKind = Literal["start_failure", "crash", "timeout"]
 
@@ -215,10 +215,11 @@ class ServerTarget:
         """Start the server, wait for ``/health``, record ``/server_info``; returns the server info."""
         if self.proc is not None:
             raise RuntimeError(f"target for {str(self.leg_dir)!r} already started")
-        self.leg_dir.mkdir(parents=True, exist_ok=True)
+        root = seal.root_of(self.leg_dir)
+        safe_write.make_dirs(self.leg_dir, root)
         env = self.environment()
         cmd = self.command()
-        self._log_handle = open(self.server_log, "ab")
+        self._log_handle = safe_write.open_append(self.server_log, root)
         header = f"=== perfwarden {type(self).__name__} start {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())} cmd={cmd!r}\n"
         self._log_handle.write(header.encode())
         self._log_handle.flush()

@@ -10,6 +10,7 @@ import typer
 from rich.console import Console
 
 from perfwarden.agents.auditor.claim_file import ClaimError, load_claim
+from perfwarden.harness.safe_write import check_dir
 from perfwarden.orchestrator.exit_codes import EXIT_BY_VERDICT, ExitCode
 from perfwarden.orchestrator.render import print_error, print_verdict
 
@@ -43,6 +44,12 @@ def audit(
             raise typer.Exit(ExitCode.INVALID) from None
     from perfwarden.agents.auditor.audit import audit_path, write_verdict
 
+    if save:
+        try:  # before the audit: a link or FIFO where the verdict goes is invalid input, nothing written
+            check_dir(Path(run_dir) / "verdicts", run_dir)
+        except OSError as exc:
+            print_error(err, f"cannot write the verdict into {str(run_dir)!r}: {exc}")
+            raise typer.Exit(ExitCode.INVALID) from None
     try:
         verdict = audit_path(run_dir, claim, key=key)
     except ClaimError as exc:

@@ -13,7 +13,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from perfwarden.harness.target_config import TARGET_CONFIGS, ConfigError, parse_set_args
 from perfwarden.harness.records import RunDir, RunManifest, write_json_atomic
 from perfwarden.orchestrator.exit_codes import ExitCode
-from perfwarden.orchestrator.lab import LegPlan
+from perfwarden.harness.safe_write import RefusedWrite
+from perfwarden.orchestrator.lab import LegPlan, check_leg_writes
 from perfwarden.orchestrator.render import print_error, printable, safe_text
 
 
@@ -42,6 +43,11 @@ def measure(
     if target != "sglang" and (model or sglang_python):
         print_error(err, f"--model and --sglang-python are sglang options; target {target!r} serves its own model")
         raise typer.Exit(ExitCode.USAGE)
+    try:  # the leg names a folder under legs/: one path component, and nothing there is a link
+        check_leg_writes(out, [leg])
+    except OSError as exc:
+        print_error(err, f"cannot record leg {leg!r} in {str(out)!r}: {exc}")
+        raise typer.Exit(ExitCode.INVALID) from None
     config_model = TARGET_CONFIGS[target]
     if scenario not in ("server", "offline") or prompts not in ("varied", "repeat"):
         print_error(err, "--scenario must be server|offline and --prompts varied|repeat")
@@ -74,7 +80,7 @@ def measure(
     out.mkdir(parents=True, exist_ok=True)
     model_name = lab_kw.get("model_path", "SmolLM2-135M-Instruct")
     if not paths.manifest.is_file():
-        write_json_atomic(paths.manifest, RunManifest(id=out.name, target=target, model=model_name))
+        write_json_atomic(paths.manifest, RunManifest(id=out.name, target=target, model=model_name), out)
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=err, transient=False) as progress:
         # The description is rendered as rich markup: every part of it is escaped, then made printable.
@@ -84,8 +90,12 @@ def measure(
             progress.update(task, advance=1, description=escape(printable(f"{leg_name}: rep {rep} {status}")))
 
         lab = lab_class(**lab_kw, on_rep=on_rep)
-        status = lab.measure(out, [LegPlan(leg=leg, role=role, config=full, overlay={"config": config},
-                                           prompts=prompts, purpose="perfwarden measure")], reps)
+        try:
+            status = lab.measure(out, [LegPlan(leg=leg, role=role, config=full, overlay={"config": config},
+                                               prompts=prompts, purpose="perfwarden measure")], reps)
+        except RefusedWrite as exc:  # a link or FIFO planted while the leg ran: nothing written through it
+            print_error(err, exc)
+            raise typer.Exit(ExitCode.INVALID) from None
     result = status.get(leg, "failed")
     if result != "ok":
         err.print(safe_text((f"leg {leg!r} failed:", "red"), f" {result}"))

@@ -10,6 +10,7 @@ a time, started for each rep).
 
 from __future__ import annotations
 
+import json
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -17,14 +18,14 @@ from typing import Any, ClassVar
 
 import httpx
 
-from perfwarden.harness import seal
+from perfwarden.harness import safe_write, seal
 from perfwarden.harness.bench_writer import rep_exists
 from perfwarden.harness.loadgen_client import LoadSettings, measure_rep, request_params
 from perfwarden.harness.prompts import parity_prompts, random_word_prompts, varied_prompts
-from perfwarden.harness.records import LegSpec, Overlay, RunDir, append_jsonl
+from perfwarden.harness.records import LegSpec, Overlay, RunDir
 from perfwarden.harness.target_config import EmbeddedConfig, TargetConfig
 from perfwarden.harness.targets import EmbeddedTarget, ServerTarget, TargetError
-from perfwarden.orchestrator.lab import LabError, LegPlan
+from perfwarden.orchestrator.lab import LabError, LegPlan, check_leg_writes
 
 OPS_DIR = Path(__file__).resolve().parents[1] / "harness" / "ops"
 
@@ -114,6 +115,7 @@ class ServerLab:
 
     # ------------------------------------------------------------------ measuring
     def measure(self, run: Path, legs: list[LegPlan], reps: int) -> dict[str, str]:
+        check_leg_writes(run, [plan.leg for plan in legs])
         seal.begin(run)  # every file below is sealed as it is written (resume continues the chain)
         paths = RunDir(run)
         if self.servers_at_once:
@@ -210,10 +212,10 @@ class ServerLab:
         return self._launch(paths, plan, targets)
 
     def _write_spec(self, paths: RunDir, plan: LegPlan) -> None:
-        paths.leg_dir(plan.leg).mkdir(parents=True, exist_ok=True)
+        safe_write.make_dirs(paths.leg_dir(plan.leg), paths.root)
         spec = LegSpec(leg=plan.leg, role=plan.role, overlay=Overlay(**plan.overlay) if plan.overlay else Overlay(),
                        purpose=plan.purpose, parent_leg=plan.parent, workload=self.workload(plan))
-        seal.write_json(paths.leg_spec(plan.leg), spec)
+        seal.write_json(paths.leg_spec(plan.leg), spec, paths.root)
 
     def _launch(self, paths: RunDir, plan: LegPlan, targets: dict[str, ServerTarget]) -> str:
         target = self.make_target(paths.leg_dir(plan.leg), plan.config)
@@ -229,7 +231,7 @@ class ServerLab:
         spec = LegSpec(leg=plan.leg, role=plan.role, overlay=Overlay(**plan.overlay) if plan.overlay else Overlay(),
                        purpose=plan.purpose, parent_leg=plan.parent, status="failed", failure=why[:500],
                        workload=self.workload(plan))
-        seal.write_json(paths.leg_spec(plan.leg), spec)  # the chain keeps "failed" even if this file is edited
+        seal.write_json(paths.leg_spec(plan.leg), spec, paths.root)  # the chain keeps "failed" even if this file is edited
 
     def _parity_dump(self, paths: RunDir, leg: str, base_url: str) -> None:
         """Greedy outputs for the fixed parity prompts (outputs.jsonl), written whole or not at all."""
@@ -249,11 +251,8 @@ class ServerLab:
         # Sent concurrently so batching servers batch them; greedy outputs do not depend on batching.
         with ThreadPoolExecutor(max_workers=4) as pool:
             rows = list(pool.map(one, parity_prompts()))
-        tmp = paths.outputs(leg).with_suffix(".tmp")
-        tmp.unlink(missing_ok=True)
-        for row in rows:
-            append_jsonl(tmp, row)
-        tmp.replace(paths.outputs(leg))
+        safe_write.write_text(paths.outputs(leg), "".join(
+            json.dumps(row, allow_nan=False, separators=(",", ":")) + "\n" for row in rows), paths.root)
         seal.seal_file(paths.outputs(leg))
 
 

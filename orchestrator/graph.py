@@ -44,6 +44,7 @@ from perfwarden.agents.auditor.gates.profile import rank_ops
 from perfwarden.agents.auditor.persona import apply_persona
 from perfwarden.agents.base import BankedChange, Proposal, Rejection, VerdictSummary, apply_overlay
 from perfwarden.harness.jsonl import ProfileLine, read_jsonl
+from perfwarden.harness import safe_write
 from perfwarden.harness.records import Claim, RunDir, RunManifest, append_jsonl, write_json_atomic
 from perfwarden.harness.seal import find_key_file
 from perfwarden.orchestrator.crashpoints import crash_point
@@ -71,7 +72,7 @@ def _submit(state: RunState, claim: Claim) -> dict[str, Any]:
     seq = state.get("seq", 0) + 1
     claim = claim.model_copy(update={"seq": seq})
     rel = f"claims/{seq:03d}-{claim.scope}.json"
-    write_json_atomic(_run(state) / rel, claim)
+    write_json_atomic(_run(state) / rel, claim, _run(state))
     return {"seq": seq, "pending_claim": rel}
 
 
@@ -99,12 +100,11 @@ def _captured(ctx: RunContext, run: Path, what: str) -> Iterator[None]:
     if not ctx.capture_logs:
         yield
         return
-    log = run / "logs" / "lab.log"
-    log.parent.mkdir(parents=True, exist_ok=True)
+    handle = safe_write.open_append(run / "logs" / "lab.log", run, text=True, buffering=1)
     sys.stdout.flush()
     sys.stderr.flush()
     saved = [os.dup(1), os.dup(2)]
-    with open(log, "a", encoding="utf-8", errors="replace", buffering=1) as handle:
+    with handle:
         handle.write(f"=== {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())} {what}\n")
         handle.flush()
         os.dup2(handle.fileno(), 1)
@@ -131,7 +131,7 @@ def _event(run: Path, node: str, state: RunState, started: float, error: str | N
     digest = hashlib.sha256(json.dumps({k: state.get(k) for k in ("seq", "current", "pending_claim", "stage")},
                                        sort_keys=True, default=str).encode()).hexdigest()[:16]
     append_jsonl(run / "events.jsonl", {"node": node, "inputs_digest": digest,
-                                        "duration_s": round(time.time() - started, 3), "error": error})
+                                        "duration_s": round(time.time() - started, 3), "error": error}, run)
 
 
 def step(name: str) -> Callable[[Node], Node]:
@@ -165,7 +165,8 @@ def setup(state: RunState, runtime: Runtime[RunContext]) -> dict:
     if not (run / "run.json").is_file():
         write_json_atomic(run / "run.json", RunManifest(id=run.name, target=ctx.settings.target,
                                                         model=ctx.lab.model_name, seed=ctx.settings.seed,
-                                                        versions=_versions(), started_at=_iso(state["started_at"])))
+                                                        versions=_versions(), started_at=_iso(state["started_at"])),
+                          run)
     return {"stage": "baseline", "baseline_attempts": 0}
 
 

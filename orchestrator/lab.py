@@ -11,8 +11,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from perfwarden.harness import safe_write
+from perfwarden.harness.records import RunDir
 from perfwarden.harness.target_config import TargetConfig
 
 
@@ -35,6 +37,31 @@ class LegPlan(BaseModel):
     prompts of that one prompt's length (TEST04's control: only the repetition differs)."""
     parent: str | None = None
     purpose: str = ""
+
+    @field_validator("leg", "parent")
+    @classmethod
+    def _one_component(cls, value: str | None) -> str | None:
+        """A leg's name is its folder under legs/: one safe path component, never ``../x`` or ``a/b``."""
+        if value is None:
+            return None
+        try:
+            return safe_write.check_name(value, "leg name")
+        except OSError as exc:
+            raise ValueError(str(exc)) from None
+
+
+def check_leg_writes(run: Path, legs: list[str]) -> None:
+    """Before a lab writes any leg: every leg name is one path component and nothing the lab will write
+    (run.json, the seal chain, each leg's files and folders) is a link, FIFO or folder where a file
+    belongs (``RefusedWrite``, exit 3)."""
+    paths = RunDir(run)
+    for leg in legs:
+        safe_write.check_name(leg, "leg name")
+    files = [paths.manifest, paths.evidence]
+    for leg in legs:
+        files += [paths.leg_spec(leg), paths.server_info(leg), paths.server_log(leg), paths.bench_runs(leg),
+                  paths.outputs(leg)]
+    safe_write.preflight(run, files=files, dirs=[paths.leg_dir(leg) / "loadgen" for leg in legs])
 
 
 class Lab(Protocol):

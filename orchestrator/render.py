@@ -8,6 +8,8 @@ the terminal) and through rich ``Text`` objects, never markup (a ``[/red]`` in a
 
 from __future__ import annotations
 
+import html
+import re
 import unicodedata
 from typing import Any
 
@@ -39,6 +41,22 @@ def printable(value: object) -> str:
         else:
             out.append(ch)
     return "".join(out)
+
+
+_MD_SPECIAL = "\\`*[]|#:@"
+"""Backslash-escaped in markdown: code spans, emphasis, links and images, table pipes, headings, and the
+``:`` and ``@`` that GitHub's autolinks (``https://…``, ``a@b.c``) start from."""
+_WWW = re.compile(r"(?i)(www)\.")
+
+
+def md_cell(value: object) -> str:
+    """Untrusted text safe anywhere in a markdown line (a table cell, a list item, after a label): HTML
+    entity-escaped (renderers pass raw HTML through), control characters shown as escapes, newlines
+    flattened, and heading, link, image, code, emphasis, pipe and autolink syntax backslash-escaped. The
+    report (``report.md``) and ``review --format md`` both use it: one place for what markdown may
+    interpret."""
+    text = html.escape(printable(" ".join(str(value).splitlines())), quote=False)
+    return _WWW.sub(r"\1\\.", "".join("\\" + ch if ch in _MD_SPECIAL else ch for ch in text))
 
 
 def safe_text(*parts: object | tuple[object, str]) -> Text:

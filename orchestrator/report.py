@@ -12,21 +12,36 @@ from pathlib import Path
 from typing import Any
 
 from perfwarden.agents.base import BankedChange, Proposal, VerdictSummary
+from perfwarden.harness import safe_write
 from perfwarden.harness.records import write_json_atomic
 from perfwarden.harness.target_config import TargetConfig
 from perfwarden.orchestrator.crashpoints import crash_point
+from perfwarden.orchestrator.render import md_cell as md
 
 CLASS_TITLE = {"A": "kernel / implementation wins (class A)", "B": "orthogonal serving levers (class B)"}
 
 
 def _change_text(change: dict[str, Any]) -> str:
+    """A change as markdown text: every knob, value, op and implementation escaped (they come from the
+    run's state)."""
     parts = []
     for key, value in change.items():
-        if key == "op_overrides":
-            parts += [f"{op} -> {impl}" for op, impl in value.items()]
+        if key == "op_overrides" and isinstance(value, dict):
+            parts += [f"{md(op)} -> {md(impl)}" for op, impl in value.items()]
         else:
-            parts.append(f"{key}={value!r}")
+            parts.append(f"{md(key)}={md(repr(value))}")
     return ", ".join(parts) or "the true baseline"
+
+
+def _codes(codes: Any) -> str:
+    return ", ".join(md(c) for c in codes) or "no code"
+
+
+def _pct(value: Any, digits: int = 2) -> str | None:
+    """A re-derived delta as ``+1.23%``; None when the state holds no number there."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return f"{value:+.{digits}f}%"
+    return None
 
 
 def search_path(proposals: list[Proposal], verdicts: list[VerdictSummary]) -> list[dict[str, Any]]:
@@ -88,95 +103,102 @@ def build_report(state: dict[str, Any], base_config: dict[str, Any], config_mode
 
 
 def render_markdown(report: dict[str, Any]) -> str:
-    lines = ["# perfwarden run report", "", f"Run: `{report['run_dir']}`", ""]
+    """report.md. Every string in it that came from the run (names, codes, paths, notes, knob values) goes
+    through ``md`` (``render.md_cell``): the run's data cannot add a heading, link, HTML or control
+    character to the report."""
+    lines = ["# perfwarden run report", "", f"Run: {md(report['run_dir'])}", ""]
     baselines = [v for v in report["verdicts"] if v["scope"] == "baseline"]
     if baselines and all(v["verdict"] != "PASS" for v in baselines):
         last = baselines[-1]
         codes = sorted({f["code"] for f in last["findings"] if f["severity"] != "INFO"})
         lines += [f"**The run stopped: no baseline passed the audit after {len(baselines)} measurement(s)** "
-                  f"(last: {last['verdict']} `{last['action']}`, {', '.join(codes) or 'no code'}). Nothing can be "
+                  f"(last: {md(last['verdict'])} {md(last['action'])}, {_codes(codes)}). Nothing can be "
                   "compared against an unreliable baseline; see the notes below.", ""]
     lines += ["## Banked", ""]
     if not report["banked"]:
         lines += ["Nothing was banked: no change passed the auditor.", ""]
     for cls in ("A", "B"):
-        entries = report["headlines"][cls]
-        lines += [f"### {CLASS_TITLE[cls]}", ""]
-        if not entries:
-            lines.append("- none")
-        for e in entries:
-            delta = e["output_throughput_delta_pct"]
-            traded = ", ".join(f"{m} {v:+.1f}%" for m, v in e["disclosed_regressions"].items())
-            against = _change_text(e["against"])
-            lines.append((f"- `{e['change']}`: output throughput {delta:+.2f}% against {against} (re-derived; "
-                          f"verdict `{e['verdict']}`)" if delta is not None else f"- `{e['change']}` (verdict "
-                          f"`{e['verdict']}`)") + (f"; trade-off disclosed: {traded}" if traded else ""))
-        lines.append("")
+        lines += [f"### {CLASS_TITLE[cls]}", ""] + _banked_lines(report["headlines"][cls]) + [""]
     if report["bundle"]:
         b = report["bundle"]
-        delta = b.get("headline_rederived")
+        delta = _pct(b.get("headline_rederived"))
         lines += ["## Bundle against the true baseline", "",
-                  f"Verdict **{b['verdict']}** (action `{b['action']}`)" + (
-                      f", output throughput {delta:+.2f}% for every banked change together." if delta is not None
-                      else "."), ""]
+                  f"Verdict **{md(b['verdict'])}** (action {md(b['action'])})" + (
+                      f", output throughput {delta} for every banked change together." if delta else "."), ""]
     if report["final_configuration"]:
         lines += ["Final configuration:", "", "| knob | baseline | final | class | lossless |", "|---|---|---|---|---|"]
         for k in report["final_configuration"]:
-            lines.append(f"| `{k['knob']}` | `{k['baseline']!r}` | `{k['final']!r}` | {k['lever_class'] or '-'} | "
-                         f"{k['lossless'] if k['lossless'] is not None else '-'} |")
+            lines.append(f"| {md(k['knob'])} | {md(repr(k['baseline']))} | {md(repr(k['final']))} | "
+                         f"{md(k['lever_class'] or '-')} | {md(k['lossless'] if k['lossless'] is not None else '-')} |")
         lines.append("")
-    lines += ["## Search path", "",
-              "Each step changes one thing of the best banked configuration so far and is banked only when "
-              "its patch claim passes; its delta is against that configuration.", "",
-              "| # | change | measured against | status | verdict | Δ output throughput | codes |",
-              "|---|---|---|---|---|---|---|"]
-    for s in report["search_path"]:
-        delta = s["output_throughput_delta_pct"]
-        lines.append(f"| {s['step']} | `{s['change']}` | {_change_text(s['against'])} | {s['status']} | "
-                     f"{s['verdict'] or '-'} | {f'{delta:+.2f}%' if delta is not None else '-'} | "
-                     f"{', '.join(s['codes']) or '-'} |")
-    if not report["search_path"]:
-        lines.append("| - | no change was tried | | | | | |")
+    lines += _search_lines(report["search_path"])
     lines += ["", "## Refused or reclassified by the auditor", ""]
     if not report["refused_or_reclassified"]:
         lines.append("- none")
     for r in report["refused_or_reclassified"]:
-        lines.append(f"- `{r['claim']}`: **{r['verdict']}** `{r['action']}` — {', '.join(r['codes']) or 'no code'}")
+        lines.append(f"- {md(r['claim'])}: **{md(r['verdict'])}** {md(r['action'])} — {_codes(r['codes'])}")
     if report["red_team"]:
         rt = report["red_team"]
         lines += ["", "## Red team", "",
-                  f"{rt['attacks']} attack claim(s); " + (f"**{len(rt['passed'])} passed the auditor**: "
-                                                           f"{', '.join(rt['passed'])}" if rt["passed"]
-                                                           else "every one was refused.")]
-        lines += [f"- `{v['claim']}`: {v['verdict']} — {', '.join(v['codes']) or 'no code'}" for v in rt["verdicts"]]
+                  f"{md(rt['attacks'])} attack claim(s); " + (
+                      f"**{len(rt['passed'])} passed the auditor**: {', '.join(md(c) for c in rt['passed'])}"
+                      if rt["passed"] else "every one was refused.")]
+        lines += [f"- {md(v['claim'])}: {md(v['verdict'])} — {_codes(v['codes'])}" for v in rt["verdicts"]]
     lines += ["", "## Verdict trail", "", "| seq | scope | change | verdict | action | file |",
               "|---|---|---|---|---|---|"]
     for v in report["verdicts"]:
-        lines.append(f"| {v['seq']} | {v['scope']} | {v['lever'] or '-'} | {v['verdict']} | {v['action']} | "
-                     f"`{v['path']}` |")
+        lines.append(f"| {md(v['seq'])} | {md(v['scope'])} | {md(v['lever'] or '-')} | {md(v['verdict'])} | "
+                     f"{md(v['action'])} | {md(v['path'])} |")
     lines += ["", "## What each producer tried", ""]
     for p in report["proposals"]:
-        lines.append(f"- `{p['id']}` ({p['status']})")
-        lines += [f"  - {h}" for h in p["history"]]
+        lines.append(f"- {md(p['id'])} ({md(p['status'])})")
+        lines += [f"  - {md(h)}" for h in p["history"]]
     if report["llm"]:
         u = report["llm"]
         lines += ["", "## LLM brains", "",
-                  f"Model `{u['model']}`: {u['calls']} calls, {u['invalid_outputs']} invalid outputs, "
-                  f"{u['unavailable']} unanswered asks; the deterministic policy answered instead "
-                  f"{sum(u['fallbacks'].values())} time(s)"
-                  + (f" ({', '.join(f'{k}: {n}' for k, n in sorted(u['fallbacks'].items()))})." if u["fallbacks"]
-                     else ".")]
+                  f"Model {md(u['model'])}: {md(u['calls'])} calls, {md(u['invalid_outputs'])} invalid outputs, "
+                  f"{md(u['unavailable'])} unanswered asks; the deterministic policy answered instead "
+                  f"{md(sum(u['fallbacks'].values()))} time(s)"
+                  + (f" ({', '.join(f'{md(k)}: {md(n)}' for k, n in sorted(u['fallbacks'].items()))})."
+                     if u["fallbacks"] else ".")]
     if report["notes"]:
-        lines += ["", "## Notes", ""] + [f"- {n}" for n in report["notes"]]
+        lines += ["", "## Notes", ""] + [f"- {md(n)}" for n in report["notes"]]
     return "\n".join(lines) + "\n"
+
+
+def _banked_lines(entries: list[dict[str, Any]]) -> list[str]:
+    if not entries:
+        return ["- none"]
+    out = []
+    for e in entries:
+        delta = _pct(e["output_throughput_delta_pct"])
+        traded = ", ".join(f"{md(m)} {_pct(v, 1) or md(v)}" for m, v in e["disclosed_regressions"].items())
+        out.append((f"- {md(e['change'])}: output throughput {delta} against {_change_text(e['against'])} "
+                    f"(re-derived; verdict {md(e['verdict'])})" if delta else
+                    f"- {md(e['change'])} (verdict {md(e['verdict'])})") + (f"; trade-off disclosed: {traded}"
+                                                                           if traded else ""))
+    return out
+
+
+def _search_lines(steps: list[dict[str, Any]]) -> list[str]:
+    lines = ["## Search path", "",
+             "Each step changes one thing of the best banked configuration so far and is banked only when "
+             "its patch claim passes; its delta is against that configuration.", "",
+             "| # | change | measured against | status | verdict | Δ output throughput | codes |",
+             "|---|---|---|---|---|---|---|"]
+    for s in steps:
+        lines.append(f"| {md(s['step'])} | {md(s['change'])} | {_change_text(s['against'])} | {md(s['status'])} | "
+                     f"{md(s['verdict'] or '-')} | {_pct(s['output_throughput_delta_pct']) or '-'} | "
+                     f"{md(', '.join(s['codes']) or '-')} |")
+    if not steps:
+        lines.append("| - | no change was tried | | | | | |")
+    return lines
 
 
 def write_report(run: Path, state: dict[str, Any], base_config: dict[str, Any], config_model: type[TargetConfig],
                  llm_usage: dict[str, Any] | None = None) -> dict[str, Any]:
     report = build_report(state, base_config, config_model, llm_usage)
-    write_json_atomic(Path(run) / "report.json", report)
+    write_json_atomic(Path(run) / "report.json", report, run)
     crash_point("report_json_written")
-    tmp = Path(run) / ".report.md.tmp"
-    tmp.write_text(render_markdown(report), encoding="utf-8")
-    tmp.replace(Path(run) / "report.md")
+    safe_write.write_text(Path(run) / "report.md", render_markdown(report), run)
     return report

@@ -14,6 +14,7 @@ no-op). A run killed at any instant is in one of these states on disk, each hand
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import time
 from pathlib import Path
@@ -24,11 +25,12 @@ from langgraph.checkpoint.sqlite import SqliteSaver
 from perfwarden.agents.base import AttackProducer
 from perfwarden.agents.brains import Brains
 from perfwarden.agents.llm import LLMClient
+from perfwarden.harness import safe_write
 from perfwarden.harness.records import write_json_atomic
 from perfwarden.orchestrator.checkpoint_serde import CheckpointTypeError, StateOnlySerializer
 from perfwarden.orchestrator.crashpoints import crash_point
 from perfwarden.orchestrator.graph import build_graph, initial_state
-from perfwarden.orchestrator.lab import Lab
+from perfwarden.orchestrator.lab import Lab, check_leg_writes
 from perfwarden.orchestrator.settings import RunSettings, settings_error
 from perfwarden.orchestrator.state import STATE_VERSION, RunContext, RunState, SilentWatcher
 
@@ -45,6 +47,28 @@ def checkpoint_path(run: Path) -> Path:
 
 def settings_path(run: Path) -> Path:
     return Path(run) / "settings.json"
+
+
+RUN_FILES = ("settings.json", "run.json", "events.jsonl", "evidence.jsonl", "report.json", "report.md",
+             "logs/lab.log")
+"""Files ``run`` writes at the top of a run directory (legs, claims and verdicts are checked apart)."""
+RUN_DIRS = ("claims", "verdicts", "logs", "legs", "quality", "profile", "opbench", "generated")
+
+
+def check_run_writes(run: Path) -> None:
+    """Before a run writes anything: no file it writes (the checkpoint database included, before SQLite
+    opens it) nor any leg it may continue is a link, FIFO or folder where a file belongs (exit 3)."""
+    run = Path(run)
+    try:
+        safe_write.preflight(run, files=[run / f for f in RUN_FILES], dirs=[run / d for d in RUN_DIRS])
+        safe_write.check_sqlite(checkpoint_path(run), run)
+        entries = sorted(os.listdir(run / "legs"))[:10_000] if os.path.isdir(run / "legs") else []
+        legs = [e for e in entries if not os.path.isfile(run / "legs" / e) or os.path.islink(run / "legs" / e)]
+        for leg in legs:  # a leg the run may continue: a real folder, named as a leg, holding no link
+            safe_write.check_dir(run / "legs" / leg, run)
+        check_leg_writes(run, legs)
+    except OSError as exc:
+        raise RunUsageError(f"cannot write into {str(run)!r}: {exc}") from None
 
 
 def read_settings(run: Path) -> RunSettings:
@@ -110,6 +134,7 @@ def run_graph(run: Path, settings: RunSettings, lab: Lab, *, resume: bool = Fals
               capture_logs: bool = True) -> RunState:
     """Start a run (or resume one) and return its final state."""
     run = Path(run)
+    check_run_writes(run)
     if resume:
         if not run.is_dir():
             raise RunUsageError(f"{str(run)!r} is not a directory: nothing to resume")
@@ -118,7 +143,7 @@ def run_graph(run: Path, settings: RunSettings, lab: Lab, *, resume: bool = Fals
         if checkpoint_path(run).is_file():
             raise RunUsageError(f"{str(run)!r} already holds a run; use --resume or another directory")
         run.mkdir(parents=True, exist_ok=True)
-        write_json_atomic(settings_path(run), settings)
+        write_json_atomic(settings_path(run), settings, run)
         crash_point("settings_written")
     context = RunContext(lab=lab, settings=settings, llm=llm, brains=brains or Brains(llm=llm), clock=clock,
                          watcher=watcher or SilentWatcher(), attacker=attacker, capture_logs=capture_logs)

@@ -17,12 +17,12 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from perfwarden.harness import seal
+from perfwarden.harness import safe_write, seal
 from perfwarden.harness.bench_writer import append_bench_line, rep_exists
 from perfwarden.harness.records import LegSpec, Overlay, QualityEval, RunDir
 from perfwarden.harness.target_config import EmbeddedConfig
 from perfwarden.orchestrator.crashpoints import armed, kill_now
-from perfwarden.orchestrator.lab import LabError, LegPlan
+from perfwarden.orchestrator.lab import LabError, LegPlan, check_leg_writes
 from perfwarden.proof.synth import COHERENT_TEXTS, make_rep, write_jsonl
 
 # It simulates the embedded target, so its true baseline is that target's defaults (one place).
@@ -83,11 +83,11 @@ class SyntheticLab:
 
     def measure(self, run: Path, legs: list[LegPlan], reps: int) -> dict[str, str]:
         self.calls.append(("measure", [leg.leg for leg in legs], reps))
+        check_leg_writes(run, [plan.leg for plan in legs])
         seal.begin(run)  # the synthetic target plays the harness: it seals what it writes, as it writes it
         paths = RunDir(run)
         for plan in legs:
-            d = paths.leg_dir(plan.leg)
-            d.mkdir(parents=True, exist_ok=True)
+            safe_write.make_dirs(paths.leg_dir(plan.leg), run)
             info = {**plan.config, "port": 9000 + len(plan.leg), "weights_digest": "synthetic"}
             seal.write_json(paths.server_info(plan.leg), info)
             seal.write_json(paths.leg_spec(plan.leg), LegSpec(leg=plan.leg, role=plan.role,
@@ -212,7 +212,7 @@ def _write_torn(path: Path, line: dict[str, Any]) -> None:
     import json
 
     data = json.dumps(line).encode()
-    with open(path, "ab") as handle:
+    with safe_write.open_append(path) as handle:
         handle.write(data[: len(data) // 2])
         handle.flush()
         os.fsync(handle.fileno())

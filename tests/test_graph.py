@@ -72,7 +72,7 @@ def test_default_search_climbs_the_ladder_from_the_best_banked_configuration(tmp
                                                                "cfg-max_batch_size=8"]
     assert {k["knob"]: k["final"] for k in report["final_configuration"]}["max_batch_size"] == 4
     md = (run / "report.md").read_text()
-    assert "## Search path" in md and "| 2 | `cfg-max_batch_size=4` | max_batch_size=2 | banked | PASS |" in md
+    assert "## Search path" in md and "| 2 | cfg-max_batch_size=4 | max_batch_size=2 | banked | PASS |" in md
     trail = state["verdicts"]
     assert [v.seq for v in trail] == list(range(1, len(trail) + 1))
     assert len(list((run / "verdicts").glob("*.json"))) == len(trail)

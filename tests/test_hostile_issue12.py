@@ -390,9 +390,13 @@ def test_measure_progress_and_failure_show_escape_sequences_as_text(tmp_path, mo
             return {legs[0].leg: "failed: " + ESCAPES}
 
     monkeypatch.setattr(embedded_lab, "EmbeddedLab", HostileLab)
+    result = runner.invoke(app, ["measure", "--out", str(tmp_path / "m"), "--leg", "leg", "--reps", "1"])
+    assert result.exit_code == 1, result.output
+    assert raw_controls(result.output) == [], raw_controls(result.output)
+    # A leg named with escape sequences is no path component (issue 16): refused, and shown as text.
     result = runner.invoke(app, ["measure", "--out", str(tmp_path / "m"), "--leg", "leg" + ESCAPES.replace("/", ""),
                                  "--reps", "1"])
-    assert result.exit_code == 1, result.output
+    assert result.exit_code == 3, result.output
     assert raw_controls(result.output) == [], raw_controls(result.output)
 
 

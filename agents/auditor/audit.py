@@ -543,5 +543,5 @@ def audit_path(run: Path, claim_path: Path, claim_root: Path | None = None, key:
 def write_verdict(run: Path, verdict: Verdict) -> Path:
     """Write the verdict atomically next to the claims: verdicts/<seq>-<scope>.json."""
     path = Path(run) / "verdicts" / f"{verdict.claim_seq:03d}-{verdict.scope}.json"
-    write_json_atomic(path, verdict)
+    write_json_atomic(path, verdict, run)  # never through a link planted at verdicts/ or the file
     return path

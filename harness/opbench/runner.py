@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, Literal
 
-from perfwarden.harness import sandbox
+from perfwarden.harness import safe_write, sandbox
 from perfwarden.harness.opbench.correctness import Check, compare
 from perfwarden.harness.opbench.digest import absolute_spec, impl_digest, parse_spec, spec_file, uses_triton
 from perfwarden.harness.opbench.inputs import (OPS, TOLERANCES, OpBenchError, as_tensors, check_seed, clone_args,
@@ -324,12 +324,13 @@ def run_opbench(
         if b.triton and not triton_installed:
             b.unavailable = TRITON_MISSING
 
-    out_path = RunDir(run_dir).opbench(op)
+    out_path = RunDir(run_dir).opbench(safe_write.check_name(op, "op"))
     op_dir = out_path.parent
     work_root = op_dir / "work"
+    safe_write.preflight(run_dir, files=[out_path, op_dir / "rig.json"], dirs=[work_root])  # before any write
     if work_root.exists():
         shutil.rmtree(work_root)
-    work_root.mkdir(parents=True)
+    safe_write.make_dirs(work_root, run_dir)
 
     # Ground truth, computed here from the trusted reference on the device (never where a candidate ran).
     ref_fn = load_impl(ref_spec)
@@ -390,8 +391,8 @@ def run_opbench(
     timing_method = "cuda_events" if device == "cuda" else "host_clock"
     rows = build_rows(op, backends, shape_list, seeds, trials, dtype, atol, rtol, dispatch, warmup, device,
                       timing_method)
-    write_jsonl_atomic(out_path, rows)
-    write_json_atomic(op_dir / "rig.json", {
+    write_jsonl_atomic(out_path, rows, run_dir)
+    write_json_atomic(op_dir / "rig.json", root=run_dir, payload={
         "op": op, "dtype": dtype, "dispatch": dispatch, "threads": threads, "seeds": seeds, "trials": trials,
         "iters": iters, "warmup": warmup, "shapes": [list(s) for s in shape_list], "atol": atol, "rtol": rtol,
         "timeout_s": timeout_s, "mem_limit_mb": mem_limit_mb, "cpu_limit_s": cpu_limit,
@@ -515,15 +516,10 @@ def _finite(x: float | None) -> float | None:
     return x if x is not None and math.isfinite(x) else None
 
 
-def write_jsonl_atomic(path: Path, rows: list[dict[str, Any]]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "w", encoding="utf-8") as handle:
-        for row in rows:
-            handle.write(json.dumps(row, allow_nan=False, separators=(",", ":")) + "\n")
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, path)
+def write_jsonl_atomic(path: Path, rows: list[dict[str, Any]], root: Path | str | None = None) -> None:
+    """All rows at once (readers never see half a bench), inside ``root`` without following a link."""
+    safe_write.write_text(path, "".join(json.dumps(row, allow_nan=False, separators=(",", ":")) + "\n"
+                                        for row in rows), root)
 
 
 # ------------------------------------------------------------------------------------------- the lab

@@ -16,10 +16,9 @@ from __future__ import annotations
 import csv
 import io
 import json
-from html import escape
 from typing import Any
 
-from perfwarden.orchestrator.render import printable
+from perfwarden.orchestrator.render import md_cell, printable
 from perfwarden.orchestrator.review.compare import Comparison, metric_rows
 from perfwarden.orchestrator.review.model import RunReview, VerdictEntry
 from perfwarden.orchestrator.review.summary import LEVER_CLASSES, banked, fmt_pct, fmt_value, is_banked
@@ -64,16 +63,6 @@ def compare_json(comp: Comparison) -> dict[str, Any]:
 
 
 # ---------------------------------------------------------------------------------------------- md
-
-
-_MD_SPECIAL = "\\`*[]|"
-
-
-def md_cell(value: object) -> str:
-    """A value safe inside a markdown table cell: HTML entity-escaped (renderers pass raw HTML
-    through), markup and pipe characters backslash-escaped, newlines flattened."""
-    text = escape(printable(" ".join(str(value).splitlines())), quote=False)
-    return "".join("\\" + ch if ch in _MD_SPECIAL else ch for ch in text)
 
 
 def md_table(headers: list[str], rows: list[list[object]]) -> str:
