@@ -675,6 +675,8 @@ class RundirFuzzer:
         """Whether ``/dev/zero`` and a 2 GiB key may be handed to ``--key`` (only under an address-space
         limit: unfixed code reads them until memory runs out)."""
         self.runner = CliRunner()
+        self._command: Any = None
+        self._graph: Any = None
         self.key_dir = self.scratch / "keys"
         logging.getLogger("langgraph").setLevel(logging.CRITICAL)
         seeds_root = Path(seeds_root or self.scratch / "seeds")
@@ -724,7 +726,7 @@ class RundirFuzzer:
 
     def _prepare(self, choose: Chooser, target: str, work: Path, outcome: Outcome) -> Box:
         """Copy a seed, mutate it, and build the command line (recorded in ``outcome``)."""
-        seeds = [s for s in self.seeds if s.name == "patch-done"] if target == "audit-save" else self.seeds
+        seeds = [s for s in self.seeds if s.name.endswith("done")] if target == "audit-save" else self.seeds
         seed = choose.pick(seeds, "seed")
         box = Box(work, seed, target, devices=self.devices)
         for d in (box.run.parent, box.outside, box.markers):
@@ -770,9 +772,18 @@ class RundirFuzzer:
     def _invoke(self, box: Box, outcome: Outcome) -> None:
         from unittest import mock
 
-        # fsync is a no-op here: durability is not what this fuzz checks, and it is a third of an input's cost.
+        # fsync is a no-op here: durability is not what this fuzz checks, and it is a third of an input's
+        # cost; the click command and the graph's builder are made once, not per input.
+        if self._command is None:
+            import typer.main
+
+            self._command = typer.main.get_command(_app())
+            from perfwarden.orchestrator.graph import build_graph
+
+            self._graph = build_graph()  # the same for every input; compiled per run as always
         with mock.patch("perfwarden.orchestrator.embedded_lab.EmbeddedLab", StandInLab), \
-                mock.patch("os.fsync", lambda fd: None):
+                mock.patch("os.fsync", lambda fd: None), mock.patch("typer.testing._get_command", lambda app: self._command), \
+                mock.patch("perfwarden.orchestrator.runner.build_graph", lambda: self._graph):
             result = self.runner.invoke(_app(), box.args)
         outcome.exit_code = result.exit_code
         exc = result.exception
