@@ -72,6 +72,8 @@ def _chunk(args: tuple[int, list[int]]) -> dict:
         counts["damaged"] += bool(outcome.damaged)
         counts[f"verdict:{outcome.verdict}"] += outcome.verdict is not None
         counts[f"seed:{outcome.seed}"] += 1
+        for tag in outcome.exercised:
+            counts[f"exercised:{tag}"] += 1
         for problem in set(outcome.problems):
             counts[problem] += 1
         if outcome.problems and len(failures) < 20:
@@ -199,6 +201,9 @@ def _report_rundir(args: argparse.Namespace, counts: collections.Counter, failur
     print("by command: " + ", ".join(f"{k[7:]} {v}" for k, v in sorted(counts.items()) if k.startswith("target:")))
     print("by seed: " + ", ".join(f"{k[5:]} {v}" for k, v in sorted(counts.items()) if k.startswith("seed:")))
     print("exit codes: " + ", ".join(f"{k[8:]} {v}" for k, v in sorted(counts.items()) if k.startswith("verdict:")))
+    print("inputs that: " + ", ".join(f"{k[10:]} {v}" for k, v in sorted(counts.items()) if k.startswith("exercised:"))
+          + "  (unmutated: a genuine run; payload: a crafted checkpoint; program: settings naming one; "
+            "report_text: hostile text planted and report.md rewritten)")
     for f in failures[:20]:
         print(f"  input {f['input']}: {f['target']} seed={f['seed']} {f['problems']} exit {f['exit_code']} {f['mutations']}")
     if args.out:

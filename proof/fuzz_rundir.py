@@ -747,6 +747,11 @@ class RundirFuzzer:
         # Now and then a genuinely valid run (the success path); else 1-3 mutations.
         for _ in range(0 if choose.integer(0, 9, "valid") == 0 else choose.integer(1, 3, "n_mutations")):
             outcome.mutations.append(self._mutate(box, choose, leg))
+        done = " ".join(outcome.mutations[1:])
+        outcome.exercised += [tag for tag, seen in [("unmutated", len(outcome.mutations) == 1),
+                                                    ("payload", "checkpoint(" in done and "no checkpoint" not in done),
+                                                    ("program", "settings(interpreter)" in done or "settings(unknown)" in done),
+                                                    ("link", "link_" in done), ("fifo", "fifo(" in done)] if seen]
         return box
 
     def _mutate(self, box: Box, choose: Chooser, leg: str) -> str:
@@ -816,6 +821,7 @@ class RundirFuzzer:
             outcome.mutations.append("OUTSIDE " + ", ".join(os.path.relpath(c, box.work) for c in changed[:4]))
         report = box.run / "report.md"
         if box.planted_text and _stat_or_none(report) != report_before:
+            outcome.exercised.append("report_text")
             found = injected(report)
             if found:
                 outcome.problems.append("injection")
