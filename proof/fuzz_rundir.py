@@ -485,14 +485,14 @@ def crafted_checkpoint(box: Box, choose: Chooser) -> str:
     else:
         def edit(values: dict[str, Any]) -> None:
             if where == "notes":
-                values["notes"] = [*values.get("notes", []), ext]
+                values["notes"] = [*_as_list(values.get("notes")), ext]
             elif where == "new_channel":
                 values["fuzz_payload"] = ext
             elif where == "stage":
                 values["stage"] = ext
             else:
                 values["last_verdict"] = _edit_record(values.get("last_verdict"), {"lever": ext})
-                values["verdicts"] = [_edit_record(v, {"claim": ext}) for v in values.get("verdicts", [])]
+                values["verdicts"] = [_edit_record(v, {"claim": ext}) for v in _as_list(values.get("verdicts"))]
 
         done = edit_state(db, edit)
     return f"checkpoint({where}: {label})" if done else "checkpoint(no checkpoint to craft)"
@@ -524,9 +524,9 @@ def crafted_state(box: Box, choose: Chooser) -> str:
 
         def edit(v: dict[str, Any]) -> None:
             if field_ == "notes":
-                v["notes"] = [*v.get("notes", []), text]
+                v["notes"] = [*_as_list(v.get("notes")), text]
             else:
-                v["verdicts"] = [_edit_record(x, {field_: text}) for x in v.get("verdicts", [])]
+                v["verdicts"] = [_edit_record(x, {field_: text}) for x in _as_list(v.get("verdicts"))]
         if choose.integer(0, 1, "drop_report"):  # a finished run rewrites a missing report from its state
             _clear(box.run / choose.pick(["report.md", "report.json"], "dropped"))
     else:
@@ -751,7 +751,8 @@ class RundirFuzzer:
         outcome.exercised += [tag for tag, seen in [("unmutated", len(outcome.mutations) == 1),
                                                     ("payload", "checkpoint(" in done and "no checkpoint" not in done),
                                                     ("program", "settings(interpreter)" in done or "settings(unknown)" in done),
-                                                    ("link", "link_" in done), ("fifo", "fifo(" in done)] if seen]
+                                                    ("link", "link_" in done), ("fifo", "fifo(" in done),
+                                                    ("fuzzer_error", "FUZZER ERROR" in done)] if seen]
         return box
 
     def _mutate(self, box: Box, choose: Chooser, leg: str) -> str:
@@ -763,6 +764,8 @@ class RundirFuzzer:
             return self._apply(box, choose, leg, own, kind)
         except (OSError, sqlite3.Error) as exc:  # the fuzzer's own step failed on what an earlier mutation left
             return f"{kind} not applied ({type(exc).__name__}: {exc})"
+        except Exception as exc:  # noqa: BLE001 - a fuzzer bug: shown (printed as fuzzer_error), not fatal to the run
+            return f"FUZZER ERROR in {kind}: {type(exc).__name__}: {exc}"
 
     def _apply(self, box: Box, choose: Chooser, leg: str, own: list[str], kind: str) -> str:
         if kind == "checkpoint":
@@ -840,6 +843,11 @@ class RundirFuzzer:
                 (self.key_dir / name).unlink(missing_ok=True)
         _make_writable(work)
         shutil.rmtree(work, ignore_errors=True)
+
+
+def _as_list(value: Any) -> list[Any]:
+    """A state list an earlier mutation may have replaced by another type."""
+    return value if isinstance(value, list) else []
 
 
 def _plain(name: str) -> bool:
