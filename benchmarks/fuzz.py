@@ -39,6 +39,8 @@ from pathlib import Path
 
 _FUZZER = None
 _MEMORY = 0
+_CURRENT: Path | None = None
+"""This worker's input in progress (a file in the scratch), so a chunk the alarm could not stop names it."""
 
 
 def _fuzzer(work: Path, timeout: int, memory_limit: int, rundir: bool, seeds: Path | None = None):
@@ -52,7 +54,8 @@ def _fuzzer(work: Path, timeout: int, memory_limit: int, rundir: bool, seeds: Pa
 
 
 def _init(scratch: str, timeout: int, memory: int, rundir: bool) -> None:
-    global _FUZZER, _MEMORY
+    global _FUZZER, _MEMORY, _CURRENT
+    _CURRENT = Path(scratch) / f"current-{os.getpid()}"
     resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
     _MEMORY = memory
     work = Path(tempfile.mkdtemp(prefix=f"w{os.getpid()}-", dir=scratch))
@@ -66,6 +69,7 @@ def _chunk(args: tuple[int, list[int]]) -> dict:
     counts: collections.Counter = collections.Counter()
     failures, degraded = [], []
     for i in indices:
+        _CURRENT.write_text(str(i))
         outcome = _FUZZER.run_one(RandomChooser(seed * 1_000_003 + i))
         counts["inputs"] += 1
         counts[f"target:{outcome.target}"] += 1
@@ -147,7 +151,9 @@ def main() -> int:
                     result = pending.next(timeout=args.chunk * args.timeout + 60)
                 except mp.TimeoutError:
                     counts["hang"] += 1
-                    print("a chunk did not finish: counted as a hang; stopping", flush=True)
+                    stuck = sorted(int(p.read_text() or -1) for p in Path(scratch).glob("current-*"))
+                    print(f"a chunk did not finish: counted as a hang; stopping (inputs in progress: {stuck}; "
+                          "replay each with --replay)", flush=True)
                     pool.terminate()
                     break
                 counts.update(result["counts"])

@@ -209,8 +209,11 @@ def _latest(db: sqlite3.Connection) -> tuple[str, str, bytes] | None:
 
 @contextlib.contextmanager
 def _database(path: Path) -> Iterator[sqlite3.Connection | None]:
-    """The run's checkpoint database, opened by the fuzzer only when it is a regular file in the run."""
-    if path.is_symlink() or not path.is_file():
+    """The run's checkpoint database, opened by the fuzzer only when it and the files SQLite reads beside
+    it are regular files (a FIFO at the journal would block SQLite's read where no alarm reaches)."""
+    side = [path.with_name(path.name + s) for s in ("-journal", "-wal", "-shm")]
+    if path.is_symlink() or not path.is_file() or any(
+            os.path.lexists(p) and (p.is_symlink() or not p.is_file()) for p in side):
         yield None
         return
     db = sqlite3.connect(path)
