@@ -1,4 +1,4 @@
-"""The checkpoint's serializer: it revives the run state's own record types and nothing else.
+"""The checkpoint as input: it revives the run state's own record types, which name nothing foreign.
 
 A checkpoint is a file in the run directory, so it is input like any other (README, "Hostile input").
 LangGraph's default serializer imports and calls whatever ``(module, name)`` a msgpack extension object
@@ -7,11 +7,16 @@ raw data instead. Here a checkpoint value is first scanned, without constructing
 type outside ``ALLOWED_TYPES`` (the pydantic records ``RunState`` holds) is a ``CheckpointTypeError``
 naming it, before the library revives anything. The library's own allow-list is set to the same
 types as a second wall.
+
+What the revived records name is checked too before a resumed graph runs (``check_names``): the knobs
+of every proposal and banked change, and every op implementation, which a server would import.
 """
 
 from __future__ import annotations
 
+import os
 import typing
+from pathlib import Path
 from typing import Any
 
 import ormsgpack
@@ -113,3 +118,59 @@ class StateOnlySerializer(JsonPlusSerializer):
                                           "never writes (only msgpack); it was not loaded")
             check_blob(blob)
         return super().loads_typed(data)
+
+
+# ------------------------------------------------------------------- what the revived records may name
+
+GENERATED_DIR = "generated"
+"""Folder of a run where the LLM brain writes candidate kernels (``Brains.write_kernel``): code that is
+only ever run in the sandbox."""
+OWN_OPS = Path(__file__).resolve().parents[1] / "harness" / "ops"
+"""perfwarden's own op implementations (the embedded lab's alternatives, the hand-written Triton kernels)."""
+
+
+def _spec_allowed(spec: str, run: Path, offered: set[str]) -> bool:
+    """An op implementation a run could have proposed: the lab's own offer, a file of perfwarden's ops
+    or of the run's ``generated/`` folder, or a module of ``perfwarden.harness.ops``."""
+    if spec in offered:
+        return True
+    target, sep, name = spec.rpartition(":")
+    if not sep or not target or not name.isidentifier():
+        return False
+    if target.endswith(".py") or "/" in target:
+        real = Path(os.path.realpath(target))  # a relative spec, as the server resolves it: against the cwd
+        return real.is_relative_to(OWN_OPS) or real.is_relative_to(Path(os.path.realpath(run)) / GENERATED_DIR)
+    return target == "perfwarden.harness.ops" or target.startswith("perfwarden.harness.ops.")
+
+
+def _named(values: dict[str, Any]) -> tuple[list[dict[str, Any]], list[tuple[str | None, str]]]:
+    """The knob sets and the ``(op, spec)`` implementations the state's proposals and banked changes name."""
+    knob_sets: list[dict[str, Any]] = []
+    specs: list[tuple[str | None, str]] = []
+    for record in [*values.get("proposals", []), *values.get("banked", [])]:
+        for knobs in (record.config, record.against):
+            knob_sets.append(dict(knobs))
+            specs += [(op, str(spec)) for op, spec in dict(knobs.get("op_overrides") or {}).items()]
+        chosen = [*getattr(record, "candidates", []), getattr(record, "chosen", None), getattr(record, "impl", None)]
+        specs += [(record.op, str(spec)) for spec in chosen if spec]
+    return knob_sets, specs
+
+
+def check_names(run: Path, values: dict[str, Any], lab: Any) -> None:
+    """A revived state names only what this run could have made: knobs of the lab's config model with
+    valid values (an unknown one would become an SGLang launch flag), and op implementations allowed by
+    ``_spec_allowed`` (a checkpoint naming any other module or file would have it imported by a
+    server). ``CheckpointTypeError`` names the first that is not."""
+    knob_sets, specs = _named(values)
+    model = lab.config_model
+    for knobs in knob_sets:
+        try:
+            model.validate_knobs(knobs)
+        except ValueError as exc:
+            raise CheckpointTypeError(f"the checkpoint's state names knobs this target does not have: {exc}") from None
+    offered = {spec for op in lab.overridable_ops() for spec in lab.alternatives(op)}
+    for op, spec in specs:
+        if not _spec_allowed(spec, Path(run), offered):
+            raise CheckpointTypeError(f"the checkpoint's state names the implementation {spec[:300]!r} for op "
+                                      f"{str(op)[:80]!r}, which is neither perfwarden's nor generated into "
+                                      f"{GENERATED_DIR}/ of this run; it is not loaded")

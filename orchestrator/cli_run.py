@@ -125,17 +125,25 @@ def _terminal() -> Console:
         return Console(stderr=True, soft_wrap=True, highlight=False)
 
 
-def check_sglang(settings: RunSettings, sglang_python: str | None, resume: bool) -> tuple[RunSettings, str]:
+def check_sglang(settings: RunSettings, sglang_python: str | None, resume: Path | None) -> tuple[RunSettings, str]:
     """An SGLang run's model path and interpreter, checked before anything runs (``SGLangEnvError``
     otherwise): the settings with kernels off (perfwarden has no profiler or op overrides inside SGLang)
     and the resolved interpreter. The interpreter comes from the person running perfwarden, never from
-    the run: a resume is told it again (``--sglang-python`` or ``PERFWARDEN_SGLANG_PYTHON``) or refused."""
+    the run: a resume is told it again (``--sglang-python`` or ``PERFWARDEN_SGLANG_PYTHON``) or refused.
+    On a resume, the weights the run's settings name may not lie inside the run (its author's files)."""
     from perfwarden.harness.sglang_target import PYTHON_ENV, SGLangEnvError, check_model_path, find_sglang_python
 
-    if resume and not sglang_python and not os.environ.get(PYTHON_ENV):
+    if resume is not None and not sglang_python and not os.environ.get(PYTHON_ENV):
         raise SGLangEnvError(f"this run serves SGLang: name the SGLang interpreter to resume it with, "
                              f"--sglang-python PY or {PYTHON_ENV} (a run's files never name a program to run)")
     model = check_model_path(settings.model)
+    if resume is not None:
+        inside = Path(os.path.realpath(resume))
+        for what, path in (("model", model), ("speculative_draft_model_path",
+                                              settings.base_config.get("speculative_draft_model_path"))):
+            if path and Path(os.path.realpath(path)).is_relative_to(inside):
+                raise SGLangEnvError(f"the run's settings name weights inside the run ({what}={str(path)!r}); "
+                                     "a run's own files are never loaded as a model")
     python, _version = find_sglang_python(sglang_python)
     return settings.model_copy(update={"model": model, "kernels": False}), python
 
@@ -172,7 +180,7 @@ def _new_settings(err: Console, settings_kw: dict, set_: list[str]) -> RunSettin
     try:
         return RunSettings(**settings_kw)
     except ValidationError as exc:
-        print_error(err, settings_error(exc, "the run's settings"))
+        print_error(err, settings_error(exc, "the run's settings are invalid"))
         raise typer.Exit(ExitCode.INVALID) from None
 
 
@@ -189,7 +197,7 @@ def _sglang_interpreter(err: Console, settings: RunSettings, sglang_python: str 
         return settings, None
     try:
         kernels_asked = settings.kernels
-        settings, python = check_sglang(settings, sglang_python, resume is not None)
+        settings, python = check_sglang(settings, sglang_python, resume)
     except SGLangEnvError as exc:
         print_error(err, exc)
         raise typer.Exit(ExitCode.INVALID) from None
@@ -204,7 +212,8 @@ def run(
                                "needs --model) or synthetic."),
     model: str = typer.Option(None, "--model", help="sglang: directory of the weights to serve."),
     sglang_python: str = typer.Option(None, "--sglang-python", help="sglang: the python of SGLang's own "
-                                      "environment (default: $PERFWARDEN_SGLANG_PYTHON, else this python)."),
+                                      "environment (default: $PERFWARDEN_SGLANG_PYTHON, else this python; "
+                                      "--resume needs one of the two: a run never names it)."),
     set_: list[str] = typer.Option([], "--set", help="Baseline knob, key=value (repeatable): the true baseline "
                                    "the search starts from (e.g. sglang's mem_fraction_static, tp_size)."),
     out: Path = typer.Option(None, "--out", help="Run directory (default: runs/<UTC timestamp>)."),

@@ -27,7 +27,7 @@ from perfwarden.agents.brains import Brains
 from perfwarden.agents.llm import LLMClient
 from perfwarden.harness import safe_write
 from perfwarden.harness.records import write_json_atomic
-from perfwarden.orchestrator.checkpoint_serde import CheckpointTypeError, StateOnlySerializer
+from perfwarden.orchestrator.checkpoint_serde import CheckpointTypeError, StateOnlySerializer, check_names
 from perfwarden.orchestrator.crashpoints import crash_point
 from perfwarden.orchestrator.graph import build_graph, initial_state
 from perfwarden.orchestrator.lab import Lab, check_leg_writes
@@ -83,7 +83,7 @@ def read_settings(run: Path) -> RunSettings:
     except OSError as exc:
         raise RunUsageError(f"{str(run)!r} is not a perfwarden run directory: {exc}") from None
     except ValidationError as exc:
-        raise RunUsageError(settings_error(exc, repr(str(settings_path(run))))) from None
+        raise RunUsageError(settings_error(exc, f"{str(settings_path(run))!r} is invalid")) from None
 
 
 def ensure_report(run: Path, state: dict[str, Any], context: RunContext) -> dict[str, Any]:
@@ -158,6 +158,8 @@ def run_graph(run: Path, settings: RunSettings, lab: Lab, *, resume: bool = Fals
                 # ran, so starting from the beginning gives the uninterrupted run's result.
                 return ensure_report(run, graph.invoke(initial_state(run, clock()), config, context=context), context)
             check_state_version(run, dict(snapshot.values))
+            for values in [dict(snapshot.values), *(t.result for t in snapshot.tasks if isinstance(t.result, dict))]:
+                check_names(run, values, lab)  # the state and the writes a resumed graph would apply
             # A task that finished just before the crash has its writes saved but no checkpoint after
             # it yet: ``next`` is then empty while ``tasks`` is not, and invoking applies those writes.
             if not snapshot.next and not snapshot.tasks:

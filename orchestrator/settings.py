@@ -15,12 +15,13 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from perfwarden.harness.target_config import CODE_KNOBS, TARGET_CONFIGS
 
-def settings_error(exc: Any, where: str) -> str:
-    """One line for a pydantic ``ValidationError`` of ``RunSettings``: its first problem and where."""
+def settings_error(exc: Any, what: str) -> str:
+    """One line for a pydantic ``ValidationError`` of ``RunSettings``: ``what`` (``'x' is invalid``),
+    then its first problem and where."""
     err = exc.errors()[0]
     message = str(err["msg"]).removeprefix("Value error, ")
     loc = ".".join(map(str, err["loc"]))
-    return f"{where} are invalid: {message}" + (f" at {loc!r}" if loc else "")
+    return f"{what}: {message}" + (f" at {loc!r}" if loc else "")
 
 
 LEGACY_INTERPRETER = "sglang_python"

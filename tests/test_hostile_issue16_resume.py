@@ -187,3 +187,64 @@ def test_a_new_run_cannot_put_code_into_its_settings(tmp_path):
                              f"op_overrides.rmsnorm={tmp_path / 'k.py'}:fn")
     assert code == 3 and "name code to load" in message, message
     assert not (tmp_path / "run").exists()
+
+
+# ---------------------------------------------------------------- what the checkpoint's records name
+
+def rewrite_proposals(run: Path, **update) -> None:
+    """Change every proposal of every checkpoint (records of the allowed types, so only what they name
+    can give the forgery away)."""
+    from perfwarden.orchestrator.checkpoint_serde import ALLOWED_TYPES
+
+    serde = JsonPlusSerializer(allowed_msgpack_modules=sorted(ALLOWED_TYPES))
+    with sqlite3.connect(run / "checkpoints.sqlite") as conn:
+        for rowid, kind, blob in conn.execute("SELECT rowid, type, checkpoint FROM checkpoints").fetchall():
+            checkpoint = serde.loads_typed((kind, blob))
+            values = checkpoint["channel_values"]
+            values["proposals"] = [p.model_copy(update=update) for p in values.get("proposals", [])]
+            conn.execute("UPDATE checkpoints SET checkpoint = ? WHERE rowid = ?", (serde.dumps_typed(checkpoint)[1],
+                                                                                   rowid))
+
+
+@pytest.mark.parametrize("update, says", [
+    ({"config": {"op_overrides": {"rmsnorm": "subprocess:getoutput"}}}, "'subprocess:getoutput'"),
+    ({"op": "rmsnorm", "candidates": ["RUN/evil.py:fn"]}, "evil.py:fn"),  # a file the run planted, not generated/
+    ({"op": "rmsnorm", "chosen": "/tmp/elsewhere/k.py:fn"}, "k.py:fn"),
+    ({"config": {"trust_remote_code": True}}, "unknown knob 'trust_remote_code'"),  # an SGLang launch flag
+])
+def test_a_checkpoint_whose_records_name_foreign_code_or_knobs_is_refused(tmp_path, update, says):
+    run = synthetic_run(tmp_path / "run")
+    update = json.loads(json.dumps(update).replace("RUN", str(run)))
+    rewrite_proposals(run, **update)
+    with pytest.raises(RunUsageError, match="cannot be resumed") as info:
+        run_graph(run, RunSettings(), SyntheticLab(), resume=True)
+    assert says in str(info.value)
+
+
+def test_kernels_the_run_generated_or_perfwarden_offers_still_resume(tmp_path):
+    """A genuine kernel candidate: generated into RUN/generated/ (run only in the sandbox) or perfwarden's own.
+    The companion of the test above (it passes before the fix too): the guard must not refuse these."""
+    from perfwarden.harness import ops
+
+    run = synthetic_run(tmp_path / "run")
+    own = next(Path(ops.__file__).parent.glob("*_alt.py"))
+    rewrite_proposals(run, op="rmsnorm", candidates=[f"{run}/generated/rmsnorm_llm_0.py:rmsnorm", f"{own}:fn",
+                                                     "perfwarden.harness.ops.rmsnorm_alt:rmsnorm"])
+    assert run_graph(run, RunSettings(), SyntheticLab(), resume=True)["stage"] == "done"
+
+
+@pytest.mark.parametrize("field", ["model", "speculative_draft_model_path"])
+def test_weights_inside_the_run_are_not_loaded_on_resume(tmp_path, field):
+    """The run's author's own files are never handed to SGLang as weights (a pickled .bin is code)."""
+    run = tmp_path / "run"
+    run.mkdir()
+    planted = run / "weights"
+    planted.mkdir()
+    (planted / "config.json").write_text("{}")
+    marker = tmp_path / "pwned"
+    python = marker_script(tmp_path / "sglang-python", marker)  # the person's interpreter: probing it is fine
+    extra = {"base_config": {"speculative_draft_model_path": str(planted)}} if field != "model" else {}
+    sglang_settings(run, planted if field == "model" else tmp_path / "weights", **extra)
+    code, message = cli_here("run", "--resume", str(run), "--sglang-python", python)
+    assert code == 3 and "weights inside the run" in message and field in message, message
+    assert not marker.exists()  # refused before the interpreter is even probed
