@@ -37,6 +37,7 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
+from perfwarden.harness import safe_write
 from perfwarden.harness.records import Claim, VerdictLabel, write_json_atomic
 
 AttackKind = Literal["fake_win", "fail_worthy", "honest"]
@@ -171,9 +172,8 @@ class AttackContext:
         self.leg_path(leg, "outputs.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows), "utf-8")
 
     def write_text(self, rel: str, text: str) -> None:
-        path = self.path(rel)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text, "utf-8")
+        """An attack's edit, inside the attacked copy of the run only (``..`` or a link is refused)."""
+        safe_write.write_text(self.path(rel), text, self.run)
 
     # ---- the claim
     def lever(self) -> dict[str, Any]:

@@ -199,6 +199,15 @@ def preflight(root: Path | str, files: Iterable[Path | str] = (), dirs: Iterable
         check_file(f, root)
 
 
+def check_files_in(folder: Path | str, root: Path | str, limit: int = 10_000) -> None:
+    """Every entry of ``folder`` (claims/, verdicts/: files a command may write again) is a regular file:
+    a link or FIFO among them is refused before anything is written (at most ``limit`` entries looked at)."""
+    check_dir(folder, root)
+    if os.path.isdir(folder):
+        for name in sorted(os.listdir(folder))[:limit]:
+            check_file(Path(folder) / name, root)
+
+
 def check_sqlite(path: Path | str, root: Path | str | None = None) -> None:
     """A SQLite database and the files SQLite keeps beside it: regular files or absent, checked before
     ``sqlite3.connect`` (which follows links) is called."""

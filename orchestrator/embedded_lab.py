@@ -231,7 +231,8 @@ class ServerLab:
         spec = LegSpec(leg=plan.leg, role=plan.role, overlay=Overlay(**plan.overlay) if plan.overlay else Overlay(),
                        purpose=plan.purpose, parent_leg=plan.parent, status="failed", failure=why[:500],
                        workload=self.workload(plan))
-        seal.write_json(paths.leg_spec(plan.leg), spec, paths.root)  # the chain keeps "failed" even if this file is edited
+        # the chain keeps "failed" even if this file is edited
+        seal.write_json(paths.leg_spec(plan.leg), spec, paths.root)
 
     def _parity_dump(self, paths: RunDir, leg: str, base_url: str) -> None:
         """Greedy outputs for the fixed parity prompts (outputs.jsonl), written whole or not at all."""

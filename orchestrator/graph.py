@@ -71,7 +71,7 @@ def _submit(state: RunState, claim: Claim) -> dict[str, Any]:
     """Write a claim with the next sequence number; the auditor node answers it."""
     seq = state.get("seq", 0) + 1
     claim = claim.model_copy(update={"seq": seq})
-    rel = f"claims/{seq:03d}-{claim.scope}.json"
+    rel = "claims/" + safe_write.check_name(f"{seq:03d}-{claim.scope}.json", "claim file name")
     write_json_atomic(_run(state) / rel, claim, _run(state))
     return {"seq": seq, "pending_claim": rel}
 

@@ -62,6 +62,8 @@ def check_run_writes(run: Path) -> None:
     try:
         safe_write.preflight(run, files=[run / f for f in RUN_FILES], dirs=[run / d for d in RUN_DIRS])
         safe_write.check_sqlite(checkpoint_path(run), run)
+        for folder in ("claims", "verdicts"):
+            safe_write.check_files_in(run / folder, run)
         entries = sorted(os.listdir(run / "legs"))[:10_000] if os.path.isdir(run / "legs") else []
         legs = [e for e in entries if not os.path.isfile(run / "legs" / e) or os.path.islink(run / "legs" / e)]
         for leg in legs:  # a leg the run may continue: a real folder, named as a leg, holding no link

@@ -81,7 +81,16 @@ def test_resume_refuses_a_link_where_it_writes(tmp_path, rel, folder):
     assert result.exit_code == 3, (rel, result.exit_code, result.output[-2000:])
     assert "Traceback" not in result.output and "link" in result.output, result.output[-2000:]
     assert (run / rel).is_symlink()  # nothing replaced
-    assert rel == "report.md" or not (run / "report.md").exists()  # refused before the run started
+    assert written(run) == {"settings.json", rel}, "refused after the run had started writing"
+
+
+def written(run: Path) -> set[str]:
+    """Every file and link in the run (folders are where they lie)."""
+    out = set()
+    for folder, dirs, files in os.walk(run):
+        for name in files + [d for d in dirs if os.path.islink(os.path.join(folder, d))]:
+            out.add(os.path.relpath(os.path.join(folder, name), run))
+    return out
 
 
 def test_resume_never_writes_through_a_link_at_the_report_temp_file(tmp_path):
@@ -145,6 +154,7 @@ def test_measure_refuses_a_link_before_any_server_starts(tmp_path, rel, folder):
     assert untouched(target)
     assert done.returncode == 3, done.stderr[-2000:]
     assert "link" in done.stderr and "Traceback" not in done.stderr
+    assert written(out) == {rel}, "refused after the leg had started writing"
 
 
 # ------------------------------------------------------------------------- the harness's writers

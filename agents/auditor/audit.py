@@ -27,6 +27,7 @@ from perfwarden.agents.auditor.manifest import (KeyChoice, KeyFileError, chain_s
 from perfwarden.agents.auditor.rederive import METRICS
 from perfwarden.harness.records import Claim, Comparison, Finding, MetricStats, RunDir, Verdict, write_json_atomic
 from perfwarden.harness.safe_read import REPORT_BYTES, exists
+from perfwarden.harness.safe_write import check_name
 
 AUDITOR_VERSION = "1.0.0"
 
@@ -542,6 +543,6 @@ def audit_path(run: Path, claim_path: Path, claim_root: Path | None = None, key:
 
 def write_verdict(run: Path, verdict: Verdict) -> Path:
     """Write the verdict atomically next to the claims: verdicts/<seq>-<scope>.json."""
-    path = Path(run) / "verdicts" / f"{verdict.claim_seq:03d}-{verdict.scope}.json"
+    path = Path(run) / "verdicts" / check_name(f"{verdict.claim_seq:03d}-{verdict.scope}.json", "verdict file name")
     write_json_atomic(path, verdict, run)  # never through a link planted at verdicts/ or the file
     return path
