@@ -311,3 +311,24 @@ def test_the_oracle_sees_a_write_through_a_link_and_markup_in_a_report(tmp_path)
         assert injected(report), text
         report.write_text(f"# perfwarden run report\n\n- note: {md_cell(text)}\n")
         assert not injected(report), md_cell(text)
+
+
+def test_measure_into_a_run_whose_seal_chain_it_cannot_continue_is_an_input_error(tmp_path, monkeypatch):
+    """benchmarks/fuzz.py --rundir (seed 0, inputs 5439, 7214, 9020, 9283, 9868): ``measure`` into a run whose
+    seal chain cannot be continued (its key is not in this key store: a colleague's run; or the chain names
+    a seal id that is a path) ended in a SealError traceback; it is exit 3 naming the reason, before any
+    server starts."""
+    from typer.testing import CliRunner
+
+    from perfwarden.harness import seal
+    from perfwarden.orchestrator.cli import app
+
+    run = tmp_path / "run"
+    monkeypatch.setenv("PERFWARDEN_KEY_DIR", str(tmp_path / "their-keys"))
+    seal.begin(run)
+    seal.forget(run)
+    monkeypatch.setenv("PERFWARDEN_KEY_DIR", str(tmp_path / "my-keys"))
+    result = CliRunner().invoke(app, ["measure", "--out", str(run), "--leg", "m1", "--reps", "1"])
+    assert isinstance(result.exception, (SystemExit, type(None))), repr(result.exception)
+    assert result.exit_code == 3 and "key store" in result.output, result.output
+    assert not (run / "legs").exists()
