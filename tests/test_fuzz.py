@@ -332,3 +332,24 @@ def test_measure_into_a_run_whose_seal_chain_it_cannot_continue_is_an_input_erro
     assert isinstance(result.exception, (SystemExit, type(None))), repr(result.exception)
     assert result.exit_code == 3 and "key store" in result.output, result.output
     assert not (run / "legs").exists()
+
+
+def test_resuming_a_run_whose_seal_chain_it_cannot_continue_is_an_input_error(tmp_path, monkeypatch):
+    """benchmarks/fuzz.py --rundir (seed 0, input 4292): a resume whose auditor node looks the run's key up
+    when the chain names a seal id that is a path (refused: no key is looked up by it) ended exit 1 "the
+    run stopped on SealError"; it is a bad run directory: exit 3 naming why."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from perfwarden.orchestrator.cli import app
+    from perfwarden.proof.fuzz_rundir import SEED_SETTINGS, _fork_run
+
+    run = tmp_path / "run"
+    monkeypatch.setenv("PERFWARDEN_KEY_DIR", str(tmp_path / "keys"))
+    _fork_run(run, "after:auditor", SEED_SETTINGS)  # killed before the auditor's checkpoint: it runs again
+    lines = (run / "evidence.jsonl").read_text().splitlines()
+    first = json.loads(lines[0])
+    (run / "evidence.jsonl").write_text("\n".join([json.dumps({**first, "seal_id": "../evil"}), *lines[1:]]) + "\n")
+    result = CliRunner().invoke(app, ["run", "--resume", str(run)])
+    assert result.exit_code == 3 and "seal id" in result.output, result.output
