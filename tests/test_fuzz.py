@@ -353,3 +353,20 @@ def test_resuming_a_run_whose_seal_chain_it_cannot_continue_is_an_input_error(tm
     (run / "evidence.jsonl").write_text("\n".join([json.dumps({**first, "seal_id": "../evil"}), *lines[1:]]) + "\n")
     result = CliRunner().invoke(app, ["run", "--resume", str(run)])
     assert result.exit_code == 3 and "seal id" in result.output, result.output
+
+
+def test_resuming_a_run_whose_pending_claim_is_gone_is_an_input_error(tmp_path, monkeypatch):
+    """benchmarks/fuzz.py --rundir (seed 0, inputs 7510, 66, 245, ...): the claim the checkpoint says is
+    waiting for the auditor is missing, a folder, or named outside the run; the auditor node's ClaimError
+    ended exit 1 "the run stopped on ClaimError"; it is a bad run directory: exit 3 naming the claim."""
+    from typer.testing import CliRunner
+
+    from perfwarden.orchestrator.cli import app
+    from perfwarden.proof.fuzz_rundir import SEED_SETTINGS, _fork_run
+
+    run = tmp_path / "run"
+    monkeypatch.setenv("PERFWARDEN_KEY_DIR", str(tmp_path / "keys"))
+    _fork_run(run, "after:auditor", SEED_SETTINGS)  # killed before the auditor's checkpoint: it runs again
+    (run / "claims" / "001-baseline.json").unlink()
+    result = CliRunner().invoke(app, ["run", "--resume", str(run)])
+    assert result.exit_code == 3 and "001-baseline.json" in result.output, result.output
