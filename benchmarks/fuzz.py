@@ -2,6 +2,7 @@
 
     .venv/bin/python benchmarks/fuzz.py [--inputs 10000] [--workers N] [--seed 0] [--timeout 30]
     .venv/bin/python benchmarks/fuzz.py --replay 1234          # one input, verbosely
+    .venv/bin/python benchmarks/fuzz.py --rundir [--inputs 10000]   # run directories as input (issue 16)
 
 The engine and its oracle are ``perfwarden.proof.fuzz`` (read its docstring for what counts as damaged
 evidence, and why a mutation no gate reads may legitimately PASS); the test suite runs a bounded
@@ -14,6 +15,12 @@ killer), with a per-input alarm (``--timeout``: a hang is counted, never waited 
 tracebacks, exit codes outside the contract, PASS on damaged evidence, hangs, raw terminal controls,
 inputs over the memory bound, peak memory, and the gate crashes that failed open (each one a bug,
 though not a false PASS). Exit status 0 when every count that must be zero is zero.
+
+``--rundir`` fuzzes run directories as input to ``run --resume``, ``measure`` and ``audit --save``
+instead (``perfwarden.proof.fuzz_rundir``: links, FIFOs, crafted checkpoints and settings, hostile leg
+names; its docstring says what is planted and how the oracle sees it). Printed: code executions, writes
+outside the run, tracebacks, internal errors, exit codes outside the contract, hangs, injections into
+report.md, raw controls, memory. Its scratch lies on /dev/shm when there is one (a run is copied per input).
 """
 
 from __future__ import annotations
@@ -32,16 +39,27 @@ from pathlib import Path
 
 _FUZZER = None
 _MEMORY = 0
+_CURRENT: Path | None = None
+"""This worker's input in progress (a file in the scratch), so a chunk the alarm could not stop names it."""
 
 
-def _init(scratch: str, timeout: int, memory: int) -> None:
-    global _FUZZER, _MEMORY
-    resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
-    _MEMORY = memory
+def _fuzzer(work: Path, timeout: int, memory_limit: int, rundir: bool, seeds: Path | None = None):
+    if rundir:
+        from perfwarden.proof.fuzz_rundir import RundirFuzzer
+
+        return RundirFuzzer(work, timeout_s=timeout, memory_limit=memory_limit, seeds_root=seeds)
     from perfwarden.proof.fuzz import Fuzzer
 
+    return Fuzzer(work, timeout_s=timeout, memory_limit=memory_limit)
+
+
+def _init(scratch: str, timeout: int, memory: int, rundir: bool) -> None:
+    global _FUZZER, _MEMORY, _CURRENT
+    _CURRENT = Path(scratch) / f"current-{os.getpid()}"
+    resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
+    _MEMORY = memory
     work = Path(tempfile.mkdtemp(prefix=f"w{os.getpid()}-", dir=scratch))
-    _FUZZER = Fuzzer(work, timeout_s=timeout, memory_limit=memory // 2)
+    _FUZZER = _fuzzer(work, timeout, memory // 2, rundir, Path(scratch) / "seeds")
 
 
 def _chunk(args: tuple[int, list[int]]) -> dict:
@@ -51,11 +69,15 @@ def _chunk(args: tuple[int, list[int]]) -> dict:
     counts: collections.Counter = collections.Counter()
     failures, degraded = [], []
     for i in indices:
+        _CURRENT.write_text(str(i))
         outcome = _FUZZER.run_one(RandomChooser(seed * 1_000_003 + i))
         counts["inputs"] += 1
         counts[f"target:{outcome.target}"] += 1
         counts["damaged"] += bool(outcome.damaged)
         counts[f"verdict:{outcome.verdict}"] += outcome.verdict is not None
+        counts[f"seed:{outcome.seed}"] += 1
+        for tag in outcome.exercised:
+            counts[f"exercised:{tag}"] += 1
         for problem in set(outcome.problems):
             counts[problem] += 1
         if outcome.problems and len(failures) < 20:
@@ -68,15 +90,20 @@ def _chunk(args: tuple[int, list[int]]) -> dict:
     return {"counts": counts, "failures": failures, "degraded": degraded, "peak": peak}
 
 
-def replay(seed: int, index: int, timeout: int) -> None:
-    from perfwarden.proof.fuzz import Fuzzer, RandomChooser
+def replay(seed: int, index: int, timeout: int, rundir: bool) -> None:
+    from perfwarden.proof.fuzz import RandomChooser
 
-    scratch = Path(tempfile.mkdtemp(prefix="pw-fuzz-replay-"))
+    scratch = Path(tempfile.mkdtemp(prefix="pw-fuzz-replay-", dir=_scratch_root(rundir)))
     try:
-        outcome = Fuzzer(scratch, timeout_s=timeout).run_one(RandomChooser(seed * 1_000_003 + index))
+        outcome = _fuzzer(scratch, timeout, 3 << 30, rundir).run_one(RandomChooser(seed * 1_000_003 + index))
         print(json.dumps(outcome.__dict__, indent=2, default=str))
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _scratch_root(rundir: bool) -> str | None:
+    """Run directories are copied, written and removed per input: on tmpfs when there is one."""
+    return "/dev/shm" if rundir and os.access("/dev/shm", os.W_OK) else None
 
 
 def main() -> int:
@@ -84,19 +111,30 @@ def main() -> int:
     parser.add_argument("--inputs", type=int, default=10_000)
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 2)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--timeout", type=int, default=30, help="seconds per input before it counts as a hang")
+    parser.add_argument("--timeout", type=int, default=None, help="seconds per input before it counts as a hang "
+                        "(default 30; 10 with --rundir)")
+    parser.add_argument("--rundir", action="store_true", help="fuzz run directories as input to run --resume, "
+                        "measure and audit --save (perfwarden.proof.fuzz_rundir) instead of the readers")
     parser.add_argument("--memory-gib", type=float, default=4.0, help="address-space limit per worker")
     parser.add_argument("--chunk", type=int, default=25)
     parser.add_argument("--replay", type=int, default=None, help="run input N of --seed alone and print it")
     parser.add_argument("--out", type=Path, default=None, help="also write every failure as JSON here")
     args = parser.parse_args()
+    args.timeout = args.timeout or (10 if args.rundir else 30)
     if args.replay is not None:
-        replay(args.seed, args.replay, args.timeout)
+        replay(args.seed, args.replay, args.timeout, args.rundir)
         return 0
-    from perfwarden.proof.fuzz import PROBLEMS
+    if args.rundir:
+        from perfwarden.proof.fuzz_rundir import PROBLEMS
+    else:
+        from perfwarden.proof.fuzz import PROBLEMS
 
     memory = int(args.memory_gib * (1 << 30))
-    scratch = tempfile.mkdtemp(prefix="pw-fuzz-")
+    scratch = tempfile.mkdtemp(prefix="pw-fuzz-", dir=_scratch_root(args.rundir))
+    if args.rundir:  # the seed runs, recorded once for every worker
+        from perfwarden.proof.fuzz_rundir import build_seeds
+
+        build_seeds(Path(scratch) / "seeds")
     chunks = [(args.seed, list(range(k, min(k + args.chunk, args.inputs)))) for k in range(0, args.inputs, args.chunk)]
     counts: collections.Counter = collections.Counter()
     failures, degraded, peak = [], [], 0
@@ -105,7 +143,7 @@ def main() -> int:
           f"{args.timeout} s per input, {args.memory_gib:g} GiB address space per worker", flush=True)
     try:
         with mp.get_context("fork").Pool(args.workers, initializer=_init,
-                                          initargs=(scratch, args.timeout, memory)) as pool:
+                                          initargs=(scratch, args.timeout, memory, args.rundir)) as pool:
             pending = pool.imap_unordered(_chunk, chunks)
             for done in range(len(chunks)):
                 # A chunk that outlives every input's own alarm is a hang the alarm could not break.
@@ -113,7 +151,9 @@ def main() -> int:
                     result = pending.next(timeout=args.chunk * args.timeout + 60)
                 except mp.TimeoutError:
                     counts["hang"] += 1
-                    print("a chunk did not finish: counted as a hang; stopping", flush=True)
+                    stuck = sorted(int(p.read_text() or -1) for p in Path(scratch).glob("current-*"))
+                    print(f"a chunk did not finish: counted as a hang; stopping (inputs in progress: {stuck}; "
+                          "replay each with --replay)", flush=True)
                     pool.terminate()
                     break
                 counts.update(result["counts"])
@@ -128,6 +168,8 @@ def main() -> int:
         shutil.rmtree(scratch, ignore_errors=True)
     wall = time.monotonic() - started
     print()
+    if args.rundir:
+        return _report_rundir(args, counts, failures, peak, wall, PROBLEMS)
     print(f"inputs                         {counts['inputs']}")
     print(f"tracebacks                     {counts['traceback']}")
     print(f"exit codes outside contract    {counts['exit_code']}")
@@ -147,6 +189,32 @@ def main() -> int:
         args.out.write_text(json.dumps({"counts": counts, "failures": failures, "degraded": degraded}, indent=1,
                                        default=str))
     return 0 if all(counts[k] == 0 for k in PROBLEMS) and counts["inputs"] == args.inputs else 1
+
+
+def _report_rundir(args: argparse.Namespace, counts: collections.Counter, failures: list[dict], peak: int,
+                   wall: float, problems: tuple[str, ...]) -> int:
+    print(f"inputs                         {counts['inputs']}")
+    print(f"code executions                {counts['code_execution']}")
+    print(f"writes outside the run         {counts['write_outside']}")
+    print(f"tracebacks                     {counts['traceback']}")
+    print(f"internal errors (run exit 1)   {counts['internal_error']}")
+    print(f"exit codes outside contract    {counts['exit_code']}")
+    print(f"hangs (> {args.timeout} s)                {counts['hang']}")
+    print(f"injections into report.md      {counts['injection']}")
+    print(f"raw terminal controls          {counts['raw_control']}")
+    print(f"inputs over the memory bound   {counts['memory']}   (peak RSS of a worker: {peak / (1 << 20):.0f} MiB)")
+    print(f"wall time                      {wall:.0f} s with {args.workers} worker(s)")
+    print("by command: " + ", ".join(f"{k[7:]} {v}" for k, v in sorted(counts.items()) if k.startswith("target:")))
+    print("by seed: " + ", ".join(f"{k[5:]} {v}" for k, v in sorted(counts.items()) if k.startswith("seed:")))
+    print("exit codes: " + ", ".join(f"{k[8:]} {v}" for k, v in sorted(counts.items()) if k.startswith("verdict:")))
+    print("inputs that: " + ", ".join(f"{k[10:]} {v}" for k, v in sorted(counts.items()) if k.startswith("exercised:"))
+          + "  (unmutated: a genuine run; payload: a crafted checkpoint; program: settings naming one; "
+            "report_text: hostile text planted and report.md rewritten)")
+    for f in failures[:20]:
+        print(f"  input {f['input']}: {f['target']} seed={f['seed']} {f['problems']} exit {f['exit_code']} {f['mutations']}")
+    if args.out:
+        args.out.write_text(json.dumps({"counts": counts, "failures": failures}, indent=1, default=str))
+    return 0 if all(counts[k] == 0 for k in problems) and counts["inputs"] == args.inputs else 1
 
 
 if __name__ == "__main__":

@@ -14,6 +14,7 @@ from perfwarden.harness.target_config import TARGET_CONFIGS, ConfigError, parse_
 from perfwarden.harness.records import RunDir, RunManifest, write_json_atomic
 from perfwarden.orchestrator.exit_codes import ExitCode
 from perfwarden.harness.safe_write import RefusedWrite
+from perfwarden.harness.seal import SealError
 from perfwarden.orchestrator.lab import LegPlan, check_leg_writes
 from perfwarden.orchestrator.render import print_error, printable, safe_text
 
@@ -93,7 +94,7 @@ def measure(
         try:
             status = lab.measure(out, [LegPlan(leg=leg, role=role, config=full, overlay={"config": config},
                                                prompts=prompts, purpose="perfwarden measure")], reps)
-        except RefusedWrite as exc:  # a link or FIFO planted while the leg ran: nothing written through it
+        except (RefusedWrite, SealError) as exc:  # a link or FIFO planted while the leg ran; a chain it cannot continue
             print_error(err, exc)
             raise typer.Exit(ExitCode.INVALID) from None
     result = status.get(leg, "failed")

@@ -258,6 +258,8 @@ def run(
     from perfwarden.agents.config_tuner import parse_levers  # heavy: only when a run starts
     from perfwarden.harness.target_config import ConfigError
     from perfwarden.harness.safe_write import RefusedWrite
+    from perfwarden.harness.seal import SealError
+    from perfwarden.agents.auditor.claim_file import ClaimError
     from perfwarden.orchestrator.runner import RunUsageError, read_settings, run_graph
 
     if resume is not None:  # a resumed run keeps the settings it started with
@@ -283,7 +285,7 @@ def run(
         parse_levers(lab.config_model, settings.levers)  # a bad --levers is a clear error before anything runs
         state = run_graph(Path(run_dir), settings, lab, resume=resume is not None, llm=client,
                           checkpointer_url=checkpointer, watcher=watcher, attacker=make_attacker(settings))
-    except (RunUsageError, ConfigError, RefusedWrite) as exc:  # RefusedWrite: a link where a file is written
+    except (RunUsageError, ConfigError, RefusedWrite, SealError, ClaimError) as exc:  # all: the run dir is bad input
         watcher._stop()
         print_error(err, exc)
         raise typer.Exit(ExitCode.INVALID) from None

@@ -500,6 +500,8 @@ class Outcome:
     damaged: list[str] = field(default_factory=list)
     verdict: str | None = None
     seconds: float = 0.0
+    exercised: list[str] = field(default_factory=list)
+    """What the input reached (the run-directory fuzz: a payload planted, a report rewritten, ...)."""
 
 
 class Hang(BaseException):

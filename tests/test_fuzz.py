@@ -246,3 +246,127 @@ def test_a_copy_of_the_conditions_beyond_any_float_is_a_misreport_not_a_gate_cra
     verdict = audit_path(run, run / "claims" / "001-patch.json")
     assert not verdict.degraded and verdict.verdict == "FAIL"
     assert any(f.code == "CONDITIONS_MISREPORTED" and "max_seq_len" in f.message for f in verdict.findings)
+
+
+# ------------------------------------------------- run directories as input (issue 16 §7)
+
+
+@pytest.fixture(scope="module")
+def rundir_fuzzer(tmp_path_factory):
+    from perfwarden.proof.fuzz_rundir import RundirFuzzer
+
+    # devices=False: no /dev/zero or 2 GiB --key here (no address-space limit in the suite).
+    return RundirFuzzer(tmp_path_factory.mktemp("fuzz-rundir"), timeout_s=20, devices=False)
+
+
+@pytest.mark.slow
+@settings(FUZZ, max_examples=40 * SCALE)
+@given(data=st.data())
+def test_fuzz_run_directories(rundir_fuzzer, data):
+    """run --resume, measure and audit --save on mutated run directories: nothing planted runs, nothing
+    outside the run changes, no traceback, hang or injected markup, exit codes within the contract."""
+    check(rundir_fuzzer.run_one(HypothesisChooser(data)))
+
+
+def test_every_planted_payload_runs_under_a_permissive_loader(tmp_path):
+    """The canaries are live: the library's default (permissive) deserializer constructs each planted
+    extension object, so a fuzz that counts 0 markers proves the loader refused them."""
+    import itertools
+
+    import ormsgpack
+    from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
+
+    from perfwarden.proof.fuzz import RandomChooser
+    from perfwarden.proof.fuzz_rundir import CALLABLES, EXT_SHAPES, RawExt, pack
+
+    loader = JsonPlusSerializer(allowed_msgpack_modules=True)
+    for n, ((module, name, args), code) in enumerate(itertools.product(CALLABLES, sorted(EXT_SHAPES))):
+        marker = tmp_path / f"m{n}"
+        if EXT_SHAPES[code] not in args(str(marker)):
+            continue
+        ext = RawExt(code, pack([module, name, args(str(marker))[EXT_SHAPES[code]]] + ([None] if code == 5 else [])))
+        loader.loads_typed(("msgpack", pack([RawExt(7, pack(ext)) if n % 2 else ext])))
+        assert marker.exists(), (module, name, code)
+    assert isinstance(ormsgpack.Ext, type) and RandomChooser(0).pick([1], "x") == 1
+
+
+def test_the_oracle_sees_a_write_through_a_link_and_markup_in_a_report(tmp_path):
+    from perfwarden.orchestrator.review.export import md_cell
+    from perfwarden.proof.fuzz_rundir import HOSTILE_TEXT, Box, RunSeed, injected, snapshot
+
+    box = Box(tmp_path, RunSeed("x", tmp_path), "resume")
+    for d in (box.run, box.outside, box.markers):
+        d.mkdir(parents=True)
+    (box.outside / "target").write_text("before\n")
+    (box.run / "events.jsonl").symlink_to(box.outside / "target")
+    before = snapshot(box)
+    (box.run / "report.md").write_text("untouched\n")  # inside the run: not a change outside
+    assert snapshot(box) == before
+    with open(box.run / "events.jsonl", "a") as handle:
+        handle.write("through the link\n")
+    assert snapshot(box) != before
+    report = box.run / "report.md"
+    for text in HOSTILE_TEXT:
+        report.write_text(f"# perfwarden run report\n\n- note: {text}\n")
+        assert injected(report), text
+        report.write_text(f"# perfwarden run report\n\n- note: {md_cell(text)}\n")
+        assert not injected(report), md_cell(text)
+
+
+def test_measure_into_a_run_whose_seal_chain_it_cannot_continue_is_an_input_error(tmp_path, monkeypatch):
+    """benchmarks/fuzz.py --rundir (seed 0, inputs 5439, 7214, 9020, 9283, 9868): ``measure`` into a run whose
+    seal chain cannot be continued (its key is not in this key store: a colleague's run; or the chain names
+    a seal id that is a path) ended in a SealError traceback; it is exit 3 naming the reason, before any
+    server starts."""
+    from typer.testing import CliRunner
+
+    from perfwarden.harness import seal
+    from perfwarden.orchestrator.cli import app
+
+    run = tmp_path / "run"
+    monkeypatch.setenv("PERFWARDEN_KEY_DIR", str(tmp_path / "their-keys"))
+    seal.begin(run)
+    seal.forget(run)
+    monkeypatch.setenv("PERFWARDEN_KEY_DIR", str(tmp_path / "my-keys"))
+    result = CliRunner().invoke(app, ["measure", "--out", str(run), "--leg", "m1", "--reps", "1"])
+    assert isinstance(result.exception, (SystemExit, type(None))), repr(result.exception)
+    assert result.exit_code == 3 and "key store" in result.output, result.output
+    assert not (run / "legs").exists()
+
+
+def test_resuming_a_run_whose_seal_chain_it_cannot_continue_is_an_input_error(tmp_path, monkeypatch):
+    """benchmarks/fuzz.py --rundir (seed 0, input 4292): a resume whose auditor node looks the run's key up
+    when the chain names a seal id that is a path (refused: no key is looked up by it) ended exit 1 "the
+    run stopped on SealError"; it is a bad run directory: exit 3 naming why."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from perfwarden.orchestrator.cli import app
+    from perfwarden.proof.fuzz_rundir import SEED_SETTINGS, _fork_run
+
+    run = tmp_path / "run"
+    monkeypatch.setenv("PERFWARDEN_KEY_DIR", str(tmp_path / "keys"))
+    _fork_run(run, "after:auditor", SEED_SETTINGS)  # killed before the auditor's checkpoint: it runs again
+    lines = (run / "evidence.jsonl").read_text().splitlines()
+    first = json.loads(lines[0])
+    (run / "evidence.jsonl").write_text("\n".join([json.dumps({**first, "seal_id": "../evil"}), *lines[1:]]) + "\n")
+    result = CliRunner().invoke(app, ["run", "--resume", str(run)])
+    assert result.exit_code == 3 and "seal id" in result.output, result.output
+
+
+def test_resuming_a_run_whose_pending_claim_is_gone_is_an_input_error(tmp_path, monkeypatch):
+    """benchmarks/fuzz.py --rundir (seed 0, inputs 7510, 66, 245, ...): the claim the checkpoint says is
+    waiting for the auditor is missing, a folder, or named outside the run; the auditor node's ClaimError
+    ended exit 1 "the run stopped on ClaimError"; it is a bad run directory: exit 3 naming the claim."""
+    from typer.testing import CliRunner
+
+    from perfwarden.orchestrator.cli import app
+    from perfwarden.proof.fuzz_rundir import SEED_SETTINGS, _fork_run
+
+    run = tmp_path / "run"
+    monkeypatch.setenv("PERFWARDEN_KEY_DIR", str(tmp_path / "keys"))
+    _fork_run(run, "after:auditor", SEED_SETTINGS)  # killed before the auditor's checkpoint: it runs again
+    (run / "claims" / "001-baseline.json").unlink()
+    result = CliRunner().invoke(app, ["run", "--resume", str(run)])
+    assert result.exit_code == 3 and "001-baseline.json" in result.output, result.output
