@@ -11,12 +11,10 @@ so in the commit).
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 from typing import Any, Callable
 
-from perfwarden.harness.records import write_json_atomic
-from perfwarden.proof.synth import (fixture_builder_main, BASE_INFO, BASE_TPUT, CAND_TPUT, COHERENT_TEXTS, GIBBERISH_TEXTS, build_ab_run,
+from perfwarden.proof.synth import (fixture_builder_main, write_fixture, BASE_INFO, BASE_TPUT, CAND_TPUT, COHERENT_TEXTS, GIBBERISH_TEXTS, build_ab_run,
                                     make_rep, reps, write_claim, write_jsonl, write_quality_pair)
 
 PATCH_CODES = ["EVIDENCE_MISSING", "EVIDENCE_CORRUPT", "REPORTED_MISMATCH", "CONDITIONS_DIFFER",
@@ -255,22 +253,11 @@ CASES: dict[str, tuple[Callable[[Path], Any], str, str, list[str], list[str], st
 
 
 def build_all(out: Path) -> list[str]:
-    built = []
-    for name, (builder, verdict, action, include, exclude, why) in CASES.items():
-        fixture = out / name
-        if fixture.exists():
-            shutil.rmtree(fixture)
-        run = fixture / "run"
-        run.mkdir(parents=True)
-        builder(run)
-        claims = sorted((run / "claims").glob("*.json"))
-        key = {"schema_version": 1, "frozen": "2026-11-22",
-               "answers": [{"claim": str(claims[0].relative_to(run)), "verdict": verdict, "action": action,
-                            "must_include": include, "must_exclude": exclude}],
-               "provenance": "hand-built by proof/build_cases.py (synthetic raw evidence)", "rationale": why}
-        write_json_atomic(fixture / "answer_key.json", key)
-        built.append(name)
-    return built
+    return [write_fixture(out, name, builder, {"verdict": verdict, "action": action, "must_include": include,
+                                               "must_exclude": exclude},
+                          frozen="2026-11-22", provenance="hand-built by proof/build_cases.py (synthetic raw evidence)",
+                          rationale=why)
+            for name, (builder, verdict, action, include, exclude, why) in CASES.items()]
 
 
 def main() -> None:

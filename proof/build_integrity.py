@@ -14,12 +14,11 @@ changes an answer.
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 from typing import Any, Callable
 
 from perfwarden.harness.records import write_json_atomic
-from perfwarden.proof.synth import (BASE_INFO, BASE_TPUT, CAND_TPUT, COHERENT_TEXTS, build_ab_run, fixture_builder_main,
+from perfwarden.proof.synth import (BASE_INFO, BASE_TPUT, CAND_TPUT, COHERENT_TEXTS, build_ab_run, fixture_builder_main, write_fixture,
                                     reps)
 
 CAND_INFO = {**BASE_INFO, "max_batch_size": 8, "port": 8101}
@@ -676,22 +675,11 @@ CASES: dict[str, tuple[Callable[[Path], Any], str, str, list[str], list[str], st
 
 
 def build_all(out: Path) -> list[str]:
-    built = []
-    for name, (builder, verdict, action, include, exclude, why) in CASES.items():
-        fixture = out / name
-        if fixture.exists():
-            shutil.rmtree(fixture)
-        run = fixture / "run"
-        run.mkdir(parents=True)
-        builder(run)
-        claims = sorted((run / "claims").glob("*.json"))
-        key = {"schema_version": 1, "frozen": "2026-11-23",
-               "answers": [{"claim": str(claims[0].relative_to(run)), "verdict": verdict, "action": action,
-                            "must_include": include, "must_exclude": exclude}],
-               "provenance": "hand-built by proof/build_integrity.py (synthetic raw evidence)", "rationale": why}
-        write_json_atomic(fixture / "answer_key.json", key)
-        built.append(name)
-    return built
+    return [write_fixture(out, name, builder, {"verdict": verdict, "action": action, "must_include": include,
+                                               "must_exclude": exclude},
+                          frozen="2026-11-23", provenance="hand-built by proof/build_integrity.py (synthetic raw evidence)",
+                          rationale=why)
+            for name, (builder, verdict, action, include, exclude, why) in CASES.items()]
 
 
 def main() -> None:

@@ -16,8 +16,6 @@ by meaning), ``jdg-amdahl-*`` (7 unexplained deltas), ``jdg-test04-*`` (10 TEST0
 from __future__ import annotations
 
 import hashlib
-import json
-import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -26,7 +24,7 @@ import numpy as np
 
 from perfwarden.harness.records import QualityEval, write_json_atomic
 from perfwarden.proof.synth import (BASE_INFO, BASE_TPUT, CAND_TPUT, COHERENT_TEXTS, build_ab_run,
-                                    fixture_builder_main, reps, write_jsonl)
+                                    fixture_builder_main, reps, write_fixture, write_jsonl)
 
 CAND_INFO = {**BASE_INFO, "max_batch_size": 8, "port": 8101}
 KERNEL_INFO = {**BASE_INFO, "port": 8101, "op_overrides": {"rmsnorm": "ops/rmsnorm_fused.py:rmsnorm"}}
@@ -457,25 +455,15 @@ CASES: dict[str, Case] = {
 
 
 def build_all(out: Path) -> list[str]:
-    built = []
-    for name, case in CASES.items():
-        fixture = out / name
-        if fixture.exists():
-            shutil.rmtree(fixture)
-        run = fixture / "run"
-        run.mkdir(parents=True)
-        case.build(run)
-        claims = sorted((run / "claims").glob("*.json"))
-        answer: dict[str, Any] = {"claim": str(claims[0].relative_to(run)), "verdict": case.verdict,
-                                  "action": case.action, "must_include": case.include, "must_exclude": case.exclude}
-        if case.include_any:
-            answer["must_include_any"] = case.include_any
-        key = {"schema_version": 1, "frozen": "2026-11-23", "answers": [answer],
-               "provenance": "hand-built by proof/build_judgement_cases.py (issue 9 judgement rules; synthetic raw)",
-               "rationale": case.why}
-        write_json_atomic(fixture / "answer_key.json", key)
-        built.append(name)
-    return built
+    def answer(case) -> dict[str, Any]:
+        fields = {"verdict": case.verdict, "action": case.action, "must_include": case.include,
+                  "must_exclude": case.exclude}
+        return {**fields, "must_include_any": case.include_any} if case.include_any else fields
+
+    return [write_fixture(out, name, case.build, answer(case), frozen="2026-11-23",
+                          provenance="hand-built by proof/build_judgement_cases.py (issue 9 judgement rules; synthetic raw)",
+                          rationale=case.why)
+            for name, case in CASES.items()]
 
 
 def main() -> None:

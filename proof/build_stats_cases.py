@@ -25,13 +25,11 @@ Every rep of every leg gets its own 4 s slot (legs interleaved, no two reps over
 
 from __future__ import annotations
 
-import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from perfwarden.harness.records import write_json_atomic
-from perfwarden.proof.synth import BASE_INFO, REP_LATENCY_JITTER, build_ab_run, fixture_builder_main, make_rep
+from perfwarden.proof.synth import BASE_INFO, REP_LATENCY_JITTER, build_ab_run, fixture_builder_main, make_rep, write_fixture
 
 SLOT_S = 4.0
 """Seconds between consecutive rep starts (a rep of 256 tokens at >= 70 tok/s lasts < 3.7 s)."""
@@ -139,23 +137,13 @@ CASES: dict[str, Case] = {
 
 
 def build_all(out: Path) -> list[str]:
-    built = []
-    for name, case in CASES.items():
-        fixture = out / name
-        if fixture.exists():
-            shutil.rmtree(fixture)
-        run = fixture / "run"
-        run.mkdir(parents=True)
-        claim = build(case)(run)
-        answer: dict[str, Any] = {"claim": str(claim.relative_to(run)), "verdict": case.verdict,
-                                  "action": case.action, "must_include": case.include, "must_exclude": case.exclude}
-        key = {"schema_version": 1, "frozen": "2026-11-26", "answers": [answer],
-               "provenance": "hand-built by proof/build_stats_cases.py (issue 17 §5: the producer's choices only "
-                             "make the statistics more conservative; synthetic raw)",
-               "rationale": case.why}
-        write_json_atomic(fixture / "answer_key.json", key)
-        built.append(name)
-    return built
+    return [write_fixture(out, name, build(case), {"verdict": case.verdict, "action": case.action,
+                                                   "must_include": case.include, "must_exclude": case.exclude},
+                          frozen="2026-11-26", claim_returned=True,
+                          provenance="hand-built by proof/build_stats_cases.py (issue 17 §5: the producer's choices "
+                                     "only make the statistics more conservative; synthetic raw)",
+                          rationale=case.why)
+            for name, case in CASES.items()]
 
 
 def main() -> None:

@@ -14,14 +14,13 @@ before the auditor was changed to decide them; rebuilding never changes an answe
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 from typing import Any, Callable
 
 from perfwarden.harness.records import write_json_atomic
 from perfwarden.proof.build_integrity import (QUIET, RUN_T0, edit_lines, foreign, harness_ab, harness_reps, light,
                                               ab)
-from perfwarden.proof.synth import BASE_TPUT, CAND_TPUT, fixture_builder_main
+from perfwarden.proof.synth import BASE_TPUT, CAND_TPUT, fixture_builder_main, write_fixture
 
 STEP_S = 10.0
 """Seconds between the starts of consecutive rep slots (a rep here lasts ~1.3 s)."""
@@ -293,22 +292,11 @@ CASES: dict[str, tuple[Callable[[Path], Any], str, str, list[str], list[str], st
 
 
 def build_all(out: Path) -> list[str]:
-    built = []
-    for name, (builder, verdict, action, include, exclude, why) in CASES.items():
-        fixture = out / name
-        if fixture.exists():
-            shutil.rmtree(fixture)
-        run = fixture / "run"
-        run.mkdir(parents=True)
-        builder(run)
-        claims = sorted((run / "claims").glob("*.json"))
-        key = {"schema_version": 1, "frozen": "2026-11-26",
-               "answers": [{"claim": str(claims[0].relative_to(run)), "verdict": verdict, "action": action,
-                            "must_include": include, "must_exclude": exclude}],
-               "provenance": "hand-built by proof/build_strict.py (synthetic raw evidence)", "rationale": why}
-        write_json_atomic(fixture / "answer_key.json", key)
-        built.append(name)
-    return built
+    return [write_fixture(out, name, builder, {"verdict": verdict, "action": action, "must_include": include,
+                                               "must_exclude": exclude},
+                          frozen="2026-11-26", provenance="hand-built by proof/build_strict.py (synthetic raw evidence)",
+                          rationale=why)
+            for name, (builder, verdict, action, include, exclude, why) in CASES.items()]
 
 
 def main() -> None:

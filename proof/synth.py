@@ -274,6 +274,29 @@ def build_ab_run(run: Path, *, base_info: dict | None = None, cand_info: dict | 
     return write_claim(run, body)
 
 
+def write_fixture(out: Path, name: str, build, answer: dict[str, Any], *, frozen: str, provenance: str,
+                  rationale: str, claim_returned: bool = False) -> str:
+    """One hand-built fixture: a fresh ``<out>/<name>/run`` filled by ``build(run)``, then its answer key.
+    The claim answered is the run's first claim file, or the path ``build`` returns when
+    ``claim_returned``. Every fixture builder
+    writes its cases through here, so an answer key always has the same shape."""
+    import shutil
+
+    fixture = Path(out) / name
+    if fixture.exists():
+        shutil.rmtree(fixture)
+    run = fixture / "run"
+    run.mkdir(parents=True)
+    returned = build(run)
+    claim = returned if claim_returned else None
+    if claim is None:
+        claim = sorted((run / "claims").glob("*.json"))[0]
+    key = {"schema_version": 1, "frozen": frozen, "answers": [{"claim": str(claim.relative_to(run)), **answer}],
+           "provenance": provenance, "rationale": rationale}
+    write_json_atomic(fixture / "answer_key.json", key)
+    return name
+
+
 def fixture_builder_main(doc: str, build_all, default_out: Path) -> None:
     """The command line every fixture builder shares: ``--out DIR``, then one line per fixture built."""
     import argparse
