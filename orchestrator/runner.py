@@ -145,6 +145,7 @@ def run_graph(run: Path, settings: RunSettings, lab: Lab, *, resume: bool = Fals
         if checkpoint_path(run).is_file():
             raise RunUsageError(f"{str(run)!r} already holds a run; use --resume or another directory")
         run.mkdir(parents=True, exist_ok=True)
+        crash_point("before_settings")
         write_json_atomic(settings_path(run), settings, run)
         crash_point("settings_written")
     context = RunContext(lab=lab, settings=settings, llm=llm, brains=brains or Brains(llm=llm), clock=clock,

@@ -1,6 +1,8 @@
 """Kill a synthetic run at many instants, resume each, and report what every resumed run ended with.
 
-    python tests/resume_driver.py WORKDIR   ->   JSON lines on stdout: the reference, then one per case
+    python tests/resume_driver.py WORKDIR [CASE_ID...]   ->   JSON lines: the reference, then one per case
+
+The cases and their ids are ``resume_cases.py``'s (all of them when no id is given).
 
 Used by ``test_resume_anywhere.py``. This process runs the uninterrupted reference run itself (which
 also warms every lazy import; only the main thread is left afterwards, so forking is safe), derives
@@ -8,20 +10,22 @@ the crash instants from the reference's steps, then runs each crashing run and e
 ``fork()``ed child: a case costs a run, not an interpreter start. A case is either a crash point
 (``PERFWARDEN_CRASH_AT``, see ``orchestrator/crashpoints.py``: the child SIGKILLs itself there) or a
 delay after which the parent SIGKILLs the child (a random instant, reps slowed down so it lands
-anywhere). The resume runs in a fresh child without the hook.
+anywhere). The resume runs in a fresh child without the hook. A run killed before its directory
+appeared (it is created whole, settings included) has nothing to resume: the case starts it again, as
+its user would.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import random
 import signal
 import sys
 import threading
 import time
-from collections import Counter
 from pathlib import Path
+
+from resume_cases import CASES, case_id, crash_cases
 
 from perfwarden.orchestrator.crashpoints import ENV
 from perfwarden.orchestrator.runner import RunUsageError, run_graph
@@ -66,12 +70,12 @@ def _start(run: Path, crash_at: str | None, rep_delay: float) -> int:
     return _child(go)
 
 
-def _resume(run: Path, message_file: Path) -> int:
+def _resume(run: Path, message_file: Path, *, again: bool = False) -> int:
     def go() -> int:
         os.environ.pop(ENV, None)
         os.environ["PERFWARDEN_SIM_REP_DELAY"] = "0"
         try:
-            run_graph(run, SETTINGS, SyntheticLab(**LAB), resume=True)
+            run_graph(run, SETTINGS, SyntheticLab(**LAB), resume=not again)
         except RunUsageError as exc:
             message_file.write_text(str(exc))
             return 3
@@ -114,24 +118,11 @@ def one_case(workdir: Path, index: int, case: dict) -> dict:
             pass
     crashed = _status(pid)
     message = workdir / f"case-{index:03d}.message"
-    resumed = _status(_resume(run, message)) if run.exists() else "no run directory"
-    return {**case, "crashed": crashed, "resumed": resumed, "seconds": round(time.monotonic() - started, 2),
+    again = not run.exists()  # killed before the run existed: start it again
+    resumed = _status(_resume(run, message, again=again))
+    return {**case, "crashed": crashed, "resumed": resumed, "started_again": again,
+            "seconds": round(time.monotonic() - started, 2),
             "message": message.read_text() if message.exists() else None, "summary": summary(run)}
-
-
-def crash_cases(steps: list[str]) -> list[dict]:
-    """Every node boundary of the reference run (before each step; after it wrote its files but before
-    its checkpoint), the instants between the run's own writes, torn rep lines, random instants."""
-    seen: Counter[str] = Counter()
-    cases = [{"crash_at": "settings_written"}, {"crash_at": "checkpointer_opened"},
-             {"crash_at": "report_json_written"}, {}]  # {}: never killed; its resume finds a finished run
-    for node in steps:
-        seen[node] += 1
-        cases += [{"crash_at": f"before:{node}#{seen[node]}"}, {"crash_at": f"after:{node}#{seen[node]}"}]
-    cases += [{"crash_at": f"rep_torn#{k}"} for k in (1, 9, 30)]
-    rng = random.Random(12)  # random instants, reproducible: reps take 10 ms, the run ~1 s
-    cases += [{"kill_after": round(rng.uniform(0.0, 1.2), 3), "rep_delay": 0.01} for _ in range(6)]
-    return cases
 
 
 def main() -> None:
@@ -141,8 +132,14 @@ def main() -> None:
     assert threading.active_count() == 1, "a thread outlived the run: forking would copy its locks"
     steps = [json.loads(line)["node"] for line in (workdir / "reference" / "events.jsonl").read_text().splitlines()]
     print(json.dumps({"reference": summary(workdir / "reference"), "steps": steps}), flush=True)
-    for index, case in enumerate(crash_cases(steps)):
-        print(json.dumps(one_case(workdir, index, case)), flush=True)
+    cases = crash_cases(steps)
+    wanted = sys.argv[2:]
+    unknown = sorted(set(wanted) - set(CASES))
+    if unknown:
+        raise SystemExit(f"unknown case ids: {unknown}")
+    for index, case in enumerate(cases):
+        if not wanted or case_id(case) in wanted:
+            print(json.dumps({"id": case_id(case), **one_case(workdir, index, case)}), flush=True)
 
 
 if __name__ == "__main__":
