@@ -7,9 +7,9 @@ The cases and their ids are ``resume_cases.py``'s (all of them when no id is giv
 Used by ``test_resume_anywhere.py``. This process runs the uninterrupted reference run itself (which
 also warms every lazy import; only the main thread is left afterwards, so forking is safe), derives
 the crash instants from the reference's steps, then runs each crashing run and each resume in a
-``fork()``ed child: a case costs a run, not an interpreter start. A case is either a crash point
-(``PERFWARDEN_CRASH_AT``, see ``orchestrator/crashpoints.py``: the child SIGKILLs itself there) or a
-delay after which the parent SIGKILLs the child (a random instant, reps slowed down so it lands
+``fork()``ed child: a case costs a run, not an interpreter start; cases run in ``JOBS`` forked
+workers. A case is either a crash point (``PERFWARDEN_CRASH_AT``, see ``orchestrator/crashpoints.py``:
+the child SIGKILLs itself there) or a delay after which the parent SIGKILLs the child (a random instant, reps slowed down so it lands
 anywhere). The resume runs in a fresh child without the hook. A run killed before its directory
 appeared (it is created whole, settings included) has nothing to resume: the case starts it again, as
 its user would.
@@ -32,6 +32,8 @@ from perfwarden.orchestrator.runner import RunUsageError, run_graph
 from perfwarden.orchestrator.settings import RunSettings
 from perfwarden.orchestrator.simlab import SyntheticLab
 
+JOBS = min(2, os.cpu_count() or 1)
+"""Cases run in this many workers at once (each case is one process at a time)."""
 SETTINGS = RunSettings(target="synthetic", levers=["batch_wait_ms", "quantization"])
 LAB = dict(fail_first_quality=True)
 """Small but complete: every node runs (baseline, profile, op bench, A/B, a disclosed latency trade-off
@@ -132,14 +134,34 @@ def main() -> None:
     assert threading.active_count() == 1, "a thread outlived the run: forking would copy its locks"
     steps = [json.loads(line)["node"] for line in (workdir / "reference" / "events.jsonl").read_text().splitlines()]
     print(json.dumps({"reference": summary(workdir / "reference"), "steps": steps}), flush=True)
-    cases = crash_cases(steps)
     wanted = sys.argv[2:]
     unknown = sorted(set(wanted) - set(CASES))
     if unknown:
         raise SystemExit(f"unknown case ids: {unknown}")
-    for index, case in enumerate(cases):
-        if not wanted or case_id(case) in wanted:
-            print(json.dumps({"id": case_id(case), **one_case(workdir, index, case)}), flush=True)
+    selected = [(i, c) for i, c in enumerate(crash_cases(steps)) if not wanted or case_id(c) in wanted]
+    for line in run_cases(workdir, selected, max(1, min(JOBS, len(selected)))):
+        print(line, flush=True)
+
+
+def run_cases(workdir: Path, selected: list[tuple[int, dict]], jobs: int) -> list[str]:
+    """Run the cases in ``jobs`` forked workers (each forks its own runs), results in case order."""
+    def worker(part: list[tuple[int, dict]], out: Path):
+        def go() -> int:
+            with open(out, "w", encoding="utf-8") as handle:
+                for index, case in part:
+                    handle.write(json.dumps({"index": index, "id": case_id(case), **one_case(workdir, index, case)})
+                                 + "\n")
+                    handle.flush()
+            return 0
+        return go
+
+    outs = [workdir / f"results-{j}.jsonl" for j in range(jobs)]
+    pids = [_child(worker(selected[j::jobs], outs[j])) for j in range(jobs)]
+    failed = [status for status in map(_status, pids) if status != "exit 0"]
+    if failed:
+        raise SystemExit(f"a case worker ended {failed}")
+    results = [json.loads(line) for out in outs for line in out.read_text("utf-8").splitlines()]
+    return [json.dumps(r) for r in sorted(results, key=lambda r: r["index"])]
 
 
 if __name__ == "__main__":
