@@ -1,8 +1,8 @@
 """Kill a synthetic run at many instants, resume each, and report what every resumed run ended with.
 
-    python tests/resume_driver.py WORKDIR [CASE_ID...]   ->   JSON lines: the reference, then one per case
+    python tests/resume_driver.py WORKDIR [--cases] [CASE_ID...]  ->  JSON lines: the reference, then one per case
 
-The cases and their ids are ``resume_cases.py``'s (all of them when no id is given).
+The cases and their ids are ``resume_cases.py``'s: those named, all when none is (none after ``--cases``).
 
 Used by ``test_resume_anywhere.py``. This process runs the uninterrupted reference run itself (which
 also warms every lazy import; only the main thread is left afterwards, so forking is safe), derives
@@ -134,12 +134,13 @@ def main() -> None:
     assert threading.active_count() == 1, "a thread outlived the run: forking would copy its locks"
     steps = [json.loads(line)["node"] for line in (workdir / "reference" / "events.jsonl").read_text().splitlines()]
     print(json.dumps({"reference": summary(workdir / "reference"), "steps": steps}), flush=True)
-    wanted = sys.argv[2:]
-    unknown = sorted(set(wanted) - set(CASES))
+    args = sys.argv[2:]
+    wanted = set(args[1:]) if args[:1] == ["--cases"] else set(args) or set(CASES)  # --cases alone: none
+    unknown = sorted(wanted - set(CASES))
     if unknown:
         raise SystemExit(f"unknown case ids: {unknown}")
-    selected = [(i, c) for i, c in enumerate(crash_cases(steps)) if not wanted or case_id(c) in wanted]
-    for line in run_cases(workdir, selected, max(1, min(JOBS, len(selected)))):
+    selected = [(i, c) for i, c in enumerate(crash_cases(steps)) if case_id(c) in wanted]
+    for line in run_cases(workdir, selected, max(1, min(JOBS, len(selected)))) if selected else []:
         print(line, flush=True)
 
 

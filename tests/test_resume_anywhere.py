@@ -33,7 +33,7 @@ def driven(request, tmp_path_factory) -> dict:
     """Run the driver once over every case of this module that pytest selected."""
     wanted = [item.callspec.id for item in request.session.items
               if item.originalname == NODE and item.module is request.module]
-    done = subprocess.run([sys.executable, str(DRIVER), str(tmp_path_factory.mktemp("resume")), *wanted],
+    done = subprocess.run([sys.executable, str(DRIVER), str(tmp_path_factory.mktemp("resume")), "--cases", *wanted],
                           capture_output=True, text=True, timeout=580)
     assert done.returncode == 0, done.stderr[-3000:]
     head, *results = [json.loads(line) for line in done.stdout.splitlines()]
