@@ -148,7 +148,8 @@ def test_a_line_written_but_never_sealed_is_not_a_rep_that_exists(tmp_path):
     assert [json.loads(line)["rep"] for line in bench.read_text().splitlines()] == [0, 1, 2, 3, 4]
     assert bench.with_name("bench_runs.jsonl.unsealed").read_bytes().count(b"\n") == 1
     cut = [json.loads(line) for line in (run / "evidence.jsonl").read_text().splitlines()][-1]
-    assert cut["kind"] == "cut" and cut["file"] == "legs/cand/bench_runs.jsonl" and cut["offset"] == bench.stat().st_size
+    assert cut["kind"] == "cut" and cut["file"] == "legs/cand/bench_runs.jsonl"
+    assert cut["offset"] == bench.stat().st_size
     seal.forget(run)
     verdict = _audit(fixture)
     assert not _codes(verdict) and "EVIDENCE_TAMPERED" not in _codes(verdict, "FLAG")
