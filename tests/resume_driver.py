@@ -10,9 +10,9 @@ the crash instants from the reference's steps, then runs each crashing run and e
 ``fork()``ed child: a case costs a run, not an interpreter start; cases run in ``JOBS`` forked
 workers. A case is either a crash point (``PERFWARDEN_CRASH_AT``, see ``orchestrator/crashpoints.py``:
 the child SIGKILLs itself there) or a delay after which the parent SIGKILLs the child (a random
-instant, reps slowed down so it lands anywhere). The resume runs in a fresh child without the hook. A run killed before its directory
-appeared (it is created whole, settings included) has nothing to resume: the case starts it again, as
-its user would.
+instant, reps slowed down so it lands anywhere). The resume runs in a fresh child without the hook.
+A run killed before its directory appeared (it is created whole, settings included) has nothing to
+resume: the case starts it again, as its user would.
 """
 
 from __future__ import annotations
