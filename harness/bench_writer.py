@@ -227,15 +227,19 @@ def existing_reps(path: Path) -> set[tuple[str | None, int | None]]:
     """(leg, rep) keys of every complete, decodable line of ``path`` (empty if the file is absent).
 
     A torn tail or a corrupt line is not a rep that exists: it is not evidence, so a resumed run
-    measures that rep again.
+    measures that rep again. Nor, in a sealed run, is a line past the sealed bytes (written, then the
+    writer died before sealing it): the auditor would refuse it, so it is measured again too.
     """
     path = Path(path)
     if not path.exists():
         return set()
+    sealed = seal.sealed_size(path)
     decoder = msgspec.json.Decoder(_LegRep)
     issues: list[LineIssue] = []
     keys = set()
-    for _, raw in iter_raw_lines(path, issues):
+    for ref, raw in iter_raw_lines(path, issues):
+        if sealed is not None and ref.offset >= sealed:
+            break
         try:
             key = decoder.decode(raw)
         except DECODE_ERRORS:  # a line that does not decode is not a rep that exists
@@ -245,7 +249,7 @@ def existing_reps(path: Path) -> set[tuple[str | None, int | None]]:
 
 
 def rep_exists(path: Path, leg: str, rep: int) -> bool:
-    """Whether ``path`` already holds a complete line for (``leg``, ``rep``)."""
+    """Whether ``path`` already holds a complete (in a sealed run: sealed) line for (``leg``, ``rep``)."""
     return (leg, rep) in existing_reps(path)
 
 

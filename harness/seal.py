@@ -30,9 +30,10 @@ code and servers (``harness/sandbox.py``) binds only what it needs, and where th
 a bound tree it covers it with an empty tmpfs, so confined code cannot read a key.
 
 Crash safety: data is written first, then sealed. A line written but not sealed (the process died in
-between) is cut off and kept beside the file (``<file>.unsealed``) the next time the harness writes
-to that file, with a ``cut`` entry saying so -- so ``run --resume`` re-measures that rep instead of
-banking bytes nobody sealed. Concurrent writers (threads starting servers together, two processes on
+between) is cut off and kept beside the file (``<file>.unsealed``), with a ``cut`` entry saying so, when a
+process next opens the chain (``run --resume``) or the harness next writes to that file; until then
+readers count only the sealed bytes (:func:`sealed_size`) -- so a resumed run re-measures that rep
+instead of banking bytes nobody sealed. Concurrent writers (threads starting servers together, two processes on
 one run) serialize on a thread lock plus ``flock`` on the chain file.
 """
 
@@ -435,6 +436,31 @@ class Chain:
             sha, size = _file_sha256(path)
             return size == st.size and sha == st.sha256
 
+    def sealed_size(self, path: Path) -> int:
+        """How many leading bytes of ``path`` the chain sealed (0 when it sealed none): only they are
+        evidence; a line past them was written but never sealed (the writer died in between)."""
+        with self._locked():
+            st = self._files.get(self.rel(Path(path)))
+            return st.size if st is not None else 0
+
+    def _cut_unsealed_tails(self, fd: int) -> None:
+        """On opening an existing chain (a resume): cut whatever follows the last sealed line of every
+        line-sealed file, as the next append to it would. Under the chain's lock no live writer is
+        between writing a line and sealing it, so such bytes are a dead writer's (or someone else's):
+        they are kept in ``<file>.unsealed`` and the chain records the cut."""
+        for rel, st in sorted(self._files.items()):
+            if st.whole:
+                continue
+            path = self.root / rel
+            try:
+                actual = path.lstat().st_size if path.is_file() and not path.is_symlink() else None
+            except OSError:
+                actual = None
+            if actual is not None and actual > st.size:  # shrunk or gone: left to writers and the auditor
+                dropped = self._cut(fd, path, rel, st, actual)
+                log.warning("cut %d unsealed bytes off %r (written, never sealed) into %r", len(dropped), rel,
+                            rel + ".unsealed")
+
     def cut_unsealed_tail(self, path: Path) -> bytes:
         """Cut whatever follows the last sealed line of ``path`` (torn or complete but unsealed)."""
         path = Path(path)
@@ -600,8 +626,8 @@ def _open_existing(root: Path, key_file: Path | None) -> Chain:
     if sealed.seal_id != seal_id:
         raise SealError(f"key {str(key_file)!r} is for seal {sealed.seal_id!r}, the chain is {seal_id!r}")
     chain = Chain(root, bytes.fromhex(sealed.key), key_file, seal_id)
-    with chain._locked():
-        pass  # reads and verifies every entry, rebuilding what is sealed
+    with chain._locked() as fd:  # reads and verifies every entry, rebuilding what is sealed
+        chain._cut_unsealed_tails(fd)
     return chain
 
 
@@ -676,6 +702,13 @@ def cut_unsealed_tail(path: Path | str) -> bytes | None:
     moved aside); None when ``path`` is not in a sealed run (the caller handles torn tails itself)."""
     chain = chain_for(path)
     return None if chain is None else chain.cut_unsealed_tail(Path(path))
+
+
+def sealed_size(path: Path | str) -> int | None:
+    """In a sealed run: how many leading bytes of ``path`` are sealed (readers count only those as
+    evidence); None when ``path`` is not in a sealed run."""
+    chain = chain_for(path)
+    return None if chain is None else chain.sealed_size(Path(path))
 
 
 def unlink(path: Path | str) -> None:

@@ -3,7 +3,8 @@
 Resume always ends in a report or in a ``RunUsageError`` that says why it cannot (never a silent
 no-op). A run killed at any instant is in one of these states on disk, each handled:
 
-- no settings.json: not a run (error);
+- no settings.json: not a run (error). ``run`` creates the directory with its settings.json in one
+  rename (:func:`create_run`), so a kill never leaves a run directory without one;
 - settings.json but no checkpoint file, or a checkpoint file with no checkpoint in it yet (killed
   just after ``sqlite3.connect`` created it): no node ran, so the run starts from the beginning;
 - a checkpoint with work left (``next``), or a finished task whose writes were saved just before the
@@ -15,6 +16,8 @@ no-op). A run killed at any instant is in one of these states on disk, each hand
 from __future__ import annotations
 
 import os
+import secrets
+import shutil
 import sqlite3
 import time
 from pathlib import Path
@@ -73,6 +76,28 @@ def check_run_writes(run: Path) -> None:
         raise RunUsageError(f"cannot write into {str(run)!r}: {exc}") from None
 
 
+def create_run(run: Path, settings: RunSettings) -> None:
+    """Make ``run`` with its settings.json in one step: built in a hidden folder beside it and renamed
+    into place, so a kill at any instant leaves no run directory (start again) or one that resumes --
+    never a folder without settings that ``--resume`` must refuse as not a run. A folder that already
+    exists (the user's ``--out``) gets its settings.json written atomically in place."""
+    if os.path.lexists(run):
+        run.mkdir(parents=True, exist_ok=True)
+        crash_point("before_settings")
+        write_json_atomic(settings_path(run), settings, run)
+        return
+    run.parent.mkdir(parents=True, exist_ok=True)
+    staged = run.parent / f".{run.name}.creating-{secrets.token_hex(6)}"
+    os.mkdir(staged)
+    try:
+        crash_point("before_settings")
+        write_json_atomic(settings_path(staged), settings, staged)
+        os.rename(staged, run)  # atomic; refused when another process made a non-empty ``run`` meanwhile
+    except OSError as exc:
+        shutil.rmtree(staged, ignore_errors=True)
+        raise RunUsageError(f"cannot create the run directory {str(run)!r}: {exc}") from None
+
+
 def read_settings(run: Path) -> RunSettings:
     """The settings a run started with (a resumed run keeps them); RunUsageError when unreadable."""
     from pydantic import ValidationError
@@ -83,9 +108,18 @@ def read_settings(run: Path) -> RunSettings:
         return RunSettings.model_validate_json(read_bytes(settings_path(run), run, limit=RECORD_BYTES,
                                                           what="settings"))
     except OSError as exc:
-        raise RunUsageError(f"{str(run)!r} is not a perfwarden run directory: {exc}") from None
+        raise RunUsageError(f"{str(run)!r} is not a perfwarden run directory: {exc}{_empty_hint(run)}") from None
     except ValidationError as exc:
         raise RunUsageError(settings_error(exc, f"{str(settings_path(run))!r} is invalid")) from None
+
+
+def _empty_hint(run: Path) -> str:
+    try:
+        with os.scandir(run) as entries:
+            empty = next(entries, None) is None
+    except OSError:
+        empty = False
+    return " (the folder is empty: no run started in it; start one with `perfwarden run --out`)" if empty else ""
 
 
 def ensure_report(run: Path, state: dict[str, Any], context: RunContext) -> dict[str, Any]:
@@ -144,8 +178,7 @@ def run_graph(run: Path, settings: RunSettings, lab: Lab, *, resume: bool = Fals
     else:
         if checkpoint_path(run).is_file():
             raise RunUsageError(f"{str(run)!r} already holds a run; use --resume or another directory")
-        run.mkdir(parents=True, exist_ok=True)
-        write_json_atomic(settings_path(run), settings, run)
+        create_run(run, settings)
         crash_point("settings_written")
     context = RunContext(lab=lab, settings=settings, llm=llm, brains=brains or Brains(llm=llm), clock=clock,
                          watcher=watcher or SilentWatcher(), attacker=attacker, capture_logs=capture_logs)

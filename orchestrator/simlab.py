@@ -19,7 +19,7 @@ from typing import Any
 
 from perfwarden.harness import safe_write, seal
 from perfwarden.harness.bench_writer import append_bench_line, rep_exists
-from perfwarden.harness.records import LegSpec, Overlay, QualityEval, RunDir
+from perfwarden.harness.records import LegSpec, Overlay, QualityEval, RunDir, jsonl_text
 from perfwarden.harness.target_config import EmbeddedConfig
 from perfwarden.orchestrator.crashpoints import armed, kill_now
 from perfwarden.orchestrator.lab import LabError, LegPlan, check_leg_writes
@@ -123,6 +123,8 @@ class SyntheticLab:
                                 started_at=_rep_start(paths, k, legs.index(plan), len(legs)))
                 if armed("rep_torn"):  # test hook: die half-way through writing the line
                     _write_torn(bench, line)
+                if armed("rep_unsealed"):  # test hook: die after writing the line, before sealing it
+                    _write_unsealed(bench, line)
                 append_bench_line(bench, line)
                 self.reps_written += 1
                 self.on_rep(plan.leg, k, "ok")
@@ -209,11 +211,19 @@ def _row(op, backend, ms, ref, seed, trial, err):
 
 def _write_torn(path: Path, line: dict[str, Any]) -> None:
     """Write the first half of ``line`` (no newline) and SIGKILL: a rep torn mid-write."""
-    import json
-
     data = json.dumps(line).encode()
+    _write_and_die(path, data[: len(data) // 2])
+
+
+def _write_unsealed(path: Path, line: dict[str, Any]) -> None:
+    """Write all of ``line`` and SIGKILL before its seal entry: the seal chain appends the line, then
+    the entry, so a kill in between leaves a complete line nobody sealed."""
+    _write_and_die(path, jsonl_text(line).encode())
+
+
+def _write_and_die(path: Path, data: bytes) -> None:
     with safe_write.open_append(path) as handle:
-        handle.write(data[: len(data) // 2])
+        handle.write(data)
         handle.flush()
         os.fsync(handle.fileno())
     kill_now()

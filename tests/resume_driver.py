@@ -1,33 +1,39 @@
 """Kill a synthetic run at many instants, resume each, and report what every resumed run ended with.
 
-    python tests/resume_driver.py WORKDIR   ->   JSON lines on stdout: the reference, then one per case
+    python tests/resume_driver.py WORKDIR [--cases] [CASE_ID...]  ->  JSON lines: the reference, then one per case
+
+The cases and their ids are ``resume_cases.py``'s: those named, all when none is (none after ``--cases``).
 
 Used by ``test_resume_anywhere.py``. This process runs the uninterrupted reference run itself (which
 also warms every lazy import; only the main thread is left afterwards, so forking is safe), derives
 the crash instants from the reference's steps, then runs each crashing run and each resume in a
-``fork()``ed child: a case costs a run, not an interpreter start. A case is either a crash point
-(``PERFWARDEN_CRASH_AT``, see ``orchestrator/crashpoints.py``: the child SIGKILLs itself there) or a
-delay after which the parent SIGKILLs the child (a random instant, reps slowed down so it lands
-anywhere). The resume runs in a fresh child without the hook.
+``fork()``ed child: a case costs a run, not an interpreter start; cases run in ``JOBS`` forked
+workers. A case is either a crash point (``PERFWARDEN_CRASH_AT``, see ``orchestrator/crashpoints.py``:
+the child SIGKILLs itself there) or a delay after which the parent SIGKILLs the child (a random
+instant, reps slowed down so it lands anywhere). The resume runs in a fresh child without the hook.
+A run killed before its directory appeared (it is created whole, settings included) has nothing to
+resume: the case starts it again, as its user would.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import random
 import signal
 import sys
 import threading
 import time
-from collections import Counter
 from pathlib import Path
+
+from resume_cases import CASES, case_id, crash_cases
 
 from perfwarden.orchestrator.crashpoints import ENV
 from perfwarden.orchestrator.runner import RunUsageError, run_graph
 from perfwarden.orchestrator.settings import RunSettings
 from perfwarden.orchestrator.simlab import SyntheticLab
 
+JOBS = min(2, os.cpu_count() or 1)
+"""Cases run in this many workers at once (each case is one process at a time)."""
 SETTINGS = RunSettings(target="synthetic", levers=["batch_wait_ms", "quantization"])
 LAB = dict(fail_first_quality=True)
 """Small but complete: every node runs (baseline, profile, op bench, A/B, a disclosed latency trade-off
@@ -66,12 +72,12 @@ def _start(run: Path, crash_at: str | None, rep_delay: float) -> int:
     return _child(go)
 
 
-def _resume(run: Path, message_file: Path) -> int:
+def _resume(run: Path, message_file: Path, *, again: bool = False) -> int:
     def go() -> int:
         os.environ.pop(ENV, None)
         os.environ["PERFWARDEN_SIM_REP_DELAY"] = "0"
         try:
-            run_graph(run, SETTINGS, SyntheticLab(**LAB), resume=True)
+            run_graph(run, SETTINGS, SyntheticLab(**LAB), resume=not again)
         except RunUsageError as exc:
             message_file.write_text(str(exc))
             return 3
@@ -114,24 +120,11 @@ def one_case(workdir: Path, index: int, case: dict) -> dict:
             pass
     crashed = _status(pid)
     message = workdir / f"case-{index:03d}.message"
-    resumed = _status(_resume(run, message)) if run.exists() else "no run directory"
-    return {**case, "crashed": crashed, "resumed": resumed, "seconds": round(time.monotonic() - started, 2),
+    again = not run.exists()  # killed before the run existed: start it again
+    resumed = _status(_resume(run, message, again=again))
+    return {**case, "crashed": crashed, "resumed": resumed, "started_again": again,
+            "seconds": round(time.monotonic() - started, 2),
             "message": message.read_text() if message.exists() else None, "summary": summary(run)}
-
-
-def crash_cases(steps: list[str]) -> list[dict]:
-    """Every node boundary of the reference run (before each step; after it wrote its files but before
-    its checkpoint), the instants between the run's own writes, torn rep lines, random instants."""
-    seen: Counter[str] = Counter()
-    cases = [{"crash_at": "settings_written"}, {"crash_at": "checkpointer_opened"},
-             {"crash_at": "report_json_written"}, {}]  # {}: never killed; its resume finds a finished run
-    for node in steps:
-        seen[node] += 1
-        cases += [{"crash_at": f"before:{node}#{seen[node]}"}, {"crash_at": f"after:{node}#{seen[node]}"}]
-    cases += [{"crash_at": f"rep_torn#{k}"} for k in (1, 9, 30)]
-    rng = random.Random(12)  # random instants, reproducible: reps take 10 ms, the run ~1 s
-    cases += [{"kill_after": round(rng.uniform(0.0, 1.2), 3), "rep_delay": 0.01} for _ in range(6)]
-    return cases
 
 
 def main() -> None:
@@ -141,8 +134,35 @@ def main() -> None:
     assert threading.active_count() == 1, "a thread outlived the run: forking would copy its locks"
     steps = [json.loads(line)["node"] for line in (workdir / "reference" / "events.jsonl").read_text().splitlines()]
     print(json.dumps({"reference": summary(workdir / "reference"), "steps": steps}), flush=True)
-    for index, case in enumerate(crash_cases(steps)):
-        print(json.dumps(one_case(workdir, index, case)), flush=True)
+    args = sys.argv[2:]
+    wanted = set(args[1:]) if args[:1] == ["--cases"] else set(args) or set(CASES)  # --cases alone: none
+    unknown = sorted(wanted - set(CASES))
+    if unknown:
+        raise SystemExit(f"unknown case ids: {unknown}")
+    selected = [(i, c) for i, c in enumerate(crash_cases(steps)) if case_id(c) in wanted]
+    for line in run_cases(workdir, selected, max(1, min(JOBS, len(selected)))) if selected else []:
+        print(line, flush=True)
+
+
+def run_cases(workdir: Path, selected: list[tuple[int, dict]], jobs: int) -> list[str]:
+    """Run the cases in ``jobs`` forked workers (each forks its own runs), results in case order."""
+    def worker(part: list[tuple[int, dict]], out: Path):
+        def go() -> int:
+            with open(out, "w", encoding="utf-8") as handle:
+                for index, case in part:
+                    handle.write(json.dumps({"index": index, "id": case_id(case), **one_case(workdir, index, case)})
+                                 + "\n")
+                    handle.flush()
+            return 0
+        return go
+
+    outs = [workdir / f"results-{j}.jsonl" for j in range(jobs)]
+    pids = [_child(worker(selected[j::jobs], outs[j])) for j in range(jobs)]
+    failed = [status for status in map(_status, pids) if status != "exit 0"]
+    if failed:
+        raise SystemExit(f"a case worker ended {failed}")
+    results = [json.loads(line) for out in outs for line in out.read_text("utf-8").splitlines()]
+    return [json.dumps(r) for r in sorted(results, key=lambda r: r["index"])]
 
 
 if __name__ == "__main__":

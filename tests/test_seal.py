@@ -17,7 +17,7 @@ import pytest
 from perfwarden.agents.auditor.audit import ClaimError, audit_path
 from perfwarden.agents.auditor.manifest import read_manifest, resolve_key
 from perfwarden.harness import seal
-from perfwarden.harness.bench_writer import append_bench_line
+from perfwarden.harness.bench_writer import append_bench_line, rep_exists, reps_to_run
 from perfwarden.harness.records import RunDir
 from perfwarden.proof import mutations
 from perfwarden.proof.seal_cases import sealed_clean
@@ -118,6 +118,49 @@ def test_resume_continues_the_same_chain_and_cuts_an_unsealed_line(tmp_path):
     assert [json.loads(line)["rep"] for line in bench.read_text().splitlines()] == [0, 1, 2, 3, 4, 5]
     verdict = _audit(fixture)
     assert not _codes(verdict) and "EVIDENCE_TAMPERED" not in _codes(verdict, "FLAG")
+
+
+def _run_with_an_unsealed_rep(tmp_path: Path) -> tuple[Path, Path]:
+    """A sealed A/B run whose process wrote cand's rep 5 whole, then died before sealing it."""
+    fixture = tmp_path / "fx"
+    fixture.mkdir()
+    run = fixture / "run"
+    run.mkdir()
+    seal.begin(run, key_file=fixture / "seal.key")
+    build_ab_run(run)
+    bench = run / "legs" / "cand" / "bench_runs.jsonl"
+    with open(bench, "ab") as handle:
+        handle.write((json.dumps(make_rep("cand", 5, throughput=111.0, started_at=1010.0),
+                                 separators=(",", ":")) + "\n").encode())
+    return fixture, bench
+
+
+def test_a_line_written_but_never_sealed_is_not_a_rep_that_exists(tmp_path):
+    """Issue 19: ``rep_exists`` counted it, so a resumed run never re-measured the rep and the audit said
+    EVIDENCE_TAMPERED. Only sealed lines are reps, in the process that holds the chain and in a new one."""
+    fixture, bench = _run_with_an_unsealed_rep(tmp_path)
+    run = fixture / "run"
+    assert not rep_exists(bench, "cand", 5) and rep_exists(bench, "cand", 4)
+    assert reps_to_run(bench, "cand", range(7)) == [5, 6]
+    seal.forget(run)  # a new process: opening the chain (resume) cuts the unsealed line aside
+    seal.begin(run, key_file=fixture / "seal.key")
+    assert not rep_exists(bench, "cand", 5)
+    assert [json.loads(line)["rep"] for line in bench.read_text().splitlines()] == [0, 1, 2, 3, 4]
+    assert bench.with_name("bench_runs.jsonl.unsealed").read_bytes().count(b"\n") == 1
+    cut = [json.loads(line) for line in (run / "evidence.jsonl").read_text().splitlines()][-1]
+    assert cut["kind"] == "cut" and cut["file"] == "legs/cand/bench_runs.jsonl"
+    assert cut["offset"] == bench.stat().st_size
+    seal.forget(run)
+    verdict = _audit(fixture)
+    assert not _codes(verdict) and "EVIDENCE_TAMPERED" not in _codes(verdict, "FLAG")
+
+
+def test_an_unsealed_line_the_harness_never_cut_is_still_tampering(tmp_path):
+    """The reader's tolerance is the harness's, never the auditor's: a line past the sealed end of a
+    sealed file (an edit, or a crash nobody resumed) is refused by the audit."""
+    fixture, _ = _run_with_an_unsealed_rep(tmp_path)
+    seal.forget(fixture / "run")
+    assert "EVIDENCE_TAMPERED" in _codes(_audit(fixture))
 
 
 def test_graph_run_resumed_after_a_crash_keeps_one_verified_chain(tmp_path):
