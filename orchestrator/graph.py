@@ -40,6 +40,7 @@ from langgraph.runtime import Runtime
 
 from perfwarden.agents import config_tuner, integrator, kernel_extractor, op_benchmarker
 from perfwarden.agents.auditor.audit import audit_path, load_claim, write_verdict
+from perfwarden.agents.auditor.findings import unsealed_refusal
 from perfwarden.agents.auditor.gates.profile import rank_ops
 from perfwarden.agents.auditor.persona import apply_persona
 from perfwarden.agents.base import BankedChange, Proposal, Rejection, VerdictSummary, apply_overlay
@@ -479,6 +480,12 @@ def fix(state: RunState, runtime: Runtime[RunContext]) -> dict:
     p = _proposal(state)
     v = state["last_verdict"]
     run = _run(state)
+    unsealed = unsealed_refusal(v.verdict, v.seal)
+    if unsealed is not None:  # the harness seals every run it records: no fix or re-measure makes this bankable
+        p.status = "rejected"
+        p.history.append(f"patch audit {v.shown} ({v.action}): refused -- {unsealed}")
+        return {"proposals": [p], "fix_action": "done",
+                "rejected": [Rejection(name=p.id, verdict=v.path, reason=unsealed)]}
     if v.verdict == "PASS":
         p.status = "banked"
         cls = v.lever_detected or p.believed_class
