@@ -53,6 +53,16 @@ def test_an_unsealed_run_keeps_its_verdict_and_says_unsealed_in_the_audit_output
     assert (body["verdict"], body["seal"]) == ("PASS", "unsealed")
 
 
+def test_an_mlperf_compliance_verdict_is_judged_and_marked_unsealed():
+    """LoadGen's logs are foreign files: their verdict stands (exit 0, PASS) and says it is unsealed."""
+    case = Path(__file__).resolve().parent / "data" / "mlperf" / "test05_r06_v41_multistream_retinanet_lenovo"
+    args = ["audit-mlperf", "-r", str(case / "reference"), "-c", str(case / "compliance")]
+    human = runner.invoke(app, args)
+    assert human.exit_code == 0 and "perfwarden audit-mlperf: PASS (unsealed)" in human.stdout, human.output
+    body = json.loads(runner.invoke(app, [*args, "--json"]).stdout)
+    assert (body["verdict"], body["seal"]) == ("PASS", "unsealed")
+
+
 def test_a_sealed_run_verified_with_its_key_is_not_marked(tmp_path):
     fixture = tmp_path / "fx"
     fixture.mkdir()
