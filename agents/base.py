@@ -12,8 +12,8 @@ from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from perfwarden.harness.records import (Action, Claim, LeverClass, Mechanism, Scope, Seal, Severity, Verdict, VerdictLabel,
-                                        shown_verdict)
+from perfwarden.harness.records import (Action, Claim, LeverClass, Mechanism, Scope, Seal, Severity, Verdict,
+                                        VerdictLabel, shown_verdict)
 
 ProposalKind = Literal["config", "kernel"]
 ProposalStatus = Literal["pending", "benchmarked", "measuring", "banked", "rejected", "skipped"]

@@ -58,7 +58,8 @@ def build_demo_run(run: Path, *, save: bool = True, cand_tput: list[float] | Non
 
 def save_verdicts(run: Path) -> list[Path]:
     """Audit every claim in seq order, saving each verdict before the next (bundles read them)."""
-    return [write_verdict(run, audit_path(run, claim, key=_key(run))) for claim in sorted((run / "claims").glob("*.json"))]
+    claims = sorted((run / "claims").glob("*.json"))
+    return [write_verdict(run, audit_path(run, claim, key=_key(run))) for claim in claims]
 
 
 def _key(run: Path) -> Path | None:

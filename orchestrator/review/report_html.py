@@ -406,7 +406,8 @@ def lever_html(entry: VerdictEntry, review: RunReview) -> str:
         for k in keys:
             owner.setdefault(k, name)
         state = "accepted" if is_banked(src) else "NOT accepted"
-        comp_rows.append([td(name), f"<td>{badge(src.verdict.verdict, src.verdict.shown)} {esc(src.verdict.action)} · {esc(state)}</td>",
+        shown = badge(src.verdict.verdict, src.verdict.shown)
+        comp_rows.append([td(name), f"<td>{shown} {esc(src.verdict.action)} · {esc(state)}</td>",
                           td(src.key), td(", ".join(keys) or "-")])
     out += "<h3>lever decomposition (bundle components)</h3>" + table(
         ["component", "its patch verdict", "verdict", "config keys"], comp_rows)

@@ -15,7 +15,8 @@ A run the harness recorded carries its manifest and seal chain (``evidence.jsonl
   failed, whatever its ``leg.json`` says now (``SERVER_CRASH``, FAIL).
 
 Without a manifest (an imported sglang/vLLM file, a run recorded before sealing) the run is audited as
-it is, its verdict's ``seal`` is ``unsealed`` (shown "PASS (unsealed)", never banked) and ``not_checked`` says why -- unless the key store or the operator holds
+it is, its verdict's ``seal`` is ``unsealed`` (shown "PASS (unsealed)", never banked) and
+``not_checked`` says why -- unless the key store or the operator holds
 this run's key, in which case the chain was deleted (tampered). Without a key the chain cannot be
 verified (the verdict says so), but the manifest's completeness checks still run.
 
