@@ -12,7 +12,8 @@ from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from perfwarden.harness.records import Action, Claim, LeverClass, Mechanism, Scope, Severity, Verdict, VerdictLabel
+from perfwarden.harness.records import (Action, Claim, LeverClass, Mechanism, Scope, Seal, Severity, Verdict,
+                                        VerdictLabel, shown_verdict)
 
 ProposalKind = Literal["config", "kernel"]
 ProposalStatus = Literal["pending", "benchmarked", "measuring", "banked", "rejected", "skipped"]
@@ -142,6 +143,8 @@ class VerdictSummary(BaseModel):
     """Lever class the auditor detected."""
     degraded: bool = False
     """The auditor could not run a part."""
+    seal: Seal = "unsealed"
+    """``Verdict.seal``: unsealed evidence is never banked and is shown as ``PASS (unsealed)``."""
 
     @classmethod
     def of(cls, verdict: Verdict, claim: Claim, path: str, proposal: str | None) -> VerdictSummary:
@@ -151,7 +154,12 @@ class VerdictSummary(BaseModel):
                    findings=[FindingSummary(code=f.code, severity=f.severity, message=f.message, measured=f.measured)
                              for f in verdict.findings],
                    headline_metric=claim.headline.metric, headline_rederived=verdict.headline_rederived,
-                   lever_detected=verdict.lever_detected, degraded=verdict.degraded)
+                   lever_detected=verdict.lever_detected, degraded=verdict.degraded, seal=verdict.seal)
+
+    @property
+    def shown(self) -> str:
+        """The verdict as every surface shows it (``PASS (unsealed)``)."""
+        return shown_verdict(self.verdict, self.seal)
 
     def codes(self) -> set[str]:
         """Codes of the findings that count (FLAG and FAIL)."""

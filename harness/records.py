@@ -35,6 +35,14 @@ Empty while version 1 is the only version ever written."""
 LegRole = Literal["baseline", "candidate", "validation", "caching_audit", "aa", "reference"]
 Scope = Literal["baseline", "profile", "harness", "patch", "bundle"]
 VerdictLabel = Literal["PASS", "FLAG", "FAIL"]
+Seal = Literal["sealed", "unsealed"]
+"""Whether a verdict's evidence carried a seal chain verified with the run's key (issue 17 §8)."""
+
+
+def shown_verdict(label: str, seal: str) -> str:
+    """How every surface shows a verdict: ``PASS``, or ``PASS (unsealed)`` when its evidence carried no
+    verified seal (an edit or deletion after writing could not have been detected). One place for it."""
+    return label if seal == "sealed" else f"{label} (unsealed)"
 Action = Literal[
     "pass",
     "flag",
@@ -481,6 +489,10 @@ class Verdict(Record):
     """Correctness status."""
     not_checked: list[str] = Field(default_factory=list)
     """Checks that could not be made, with the reason (never reported as passed)."""
+    seal: Seal = "unsealed"
+    """``sealed`` only when the run's seal chain exists and verified with its key; else ``unsealed`` (an
+    imported file, a run recorded before sealing, no key): audited as it is, never banked, shown as
+    ``PASS (unsealed)``. The default is the cautious one (a verdict file written before this field)."""
     degraded: bool = False
     """The auditor itself could not run a part (tool failure, LLM unavailable)."""
     degraded_reasons: list[str] = Field(default_factory=list)
@@ -491,6 +503,11 @@ class Verdict(Record):
     """sha256 of every input file read, keyed by path relative to the run directory."""
     digest: str = ""
     """sha256 over the claim and ``input_digests``: same files, same digest, same verdict."""
+
+    @property
+    def shown(self) -> str:
+        """The verdict as every surface shows it (``PASS (unsealed)``)."""
+        return shown_verdict(self.verdict, self.seal)
 
 
 # ---------------------------------------------------------------------------------------------- seal

@@ -27,6 +27,7 @@ from rich.console import Console
 from rich.table import Table
 
 from perfwarden.agents.auditor import mlperf
+from perfwarden.harness.records import shown_verdict
 from perfwarden.orchestrator.exit_codes import EXIT_BY_VERDICT, ExitCode
 from perfwarden.orchestrator.render import print_error, safe_text
 
@@ -47,7 +48,8 @@ def render(result: mlperf.MlperfAudit, console: Console) -> None:
     """Human-readable report: verdict line, scores, findings, what was not checked. Everything read
     from the logs (scenario names, messages, file names) is shown through ``safe_text``."""
     style = _STYLE.get(result.verdict, "bold")
-    head = [("perfwarden audit-mlperf: ", ""), (result.verdict, style)]
+    shown = result.verdict if result.verdict == "error" else shown_verdict(result.verdict, result.seal)
+    head = [("perfwarden audit-mlperf: ", ""), (shown, style)]
     if result.test or result.scenario:
         src = f", test from {result.test_source}" if result.test_source else ""
         head.append(f"  {result.test or 'test unknown'} {result.scenario or ''}{src}")

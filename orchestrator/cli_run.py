@@ -111,7 +111,7 @@ class TerminalWatcher:
         codes = ", ".join(sorted(summary.codes())) or "-"
         self.console.print(safe_text(
             (f"{time.time() - self.started:6.0f}s ", "dim"), (f"[{summary.seq:03d}] ", "dim"),
-            (f"{summary.scope:<8}", "bold"), f" {what}  ", (summary.verdict, VERDICT_STYLE[summary.verdict]),
+            (f"{summary.scope:<8}", "bold"), f" {what}  ", (summary.shown, VERDICT_STYLE[summary.verdict]),
             f" {summary.action}", f"  {head}" if head else "", ("  codes: ", "dim"), codes,
             (f"  ({budget_text(remaining_s)})", "dim")))
 

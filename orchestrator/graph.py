@@ -40,6 +40,7 @@ from langgraph.runtime import Runtime
 
 from perfwarden.agents import config_tuner, integrator, kernel_extractor, op_benchmarker
 from perfwarden.agents.auditor.audit import audit_path, load_claim, write_verdict
+from perfwarden.agents.auditor.findings import unsealed_refusal
 from perfwarden.agents.auditor.gates.profile import rank_ops
 from perfwarden.agents.auditor.persona import apply_persona
 from perfwarden.agents.base import BankedChange, Proposal, Rejection, VerdictSummary, apply_overlay
@@ -400,15 +401,15 @@ def harness_result(state: RunState, runtime: Runtime[RunContext]) -> dict:
     v = state["last_verdict"]
     if v.verdict == "PASS" or v.action == "flag":
         p.status = "benchmarked"
-        p.history.append(f"harness audit {v.verdict}: {p.chosen!r} goes to A/B")
+        p.history.append(f"harness audit {v.shown}: {p.chosen!r} goes to A/B")
         return {"proposals": [p]}
     p.candidates = [c for c in p.candidates if c != p.chosen]
-    p.history.append(f"harness audit {v.verdict} ({v.action}): dropped {p.chosen!r}")
+    p.history.append(f"harness audit {v.shown} ({v.action}): dropped {p.chosen!r}")
     p.chosen = None
     if p.harness_attempts > runtime.context.settings.max_harness_redos or not p.candidates:
         p.status = "rejected"
         return {"proposals": [p], "rejected": [Rejection(name=p.id, verdict=v.path,
-                                                         reason=f"harness audit {v.verdict}: {sorted(v.codes())}")]}
+                                                         reason=f"harness audit {v.shown}: {sorted(v.codes())}")]}
     return {"proposals": [p]}
 
 
@@ -479,6 +480,12 @@ def fix(state: RunState, runtime: Runtime[RunContext]) -> dict:
     p = _proposal(state)
     v = state["last_verdict"]
     run = _run(state)
+    unsealed = unsealed_refusal(v.verdict, v.seal)
+    if unsealed is not None:  # the harness seals every run it records: no fix or re-measure makes this bankable
+        p.status = "rejected"
+        p.history.append(f"patch audit {v.shown} ({v.action}): refused -- {unsealed}")
+        return {"proposals": [p], "fix_action": "done",
+                "rejected": [Rejection(name=p.id, verdict=v.path, reason=unsealed)]}
     if v.verdict == "PASS":
         p.status = "banked"
         cls = v.lever_detected or p.believed_class
@@ -490,7 +497,7 @@ def fix(state: RunState, runtime: Runtime[RunContext]) -> dict:
                               mechanism=claim.mechanism, disclosed_regressions=p.disclosed_regressions)
         return {"proposals": [p], "banked": [banked], "fix_action": "done"}
     decision = ctx.brains.fix(p, v, settings.max_reps)
-    p.history.append(f"patch audit {v.verdict} ({v.action}): {decision.action} -- {decision.reason}")
+    p.history.append(f"patch audit {v.shown} ({v.action}): {decision.action} -- {decision.reason}")
     action = decision.action
     if p.attempts > settings.max_fix_attempts + 1 and action != "drop":
         action = "drop"

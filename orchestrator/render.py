@@ -17,7 +17,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from perfwarden.harness.records import Verdict
+from perfwarden.harness.records import Verdict, shown_verdict
 
 VERDICT_STYLE = {"PASS": "bold green", "FLAG": "bold yellow", "FAIL": "bold red"}
 SEVERITY_STYLE = {"INFO": "dim", "FLAG": "yellow", "FAIL": "red"}
@@ -92,7 +92,8 @@ def findings_table(verdict: Verdict) -> Table:
 
 def print_verdict(verdict: Verdict, console: Console | None = None) -> None:
     console = console or Console()
-    head = safe_text((verdict.verdict, VERDICT_STYLE[verdict.verdict]), f"  action={verdict.action}",
+    head = safe_text((shown_verdict(verdict.verdict, verdict.seal), VERDICT_STYLE[verdict.verdict]),
+                     f"  action={verdict.action}",
                      f"  scope={verdict.scope}  claim={verdict.claim}")
     console.print(head)
     if verdict.headline_rederived is not None or verdict.headline_claimed is not None:

@@ -13,7 +13,7 @@ from typing import Any
 
 from perfwarden.agents.base import BankedChange, Proposal, VerdictSummary
 from perfwarden.harness import safe_write
-from perfwarden.harness.records import write_json_atomic
+from perfwarden.harness.records import shown_verdict, write_json_atomic
 from perfwarden.harness.target_config import TargetConfig
 from perfwarden.orchestrator.crashpoints import crash_point
 from perfwarden.orchestrator.render import md_cell as md
@@ -54,7 +54,7 @@ def search_path(proposals: list[Proposal], verdicts: list[VerdictSummary]) -> li
             if p.kind == "kernel" else p.config
         out.append({"step": i, "change": p.id, "kind": p.kind, "set": change, "against": p.against,
                     "status": p.status, "audits": len(own),
-                    "verdict": last.verdict if last else None, "verdict_file": last.path if last else None,
+                    "verdict": last.shown if last else None, "verdict_file": last.path if last else None,
                     "output_throughput_delta_pct": last.headline_rederived if last else None,
                     "codes": sorted(last.codes()) if last else []})
     return out
@@ -80,7 +80,7 @@ def build_report(state: dict[str, Any], base_config: dict[str, Any], config_mode
     knobs = [{"knob": k, "baseline": base_config.get(k), "final": v,
               "lever_class": specs[k].lever_class if k in specs else None,
               "lossless": specs[k].lossless if k in specs else None} for k, v in final.items()]
-    refused = [v for v in verdicts if v.scope == "patch" and v.verdict != "PASS"]
+    refused = [v for v in verdicts if v.scope == "patch" and (v.verdict != "PASS" or v.seal != "sealed")]
     attacks = [v for v in verdicts if v.producer == "red_team"]
     return {
         "run_dir": state.get("run_dir"),
@@ -90,10 +90,10 @@ def build_report(state: dict[str, Any], base_config: dict[str, Any], config_mode
         "search_path": search_path(proposals, verdicts),
         "final_configuration": knobs,
         "bundle": bundle.model_dump(mode="json") if bundle else None,
-        "refused_or_reclassified": [{"claim": v.claim, "change": v.lever, "verdict": v.verdict, "action": v.action,
+        "refused_or_reclassified": [{"claim": v.claim, "change": v.lever, "verdict": v.shown, "action": v.action,
                                      "codes": sorted(v.codes())} for v in refused],
         "red_team": {"attacks": len(attacks), "passed": [v.claim for v in attacks if v.verdict == "PASS"],
-                     "verdicts": [{"claim": v.claim, "verdict": v.verdict, "codes": sorted(v.codes())}
+                     "verdicts": [{"claim": v.claim, "verdict": v.shown, "codes": sorted(v.codes())}
                                   for v in attacks]} if attacks else None,
         "verdicts": [v.model_dump(mode="json") for v in verdicts],
         "proposals": [{"id": p.id, "status": p.status, "history": p.history} for p in proposals],
@@ -123,7 +123,7 @@ def render_markdown(report: dict[str, Any]) -> str:
         b = report["bundle"]
         delta = _pct(b.get("headline_rederived"))
         lines += ["## Bundle against the true baseline", "",
-                  f"Verdict **{md(b['verdict'])}** (action {md(b['action'])})" + (
+                  f"Verdict **{md(_shown(b))}** (action {md(b['action'])})" + (
                       f", output throughput {delta} for every banked change together." if delta else "."), ""]
     if report["final_configuration"]:
         lines += ["Final configuration:", "", "| knob | baseline | final | class | lossless |", "|---|---|---|---|---|"]
@@ -147,7 +147,7 @@ def render_markdown(report: dict[str, Any]) -> str:
     lines += ["", "## Verdict trail", "", "| seq | scope | change | verdict | action | file |",
               "|---|---|---|---|---|---|"]
     for v in report["verdicts"]:
-        lines.append(f"| {md(v['seq'])} | {md(v['scope'])} | {md(v['lever'] or '-')} | {md(v['verdict'])} | "
+        lines.append(f"| {md(v['seq'])} | {md(v['scope'])} | {md(v['lever'] or '-')} | {md(_shown(v))} | "
                      f"{md(v['action'])} | {md(v['path'])} |")
     lines += ["", "## What each producer tried", ""]
     for p in report["proposals"]:
@@ -164,6 +164,11 @@ def render_markdown(report: dict[str, Any]) -> str:
     if report["notes"]:
         lines += ["", "## Notes", ""] + [f"- {md(n)}" for n in report["notes"]]
     return "\n".join(lines) + "\n"
+
+
+def _shown(v: dict[str, Any]) -> str:
+    """A dumped ``VerdictSummary``'s verdict as every surface shows it (``PASS (unsealed)``)."""
+    return shown_verdict(v["verdict"], v.get("seal", "unsealed"))
 
 
 def _banked_lines(entries: list[dict[str, Any]]) -> list[str]:

@@ -15,6 +15,7 @@ from pathlib import Path
 from auditor_cases import BASE_INFO, BASE_TPUT, CAND_TPUT, reps
 
 from perfwarden.agents.auditor.audit import audit_path, write_verdict
+from perfwarden.harness import seal
 from perfwarden.proof.synth import COHERENT_TEXTS, write_claim, write_leg, write_manifest
 
 EVIL = "<script>window.__pwned=1</script>"
@@ -24,9 +25,17 @@ PATCH = {"producer": "config_tuner", "legs": {"baseline": "base", "candidate": "
          "headline": {"metric": "output_throughput", "value": 10.0, "kind": "e2e"}}
 
 
+def demo_key(run: Path) -> Path:
+    """The demo run's seal key: beside the run (never inside it), so any test can verify its seal."""
+    return run.parent / f"{run.name}.seal.key"
+
+
 def build_demo_run(run: Path, *, save: bool = True, cand_tput: list[float] | None = None,
-                   run_id: str = "demo") -> Path:
-    """Write the demo run (and its verdicts when ``save``); returns the run directory."""
+                   run_id: str = "demo", sealed: bool = True) -> Path:
+    """Write the demo run (and its verdicts when ``save``); returns the run directory. ``sealed``: written
+    through the harness's seal like a recorded run (else an unsealed, imported-looking run)."""
+    if sealed:
+        seal.begin(run, key_file=demo_key(run))
     write_manifest(run, run_id=run_id, target="embedded", model="SmolLM2-135M-Instruct")
     write_leg(run, "base", "baseline", BASE_INFO, reps("base", BASE_TPUT, 0), outputs=COHERENT_TEXTS)
     write_leg(run, "cand", "candidate", CAND_INFO, reps("cand", cand_tput or CAND_TPUT, 1), outputs=COHERENT_TEXTS,
@@ -41,6 +50,7 @@ def build_demo_run(run: Path, *, save: bool = True, cand_tput: list[float] | Non
                       "headline": {"metric": "output_throughput", "value": 10.0, "kind": "kernel"}})
     write_claim(run, {**PATCH, "scope": "patch", "seq": 4, "legs": {"baseline": "base", "candidate": "evil"},
                       "lever": {"name": "mbs8_attn", "lever_class": "B", "config_keys": ["max_batch_size"]}})
+    seal.forget(run)
     if save:
         save_verdicts(run)
     return run
@@ -48,7 +58,12 @@ def build_demo_run(run: Path, *, save: bool = True, cand_tput: list[float] | Non
 
 def save_verdicts(run: Path) -> list[Path]:
     """Audit every claim in seq order, saving each verdict before the next (bundles read them)."""
-    return [write_verdict(run, audit_path(run, claim)) for claim in sorted((run / "claims").glob("*.json"))]
+    claims = sorted((run / "claims").glob("*.json"))
+    return [write_verdict(run, audit_path(run, claim, key=_key(run))) for claim in claims]
+
+
+def _key(run: Path) -> Path | None:
+    return demo_key(run) if demo_key(run).is_file() else None
 
 
 def add_bundle(run: Path) -> Path:
@@ -56,7 +71,7 @@ def add_bundle(run: Path) -> Path:
     claim = write_claim(run, {**PATCH, "scope": "bundle", "seq": 5,
                               "lever": {"name": "bundle", "lever_class": "B", "config_keys": ["max_batch_size"],
                                         "components": ["max_batch_size=8", "never_accepted"]}})
-    return write_verdict(run, audit_path(run, claim))
+    return write_verdict(run, audit_path(run, claim, key=_key(run)))
 
 
 def build_variant(run: Path) -> Path:

@@ -79,9 +79,9 @@ def test_a_line_after_multi_mb_lines_is_found_and_excerpted(tmp_path):
 # -------------------------------------------------------------------------------------- banked
 
 
-def entry(verdict: str, action: str, seq: int = 1, scope: str = "patch") -> VerdictEntry:
+def entry(verdict: str, action: str, seq: int = 1, scope: str = "patch", seal: str = "sealed") -> VerdictEntry:
     return VerdictEntry(Verdict(scope=scope, claim=f"claims/{seq:03d}-{scope}.json", claim_seq=seq, verdict=verdict,
-                                action=action), f"verdicts/{seq:03d}-{scope}.json")
+                                action=action, seal=seal), f"verdicts/{seq:03d}-{scope}.json")
 
 
 @pytest.mark.parametrize("verdict,action,banked", [
@@ -89,6 +89,14 @@ def entry(verdict: str, action: str, seq: int = 1, scope: str = "patch") -> Verd
     ("FLAG", "remeasure", False), ("FLAG", "flag", False), ("FAIL", "eject", False)])
 def test_banked_rule(verdict, action, banked):
     assert is_banked(entry(verdict, action)) is banked
+    assert is_banked(entry(verdict, action, seal="unsealed")) is False  # issue 17 §8: never on unsealed evidence
+
+
+def test_a_verdict_file_without_a_seal_field_is_read_as_unsealed():
+    """A verdict written before the field existed cannot show that its evidence was sealed."""
+    old = Verdict.model_validate({"scope": "patch", "claim": "claims/001-patch.json", "verdict": "PASS",
+                                  "action": "pass"})
+    assert (old.seal, old.shown) == ("unsealed", "PASS (unsealed)")
 
 
 def test_report_items_match_by_file_key_or_seq():

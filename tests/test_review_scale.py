@@ -30,7 +30,7 @@ def _verdict(seq: int) -> Verdict:
     """Odd seqs PASS, even seqs FAIL with findings citing a missing log line (each verdict ~3 KB)."""
     if seq % 2:
         return Verdict(scope="patch", claim=f"claims/{seq:04d}-patch.json", claim_seq=seq, verdict="PASS",
-                       action="pass", headline_rederived=1.0 + seq / 1000)
+                       action="pass", headline_rederived=1.0 + seq / 1000, seal="sealed")
     findings = [Finding(code="CACHING_SUSPECTED", severity="FAIL", gate="caching", message="x" * 400,
                         evidence=[EvidenceRef(file="legs/a/server.log", line=k + 1)]) for k in range(3)]
     return Verdict(scope="patch", claim=f"claims/{seq:04d}-patch.json", claim_seq=seq, verdict="FAIL",

@@ -19,7 +19,7 @@ from typing import Any, Callable
 from perfwarden.agents.auditor import stats
 from perfwarden.agents.auditor.claim_file import ClaimError, load_claim  # noqa: F401 - re-exported
 from perfwarden.agents.auditor.evidence import LegEvidence, RunLoader, _plain_name, check_named_folders
-from perfwarden.agents.auditor.findings import Findings, GateResult, choose_action, verdict_label
+from perfwarden.agents.auditor.findings import Findings, GateResult, choose_action, unsealed_refusal, verdict_label
 from perfwarden.agents.auditor.gates import (caching, conditions, correctness, explain, integrity, knobs, lever,
                                              measurement, opbench, profile, prose, same_config, served,
                                              timeline, workload)
@@ -49,6 +49,8 @@ class Audit:
     lever_detected: str | None = None
     lever_signals: list[str] = field(default_factory=list)
     correctness: str = "not_applicable"
+    seal: str = "unsealed"
+    """Set by the integrity gate; a gate that could not run leaves it unsealed (fail closed)."""
     headline_rederived: float | None = None
     extra_values: list[float] = field(default_factory=list)
     extra_kind: str = "ratio"
@@ -364,14 +366,19 @@ def _bundle_gates(a: Audit, base: LegEvidence, cand: LegEvidence) -> None:
                        measured=unaccepted, action="eject", gate="bundle")
 
 
-def banks(verdict: Verdict) -> bool:
-    """The auditor's banking rule: a PASS, or a FLAG whose only action is a downgraded headline (the
-    change is still banked, under its true class and re-derived headline)."""
+def keeps(verdict: Verdict) -> bool:
+    """The auditor's verdict rule for a change: a PASS, or a FLAG whose only action is a downgraded
+    headline (the change stands, under its true class and re-derived headline)."""
     return verdict.verdict == "PASS" or verdict.action == "downgrade_headline"
 
 
+def banks(verdict: Verdict) -> bool:
+    """The auditor's banking rule: a change it keeps, on sealed evidence only (issue 17 §8)."""
+    return keeps(verdict) and unsealed_refusal(verdict.verdict, verdict.seal) is None
+
+
 def accepted_changes(run: Path, names: list[str], key: Path | None = None) -> dict[str, list[str]]:
-    """Lever names among ``names`` that a patch claim in this run banks *now*: each candidate claim is
+    """Lever names among ``names`` that a patch claim in this run keeps *now*: each candidate claim is
     audited again rather than its verdict file believed. Verdict files are not sealed evidence, and a
     producer that writes ``verdicts/<seq>-patch.json`` saying PASS must not get a component into a bundle."""
     out: dict[str, list[str]] = {}
@@ -389,7 +396,9 @@ def accepted_changes(run: Path, names: list[str], key: Path | None = None) -> di
             verdict = audit_path(run, cpath, claim_root=run, key=key)
         except ClaimError:
             continue
-        if banks(verdict):
+        # ``keeps``, not ``banks``: a component's evidence is the bundle's own run, sealed or not alike, and
+        # an unsealed bundle keeps its verdict (shown "(unsealed)", never banked) rather than a FAIL.
+        if keeps(verdict):
             out[claim.lever.name] = claim.lever.config_keys
     return out
 
@@ -426,7 +435,7 @@ def audit_claim(run: Path, claim: Claim, claim_ref: str, claim_sha: str, key: Pa
         a.gate(f"scope:{claim.scope}", lambda: SCOPES[claim.scope](a))
         if claim.report:
             a.gate("prose", lambda: _prose(a))
-        a.gate("integrity", lambda: _integrity(a, key_choice))
+        a.seal = a.gate("integrity", lambda: _integrity(a, key_choice)) or "unsealed"
     return build_verdict(a, claim_ref, claim_sha)
 
 
@@ -545,7 +554,7 @@ def build_verdict(a: Audit, claim_ref: str, claim_sha: str) -> Verdict:
         headline_claimed=a.claim.headline.value, headline_rederived=_finite(a.headline_rederived),
         lever_declared=a.claim.lever.lever_class if a.claim.lever else None,
         lever_detected=a.lever_detected, lever_signals=a.lever_signals, server_info_diff=a.diff,
-        correctness=a.correctness, not_checked=a.not_checked + a.loader.notes, degraded=bool(a.degraded),
+        correctness=a.correctness, not_checked=a.not_checked + a.loader.notes, seal=a.seal, degraded=bool(a.degraded),
         degraded_reasons=a.degraded, auditor_version=AUDITOR_VERSION, input_digests=digests,
         digest=hashlib.sha256(digest_src.encode()).hexdigest(),
     )

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
 from perfwarden.agents.auditor.codes import known
-from perfwarden.harness.records import Action, EvidenceRef, Finding, Severity, VerdictLabel
+from perfwarden.harness.records import Action, EvidenceRef, Finding, Seal, Severity, VerdictLabel, shown_verdict
 
 # Most decisive first.
 ACTION_PRECEDENCE: tuple[Action, ...] = (
@@ -175,3 +175,14 @@ def choose_action(findings: list[Finding], label: VerdictLabel) -> Action:
         if action in actions:
             return action
     return _DEFAULT_ACTION[label]
+
+
+def unsealed_refusal(verdict: VerdictLabel, seal: Seal) -> str | None:
+    """Why a verdict cannot bank because its evidence is unsealed (issue 17 §8), else None: the one seal
+    condition every banking rule shares (``audit.banks``, the graph's step, the review's ``is_banked``).
+    The verdict and action stand; only banking is refused, since an edit or deletion after writing could
+    not have been detected."""
+    if seal == "sealed":
+        return None
+    return (f"evidence unsealed: {shown_verdict(verdict, seal)} is not banked -- the run's seal chain is absent "
+            "or was not verified with its key, so an edit after writing could not have been detected")

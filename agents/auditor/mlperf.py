@@ -117,7 +117,7 @@ from perfwarden.agents.auditor.mlperf_scores import (  # noqa: F401 - re-exporte
     values_agree)
 from perfwarden.harness.jsonl import iter_raw_lines
 from perfwarden.harness.mlperf_log import MlperfLogError, find_logs, read_detail, read_summary
-from perfwarden.harness.records import EvidenceRef, Finding, Record
+from perfwarden.harness.records import EvidenceRef, Finding, Record, Seal
 
 AUDITOR_VERSION = "mlperf-1"
 
@@ -167,6 +167,9 @@ class MlperfAudit(Record):
     """sha256 of each log file read."""
     auditor_version: str = AUDITOR_VERSION
     """Version of this auditor."""
+    seal: Seal = "unsealed"
+    """LoadGen's logs are foreign files no perfwarden seal covers: always ``unsealed`` (shown ``PASS
+    (unsealed)``; the verdict is judged all the same, issue 17 §8)."""
 
 
 # ----------------------------------------------------------------------------------------- loading

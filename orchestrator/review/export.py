@@ -32,7 +32,7 @@ FORMATS = ("md", "json", "csv")
 
 def entry_json(entry: VerdictEntry) -> dict[str, Any]:
     return {"key": entry.key, "path": entry.path, "banked": is_banked(entry), "lever_class": entry.lever_class,
-            "lever_name": entry.lever_name, "claim_note": entry.claim_note,
+            "lever_name": entry.lever_name, "claim_note": entry.claim_note, "shown": entry.verdict.shown,
             "verdict": entry.verdict.model_dump(mode="json")}
 
 
@@ -68,7 +68,7 @@ def compare_json(comp: Comparison) -> dict[str, Any]:
     for p in comp.pairs:
         only_a, only_b, both = p.codes()
         pairs.append({"key": p.key, "a": p.a.key if p.a else None, "b": p.b.key if p.b else None,
-                      "verdict": [p.a.verdict.verdict if p.a else None, p.b.verdict.verdict if p.b else None],
+                      "verdict": [p.a.verdict.shown if p.a else None, p.b.verdict.shown if p.b else None],
                       "action": [p.a.verdict.action if p.a else None, p.b.verdict.action if p.b else None],
                       "headline_rederived": [p.a.verdict.headline_rederived if p.a else None,
                                              p.b.verdict.headline_rederived if p.b else None],
@@ -105,7 +105,7 @@ def review_md_pieces(review: RunReview) -> Iterator[str]:
         ["claim", "scope", "verdict", "action", "metric", "claimed", "re-derived", "lever decl.", "lever det."], [])]
     yield "\n".join(lines) + "\n"
     for e in review.all_entries():
-        yield md_table_row([e.key, e.verdict.scope, e.verdict.verdict, e.verdict.action, e.headline_metric,
+        yield md_table_row([e.key, e.verdict.scope, e.verdict.shown, e.verdict.action, e.headline_metric,
                             fmt_pct(e.verdict.headline_claimed), fmt_pct(e.verdict.headline_rederived),
                             e.verdict.lever_declared or "-", e.verdict.lever_detected or "-"]) + "\n"
     lines = [""]
@@ -124,7 +124,7 @@ def review_md_pieces(review: RunReview) -> Iterator[str]:
                 yield md_table(["claim", "verdict", "severity", "code", "gate", "measured", "threshold", "evidence",
                                 "message"], []) + "\n"
                 any_rows = True
-            yield md_table_row([e.key, e.verdict.verdict, f.severity, f.code, f.gate or "-", fmt_value(f.measured, 60),
+            yield md_table_row([e.key, e.verdict.shown, f.severity, f.code, f.gate or "-", fmt_value(f.measured, 60),
                                 fmt_value(f.threshold, 60), evidence_text(f), f.message]) + "\n"
     if not any_rows:
         yield "No finding.\n"
@@ -135,7 +135,7 @@ def compare_md(comp: Comparison) -> str:
     rows = []
     for p in comp.pairs:
         only_a, only_b, _ = p.codes()
-        rows.append([p.key, p.a.verdict.verdict if p.a else "absent", p.b.verdict.verdict if p.b else "absent",
+        rows.append([p.key, p.a.verdict.shown if p.a else "absent", p.b.verdict.shown if p.b else "absent",
                      fmt_pct(p.a.verdict.headline_rederived if p.a else None),
                      fmt_pct(p.b.verdict.headline_rederived if p.b else None),
                      ", ".join(only_a) or "-", ", ".join(only_b) or "-"])
@@ -188,7 +188,7 @@ def review_csv_pieces(review: RunReview) -> Iterator[str]:
     yield _csv(headers, [])
     for e in review.all_entries():
         v = e.verdict
-        head = [e.key, v.scope, v.verdict, v.action, is_banked(e), v.headline_claimed, v.headline_rederived]
+        head = [e.key, v.scope, v.shown, v.action, is_banked(e), v.headline_claimed, v.headline_rederived]
         rows = [head + ["", "", "", "", "", "", ""]] if not v.findings else []
         rows += [head + [f.severity, f.code, f.gate, _json(f.measured), _json(f.threshold), evidence_text(f),
                          f.message] for f in v.findings]
@@ -196,7 +196,7 @@ def review_csv_pieces(review: RunReview) -> Iterator[str]:
 
 
 def compare_csv(comp: Comparison) -> str:
-    rows = [[p.key, p.a.verdict.verdict if p.a else "", p.b.verdict.verdict if p.b else "", r.role, r.metric,
+    rows = [[p.key, p.a.verdict.shown if p.a else "", p.b.verdict.shown if p.b else "", r.role, r.metric,
              r.a, r.b, r.change] for p in comp.pairs for r in metric_rows(p)]
     return _csv(["claim", "verdict_a", "verdict_b", "role", "metric", "a", "b", "change_pct"], rows)
 

@@ -19,8 +19,9 @@ from typing import Any, Iterator, NamedTuple
 
 from pydantic import ValidationError
 
+from perfwarden.agents.auditor.findings import unsealed_refusal
 from perfwarden.harness.jsonl import LineIssue, iter_raw_lines
-from perfwarden.harness.records import Claim, RunManifest, Verdict
+from perfwarden.harness.records import Claim, RunManifest, Verdict, shown_verdict
 from perfwarden.harness.safe_read import (MAX_DEPTH, MESSAGE_CHARS, RECORD_BYTES, VERDICT_BYTES, check_regular,
                                           exists, long_string, read_bytes, too_deep)
 
@@ -95,9 +96,11 @@ class VerdictEntry:
 
 
 def is_banked(entry: VerdictEntry) -> bool:
-    """PASS, or FLAG that keeps the change under a corrected headline."""
+    """PASS, or FLAG that keeps the change under a corrected headline; never on unsealed evidence (the
+    auditor's shared seal condition)."""
     v = entry.verdict
-    return v.verdict == "PASS" or (v.verdict == "FLAG" and v.action in HEADLINE_KEEPING_ACTIONS)
+    keeps = v.verdict == "PASS" or (v.verdict == "FLAG" and v.action in HEADLINE_KEEPING_ACTIONS)
+    return keeps and unsealed_refusal(v.verdict, v.seal) is None
 
 
 def banked_headline(entry: VerdictEntry) -> str:
@@ -126,6 +129,12 @@ class TrailRow(NamedTuple):
     action: str
     banked: bool
     headline: str
+    seal: str = "unsealed"
+
+    @property
+    def shown(self) -> str:
+        """The verdict as every surface shows it (``PASS (unsealed)``)."""
+        return shown_verdict(self.verdict, self.seal)
 
 
 _SEVERITY_RANK = {"FAIL": 0, "FLAG": 1}
@@ -149,7 +158,8 @@ class TrailSummary:
     def add(self, entry: VerdictEntry) -> None:
         v = entry.verdict
         self.rows.append(TrailRow(v.claim_seq, entry.path, entry.key, v.scope, v.claim, entry.lever_name,
-                                  entry.lever_class, v.verdict, v.action, is_banked(entry), banked_headline(entry)))
+                                  entry.lever_class, v.verdict, v.action, is_banked(entry), banked_headline(entry),
+                                  v.seal))
         self.counts[v.verdict] += 1
         self.scopes.add(v.scope)
         for i, f in enumerate(v.findings):

@@ -167,9 +167,10 @@ def page(title: str, body: str) -> str:
 # ------------------------------------------------------------------------------------------ bits
 
 
-def badge(label: str) -> str:
+def badge(label: str, shown: str | None = None) -> str:
+    """A coloured label; ``shown`` is the text when it says more than the label (``PASS (unsealed)``)."""
     cls = label if label in ("PASS", "FLAG", "FAIL", "INFO") else "other"
-    return f'<span class="badge {cls}">{esc(label)}</span>'
+    return f'<span class="badge {cls}">{esc(shown or label)}</span>'
 
 
 def table(headers: Iterable[str], rows: Iterable[Iterable[str]], attrs: str = "") -> str:
@@ -405,7 +406,8 @@ def lever_html(entry: VerdictEntry, review: RunReview) -> str:
         for k in keys:
             owner.setdefault(k, name)
         state = "accepted" if is_banked(src) else "NOT accepted"
-        comp_rows.append([td(name), f"<td>{badge(src.verdict.verdict)} {esc(src.verdict.action)} · {esc(state)}</td>",
+        shown = badge(src.verdict.verdict, src.verdict.shown)
+        comp_rows.append([td(name), f"<td>{shown} {esc(src.verdict.action)} · {esc(state)}</td>",
                           td(src.key), td(", ".join(keys) or "-")])
     out += "<h3>lever decomposition (bundle components)</h3>" + table(
         ["component", "its patch verdict", "verdict", "config keys"], comp_rows)
@@ -454,7 +456,7 @@ def verdict_body(entry: VerdictEntry, review: RunReview, reader: LineReader) -> 
 
 def verdict_summary(entry: VerdictEntry) -> str:
     v = entry.verdict
-    return (f"{badge(v.verdict)} <b>{esc(entry.key)}</b> · action <code>{esc(v.action)}</code> · "
+    return (f"{badge(v.verdict, v.shown)} <b>{esc(entry.key)}</b> · action <code>{esc(v.action)}</code> · "
             f"<code>{esc(v.claim)}</code>")
 
 
@@ -514,7 +516,7 @@ def trail_table(review: RunReview, tag: str) -> str:
         v = e.verdict
         attrs = data_attrs(fi="row", verdict=v.verdict, scope=v.scope, codes=entry_codes(e))
         cells = (f'<td><a href="#{esc(anchor(tag, i, e))}">{esc(e.key)}</a></td>{td(v.scope)}'
-                 f"<td>{badge(v.verdict)}</td>{td(v.action)}{td(e.headline_metric)}"
+                 f"<td>{badge(v.verdict, v.shown)}</td>{td(v.action)}{td(e.headline_metric)}"
                  f"{td(fmt_pct(v.headline_claimed), True)}{td(fmt_pct(v.headline_rederived), True)}"
                  f"{td(v.lever_declared or '-')}{td(v.lever_detected or '-')}"
                  f"{td(', '.join(sorted({f.code for f in v.findings if f.severity != 'INFO'})) or '-')}")
@@ -527,12 +529,12 @@ def trail_table(review: RunReview, tag: str) -> str:
 
 def banked_html(review: RunReview) -> str:
     b = banked(review)
-    rule = "PASS, or FLAG with " + " / ".join(HEADLINE_KEEPING_ACTIONS)
+    rule = "PASS, or FLAG with " + " / ".join(HEADLINE_KEEPING_ACTIONS) + "; sealed evidence only"
     parts = [f'<section class="block"><h2>banked results by lever class</h2><p class="kv">source: '
              f'{esc(b.source if b.source != "verdicts" else "verdicts (" + rule + ")")}</p>']
     for cls, items in b.by_class().items():
         rows = [[td(it.label, cls="problem" if it.problem else ""),
-                 f"<td>{badge(it.entry.verdict) if it.entry else '-'}</td>", td(it.headline),
+                 f"<td>{badge(it.entry.verdict, it.entry.shown) if it.entry else '-'}</td>", td(it.headline),
                  td(it.problem or "", cls="problem" if it.problem else "")] for it in items[:KEEP]]
         more = f'<p class="kv">… and {len(items) - KEEP:,} more</p>' if len(items) > KEEP else ""
         parts.append(f"<h3>{esc(LEVER_CLASSES.get(cls, str(cls)))}</h3>"
@@ -588,7 +590,7 @@ def pair_html(pair: Pair, index: int) -> str:
     def side(e: VerdictEntry | None) -> str:
         if e is None:
             return '<span class="kv">absent</span>'
-        return f"{badge(e.verdict.verdict)} <code>{esc(e.verdict.action)}</code>"
+        return f"{badge(e.verdict.verdict, e.verdict.shown)} <code>{esc(e.verdict.action)}</code>"
 
     rows = [[td(r.role), td(r.metric), td(fmt_value(r.a, 14), True), td(fmt_value(r.b, 14), True),
              _change_cell(r.change, METRICS.get(r.metric))] for r in metric_rows(pair)]

@@ -121,7 +121,8 @@ def banked(review: RunReview) -> Banked:
             continue
         matched.add(id(entry))
         problem = None if entry.banked else (
-            f"the auditor's verdict is {entry.verdict} with action {entry.action!r}")
+            f"the auditor's verdict is {entry.shown} with action {entry.action!r}"
+            + (" (unsealed evidence is never banked)" if entry.seal != "sealed" else ""))
         out.items.append(BankedItem(entry_label(entry), entry.lever_class, entry, problem))
     out.unreported = [e for e in entries if e.banked and id(e) not in matched]
     return out

@@ -38,7 +38,7 @@ def indent(renderable: RenderableType, n: int) -> Padding:
 
 def verdict_head(entry: VerdictEntry) -> Text:
     v = entry.verdict
-    return t((entry.key, "bold"), "  ", (v.verdict, VERDICT_STYLE.get(v.verdict, "bold")), "  ", v.action)
+    return t((entry.key, "bold"), "  ", (v.shown, VERDICT_STYLE.get(v.verdict, "bold")), "  ", v.action)
 
 
 def headline_line(entry: VerdictEntry) -> Text | None:
@@ -115,7 +115,7 @@ def gates_section(review: RunReview) -> RenderableType:
 
 def banked_section(review: RunReview) -> Group:
     b = banked(review)
-    rule = ("PASS, or FLAG with " + " / ".join(HEADLINE_KEEPING_ACTIONS))
+    rule = "PASS, or FLAG with " + " / ".join(HEADLINE_KEEPING_ACTIONS) + "; sealed evidence only"
     lines: list[RenderableType] = [t(("source: ", "dim"), b.source if b.source != "verdicts" else f"verdicts ({rule})")]
     for cls, items in b.by_class().items():
         lines.append(t((LEVER_CLASSES.get(cls, str(cls)) + ":", "bold"), "" if items else " none"))
@@ -158,7 +158,7 @@ def details_section(review: RunReview, reader: LineReader) -> Group:
     parts: list[RenderableType] = []
     for entry in flagged:
         v = entry.verdict
-        parts.append(t((entry.key, "bold"), "  ", (v.verdict, VERDICT_STYLE[v.verdict]), "  ", v.action,
+        parts.append(t((entry.key, "bold"), "  ", (v.shown, VERDICT_STYLE[v.verdict]), "  ", v.action,
                        "  ", v.claim))
         inner: list[RenderableType] = [finding_block(f, reader) for f in v.findings]
         inner += [t(("not checked: ", "dim"), item) for item in v.not_checked]
@@ -194,7 +194,7 @@ def pair_block(pair: Pair) -> Group:
     a, b = pair.a, pair.b
 
     def side(e: VerdictEntry | None) -> tuple[str, str]:
-        return (f"{e.verdict.verdict} {e.verdict.action}", VERDICT_STYLE.get(e.verdict.verdict, "")) if e else (
+        return (f"{e.verdict.shown} {e.verdict.action}", VERDICT_STYLE.get(e.verdict.verdict, "")) if e else (
             "absent", "dim")
 
     lines: list[RenderableType] = []

@@ -15,7 +15,8 @@ A run the harness recorded carries its manifest and seal chain (``evidence.jsonl
   failed, whatever its ``leg.json`` says now (``SERVER_CRASH``, FAIL).
 
 Without a manifest (an imported sglang/vLLM file, a run recorded before sealing) the run is audited as
-it is and the verdict says "unsealed" in ``not_checked`` -- unless the key store or the operator holds
+it is, its verdict's ``seal`` is ``unsealed`` (shown "PASS (unsealed)", never banked) and
+``not_checked`` says why -- unless the key store or the operator holds
 this run's key, in which case the chain was deleted (tampered). Without a key the chain cannot be
 verified (the verdict says so), but the manifest's completeness checks still run.
 
@@ -30,7 +31,7 @@ from dataclasses import dataclass, field
 
 from perfwarden.agents.auditor.findings import GateResult, finding
 from perfwarden.agents.auditor.manifest import ChainLink, FileState, KeyChoice, Manifest
-from perfwarden.harness.records import EvidenceRef, Finding
+from perfwarden.harness.records import EvidenceRef, Finding, Seal
 
 GATE = "integrity"
 CHAIN = "evidence.jsonl"
@@ -92,7 +93,7 @@ def check_integrity(ev: IntegrityEvidence) -> GateResult:
                                      f"{ev.key.seal_id!r}) but its seal chain {CHAIN!r} is gone: the manifest was "
                                      "deleted, so nothing the run holds can be trusted", [EvidenceRef(file=CHAIN)],
                                      threshold="a sealed run keeps its chain")])
-        return GateResult(not_checked=[
+        return GateResult(value="unsealed", not_checked=[
             f"unsealed: no manifest ({CHAIN}) -- the files were not written through perfwarden's sealing harness (an "
             "imported bench file, or a run recorded before sealing); they are audited as they are, and evidence "
             "deleted or edited after writing cannot be detected"])
@@ -103,7 +104,13 @@ def check_integrity(ev: IntegrityEvidence) -> GateResult:
     findings += _unsealed_reads(ev.read, m)
     for leg in ev.legs:
         findings += _leg(leg, m, ev.files)
-    return GateResult(findings, notes)
+    return GateResult(findings, notes, seal_of(ev.key, m))
+
+
+def seal_of(key: KeyChoice, m: Manifest) -> Seal:
+    """``sealed`` only when a key verified every link of the chain; a chain read without a key proves
+    nothing a forger could not write, so it is ``unsealed`` like no chain at all."""
+    return "sealed" if key.key is not None and m.verified and m.broken is None else "unsealed"
 
 
 def _seal(key: KeyChoice, m: Manifest, notes: list[str]) -> list[Finding]:
