@@ -19,7 +19,7 @@ import os
 import re
 import typing
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import ormsgpack
 from langgraph.checkpoint.serde import jsonplus
@@ -188,7 +188,9 @@ CLOCK_SLACK_S = 86_400.0
 """A revived ``started_at`` may lie at most a day after now (clock skew between machines); later, or
 before 1970, it is no time this run started at (the budget counts from it)."""
 CLAIM_FILE = re.compile(r"claims/[^/\\]+\.json")
-"""Where ``pending_claim`` points (graph.py ``_submit``): a claim file in the run's ``claims/``."""
+"""Where ``pending_claim`` and a verdict's ``claim`` point (graph.py ``_submit``): a file of ``claims/``."""
+VERDICT_FILE = re.compile(r"verdicts/[^/\\]+\.json")
+"""Where a verdict summary's ``path`` points (``write_verdict``): a file of the run's ``verdicts/``."""
 
 
 @functools.cache
@@ -219,15 +221,31 @@ def check_state(values: dict[str, Any], now: float) -> None:
     if "started_at" in values and not 0 <= values["started_at"] <= now + CLOCK_SLACK_S:
         raise CheckpointTypeError(f"the checkpoint's state field 'started_at' is {values['started_at']!r}, "
                                   "which is no time this run can have started at")
-    pending = values.get("pending_claim")
-    if pending is not None and not (CLAIM_FILE.fullmatch(pending) and _safe_name(pending.split("/")[1])):
-        raise CheckpointTypeError(f"the checkpoint's state field 'pending_claim' is {pending[:200]!r}, not a file "
-                                  "of the run's claims/ folder")
+    for where, rel, pattern in _run_files(values):
+        if rel is not None and not (pattern.fullmatch(rel) and _safe_name(rel.split("/")[1])):
+            raise CheckpointTypeError(f"the checkpoint's state field {where!r} is {rel[:200]!r}, not a file of the "
+                                      f"run's {pattern.pattern.split('/')[0]}/ folder")
     legs = [*values.get("aa_legs", []), *(leg for p in values.get("proposals", []) for leg in p.legs or [])]
     for leg in legs:
         if not _safe_name(leg):
             raise CheckpointTypeError(f"the checkpoint's state names the leg {leg[:200]!r}, which is not a single "
                                       "path component of the run's legs/")
+
+
+def _run_files(values: dict[str, Any]) -> Iterator[tuple[str, str | None, re.Pattern[str]]]:
+    """``(field, relative path, the pattern it must match)`` of every run file the state names (nodes read
+    the pending claim and the last verdict's claim; the rest reach the report)."""
+    yield "pending_claim", values.get("pending_claim"), CLAIM_FILE
+    summaries = [("last_verdict", values.get("last_verdict"))] + [("verdicts", v) for v in values.get("verdicts", [])]
+    for where, v in summaries:
+        if v is not None:
+            yield f"{where}.claim", v.claim, CLAIM_FILE
+            yield f"{where}.path", v.path, VERDICT_FILE
+    for b in values.get("banked", []):
+        yield "banked.claim", b.claim, CLAIM_FILE
+        yield "banked.verdict", b.verdict, VERDICT_FILE
+    for r in values.get("rejected", []):
+        yield "rejected.verdict", r.verdict, VERDICT_FILE
 
 
 def _safe_name(name: str) -> bool:

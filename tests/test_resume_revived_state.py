@@ -19,7 +19,7 @@ from perfwarden.orchestrator.cli import app
 from perfwarden.orchestrator.runner import run_graph
 from perfwarden.orchestrator.settings import RunSettings
 from perfwarden.orchestrator.simlab import SyntheticLab
-from perfwarden.proof.fuzz_rundir import edit_state
+from perfwarden.proof.fuzz_rundir import _edit_record, edit_state
 
 
 def unfinished_run(path: Path) -> Path:
@@ -97,3 +97,21 @@ def test_revived_state_naming_a_place_outside_the_run_is_refused(tmp_path, field
     code, out = resume(run)
     assert code == 3, out
     assert "checkpoint" in out
+
+
+@pytest.mark.parametrize("field, value", [("claim", "../../outside/claim.json"), ("claim", "/etc/passwd"),
+                                          ("path", "verdicts/../../x.json")])
+def test_revived_verdicts_naming_a_file_outside_the_run_are_refused(tmp_path, field, value):
+    """The fix node reads ``last_verdict.claim`` (``load_claim(run / v.claim)``): an absolute or ``..`` path
+    there reads outside the run."""
+    run = tmp_path / "run"
+    run_graph(run, RunSettings(target="synthetic", levers=["max_batch_size=2"], kernels=False), SyntheticLab(),
+              capture_logs=False)
+
+    def edit(values: dict[str, Any]) -> None:
+        values["verdicts"] = [_edit_record(v, {field: value}) for v in values["verdicts"]]
+        values["last_verdict"] = _edit_record(values["last_verdict"], {field: value})
+    assert edit_state(run / "checkpoints.sqlite", edit)
+    code, out = resume(run)
+    assert code == 3, out
+    assert f"verdict.{field}" in out or f"verdicts.{field}" in out
