@@ -9,7 +9,9 @@ naming it, before the library revives anything. The library's own allow-list is 
 types as a second wall.
 
 What the revived records name is checked too before a resumed graph runs (``check_names``): the knobs
-of every proposal and banked change, and every op implementation, which a server would import.
+of every proposal and banked change, and every op implementation, which a server would import. And the
+revived state's types, counters and the run files it names (``check_state``): a wrong type ended in a
+node's ``TypeError``, and a claim path or leg name naming a place outside the run was read or written.
 """
 
 from __future__ import annotations
@@ -205,9 +207,10 @@ def _state_adapter() -> TypeAdapter:
 
 def check_state(values: dict[str, Any], now: float) -> None:
     """A revived state (or a pending write) holds ``RunState``'s types, counters and a start time in range,
-    and names no place outside the run: leg names are single path components and the pending claim is a
-    file of ``claims/``. ``CheckpointTypeError`` names the first field that is not (a node would raise a
-    ``TypeError`` on it, or read and write where it points)."""
+    and names no place outside the run: leg names are single path components, and the claim and verdict
+    files it names are files of ``claims/`` and ``verdicts/``. ``CheckpointTypeError`` names the first
+    field that is not (a node would raise a ``TypeError`` on it, or read where it points). Its ``run_dir``
+    is not checked: nodes never use it (graph.py ``step`` puts the resumed folder there)."""
     try:
         _state_adapter().validate_python(values)
     except ValidationError as exc:
@@ -217,7 +220,8 @@ def check_state(values: dict[str, Any], now: float) -> None:
                                   f"(got {_head(err.get('input'))})") from None
     for key in ("seq", "baseline_attempts"):
         if key in values and not 0 <= values[key] <= MAX_COUNT:
-            raise CheckpointTypeError(f"the checkpoint's state field {key!r} is {values[key]!r}, outside 0..{MAX_COUNT}")
+            raise CheckpointTypeError(f"the checkpoint's state field {key!r} is {values[key]!r}, outside "
+                                      f"0..{MAX_COUNT}")
     if "started_at" in values and not 0 <= values["started_at"] <= now + CLOCK_SLACK_S:
         raise CheckpointTypeError(f"the checkpoint's state field 'started_at' is {values['started_at']!r}, "
                                   "which is no time this run can have started at")
