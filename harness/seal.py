@@ -61,7 +61,7 @@ from perfwarden.harness import safe_write
 from perfwarden.harness.jsonl import SealEntry
 from perfwarden.harness.records import (SealHead, SealKey, append_jsonl as _plain_append_jsonl, is_seal_id,
                                         jsonl_text, key_store_dir, key_store_path, write_json_atomic)
-from perfwarden.harness.safe_read import KEY_BYTES, read_bytes
+from perfwarden.harness.safe_read import KEY_BYTES, open_regular, read_bytes
 
 log = logging.getLogger(__name__)
 
@@ -113,7 +113,7 @@ def _file_sha256(path: Path, limit: int | None = None) -> tuple[str, int]:
     """sha256 and size of ``path`` (of its first ``limit`` bytes when given), streamed."""
     digest = hashlib.sha256()
     size = 0
-    with open(path, "rb") as handle:
+    with open_regular(path, what="sealed file") as handle:
         while True:
             want = _HASH_CHUNK if limit is None else min(_HASH_CHUNK, limit - size)
             if want <= 0:
@@ -130,7 +130,7 @@ def _prefix_hasher(path: Path, size: int) -> tuple[Any, int]:
     digest = hashlib.sha256()
     read = 0
     if size:
-        with open(path, "rb") as handle:
+        with open_regular(path, what="sealed file") as handle:
             while read < size:
                 chunk = handle.read(min(_HASH_CHUNK, size - read))
                 if not chunk:
@@ -203,7 +203,7 @@ def find_key_file(run: Path | str) -> Path | None:
 
 def _chain_seal_id(path: Path) -> str | None:
     try:
-        with open(path, "rb") as handle:
+        with open_regular(path, what="seal chain") as handle:  # a FIFO here is refused, never waited on
             first = handle.readline(1 << 16)
         entry = msgspec.json.decode(first, type=SealEntry)
     except (OSError, msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError):
@@ -509,7 +509,7 @@ def _raw_lines(path: Path) -> Iterator[tuple[int, bytes]]:
     """(offset, bytes without newline) of every complete line; refuses an unterminated last line."""
     offset = 0
     pieces: list[bytes] = []
-    with open(path, "rb") as handle:
+    with open_regular(path, what="sealed file") as handle:
         while chunk := handle.read(_HASH_CHUNK):
             start = 0
             while (nl := chunk.find(b"\n", start)) >= 0:

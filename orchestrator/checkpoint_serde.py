@@ -9,20 +9,25 @@ naming it, before the library revives anything. The library's own allow-list is 
 types as a second wall.
 
 What the revived records name is checked too before a resumed graph runs (``check_names``): the knobs
-of every proposal and banked change, and every op implementation, which a server would import.
+of every proposal and banked change, and every op implementation, which a server would import. And the
+revived state's types, counters and the run files it names (``check_state``): a wrong type ended in a
+node's ``TypeError``, and a claim path or leg name naming a place outside the run was read or written.
 """
 
 from __future__ import annotations
 
+import functools
 import os
+import re
 import typing
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import ormsgpack
 from langgraph.checkpoint.serde import jsonplus
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
-from pydantic import BaseModel
+from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
+from typing_extensions import TypedDict
 
 PLAIN_KINDS = ("null", "bytes", "bytearray")
 """Serialization kinds that revive no type (``msgpack`` is scanned; ``json`` and ``pickle`` are refused)."""
@@ -174,3 +179,85 @@ def check_names(run: Path, values: dict[str, Any], lab: Any) -> None:
             raise CheckpointTypeError(f"the checkpoint's state names the implementation {spec[:300]!r} for op "
                                       f"{str(op)[:80]!r}, which is neither perfwarden's nor generated into "
                                       f"{GENERATED_DIR}/ of this run; it is not loaded")
+
+
+# ------------------------------------------------------------------- the revived state's types and places
+
+MAX_COUNT = 1_000_000
+"""Upper bound of a revived counter (``seq``, ``baseline_attempts``): a run makes a few dozen claims, and
+a claim file name carries ``seq``."""
+CLOCK_SLACK_S = 86_400.0
+"""A revived ``started_at`` may lie at most a day after now (clock skew between machines); later, or
+before 1970, it is no time this run started at (the budget counts from it)."""
+CLAIM_FILE = re.compile(r"claims/[^/\\]+\.json")
+"""Where ``pending_claim`` and a verdict's ``claim`` point (graph.py ``_submit``): a file of ``claims/``."""
+VERDICT_FILE = re.compile(r"verdicts/[^/\\]+\.json")
+"""Where a verdict summary's ``path`` points (``write_verdict``): a file of the run's ``verdicts/``."""
+
+
+@functools.cache
+def _state_adapter() -> TypeAdapter:
+    """``RunState``'s own hints as a pydantic validator, with NaN/inf refused and no unknown channel."""
+    from perfwarden.orchestrator.state import RunState
+
+    checked = TypedDict("CheckedRunState", typing.get_type_hints(RunState, include_extras=True), total=False)
+    checked.__pydantic_config__ = ConfigDict(allow_inf_nan=False, extra="forbid")  # type: ignore[attr-defined]
+    return TypeAdapter(checked)
+
+
+def check_state(values: dict[str, Any], now: float) -> None:
+    """A revived state (or a pending write) holds ``RunState``'s types, counters and a start time in range,
+    and names no place outside the run: leg names are single path components, and the claim and verdict
+    files it names are files of ``claims/`` and ``verdicts/``. ``CheckpointTypeError`` names the first
+    field that is not (a node would raise a ``TypeError`` on it, or read where it points). Its ``run_dir``
+    is not checked: nodes never use it (graph.py ``step`` puts the resumed folder there)."""
+    try:
+        _state_adapter().validate_python(values)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        where = ".".join(map(str, err["loc"]))
+        raise CheckpointTypeError(f"the checkpoint's state field {where[:120]!r} is invalid: {err['msg']} "
+                                  f"(got {_head(err.get('input'))})") from None
+    for key in ("seq", "baseline_attempts"):
+        if key in values and not 0 <= values[key] <= MAX_COUNT:
+            raise CheckpointTypeError(f"the checkpoint's state field {key!r} is {values[key]!r}, outside "
+                                      f"0..{MAX_COUNT}")
+    if "started_at" in values and not 0 <= values["started_at"] <= now + CLOCK_SLACK_S:
+        raise CheckpointTypeError(f"the checkpoint's state field 'started_at' is {values['started_at']!r}, "
+                                  "which is no time this run can have started at")
+    for where, rel, pattern in _run_files(values):
+        if rel is not None and not (pattern.fullmatch(rel) and _safe_name(rel.split("/")[1])):
+            raise CheckpointTypeError(f"the checkpoint's state field {where!r} is {rel[:200]!r}, not a file of the "
+                                      f"run's {pattern.pattern.split('/')[0]}/ folder")
+    legs = [*values.get("aa_legs", []), *(leg for p in values.get("proposals", []) for leg in p.legs or [])]
+    for leg in legs:
+        if not _safe_name(leg):
+            raise CheckpointTypeError(f"the checkpoint's state names the leg {leg[:200]!r}, which is not a single "
+                                      "path component of the run's legs/")
+
+
+def _run_files(values: dict[str, Any]) -> Iterator[tuple[str, str | None, re.Pattern[str]]]:
+    """``(field, relative path, the pattern it must match)`` of every run file the state names (nodes read
+    the pending claim and the last verdict's claim; the rest reach the report)."""
+    yield "pending_claim", values.get("pending_claim"), CLAIM_FILE
+    summaries = [("last_verdict", values.get("last_verdict"))] + [("verdicts", v) for v in values.get("verdicts", [])]
+    for where, v in summaries:
+        if v is not None:
+            yield f"{where}.claim", v.claim, CLAIM_FILE
+            yield f"{where}.path", v.path, VERDICT_FILE
+    for b in values.get("banked", []):
+        yield "banked.claim", b.claim, CLAIM_FILE
+        yield "banked.verdict", b.verdict, VERDICT_FILE
+    for r in values.get("rejected", []):
+        yield "rejected.verdict", r.verdict, VERDICT_FILE
+
+
+def _safe_name(name: str) -> bool:
+    """Whether ``name`` is one safe path component (``safe_write.check_name``)."""
+    from perfwarden.harness.safe_write import RefusedWrite, check_name
+
+    try:
+        check_name(name)
+    except RefusedWrite:
+        return False
+    return True

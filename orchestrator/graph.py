@@ -63,6 +63,12 @@ def _run(state: RunState) -> Path:
     return Path(state["run_dir"])
 
 
+def _in_run(state: RunState, ctx: RunContext) -> RunState:
+    """The state a node sees: ``run_dir`` is the folder given on the command line, never the one a revived
+    checkpoint names (a copied run, or a crafted one, would otherwise write where it was recorded)."""
+    return state if ctx.run_dir is None else {**state, "run_dir": str(ctx.run_dir)}
+
+
 def _proposal(state: RunState, pid: str | None = None) -> Proposal:
     pid = pid or state["current"]
     return next(p for p in state["proposals"] if p.id == pid).model_copy(deep=True)
@@ -140,6 +146,7 @@ def step(name: str) -> Callable[[Node], Node]:
     def decorate(fn: Node) -> Node:
         @functools.wraps(fn)
         def wrapper(state: RunState, runtime: Runtime[RunContext]) -> dict:
+            state = _in_run(state, runtime.context)
             crash_point(f"before:{name}")
             started = time.time()
             runtime.context.watcher.node(name, state.get("current") or "", runtime.context.remaining_s(state))

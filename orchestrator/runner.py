@@ -30,7 +30,8 @@ from perfwarden.agents.brains import Brains
 from perfwarden.agents.llm import LLMClient
 from perfwarden.harness import safe_write
 from perfwarden.harness.records import write_json_atomic
-from perfwarden.orchestrator.checkpoint_serde import CheckpointTypeError, StateOnlySerializer, check_names
+from perfwarden.orchestrator.checkpoint_serde import (CheckpointTypeError, StateOnlySerializer, check_names,
+                                                      check_state)
 from perfwarden.orchestrator.crashpoints import crash_point
 from perfwarden.orchestrator.graph import build_graph, initial_state
 from perfwarden.orchestrator.lab import Lab, check_leg_writes
@@ -181,7 +182,8 @@ def run_graph(run: Path, settings: RunSettings, lab: Lab, *, resume: bool = Fals
         create_run(run, settings)
         crash_point("settings_written")
     context = RunContext(lab=lab, settings=settings, llm=llm, brains=brains or Brains(llm=llm), clock=clock,
-                         watcher=watcher or SilentWatcher(), attacker=attacker, capture_logs=capture_logs)
+                         watcher=watcher or SilentWatcher(), attacker=attacker, run_dir=run,
+                         capture_logs=capture_logs)
     graph, handle = _graph(run, checkpointer_url)
     crash_point("checkpointer_opened")
     config = {"configurable": {"thread_id": THREAD_ID}, "recursion_limit": settings.recursion_limit}
@@ -194,11 +196,12 @@ def run_graph(run: Path, settings: RunSettings, lab: Lab, *, resume: bool = Fals
                 return ensure_report(run, graph.invoke(initial_state(run, clock()), config, context=context), context)
             check_state_version(run, dict(snapshot.values))
             for values in [dict(snapshot.values), *(t.result for t in snapshot.tasks if isinstance(t.result, dict))]:
+                check_state(values, clock())  # types, counters, and no place outside the run
                 check_names(run, values, lab)  # the state and the writes a resumed graph would apply
             # A task that finished just before the crash has its writes saved but no checkpoint after
             # it yet: ``next`` is then empty while ``tasks`` is not, and invoking applies those writes.
-            if not snapshot.next and not snapshot.tasks:
-                return ensure_report(run, dict(snapshot.values), context)
+            if not snapshot.next and not snapshot.tasks:  # a finished run: its report names where it is now
+                return ensure_report(run, {**snapshot.values, "run_dir": str(run)}, context)
             return ensure_report(run, graph.invoke(None, config, context=context), context)
         return ensure_report(run, graph.invoke(initial_state(run, clock()), config, context=context), context)
     except CheckpointTypeError as exc:

@@ -24,6 +24,13 @@ def settings_error(exc: Any, what: str) -> str:
     return f"{what}: {message}" + (f" at {loc!r}" if loc else "")
 
 
+MAX_REPS = 50
+"""Reps per leg at most: the auditor's power target assumes <= 7, and a leg of 50 reps already takes
+minutes; a larger figure (2**63 from a crafted settings.json) made a resumed run measure without end."""
+MAX_RETRIES = 10
+"""Upper bound of every retry count (re-measures, fixes, redos, LLM retries): each retry repeats a
+measurement or a call, and the defaults are 2."""
+
 LEGACY_INTERPRETER = "sglang_python"
 """Field of older runs' settings that named the SGLang interpreter (refused: see ``RunSettings``)."""
 
@@ -31,42 +38,49 @@ LEGACY_INTERPRETER = "sglang_python"
 class RunSettings(BaseModel):
     """What ``perfwarden run`` does and how far each loop may go."""
 
-    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True, allow_inf_nan=False)
 
     target: Literal["embedded", "sglang", "synthetic"] = "embedded"
     """Serving target. ``synthetic`` is the test double used by the graph's unit tests."""
     model: str | None = None
     """Weights directory the target serves (``--model``; sglang only: the embedded target serves SmolLM2)."""
-    budget_minutes: float = 14.0
-    """Wall-clock budget; when it runs out, remaining proposals are skipped and the report is written."""
-    seed: int = 0
-    """Seed of prompt sampling and load schedules."""
-    reps: int = 3
-    """Reps per leg on the first measurement of a comparison."""
-    max_reps: int = 7
+    budget_minutes: float = Field(14.0, gt=0, le=7 * 24 * 60)
+    """Wall-clock budget; when it runs out, remaining proposals are skipped and the report is written. A week at
+    most: a run is minutes to hours, and the budget is what ends an unfinished run."""
+    seed: int = Field(0, ge=0, lt=2**32)
+    """Seed of prompt sampling and load schedules. Unsigned 32 bits, what every seeded generator accepts."""
+    reps: int = Field(3, ge=1, le=MAX_REPS)
+    """Reps per leg on the first measurement of a comparison. At most ``MAX_REPS``: a rep takes seconds, and a
+    resumed run measures this many."""
+    max_reps: int = Field(7, ge=1, le=MAX_REPS)
     """Reps per leg after re-measuring (the auditor's power target assumes <= 7)."""
-    rep_seconds: float = 4.0
-    """LoadGen min_duration per rep (Server scenario)."""
+    rep_seconds: float = Field(4.0, gt=0, le=3600)
+    """LoadGen min_duration per rep (Server scenario). An hour at most (a rep is seconds; the budget is
+    minutes)."""
     scenario: Literal["server", "offline"] = "offline"
     """LoadGen scenario. Offline by default: on a 2-core CPU a fixed Server QPS either sits below
     capacity (throughput then equals the offered load for every config) or queues without bound."""
-    qps: float = 2.0
-    """Target QPS of the Server scenario."""
-    offline_samples: int = 8
-    """Samples in one Offline rep (all issued at once)."""
-    max_tokens: int = 16
-    """Output tokens per request (ignore_eos keeps lengths fixed)."""
-    max_baseline_remeasures: int = 2
+    qps: float = Field(2.0, gt=0, le=100_000)
+    """Target QPS of the Server scenario. At most 100k: far above what one server answers; a higher rate only
+    queues."""
+    offline_samples: int = Field(8, ge=1, le=100_000)
+    """Samples in one Offline rep (all issued at once). At most 100k (LoadGen issues them all at once and holds
+    each in memory)."""
+    max_tokens: int = Field(16, ge=1, le=131_072)
+    """Output tokens per request (ignore_eos keeps lengths fixed). At most 128k, the longest context a served
+    model has."""
+    max_baseline_remeasures: int = Field(2, ge=0, le=MAX_RETRIES)
     """Baseline re-measures after a FLAG/FAIL baseline audit before the run gives up."""
-    max_fix_attempts: int = 2
+    max_fix_attempts: int = Field(2, ge=0, le=MAX_RETRIES)
     """Times a producer may fix and resubmit one change after a FAIL."""
-    max_harness_redos: int = 2
+    max_harness_redos: int = Field(2, ge=0, le=MAX_RETRIES)
     """Times the op-benchmarker may redo a rig after a FAIL."""
-    max_proposals: int = 12
+    max_proposals: int = Field(12, ge=0, le=1000)
     """Upper bound on changes (search steps and kernel changes) tried in one run; the budget usually
-    stops the search first."""
-    recursion_limit: int = 200
-    """LangGraph recursion limit (every loop is bounded anyway; this is the backstop)."""
+    stops the search first. At most 1000: each costs a measured A/B, so more never fits a budget."""
+    recursion_limit: int = Field(200, ge=1, le=100_000)
+    """LangGraph recursion limit (every loop is bounded anyway; this is the backstop). At most 100k: the backstop
+    of bounded loops, never the bound itself."""
     base_config: dict = Field(default_factory=dict)
     """Target knobs of the true baseline (the target's defaults when empty); each a knob of the target's
     config model with a valid value, none of ``CODE_KNOBS``."""
@@ -78,16 +92,16 @@ class RunSettings(BaseModel):
     red_team: bool = False
     """Add the red-team producer (agents/red_team.py): its claims go through the same auditor node and
     must all be refused."""
-    max_red_team_attacks: int = 20
-    """Upper bound on red-team claims in one run."""
+    max_red_team_attacks: int = Field(20, ge=0, le=1000)
+    """Upper bound on red-team claims in one run. At most 1000 (the catalogue holds a few dozen)."""
     llm_model: str | None = None
     """Model name for the LLM brains and the auditor persona (None: deterministic only)."""
-    llm_timeout_s: float = 60.0
-    """Timeout of one LLM call."""
-    llm_max_retries: int = 2
+    llm_timeout_s: float = Field(60.0, gt=0, le=3600)
+    """Timeout of one LLM call. An hour at most."""
+    llm_max_retries: int = Field(2, ge=0, le=MAX_RETRIES)
     """Retries of an LLM call whose output fails validation or whose request fails."""
-    llm_max_tokens: int | None = 512
-    """Cap on one LLM answer's length (None: the endpoint's default)."""
+    llm_max_tokens: int | None = Field(512, ge=1, le=131_072)
+    """Cap on one LLM answer's length (None: the endpoint's default). At most 128k."""
 
     @model_validator(mode="before")
     @classmethod

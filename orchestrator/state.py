@@ -12,6 +12,7 @@ from __future__ import annotations
 import operator
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Annotated, Any, Callable, Protocol, TypedDict
 
 from perfwarden.agents.base import (AttackProducer, BankedChange, Proposal, Rejection, VerdictSummary)
@@ -46,7 +47,8 @@ class RunState(TypedDict, total=False):
     state_version: int
     """``STATE_VERSION`` of the code that started the run."""
     run_dir: str
-    """The run directory."""
+    """The run directory where the run was recorded (for humans: a copied run has another). Nodes write
+    into ``RunContext.run_dir``, the folder given on the command line, never into this (graph.py ``step``)."""
     started_at: float
     """Clock time the run started (the budget counts from it, across resumes)."""
     seq: int
@@ -136,6 +138,9 @@ class RunContext:
     """A ``RunWatcher``."""
     attacker: AttackProducer | None = None
     """The red-team producer (``--red-team``), if any."""
+    run_dir: Path | None = None
+    """The run directory from the command line (``run_graph`` sets it): every node reads and writes there,
+    whatever folder a revived checkpoint names (None only in unit tests that build a context by hand)."""
     capture_logs: bool = True
     """Send in-process lab output (torch profiler, weight loading) to RUN/logs/ instead of the terminal."""
 

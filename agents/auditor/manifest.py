@@ -31,7 +31,7 @@ import msgspec
 
 from perfwarden.harness.jsonl import DECODE_ERRORS, LineIssue, SealEntry, iter_raw_lines, repeated_key
 from perfwarden.harness.records import SealHead, SealKey, key_store_dir, key_store_path
-from perfwarden.harness.safe_read import KEY_BYTES, read_bytes
+from perfwarden.harness.safe_read import KEY_BYTES, open_regular, read_bytes
 
 EVIDENCE_FILE = "evidence.jsonl"
 GENESIS_MAC = "0" * 64
@@ -347,7 +347,7 @@ def read_manifest(path: Path, key: bytes | None, head: SealHead | None) -> Manif
 def chain_seal_id(path: Path) -> str | None:
     """The seal id the chain's first entry names (to look its key up), or None."""
     try:
-        with open(path, "rb") as handle:
+        with open_regular(path, what="seal chain") as handle:  # a FIFO here is refused, never waited on
             first = handle.readline(1 << 16)
         entry = msgspec.json.decode(first, type=SealEntry)
     except (OSError, *DECODE_ERRORS):
@@ -388,7 +388,7 @@ class FileState:
 
 def _hash(path: Path) -> str:
     digest = hashlib.sha256()
-    with open(path, "rb") as handle:
+    with open_regular(path, what="sealed file") as handle:
         while chunk := handle.read(1 << 20):
             digest.update(chunk)
     return digest.hexdigest()
