@@ -19,6 +19,7 @@ import os
 import secrets
 import shutil
 import sqlite3
+import typing
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -152,6 +153,20 @@ def _graph(run: Path, checkpointer_url: str | None):
     return build_graph().compile(checkpointer=SqliteSaver(conn, serde=StateOnlySerializer())), conn
 
 
+def raw_state_values(graph: Any, config: dict[str, Any]) -> list[dict[str, Any]]:
+    """The checkpoint's stored state channels and each pending write, as partial states, exactly as stored:
+    what a resumed graph applies, checked as well as ``get_state``'s rendering of it. Defence in depth:
+    ``benchmarks/fuzz.py --rundir`` (seed 0, input 4402) once ended in the ``notes`` reducer adding a list
+    to ``None`` (exit 1), which did not reproduce alone."""
+    saved = graph.checkpointer.get_tuple(config)
+    if saved is None:
+        return []
+    fields = set(typing.get_type_hints(RunState))
+    stored = {k: v for k, v in saved.checkpoint.get("channel_values", {}).items() if k in fields}
+    writes = [{channel: value} for _task, channel, value in saved.pending_writes or () if channel in fields]
+    return [stored, *writes]
+
+
 def check_state_version(run: Path, values: dict[str, Any]) -> None:
     """A checkpoint written by another state schema cannot be resumed: say so, and what still works."""
     if "run_dir" not in values:  # checkpointed before the input was applied (only reducer defaults): no state yet
@@ -195,7 +210,8 @@ def run_graph(run: Path, settings: RunSettings, lab: Lab, *, resume: bool = Fals
                 # ran, so starting from the beginning gives the uninterrupted run's result.
                 return ensure_report(run, graph.invoke(initial_state(run, clock()), config, context=context), context)
             check_state_version(run, dict(snapshot.values))
-            for values in [dict(snapshot.values), *(t.result for t in snapshot.tasks if isinstance(t.result, dict))]:
+            for values in [dict(snapshot.values), *(t.result for t in snapshot.tasks if isinstance(t.result, dict)),
+                           *raw_state_values(graph, config)]:
                 check_state(values, clock())  # types, counters, and no place outside the run
                 check_names(run, values, lab)  # the state and the writes a resumed graph would apply
             # A task that finished just before the crash has its writes saved but no checkpoint after

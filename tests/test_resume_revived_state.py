@@ -115,3 +115,19 @@ def test_revived_verdicts_naming_a_file_outside_the_run_are_refused(tmp_path, fi
     code, out = resume(run)
     assert code == 3, out
     assert f"verdict.{field}" in out or f"verdicts.{field}" in out
+
+
+@pytest.mark.parametrize("with_pending_note", [False, True], ids=["stored", "stored+pending-write"])
+def test_a_state_channel_stored_as_none_is_refused_not_a_reducer_typeerror(tmp_path, with_pending_note):
+    """``notes=None`` stored, alone or with a pending note a reducer would add to it, is exit 3 naming the
+    field, never the reducer's ``None + list`` TypeError (exit 1) seen once in fuzz --rundir (seed 0, input
+    4402, not reproduced alone: this guards the path, it did not fail before)."""
+    from perfwarden.proof.fuzz_rundir import add_write, pack
+
+    run = unfinished_run(tmp_path / "run")
+    set_state(run, notes=None)
+    if with_pending_note:
+        assert add_write(run / "checkpoints.sqlite", "msgpack", pack(["a planted note"]))
+    code, out = resume(run)
+    assert code == 3, out
+    assert "'notes'" in out
