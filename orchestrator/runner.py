@@ -155,9 +155,9 @@ def _graph(run: Path, checkpointer_url: str | None):
 
 def raw_state_values(graph: Any, config: dict[str, Any]) -> list[dict[str, Any]]:
     """The checkpoint's stored state channels and each pending write, as partial states, exactly as stored:
-    what a resumed graph applies, checked as well as ``get_state``'s rendering of it. Defence in depth:
-    ``benchmarks/fuzz.py --rundir`` (seed 0, input 4402) once ended in the ``notes`` reducer adding a list
-    to ``None`` (exit 1), which did not reproduce alone."""
+    what a resumed graph applies, checked before ``get_state`` runs the reducers over the pending writes
+    (``benchmarks/fuzz.py --rundir``: ``notes=None`` or ``notes=<int>`` with a pending note ended in the
+    reducer's TypeError, exit 1)."""
     saved = graph.checkpointer.get_tuple(config)
     if saved is None:
         return []
@@ -204,14 +204,19 @@ def run_graph(run: Path, settings: RunSettings, lab: Lab, *, resume: bool = Fals
     config = {"configurable": {"thread_id": THREAD_ID}, "recursion_limit": settings.recursion_limit}
     try:
         if resume:
+            # The stored state is checked before ``get_state``, which already applies pending writes through
+            # the reducers (``notes=None`` plus a pending note raised a TypeError there: exit 1).
+            for values in raw_state_values(graph, config):
+                if "run_dir" in values:
+                    check_state_version(run, values)
+                check_state(values, clock())
             snapshot = graph.get_state(config)
             if snapshot.created_at is None:
                 # Killed before the first checkpoint was written (the file may exist, empty): no node
                 # ran, so starting from the beginning gives the uninterrupted run's result.
                 return ensure_report(run, graph.invoke(initial_state(run, clock()), config, context=context), context)
             check_state_version(run, dict(snapshot.values))
-            for values in [dict(snapshot.values), *(t.result for t in snapshot.tasks if isinstance(t.result, dict)),
-                           *raw_state_values(graph, config)]:
+            for values in [dict(snapshot.values), *(t.result for t in snapshot.tasks if isinstance(t.result, dict))]:
                 check_state(values, clock())  # types, counters, and no place outside the run
                 check_names(run, values, lab)  # the state and the writes a resumed graph would apply
             # A task that finished just before the crash has its writes saved but no checkpoint after

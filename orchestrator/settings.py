@@ -78,9 +78,10 @@ class RunSettings(BaseModel):
     max_proposals: int = Field(12, ge=0, le=1000)
     """Upper bound on changes (search steps and kernel changes) tried in one run; the budget usually
     stops the search first. At most 1000: each costs a measured A/B, so more never fits a budget."""
-    recursion_limit: int = Field(200, ge=1, le=100_000)
+    recursion_limit: int = Field(200, ge=100, le=100_000)
     """LangGraph recursion limit (every loop is bounded anyway; this is the backstop). At most 100k: the backstop
-    of bounded loops, never the bound itself."""
+    of bounded loops, never the bound itself. At least 100: below that a settings file could stop a run in the
+    middle of its own bounded loops (``true`` reads as 1: found by fuzz --rundir, input 7502)."""
     base_config: dict = Field(default_factory=dict)
     """Target knobs of the true baseline (the target's defaults when empty); each a knob of the target's
     config model with a valid value, none of ``CODE_KNOBS``."""

@@ -131,3 +131,34 @@ def test_a_state_channel_stored_as_none_is_refused_not_a_reducer_typeerror(tmp_p
     code, out = resume(run)
     assert code == 3, out
     assert "'notes'" in out
+
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("index", [5499, 7502])
+def test_the_fuzz_inputs_that_ended_in_exit_1_are_input_errors_now(tmp_path, index):
+    """benchmarks/fuzz.py --rundir, seed 0: input 5499 (a run killed after writing report.json, its state's
+    ``notes`` set to None: ``get_state`` already runs the ``notes`` reducer over the last task's pending
+    writes, so it raised ``None + list`` before any check saw the state) and input 7502 (settings'
+    ``recursion_limit`` true, read as 1: GraphRecursionError) both ended in exit 1; each is exit 3 now.
+    The inputs are replayed exactly as the benchmark's ``--replay`` does."""
+    from perfwarden.proof.fuzz import RandomChooser
+    from perfwarden.proof.fuzz_rundir import RundirFuzzer
+
+    outcome = RundirFuzzer(tmp_path, timeout_s=60, memory_limit=3 << 30).run_one(RandomChooser(index))
+    assert outcome.exit_code == 3 and not outcome.problems, outcome
+
+def test_a_settings_recursion_limit_too_low_to_finish_a_run_is_refused(tmp_path, monkeypatch):
+    """benchmarks/fuzz.py --rundir (seed 0, input 7502): ``"recursion_limit": true`` reads as 1 and the
+    resumed graph stopped on GraphRecursionError (exit 1); a limit below 100 is a settings error (exit 3)."""
+    import json
+
+    from perfwarden.proof.fuzz_rundir import SEED_SETTINGS, _fork_run
+
+    monkeypatch.setenv("PERFWARDEN_KEY_DIR", str(tmp_path / "keys"))
+    run = tmp_path / "run"
+    _fork_run(run, "before:report", SEED_SETTINGS)
+    settings = json.loads((run / "settings.json").read_text())
+    (run / "settings.json").write_text(json.dumps({**settings, "recursion_limit": True}))
+    code, out = resume(run)
+    assert code == 3 and "recursion_limit" in out, out
