@@ -149,7 +149,11 @@ def test_correct_alternative_passes_every_seed(rig):
 
 def test_eps_outside_sqrt_is_flagged_incorrect(rig):
     rows = rig["rows"]["eps_outside"]
-    assert all(r.correct is False and r.max_rel_err > 100 * r.rtol for r in rows)
+    # Inputs come from a per-run secret now (issue 17 item 7): how far past the tolerance the error lands
+    # depends on the draw (its small-RMS rows), so the rule is 'beyond tolerance', not a fixed 100x of it
+    # (100x failed once in CI on one draw).
+    assert all(r.correct is False and r.max_rel_err > r.rtol for r in rows), [
+        (r.shape, r.correct, r.max_rel_err, r.rtol, r.raised) for r in rows]
     # Wrong at the shapes the secret drew and on the timed calls sampled after the run: refused by the rig.
     assert all(r.refused and r.raised.startswith("refused: ") for r in rows)
     assert all(r.measured for r in rows)  # still timed (the parent's figures are evidence either way)
