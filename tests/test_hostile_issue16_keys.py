@@ -11,11 +11,9 @@ from __future__ import annotations
 import json
 import os
 import resource
-import signal
 import subprocess
 import sys
 import time
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -25,21 +23,9 @@ from perfwarden.harness import seal
 from perfwarden.harness.records import key_store_dir
 from perfwarden.orchestrator.paths import default_fixture_roots
 
+from test_hostile_issue12 import deadline  # noqa: E402 - one alarm helper for the hostile-input tests
+
 CLEAN = default_fixture_roots()[0] / "syn-clean-patch-win" / "run"  # its one patch claim PASSes intact
-
-
-@contextmanager
-def deadline(seconds: int):
-    """Fail (instead of hanging) when an in-process call takes longer than ``seconds``."""
-    def expire(signum, frame):
-        raise TimeoutError(f"took longer than {seconds} s")
-    old = signal.signal(signal.SIGALRM, expire)
-    signal.alarm(seconds)
-    try:
-        yield
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, old)
 
 
 def cli(*args: str, timeout: float = 30) -> subprocess.CompletedProcess:
