@@ -3,8 +3,11 @@
 For rmsnorm, silu_mul and rotary at SmolLM2-135M's served shapes (decode, batched decode, prefill),
 runs the op bench (sandboxed workers, CUDA events, L2 flushed) with the reference and the hand-written
 Triton kernel, and prints per op and shape: reference and Triton ms call by call and by CUDA-graph
-replay, the speedups, and the op bench's graph figure against ``triton.testing.do_bench`` of the same
-two functions (median, L2 flushed by do_bench itself) -- they must agree within 5%.
+replay, the speedups, and the op bench's graph figure against ``triton.testing.do_bench_cudagraph`` of the
+same two functions (median of graph replays, as the op bench's graph figure is) -- they must agree within
+5%. ``triton.testing.do_bench`` (one call between events, L2 flushed before each: cold cache, launch
+latency exposed for microsecond kernels) is printed beside for reference; it measures another thing and is
+not held to the tolerance.
 
     .venv/bin/python benchmarks/opbench_gpu.py [--dtype bfloat16] [--iters 50] [--trials 3]
 
@@ -24,7 +27,7 @@ import tempfile
 from pathlib import Path
 
 AGREEMENT = 0.05
-"""Largest relative difference between the op bench's graph figure and do_bench's median."""
+"""Largest relative difference between the op bench's graph figure and do_bench_cudagraph's median."""
 
 SHAPES: dict[str, list[list[int]]] = {
     "rmsnorm": [[1, 1, 576], [8, 1, 576], [1, 128, 576]],
@@ -62,7 +65,8 @@ def _correct(values: list) -> str:
     return "ok" if values and all(v is True for v in values) else "not checked"
 
 
-def _do_bench_ms(op: str, spec: str, shape: list[int], dtype: str) -> float:
+def _do_bench_ms(op: str, spec: str, shape: list[int], dtype: str) -> tuple[float, float]:
+    """``(do_bench_cudagraph median, do_bench median)`` of ``spec`` at ``shape``, in ms."""
     import torch
     import triton.testing
 
@@ -72,7 +76,9 @@ def _do_bench_ms(op: str, spec: str, shape: list[int], dtype: str) -> float:
     fn = load_impl(spec)
     args = make_inputs(op, shape, dtype, timing_seed(99, shape, 0, 0), "cuda")
     with torch.no_grad():
-        return float(triton.testing.do_bench(lambda: fn(*args), return_mode="median"))
+        graph = float(triton.testing.do_bench_cudagraph(lambda: fn(*args), return_mode="median"))
+        single = float(triton.testing.do_bench(lambda: fn(*args), return_mode="median"))
+    return graph, single
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -106,7 +112,8 @@ def main(argv: list[str] | None = None) -> int:
     disagreements = 0
     compared = 0
     header = (f"{'op':<9} {'shape':<11} {'correct':<8} {'ref call':>9} {'tri call':>9} {'x call':>7} "
-              f"{'ref graph':>9} {'tri graph':>9} {'x graph':>7} {'do_bench ref/tri':>17} {'agree':>6}")
+              f"{'ref graph':>9} {'tri graph':>9} {'x graph':>7} {'cudagraph ref/tri':>17} {'agree':>6} "
+              f"{'do_bench ref/tri':>17}")
     if cuda:
         name = torch.cuda.get_device_name(0)
         print(f"device: {name}; dtype {dtype}; ms per call (median); x = reference / Triton")
@@ -128,8 +135,8 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             rc, tc = _median(ref["call"]), _median(tri["call"])
             rg, tg = _median(ref["graph"]), _median(tri["graph"])
-            db_ref = _do_bench_ms(op, f"perfwarden.harness.ops.reference:{op}", shape, dtype)
-            db_tri = _do_bench_ms(op, spec, shape, dtype)
+            (db_ref, single_ref) = _do_bench_ms(op, f"perfwarden.harness.ops.reference:{op}", shape, dtype)
+            (db_tri, single_tri) = _do_bench_ms(op, spec, shape, dtype)
             agree = []
             for ours, theirs in ((rg, db_ref), (tg, db_tri)):
                 if ours is not None:
@@ -140,10 +147,12 @@ def main(argv: list[str] | None = None) -> int:
             mark = "yes" if agree and all(agree) else "NO"
             print(f"{op:<9} {key:<11} {_correct(tri['correct']):<8} {_fmt(rc):>9} {_fmt(tc):>9} "
                   f"{_fmt(rc / tc if rc and tc else None, 2):>7} {_fmt(rg):>9} {_fmt(tg):>9} "
-                  f"{_fmt(rg / tg if rg and tg else None, 2):>7} {_fmt(db_ref) + '/' + _fmt(db_tri):>17} {mark:>6}"
-                  + (f"  graph: {tri['graph_raised'] or ref['graph_raised']}" if not (rg and tg) else ""))
+                  f"{_fmt(rg / tg if rg and tg else None, 2):>7} {_fmt(db_ref) + '/' + _fmt(db_tri):>17} {mark:>6} "
+                  f"{_fmt(single_ref) + '/' + _fmt(single_tri):>17}"
+                  + (f"  graph: {tri['graph_raised'] or ref['graph_raised']}" if not (rg and tg) else "")
+                  + (f"  refused: {str(tri['raised'])[:300]}" if tri["raised"] else ""))
     if cuda:
-        print(f"op bench graph figure vs triton.testing.do_bench: {compared - disagreements}/{compared} within "
+        print(f"op bench graph figure vs triton.testing.do_bench_cudagraph: {compared - disagreements}/{compared} within "
               f"{AGREEMENT:.0%}; rig files under {run_dir}")
         return 1 if disagreements else 0
     print(f"rig files under {run_dir}")

