@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from perfwarden.agents.auditor.gates.measurement import sample_contention as busy_reasons
+from perfwarden.auditor.gates.measurement import sample_contention as busy_reasons
 from perfwarden.harness.contention import sample_contention as take_sample
 
 SAMPLES = 3
