@@ -19,7 +19,7 @@ import pytest
 
 from machine_quiet import skip_if_contended
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
+pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(900)]
 
 
 def test_embedded_run_banks_batching_and_refuses_the_response_cache(tmp_path):
