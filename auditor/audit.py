@@ -19,7 +19,7 @@ from typing import Any, Callable
 from perfwarden.auditor import stats
 from perfwarden.auditor.claim_file import ClaimError, load_claim  # noqa: F401 - re-exported
 from perfwarden.auditor.evidence import LegEvidence, RunLoader, _plain_name, check_named_folders
-from perfwarden.auditor.findings import Findings, GateResult, choose_action, unsealed_refusal, verdict_label
+from perfwarden.auditor.findings import Findings, GateResult, decide, unsealed_refusal
 from perfwarden.auditor.gates import (caching, conditions, correctness, explain, integrity, knobs, lever,
                                              measurement, opbench, profile, prose, same_config, served,
                                              timeline, workload)
@@ -542,10 +542,7 @@ def _quality_values(a: Audit) -> list[prose.Traceable]:
 
 def build_verdict(a: Audit, claim_ref: str, claim_sha: str) -> Verdict:
     items = a.findings.items
-    label = verdict_label(items)
-    action = choose_action(items, label)
-    if a.degraded and label == "PASS":  # unreachable: degraded gates add a FLAG finding; kept as a guard
-        label, action = "FLAG", "flag"
+    label, action = decide(items, degraded=bool(a.degraded))
     digests = dict(sorted(a.loader.digests.items()))
     digest_src = json.dumps({"claim": claim_sha, "inputs": digests, "auditor": AUDITOR_VERSION}, sort_keys=True)
     return Verdict(

@@ -177,6 +177,17 @@ def choose_action(findings: list[Finding], label: VerdictLabel) -> Action:
     return _DEFAULT_ACTION[label]
 
 
+def decide(findings: list[Finding], degraded: bool = False) -> tuple[VerdictLabel, Action]:
+    """The verdict rule (design §3), the one every audit uses -- claims of every scope and MLPerf
+    compliance pairs: the label from the findings' severities, the most decisive action of the deciding
+    findings, and never a PASS from an audit that could not run a part of itself."""
+    label = verdict_label(findings)
+    action = choose_action(findings, label)
+    if degraded and label == "PASS":  # unreachable for gates (a degraded gate adds a FLAG); kept as a guard
+        return "FLAG", "flag"
+    return label, action
+
+
 def unsealed_refusal(verdict: VerdictLabel, seal: Seal) -> str | None:
     """Why a verdict cannot bank because its evidence is unsealed (issue 17 §8), else None: the one seal
     condition every banking rule shares (``audit.banks``, the graph's step, the review's ``is_banked``).

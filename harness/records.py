@@ -18,7 +18,7 @@ from pathlib import Path
 from collections.abc import Callable
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_serializer, model_validator
 
 from perfwarden.harness import safe_write
 
@@ -34,6 +34,8 @@ Empty while version 1 is the only version ever written."""
 
 LegRole = Literal["baseline", "candidate", "validation", "caching_audit", "aa", "reference"]
 Scope = Literal["baseline", "profile", "harness", "patch", "bundle"]
+VerdictScope = Literal["baseline", "profile", "harness", "patch", "bundle", "mlperf"]
+"""What a verdict answers: a claim's scope, or ``mlperf`` (an MLPerf compliance pair, ``audit-mlperf``)."""
 VerdictLabel = Literal["PASS", "FLAG", "FAIL"]
 Seal = Literal["sealed", "unsealed"]
 """Whether a verdict's evidence carried a seal chain verified with the run's key (issue 17 §8)."""
@@ -452,15 +454,55 @@ class Comparison(Record):
     """True when the delta is outside the noise band and p < alpha, in the better direction."""
 
 
+class MlperfCompliance(Record):
+    """What an MLPerf compliance audit re-derived from the LoadGen logs (a ``mlperf`` verdict's numbers,
+    as ``legs`` and ``comparisons`` are a patch verdict's)."""
+
+    message: str = ""
+    """One line for humans: why this verdict."""
+    test: str | None = None
+    """Compliance test audited (TEST01, TEST04, TEST05), or None when it could not be determined."""
+    test_source: Literal["override", "detail", "summary"] | None = None
+    """Where ``test`` comes from: ``--test``, or the compliance run's detail/summary log."""
+    test_detected: str | None = None
+    """Test detected from the compliance logs (even when overridden)."""
+    scenario: str | None = None
+    """Scenario of the reference run (``effective_scenario``)."""
+    compliance_scenario: str | None = None
+    """Scenario of the compliance run."""
+    score_unit: str | None = None
+    """``samples/s`` (Offline/Server) or ``ns`` (SingleStream/MultiStream latency)."""
+    score_key: str | None = None
+    """MLLOG key the scores come from."""
+    reference_score: float | None = None
+    """Reference score re-derived from the detail log."""
+    compliance_score: float | None = None
+    """Compliance score re-derived from the detail log."""
+    summary_scores: dict[str, float | None] = Field(default_factory=dict)
+    """The same scores as printed in the summary logs (cross-checked)."""
+    ratio: float | None = None
+    """compliance_score / reference_score in the raw unit."""
+    threshold: float | None = None
+    """Fraction of the pass band applied for FAIL."""
+    intended_threshold: float | None = None
+    """Fraction the official rule means to apply (TEST04 streams: FLAG band)."""
+    bounds: dict[str, Any] | None = None
+    """Pass band in the raw unit: low/high and whether they are inclusive."""
+    rule: str | None = None
+    """The pass rule applied, in words."""
+
+
 class Verdict(Record):
-    """``<run>/verdicts/<seq>-<scope>.json``: the auditor's answer to one claim."""
+    """``<run>/verdicts/<seq>-<scope>.json``: the auditor's answer to one claim (or, scope ``mlperf``, to
+    one MLPerf compliance pair: ``audit-mlperf``)."""
 
     schema_version: int = SCHEMA_VERSION
     """Version of this record's schema."""
-    scope: Scope
+    scope: VerdictScope
     """Scope audited."""
     claim: str
-    """Path of the claim answered, relative to the run directory (or as given)."""
+    """Path of the claim answered, relative to the run directory (or as given; for ``mlperf`` the pair
+    audited)."""
     claim_seq: int = 0
     """Sequence number of the claim."""
     verdict: VerdictLabel
@@ -503,6 +545,16 @@ class Verdict(Record):
     """sha256 of every input file read, keyed by path relative to the run directory."""
     digest: str = ""
     """sha256 over the claim and ``input_digests``: same files, same digest, same verdict."""
+    mlperf: MlperfCompliance | None = None
+    """Scope ``mlperf`` only: the test, scores, ratio and pass band re-derived from the LoadGen logs."""
+
+    @model_serializer(mode="wrap")
+    def _omit_absent_mlperf(self, handler: Any) -> Any:
+        """A claim's verdict file stays as it was before MLPerf audits shared this record: no ``mlperf``."""
+        data = handler(self)
+        if self.mlperf is None and isinstance(data, dict):
+            data.pop("mlperf", None)
+        return data
 
     @property
     def shown(self) -> str:

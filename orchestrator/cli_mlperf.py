@@ -21,13 +21,14 @@ import os
 import sys
 import traceback
 from pathlib import Path
+from typing import NoReturn
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
 from perfwarden.auditor import mlperf
-from perfwarden.harness.records import shown_verdict
+from perfwarden.harness.records import MlperfCompliance, Verdict
 from perfwarden.orchestrator.exit_codes import EXIT_BY_VERDICT, ExitCode
 from perfwarden.orchestrator.render import print_error, safe_text
 
@@ -44,19 +45,18 @@ def _fmt(v: float | None) -> str:
     return "-" if v is None else f"{v:.6g}"
 
 
-def render(result: mlperf.MlperfAudit, console: Console) -> None:
+def render(verdict: Verdict, console: Console) -> None:
     """Human-readable report: verdict line, scores, findings, what was not checked. Everything read
     from the logs (scenario names, messages, file names) is shown through ``safe_text``."""
-    style = _STYLE.get(result.verdict, "bold")
-    shown = result.verdict if result.verdict == "error" else shown_verdict(result.verdict, result.seal)
-    head = [("perfwarden audit-mlperf: ", ""), (shown, style)]
+    result = verdict.mlperf or MlperfCompliance()
+    head = [("perfwarden audit-mlperf: ", ""), (verdict.shown, _STYLE.get(verdict.verdict, "bold"))]
     if result.test or result.scenario:
         src = f", test from {result.test_source}" if result.test_source else ""
         head.append(f"  {result.test or 'test unknown'} {result.scenario or ''}{src}")
     console.print(safe_text(*head))
-    if result.message and not any(f.severity != "INFO" for f in result.findings):
+    if result.message and not any(f.severity != "INFO" for f in verdict.findings):
         console.print(safe_text((result.message, "dim")))
-    if result.verdict != "error" and result.reference_score is not None:
+    if result.reference_score is not None:
         scores = Table(title="Scores (re-derived from the detail logs)", show_lines=False)
         for col in ("run", "scenario", "detail", "summary", "unit"):
             scores.add_column(col)
@@ -68,17 +68,17 @@ def render(result: mlperf.MlperfAudit, console: Console) -> None:
         if result.ratio is not None:
             console.print(safe_text(f"ratio compliance/reference = {result.ratio:.4f}; threshold "
                                     f"{result.threshold:g}; rule: {result.rule or ''}"))
-    if result.findings:
+    if verdict.findings:
         table = Table(title="Findings")
         for col in ("severity", "code", "message", "evidence"):
             table.add_column(col, overflow="fold")
-        for f in sorted(result.findings, key=lambda f: {"FAIL": 0, "FLAG": 1, "INFO": 2}[f.severity]):
+        for f in sorted(verdict.findings, key=lambda f: {"FAIL": 0, "FLAG": 1, "INFO": 2}[f.severity]):
             ev = ", ".join(f"{_short(e.file)}:{e.line}" if e.line else _short(e.file)
                            for e in f.evidence[:3])
             table.add_row(safe_text((f.severity, _STYLE.get(f.severity, ""))), safe_text(f.code),
                           safe_text(f.message), safe_text(ev))
         console.print(table)
-    for item in result.not_checked:
+    for item in verdict.not_checked:
         console.print(safe_text((f"not checked: {item}", "yellow")))
 
 
@@ -100,7 +100,9 @@ def audit_mlperf(
     except ValueError as exc:
         raise typer.BadParameter(str(exc), param_hint="'--test'") from exc
     try:
-        result = mlperf.audit(reference, compliance, declared)
+        verdict = mlperf.audit(reference, compliance, declared)
+    except mlperf.UnreadableLogs as unreadable:
+        _unreadable(unreadable, json_out)
     except Exception as exc:  # the auditor's own failure: report it, marked degraded, never a PASS
         if os.environ.get("PERFWARDEN_DEBUG"):
             traceback.print_exc()
@@ -113,16 +115,23 @@ def audit_mlperf(
             print_error(Console(stderr=True, highlight=False), payload["message"])
         raise typer.Exit(ExitCode.INVALID) from None
     if json_out:
-        typer.echo(json.dumps(json.loads(result.model_dump_json()), ensure_ascii=True))  # ASCII: no raw controls
-    elif result.verdict == "error":
+        typer.echo(json.dumps(mlperf.report_json(verdict), ensure_ascii=True))  # ASCII: no raw controls
+    else:
+        render(verdict, Console(file=sys.stdout, highlight=False))
+    raise typer.Exit(EXIT_BY_VERDICT[verdict.verdict])
+
+
+def _unreadable(error: mlperf.UnreadableLogs, json_out: bool) -> NoReturn:
+    """Logs that are not LoadGen output: bad input, exit 3 (``"verdict": "error"`` with ``--json``)."""
+    if json_out:
+        typer.echo(json.dumps(mlperf.error_json(error), ensure_ascii=True))
+    else:
         err = Console(stderr=True, highlight=False)
         print_error(err, "unreadable or malformed LoadGen logs")
-        for f in result.findings:
+        for f in error.findings:
             loc = ""
             if f.evidence:
                 e = f.evidence[0]
                 loc = f" ({e.file}{':' + str(e.line) if e.line else ''})"
             err.print(safe_text(f"  {f.code}: {f.message}{loc}"))
-    else:
-        render(result, Console(file=sys.stdout, highlight=False))
-    raise typer.Exit(EXIT_BY_VERDICT[result.verdict])
+    raise typer.Exit(EXIT_BY_VERDICT["error"])

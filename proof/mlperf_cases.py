@@ -27,10 +27,13 @@ def _case_dirs(corpus: Path) -> dict[str, Path]:
 
 def _audit(case: Path, test: str | None) -> tuple[str, list[str], str]:
     try:
-        result = mlperf.audit(case / "reference", case / "compliance", test)
+        verdict = mlperf.audit(case / "reference", case / "compliance", test)
+    except mlperf.UnreadableLogs as unreadable:  # input error: what audit-mlperf reports as "verdict": "error"
+        return "error", sorted({f.code for f in unreadable.findings}), unreadable.message
     except Exception as exc:  # noqa: BLE001 - a crash is scored, never raised
         return "crash", [], f"{type(exc).__name__}: {exc}"
-    return result.verdict, sorted({f.code for f in result.findings if f.severity != "INFO"}), result.message
+    codes = sorted({f.code for f in verdict.findings if f.severity != "INFO"})
+    return verdict.verdict, codes, verdict.mlperf.message if verdict.mlperf else ""
 
 
 def code_problems(entry: dict, codes: list[str]) -> list[str]:

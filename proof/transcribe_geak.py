@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import shutil
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from perfwarden.proof.synth import (fixture_builder_main, COHERENT_TEXTS, GIBBERISH_TEXTS, make_rep, overlay_between,
                                     write_claim, write_jsonl, write_leg, write_manifest)
@@ -84,15 +84,8 @@ def p1_clean(run: Path, cand_ttft: float = 2915.774, cand_info: dict | None = No
         write_claim(run, {"seq": 1, "scope": "patch", **KERNEL_CLAIM, **(claim or {})})
 
 
-def build_all(out: Path) -> list[str]:
-    built = []
-
-    def fixture(name: str) -> Path:
-        built.append(name)
-        return _fresh(out / name / "run")
-
-    # P1: the published bundle with two undeclared differences and a summary that misstates one.
-    run = fixture("geak-p1-bundle")
+def _geak_p1_bundle(run: Path) -> None:
+    """P1: the published bundle with two undeclared differences and a summary that misstates one."""
     ref, cand = p1_reps()
     handicapped = {**SGLANG_INFO, "mem_fraction_static": 0.7225, "max_total_num_tokens": 947041}
     write_leg(run, "ref", "baseline", handicapped, ref, log_lines=PLAIN_LOG, outputs=COHERENT_TEXTS)
@@ -102,8 +95,9 @@ def build_all(out: Path) -> list[str]:
                       "reported": {"conditions": {"mem_fraction_static": {"baseline": 0.85, "candidate": 0.85}},
                                    "delta_pct": 66.93}})
 
-    # N2: real e2e +62.74% (1022.0 -> 1663.2); the isolated 3.0306x compares the winner with itself.
-    run = fixture("geak-n2-selfcompare")
+
+def _geak_n2_selfcompare(run: Path) -> None:
+    """N2: real e2e +62.74% (1022.0 -> 1663.2); the isolated 3.0306x compares the winner with itself."""
     ref = three_reps("ref", 1020.5, 1022.0, 1023.1, 4200.0, 58.0, 0)
     cand = three_reps("cand", 1660.9, 1663.2, 1665.0, 2950.0, 36.0, 1)
     write_leg(run, "ref", "baseline", SGLANG_INFO, ref, log_lines=PLAIN_LOG, outputs=COHERENT_TEXTS)
@@ -126,8 +120,9 @@ def build_all(out: Path) -> list[str]:
                                            "opbench": "opbench/fused_moe_v2/opbench.jsonl",
                                            "baseline_backend": "triton_v2", "candidate_backend": "triton_v2"}})
 
-    # N5: attention backend change, +9%, reference decode is gibberish, 0/12 identical, mem-fraction confound.
-    run = fixture("geak-n5-gibberish")
+
+def _geak_n5_gibberish(run: Path) -> None:
+    """N5: attention backend change, +9%, reference decode is gibberish, 0/12 identical, mem-fraction confound."""
     ref = three_reps("ref", 998.0, 1000.0, 1001.5, 4300.0, 60.0, 0)
     cand = three_reps("cand", 1088.0, 1090.0, 1091.2, 4000.0, 55.0, 1)
     write_leg(run, "ref", "baseline", {**SGLANG_INFO, "mem_fraction_static": 0.7225, "max_total_num_tokens": 947041},
@@ -141,8 +136,9 @@ def build_all(out: Path) -> list[str]:
                                 "config_keys": ["attention_backend"]},
                       "headline": {"metric": "output_throughput", "value": 9.0, "kind": "e2e"}})
 
-    # P2: isolated 6.6061x; the live server crashed on the served shape after one candidate rep.
-    run = fixture("geak-p2-crash")
+
+def _geak_p2_crash(run: Path) -> None:
+    """P2: isolated 6.6061x; the live server crashed on the served shape after one candidate rep."""
     ref = three_reps("ref", 1003.0, 1004.9, 1005.2, 4280.0, 59.5, 0)
     cand = three_reps("cand", 1102.0, 1102.0, 1102.0, 4000.0, 54.0, 1)[:1]
     write_leg(run, "ref", "baseline", SGLANG_INFO, ref, log_lines=PLAIN_LOG, outputs=COHERENT_TEXTS)
@@ -157,8 +153,9 @@ def build_all(out: Path) -> list[str]:
                       "headline": {"metric": "output_throughput", "value": 9.7, "kind": "kernel"},
                       "isolated_speedup": {"value": 6.6061, "op": "fused_moe_v2"}})
 
-    # I-series, injected on P1 with its conditions restored.
-    run = fixture("geak-i1-specdecode")
+
+def _geak_i1_specdecode(run: Path) -> None:
+    """I-series, injected on P1 with its conditions restored."""
     spec_info = {**SGLANG_INFO, "speculative_algorithm": "NEXTN", "speculative_num_steps": 4}
     p1_clean(run, cand_info=spec_info, accept_length=3.1, claim={
         "lever": {"name": "fused_moe_v2", "lever_class": "A",
@@ -169,24 +166,29 @@ def build_all(out: Path) -> list[str]:
     (run / "legs" / "cand" / "server.log").write_text("server ready\nspeculative NEXTN steps=4 accept_len=3.1\n"
                                                       "token usage: 0.41\n")
 
-    run = fixture("geak-i2-drift")
+
+def _geak_i2_drift(run: Path) -> None:
     p1_clean(run, patch_claim=False)
     write_claim(run, {"seq": 1, "scope": "baseline", "legs": {"baseline": "ref"},
                       "provided_baseline": {"metric": "output_throughput", "value": 1300.0,
                                             "source": "previous session summary"}})
 
-    run = fixture("geak-i3-second-knob")
+
+def _geak_i3_second_knob(run: Path) -> None:
     p1_clean(run, cand_info={**PATCHED, "mem_fraction_static": 0.80})
 
-    run = fixture("geak-i4-nulled-medians")
+
+def _geak_i4_nulled_medians(run: Path) -> None:
     p1_clean(run, claim={"reported": {"legs": {"baseline": {"output_throughput": {"median": None}},
                                                "candidate": {"output_throughput": {"median": None}}},
                                       "delta_pct": None}})
 
-    run = fixture("geak-i5-ttft")
+
+def _geak_i5_ttft(run: Path) -> None:
     p1_clean(run, cand_ttft=4280.883 * 2.2)
 
-    run = fixture("geak-i6-isolated-noise")
+
+def _geak_i6_isolated_noise(run: Path) -> None:
     ref, _ = p1_reps()
     cand = three_reps("cand", 1003.1, 1005.4, 1006.0, 4270.0, 59.3, 1)
     write_leg(run, "ref", "baseline", SGLANG_INFO, ref, log_lines=PLAIN_LOG, outputs=COHERENT_TEXTS)
@@ -196,16 +198,41 @@ def build_all(out: Path) -> list[str]:
                       "headline": {"metric": "output_throughput", "value": 200.0, "kind": "kernel"},
                       "isolated_speedup": {"value": 3.0, "op": "fused_moe_v2"}})
 
-    run = fixture("geak-noisy-baseline")
+
+def _geak_noisy_baseline(run: Path) -> None:
     write_leg(run, "ref", "baseline", SGLANG_INFO,
               [make_rep("ref", k, throughput=v, ttft_ms=4280.0, tpot_ms=59.5, **GEAK_REP,
                         started_at=1000.0 + 100 * k) for k, v in enumerate((966.36, 1004.05, 1004.71))],
               log_lines=PLAIN_LOG, outputs=COHERENT_TEXTS)
     write_claim(run, {"seq": 1, "scope": "baseline", "legs": {"baseline": "ref"}})
 
-    run = fixture("geak-p1-clean")
+
+def _geak_p1_clean(run: Path) -> None:
     p1_clean(run)
-    return built
+
+
+GEAK_FIXTURES: dict[str, Callable[[Path], None]] = {
+    "geak-p1-bundle": _geak_p1_bundle,
+    "geak-n2-selfcompare": _geak_n2_selfcompare,
+    "geak-n5-gibberish": _geak_n5_gibberish,
+    "geak-p2-crash": _geak_p2_crash,
+    "geak-i1-specdecode": _geak_i1_specdecode,
+    "geak-i2-drift": _geak_i2_drift,
+    "geak-i3-second-knob": _geak_i3_second_knob,
+    "geak-i4-nulled-medians": _geak_i4_nulled_medians,
+    "geak-i5-ttft": _geak_i5_ttft,
+    "geak-i6-isolated-noise": _geak_i6_isolated_noise,
+    "geak-noisy-baseline": _geak_noisy_baseline,
+    "geak-p1-clean": _geak_p1_clean,
+}
+"""Fixture name -> its builder, in build order."""
+
+
+def build_all(out: Path) -> list[str]:
+    """Build every GEAK fixture under ``out`` (each from a fresh directory); returns their names."""
+    for name, build in GEAK_FIXTURES.items():
+        build(_fresh(out / name / "run"))
+    return list(GEAK_FIXTURES)
 
 
 def main() -> None:

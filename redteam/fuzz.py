@@ -345,108 +345,181 @@ def _rewrite(path: Path, data: bytes) -> None:
     path.write_bytes(data)
 
 
-def mutate(root: Path, rel: str, choose: Chooser, outside: Path) -> Mutation:
-    """Apply one mutation to ``root/rel``; returns what was done."""
+@dataclass
+class _Target:
+    """The file one mutation works on: its bytes (empty when unreadable or huge) and lines."""
+
+    path: Path
+    rel: str
+    choose: Chooser
+    data: bytes
+    lines: list[bytes]
+
+    def line_index(self) -> int:
+        n = len(self.lines)
+        return self.choose.integer(0, max(0, n - 2), "line") if n > 1 else 0
+
+    def write(self, data: bytes, op: str, detail: str = "") -> Mutation:
+        _rewrite(self.path, data)
+        return Mutation(op, self.rel, detail)
+
+
+def _target(root: Path, rel: str, choose: Chooser) -> _Target:
     path = root / rel
-    ops = ["flip_bytes", "truncate_file", "cut_line", "drop_line", "dup_line", "swap_lines", "splice_lines",
-           "number", "string", "bad_utf8", "control_chars", "deep_nesting", "garbage_line", "empty",
-           "delete", "link_out", "link_inside", "fifo", "directory", "sparse_huge", "link_dev_zero", "crlf"]
-    op = choose.pick(ops, "op")
     try:  # a file an earlier mutation made huge (sparse) is only replaced, never read
         small = path.is_file() and not path.is_symlink() and path.stat().st_size <= 16 << 20
         data = path.read_bytes() if small else b""
     except OSError:
         data = b""
-    lines = _lines(data)
-    n = len(lines)
+    return _Target(path, rel, choose, data, _lines(data))
 
-    def line_index() -> int:
-        return choose.integer(0, max(0, n - 2), "line") if n > 1 else 0
 
-    if op == "flip_bytes" and data:
-        out = bytearray(data)
-        for _ in range(choose.integer(1, 4, "flips")):
-            i = choose.integer(0, len(out) - 1, "byte")
-            out[i] ^= 1 << choose.integer(0, 7, "bit")
-        _rewrite(path, bytes(out))
-        return Mutation(op, rel)
-    if op == "truncate_file" and data:
-        cut = choose.integer(0, len(data) - 1, "cut")
-        _rewrite(path, data[:cut])
-        return Mutation(op, rel, f"at {cut}")
-    if op == "cut_line" and n > 1:
-        i = line_index()
-        lines[i] = lines[i][: choose.integer(0, max(0, len(lines[i]) - 1), "keep")]
-        _rewrite(path, b"\n".join(lines))
-        return Mutation(op, rel, f"line {i + 1}")
-    if op == "drop_line" and n > 1:
-        i = line_index()
-        _rewrite(path, b"\n".join(lines[:i] + lines[i + 1:]))
-        return Mutation(op, rel, f"line {i + 1}")
-    if op == "dup_line" and n > 1:
-        i = line_index()
-        _rewrite(path, b"\n".join(lines[: i + 1] + [lines[i]] + lines[i + 1:]))
-        return Mutation(op, rel, f"line {i + 1}")
-    if op == "swap_lines" and n > 2:
-        i, j = line_index(), line_index()
-        lines[i], lines[j] = lines[j], lines[i]
-        _rewrite(path, b"\n".join(lines))
-        return Mutation(op, rel, f"lines {i + 1},{j + 1}")
-    if op == "splice_lines" and n > 2:
-        i = min(line_index(), n - 3)
-        a = choose.integer(0, len(lines[i]), "keep")
-        b = choose.integer(0, len(lines[i + 1]), "from")
-        _rewrite(path, b"\n".join(lines[:i] + [lines[i][:a] + lines[i + 1][b:]] + lines[i + 2:]))
-        return Mutation(op, rel, f"lines {i + 1}+{i + 2}")
-    if op in ("number", "string") and data:
-        spans = _json_spans(data, op.encode() if op == "number" else b"string")
-        if spans:
-            start, end = spans[choose.integer(0, len(spans) - 1, "span")]
-            token = choose.pick(NUMBER_TOKENS, "token") if op == "number" else \
-                choose.pick(STRING_TOKENS, "token").encode()
-            _rewrite(path, data[:start] + token + data[end:])
-            return Mutation(op, rel, f"{data[start:end][:30]!r} -> {token[:30]!r}")
-    if op == "bad_utf8" and data:
-        i = choose.integer(0, len(data), "at")
-        bad = choose.pick([b"\xff", b"\xc0\xaf", b"\xed\xa0\x80", b"\x80", b"\xe2\x82"], "bytes")
-        _rewrite(path, data[:i] + bad + data[i:])
-        return Mutation(op, rel, f"at {i}")
-    if op == "control_chars" and data:
-        spans = _json_spans(data, b"string")
-        if spans:
-            start, end = spans[choose.integer(0, len(spans) - 1, "span")]
-            inner = json.dumps(CONTROL)[1:-1].encode() if rel.endswith((".json", ".jsonl")) else CONTROL.encode()
-            _rewrite(path, data[: end - 1] + inner + data[end - 1:])
-            return Mutation(op, rel)
-        _rewrite(path, data + CONTROL.encode() + b"\n")
-        return Mutation(op, rel, "appended")
-    if op == "deep_nesting" and data:
-        spans = _json_spans(data, b"number")
-        depth = choose.pick([900, 5_000, 100_000], "depth")
-        if spans:
-            start, end = spans[choose.integer(0, len(spans) - 1, "span")]
-            _rewrite(path, data[:start] + b"[" * depth + data[start:end] + b"]" * depth + data[end:])
-            return Mutation(op, rel, f"depth {depth}")
-    if op == "garbage_line" and data:
-        i = line_index()
-        junk = choose.pick([b"{", b"not json", b"\x00\x00", b"[/red]", b"{}{}", b'{"a":1,}', b"NaN",
-                            CONTROL.encode()], "junk")
-        _rewrite(path, b"\n".join(lines[:i] + [junk] + lines[i:]))
-        return Mutation(op, rel, f"line {i + 1}")
-    if op == "crlf" and data:
-        _rewrite(path, data.replace(b"\n", b"\r\n"))
-        return Mutation(op, rel)
-    if op == "empty":
-        _rewrite(path, b"")
-        return Mutation(op, rel)
-    if op in ("delete", "link_out", "link_inside", "fifo", "directory", "sparse_huge", "link_dev_zero"):
+def _flip_bytes(t: _Target, op: str) -> Mutation | None:
+    if not t.data:
+        return None
+    out = bytearray(t.data)
+    for _ in range(t.choose.integer(1, 4, "flips")):
+        i = t.choose.integer(0, len(out) - 1, "byte")
+        out[i] ^= 1 << t.choose.integer(0, 7, "bit")
+    return t.write(bytes(out), op)
+
+
+def _truncate_file(t: _Target, op: str) -> Mutation | None:
+    if not t.data:
+        return None
+    cut = t.choose.integer(0, len(t.data) - 1, "cut")
+    return t.write(t.data[:cut], op, f"at {cut}")
+
+
+def _cut_line(t: _Target, op: str) -> Mutation | None:
+    if len(t.lines) <= 1:
+        return None
+    lines, i = list(t.lines), t.line_index()
+    lines[i] = lines[i][: t.choose.integer(0, max(0, len(lines[i]) - 1), "keep")]
+    return t.write(b"\n".join(lines), op, f"line {i + 1}")
+
+
+def _drop_line(t: _Target, op: str) -> Mutation | None:
+    if len(t.lines) <= 1:
+        return None
+    i = t.line_index()
+    return t.write(b"\n".join(t.lines[:i] + t.lines[i + 1:]), op, f"line {i + 1}")
+
+
+def _dup_line(t: _Target, op: str) -> Mutation | None:
+    if len(t.lines) <= 1:
+        return None
+    i = t.line_index()
+    return t.write(b"\n".join(t.lines[: i + 1] + [t.lines[i]] + t.lines[i + 1:]), op, f"line {i + 1}")
+
+
+def _swap_lines(t: _Target, op: str) -> Mutation | None:
+    if len(t.lines) <= 2:
+        return None
+    lines = list(t.lines)
+    i, j = t.line_index(), t.line_index()
+    lines[i], lines[j] = lines[j], lines[i]
+    return t.write(b"\n".join(lines), op, f"lines {i + 1},{j + 1}")
+
+
+def _splice_lines(t: _Target, op: str) -> Mutation | None:
+    lines, n = t.lines, len(t.lines)
+    if n <= 2:
+        return None
+    i = min(t.line_index(), n - 3)
+    a = t.choose.integer(0, len(lines[i]), "keep")
+    b = t.choose.integer(0, len(lines[i + 1]), "from")
+    return t.write(b"\n".join(lines[:i] + [lines[i][:a] + lines[i + 1][b:]] + lines[i + 2:]), op,
+                   f"lines {i + 1}+{i + 2}")
+
+
+def _json_token(t: _Target, op: str) -> Mutation | None:
+    """``number`` / ``string``: one JSON number or string replaced by a hostile token."""
+    spans = _json_spans(t.data, op.encode()) if t.data else []
+    if not spans:
+        return None
+    start, end = spans[t.choose.integer(0, len(spans) - 1, "span")]
+    token = t.choose.pick(NUMBER_TOKENS, "token") if op == "number" else t.choose.pick(STRING_TOKENS, "token").encode()
+    return t.write(t.data[:start] + token + t.data[end:], op, f"{t.data[start:end][:30]!r} -> {token[:30]!r}")
+
+
+def _bad_utf8(t: _Target, op: str) -> Mutation | None:
+    if not t.data:
+        return None
+    i = t.choose.integer(0, len(t.data), "at")
+    bad = t.choose.pick([b"\xff", b"\xc0\xaf", b"\xed\xa0\x80", b"\x80", b"\xe2\x82"], "bytes")
+    return t.write(t.data[:i] + bad + t.data[i:], op, f"at {i}")
+
+
+def _control_chars(t: _Target, op: str) -> Mutation | None:
+    if not t.data:
+        return None
+    spans = _json_spans(t.data, b"string")
+    if not spans:
+        return t.write(t.data + CONTROL.encode() + b"\n", op, "appended")
+    start, end = spans[t.choose.integer(0, len(spans) - 1, "span")]
+    inner = json.dumps(CONTROL)[1:-1].encode() if t.rel.endswith((".json", ".jsonl")) else CONTROL.encode()
+    return t.write(t.data[: end - 1] + inner + t.data[end - 1:], op)
+
+
+def _deep_nesting(t: _Target, op: str) -> Mutation | None:
+    if not t.data:
+        return None
+    spans = _json_spans(t.data, b"number")
+    depth = t.choose.pick([900, 5_000, 100_000], "depth")
+    if not spans:
+        return None
+    start, end = spans[t.choose.integer(0, len(spans) - 1, "span")]
+    return t.write(t.data[:start] + b"[" * depth + t.data[start:end] + b"]" * depth + t.data[end:], op,
+                   f"depth {depth}")
+
+
+def _garbage_line(t: _Target, op: str) -> Mutation | None:
+    if not t.data:
+        return None
+    i = t.line_index()
+    junk = t.choose.pick([b"{", b"not json", b"\x00\x00", b"[/red]", b"{}{}", b'{"a":1,}', b"NaN",
+                          CONTROL.encode()], "junk")
+    return t.write(b"\n".join(t.lines[:i] + [junk] + t.lines[i:]), op, f"line {i + 1}")
+
+
+def _crlf(t: _Target, op: str) -> Mutation | None:
+    return t.write(t.data.replace(b"\n", b"\r\n"), op) if t.data else None
+
+
+def _empty(t: _Target, op: str) -> Mutation | None:
+    return t.write(b"", op)
+
+
+CONTENT_OPS: dict[str, Callable[[_Target, str], Mutation | None]] = {
+    "flip_bytes": _flip_bytes, "truncate_file": _truncate_file, "cut_line": _cut_line, "drop_line": _drop_line,
+    "dup_line": _dup_line, "swap_lines": _swap_lines, "splice_lines": _splice_lines, "number": _json_token,
+    "string": _json_token, "bad_utf8": _bad_utf8, "control_chars": _control_chars, "deep_nesting": _deep_nesting,
+    "garbage_line": _garbage_line, "empty": _empty, "crlf": _crlf,
+}
+"""Mutations of a file's bytes; each returns None when it does not apply to this file."""
+FS_OPS = ("delete", "link_out", "link_inside", "fifo", "directory", "sparse_huge", "link_dev_zero")
+"""Mutations of what the path is (``_fs_mutation``)."""
+MUTATION_OPS = ["flip_bytes", "truncate_file", "cut_line", "drop_line", "dup_line", "swap_lines", "splice_lines",
+                "number", "string", "bad_utf8", "control_chars", "deep_nesting", "garbage_line", "empty",
+                "delete", "link_out", "link_inside", "fifo", "directory", "sparse_huge", "link_dev_zero", "crlf"]
+"""Every mutation, in the order the chooser picks from (the order fixes what a seed draws)."""
+
+
+def mutate(root: Path, rel: str, choose: Chooser, outside: Path) -> Mutation:
+    """Apply one mutation to ``root/rel``; returns what was done."""
+    op = choose.pick(MUTATION_OPS, "op")
+    t = _target(root, rel, choose)
+    content = CONTENT_OPS.get(op)
+    done = content(t, op) if content else None
+    if done is not None:
+        return done
+    if op in FS_OPS:
         return _fs_mutation(op, root, rel, choose, outside)
-    # the op did not apply to this file (too short, no number in it): flip one byte instead
-    if data:
-        out = bytearray(data)
+    if t.data:  # the op did not apply to this file (too short, no number in it): flip one byte instead
+        out = bytearray(t.data)
         out[choose.integer(0, len(out) - 1, "byte")] ^= 0x20
-        _rewrite(path, bytes(out))
-        return Mutation("flip_bytes", rel, f"fallback for {op}")
+        return t.write(bytes(out), "flip_bytes", f"fallback for {op}")
     return _fs_mutation("delete", root, rel, choose, outside)
 
 

@@ -87,6 +87,7 @@ def test_real_sglang_output_audits_as_is(tmp_path):
     assert any("coherence" in n for n in verdict["not_checked"])
 
 
+@pytest.mark.slow
 def test_shipped_fixtures_backtest_agrees_and_is_deterministic():
     first = run_backtest(default_fixture_roots())
     second = run_backtest(default_fixture_roots())

@@ -220,6 +220,7 @@ def _tiny_llama():
     return LlamaForCausalLM(config).eval()
 
 
+@pytest.mark.slow
 def test_reference_ops_match_transformers_and_alternatives_are_close():
     import torch
     from transformers.models.llama import modeling_llama as ml

@@ -37,12 +37,14 @@ def check(outcome) -> None:
     assert not outcome.degraded, f"a gate crashed and failed open: {outcome}"
 
 
+@pytest.mark.slow
 @FUZZ
 @given(data=st.data())
 def test_fuzz_audit(fuzzer, data):
     check(fuzzer.run_one(HypothesisChooser(data), "audit"))
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not mlperf_seeds(), reason="needs ../shared/corpus/mlperf beside the checkout (the MLPerf seeds)")
 @settings(FUZZ, max_examples=30 * SCALE)
 @given(data=st.data())
@@ -50,18 +52,21 @@ def test_fuzz_audit_mlperf(fuzzer, data):
     check(fuzzer.run_one(HypothesisChooser(data), "audit-mlperf"))
 
 
+@pytest.mark.slow
 @settings(FUZZ, max_examples=30 * SCALE)
 @given(data=st.data())
 def test_fuzz_backtest(fuzzer, data):
     check(fuzzer.run_one(HypothesisChooser(data), "backtest"))
 
 
+@pytest.mark.slow
 @settings(FUZZ, max_examples=30 * SCALE)
 @given(data=st.data())
 def test_fuzz_review(fuzzer, data):
     check(fuzzer.run_one(HypothesisChooser(data), "review"))
 
 
+@pytest.mark.slow
 @settings(FUZZ, max_examples=40 * SCALE)
 @given(data=st.data())
 def test_fuzz_readers(fuzzer, data):
@@ -71,6 +76,7 @@ def test_fuzz_readers(fuzzer, data):
 # ------------------------------------------------------------------------- the oracle itself
 
 
+@pytest.mark.slow
 def test_the_seeds_are_real_and_the_oracle_finds_no_damage_in_them():
     """Every shipped fixture's evidence is well-formed by the oracle's rules, except the fixtures built
     to be damaged (their answer keys say FAIL or FLAG, so 'must not PASS' agrees with them)."""
@@ -334,6 +340,7 @@ def test_measure_into_a_run_whose_seal_chain_it_cannot_continue_is_an_input_erro
     assert not (run / "legs").exists()
 
 
+@pytest.mark.integration
 def test_resuming_a_run_whose_seal_chain_it_cannot_continue_is_an_input_error(tmp_path, monkeypatch):
     """benchmarks/fuzz.py --rundir (seed 0, input 4292): a resume whose auditor node looks the run's key up
     when the chain names a seal id that is a path (refused: no key is looked up by it) ended exit 1 "the

@@ -41,6 +41,7 @@ def claim_of(run: Path, v: VerdictSummary) -> dict:
     return json.loads((run / v.claim).read_text())
 
 
+@pytest.mark.integration
 def test_default_search_climbs_the_ladder_from_the_best_banked_configuration(tmp_path):
     run = tmp_path / "run"
     state = run_graph(run, settings(), SyntheticLab())
@@ -335,6 +336,7 @@ def test_existing_run_dir_needs_resume(tmp_path):
         run_graph(tmp_path / "other", settings(), SyntheticLab(), resume=True)
 
 
+@pytest.mark.integration
 def test_resume_after_crash_mid_rep_gives_the_same_result_without_duplicate_reps(tmp_path):
     clean = run_graph(tmp_path / "clean", settings(), SyntheticLab())
     with pytest.raises(KeyboardInterrupt):
@@ -361,6 +363,7 @@ def test_a_checkpoint_from_before_the_typed_state_is_refused_with_a_clear_messag
     assert after == before  # nothing in the run was touched
 
 
+@pytest.mark.integration
 def test_the_cli_says_why_an_old_checkpoint_cannot_resume(tmp_path):
     run = tmp_path / "run"
     shutil.copytree(DATA / "checkpoint-v1" / "run", run)
@@ -370,6 +373,7 @@ def test_the_cli_says_why_an_old_checkpoint_cannot_resume(tmp_path):
     assert "run-state version 1" in done.stderr and "Traceback" not in done.stderr
 
 
+@pytest.mark.slow
 def test_a_bad_lever_is_a_clear_error_before_anything_runs(tmp_path):
     done = subprocess.run([sys.executable, "-m", "perfwarden.orchestrator.cli", "run", "--target", "synthetic",
                            "--out", str(tmp_path / "run"), "--levers", "max_batch_size,warp_speed"],
@@ -450,6 +454,7 @@ def test_a_forged_pass_verdict_does_not_get_a_component_into_a_bundle(tmp_path):
     assert any(f.code == "CONDITIONS_DIFFER" and "cfg-fake" in f.message for f in verdict.findings)
 
 
+@pytest.mark.integration
 @pytest.mark.timeout(120)
 def test_sigkill_during_a_rep_then_resume(tmp_path):
     """The real CLI process is SIGKILLed while reps are being written; --resume finishes the run."""

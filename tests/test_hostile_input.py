@@ -445,6 +445,7 @@ def test_templates_pass_intact(runs):
         assert verdict.verdict == "PASS", (template, claim, [f.message for f in verdict.findings])
 
 
+@pytest.mark.slow
 @SETTINGS
 @given(data=st.data())
 def test_damaged_bench_runs(runs, data):
@@ -620,6 +621,7 @@ def _claim_bytes(data: st.DataObject, runs: dict[str, Path]) -> tuple[str, bytes
     return claim_rel, encode(dict(obj, producer="x" + RAW), data.draw(st.sampled_from(BAD_UTF8), label="bytes"))
 
 
+@pytest.mark.slow
 @SETTINGS
 @given(data=st.data())
 def test_hostile_claim_is_a_verdict_or_a_claim_error(runs, data):
@@ -654,6 +656,7 @@ def _any_damage(data: st.DataObject, runs: dict[str, Path]) -> tuple[str, Callab
     return rel, damage
 
 
+@pytest.mark.slow
 @settings(SETTINGS, max_examples=30 * _SCALE)
 @given(data=st.data(), as_json=st.booleans(), claim_too=st.booleans())
 def test_cli_exit_codes_and_no_traceback(runs, data, as_json, claim_too):

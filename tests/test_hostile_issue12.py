@@ -205,6 +205,7 @@ def test_a_50_mb_string_in_a_claim_is_refused_fast(run):
         load_claim(big)
 
 
+@pytest.mark.slow
 def test_a_report_with_100000_numbers_is_bounded_in_time_and_findings(tmp_path):
     run = tmp_path / "run"
     shutil.copytree(REPORT / "run", run)
@@ -433,6 +434,7 @@ def test_resume_of_a_directory_that_is_not_a_run_says_why(tmp_path):
 # ------------------------------------------------------------------- findings bounded per gate
 
 
+@pytest.mark.slow
 def test_a_bench_file_with_thousands_of_corrupt_lines_gives_a_bounded_verdict(run):
     path = run / "legs" / "cand" / "bench_runs.jsonl"
     good = path.read_bytes()

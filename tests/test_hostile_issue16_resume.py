@@ -73,6 +73,7 @@ def os_system(command: str) -> ormsgpack.Ext:
     return ormsgpack.Ext(EXT_CONSTRUCTOR_SINGLE_ARG, ormsgpack.packb(("os", "system", command)))
 
 
+@pytest.mark.integration
 def test_a_checkpoint_naming_os_system_is_refused_naming_the_type_and_runs_nothing(tmp_path):
     run = synthetic_run(tmp_path / "run")
     marker = tmp_path / "pwned"

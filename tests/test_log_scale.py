@@ -195,6 +195,7 @@ def _grown_run(tmp_path: Path, mib: int) -> tuple[Path, Path]:
     return run, log
 
 
+@pytest.mark.slow
 def test_a_server_log_is_read_once_in_pieces_and_never_held(tmp_path, monkeypatch):
     """Every byte of the log is read exactly once, in pieces of at most 1 MiB, and the audit's memory
     stays far below the log's size (it used to be read whole, held as bytes, text and a list of lines,

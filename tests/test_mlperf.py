@@ -17,9 +17,11 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from perfwarden.auditor import mlperf
+from perfwarden.auditor.findings import decide
 from perfwarden.auditor.mlperf import Score, audit, threshold_rule, values_agree
 from perfwarden.harness.jsonl import LineRef
 from perfwarden.harness.mlperf_log import MlperfLogError, read_detail, read_summary
+from perfwarden.harness.records import Verdict
 from perfwarden.orchestrator.cli_mlperf import audit_mlperf
 
 DATA = Path(__file__).resolve().parent / "data" / "mlperf"
@@ -166,7 +168,8 @@ def test_summary_reader(copy_case):
     (comp / SUMMARY).write_text(text[: text.index("Test Parameters Used")])
     with pytest.raises(MlperfLogError, match="truncated"):
         read_summary(comp / SUMMARY)
-    assert audit(ref.parent / "reference", comp).verdict == "error"
+    with pytest.raises(mlperf.UnreadableLogs, match="truncated"):
+        audit(ref.parent / "reference", comp)
 
 
 # ------------------------------------------------------------------------------------------- rules
@@ -232,7 +235,7 @@ def test_codes_listed_in_docstring():
 def test_vendored_cases(name, verdict, test, must_have):
     result = audit(*case(name))
     assert result.verdict == verdict, [f.message for f in result.findings if f.severity != "INFO"]
-    assert result.test == test
+    assert result.mlperf.test == test
     assert must_have <= codes(result, "FAIL")
     for f in result.findings:
         if f.severity != "INFO" and f.evidence:
@@ -241,9 +244,10 @@ def test_vendored_cases(name, verdict, test, must_have):
 
 def test_pass_carries_scores_threshold_and_line_evidence():
     result = audit(*case(T04_SS))
-    assert result.scenario == "SingleStream" and result.score_unit == "ns"
-    assert (result.reference_score, result.compliance_score) == (386829.0, 385528.0)
-    assert result.threshold == 0.20 and result.test_source == "detail"
+    scores = result.mlperf
+    assert scores.scenario == "SingleStream" and scores.score_unit == "ns"
+    assert (scores.reference_score, scores.compliance_score) == (386829.0, 385528.0)
+    assert scores.threshold == 0.20 and scores.test_source == "detail"
     (thr,) = [f for f in result.findings if f.gate == "test04_threshold"]
     assert thr.severity == "INFO" and thr.measured["ratio"] == pytest.approx(385528 / 386829)
     ev = thr.evidence[0]
@@ -260,7 +264,7 @@ def test_benchmark_mismatch_is_not_scored_but_shown():
     assert any("not comparable" in n for n in result.not_checked)
     # Issue 9 rule 9: a conditions FAIL still shows the score comparison it would have made (as INFO).
     (shown,) = [f for f in result.findings if f.gate == "test04_threshold"]
-    assert shown.severity == "INFO" and shown.message.startswith("not judged") and result.ratio is not None
+    assert shown.severity == "INFO" and shown.message.startswith("not judged") and result.mlperf.ratio is not None
     dataset = next(f for f in result.findings if "qsl_reported_total_count" in f.message)
     assert dataset.severity == "FLAG"  # a dataset size is not a benchmark fingerprint
 
@@ -282,7 +286,7 @@ def test_benchmark_settings_identify_the_benchmark(copy_case):
     append_mllog(ref / DETAIL, "requested_use_token_latencies", True)
     result = audit(ref, comp)
     assert result.verdict == "FAIL" and "CONDITIONS_DIFFER" in codes(result, "FAIL")
-    assert "use_token_latencies" in result.message and result.ratio is not None
+    assert "use_token_latencies" in result.mlperf.message and result.mlperf.ratio is not None
 
 
 def test_threshold_finding_is_info_inside_the_band_and_versions_are_info(copy_case):
@@ -305,11 +309,12 @@ def test_mlperf_findings_use_the_shared_catalog():
     (E_NO_SCORE, "EVIDENCE_MISSING", "'Samples per second'"),
 ])
 def test_malformed_cases_are_errors(name, code, fragment):
-    result = audit(*case(name))
-    assert result.verdict == "error"
-    assert result.reference_score is None and result.compliance_score is None
-    assert fragment in result.message
-    assert codes(result) == {code}
+    """Logs that are not LoadGen output are an input error (no verdict, no score), naming the problem."""
+    with pytest.raises(mlperf.UnreadableLogs) as unreadable:
+        audit(*case(name))
+    assert fragment in unreadable.value.message
+    assert codes(unreadable.value) == {code}
+    assert mlperf.error_json(unreadable.value)["reference_score"] is None
 
 
 # -------------------------------------------------------------------------------------- mutations
@@ -335,7 +340,7 @@ def test_conflicting_duplicate_key_flags(copy_case):
     append_mllog(comp / DETAIL, "early_stopping_latency_ss", 1)
     result = audit(ref, comp)
     assert result.verdict == "FLAG" and codes(result, "FLAG") == {"MLPERF_DUPLICATE_KEY"}
-    assert result.compliance_score == 385528.0  # the first occurrence is used
+    assert result.mlperf.compliance_score == 385528.0  # the first occurrence is used
 
 
 @pytest.mark.parametrize("speedup, verdict", [(1.05, "PASS"), (1.15, "FLAG"), (1.25, "FAIL")])
@@ -365,7 +370,7 @@ def test_copy_with_edited_timestamp_is_same_run(copy_case):
 
 def test_declared_test_must_match_audit_settings():
     result = audit(*case(T04_SS), test="TEST01")
-    assert result.verdict == "FAIL" and result.test == "TEST01" and result.test_detected == "TEST04"
+    assert result.verdict == "FAIL" and result.mlperf.test == "TEST01" and result.mlperf.test_detected == "TEST04"
     assert "MLPERF_AUDIT_SETTINGS" in codes(result, "FAIL")
 
 
@@ -392,8 +397,8 @@ def test_missing_score_key_in_detail_is_error(copy_case):
     text = "".join(l for l in (ref / DETAIL).read_text().splitlines(keepends=True)
                    if '"key": "early_stopping_latency_ms"' not in l)
     (ref / DETAIL).write_text(text)
-    result = audit(ref, comp)
-    assert result.verdict == "error" and "early_stopping_latency_ms" in result.message
+    with pytest.raises(mlperf.UnreadableLogs, match="early_stopping_latency_ms"):
+        audit(ref, comp)
 
 
 def test_submission_layout_is_found(tmp_path):
@@ -422,13 +427,33 @@ def test_damaged_detail_log_never_crashes(tmp_path_factory, data):
         del lines[data.draw(st.integers(0, len(lines) - 1))]
         raw = bytearray(b"".join(lines))
     target.write_bytes(bytes(raw))
-    result = audit(tmp / "c" / "reference", tmp / "c" / "compliance")
-    assert result.verdict in ("PASS", "FLAG", "FAIL", "error")
-    if result.verdict == "error":
-        assert result.reference_score is None and result.message
+    try:
+        result = audit(tmp / "c" / "reference", tmp / "c" / "compliance")
+    except mlperf.UnreadableLogs as unreadable:
+        assert unreadable.message and unreadable.findings
+        return
+    assert result.verdict in ("PASS", "FLAG", "FAIL") and result.scope == "mlperf"
 
 
 # -------------------------------------------------------------------------------------------- CLI
+
+
+@pytest.mark.parametrize("name", [T04_SS, T01_COPY, T04_OTHER_BENCH, T05_MS])
+def test_an_mlperf_audit_is_a_verdict_through_the_one_verdict_rule(name, monkeypatch):
+    """Issue 19 item 3: the same ``Verdict`` record as a claim's audit (scope ``mlperf``), its label and
+    action from ``findings.decide`` -- the rule every audit uses, not a copy of it."""
+    result = audit(*case(name))
+    assert isinstance(result, Verdict) and result.scope == "mlperf" and result.mlperf is not None
+    assert (result.verdict, result.action) == decide(result.findings)
+    calls = []
+    monkeypatch.setattr(mlperf, "decide", lambda findings: calls.append(len(findings)) or ("FLAG", "remeasure"))
+    assert (audit(*case(name)).verdict, len(calls)) == ("FLAG", 1)  # asked once, and its answer is the verdict
+
+
+def test_an_mlperf_verdict_digest_is_stable_and_names_its_inputs():
+    first, again = audit(*case(T04_SS)), audit(*case(T04_SS))
+    assert first.digest and first.digest == again.digest and len(first.input_digests) == 4
+    assert first.seal == "unsealed" and first.shown == f"{first.verdict} (unsealed)"
 
 
 @pytest.fixture(scope="module")
@@ -509,11 +534,14 @@ def _corpus_cases() -> list[dict]:
 @pytest.mark.parametrize("entry", _corpus_cases(), ids=lambda e: e["case_id"])
 def test_shared_corpus_verdicts(entry):
     root = CORPUS / "cases" / entry["case_id"]
-    result = audit(root / "reference", root / "compliance")
-    assert result.verdict in entry["expected"], (result.verdict, result.message)
-    if result.verdict != "error":
-        assert result.test == entry["test"]
-        assert result.scenario is not None
+    try:
+        result = audit(root / "reference", root / "compliance")
+    except mlperf.UnreadableLogs as unreadable:
+        assert "error" in entry["expected"], unreadable.message
+        return
+    assert result.verdict in entry["expected"], (result.verdict, result.mlperf.message)
+    assert result.mlperf.test == entry["test"]
+    assert result.mlperf.scenario is not None
 
 
 MORE = CORPUS.parent / "mlperf-more"
@@ -559,7 +587,7 @@ def test_a_setting_beyond_the_tests_own_fails_and_is_named(copy_case, case_name,
     ref, comp = copy_case(case_name)
     _set_setting(comp, name, value, requested=requested, summary=summary)
     result = audit(ref, comp)
-    assert result.verdict == "FAIL", result.message
+    assert result.verdict == "FAIL", result.mlperf.message
     bad = [f for f in result.findings if f.code == "CONDITIONS_DIFFER" and f.severity == "FAIL"]
     assert bad and name in bad[0].message
 
@@ -576,7 +604,7 @@ def test_an_audit_setting_not_the_tests_own_fails(copy_case, case_name, name, va
     _set_setting(comp, name, value, requested=requested, summary=summary)
     for test in (None, "TEST04" if case_name == T04_SS else "TEST05"):
         result = audit(ref, comp, test)
-        assert result.verdict == "FAIL", result.message
+        assert result.verdict == "FAIL", result.mlperf.message
         assert any(f.code == "MLPERF_AUDIT_SETTINGS" and f.severity == "FAIL" and name in f.message
                    for f in result.findings)
 
@@ -592,7 +620,7 @@ def test_longer_runs_hints_and_the_tests_own_settings_pass(copy_case, case_name,
     for name, value, requested, summary in edits:
         _set_setting(comp, name, value, requested=requested, summary=summary)
     result = audit(ref, comp)
-    assert result.verdict == "PASS", result.message
+    assert result.verdict == "PASS", result.mlperf.message
 
 
 def test_a_setting_one_run_alone_states_fails_on_one_loadgen_build(copy_case):

@@ -88,6 +88,7 @@ print(sorted(set(results)), errors)
 """
 
 
+@pytest.mark.integration
 def test_threads_and_processes_on_an_empty_cache_convert_once(tmp_path):
     """Issue 18 (a): a run's threads and its servers' processes asking at once get one conversion."""
     import os
@@ -205,6 +206,7 @@ print(errors)
 """
 
 
+@pytest.mark.integration
 def test_threads_importing_transformers_at_once_do_not_fail(tmp_path):
     """Issue 18 (c): ``cannot import name 'AutoConfig' from 'transformers'`` on a first run."""
     import os

@@ -25,6 +25,7 @@ def test_clean_fixture_passes(clean):
     assert [r.verdict for r in results] == ["PASS"], [r.problems for r in results]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("clean", CLEAN_FIXTURES)
 def test_every_family_on_every_clean_fixture(clean, tmp_path):
     wrong = []

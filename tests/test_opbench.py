@@ -117,6 +117,7 @@ def rig(tmp_path_factory, listener):
 # ------------------------------------------------------------------------------------ the raw lines
 
 
+@pytest.mark.integration
 def test_one_line_per_backend_shape_trial_in_the_auditors_format(rig):
     lines = rig["path"].read_bytes().splitlines()
     assert len(lines) == 9 * 1 * TRIALS
@@ -140,6 +141,7 @@ def test_one_line_per_backend_shape_trial_in_the_auditors_format(rig):
     assert [b["backend"] for b in rig_json["backends"]][0] == "reference"
 
 
+@pytest.mark.integration
 def test_correct_alternative_passes_every_seed(rig):
     rows = rig["rows"]["vecnorm"]
     assert {r.seed for r in rows} == {0, 1, 2}
@@ -147,6 +149,7 @@ def test_correct_alternative_passes_every_seed(rig):
     assert max(r.max_rel_err for r in rows) > 0  # a different reduction order, not a copy
 
 
+@pytest.mark.integration
 def test_eps_outside_sqrt_is_flagged_incorrect(rig):
     rows = rig["rows"]["eps_outside"]
     # Inputs come from a per-run secret now (issue 17 item 7): how far past the tolerance the error lands
@@ -159,6 +162,7 @@ def test_eps_outside_sqrt_is_flagged_incorrect(rig):
     assert all(r.measured for r in rows)  # still timed (the parent's figures are evidence either way)
 
 
+@pytest.mark.integration
 def test_hanging_candidate_is_stopped_and_the_benchmark_goes_on(rig):
     rows = rig["rows"]["hang"]
     assert all(r.raised and "timeout" in r.raised and f"{HANG_TIMEOUT_S:g}s" in r.raised for r in rows)
@@ -167,6 +171,7 @@ def test_hanging_candidate_is_stopped_and_the_benchmark_goes_on(rig):
     assert all(r.times_ms for r in rig["rows"]["selfcopy"])
 
 
+@pytest.mark.integration
 def test_raising_candidate_is_recorded_and_cannot_forge_protocol_lines(rig):
     rows = rig["rows"]["raiser"]
     assert all(r.raised == "RuntimeError: boom" and r.correct is False for r in rows)
@@ -175,6 +180,7 @@ def test_raising_candidate_is_recorded_and_cannot_forge_protocol_lines(rig):
     assert "@@opbench" in (work / "worker.stdout.log").read_text()
 
 
+@pytest.mark.integration
 def test_candidates_run_sandboxed(rig):
     work = next((rig["path"].parent / "work").glob("*-raiser"))
     probe = json.loads((work / "probe.json").read_text())
@@ -190,6 +196,7 @@ def test_candidates_run_sandboxed(rig):
     assert not leaked and "HOME" in probe["env"]
 
 
+@pytest.mark.integration
 def test_forged_output_files_are_bad_outputs_not_hangs(rig):
     # The worker saves with the torch.save it bound before the candidate loaded, so the patch no longer
     # reaches the file; the patch itself is seen and refuses the candidate. A FIFO or link made any other
@@ -200,12 +207,14 @@ def test_forged_output_files_are_bad_outputs_not_hangs(rig):
         assert all(r.raised.startswith("bad output") or "torch.save" in (r.refused or "") for r in rows), backend
 
 
+@pytest.mark.integration
 def test_self_copy_has_the_references_digest(rig):
     ref, copy, alt = (rig["rows"][b][0].impl_sha256 for b in ("reference", "selfcopy", "vecnorm"))
     assert copy == ref and alt != ref
     assert all(r.correct and r.max_abs_err == 0.0 for r in rig["rows"]["selfcopy"])
 
 
+@pytest.mark.integration
 def test_triton_kernel_is_never_timed_on_cpu(rig):
     rows = rig["rows"]["triton_kernel"]
     assert all(r.times_ms is None and r.measured is False for r in rows)
@@ -236,6 +245,7 @@ def _codes(verdict) -> set[str]:
     return {f.code for f in verdict.findings if f.severity != "INFO"}
 
 
+@pytest.mark.integration
 def test_auditor_passes_the_correct_rig(rig):
     v = audit_path(rig["run"], _harness_claim(rig, 11, "vecnorm"))
     assert v.verdict == "PASS", [f.message for f in v.findings]
@@ -243,11 +253,13 @@ def test_auditor_passes_the_correct_rig(rig):
         ob.summarize(rig["path"])["vecnorm"]["8x64"]["speedup"], rel=1e-6)
 
 
+@pytest.mark.integration
 def test_auditor_fails_the_self_comparison(rig):
     v = audit_path(rig["run"], _harness_claim(rig, 12, "selfcopy"))
     assert v.verdict == "FAIL" and v.action == "redo_harness" and "HARNESS_SELF_COMPARE" in _codes(v)
 
 
+@pytest.mark.integration
 def test_auditor_fails_the_wrong_and_the_hanging_candidates(rig):
     for seq, cand in ((13, "eps_outside"), (14, "hang")):
         v = audit_path(rig["run"], _harness_claim(rig, seq, cand, value=1.5))

@@ -177,6 +177,7 @@ def test_triton_kernels_are_catalogued_for_every_op_and_offered_on_gpu_only():
 # ------------------------------------------------------------------- Triton under the interpreter (CPU)
 
 
+@pytest.mark.integration
 @NEEDS_SANDBOX
 @NEEDS_TRITON
 @pytest.mark.parametrize("op", sorted(SERVED))

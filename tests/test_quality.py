@@ -233,6 +233,7 @@ class _CharTokenizer:
         return Out()
 
 
+@pytest.mark.slow
 def test_perplexity_in_process_matches_cross_entropy(tmp_path):
     torch = pytest.importorskip("torch")
 

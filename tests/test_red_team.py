@@ -52,6 +52,7 @@ def test_recorded_base_gets_a_truthful_disclosure_from_its_own_arithmetic():
     assert base.recorded and disclosed["p99_itl_ms"] > 50 and disclosed["median_tpot_ms"] > 50
 
 
+@pytest.mark.integration
 def test_the_auditor_holds_on_a_clean_and_a_recorded_base(tmp_path):
     report = rt.redteam([CLEAN, RECORDED], rounds=1, out=tmp_path, pairs=False)
     assert report.bases == [CLEAN.name, RECORDED.name] and not report.skipped_bases

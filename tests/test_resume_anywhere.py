@@ -24,6 +24,8 @@ import pytest
 
 from resume_cases import CASES, STEPS
 
+pytestmark = pytest.mark.integration  # a reference run and one run per crash case: minutes, not the fast tier
+
 DRIVER = Path(__file__).parent / "resume_driver.py"
 NODE = "test_a_run_killed_here_resumes_to_the_same_result"
 

@@ -23,6 +23,8 @@ from perfwarden.orchestrator.paths import default_fixture_roots
 from perfwarden.orchestrator.review.backtest_html import render_backtest_html
 from perfwarden.proof.backtest import find_fixtures, run_backtest
 
+pytestmark = pytest.mark.integration  # headless Chromium per test
+
 CHROMIUM = Path("/usr/bin/chromium")
 LAUNCH_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                "--disable-background-networking", "--disable-component-update", "--disable-sync"]

@@ -148,6 +148,7 @@ def test_compare_html_has_the_paired_view_and_both_runs(demo, tmp_path):
     assert 'id="av3-004-patch"' in page and 'id="bv3-004-patch"' in page
 
 
+@pytest.mark.slow
 def test_backtest_html_shows_expected_vs_actual_with_drill_down(tmp_path):
     roots = default_fixture_roots()
     report = run_backtest(roots)

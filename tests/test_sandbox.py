@@ -505,6 +505,7 @@ def test_every_writable_tmpfs_is_no_bigger_than_the_memory_bound(box, monkeypatc
     assert writable["/dev/shm"] <= 300 << 20, r.value
 
 
+@pytest.mark.slow
 def test_cpu_spin_is_stopped_by_the_cpu_limit(box):
     started = time.monotonic()
     r = call(box, "spin", cpu_s=2, wall_s=30)

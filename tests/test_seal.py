@@ -163,6 +163,7 @@ def test_an_unsealed_line_the_harness_never_cut_is_still_tampering(tmp_path):
     assert "EVIDENCE_TAMPERED" in _codes(_audit(fixture))
 
 
+@pytest.mark.integration
 def test_graph_run_resumed_after_a_crash_keeps_one_verified_chain(tmp_path):
     from perfwarden.orchestrator.runner import run_graph
     from perfwarden.orchestrator.settings import RunSettings

@@ -155,6 +155,7 @@ def test_a_resumed_sglang_run_checks_its_environment_again_and_a_bad_baseline_kn
 # --------------------------------------------------------------------------------------------- the lab
 
 
+@pytest.mark.integration
 def test_legs_are_interleaved_with_one_server_at_a_time(tmp_path, model_dir, sglang_python):
     live, most = [], [0]
     lock = threading.Lock()
@@ -247,6 +248,7 @@ def test_the_quality_eval_of_a_lossy_knob_runs_through_the_sglang_endpoint(tmp_p
     assert json.loads((run / "quality" / "pw-qa-exact-v1@cand.json").read_text())["baseline_leg"] == "base"
 
 
+@pytest.mark.integration
 def test_the_auditor_audits_an_sglang_ab_from_the_raw(tmp_path, model_dir, sglang_python):
     """An honest class-B step measured on the stand-in: the auditor reads the legs the SGLang lab wrote
     (sealed), finds the declared knob in server_info, and does not call the evidence missing or forged."""

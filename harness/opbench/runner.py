@@ -26,12 +26,16 @@ from pathlib import Path
 from typing import IO, Any, Literal
 
 from perfwarden.harness import safe_write, sandbox
+from perfwarden.harness.contention import sample_contention
 from perfwarden.harness.opbench import guard, phases
 from perfwarden.harness.opbench.correctness import Check
 from perfwarden.harness.opbench.digest import (absolute_spec, impl_digest, parse_spec, reaches_reference, spec_file,
                                                uses_triton)
 from perfwarden.harness.opbench.inputs import OPS, TOLERANCES, OpBenchError, normalize_shapes
 from perfwarden.harness.opbench.worker import PROTOCOL_PREFIX, load_impl
+from perfwarden.harness.opbench.rig import describe_device
+from perfwarden.harness.records import RunDir, write_json_atomic
+from perfwarden.harness.seal import seal_file
 
 Dispatch = Literal["eager", "compiled"]
 Device = Literal["cpu", "cuda"]
@@ -359,15 +363,61 @@ def run_opbench(
     of parallel-sized shapes jump by orders of magnitude (measured: 0.09 ms -> 24 ms for SiLU-mul at
     1x128x1536, 2 threads, load 5 on 2 cores). The contention sample in ``rig.json`` says when that was so.
     """
-    import torch
-
-    from perfwarden.harness.contention import sample_contention
-    from perfwarden.harness.opbench.rig import describe_device
-    from perfwarden.harness.records import RunDir, write_json_atomic
+    import torch  # heavy: imported when a benchmark runs, not when the CLI or the auditor imports this module
 
     seeds = [int(s) for s in seeds]
     _validate(op, dtype, dispatch, device, seeds, trials, warmup, iters)
     shape_list = normalize_shapes(op, shapes)
+    ref_spec, backends = _make_backends(op, candidates, reference)
+    _check_can_run(device, backends)
+    out_path, work_root = _prepare_dirs(run_dir, op)
+    atol, rtol = TOLERANCES[dtype]
+    # Ground truth is computed here from the trusted reference on the device (never where a candidate ran),
+    # on inputs from this run's secret (never sent to a worker; each request carries only its own seed).
+    secret = guard.new_secret()
+    bench = phases.Bench(op, dtype, device, secret, threads, atol, rtol, load_impl(ref_spec), timeout_s, warmup,
+                         iters)
+    _refuse_reference_reachers(backends)
+    limits = _worker_limits(len(shape_list) * (len(seeds) + 1 + 3 * trials) + 10, threads, timeout_s,
+                            startup_timeout_s, mem_limit_mb, cpu_limit_s)
+    job = {"op": op, "dtype": dtype, "threads": threads, "dispatch": dispatch, "device": device,
+           "reference_file": str(spec_file(ref_spec))}
+    contention_start = sample_contention(interval_s=0.2)  # before any worker exists: the machine's own load
+    started = time.time()
+    caller_threads = torch.get_num_threads()
+    torch.set_num_threads(threads)  # the workers' thread count: same reduction split as theirs
+    try:
+        confinement = _start_workers(backends, job, work_root, threads, device, limits)
+        _await_ready(backends, startup_timeout_s, timeout_s)
+        _correctness(bench, backends, shape_list, seeds, triton_max_numel if device == "cpu" else None)
+        floor = _timing(bench, backends, shape_list, trials, settle_s)
+        roofline = phases.roofline(bench, backends, shape_list)
+    finally:
+        torch.set_num_threads(caller_threads)
+        _stop_workers(backends)
+    contention_end = sample_contention(interval_s=0.2)
+    timing_method = "parent_clock"
+    rows = build_rows(op, backends, shape_list, seeds, trials, dtype, atol, rtol, dispatch, warmup, device,
+                      timing_method)
+    write_jsonl_atomic(out_path, rows, run_dir)
+    write_json_atomic(out_path.parent / "rig.json", root=run_dir, payload={
+        "op": op, "dtype": dtype, "dispatch": dispatch, "threads": threads, "seeds": seeds, "trials": trials,
+        "iters": iters, "warmup": warmup, "shapes": [list(s) for s in shape_list], "atol": atol, "rtol": rtol,
+        "timeout_s": timeout_s, "mem_limit_mb": mem_limit_mb, "cpu_limit_s": limits.cpu_s,
+        "device": describe_device(device, threads), "timing_method": timing_method,
+        "l2_flushed": device == "cuda", "sandbox": confinement,
+        "started_at": started, "duration_s": round(time.time() - started, 3),
+        "timing": _timing_record(floor, secret), "roofline": roofline,
+        "contention": {"start": contention_start, "end": contention_end}, "backends": _backend_records(backends),
+    })
+    seal_file(out_path, out_path.parent / "rig.json")  # issue 13 §5: evidence the harness wrote is sealed as written
+    return out_path
+
+
+def _make_backends(op: str, candidates: Sequence[str] | Mapping[str, str],
+                   reference: str | None) -> tuple[str, list[Backend]]:
+    """The reference and every candidate as backends (absolute specs, names, code digests), and the
+    reference's spec. A triton backend without triton installed is marked unavailable, not dropped."""
     ref_spec = reference or f"{REFERENCE_MODULE}:{op}"
     if isinstance(candidates, Mapping):
         cand_names, cand_specs = list(candidates.keys()), list(candidates.values())
@@ -376,90 +426,74 @@ def run_opbench(
     else:
         cand_specs = list(candidates)
         cand_names = backend_names(cand_specs)
-    atol, rtol = TOLERANCES[dtype]
-
     ref_spec, cand_specs = absolute_spec(ref_spec), [absolute_spec(s) for s in cand_specs]
     backends = [Backend(REFERENCE_BACKEND, ref_spec, True, impl_digest(ref_spec), uses_triton(ref_spec))]
     for name, spec in zip(cand_names, cand_specs):
         backends.append(Backend(name, spec, False, impl_digest(spec), uses_triton(spec)))
+    triton_installed = importlib.util.find_spec("triton") is not None
+    for b in backends:
+        if b.triton and not triton_installed:
+            b.unavailable = TRITON_MISSING
+    return ref_spec, backends
+
+
+def _check_can_run(device: str, backends: list[Backend]) -> None:
+    """Refuse before anything is written: candidates run only inside the sandbox, on a device that exists."""
+    import torch  # heavy: see run_opbench
+
     why_not = sandbox.available()
     if why_not is not None:
         raise OpBenchError(f"the op bench runs candidates only inside the sandbox, which cannot run here: {why_not}")
     if device == "cuda" and not torch.cuda.is_available():
         raise OpBenchError("device 'cuda' asked for, but torch sees no CUDA device here (torch "
                            f"{torch.__version__}); use --device cpu")
-    triton_installed = importlib.util.find_spec("triton") is not None
-    for b in backends:
-        if b.triton and not triton_installed:
-            b.unavailable = TRITON_MISSING
 
+
+def _prepare_dirs(run_dir: Path | str, op: str) -> tuple[Path, Path]:
+    """``opbench/<op>/opbench.jsonl`` and a fresh ``work/`` folder beside it, every path checked before
+    the first write (a link planted in the run is refused, never written through)."""
     out_path = RunDir(run_dir).opbench(safe_write.check_name(op, "op"))
-    op_dir = out_path.parent
-    work_root = op_dir / "work"
-    safe_write.preflight(run_dir, files=[out_path, op_dir / "rig.json"], dirs=[work_root])  # before any write
+    work_root = out_path.parent / "work"
+    safe_write.preflight(run_dir, files=[out_path, out_path.parent / "rig.json"], dirs=[work_root])
     if work_root.exists():
         shutil.rmtree(work_root)
     safe_write.make_dirs(work_root, run_dir)
+    return out_path, work_root
 
-    # Ground truth is computed here from the trusted reference on the device (never where a candidate ran),
-    # on inputs from this run's secret (never sent to a worker; each request carries only its own seed).
-    secret = guard.new_secret()
-    bench = phases.Bench(op, dtype, device, secret, threads, atol, rtol, load_impl(ref_spec), timeout_s, warmup,
-                         iters)
-    _refuse_reference_reachers(backends)
-    requests = len(shape_list) * (len(seeds) + 1 + 3 * trials) + 10
+
+def _worker_limits(requests: int, threads: int, timeout_s: float, startup_timeout_s: float, mem_limit_mb: int,
+                   cpu_limit_s: int | None) -> sandbox.Limits:
+    """A worker's sandbox bounds: wall and CPU time for every request it can be asked, memory, processes."""
     cpu_limit = cpu_limit_s if cpu_limit_s is not None else int(
         startup_timeout_s + timeout_s * requests * max(1, threads) + 30)
-    limits = sandbox.Limits(wall_s=startup_timeout_s + timeout_s * (requests + 1) + 30, cpu_s=cpu_limit,
-                            memory_bytes=int(mem_limit_mb) << 20, pids=512, file_bytes=OUTPUT_FILE_MAX_BYTES,
-                            open_files=4096)
-    job = {"op": op, "dtype": dtype, "threads": threads, "dispatch": dispatch, "device": device,
-           "reference_file": str(spec_file(ref_spec))}
-    contention_start = sample_contention(interval_s=0.2)  # before any worker exists: the machine's own load
-    started = time.time()
+    return sandbox.Limits(wall_s=startup_timeout_s + timeout_s * (requests + 1) + 30, cpu_s=cpu_limit,
+                          memory_bytes=int(mem_limit_mb) << 20, pids=512, file_bytes=OUTPUT_FILE_MAX_BYTES,
+                          open_files=4096)
+
+
+def _start_workers(backends: list[Backend], job: dict[str, Any], work_root: Path, threads: int, device: str,
+                   limits: sandbox.Limits) -> dict[str, Any] | None:
+    """One sandboxed worker per available backend, started together (the imports overlap); returns the
+    sandbox's confinement as recorded in ``rig.json``."""
     confinement: dict[str, Any] | None = None
-    caller_threads = torch.get_num_threads()
-    torch.set_num_threads(threads)  # the workers' thread count: same reduction split as theirs
-    try:
-        for i, b in enumerate(backends):  # start together: the imports overlap
-            if b.unavailable is None:
-                b.worker = WorkerClient(b.name, b.spec, work_root / f"{i:02d}-{_safe(b.name)}",
-                                        {**job, "guard_reference": not b.is_reference}, threads=threads,
-                                        triton=b.triton, device=device, limits=limits)
-                confinement = confinement or b.worker.confinement.as_dict()
-        _await_ready(backends, startup_timeout_s, timeout_s)
-        _correctness(bench, backends, shape_list, seeds, triton_max_numel if device == "cpu" else None)
-        floor = _timing(bench, backends, shape_list, trials, settle_s)
-        roofline = phases.roofline(bench, backends, shape_list)
-    finally:
-        torch.set_num_threads(caller_threads)
-        for b in backends:  # all exit in parallel, then reap
-            if b.worker is not None:
-                b.worker.ask_exit()
-        for b in backends:
-            if b.worker is not None:
-                b.refusals.extend(v for v in b.worker.violations if v not in b.refusals)
-                b.worker.close()
+    for i, b in enumerate(backends):
+        if b.unavailable is None:
+            b.worker = WorkerClient(b.name, b.spec, work_root / f"{i:02d}-{_safe(b.name)}",
+                                    {**job, "guard_reference": not b.is_reference}, threads=threads,
+                                    triton=b.triton, device=device, limits=limits)
+            confinement = confinement or b.worker.confinement.as_dict()
+    return confinement
 
-    contention_end = sample_contention(interval_s=0.2)
-    timing_method = "parent_clock"
-    rows = build_rows(op, backends, shape_list, seeds, trials, dtype, atol, rtol, dispatch, warmup, device,
-                      timing_method)
-    write_jsonl_atomic(out_path, rows, run_dir)
-    write_json_atomic(op_dir / "rig.json", root=run_dir, payload={
-        "op": op, "dtype": dtype, "dispatch": dispatch, "threads": threads, "seeds": seeds, "trials": trials,
-        "iters": iters, "warmup": warmup, "shapes": [list(s) for s in shape_list], "atol": atol, "rtol": rtol,
-        "timeout_s": timeout_s, "mem_limit_mb": mem_limit_mb, "cpu_limit_s": cpu_limit,
-        "device": describe_device(device, threads), "timing_method": timing_method,
-        "l2_flushed": device == "cuda", "sandbox": confinement,
-        "started_at": started, "duration_s": round(time.time() - started, 3),
-        "timing": _timing_record(floor, secret), "roofline": roofline,
-        "contention": {"start": contention_start, "end": contention_end}, "backends": _backend_records(backends),
-    })
-    from perfwarden.harness.seal import seal_file  # issue 13 §5: evidence the harness wrote is sealed as written
 
-    seal_file(out_path, op_dir / "rig.json")
-    return out_path
+def _stop_workers(backends: list[Backend]) -> None:
+    """Every worker exits in parallel, then is reaped; what a worker's guard saw becomes its refusals."""
+    for b in backends:
+        if b.worker is not None:
+            b.worker.ask_exit()
+    for b in backends:
+        if b.worker is not None:
+            b.refusals.extend(v for v in b.worker.violations if v not in b.refusals)
+            b.worker.close()
 
 
 def _await_ready(backends: list[Backend], startup_timeout_s: float, timeout_s: float) -> None:
