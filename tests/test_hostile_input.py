@@ -239,6 +239,164 @@ OBJECT_FIELDS = ("server_info", "contention", "loadgen", "request_params")
 """Bench-line fields read as raw JSON that must hold an object or null."""
 
 
+def _damage_garbage(rel: str, data: st.DataObject, lines: list[bytes], i: int, kind: str):
+    junk = data.draw(garbage_bytes(), label="garbage")
+
+    def damage(path: Path) -> None:
+        lines[i] = junk
+        write_lines(path, lines)
+    return "corrupt_fail", damage
+
+
+def _damage_torn(rel: str, data: st.DataObject, lines: list[bytes], i: int, kind: str):
+    # cut inside the last line, keeping at least its first byte: the writer died mid-line
+    cut = data.draw(st.integers(1, len(lines[-1])), label="cut")
+
+    def damage(path: Path) -> None:
+        path.write_bytes(b"".join(line + b"\n" for line in lines[:-1]) + lines[-1][:cut])
+    return "torn", damage
+
+
+def _damage_splice(rel: str, data: st.DataObject, lines: list[bytes], i: int, kind: str):
+    n, schema = len(lines), SCHEMA[rel]
+    assume(n >= 2)
+    j = min(i, n - 2)
+    a = data.draw(st.integers(1, len(lines[j])), label="keep from line j")
+    b = data.draw(st.integers(0, len(lines[j + 1]) - 1), label="drop from line j+1")
+    joined = lines[j][:a] + lines[j + 1][b:]
+    try:
+        msgspec.json.decode(joined, type=schema)
+        outcome = "no_crash"  # a splice that happens to be a valid record: undetectable (see report)
+    except (msgspec.DecodeError, UnicodeDecodeError, RecursionError):
+        outcome = "corrupt_or_missing_fail"
+
+    def damage(path: Path) -> None:
+        write_lines(path, lines[:j] + [joined] + lines[j + 2:])
+    return outcome, damage
+
+
+def _damage_non_utf8(rel: str, data: st.DataObject, lines: list[bytes], i: int, kind: str):
+    field = data.draw(st.sampled_from(STRINGS[rel]), label="field")
+    bad = data.draw(st.sampled_from(BAD_UTF8), label="bytes")
+
+    def edit(obj: dict) -> bytes:
+        obj[field] = str(obj.get(field, "")) + RAW
+        return bad
+    return "corrupt_fail", edit_line(i, edit)
+
+
+def _damage_bad_token(rel: str, data: st.DataObject, lines: list[bytes], i: int, kind: str):
+    place, num_kind = data.draw(st.sampled_from(NUMBERS[rel]), label="place")
+    if kind == "bad_token":
+        token = data.draw(st.sampled_from(BAD_TOKENS), label="token")
+        outcome = "corrupt_fail"
+    elif kind == "huge":
+        token = data.draw(st.sampled_from([b"1e308", b"1.7976931348623157e308", b"-1e308", b"9" * 400,
+                                           b"1" + b"0" * 30]), label="token")
+        outcome = _huge_outcome(rel, place, num_kind, token)
+    else:
+        token = b"-1" if num_kind == "int" else b"-0.25"
+        outcome = _negative_outcome(rel, num_kind, place)
+
+    def edit(obj: dict) -> bytes:
+        _set(obj, place, RAW)
+        return token
+    return outcome, edit_line(i, edit)
+
+
+def _damage_wrong_type(rel: str, data: st.DataObject, lines: list[bytes], i: int, kind: str):
+    schema = SCHEMA[rel]
+    line_obj = json.loads(lines[i])
+    field = data.draw(st.sampled_from(sorted(k for k in line_obj if k in schema.__struct_fields__)), label="field")
+    value = data.draw(st.sampled_from(["x", "[/red]", 7, 2.5, True, [], {}, [["x"]], {"a": [1]}, [None]]),
+                      label="value")
+    obj = dict(line_obj, **{field: value})
+    try:  # through JSON, as a reader sees it (raw-JSON fields take any value there)
+        msgspec.json.decode(json.dumps(obj), type=schema)
+        accepted = True
+    except msgspec.ValidationError:
+        accepted = False
+    # the schema takes this value: not a wrong type -- unless it is a raw-JSON field the auditor
+    # requires to be an object (or null)
+    assume(not accepted or field in OBJECT_FIELDS)
+
+    def edit(o: dict) -> None:
+        o[field] = value
+    return "corrupt_fail", edit_line(i, edit)
+
+
+def _damage_missing(rel: str, data: st.DataObject, lines: list[bytes], i: int, kind: str):
+    field = data.draw(st.sampled_from(sorted(REQUIRED[rel])), label="field")
+    severity = REQUIRED[rel][field]
+
+    def edit(obj: dict) -> None:
+        obj.pop(field, None)
+    return f"missing_{severity.lower()}", edit_line(i, edit)
+
+
+def _damage_empty(rel: str, data: st.DataObject, lines: list[bytes], i: int, kind: str):
+    content = data.draw(st.sampled_from([b"", b"\n", b"  \n\n"]), label="content")
+    return "missing_fail", lambda path: path.write_bytes(content)
+
+
+def _damage_deep(rel: str, data: st.DataObject, lines: list[bytes], i: int, kind: str):
+    depth = data.draw(st.sampled_from([5_000, 100_000]), label="depth")
+    field = {"legs/base/bench_runs.jsonl": "contention", "legs/cand/bench_runs.jsonl": "server_info"}.get(
+        rel, "shape" if rel == OPBENCH else "shapes" if rel == PROFILE else "token_ids")
+
+    def edit(obj: dict) -> bytes:
+        obj[field] = RAW
+        return (b'{"a":' * depth + b"1" + b"}" * depth) if rel in BENCH else (b"[" * depth + b"]" * depth)
+    return "corrupt_fail", edit_line(i, edit)
+
+
+def _damage_reversed(rel: str, data: st.DataObject, lines: list[bytes], i: int, kind: str):
+    which = data.draw(st.sampled_from(["latency_before_ttft", "negative_start"]), label="which")
+
+    def edit(obj: dict) -> None:
+        if which == "latency_before_ttft":
+            obj["latencies"][3] = obj["ttfts"][3] / 2
+        else:
+            obj["request_starts"][4] = -obj["request_starts"][5]
+    return "corrupt_fail", edit_line(i, edit)
+
+
+def _damage_mismatched_length(rel: str, data: st.DataObject, lines: list[bytes], i: int, kind: str):
+    array = data.draw(st.sampled_from(["ttfts", "output_lens", "latencies", "itls", "input_lens",
+                                       "request_starts", "errors"]), label="array")
+
+    def edit(obj: dict) -> None:
+        obj[array] = obj[array][:-1]
+    return "corrupt_fail", edit_line(i, edit)
+
+
+def _damage_dup_conflict(rel: str, data: st.DataObject, lines: list[bytes], i: int, kind: str):
+    def damage(path: Path) -> None:
+        other = json.loads(lines[i])
+        other["duration"] *= 1.1
+        write_lines(path, lines + [encode(other)])
+    return "corrupt_fail", damage
+
+
+DAMAGES: dict[str, Callable] = {
+    "garbage": _damage_garbage,
+    "torn": _damage_torn,
+    "splice": _damage_splice,
+    "non_utf8": _damage_non_utf8,
+    "bad_token": _damage_bad_token,
+    "huge": _damage_bad_token,
+    "negative": _damage_bad_token,
+    "wrong_type": _damage_wrong_type,
+    "missing": _damage_missing,
+    "empty": _damage_empty,
+    "deep": _damage_deep,
+    "reversed": _damage_reversed,
+    "mismatched_length": _damage_mismatched_length,
+    "dup_conflict": _damage_dup_conflict,
+}
+"""One drawing function per kind of damage: each returns (expected outcome, damage)."""
+
+
 def jsonl_damage(rel: str, data: st.DataObject, runs: dict[str, Path]) -> tuple[str, Callable[[Path], None]]:
     """Draw one damage for the JSONL file ``rel``; returns (expected outcome, damage)."""
     lines = read_lines(runs[CLAIM_FOR[rel][0]] / rel)
@@ -249,134 +407,7 @@ def jsonl_damage(rel: str, data: st.DataObject, runs: dict[str, Path]) -> tuple[
         "empty", "deep"] + (["reversed", "mismatched_length", "dup_conflict"] if rel in BENCH else [])),
         label="kind")
     note(f"{rel}: {kind} at line {i + 1} of {n}")
-    schema = SCHEMA[rel]
-
-    if kind == "garbage":
-        junk = data.draw(garbage_bytes(), label="garbage")
-
-        def damage(path: Path) -> None:
-            lines[i] = junk
-            write_lines(path, lines)
-        return "corrupt_fail", damage
-
-    if kind == "torn":
-        # cut inside the last line, keeping at least its first byte: the writer died mid-line
-        cut = data.draw(st.integers(1, len(lines[-1])), label="cut")
-
-        def damage(path: Path) -> None:
-            path.write_bytes(b"".join(line + b"\n" for line in lines[:-1]) + lines[-1][:cut])
-        return "torn", damage
-
-    if kind == "splice":
-        assume(n >= 2)
-        j = min(i, n - 2)
-        a = data.draw(st.integers(1, len(lines[j])), label="keep from line j")
-        b = data.draw(st.integers(0, len(lines[j + 1]) - 1), label="drop from line j+1")
-        joined = lines[j][:a] + lines[j + 1][b:]
-        try:
-            msgspec.json.decode(joined, type=schema)
-            outcome = "no_crash"  # a splice that happens to be a valid record: undetectable (see report)
-        except (msgspec.DecodeError, UnicodeDecodeError, RecursionError):
-            outcome = "corrupt_or_missing_fail"
-
-        def damage(path: Path) -> None:
-            write_lines(path, lines[:j] + [joined] + lines[j + 2:])
-        return outcome, damage
-
-    if kind == "non_utf8":
-        field = data.draw(st.sampled_from(STRINGS[rel]), label="field")
-        bad = data.draw(st.sampled_from(BAD_UTF8), label="bytes")
-
-        def edit(obj: dict) -> bytes:
-            obj[field] = str(obj.get(field, "")) + RAW
-            return bad
-        return "corrupt_fail", edit_line(i, edit)
-
-    if kind in ("bad_token", "huge", "negative"):
-        place, num_kind = data.draw(st.sampled_from(NUMBERS[rel]), label="place")
-        if kind == "bad_token":
-            token = data.draw(st.sampled_from(BAD_TOKENS), label="token")
-            outcome = "corrupt_fail"
-        elif kind == "huge":
-            token = data.draw(st.sampled_from([b"1e308", b"1.7976931348623157e308", b"-1e308", b"9" * 400,
-                                               b"1" + b"0" * 30]), label="token")
-            outcome = _huge_outcome(rel, place, num_kind, token)
-        else:
-            token = b"-1" if num_kind == "int" else b"-0.25"
-            outcome = _negative_outcome(rel, num_kind, place)
-
-        def edit(obj: dict) -> bytes:
-            _set(obj, place, RAW)
-            return token
-        return outcome, edit_line(i, edit)
-
-    if kind == "wrong_type":
-        line_obj = json.loads(lines[i])
-        field = data.draw(st.sampled_from(sorted(k for k in line_obj if k in schema.__struct_fields__)), label="field")
-        value = data.draw(st.sampled_from(["x", "[/red]", 7, 2.5, True, [], {}, [["x"]], {"a": [1]}, [None]]),
-                          label="value")
-        obj = dict(line_obj, **{field: value})
-        try:  # through JSON, as a reader sees it (raw-JSON fields take any value there)
-            msgspec.json.decode(json.dumps(obj), type=schema)
-            accepted = True
-        except msgspec.ValidationError:
-            accepted = False
-        # the schema takes this value: not a wrong type -- unless it is a raw-JSON field the auditor
-        # requires to be an object (or null)
-        assume(not accepted or field in OBJECT_FIELDS)
-
-        def edit(o: dict) -> None:
-            o[field] = value
-        return "corrupt_fail", edit_line(i, edit)
-
-    if kind == "missing":
-        field = data.draw(st.sampled_from(sorted(REQUIRED[rel])), label="field")
-        severity = REQUIRED[rel][field]
-
-        def edit(obj: dict) -> None:
-            obj.pop(field, None)
-        return f"missing_{severity.lower()}", edit_line(i, edit)
-
-    if kind == "empty":
-        content = data.draw(st.sampled_from([b"", b"\n", b"  \n\n"]), label="content")
-        return "missing_fail", lambda path: path.write_bytes(content)
-
-    if kind == "deep":
-        depth = data.draw(st.sampled_from([5_000, 100_000]), label="depth")
-        field = {"legs/base/bench_runs.jsonl": "contention", "legs/cand/bench_runs.jsonl": "server_info"}.get(
-            rel, "shape" if rel == OPBENCH else "shapes" if rel == PROFILE else "token_ids")
-
-        def edit(obj: dict) -> bytes:
-            obj[field] = RAW
-            return (b'{"a":' * depth + b"1" + b"}" * depth) if rel in BENCH else (b"[" * depth + b"]" * depth)
-        return "corrupt_fail", edit_line(i, edit)
-
-    if kind == "reversed":
-        which = data.draw(st.sampled_from(["latency_before_ttft", "negative_start"]), label="which")
-
-        def edit(obj: dict) -> None:
-            if which == "latency_before_ttft":
-                obj["latencies"][3] = obj["ttfts"][3] / 2
-            else:
-                obj["request_starts"][4] = -obj["request_starts"][5]
-        return "corrupt_fail", edit_line(i, edit)
-
-    if kind == "mismatched_length":
-        array = data.draw(st.sampled_from(["ttfts", "output_lens", "latencies", "itls", "input_lens",
-                                           "request_starts", "errors"]), label="array")
-
-        def edit(obj: dict) -> None:
-            obj[array] = obj[array][:-1]
-        return "corrupt_fail", edit_line(i, edit)
-
-    if kind == "dup_conflict":
-        def damage(path: Path) -> None:
-            other = json.loads(lines[i])
-            other["duration"] *= 1.1
-            write_lines(path, lines + [encode(other)])
-        return "corrupt_fail", damage
-
-    raise AssertionError(kind)
+    return DAMAGES[kind](rel, data, lines, i, kind)
 
 
 def _huge_outcome(rel: str, place: tuple, num_kind: str, token: bytes) -> str:
