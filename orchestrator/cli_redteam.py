@@ -52,7 +52,7 @@ def redteam(
         err.print(Text.assemble(("error: ", "red"), str(exc)))
         raise typer.Exit(3) from None
     if llm:
-        from perfwarden.agents.llm import LLMClient, LLMUnavailable
+        from perfwarden.harness.llm_client import LLMClient, LLMUnavailable
 
         brain = red_team.LLMRedTeam(LLMClient(model=llm))
         usable = [b for b in (red_team.load_base(Path(f)) for f in bases) if b is not None and b.name in report.bases]

@@ -272,7 +272,7 @@ def run(
     run_dir = resume or out or Path("runs") / time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     client = None
     if settings.llm_model:
-        from perfwarden.agents.llm import LLMClient
+        from perfwarden.harness.llm_client import LLMClient
 
         client = LLMClient(model=settings.llm_model, timeout_s=settings.llm_timeout_s,
                            max_retries=settings.llm_max_retries, max_tokens=settings.llm_max_tokens)

@@ -28,7 +28,7 @@ from langgraph.checkpoint.sqlite import SqliteSaver
 
 from perfwarden.agents.base import AttackProducer
 from perfwarden.agents.brains import Brains
-from perfwarden.agents.llm import LLMClient
+from perfwarden.harness.llm_client import LLMClient
 from perfwarden.harness import safe_write
 from perfwarden.harness.records import write_json_atomic
 from perfwarden.orchestrator.checkpoint_serde import (CheckpointTypeError, StateOnlySerializer, check_names,

@@ -377,7 +377,7 @@ class LLMRedTeam:
 
     def invent(self, run: Path) -> LLMAttack | None:
         """Talk to the model until it submits an attack (or the step budget ends: None)."""
-        from perfwarden.agents.llm import LLMOutputError
+        from perfwarden.harness.llm_client import LLMOutputError
 
         system = LLM_SYSTEM.format(docs=self.docs)
         transcript = ["The run's files are your only tools. Start with list_files."]

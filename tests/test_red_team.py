@@ -110,7 +110,7 @@ def test_llm_brain_reads_only_the_runs_files_and_its_attack_is_judged(tmp_path):
                json.dumps({"tool": "read_file", "path": "../../../../etc/passwd"}),
                json.dumps({"tool": "read_file", "path": "claims/001-patch.json"}),
                json.dumps(attack)]
-    from perfwarden.agents.llm import LLMClient
+    from perfwarden.harness.llm_client import LLMClient
 
     with ScriptedLLM(replies) as llm:
         brain = rt.LLMRedTeam(LLMClient(model="scripted", base_url=llm.base_url, api_key="k"))
