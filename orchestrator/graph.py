@@ -41,10 +41,10 @@ from langgraph.runtime import Runtime
 from perfwarden.agents import config_tuner, integrator, kernel_extractor, op_benchmarker
 from perfwarden.auditor.audit import audit_path, load_claim, write_verdict
 from perfwarden.auditor.findings import unsealed_refusal
-from perfwarden.auditor.gates.profile import rank_ops
 from perfwarden.auditor.persona import apply_persona
 from perfwarden.agents.base import BankedChange, Proposal, Rejection, VerdictSummary, apply_overlay
 from perfwarden.harness.jsonl import ProfileLine, read_jsonl
+from perfwarden.harness.profile_ops import rank_ops
 from perfwarden.harness import safe_write
 from perfwarden.harness.records import Claim, RunDir, RunManifest, append_jsonl, write_json_atomic
 from perfwarden.harness.seal import find_key_file
