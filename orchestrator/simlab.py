@@ -23,7 +23,7 @@ from perfwarden.harness.records import LegSpec, Overlay, QualityEval, RunDir, js
 from perfwarden.harness.target_config import EmbeddedConfig
 from perfwarden.orchestrator.crashpoints import armed, kill_now
 from perfwarden.orchestrator.lab import LabError, LegPlan, check_leg_writes
-from perfwarden.proof.synth import COHERENT_TEXTS, make_rep, write_jsonl
+from perfwarden.orchestrator.synth import COHERENT_TEXTS, make_rep, write_jsonl
 
 # It simulates the embedded target, so its true baseline is that target's defaults (one place).
 BASE = {"model": "SmolLM2-135M-Instruct", **EmbeddedConfig.defaults(), "threads": 2}

@@ -32,7 +32,7 @@ from perfwarden.harness import seal
 from perfwarden.harness.bench_writer import append_bench_line
 from perfwarden.harness.records import LegSpec, Overlay, write_json_atomic
 from perfwarden.orchestrator.paths import shared_corpus
-from perfwarden.proof.synth import (BASE_INFO, CAND_TPUT, build_ab_run, make_rep, reps, write_claim, write_leg,
+from perfwarden.orchestrator.synth import (BASE_INFO, CAND_TPUT, build_ab_run, make_rep, reps, write_claim, write_leg,
                                     write_manifest)
 
 SEAL_CODES = ["EVIDENCE_TAMPERED", "EVIDENCE_MISSING"]

@@ -693,7 +693,7 @@ class Fuzzer:
         from perfwarden.auditor.evidence import RunLoader
         from perfwarden.auditor.findings import Findings
         from perfwarden.orchestrator.review.model import ReviewError, read_verdict
-        from perfwarden.proof.answer_key import AnswerKeyError, load_answer_key
+        from perfwarden.orchestrator.answer_key import AnswerKeyError, load_answer_key
 
         fixture, claim_rel = choose.pick(self.fixtures, "seed")
         copy = work / fixture.name

@@ -29,7 +29,7 @@ from perfwarden.orchestrator.runner import run_graph
 from perfwarden.orchestrator.settings import RunSettings
 from perfwarden.orchestrator.simlab import SyntheticLab
 from perfwarden.proof.seal_cases import sealed_clean
-from perfwarden.proof.synth import build_ab_run
+from perfwarden.orchestrator.synth import build_ab_run
 
 runner = CliRunner()
 
