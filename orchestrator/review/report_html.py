@@ -18,9 +18,10 @@ import json
 import math
 from typing import Any, Iterable
 
+from perfwarden.auditor import banking
 from perfwarden.orchestrator.review.compare import PLOT_METRICS, Comparison, Pair, metric_rows
 from perfwarden.orchestrator.review.evidence import STATUS_TEXT, LineReader
-from perfwarden.orchestrator.review.model import (HEADLINE_KEEPING_ACTIONS, KEEP, RunReview, VerdictEntry,
+from perfwarden.orchestrator.review.model import (KEEP, RunReview, VerdictEntry,
                                                   read_server_info)
 from perfwarden.orchestrator.review.summary import (LEVER_CLASSES, SEVERITIES, banked, fmt_pct, fmt_value, gates_of,
                                                     is_banked)
@@ -529,7 +530,7 @@ def trail_table(review: RunReview, tag: str) -> str:
 
 def banked_html(review: RunReview) -> str:
     b = banked(review)
-    rule = "PASS, or FLAG with " + " / ".join(HEADLINE_KEEPING_ACTIONS) + "; sealed evidence only"
+    rule = banking.rule_text()
     parts = [f'<section class="block"><h2>banked results by lever class</h2><p class="kv">source: '
              f'{esc(b.source if b.source != "verdicts" else "verdicts (" + rule + ")")}</p>']
     for cls, items in b.by_class().items():
