@@ -36,10 +36,10 @@ from typing import Any
 
 from perfwarden.harness.target_config import (EMBEDDED_OPS, ConfigError, EmbeddedConfig, parse_overrides,  # noqa: F401
                                               parse_set_args)
+from perfwarden.harness.targets import (EXIT_BAD_CONFIG, EXIT_CRASH, EXIT_OK, EXIT_PORT,
+                                        EXIT_START_FAILED, listen_socket, port_busy_message)
 
 log = logging.getLogger("perfwarden.embedded")
-
-EXIT_OK, EXIT_START_FAILED, EXIT_BAD_CONFIG, EXIT_PORT, EXIT_CRASH = 0, 1, 2, 3, 70
 
 
 # ------------------------------------------------------------------------------------------ config
@@ -639,8 +639,6 @@ def bind_port(host: str, port: int) -> socket.socket:
         raise ConfigError(
             f"--port must be between 1 and 65535, got {port!r} (port 0 would bind a random port the harness cannot find)"
         )
-    from perfwarden.harness.targets import listen_socket, port_busy_message
-
     try:
         sock = listen_socket(host, port)
     except OSError as exc:

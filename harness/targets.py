@@ -29,6 +29,11 @@ from perfwarden.harness import safe_write, sandbox, seal
 
 FailureKind = Literal["start_failure", "crash", "timeout"]
 
+EXIT_OK, EXIT_START_FAILED, EXIT_BAD_CONFIG, EXIT_PORT, EXIT_CRASH = 0, 1, 2, 3, 70
+"""The embedded server's exit codes (``harness/embedded_server.py`` exits with them; a leg whose port is
+busy here reports ``EXIT_PORT`` as the server would). Defined on this side so the server imports the
+launcher and never the reverse (issue 19: the two modules imported each other for this constant)."""
+
 
 class TargetError(RuntimeError):
     """The target failed; ``kind`` says how, ``log_tail`` shows the server's last words."""
@@ -479,8 +484,6 @@ def _listen(host: str, port: int) -> socket.socket:
     try:
         sock = listen_socket(host, port)
     except OSError as exc:
-        from perfwarden.harness.embedded_server import EXIT_PORT
-
         raise TargetStartError(port_busy_message(host, port, exc), returncode=EXIT_PORT) from exc
     sock.set_inheritable(True)
     return sock
