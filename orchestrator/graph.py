@@ -51,6 +51,7 @@ from perfwarden.harness.records import Claim, RunDir, RunManifest, append_jsonl,
 from perfwarden.harness.seal import find_key_file
 from perfwarden.orchestrator.crashpoints import crash_point
 from perfwarden.orchestrator.lab import LabError, LegPlan
+from perfwarden.orchestrator.report import write_report
 from perfwarden.orchestrator.state import STATE_VERSION, RunContext, RunState
 
 BASELINE_LEG = "baseline"
@@ -631,8 +632,6 @@ def route_red_team(state: RunState) -> str:
 
 @step("report")
 def report(state: RunState, runtime: Runtime[RunContext]) -> dict:
-    from perfwarden.orchestrator.report import write_report
-
     ctx = runtime.context
     drained = _brain_notes(ctx)
     notes = list(state.get("notes", [])) + drained["notes"]

@@ -26,12 +26,16 @@ from pathlib import Path
 from typing import IO, Any, Literal
 
 from perfwarden.harness import safe_write, sandbox
+from perfwarden.harness.contention import sample_contention
 from perfwarden.harness.opbench import guard, phases
 from perfwarden.harness.opbench.correctness import Check
 from perfwarden.harness.opbench.digest import (absolute_spec, impl_digest, parse_spec, reaches_reference, spec_file,
                                                uses_triton)
 from perfwarden.harness.opbench.inputs import OPS, TOLERANCES, OpBenchError, normalize_shapes
 from perfwarden.harness.opbench.worker import PROTOCOL_PREFIX, load_impl
+from perfwarden.harness.ops.alternatives import for_op
+from perfwarden.harness.records import RunDir, write_json_atomic
+from perfwarden.harness.seal import seal_file
 
 Dispatch = Literal["eager", "compiled"]
 Device = Literal["cpu", "cuda"]
@@ -56,7 +60,7 @@ def package_root() -> Path | None:
     named ``perfwarden`` that is not where an editable install maps it (a checkout run through
     ``PYTHONPATH``): the worker must import this same code, so the folder is shown read-only inside and put
     first on the worker's path. None where the interpreter finds the package on its own."""
-    import perfwarden.harness as pkg
+    import perfwarden.harness as pkg  # lazy: where this process found the package, read at call time
 
     here = Path(pkg.__file__).parent.parent
     if here.name != "perfwarden":
@@ -361,9 +365,7 @@ def run_opbench(
     """
     import torch
 
-    from perfwarden.harness.contention import sample_contention
-    from perfwarden.harness.opbench.rig import describe_device
-    from perfwarden.harness.records import RunDir, write_json_atomic
+    from perfwarden.harness.opbench.rig import describe_device  # lazy: cycle: rig imports this module
 
     seeds = [int(s) for s in seeds]
     _validate(op, dtype, dispatch, device, seeds, trials, warmup, iters)
@@ -456,9 +458,8 @@ def run_opbench(
         "timing": _timing_record(floor, secret), "roofline": roofline,
         "contention": {"start": contention_start, "end": contention_end}, "backends": _backend_records(backends),
     })
-    from perfwarden.harness.seal import seal_file  # issue 13 §5: evidence the harness wrote is sealed as written
 
-    seal_file(out_path, op_dir / "rig.json")
+    seal_file(out_path, op_dir / "rig.json")  # issue 13 §5: evidence the harness wrote is sealed as written
     return out_path
 
 
@@ -609,8 +610,6 @@ def alternatives_for(op: str, kinds: Sequence[str] | None = None, device: Device
     kernels are offered by default only on a GPU (on a CPU they can only be checked, never timed, and
     the interpreter would spend the run's budget). Pass ``kinds`` to choose exactly.
     """
-    from perfwarden.harness.ops.alternatives import for_op
-
     if kinds is None:
         kinds = ("alternative", "slow", "wrong", "self_copy") + (("triton",) if device == "cuda" else ())
     specs: list[str] = []

@@ -19,6 +19,7 @@ import math
 from typing import Any, Iterable
 
 from perfwarden.auditor import banking
+from perfwarden.auditor.rederive import METRICS
 from perfwarden.orchestrator.review.compare import PLOT_METRICS, Comparison, Pair, metric_rows
 from perfwarden.orchestrator.review.evidence import STATUS_TEXT, LineReader
 from perfwarden.orchestrator.review.model import (KEEP, RunReview, VerdictEntry,
@@ -328,6 +329,7 @@ def comparisons_table(entry: VerdictEntry) -> str:
 
 def flatten(info: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     """Dotted keys, as the auditor's conditions gate names them (so the verdict's diff keys match)."""
+    # lazy: scipy: the auditor's gates, only for this cell
     from perfwarden.auditor.gates.conditions import flatten as auditor_flatten
 
     return auditor_flatten(info, prefix)
@@ -586,8 +588,6 @@ def _change_cell(value: float | None, higher_is_better: bool | None) -> str:
 
 
 def pair_html(pair: Pair, index: int) -> str:
-    from perfwarden.auditor.rederive import METRICS
-
     def side(e: VerdictEntry | None) -> str:
         if e is None:
             return '<span class="kv">absent</span>'
