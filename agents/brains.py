@@ -17,7 +17,7 @@ from pydantic import BaseModel, Field
 from perfwarden.agents import config_tuner
 from perfwarden.agents.base import FixDecision, Proposal, VerdictSummary
 from perfwarden.agents.config_tuner import KnobStep, Tried
-from perfwarden.agents.llm import LLMClient, LLMOutputError, LLMUnavailable
+from perfwarden.harness.llm_client import LLMClient, LLMOutputError, LLMUnavailable
 from perfwarden.harness import safe_write
 from perfwarden.harness.target_config import TargetConfig
 from perfwarden.skills import fence, render_skill

@@ -11,6 +11,7 @@ shapes, which runs only inside the sandbox.
 from __future__ import annotations
 
 from perfwarden.agents.base import Proposal
+from perfwarden.harness.ops.alternatives import for_op
 from perfwarden.harness.records import Claim
 
 
@@ -26,8 +27,6 @@ def routed_op(ranking: list[tuple[str, float]], overridable: list[str]) -> str |
 
 def triton_candidates(op: str) -> list[str]:
     """The hand-written Triton kernels for ``op`` (``harness/ops/alternatives/*_triton.py``) as specs."""
-    from perfwarden.harness.ops.alternatives import for_op
-
     return [a.spec for a in for_op(op, ("triton",))]
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 
-from perfwarden.auditor import stats
+from perfwarden.auditor import banking, stats
 from perfwarden.auditor.claim_file import ClaimError, load_claim  # noqa: F401 - re-exported
 from perfwarden.auditor.evidence import LegEvidence, RunLoader, _plain_name, check_named_folders
 from perfwarden.auditor.findings import Findings, GateResult, decide, unsealed_refusal
@@ -366,17 +366,6 @@ def _bundle_gates(a: Audit, base: LegEvidence, cand: LegEvidence) -> None:
                        measured=unaccepted, action="eject", gate="bundle")
 
 
-def keeps(verdict: Verdict) -> bool:
-    """The auditor's verdict rule for a change: a PASS, or a FLAG whose only action is a downgraded
-    headline (the change stands, under its true class and re-derived headline)."""
-    return verdict.verdict == "PASS" or verdict.action == "downgrade_headline"
-
-
-def banks(verdict: Verdict) -> bool:
-    """The auditor's banking rule: a change it keeps, on sealed evidence only (issue 17 §8)."""
-    return keeps(verdict) and unsealed_refusal(verdict.verdict, verdict.seal) is None
-
-
 def accepted_changes(run: Path, names: list[str], key: Path | None = None) -> dict[str, list[str]]:
     """Lever names among ``names`` that a patch claim in this run keeps *now*: each candidate claim is
     audited again rather than its verdict file believed. Verdict files are not sealed evidence, and a
@@ -396,9 +385,9 @@ def accepted_changes(run: Path, names: list[str], key: Path | None = None) -> di
             verdict = audit_path(run, cpath, claim_root=run, key=key)
         except ClaimError:
             continue
-        # ``keeps``, not ``banks``: a component's evidence is the bundle's own run, sealed or not alike, and
+        # ``kept_as``, not ``banks``: a component's evidence is the bundle's own run, sealed or not alike, and
         # an unsealed bundle keeps its verdict (shown "(unsealed)", never banked) rather than a FAIL.
-        if keeps(verdict):
+        if banking.kept_as(verdict.verdict, verdict.action) is not None:
             out[claim.lever.name] = claim.lever.config_keys
     return out
 

@@ -17,7 +17,7 @@ from pydantic import BaseModel, Field
 
 from perfwarden.auditor.codes import CATALOG
 from perfwarden.auditor.findings import choose_action, verdict_label
-from perfwarden.agents.llm import LLMClient, LLMOutputError, LLMUnavailable
+from perfwarden.harness.llm_client import LLMClient, LLMOutputError, LLMUnavailable
 from perfwarden.harness.records import EvidenceRef, Finding, Verdict
 from perfwarden.harness.safe_read import TEXT_BYTES, open_regular
 from perfwarden.skills import fence, load_skill, render_prompt

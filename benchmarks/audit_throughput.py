@@ -61,7 +61,7 @@ import msgspec
 import numpy as np
 
 from perfwarden.harness import seal
-from perfwarden.proof.synth import write_claim, write_leg, write_manifest
+from perfwarden.orchestrator.synth import write_claim, write_leg, write_manifest
 
 TARGET_RATIO = 1.5
 WORDS = ("the model said that a quick answer is often the best one when the question is clear and "

@@ -38,7 +38,7 @@ from perfwarden.auditor.audit import audit_path, write_verdict
 from perfwarden.orchestrator.review.report_html import render_review_html
 from perfwarden.orchestrator.review.model import load_review
 from perfwarden.orchestrator.review.terminal import print_review
-from perfwarden.proof.synth import make_rep, write_claim, write_leg, write_manifest
+from perfwarden.orchestrator.synth import make_rep, write_claim, write_leg, write_manifest
 
 TARGET_SECONDS = 10.0
 TARGET_BYTES = 5_000_000

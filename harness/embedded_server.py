@@ -34,12 +34,14 @@ import traceback
 import uuid
 from typing import Any
 
+from perfwarden.harness.model import MODEL_NAME, DeviceError
+from perfwarden.harness.ops import OverrideError, install_override, load_function
 from perfwarden.harness.target_config import (EMBEDDED_OPS, ConfigError, EmbeddedConfig, parse_overrides,  # noqa: F401
                                               parse_set_args)
+from perfwarden.harness.targets import (EXIT_BAD_CONFIG, EXIT_CRASH, EXIT_OK, EXIT_PORT,
+                                        EXIT_START_FAILED, listen_socket, port_busy_message)
 
 log = logging.getLogger("perfwarden.embedded")
-
-EXIT_OK, EXIT_START_FAILED, EXIT_BAD_CONFIG, EXIT_PORT, EXIT_CRASH = 0, 1, 2, 3, 70
 
 
 # ------------------------------------------------------------------------------------------ config
@@ -60,7 +62,6 @@ def check_overrides(cfg: ServerConfig) -> None:
     fails the start at once; installing them into the model happens after the load."""
     if not cfg.op_overrides:
         return
-    from perfwarden.harness.ops import OverrideError, load_function
 
     for op, spec in sorted(cfg.op_overrides.items()):
         try:
@@ -99,7 +100,7 @@ _UNSUPPORTED = {
 
 def parse_common(body: dict[str, Any], cfg: ServerConfig, prompt_len: int):
     """Sampling parameters and stream flags shared by both endpoints (validated, never ignored)."""
-    from perfwarden.harness.embedded_engine import GenParams
+    from perfwarden.harness.embedded_engine import GenParams  # lazy: torch: imported after the port is bound
 
     for key, neutral in _UNSUPPORTED.items():
         if key in body and body[key] not in (neutral, None) and not (key == "logprobs" and body[key] is False):
@@ -230,7 +231,7 @@ class EmbeddedServer:
     def load(self) -> None:
         import torch
 
-        from perfwarden.harness import model as M
+        from perfwarden.harness import model as M  # lazy: torch: after the port is bound
 
         torch.set_num_threads(self.cfg.threads)  # on CUDA: host-side work only (see EmbeddedConfig.device)
         try:
@@ -261,7 +262,7 @@ class EmbeddedServer:
             self._install_override(op, spec)
         if self.cfg.torch_compile:
             self._compile()
-        from perfwarden.harness.embedded_engine import Engine, EngineOptions
+        from perfwarden.harness.embedded_engine import Engine, EngineOptions  # lazy: torch: after the port is bound
 
         self.engine = Engine(
             self.model,
@@ -311,8 +312,6 @@ class EmbeddedServer:
             log.warning("quantization: %s", line)
 
     def _install_override(self, op: str, spec: str) -> None:
-        from perfwarden.harness.ops import install_override
-
         def first_call(name: str) -> None:
             log.info("ENGAGED op_override op=%r first call", name)
 
@@ -348,6 +347,7 @@ class EmbeddedServer:
     def _warm_up(self, prompts: list[list[int]]) -> None:
         import threading
 
+        # lazy: torch: after the port is bound
         from perfwarden.harness.embedded_engine import DoneEvent, Engine, EngineOptions, ErrorEvent, GenParams, GenRequest
 
         engine = Engine(self.model, EngineOptions(max_batch_size=len(prompts), batch_wait_ms=1000.0,
@@ -385,8 +385,6 @@ class EmbeddedServer:
     def server_info(self) -> dict[str, Any]:
         import torch
         import transformers
-
-        from perfwarden.harness.model import MODEL_NAME
 
         info: dict[str, Any] = self.cfg.model_dump()
         info.update(
@@ -470,8 +468,8 @@ def build_app(server: EmbeddedServer):
     from starlette.responses import JSONResponse, StreamingResponse
     from starlette.routing import Route
 
+    # lazy: torch: after the port is bound
     from perfwarden.harness.embedded_engine import DoneEvent, ErrorEvent, GenRequest, TokenEvent
-    from perfwarden.harness.model import MODEL_NAME
 
     cfg = server.cfg
     vocab_size = int(server.model.config.vocab_size)
@@ -639,8 +637,6 @@ def bind_port(host: str, port: int) -> socket.socket:
         raise ConfigError(
             f"--port must be between 1 and 65535, got {port!r} (port 0 would bind a random port the harness cannot find)"
         )
-    from perfwarden.harness.targets import listen_socket, port_busy_message
-
     try:
         sock = listen_socket(host, port)
     except OSError as exc:
@@ -739,9 +735,6 @@ def main(argv: list[str] | None = None) -> int:
     try:
         server.load()
     except Exception as exc:
-        from perfwarden.harness.model import DeviceError
-        from perfwarden.harness.ops import OverrideError
-
         code = EXIT_BAD_CONFIG if isinstance(exc, OverrideError) else EXIT_START_FAILED
         if isinstance(exc, DeviceError):  # the host's fault, not ours: the reason, no traceback
             log.error("start-up failed: %s", exc)

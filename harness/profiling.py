@@ -14,7 +14,9 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from perfwarden.harness import safe_write, seal
+from perfwarden.harness import ops, safe_write, seal
+from perfwarden.harness.model import load_model, load_random_model
+from perfwarden.harness.prompts import varied_prompts
 
 PREFIX = "pw::"
 
@@ -71,10 +73,7 @@ def profile_model(out: Path, config: dict[str, Any], *, max_tokens: int = 12, n_
     torch.profiler, and write the aggregated profile to ``out``."""
     import torch
 
-    from perfwarden.harness import ops
-    from perfwarden.harness.model import load_model, load_random_model
-    from perfwarden.harness.ops import reference
-    from perfwarden.harness.prompts import varied_prompts
+    from perfwarden.harness.ops import reference  # lazy: torch (the embedded extra)
 
     torch.set_num_threads(int(config.get("threads", 2)))
     # On the CPU whatever the target's device (the rows say "device": "cpu"): charging GPU kernel time to

@@ -41,6 +41,7 @@ import httpx
 
 from perfwarden.harness import seal
 from perfwarden.harness.records import QualityEval, RunDir
+from perfwarden.harness.targets import EmbeddedTarget
 
 QA_EVAL_ID = "pw-qa-exact-v1"
 PPL_EVAL_ID = "pw-ppl-v1"
@@ -430,8 +431,6 @@ def run_quality_pair(run_dir: Path | str, leg: str, leg_config: dict[str, Any], 
     record of its measured reps. A completed baseline result already in the run for the same item set
     is reused (resume; several candidates against one baseline).
     """
-    from perfwarden.harness.targets import EmbeddedTarget
-
     items = items or load_items()
     paths = RunDir(run_dir)
     if make_target is None:

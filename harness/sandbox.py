@@ -71,6 +71,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Literal
 
+from perfwarden.harness.records import key_store_dir
 from perfwarden.harness.sandbox_limits import (JOIN_CGROUPS, Cgroups, MemoryBound, PidsBound, namespace_pids,
                                                no_sysv_shm_filter, tree_memory_bytes)
 
@@ -258,9 +259,7 @@ def _inside(path: Path, root: Path) -> bool:
 
 
 def _key_store() -> Path | None:
-    """The seal key store, resolved, if it exists (imported late: records imports nothing from here)."""
-    from perfwarden.harness.records import key_store_dir
-
+    """The seal key store, resolved, if it exists."""
     try:
         store = key_store_dir().resolve()
     except (OSError, RuntimeError):

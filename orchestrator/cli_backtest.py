@@ -11,12 +11,14 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from perfwarden.orchestrator.cli_audit import use_quality_registry
+from perfwarden.orchestrator.cli_review import write_text_atomic
 from perfwarden.orchestrator.exit_codes import ExitCode
 from perfwarden.orchestrator.paths import default_fixture_roots, shared_corpus
 from perfwarden.orchestrator.render import print_error, safe_text
 
 if TYPE_CHECKING:
-    from perfwarden.proof.backtest import Report
+    from perfwarden.orchestrator.backtest import Report
 
 MLPERF_CORPORA = ("mlperf", "mlperf-more")
 """Shared MLPerf compliance corpora folded into the backtest (beside the shipped fixtures)."""
@@ -36,15 +38,15 @@ def backtest(
 ) -> None:
     """Run the auditor blind over every fixture, then score it against the answer keys.
     Exit 0 when every fixture agrees, 1 otherwise, 3 when a claim or an answer key is unreadable."""
-    from perfwarden.orchestrator.cli_audit import use_quality_registry
-    from perfwarden.proof.backtest import run_backtest  # the auditor's imports are heavy: only when used
+    from perfwarden.orchestrator.backtest import run_backtest  # the auditor's imports are heavy: only when used
 
     use_quality_registry(quality_registry, Console(stderr=True, soft_wrap=True, highlight=False))
     roots = list(dirs) if dirs else default_fixture_roots()
     extra = []
     for corpus in [*(shared_corpus() / name for name in MLPERF_CORPORA), SHIPPED_MLPERF] if mlperf else ():
         if (corpus / "manifest.json").is_file():
-            from perfwarden.proof.mlperf_cases import mlperf_results
+            # lazy: scipy: the auditor, only for this command
+            from perfwarden.orchestrator.mlperf_cases import mlperf_results
 
             extra.append(lambda corpus=corpus: mlperf_results(corpus))
     report = run_backtest(roots, extra)
@@ -67,9 +69,9 @@ def backtest(
 
 def write_html(report: Report, roots: list[Path], path: Path) -> None:
     """Write the backtest's HTML view (exit 3 when the file cannot be written)."""
-    from perfwarden.orchestrator.cli_review import write_text_atomic
+    # lazy: scipy: the auditor, only for --html
     from perfwarden.orchestrator.review.backtest_html import render_backtest_html
-    from perfwarden.proof.backtest import find_fixtures
+    from perfwarden.orchestrator.backtest import find_fixtures  # lazy: scipy: the auditor, only for --html
 
     runs = {fixture.name: fixture / "run" for fixture in find_fixtures(roots)}
     page = render_backtest_html(report, runs)
@@ -83,7 +85,7 @@ def write_html(report: Report, roots: list[Path], path: Path) -> None:
 
 
 def print_report(report: Report, console: Console) -> None:
-    from perfwarden.proof.backtest import LABELS
+    from perfwarden.orchestrator.backtest import LABELS  # lazy: scipy: the auditor, only for this command
 
     table = Table(title="fixtures", pad_edge=False)
     for col in ("fixture", "claim", "expected", "actual", "action", "ok"):

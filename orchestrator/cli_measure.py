@@ -63,6 +63,7 @@ def measure(
     lab_kw: dict = dict(qps=qps, rep_seconds=duration, max_tokens=max_tokens,
                         scenario="Server" if scenario == "server" else "Offline")
     if target == "sglang":
+        # lazy: httpx: only for an sglang target
         from perfwarden.harness.sglang_target import SGLangEnvError, check_model_path, find_sglang_python
 
         try:  # before anything is written: a missing model or an environment without sglang is exit 3
@@ -70,9 +71,9 @@ def measure(
         except SGLangEnvError as exc:
             print_error(err, exc)
             raise typer.Exit(ExitCode.INVALID) from None
-        from perfwarden.orchestrator.sglang_lab import SGLangLab as lab_class
+        from perfwarden.orchestrator.sglang_lab import SGLangLab as lab_class  # lazy: httpx: only for an sglang target
     else:
-        from perfwarden.orchestrator import embedded_lab
+        from perfwarden.orchestrator import embedded_lab  # lazy: httpx, the harness: only when measuring
 
         lab_class = embedded_lab.EmbeddedLab
 

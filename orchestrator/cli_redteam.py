@@ -36,7 +36,7 @@ def redteam(
     seed: int = typer.Option(0, "--seed", help="Seed of sizes and pairings (same seed, same attacks)."),
 ) -> None:
     """Attack the auditor; exit 1 when any attack succeeds."""
-    from perfwarden.redteam import red_team
+    from perfwarden.redteam import red_team  # lazy: numpy, pydantic, the auditor: only for this command
 
     err = Console(stderr=True, soft_wrap=True, highlight=False)
     root = default_fixture_roots()[0]
@@ -52,7 +52,7 @@ def redteam(
         err.print(Text.assemble(("error: ", "red"), str(exc)))
         raise typer.Exit(3) from None
     if llm:
-        from perfwarden.agents.llm import LLMClient, LLMUnavailable
+        from perfwarden.harness.llm_client import LLMClient, LLMUnavailable  # lazy: openai: only with --llm
 
         brain = red_team.LLMRedTeam(LLMClient(model=llm))
         usable = [b for b in (red_team.load_base(Path(f)) for f in bases) if b is not None and b.name in report.bases]

@@ -18,9 +18,15 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from typing import TYPE_CHECKING
 
+from perfwarden.agents.config_tuner import parse_levers
+from perfwarden.auditor.claim_file import ClaimError
+from perfwarden.harness.safe_write import RefusedWrite
+from perfwarden.harness.seal import SealError
+from perfwarden.harness.target_config import TARGET_CONFIGS, ConfigError, parse_set_args
 from perfwarden.orchestrator.exit_codes import ExitCode
 from perfwarden.orchestrator.render import VERDICT_STYLE, print_error, safe_text
 from perfwarden.orchestrator.settings import RunSettings, settings_error
+from perfwarden.orchestrator.simlab import SyntheticLab
 
 if TYPE_CHECKING:  # the run's machinery is imported only when a run starts (other commands stay fast)
     from perfwarden.agents.base import VerdictSummary
@@ -31,14 +37,12 @@ if TYPE_CHECKING:  # the run's machinery is imported only when a run starts (oth
 def make_lab(settings: RunSettings, on_rep=None, sglang_python: str | None = None):
     """The target's lab; ``sglang_python`` (from ``check_sglang``, never from the run) for the sglang target."""
     if settings.target == "synthetic":
-        from perfwarden.orchestrator.simlab import SyntheticLab
-
         return SyntheticLab(on_rep=on_rep)
     if settings.target == "sglang":
-        from perfwarden.orchestrator.sglang_lab import SGLangLab
+        from perfwarden.orchestrator.sglang_lab import SGLangLab  # lazy: httpx: only for an sglang target
 
         return SGLangLab.from_settings(settings, python=sglang_python, on_rep=on_rep)
-    from perfwarden.orchestrator.embedded_lab import EmbeddedLab
+    from perfwarden.orchestrator.embedded_lab import EmbeddedLab  # lazy: httpx, the harness: only when a run starts
 
     return EmbeddedLab.from_settings(settings, on_rep=on_rep)
 
@@ -47,10 +51,11 @@ def make_attacker(settings: RunSettings):
     """The red-team producer (redteam/red_team.py), when ``--red-team`` asks for it."""
     if not settings.red_team:
         return None
+    # lazy: langgraph (the orchestrator extra): only when a run starts
     from perfwarden.orchestrator.runner import RunUsageError
 
     try:
-        from perfwarden.redteam import red_team
+        from perfwarden.redteam import red_team  # lazy: optional: a missing extra is a usage error, below
     except ImportError as exc:
         raise RunUsageError(f"--red-team needs the red-team producer (perfwarden.redteam.red_team): {exc}") from None
     return red_team.make_producer(settings)
@@ -140,6 +145,7 @@ def check_sglang(settings: RunSettings, sglang_python: str | None, resume: Path 
     and the resolved interpreter. The interpreter comes from the person running perfwarden, never from
     the run: a resume is told it again (``--sglang-python`` or ``PERFWARDEN_SGLANG_PYTHON``) or refused.
     On a resume, the weights the run's settings name may not lie inside the run (its author's files)."""
+    # lazy: httpx: only for an sglang target
     from perfwarden.harness.sglang_target import PYTHON_ENV, SGLangEnvError, check_model_path, find_sglang_python
 
     if resume is not None and not sglang_python and not os.environ.get(PYTHON_ENV):
@@ -176,8 +182,6 @@ def _new_settings(err: Console, settings_kw: dict, set_: list[str]) -> RunSettin
     """The settings a new run starts with, from its options and ``--set`` knobs; exit 3 when invalid."""
     from pydantic import ValidationError
 
-    from perfwarden.harness.target_config import TARGET_CONFIGS, ConfigError, parse_set_args
-
     try:
         if set_:
             raw = parse_set_args(set_)
@@ -196,7 +200,7 @@ def _new_settings(err: Console, settings_kw: dict, set_: list[str]) -> RunSettin
 def _sglang_interpreter(err: Console, settings: RunSettings, sglang_python: str | None,
                         resume: Path | None) -> tuple[RunSettings, str | None]:
     """``check_sglang`` for an sglang run (exit 3 with its message); other targets take no interpreter."""
-    from perfwarden.harness.sglang_target import SGLangEnvError
+    from perfwarden.harness.sglang_target import SGLangEnvError  # lazy: httpx, only for an sglang run
 
     if settings.target != "sglang":
         if sglang_python:
@@ -255,11 +259,7 @@ def run(
     if llm:
         settings_kw["llm_model"] = llm
     settings = _new_settings(err, settings_kw, set_)
-    from perfwarden.agents.config_tuner import parse_levers  # heavy: only when a run starts
-    from perfwarden.harness.target_config import ConfigError
-    from perfwarden.harness.safe_write import RefusedWrite
-    from perfwarden.harness.seal import SealError
-    from perfwarden.auditor.claim_file import ClaimError
+    # lazy: langgraph (the orchestrator extra): only when a run starts
     from perfwarden.orchestrator.runner import RunUsageError, read_settings, run_graph
 
     if resume is not None:  # a resumed run keeps the settings it started with
@@ -272,7 +272,7 @@ def run(
     run_dir = resume or out or Path("runs") / time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     client = None
     if settings.llm_model:
-        from perfwarden.agents.llm import LLMClient
+        from perfwarden.harness.llm_client import LLMClient  # lazy: openai: only with --llm
 
         client = LLMClient(model=settings.llm_model, timeout_s=settings.llm_timeout_s,
                            max_retries=settings.llm_max_retries, max_tokens=settings.llm_max_tokens)

@@ -21,7 +21,11 @@ import httpx
 from perfwarden.harness import safe_write, seal
 from perfwarden.harness.bench_writer import rep_exists
 from perfwarden.harness.loadgen_client import LoadSettings, measure_rep, request_params
+from perfwarden.harness.opbench import OpBenchError, alternatives_for, run_opbench_for_lab
+from perfwarden.harness.ops import SUPPORTED_OPS
+from perfwarden.harness.profiling import profile_model
 from perfwarden.harness.prompts import parity_prompts, random_word_prompts, varied_prompts
+from perfwarden.harness.quality import run_quality_pair
 from perfwarden.harness.records import LegSpec, Overlay, RunDir
 from perfwarden.harness.target_config import EmbeddedConfig, TargetConfig
 from perfwarden.harness.targets import EmbeddedTarget, ServerTarget, TargetError, prepare_weights
@@ -99,8 +103,6 @@ class ServerLab:
     def quality(self, run: Path, leg: LegPlan, baseline: LegPlan) -> str:
         """The registered QA eval on both legs, each on its own server started with the leg's config,
         through the same OpenAI-compatible endpoint the reps use."""
-        from perfwarden.harness.quality import run_quality_pair
-
         seal.begin(run)
         try:
             return run_quality_pair(Path(run), leg.leg, self.quality_config(leg.config), baseline.leg,
@@ -283,18 +285,12 @@ class EmbeddedLab(ServerLab):
             prepare_weights(plan.config)
 
     def overridable_ops(self) -> list[str]:
-        from perfwarden.harness.ops import SUPPORTED_OPS
-
         return list(SUPPORTED_OPS)
 
     def alternatives(self, op: str) -> list[str]:
-        from perfwarden.harness.opbench import alternatives_for
-
         return alternatives_for(op, device=self._device())
 
     def profile(self, run: Path, config: dict[str, Any]) -> Path:
-        from perfwarden.harness.profiling import profile_model
-
         seal.begin(run)
         try:
             return profile_model(RunDir(run).profile, config, max_tokens=self.load.max_tokens)
@@ -302,8 +298,6 @@ class EmbeddedLab(ServerLab):
             raise LabError(f"profiling failed: {type(exc).__name__}: {exc}") from exc
 
     def opbench(self, run: Path, op: str, candidates: list[str], shapes: list[list[int]]) -> Path:
-        from perfwarden.harness.opbench import OpBenchError, run_opbench_for_lab
-
         seal.begin(run)
         try:
             return run_opbench_for_lab(Path(run), op, candidates, shapes, device=self._device())

@@ -39,17 +39,19 @@ from langgraph.graph import END, START, StateGraph
 from langgraph.runtime import Runtime
 
 from perfwarden.agents import config_tuner, integrator, kernel_extractor, op_benchmarker
+from perfwarden.auditor import banking
 from perfwarden.auditor.audit import audit_path, load_claim, write_verdict
 from perfwarden.auditor.findings import unsealed_refusal
-from perfwarden.auditor.gates.profile import rank_ops
 from perfwarden.auditor.persona import apply_persona
 from perfwarden.agents.base import BankedChange, Proposal, Rejection, VerdictSummary, apply_overlay
 from perfwarden.harness.jsonl import ProfileLine, read_jsonl
+from perfwarden.harness.profile_ops import rank_ops
 from perfwarden.harness import safe_write
 from perfwarden.harness.records import Claim, RunDir, RunManifest, append_jsonl, write_json_atomic
 from perfwarden.harness.seal import find_key_file
 from perfwarden.orchestrator.crashpoints import crash_point
 from perfwarden.orchestrator.lab import LabError, LegPlan
+from perfwarden.orchestrator.report import write_report
 from perfwarden.orchestrator.state import STATE_VERSION, RunContext, RunState
 
 BASELINE_LEG = "baseline"
@@ -493,10 +495,11 @@ def fix(state: RunState, runtime: Runtime[RunContext]) -> dict:
         p.history.append(f"patch audit {v.shown} ({v.action}): refused -- {unsealed}")
         return {"proposals": [p], "fix_action": "done",
                 "rejected": [Rejection(name=p.id, verdict=v.path, reason=unsealed)]}
-    if v.verdict == "PASS":
+    banked_as = banking.banked_as(v.verdict, v.action, v.seal, v.scope)
+    if banked_as is not None:  # the auditor's one banking rule: its class and re-derived headline, never ours
         p.status = "banked"
         cls = v.lever_detected or p.believed_class
-        p.history.append(f"patch audit PASS: banked as class {cls}")
+        p.history.append(f"patch audit {v.shown} ({v.action}): banked as class {cls} ({banked_as})")
         claim, _ = load_claim(run / v.claim)
         banked = BankedChange(name=p.id, kind=p.kind, lever_class=cls, config=p.config, against=p.against,
                               op=p.op, impl=p.chosen, verdict=v.path, claim=v.claim,
@@ -629,8 +632,6 @@ def route_red_team(state: RunState) -> str:
 
 @step("report")
 def report(state: RunState, runtime: Runtime[RunContext]) -> dict:
-    from perfwarden.orchestrator.report import write_report
-
     ctx = runtime.context
     drained = _brain_notes(ctx)
     notes = list(state.get("notes", [])) + drained["notes"]

@@ -8,10 +8,9 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 
 
 def default_fixture_roots() -> list[Path]:
-    """The shipped proof fixtures (package data of perfwarden.proof)."""
-    import perfwarden.proof
-
-    return [Path(perfwarden.proof.__file__).resolve().parent / "fixtures"]
+    """The shipped proof fixtures (package data of perfwarden.proof, beside this package in a checkout
+    and in an install alike): located, never imported -- the running system imports nothing of proof/."""
+    return [REPO_ROOT / "proof" / "fixtures"]
 
 
 def shared_corpus() -> Path:

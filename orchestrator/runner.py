@@ -28,14 +28,16 @@ from langgraph.checkpoint.sqlite import SqliteSaver
 
 from perfwarden.agents.base import AttackProducer
 from perfwarden.agents.brains import Brains
-from perfwarden.agents.llm import LLMClient
+from perfwarden.harness.llm_client import LLMClient
 from perfwarden.harness import safe_write
 from perfwarden.harness.records import write_json_atomic
+from perfwarden.harness.safe_read import RECORD_BYTES, read_bytes
 from perfwarden.orchestrator.checkpoint_serde import (CheckpointTypeError, StateOnlySerializer, check_names,
                                                       check_state)
 from perfwarden.orchestrator.crashpoints import crash_point
 from perfwarden.orchestrator.graph import build_graph, initial_state
 from perfwarden.orchestrator.lab import Lab, check_leg_writes
+from perfwarden.orchestrator.report import write_report
 from perfwarden.orchestrator.settings import RunSettings, settings_error
 from perfwarden.orchestrator.state import STATE_VERSION, RunContext, RunState, SilentWatcher
 
@@ -104,8 +106,6 @@ def read_settings(run: Path) -> RunSettings:
     """The settings a run started with (a resumed run keeps them); RunUsageError when unreadable."""
     from pydantic import ValidationError
 
-    from perfwarden.harness.safe_read import RECORD_BYTES, read_bytes
-
     try:
         return RunSettings.model_validate_json(read_bytes(settings_path(run), run, limit=RECORD_BYTES,
                                                           what="settings"))
@@ -131,8 +131,6 @@ def ensure_report(run: Path, state: dict[str, Any], context: RunContext) -> dict
         raise RunUsageError(f"the run in {str(run)!r} stopped at stage {state.get('stage')!r} with no step left to "
                             "run and no report; it cannot be resumed (start a new run)")
     if not (Path(run) / "report.json").is_file() or not (Path(run) / "report.md").is_file():
-        from perfwarden.orchestrator.report import write_report
-
         write_report(Path(run), state, {**context.lab.base_config(), **context.settings.base_config},
                      context.lab.config_model)
     return state

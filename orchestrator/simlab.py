@@ -19,11 +19,12 @@ from typing import Any
 
 from perfwarden.harness import safe_write, seal
 from perfwarden.harness.bench_writer import append_bench_line, rep_exists
+from perfwarden.harness.quality import load_items
 from perfwarden.harness.records import LegSpec, Overlay, QualityEval, RunDir, jsonl_text
 from perfwarden.harness.target_config import EmbeddedConfig
 from perfwarden.orchestrator.crashpoints import armed, kill_now
 from perfwarden.orchestrator.lab import LabError, LegPlan, check_leg_writes
-from perfwarden.proof.synth import COHERENT_TEXTS, make_rep, write_jsonl
+from perfwarden.orchestrator.synth import COHERENT_TEXTS, make_rep, write_jsonl
 
 # It simulates the embedded target, so its true baseline is that target's defaults (one place).
 BASE = {"model": "SmolLM2-135M-Instruct", **EmbeddedConfig.defaults(), "threads": 2}
@@ -163,8 +164,6 @@ class SyntheticLab:
             if leg.config.get(key) != BASE.get(key) and "quality" in eff:
                 score, base = eff["quality"]
         # As harness/quality.run_quality_pair records it: one record per leg, on the shipped item set.
-        from perfwarden.harness.quality import load_items
-
         digest = load_items().sha256
         seal.write_json(RunDir(run).quality("pw-qa-exact-v1", baseline.leg), QualityEval(
             eval_id="pw-qa-exact-v1", leg=baseline.leg, n=40, score=base, items_sha256=digest))

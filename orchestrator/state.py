@@ -17,7 +17,7 @@ from typing import Annotated, Any, Callable, Protocol, TypedDict
 
 from perfwarden.agents.base import (AttackProducer, BankedChange, Proposal, Rejection, VerdictSummary)
 from perfwarden.agents.brains import Brains
-from perfwarden.agents.llm import LLMClient
+from perfwarden.harness.llm_client import LLMClient
 from perfwarden.harness.records import Claim
 from perfwarden.orchestrator.lab import Lab, LegPlan
 from perfwarden.orchestrator.settings import RunSettings

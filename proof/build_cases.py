@@ -14,7 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Callable
 
-from perfwarden.proof.synth import (fixture_builder_main, write_fixture, BASE_INFO, BASE_TPUT, CAND_TPUT, COHERENT_TEXTS, GIBBERISH_TEXTS, build_ab_run,
+from perfwarden.orchestrator.synth import (fixture_builder_main, write_fixture, BASE_INFO, BASE_TPUT, CAND_TPUT, COHERENT_TEXTS, GIBBERISH_TEXTS, build_ab_run,
                                     make_rep, reps, write_claim, write_jsonl, write_quality_pair)
 
 PATCH_CODES = ["EVIDENCE_MISSING", "EVIDENCE_CORRUPT", "REPORTED_MISMATCH", "CONDITIONS_DIFFER",

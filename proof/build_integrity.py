@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from perfwarden.harness.records import write_json_atomic
-from perfwarden.proof.synth import (BASE_INFO, BASE_TPUT, CAND_TPUT, COHERENT_TEXTS, build_ab_run, fixture_builder_main, write_fixture,
+from perfwarden.orchestrator.synth import (BASE_INFO, BASE_TPUT, CAND_TPUT, COHERENT_TEXTS, build_ab_run, fixture_builder_main, write_fixture,
                                     reps)
 
 CAND_INFO = {**BASE_INFO, "max_batch_size": 8, "port": 8101}

@@ -19,7 +19,7 @@ the run.
     python -m perfwarden.proof.build_mlperf_cases [--out proof/mlperf_fixtures]
 
 The output is a corpus in the shared corpora's layout (``manifest.json`` + ``cases/<id>/``), scored by
-``proof/mlperf_cases.py`` with and without ``--test``; ``must_include``/``must_exclude`` name the codes
+``orchestrator/mlperf_cases.py`` with and without ``--test``; ``must_include``/``must_exclude`` name the codes
 (at FLAG or FAIL) the verdict must and must not carry.
 """
 
@@ -30,7 +30,7 @@ import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from perfwarden.proof.synth import fixture_builder_main
+from perfwarden.orchestrator.synth import fixture_builder_main
 
 REPO = Path(__file__).resolve().parents[1]
 VENDORED = REPO / "tests" / "data" / "mlperf"

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from perfwarden.proof.synth import BASE_INFO, REP_LATENCY_JITTER, build_ab_run, fixture_builder_main, make_rep, write_fixture
+from perfwarden.orchestrator.synth import BASE_INFO, REP_LATENCY_JITTER, build_ab_run, fixture_builder_main, make_rep, write_fixture
 
 SLOT_S = 4.0
 """Seconds between consecutive rep starts (a rep of 256 tokens at >= 70 tok/s lasts < 3.7 s)."""

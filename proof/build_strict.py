@@ -20,7 +20,7 @@ from typing import Any, Callable
 from perfwarden.harness.records import write_json_atomic
 from perfwarden.proof.build_integrity import (QUIET, RUN_T0, edit_lines, foreign, harness_ab, harness_reps, light,
                                               ab)
-from perfwarden.proof.synth import BASE_TPUT, CAND_TPUT, fixture_builder_main, write_fixture
+from perfwarden.orchestrator.synth import BASE_TPUT, CAND_TPUT, fixture_builder_main, write_fixture
 
 STEP_S = 10.0
 """Seconds between the starts of consecutive rep slots (a rep here lasts ~1.3 s)."""

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from perfwarden.harness.records import write_json_atomic
-from perfwarden.proof.synth import BASE_INFO, build_ab_run, fixture_builder_main, write_claim, write_jsonl
+from perfwarden.orchestrator.synth import BASE_INFO, build_ab_run, fixture_builder_main, write_claim, write_jsonl
 
 OP = "rmsnorm"
 SHAPE = [16, 576]

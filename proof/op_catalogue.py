@@ -15,6 +15,9 @@ import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
+from perfwarden.harness.opbench import run_opbench
+from perfwarden.harness.ops.alternatives import for_op
+
 CATALOGUE = Path(__file__).resolve().parent / "op_exploits"
 SHAPES = {"rmsnorm": [[16, 576]], "silu_mul": [[16, 1536]], "rotary": [[1, 9, 16, 64]]}
 REQUIRED_REFUSED = 15
@@ -84,9 +87,6 @@ def _verdicts(jsonl: Path) -> dict[str, tuple[bool, str | None, float | None]]:
 
 
 def run(run_dir: Path) -> list[Row]:
-    from perfwarden.harness.opbench import run_opbench
-    from perfwarden.harness.ops.alternatives import for_op
-
     entries = load_catalogue()
     rows: list[Row] = []
     for op, shapes in SHAPES.items():

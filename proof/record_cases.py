@@ -25,6 +25,8 @@ from pathlib import Path
 from typing import Any
 
 from perfwarden.agents.op_benchmarker import pick_winner
+from perfwarden.harness.opbench import run_opbench_for_lab
+from perfwarden.harness.profiling import profile_model
 from perfwarden.harness.records import RunManifest, write_json_atomic
 from perfwarden.orchestrator.embedded_lab import EMBEDDED_BASE, EmbeddedLab
 from perfwarden.orchestrator.lab import LegPlan
@@ -208,9 +210,6 @@ def record(out: Path, reps: int, work: Path, only: set[str] | None = None) -> li
     built.append("rec-cpu-hog")
 
     # Op benchmarks on the served shapes from a real profile.
-    from perfwarden.harness.opbench import run_opbench_for_lab
-    from perfwarden.harness.profiling import profile_model
-
     ops_dir = Path(__file__).resolve().parents[1] / "harness" / "ops"
     for name, (impl, shapes, verdict, action, include, exclude, why) in OPBENCH_CASES.items():
         fixture = _fixture(out, name, work / "rec-aa-pair", ("base",))

@@ -31,9 +31,12 @@ from typing import Any, Callable
 from perfwarden.harness import seal
 from perfwarden.harness.bench_writer import append_bench_line
 from perfwarden.harness.records import LegSpec, Overlay, write_json_atomic
+from perfwarden.orchestrator.embedded_lab import EMBEDDED_BASE, EmbeddedLab
+from perfwarden.orchestrator.lab import LegPlan
 from perfwarden.orchestrator.paths import shared_corpus
-from perfwarden.proof.synth import (BASE_INFO, CAND_TPUT, build_ab_run, make_rep, reps, write_claim, write_leg,
+from perfwarden.orchestrator.synth import (BASE_INFO, CAND_TPUT, build_ab_run, make_rep, reps, write_claim, write_leg,
                                     write_manifest)
+from perfwarden.proof.record_cases import _claim, _own_regressions
 
 SEAL_CODES = ["EVIDENCE_TAMPERED", "EVIDENCE_MISSING"]
 SGLANG_FILE = shared_corpus() / "sglang" / "bench_serving_llamacpp_smollm2.jsonl"
@@ -206,10 +209,6 @@ def build_all(out: Path) -> list[str]:
 
 def record(out: Path, reps_per_leg: int = 3) -> list[str]:
     """Record ``seal-rec-clean`` on the embedded target (a few minutes on 2 cores)."""
-    from perfwarden.orchestrator.embedded_lab import EMBEDDED_BASE, EmbeddedLab
-    from perfwarden.orchestrator.lab import LegPlan
-    from perfwarden.proof.record_cases import _claim, _own_regressions
-
     name = "seal-rec-clean"
     verdict, action, include, exclude, note, why = RECORDED[name]
     fixture = out / name

@@ -14,7 +14,7 @@ import shutil
 from pathlib import Path
 from typing import Any, Callable
 
-from perfwarden.proof.synth import (fixture_builder_main, COHERENT_TEXTS, GIBBERISH_TEXTS, make_rep, overlay_between,
+from perfwarden.orchestrator.synth import (fixture_builder_main, COHERENT_TEXTS, GIBBERISH_TEXTS, make_rep, overlay_between,
                                     write_claim, write_jsonl, write_leg, write_manifest)
 
 SGLANG_INFO: dict[str, Any] = {

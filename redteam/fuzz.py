@@ -51,8 +51,14 @@ from typing import Any, Callable, Protocol, Sequence, TypeVar
 import msgspec
 from pydantic import ValidationError
 
+from perfwarden.auditor.claim_file import ClaimError, load_claim
+from perfwarden.auditor.evidence import RunLoader
+from perfwarden.auditor.findings import Findings
 from perfwarden.harness import jsonl as jsonl_formats
 from perfwarden.harness.records import Claim, LegSpec
+from perfwarden.orchestrator.answer_key import AnswerKeyError, load_answer_key
+from perfwarden.orchestrator.cli import app
+from perfwarden.orchestrator.review.model import ReviewError, read_verdict
 
 T = TypeVar("T")
 
@@ -737,6 +743,7 @@ class Fuzzer:
     def _review_seed(self, fixture: Path) -> Path:
         """A copy of the fixture's run with its verdicts saved (what ``review`` reads), made once."""
         if fixture not in self._review_seeds:
+            # lazy: scipy: the auditor, only for this seed
             from perfwarden.auditor.audit import audit_path, write_verdict
 
             seed = self.scratch / "review-seeds" / fixture.name
@@ -762,12 +769,6 @@ class Fuzzer:
 
     def _readers(self, choose: Chooser, work: Path) -> Outcome:
         """The readers called directly: each may raise only its documented error."""
-        from perfwarden.auditor.claim_file import ClaimError, load_claim
-        from perfwarden.auditor.evidence import RunLoader
-        from perfwarden.auditor.findings import Findings
-        from perfwarden.orchestrator.review.model import ReviewError, read_verdict
-        from perfwarden.proof.answer_key import AnswerKeyError, load_answer_key
-
         fixture, claim_rel = choose.pick(self.fixtures, "seed")
         copy = work / fixture.name
         shutil.copytree(fixture, copy)
@@ -810,6 +811,4 @@ def _alarm(signum: int, frame: Any) -> None:
 
 
 def _app():
-    from perfwarden.orchestrator.cli import app
-
     return app

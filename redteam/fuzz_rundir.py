@@ -64,6 +64,10 @@ from typing import Any, Callable, Iterator
 
 from pydantic import BaseModel
 
+from perfwarden.harness import seal
+from perfwarden.orchestrator.crashpoints import ENV
+from perfwarden.orchestrator.settings import RunSettings
+from perfwarden.orchestrator.simlab import SyntheticLab
 from perfwarden.redteam.fuzz import Chooser, Hang, Outcome, _alarm, _app, raw_controls
 
 CONTRACT = {"resume": {0, 1, 3}, "measure": {0, 1, 3}, "audit-save": {0, 10, 20, 3}}
@@ -286,15 +290,11 @@ class RunSeed:
 
 def _fork_run(path: Path, crash_at: str | None, settings_kw: dict[str, Any]) -> None:
     """Record one synthetic run in a forked child (killed at ``crash_at``, a crash point)."""
-    from perfwarden.orchestrator.crashpoints import ENV
-
     pid = os.fork()
     if pid == 0:  # the child never returns into the caller's stack
         code = 70
         try:
-            from perfwarden.orchestrator.runner import run_graph
-            from perfwarden.orchestrator.settings import RunSettings
-            from perfwarden.orchestrator.simlab import SyntheticLab
+            from perfwarden.orchestrator.runner import run_graph  # lazy: langgraph, in the child only
 
             if crash_at:
                 os.environ[ENV] = crash_at
@@ -640,8 +640,6 @@ class StandInLab:
     real leg), so an input costs milliseconds instead of a model load."""
 
     def __new__(cls, **kw: Any) -> Any:
-        from perfwarden.orchestrator.simlab import SyntheticLab
-
         return SyntheticLab(on_rep=kw.get("on_rep"))
 
 
@@ -789,7 +787,7 @@ class RundirFuzzer:
             import typer.main
 
             self._command = typer.main.get_command(_app())
-            from perfwarden.orchestrator.graph import build_graph
+            from perfwarden.orchestrator.graph import build_graph  # lazy: langgraph (the orchestrator extra)
 
             self._graph = build_graph()  # the same for every input; compiled per run as always
         with mock.patch("perfwarden.orchestrator.embedded_lab.EmbeddedLab", StandInLab), \
@@ -834,8 +832,6 @@ class RundirFuzzer:
                 outcome.mutations.append(f"REPORT {found[:3]}")
 
     def _cleanup(self, work: Path, keys_before: set[str]) -> None:
-        from perfwarden.harness import seal
-
         with contextlib.suppress(Exception):
             seal.forget(work / "box" / "run")
         with seal._REGISTRY_LOCK:  # chains this input opened (a measure's stand-in lab, a resume)

@@ -29,7 +29,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
+from perfwarden.auditor import registry
 from perfwarden.harness.records import Claim, IsolatedSpeedup, write_json_atomic
+from perfwarden.harness.seal import GENESIS_MAC, encode_entry, key_id
 
 PROOF_FIXTURES = Path(__file__).resolve().parents[1] / "proof" / "fixtures"
 """The shipped fixtures (data of perfwarden.proof) the committed mutations are built from."""
@@ -327,8 +329,6 @@ def counts_contradict(run: Path, claim: Claim) -> Claim:
 
 def _a_knob(info: dict[str, Any]) -> tuple[str, Any]:
     """A knob of ``info`` (not a runtime or inert key) and a different value for it."""
-    from perfwarden.auditor import registry
-
     for key in sorted(info):
         value = info[key]
         if registry.is_inert(key) or isinstance(value, (dict, list)) or value is None:
@@ -717,8 +717,6 @@ def edit_data_and_chain(run: Path, claim: Claim) -> Claim:
 def forge_chain_under_other_key(run: Path, claim: Claim) -> Claim:
     """The candidate's first rep is edited, then the whole chain is rebuilt -- consistently, over every
     file now on disk -- under a fresh key the forger made (same seal id, new key)."""
-    from perfwarden.harness.seal import GENESIS_MAC, encode_entry, key_id
-
     edit_one_byte(run, claim)
     chain = run / "evidence.jsonl"
     first = json.loads(chain.read_bytes().splitlines()[0])

@@ -36,10 +36,12 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from perfwarden.harness.records import Claim, write_json_atomic
+from perfwarden.auditor.codes import CATALOG
+from perfwarden.harness.records import Claim, DeclaredLever, Headline, IsolatedSpeedup, LegRefs, write_json_atomic
 # The family modules register on import, in this order (a plan draws from FAMILIES in order).
 from perfwarden.redteam import families_judgement, families_evidence  # noqa: F401, I001
 from perfwarden.redteam.attack import DISCLOSABLE, FAMILIES, AttackContext, AttackKind, Expectation, Family, combine
+from perfwarden.skills import load_skill
 
 AUDIT_TIME_LIMIT_S = 20.0
 """An audit slower than this on a small fixture is a resource blow-up."""
@@ -178,7 +180,7 @@ def _peak_rss_mb() -> float:
 def run_attack(base: Base, names: list[str], families: dict[str, Family], seed: str, workdir: Path,
                out: Path | None) -> AttackResult | None:
     """Copy the base, apply the families in order, audit blind, judge; write a fixture on success."""
-    from perfwarden.auditor.audit import ClaimError, audit_path
+    from perfwarden.auditor.audit import ClaimError, audit_path  # lazy: scipy: the auditor, only when attacking
 
     dest = workdir / "run"
     if dest.exists():
@@ -268,7 +270,7 @@ def redteam(fixtures: list[Path], rounds: int = 1, seed: int = 0, out: Path | No
             only: list[str] | None = None, progress: Callable[[AttackResult], None] | None = None,
             pairs: bool = True) -> Report:
     """Attack every base with every family (and random pairs) for ``rounds`` rounds."""
-    from perfwarden.auditor.audit import audit_path
+    from perfwarden.auditor.audit import audit_path  # lazy: scipy: the auditor, only when attacking
 
     families = load_families()
     if only:
@@ -377,7 +379,7 @@ class LLMRedTeam:
 
     def invent(self, run: Path) -> LLMAttack | None:
         """Talk to the model until it submits an attack (or the step budget ends: None)."""
-        from perfwarden.agents.llm import LLMOutputError
+        from perfwarden.harness.llm_client import LLMOutputError  # lazy: openai: only with an LLM brain
 
         system = LLM_SYSTEM.format(docs=self.docs)
         transcript = ["The run's files are your only tools. Start with list_files."]
@@ -444,10 +446,6 @@ def _set_dotted(obj: dict[str, Any], key: str, value: Any) -> None:
 
 def auditor_docs() -> str:
     """What the LLM red team may read about its target: the persona prompt's rules and the catalog."""
-    from perfwarden.auditor.codes import CATALOG
-
-    from perfwarden.skills import load_skill
-
     skill = load_skill("patch_auditor")
     rules = skill.split("## Answer format")[0]
     codes = "\n".join(f"- {code}: {text}" for code, text in CATALOG.items())
@@ -457,7 +455,7 @@ def auditor_docs() -> str:
 def llm_round(brain: LLMRedTeam, bases: list[Base], workdir: Path, out: Path | None, seed: str
               ) -> list[AttackResult]:
     """One LLM-invented attack per base, audited blind and judged like the deterministic ones."""
-    from perfwarden.auditor.audit import ClaimError, audit_path
+    from perfwarden.auditor.audit import ClaimError, audit_path  # lazy: scipy: the auditor, only when attacking
 
     results = []
     for base in bases:
@@ -556,8 +554,6 @@ def _baseline_leg(run: Path) -> str | None:
 
 
 def _rt_lever(name: str, claim: Claim | None, **update: Any) -> Any:
-    from perfwarden.harness.records import DeclaredLever
-
     if claim is not None and claim.lever is not None:
         return claim.lever.model_copy(update={"name": f"rt-{name}", **update})
     return DeclaredLever(name=f"rt-{name}", lever_class="B", config_keys=["max_batch_size"], **update)
@@ -569,8 +565,6 @@ def _fresh(claim: Claim, name: str, **update: Any) -> Claim:
 
 def live_relabel_as_kernel(run: Path, banked: list[Any]) -> Claim | None:
     """A config win reported as a kernel win with an isolated speedup that was never measured."""
-    from perfwarden.harness.records import IsolatedSpeedup
-
     claim = _banked_claim(run, banked)
     if claim is None:
         return None
@@ -606,8 +600,6 @@ def live_undeclared_knob(run: Path, banked: list[Any]) -> Claim | None:
 
 def live_leg_against_itself(run: Path, banked: list[Any]) -> Claim | None:
     """The baseline compared with itself, claimed as a 30% batching gain."""
-    from perfwarden.harness.records import Headline, LegRefs
-
     leg = _baseline_leg(run)
     if leg is None:
         return None
@@ -617,8 +609,6 @@ def live_leg_against_itself(run: Path, banked: list[Any]) -> Claim | None:
 
 def live_forged_leg(run: Path, banked: list[Any]) -> Claim | None:
     """A copy of the baseline leg with every throughput scaled by 1.3: evidence the harness never wrote."""
-    from perfwarden.harness.records import Headline, LegRefs
-
     leg = _baseline_leg(run)
     if leg is None:
         return None

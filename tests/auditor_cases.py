@@ -1,6 +1,6 @@
 """Hand-built run directories for auditor tests: one clean A/B run plus small edits per fault.
 
-The builder lives in ``perfwarden.proof.synth`` (the proof corpus uses it too). Each test changes one
+The builder lives in ``perfwarden.orchestrator.synth`` (the proof corpus uses it too). Each test changes one
 thing and states the verdict the design demands.
 """
 
@@ -10,7 +10,7 @@ from pathlib import Path
 
 from perfwarden.auditor.audit import audit_path
 from perfwarden.harness.records import Verdict
-from perfwarden.proof.synth import BASE_INFO, BASE_TPUT, CAND_TPUT, build_ab_run, reps  # noqa: F401
+from perfwarden.orchestrator.synth import BASE_INFO, BASE_TPUT, CAND_TPUT, build_ab_run, reps  # noqa: F401
 
 build = build_ab_run
 

@@ -11,8 +11,8 @@ from typer.testing import CliRunner
 
 from perfwarden.orchestrator.cli import app
 from perfwarden.orchestrator.paths import default_fixture_roots, shared_corpus
-from perfwarden.proof.backtest import run_backtest
-from perfwarden.proof.synth import write_claim
+from perfwarden.orchestrator.backtest import run_backtest
+from perfwarden.orchestrator.synth import write_claim
 
 from auditor_cases import BASE_INFO, build, reps
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from perfwarden.auditor.codes import CATALOG
-from perfwarden.proof.synth import COHERENT_TEXTS as COHERENT, GIBBERISH_TEXTS, make_rep, write_jsonl
+from perfwarden.orchestrator.synth import COHERENT_TEXTS as COHERENT, GIBBERISH_TEXTS, make_rep, write_jsonl
 
 from auditor_cases import BASE_INFO, BASE_TPUT, CAND_TPUT, audit, build, codes, reps
 
@@ -130,7 +130,7 @@ def test_contended_leg(tmp_path):
 def test_noisy_baseline_scope(tmp_path):
     # 32 requests issued at once: at ~1,000 tok/s a rep must last as long as its requests do.
     build(tmp_path, base_reps=reps("base", [966.36, 1004.05, 1004.71], 0, n_requests=32, start_step_s=0.0))
-    from perfwarden.proof.synth import write_claim
+    from perfwarden.orchestrator.synth import write_claim
     claim = write_claim(tmp_path, {"scope": "baseline", "seq": 2, "legs": {"baseline": "base"}})
     v = audit(tmp_path, claim)
     f = next(f for f in v.findings if f.code == "NOISY_BASELINE")
@@ -140,7 +140,7 @@ def test_noisy_baseline_scope(tmp_path):
 
 def test_baseline_drift_and_unmeasurable_drift(tmp_path):
     build(tmp_path)
-    from perfwarden.proof.synth import write_claim
+    from perfwarden.orchestrator.synth import write_claim
     drift = write_claim(tmp_path, {"scope": "baseline", "seq": 2, "legs": {"baseline": "base"},
                                    "provided_baseline": {"value": 130.0, "source": "dashboard"}})
     v = audit(tmp_path, drift)
@@ -203,7 +203,7 @@ def test_server_crash_after_one_rep(tmp_path):
 
 
 def test_parity_mismatch(tmp_path):
-    wrong = [t.replace("the", "a") for t in reversed(__import__("perfwarden.proof.synth").proof.synth.COHERENT_TEXTS)]
+    wrong = [t.replace("the", "a") for t in reversed(__import__("perfwarden.orchestrator.synth").proof.synth.COHERENT_TEXTS)]
     v = audit(tmp_path, build(tmp_path, cand_outputs=wrong))
     assert v.verdict == "FAIL" and "PARITY_MISMATCH" in codes(v) and v.correctness == "failed"
 
@@ -244,7 +244,7 @@ def test_quality_eval_missing_and_regression(tmp_path):
         "mechanism": {"name": "baseline", "support": "supported"}})
     v = audit(tmp_path, claim)
     assert v.verdict == "FAIL" and "QUALITY_EVAL_MISSING" in codes(v)
-    from perfwarden.proof.synth import write_quality_pair
+    from perfwarden.orchestrator.synth import write_quality_pair
     write_quality_pair(tmp_path, base_score=0.45, cand_score=0.30)  # both legs' records, as the harness writes
     claim = build(tmp_path, cand_info=info, claim={
         "lever": {"name": "int8", "lever_class": "B", "config_keys": ["quantization"]},
@@ -332,7 +332,7 @@ def _rows(backend: str, ms: float, *, ref=False, seeds=(0, 1, 2), rel=1e-6, shap
 
 
 def _harness_claim(run: Path, path: str, **iso):
-    from perfwarden.proof.synth import write_claim
+    from perfwarden.orchestrator.synth import write_claim
     body = {"scope": "harness", "seq": 5, "op": "rmsnorm", "opbench": path, "legs": {"baseline": "base"},
             "isolated_speedup": {"value": iso.pop("value", 2.0), "op": "rmsnorm", "opbench": path, **iso}}
     return write_claim(run, body)
@@ -403,7 +403,7 @@ def test_isolated_e2e_gap_when_e2e_is_noise(tmp_path):
 
 
 def test_profile_misattribution_and_fragment_merge(tmp_path):
-    from perfwarden.proof.synth import write_claim
+    from perfwarden.orchestrator.synth import write_claim
     write_jsonl(tmp_path / "profile" / "profile.jsonl", [
         {"name": "silu_mul_kernel_0", "self_time_us": 2000.0}, {"name": "silu_mul_kernel_1", "self_time_us": 2100.0},
         {"name": "silu_mul_kernel_2", "self_time_us": 1900.0}, {"name": "aten::linear", "self_time_us": 5000.0},
@@ -497,7 +497,7 @@ def test_same_config_legs_are_aa_evidence_and_the_baseline_must_represent_them(t
 
 def test_noisy_aa_legs_cannot_excuse_a_noisy_baseline(tmp_path):
     """The A/A limit on a baseline's spread may tighten the documented default, never loosen it."""
-    from perfwarden.proof.synth import write_claim
+    from perfwarden.orchestrator.synth import write_claim
 
     build(tmp_path, base_reps=reps("base", [966.36, 1004.05, 1004.71], 0, n_requests=32, start_step_s=0.0),
           extra_legs={"aa": ("aa", BASE_INFO, reps("aa", [900.0, 1000.0, 1080.0], 20, n_requests=32,

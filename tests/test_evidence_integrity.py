@@ -25,7 +25,7 @@ from perfwarden.harness.contention import parse_cpu_max
 from perfwarden.harness.json_limits import JsonTooDeep, check_depth, json_depth, loads_bounded
 from perfwarden.harness.jsonl import BenchRunLine, LineRef, OutputLine, read_jsonl
 from perfwarden.harness.loadgen_client import LoadSettings, request_params
-from perfwarden.proof.synth import make_rep
+from perfwarden.orchestrator.synth import make_rep
 
 from auditor_cases import BASE_TPUT, CAND_TPUT, audit, build, codes, reps
 

@@ -1,6 +1,6 @@
 """Hostile input: every raw-file reader, the auditor and the audit CLI against damaged evidence.
 
-Each example starts from a valid run built with ``proof/synth.py`` (every claim in it PASSes intact),
+Each example starts from a valid run built with ``orchestrator/synth.py`` (every claim in it PASSes intact),
 damages ONE file ONE way, and audits. The properties (design §2, §3):
 
 - ``audit_path`` never raises, except ``ClaimError`` for a bad claim file (exit 3 at the CLI);
@@ -45,7 +45,7 @@ from perfwarden.auditor.findings import Findings
 from perfwarden.harness import jsonl
 from perfwarden.harness.records import Claim, LegSpec, QualityEval, Verdict, write_json_atomic
 from perfwarden.orchestrator.cli import app
-from perfwarden.proof.synth import BASE_INFO, build_ab_run, write_claim, write_jsonl, write_quality_pair
+from perfwarden.orchestrator.synth import BASE_INFO, build_ab_run, write_claim, write_jsonl, write_quality_pair
 
 # Modest and derandomized so the file runs in well under a minute and the same way every time; set
 # PERFWARDEN_HOSTILE_SCALE=10 for a deeper, randomized hunt (pytest --hypothesis-seed=N to replay).

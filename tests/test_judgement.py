@@ -14,8 +14,8 @@ from typer.testing import CliRunner
 from perfwarden.auditor import registry
 from perfwarden.auditor.gates import prose
 from perfwarden.orchestrator.cli import app
-from perfwarden.proof.answer_key import AnswerKeyError, load_answer_key, parse_answer_key
-from perfwarden.proof.synth import BASE_INFO, COHERENT_TEXTS, write_json_atomic
+from perfwarden.orchestrator.answer_key import AnswerKeyError, load_answer_key, parse_answer_key
+from perfwarden.orchestrator.synth import BASE_INFO, COHERENT_TEXTS, write_json_atomic
 
 from auditor_cases import audit, build, codes
 
@@ -196,7 +196,7 @@ def test_served_parity_is_not_checked_without_prompt_ids(tmp_path):
 
 
 def test_served_texts_must_match_across_legs(tmp_path):
-    from perfwarden.proof.synth import reps
+    from perfwarden.orchestrator.synth import reps
 
     def served(leg, values, offset, texts):
         lines = reps(leg, values, offset)

@@ -11,7 +11,7 @@ import pytest
 
 from perfwarden.agents import kernel_extractor
 from perfwarden.agents.brains import Brains, served_shapes
-from perfwarden.agents.llm import LLMClient
+from perfwarden.harness.llm_client import LLMClient
 from perfwarden.harness.ops.alternatives import for_op
 from perfwarden.orchestrator.runner import run_graph
 from perfwarden.orchestrator.settings import RunSettings

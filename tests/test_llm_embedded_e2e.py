@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-from perfwarden.agents.llm import LLMClient
+from perfwarden.harness.llm_client import LLMClient
 from perfwarden.harness.targets import EmbeddedTarget
 from perfwarden.orchestrator.runner import run_graph
 from perfwarden.orchestrator.settings import RunSettings

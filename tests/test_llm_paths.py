@@ -8,7 +8,7 @@ import pytest
 
 from perfwarden.auditor.audit import audit_path
 from perfwarden.auditor.persona import apply_persona, render_prompt
-from perfwarden.agents.llm import LLMClient, LLMOutputError, extract_json
+from perfwarden.harness.llm_client import LLMClient, LLMOutputError, extract_json
 from perfwarden.orchestrator.runner import run_graph
 from perfwarden.orchestrator.settings import RunSettings
 from perfwarden.orchestrator.simlab import SyntheticLab

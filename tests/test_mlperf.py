@@ -554,7 +554,7 @@ def test_backtest_folds_in_the_mlperf_corpora_with_and_without_test(corpus):
     test detected; every audit must land in the case's expected verdicts (issue 9 rule 9)."""
     if not (corpus / "manifest.json").is_file():
         pytest.skip(f"{corpus} absent")
-    from perfwarden.proof.mlperf_cases import mlperf_results
+    from perfwarden.orchestrator.mlperf_cases import mlperf_results
 
     results = mlperf_results(corpus)
     n_cases = len(json.loads((corpus / "manifest.json").read_text()))

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from perfwarden.proof.backtest import score_fixture
+from perfwarden.orchestrator.backtest import score_fixture
 from perfwarden.redteam.mutations import (CLEAN_FIXTURES, COMMITTED, MUTATIONS, SEAL_MUTATIONS, SEALED_COMMITTED,
                                         mutate)
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from perfwarden.auditor.audit import audit_path
 from perfwarden.proof import gpu_cases
-from perfwarden.proof.synth import write_jsonl
+from perfwarden.orchestrator.synth import write_jsonl
 
 
 def _audit(tmp_path: Path, server_info: dict, rows: list[dict], claimed: float):

@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 from perfwarden.redteam import red_team as rt
 from perfwarden.orchestrator.cli import app
 from perfwarden.orchestrator.paths import default_fixture_roots
-from perfwarden.proof.answer_key import load_answer_key
+from perfwarden.orchestrator.answer_key import load_answer_key
 
 from scripted_llm import ScriptedLLM
 
@@ -87,7 +87,7 @@ def test_a_planted_weakness_is_found_and_becomes_a_fixture(tmp_path, monkeypatch
     key = load_answer_key(fixture / "answer_key.json")
     assert key.answers[0].verdict == ["FLAG", "FAIL"] and key.answers[0].must_include_any == [["UNKNOWN_KNOB"]]
     monkeypatch.undo()
-    from perfwarden.proof.backtest import run_backtest
+    from perfwarden.orchestrator.backtest import run_backtest
 
     assert run_backtest([fixture]).agreement == 1.0  # the fixed auditor agrees with the attack's answer
 
@@ -111,7 +111,7 @@ def test_llm_brain_reads_only_the_runs_files_and_its_attack_is_judged(tmp_path):
                json.dumps({"tool": "read_file", "path": "../../../../etc/passwd"}),
                json.dumps({"tool": "read_file", "path": "claims/001-patch.json"}),
                json.dumps(attack)]
-    from perfwarden.agents.llm import LLMClient
+    from perfwarden.harness.llm_client import LLMClient
 
     with ScriptedLLM(replies) as llm:
         brain = rt.LLMRedTeam(LLMClient(model="scripted", base_url=llm.base_url, api_key="k"))

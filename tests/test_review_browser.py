@@ -21,7 +21,7 @@ from typer.testing import CliRunner
 from perfwarden.orchestrator.cli import app
 from perfwarden.orchestrator.paths import default_fixture_roots
 from perfwarden.orchestrator.review.backtest_html import render_backtest_html
-from perfwarden.proof.backtest import find_fixtures, run_backtest
+from perfwarden.orchestrator.backtest import find_fixtures, run_backtest
 
 pytestmark = pytest.mark.integration  # headless Chromium per test
 

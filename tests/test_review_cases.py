@@ -16,7 +16,7 @@ from auditor_cases import BASE_INFO, BASE_TPUT, CAND_TPUT, reps
 
 from perfwarden.auditor.audit import audit_path, write_verdict
 from perfwarden.harness import seal
-from perfwarden.proof.synth import COHERENT_TEXTS, write_claim, write_leg, write_manifest
+from perfwarden.orchestrator.synth import COHERENT_TEXTS, write_claim, write_leg, write_manifest
 
 EVIL = "<script>window.__pwned=1</script>"
 """Hostile text a server (or generated output) could put into a file the auditor cites."""

@@ -85,7 +85,7 @@ def entry(verdict: str, action: str, seq: int = 1, scope: str = "patch", seal: s
 
 
 @pytest.mark.parametrize("verdict,action,banked", [
-    ("PASS", "pass", True), ("FLAG", "downgrade_headline", True), ("FLAG", "replace_headline_with_e2e", True),
+    ("PASS", "pass", True), ("FLAG", "downgrade_headline", True), ("FLAG", "replace_headline_with_e2e", False),
     ("FLAG", "remeasure", False), ("FLAG", "flag", False), ("FAIL", "eject", False)])
 def test_banked_rule(verdict, action, banked):
     assert is_banked(entry(verdict, action)) is banked
@@ -127,7 +127,8 @@ def test_json_export_carries_every_verdict_and_the_banked_list(demo):
     assert [v["key"] for v in data["verdicts"]] == ["001-baseline", "002-patch", "003-patch", "004-patch",
                                                      "005-bundle"]
     assert Verdict.model_validate(data["verdicts"][3]["verdict"]).verdict == "FAIL"
-    assert {i["verdict_key"] for i in data["banked"]["items"]} == {"001-baseline", "002-patch", "003-patch"}
+    # Only patch claims bank a change (auditor/banking.py): the run never banks its baseline.
+    assert {i["verdict_key"] for i in data["banked"]["items"]} == {"002-patch", "003-patch"}
 
 
 def test_csv_export_has_one_row_per_finding(demo):

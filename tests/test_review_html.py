@@ -18,7 +18,7 @@ from perfwarden.orchestrator.paths import default_fixture_roots
 from perfwarden.orchestrator.review.backtest_html import render_backtest_html
 from perfwarden.orchestrator.review.report_html import MAX_EVIDENCE_SHOWN, render_review_html
 from perfwarden.orchestrator.review.model import load_review
-from perfwarden.proof.backtest import find_fixtures, run_backtest
+from perfwarden.orchestrator.backtest import find_fixtures, run_backtest
 
 runner = CliRunner()
 SVG_NS = "http://www.w3.org/2000/svg"

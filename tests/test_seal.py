@@ -21,7 +21,7 @@ from perfwarden.harness.bench_writer import append_bench_line, rep_exists, reps_
 from perfwarden.harness.records import RunDir
 from perfwarden.redteam import mutations
 from perfwarden.proof.seal_cases import sealed_clean
-from perfwarden.proof.synth import build_ab_run, make_rep
+from perfwarden.orchestrator.synth import build_ab_run, make_rep
 
 CLAIM = "claims/001-patch.json"
 
@@ -438,7 +438,7 @@ def test_measure_then_audit_on_the_embedded_target(tmp_path):
     import subprocess
     import sys
 
-    from perfwarden.proof.synth import write_claim
+    from perfwarden.orchestrator.synth import write_claim
 
     run = tmp_path / "run"
     cli = [sys.executable, "-m", "perfwarden.orchestrator.cli"]

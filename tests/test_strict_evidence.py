@@ -22,7 +22,7 @@ from perfwarden.harness.json_limits import RepeatedKey, no_repeats
 from perfwarden.harness.jsonl import BenchRunLine, OutputLine, iter_jsonl, read_jsonl, repeated_key
 from perfwarden.harness.records import jsonl_text
 from perfwarden.proof.build_strict import interleaved
-from perfwarden.proof.synth import make_rep, write_claim
+from perfwarden.orchestrator.synth import make_rep, write_claim
 
 from auditor_cases import BASE_TPUT, CAND_TPUT, audit, build, codes, reps
 

@@ -17,7 +17,8 @@ from rich.console import Console
 from test_review_cases import build_demo_run
 from typer.testing import CliRunner
 
-from perfwarden.auditor.audit import audit_path, banks
+from perfwarden.auditor.audit import audit_path
+from perfwarden.auditor.banking import banks
 from perfwarden.orchestrator import graph as G
 from perfwarden.orchestrator.cli import app
 from perfwarden.orchestrator.cli_run import TerminalWatcher
@@ -29,7 +30,7 @@ from perfwarden.orchestrator.runner import run_graph
 from perfwarden.orchestrator.settings import RunSettings
 from perfwarden.orchestrator.simlab import SyntheticLab
 from perfwarden.proof.seal_cases import sealed_clean
-from perfwarden.proof.synth import build_ab_run
+from perfwarden.orchestrator.synth import build_ab_run
 
 runner = CliRunner()
 
@@ -43,7 +44,7 @@ def test_an_unsealed_run_keeps_its_verdict_and_says_unsealed_in_the_audit_output
     claim = build_ab_run(run)  # plain writes: no seal chain, like an imported bench file
     verdict = audit_path(run, claim)
     assert (verdict.verdict, verdict.action, verdict.seal) == ("PASS", "pass", "unsealed")
-    assert verdict.shown == "PASS (unsealed)" and not banks(verdict)
+    assert verdict.shown == "PASS (unsealed)" and not banks(verdict.verdict, verdict.action, verdict.seal)
     human = _cli_audit(run, claim)
     assert human.exit_code == 0, human.output  # the verdict (and its exit code) is unchanged
     assert "PASS (unsealed)" in human.stdout
@@ -69,7 +70,7 @@ def test_a_sealed_run_verified_with_its_key_is_not_marked(tmp_path):
     claim = sealed_clean(fixture)
     run, key = fixture / "run", fixture / "seal.key"
     verdict = audit_path(run, claim, key=key)
-    assert (verdict.verdict, verdict.seal, verdict.shown) == ("PASS", "sealed", "PASS") and banks(verdict)
+    assert (verdict.verdict, verdict.seal, verdict.shown) == ("PASS", "sealed", "PASS") and banks(verdict.verdict, verdict.action, verdict.seal)
     human = _cli_audit(run, claim, "--key", str(key))
     assert human.exit_code == 0 and "PASS" in human.stdout and "unsealed" not in human.stdout.split("\n")[0]
     assert json.loads(_cli_audit(run, claim, "--key", str(key), "--json").stdout)["seal"] == "sealed"

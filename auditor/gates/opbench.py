@@ -7,8 +7,6 @@ with fresh inputs every timed iteration and warm-up discarded.
 
 from __future__ import annotations
 
-import re
-from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -18,6 +16,7 @@ from perfwarden.auditor.evidence import line_evidence
 from perfwarden.auditor.findings import GateResult, finding
 from perfwarden.auditor.gates.conditions import flatten
 from perfwarden.harness.jsonl import LineRef, OpBenchLine, ProfileLine
+from perfwarden.harness.profile_ops import canonical_op
 from perfwarden.harness.records import Finding
 
 # rtol by dtype (torch.testing defaults, relaxed 10x for fused reductions), used when a row has none.
@@ -282,27 +281,3 @@ def op_fraction(profile_rows, op: str) -> float | None:
         return None
     mine = sum(r.self_time_us for _, r in profile_rows if canonical_op(r) == op.lower())
     return mine / total
-
-
-_FRAGMENT_SUFFIX = re.compile(r"(_\d+|<.*>|\(.*\)|_kernel|_fwd|_impl|::\w+)$")
-
-
-def canonical_op(row: ProfileLine) -> str:
-    """Logical op of a profile row: its ``op`` field, else its kernel name without fragment suffixes
-    (``rmsnorm_kernel_0``, ``rmsnorm_kernel<float>`` and ``rmsnorm`` are one op)."""
-    if row.op:
-        return row.op.strip().lower()
-    name = row.name.strip().lower()
-    while True:
-        stripped = _FRAGMENT_SUFFIX.sub("", name)
-        if stripped == name or not stripped:
-            return name
-        name = stripped
-
-
-def merged_op_times(rows: list[tuple[LineRef, ProfileLine]]) -> dict[str, float]:
-    """Merge fragmented kernels (one op under many kernel names) before ranking."""
-    merged: dict[str, float] = defaultdict(float)
-    for _, row in rows:
-        merged[canonical_op(row)] += row.self_time_us
-    return dict(merged)

@@ -6,22 +6,13 @@ from pathlib import Path
 
 from perfwarden.auditor.evidence import line_evidence
 from perfwarden.auditor.findings import Findings
-from perfwarden.auditor.gates.opbench import canonical_op, merged_op_times
 from perfwarden.harness.jsonl import LineRef, ProfileLine
+from perfwarden.harness.profile_ops import canonical_op, rank_ops
 
 HOT_SHARE = 0.05
 """An op worth optimizing takes at least this share of profiled time..."""
 HOT_RANK = 5
 """...and ranks among this many hottest ops after merging fragments."""
-
-
-def rank_ops(rows: list[tuple[LineRef, ProfileLine]]) -> list[tuple[str, float]]:
-    """(op, share of total self time), hottest first."""
-    merged = merged_op_times(rows)
-    total = sum(merged.values())
-    if total <= 0:
-        return []
-    return sorted(((op, t / total) for op, t in merged.items()), key=lambda kv: (-kv[1], kv[0]))
 
 
 def check_routed_op(run: Path, rows: list[tuple[LineRef, ProfileLine]], op: str | None, reported_share,

@@ -8,6 +8,8 @@ import sys
 from pathlib import Path
 
 from perfwarden.harness.opbench.inputs import OPS, TOLERANCES, OpBenchError
+from perfwarden.harness.opbench.runner import alternatives_for, run_opbench
+from perfwarden.harness.opbench.summary import summarize
 
 
 def target_device(run_dir: Path) -> str:
@@ -28,9 +30,6 @@ def target_device(run_dir: Path) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from perfwarden.harness.opbench.runner import alternatives_for, run_opbench
-    from perfwarden.harness.opbench.summary import summarize
-
     parser = argparse.ArgumentParser(prog="python -m perfwarden.harness.opbench",
                                      description="Benchmark op implementations against the reference.")
     parser.add_argument("--run-dir", required=True, type=Path)

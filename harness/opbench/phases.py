@@ -65,7 +65,7 @@ class Bench:
 
 def judge_files(bench: Bench, path, args: tuple, ref: list) -> Check:
     """Correctness of one output file a worker wrote (outputs, and the inputs as the call left them)."""
-    from perfwarden.harness.opbench.runner import read_output_file
+    from perfwarden.harness.opbench.runner import read_output_file  # lazy: cycle: runner imports this module
 
     try:
         saved = read_output_file(path)
@@ -88,7 +88,7 @@ def judge_files(bench: Bench, path, args: tuple, ref: list) -> Check:
 
 def check(bench: Bench, b: Backend, shape: tuple[int, ...], gen_seed: int) -> Check:
     """One correctness check of ``b`` at ``shape`` on the inputs of ``gen_seed``."""
-    from perfwarden.harness.opbench.runner import WorkerFailed
+    from perfwarden.harness.opbench.runner import WorkerFailed  # lazy: cycle: runner imports this module
 
     assert b.worker is not None
     args = bench.inputs(shape, gen_seed)
@@ -133,7 +133,7 @@ def time_trial(bench: Bench, b: Backend, shape: tuple[int, ...], trial: int, flo
     """Prepare the trial's input sets (untimed), time the run of its ``iters`` calls from outside, then
     check a sample of the timed calls' outputs and inputs chosen after the run, and the sandbox's CPU time
     over the whole window. Returns the figures, or why there are none; refusals go on ``b``."""
-    from perfwarden.harness.opbench.runner import WorkerFailed
+    from perfwarden.harness.opbench.runner import WorkerFailed  # lazy: cycle: runner imports this module
 
     w = b.worker
     assert w is not None
@@ -222,7 +222,7 @@ def request_floor(bench: Bench, reference: Backend, pings: int = 7) -> Floor:
     """The least wall and CPU time of ``pings`` timed runs of ``iters`` calls of an op that does nothing
     (cache flushes included on a GPU) on the reference's worker. Never measured on a candidate's worker
     (it could inflate its own floor)."""
-    from perfwarden.harness.opbench.runner import WorkerFailed
+    from perfwarden.harness.opbench.runner import WorkerFailed  # lazy: cycle: runner imports this module
 
     w = reference.worker
     if w is None:

@@ -34,6 +34,7 @@ from perfwarden.harness.opbench.digest import (absolute_spec, impl_digest, parse
 from perfwarden.harness.opbench.inputs import OPS, TOLERANCES, OpBenchError, normalize_shapes
 from perfwarden.harness.opbench.worker import PROTOCOL_PREFIX, load_impl
 from perfwarden.harness.opbench.rig import describe_device
+from perfwarden.harness.ops.alternatives import for_op
 from perfwarden.harness.records import RunDir, write_json_atomic
 from perfwarden.harness.seal import seal_file
 
@@ -60,7 +61,7 @@ def package_root() -> Path | None:
     named ``perfwarden`` that is not where an editable install maps it (a checkout run through
     ``PYTHONPATH``): the worker must import this same code, so the folder is shown read-only inside and put
     first on the worker's path. None where the interpreter finds the package on its own."""
-    import perfwarden.harness as pkg
+    import perfwarden.harness as pkg  # lazy: where this process found the package, read at call time
 
     here = Path(pkg.__file__).parent.parent
     if here.name != "perfwarden":
@@ -643,8 +644,6 @@ def alternatives_for(op: str, kinds: Sequence[str] | None = None, device: Device
     kernels are offered by default only on a GPU (on a CPU they can only be checked, never timed, and
     the interpreter would spend the run's budget). Pass ``kinds`` to choose exactly.
     """
-    from perfwarden.harness.ops.alternatives import for_op
-
     if kinds is None:
         kinds = ("alternative", "slow", "wrong", "self_copy") + (("triton",) if device == "cuda" else ())
     specs: list[str] = []

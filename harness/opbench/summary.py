@@ -6,6 +6,8 @@ import statistics
 from pathlib import Path
 from typing import Any
 
+from perfwarden.harness.jsonl import OpBenchLine, read_jsonl
+
 
 def _all_correct(values: list[bool | None]) -> bool | None:
     """``False`` if any row was wrong, ``True`` if every row was checked and right, else ``None``: a
@@ -21,8 +23,6 @@ def _all_correct(values: list[bool | None]) -> bool | None:
 def summarize(path: Path | str) -> dict[str, Any]:
     """Per backend and shape: median ms call by call and by graph replay, speedups over the reference
     (reference median / backend median), correctness (``None`` = not checked), largest error."""
-    from perfwarden.harness.jsonl import OpBenchLine, read_jsonl
-
     report = read_jsonl(Path(path), OpBenchLine)
     per: dict[str, dict[str, dict[str, Any]]] = {}
     for _, r in report.records:

@@ -14,7 +14,7 @@ from perfwarden.orchestrator.review.evidence import LineReader
 from perfwarden.orchestrator.review.report_html import (badge, data_attrs, filter_bar, page, table, td, verdict_body)
 from perfwarden.orchestrator.review.model import RunReview, VerdictEntry, read_claim
 from perfwarden.orchestrator.review.svg import esc
-from perfwarden.proof.backtest import LABELS, CaseResult, Report
+from perfwarden.orchestrator.backtest import LABELS, CaseResult, Report
 
 BACKTEST_PATH = "(backtest: audited blind, not saved)"
 

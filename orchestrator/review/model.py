@@ -19,7 +19,7 @@ from typing import Any, Iterator, NamedTuple
 
 from pydantic import ValidationError
 
-from perfwarden.auditor.findings import unsealed_refusal
+from perfwarden.auditor import banking
 from perfwarden.harness.jsonl import LineIssue, iter_raw_lines
 from perfwarden.harness.records import Claim, RunManifest, Verdict, shown_verdict
 from perfwarden.harness.safe_read import (MAX_DEPTH, MESSAGE_CHARS, RECORD_BYTES, VERDICT_BYTES, check_regular,
@@ -28,8 +28,8 @@ from perfwarden.harness.safe_read import (MAX_DEPTH, MESSAGE_CHARS, RECORD_BYTES
 AUDITED_NOW = "(audited now, not saved)"
 """``VerdictEntry.path`` of a verdict the review produced itself because the run had none saved."""
 
-HEADLINE_KEEPING_ACTIONS = ("downgrade_headline", "replace_headline_with_e2e")
-"""FLAG actions that still bank the change (under its true class, or with the e2e number)."""
+HEADLINE_KEEPING_ACTIONS = banking.FLAG_BANKING_ACTIONS
+"""FLAG actions that still bank the change (the auditor's banking rule, ``auditor/banking.py``)."""
 KEEP = 500
 """Verdicts a review holds whole (every one of a trail up to this long). A longer trail is streamed: its
 counts, gate table and banked results cover every verdict, and only the ``KEEP`` most severe ones
@@ -96,11 +96,9 @@ class VerdictEntry:
 
 
 def is_banked(entry: VerdictEntry) -> bool:
-    """PASS, or FLAG that keeps the change under a corrected headline; never on unsealed evidence (the
-    auditor's shared seal condition)."""
+    """Whether the verdict banks its change, by the auditor's one banking rule (``auditor/banking.py``)."""
     v = entry.verdict
-    keeps = v.verdict == "PASS" or (v.verdict == "FLAG" and v.action in HEADLINE_KEEPING_ACTIONS)
-    return keeps and unsealed_refusal(v.verdict, v.seal) is None
+    return banking.banks(v.verdict, v.action, v.seal, v.scope)
 
 
 def banked_headline(entry: VerdictEntry) -> str:
@@ -312,6 +310,7 @@ def _reject(name: str) -> Any:
 
 def read_claim(root: Path, rel: str) -> tuple[Claim | None, str | None]:
     """(claim, None) or (None, why not): a claim beside a saved verdict is context, not the input."""
+    # lazy: scipy: a review reads saved verdicts without the auditor
     from perfwarden.auditor.audit import ClaimError, load_claim
 
     path = inside(root, rel)
@@ -363,6 +362,7 @@ def load_saved_verdicts(root: Path, keep: int | None = None) -> tuple[list[Verdi
 
 def audit_claims_now(root: Path) -> list[VerdictEntry]:
     """Audit every ``claims/*.json`` of a run that has no saved verdict (nothing is written)."""
+    # lazy: scipy: a review reads saved verdicts without the auditor
     from perfwarden.auditor.audit import ClaimError, audit_path
 
     entries = []

@@ -18,9 +18,11 @@ import json
 import math
 from typing import Any, Iterable
 
+from perfwarden.auditor import banking
+from perfwarden.auditor.rederive import METRICS
 from perfwarden.orchestrator.review.compare import PLOT_METRICS, Comparison, Pair, metric_rows
 from perfwarden.orchestrator.review.evidence import STATUS_TEXT, LineReader
-from perfwarden.orchestrator.review.model import (HEADLINE_KEEPING_ACTIONS, KEEP, RunReview, VerdictEntry,
+from perfwarden.orchestrator.review.model import (KEEP, RunReview, VerdictEntry,
                                                   read_server_info)
 from perfwarden.orchestrator.review.summary import (LEVER_CLASSES, SEVERITIES, banked, fmt_pct, fmt_value, gates_of,
                                                     is_banked)
@@ -327,6 +329,7 @@ def comparisons_table(entry: VerdictEntry) -> str:
 
 def flatten(info: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     """Dotted keys, as the auditor's conditions gate names them (so the verdict's diff keys match)."""
+    # lazy: scipy: the auditor's gates, only for this cell
     from perfwarden.auditor.gates.conditions import flatten as auditor_flatten
 
     return auditor_flatten(info, prefix)
@@ -529,7 +532,7 @@ def trail_table(review: RunReview, tag: str) -> str:
 
 def banked_html(review: RunReview) -> str:
     b = banked(review)
-    rule = "PASS, or FLAG with " + " / ".join(HEADLINE_KEEPING_ACTIONS) + "; sealed evidence only"
+    rule = banking.rule_text()
     parts = [f'<section class="block"><h2>banked results by lever class</h2><p class="kv">source: '
              f'{esc(b.source if b.source != "verdicts" else "verdicts (" + rule + ")")}</p>']
     for cls, items in b.by_class().items():
@@ -585,8 +588,6 @@ def _change_cell(value: float | None, higher_is_better: bool | None) -> str:
 
 
 def pair_html(pair: Pair, index: int) -> str:
-    from perfwarden.auditor.rederive import METRICS
-
     def side(e: VerdictEntry | None) -> str:
         if e is None:
             return '<span class="kv">absent</span>'

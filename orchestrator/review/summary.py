@@ -1,7 +1,8 @@
 """Pure summaries of a verdict trail: what is banked per lever class, findings by gate and scope.
 
-'Banked' follows the auditor's own rule (``accepted_changes`` in the audit): a PASS, or a FLAG whose
-action keeps the change with a corrected headline (``downgrade_headline``, ``replace_headline_with_e2e``).
+'Banked' follows the auditor's one banking rule (``auditor/banking.py``, which the graph and the bundle
+audit use too): a PASS, or a FLAG whose action banks the change under the auditor's re-derived headline
+(``downgrade_headline``), on sealed evidence.
 When the run's ``report.json`` carries a ``banked`` list it is what the run says it banked, so it is
 preferred -- but every entry is matched to its verdict and any disagreement is shown, because a report
 banking a FAIL is exactly the fake win this tool exists to catch.

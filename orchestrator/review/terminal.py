@@ -14,10 +14,11 @@ from rich.rule import Rule
 from rich.table import Table
 from rich.text import Text
 
+from perfwarden.auditor import banking
 from perfwarden.orchestrator.render import printable, safe_text  # noqa: F401 - printable is re-exported
 from perfwarden.orchestrator.review.compare import PLOT_METRICS, Comparison, Pair, metric_rows
 from perfwarden.orchestrator.review.evidence import LineReader
-from perfwarden.orchestrator.review.model import AUDITED_NOW, HEADLINE_KEEPING_ACTIONS, KEEP, RunReview, VerdictEntry
+from perfwarden.orchestrator.review.model import AUDITED_NOW, KEEP, RunReview, VerdictEntry
 from perfwarden.orchestrator.review.summary import LEVER_CLASSES, SEVERITIES, banked, fmt_pct, fmt_value, gates_of
 
 VERDICT_STYLE = {"PASS": "bold green", "FLAG": "bold yellow", "FAIL": "bold red"}
@@ -115,7 +116,7 @@ def gates_section(review: RunReview) -> RenderableType:
 
 def banked_section(review: RunReview) -> Group:
     b = banked(review)
-    rule = "PASS, or FLAG with " + " / ".join(HEADLINE_KEEPING_ACTIONS) + "; sealed evidence only"
+    rule = banking.rule_text()
     lines: list[RenderableType] = [t(("source: ", "dim"), b.source if b.source != "verdicts" else f"verdicts ({rule})")]
     for cls, items in b.by_class().items():
         lines.append(t((LEVER_CLASSES.get(cls, str(cls)) + ":", "bold"), "" if items else " none"))

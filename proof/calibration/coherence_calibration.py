@@ -29,6 +29,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from perfwarden.auditor.coherence import THRESHOLD, coherence_score
+
 HERE = Path(__file__).resolve().parent
 SAMPLES = HERE / "coherence_samples.json"
 MAX_NEW_TOKENS = 48
@@ -143,8 +145,6 @@ def _quantiles(xs: list[float]) -> str:
 
 def report(doc: dict[str, Any]) -> dict[str, Any]:
     """Score the recorded texts; return per-group distributions and the separation."""
-    from perfwarden.auditor.coherence import THRESHOLD, coherence_score
-
     groups: dict[str, list[str]] = {}
     for s in doc["samples"]:
         groups.setdefault(s["group"], []).append(s["text"])

@@ -19,7 +19,9 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from perfwarden.auditor.codes import CATALOG
+from perfwarden.harness.json_limits import loads_bounded
 from perfwarden.harness.records import Action, VerdictLabel
+from perfwarden.harness.safe_read import RECORD_BYTES, STRING_CHARS, long_string, read_bytes
 
 ANSWER_KEY_NAME = "answer_key.json"
 
@@ -128,9 +130,6 @@ def parse_answer_key(data: Any, where: str = "answer key") -> AnswerKey:
 def load_answer_key(path: Path, root: Path | None = None) -> AnswerKey:
     """Read and validate ``answer_key.json`` the safe way: a regular file inside ``root`` (default: its own
     folder), size-, depth- and string-bounded; anything else is an :class:`AnswerKeyError`."""
-    from perfwarden.harness.json_limits import loads_bounded
-    from perfwarden.harness.safe_read import RECORD_BYTES, STRING_CHARS, long_string, read_bytes
-
     path = Path(path)
     try:
         data = loads_bounded(read_bytes(path, root or path.parent, limit=RECORD_BYTES, what="answer key"),

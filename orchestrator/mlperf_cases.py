@@ -17,7 +17,7 @@ import json
 from pathlib import Path
 
 from perfwarden.auditor import mlperf
-from perfwarden.proof.backtest import CaseResult
+from perfwarden.orchestrator.backtest import CaseResult
 
 
 def _case_dirs(corpus: Path) -> dict[str, Path]:

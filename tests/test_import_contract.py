@@ -1,0 +1,94 @@
+"""The import boundaries (issue 19) hold, and the check is real: ``lint-imports`` runs the contracts in
+pyproject.toml (``[tool.importlinter]``) on this tree, and fails on a copy with one forbidden import added.
+
+The contracts: no arrow runs up the layers (proof > the red team's fuzzers > orchestrator > the red-team
+producer > producers | auditor > skills > harness), the harness imports nothing above it, the auditor
+never imports a producer, the orchestrator, the red team or proof, the running system never imports
+proof/, and no package's modules import each other in a cycle.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = ("agents", "auditor", "harness", "orchestrator", "proof", "redteam", "skills")
+LINT = ("import sys; from importlinter.cli import lint_imports_command; "
+        "sys.argv[0] = 'lint-imports'; sys.exit(lint_imports_command())")
+
+
+def lint_imports(config: Path, pythonpath: str | None) -> subprocess.CompletedProcess:
+    """``lint-imports`` with this interpreter (the project's environment), no cache written anywhere."""
+    env = dict(os.environ)
+    if pythonpath is not None:
+        env["PYTHONPATH"] = pythonpath
+    return subprocess.run([sys.executable, "-c", LINT, "--config", str(config), "--no-cache", "--no-logo"],
+                          cwd=config.parent, env=env, capture_output=True, text=True, timeout=120)
+
+
+def test_every_package_is_a_root_of_the_contract():
+    roots = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]["root_packages"]
+    assert sorted(roots) == sorted(f"perfwarden.{p}" for p in PACKAGES)
+
+
+def test_the_import_contract_holds():
+    spec = importlib.util.find_spec("perfwarden.harness")
+    where = [Path(p).resolve() for p in spec.submodule_search_locations]
+    if ROOT / "harness" not in where:
+        pytest.skip(f"perfwarden.harness resolves to {where}, not this checkout: the contract would check another tree")
+    r = lint_imports(ROOT / "pyproject.toml", None)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "0 broken" in r.stdout
+
+
+def _copy_tree(dst: Path) -> Path:
+    """The packages' Python files and pyproject.toml, under a ``perfwarden`` namespace folder of their own."""
+    ns = dst / "perfwarden"
+    for pkg in PACKAGES:
+        for src in (ROOT / pkg).rglob("*.py"):
+            rel = src.relative_to(ROOT)
+            if "fixtures" in rel.parts or "__pycache__" in rel.parts:
+                continue
+            (ns / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(src, ns / rel)
+    shutil.copyfile(ROOT / "pyproject.toml", dst / "pyproject.toml")
+    return ns
+
+
+@pytest.fixture(scope="module")
+def copy(tmp_path_factory) -> Path:
+    """A copy of the tree that holds the contract (checked once), resolved from the copy itself."""
+    root = tmp_path_factory.mktemp("contract")
+    _copy_tree(root)
+    where = subprocess.run([sys.executable, "-c", "import perfwarden.harness as h; print(*h.__path__)"],
+                           env={**os.environ, "PYTHONPATH": str(root)}, capture_output=True, text=True, timeout=60)
+    assert Path(where.stdout.strip()).resolve() == (root / "perfwarden" / "harness").resolve(), where.stdout
+    clean = lint_imports(root / "pyproject.toml", str(root))
+    assert clean.returncode == 0, clean.stdout + clean.stderr  # the copy holds: the plant is what breaks it
+    return root
+
+
+@pytest.mark.parametrize("module,line,contract", [
+    ("auditor/stats.py", "from perfwarden.orchestrator import exit_codes", "the auditor never imports"),
+    ("harness/jsonl.py", "from perfwarden.agents import base", "the harness imports nothing above it"),
+    ("orchestrator/paths.py", "import perfwarden.proof.build_cases", "the running system never imports proof/"),
+])
+def test_a_planted_violation_breaks_the_contract(copy, module, line, contract):
+    target = copy / "perfwarden" / module
+    text = target.read_text()
+    target.write_text(text + f"\n{line}  # planted by tests/test_import_contract.py\n")
+    try:
+        r = lint_imports(copy / "pyproject.toml", str(copy))
+    finally:
+        target.write_text(text)
+    assert r.returncode != 0
+    broken = r.stdout.split("Broken contracts", 1)[-1]
+    assert contract in broken and f"perfwarden.{module[:-3].replace('/', '.')}" in broken, r.stdout
