@@ -19,7 +19,7 @@ from typing import Any, Callable
 from perfwarden.auditor import banking, stats
 from perfwarden.auditor.claim_file import ClaimError, load_claim  # noqa: F401 - re-exported
 from perfwarden.auditor.evidence import LegEvidence, RunLoader, _plain_name, check_named_folders
-from perfwarden.auditor.findings import Findings, GateResult, decide, unsealed_refusal
+from perfwarden.auditor.findings import Findings, GateResult, decide
 from perfwarden.auditor.gates import (caching, conditions, correctness, explain, integrity, knobs, lever,
                                              measurement, opbench, profile, prose, same_config, served,
                                              timeline, workload)
