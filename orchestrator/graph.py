@@ -46,7 +46,7 @@ from perfwarden.agents.auditor.persona import apply_persona
 from perfwarden.agents.base import BankedChange, Proposal, Rejection, VerdictSummary, apply_overlay
 from perfwarden.harness.jsonl import ProfileLine, read_jsonl
 from perfwarden.harness import safe_write
-from perfwarden.harness.records import Claim, RunDir, RunManifest, append_jsonl, write_json_atomic
+from perfwarden.harness.records import Claim, RunDir, RunManifest, append_unsealed_jsonl, write_json_atomic
 from perfwarden.harness.seal import find_key_file
 from perfwarden.orchestrator.crashpoints import crash_point
 from perfwarden.orchestrator.lab import LabError, LegPlan
@@ -137,8 +137,8 @@ def _measure(ctx: RunContext, run: Path, legs: list[LegPlan], reps: int) -> dict
 def _event(run: Path, node: str, state: RunState, started: float, error: str | None = None) -> None:
     digest = hashlib.sha256(json.dumps({k: state.get(k) for k in ("seq", "current", "pending_claim", "stage")},
                                        sort_keys=True, default=str).encode()).hexdigest()[:16]
-    append_jsonl(run / "events.jsonl", {"node": node, "inputs_digest": digest,
-                                        "duration_s": round(time.time() - started, 3), "error": error}, run)
+    append_unsealed_jsonl(run / "events.jsonl", {"node": node, "inputs_digest": digest,
+                                                 "duration_s": round(time.time() - started, 3), "error": error}, run)
 
 
 def step(name: str) -> Callable[[Node], Node]:
