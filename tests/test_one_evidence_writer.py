@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from perfwarden.agents.auditor.audit import audit_path
+from perfwarden.auditor.audit import audit_path
 from perfwarden.harness import records, safe_write, seal
 from perfwarden.harness.records import SealedEvidenceWrite, append_unsealed_jsonl, jsonl_text
 from perfwarden.proof.seal_cases import sealed_clean
