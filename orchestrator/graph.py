@@ -51,7 +51,8 @@ from perfwarden.harness import safe_write
 from perfwarden.harness.records import Claim, RunDir, RunManifest, append_unsealed_jsonl, write_json_atomic
 from perfwarden.harness.seal import find_key_file
 from perfwarden.orchestrator.crashpoints import crash_point
-from perfwarden.orchestrator.lab import LabError, LegPlan
+from perfwarden.harness.target_config import TargetConfig
+from perfwarden.orchestrator.lab import LabError, LegPlan, run_base_config
 from perfwarden.orchestrator.state import STATE_VERSION, FixStep, RunContext, RunState
 
 BASELINE_LEG = "baseline"
@@ -85,8 +86,14 @@ def _submit(state: RunState, claim: Claim) -> dict[str, Any]:
     return {"seq": seq, "pending_claim": rel}
 
 
-def _base_config(ctx: RunContext) -> dict[str, Any]:
-    return {**ctx.lab.base_config(), **ctx.settings.base_config}
+def _base_config(ctx: RunContext) -> TargetConfig:
+    """The run's true baseline as the target's config model (``lab.run_base_config``)."""
+    return run_base_config(ctx.lab, ctx.settings)
+
+
+def _base_knobs(ctx: RunContext) -> dict[str, Any]:
+    """The true baseline as knob values: what a leg's server is started with and overlays apply to."""
+    return _base_config(ctx).model_dump()
 
 
 def _best(state: RunState) -> dict[str, Any]:
@@ -189,7 +196,7 @@ def baseline(state: RunState, runtime: Runtime[RunContext]) -> dict:
     leg = BASELINE_LEG if attempt == 0 else f"{BASELINE_LEG}-r{attempt}"
     # An A/A leg (the same config, interleaved) calibrates this session's noise band: the auditor
     # judges the baseline's spread against it instead of against a fixed constant.
-    config = _base_config(ctx)
+    config = _base_knobs(ctx)
     started = ctx.clock()
     _measure(ctx, _run(state), [LegPlan(leg=leg, role="baseline", config=config, purpose="true no-overlay baseline"),
                                 LegPlan(leg=f"{leg}-aa", role="aa", config=config,
@@ -278,7 +285,7 @@ def _next_config_proposal(state: RunState, ctx: RunContext) -> Proposal | None:
     space = config_tuner.parse_levers(model, ctx.settings.levers)
     proposals = state.get("proposals", [])
     tried = config_tuner.tried_steps(proposals, state.get("banked", []))
-    step_ = ctx.brains.next_config_step(model, space, _base_config(ctx), _best(state), tried)
+    step_ = ctx.brains.next_config_step(model, space, _base_knobs(ctx), _best(state), tried)
     if step_ is None:
         return None
     attempt = 1 + sum(1 for t in tried if t.knob == step_.knob and repr(t.value) == repr(step_.value))
@@ -288,9 +295,9 @@ def _next_config_proposal(state: RunState, ctx: RunContext) -> Proposal | None:
 def _target_device(ctx: RunContext) -> str:
     """Where the target serves, ``cpu`` or ``cuda``: its config's ``device`` knob; a target whose config
     has none (SGLang) serves on a GPU."""
-    base = _base_config(ctx)
-    if "device" in base:
-        return "cuda" if str(base["device"]).startswith("cuda") else "cpu"
+    device = getattr(_base_config(ctx), "device", None)
+    if device is not None:
+        return "cuda" if str(device).startswith("cuda") else "cpu"
     return "cuda" if getattr(ctx.lab.config_model, "target", "") == "sglang" else "cpu"
 
 
@@ -301,8 +308,7 @@ def _kernel_proposals(state: RunState, ctx: RunContext) -> list[Proposal]:
     lab = ctx.lab
     hot = list(state.get("hot_ops", []))
     alts = {op: lab.alternatives(op) for op in lab.overridable_ops()}
-    base = _base_config(ctx)
-    device, dtype = _target_device(ctx), str(base.get("dtype", "float32"))
+    device, dtype = _target_device(ctx), str(_base_config(ctx).dtype)
     kernels = kernel_extractor.propose(hot, lab.overridable_ops(), alts, _best(state), reps=ctx.settings.reps,
                                        device=device)
     for i, k in enumerate(kernels):  # the LLM brain writes one more candidate per op (sandboxed later)
@@ -441,7 +447,7 @@ def integrator(state: RunState, runtime: Runtime[RunContext]) -> dict:
     if not p.legs:
         p.legs = list(integrator_agent.leg_names(p, p.attempts))
     base_leg, cand_leg = p.legs
-    base = _base_config(ctx)
+    base = _base_knobs(ctx)
     legs = [LegPlan(leg=base_leg, role="baseline", config=integrator_agent.baseline_config(base, p),
                     overlay=integrator_agent.overlay(p.against).model_dump(), purpose=f"best configuration before {p.id}"),
             LegPlan(leg=cand_leg, role="candidate", config=integrator_agent.candidate_config(base, p),
@@ -554,7 +560,7 @@ def quality_eval(state: RunState, runtime: Runtime[RunContext]) -> dict:
     ctx = runtime.context
     p = _proposal(state)
     base_leg, cand_leg = p.legs
-    base = _base_config(ctx)
+    base = _base_knobs(ctx)
     p, note = _run_quality_eval(ctx, _run(state), p, LegPlan(leg=base_leg, role="baseline",
                                                              config=integrator_agent.baseline_config(base, p)),
                                 LegPlan(leg=cand_leg, role="candidate", config=integrator_agent.candidate_config(base, p)))
@@ -582,7 +588,7 @@ def bundle(state: RunState, runtime: Runtime[RunContext]) -> dict:
     run = _run(state)
     banked = state["banked"]
     changes = integrator_agent.final_changes(banked)
-    base = _base_config(ctx)
+    base = _base_knobs(ctx)
     final = apply_overlay(base, changes)
     legs = [LegPlan(leg="bundle-base", role="baseline", config=base, purpose="true no-overlay baseline"),
             LegPlan(leg="bundle", role="validation", config=final, overlay=integrator_agent.overlay(changes).model_dump(),
@@ -659,8 +665,7 @@ def report(state: RunState, runtime: Runtime[RunContext]) -> dict:
     if baselines and all(v.verdict != "PASS" for v in baselines) and len(baselines) <= ctx.settings.max_baseline_remeasures:
         notes.append(f"no further baseline was measured: one takes ~{state.get('baseline_s', 0.0):.0f}s and "
                      f"{max(ctx.remaining_s(state), 0.0):.0f}s of the budget were left")
-    write_report(_run(state), {**state, "notes": notes, "llm_fallbacks": fallbacks}, _base_config(ctx),
-                 ctx.lab.config_model, llm_usage)
+    write_report(_run(state), {**state, "notes": notes, "llm_fallbacks": fallbacks}, _base_config(ctx), llm_usage)
     return {"stage": "done", **{k: v for k, v in drained.items() if v}}
 
 

@@ -60,7 +60,7 @@ def search_path(proposals: list[Proposal], verdicts: list[VerdictSummary]) -> li
     return out
 
 
-def build_report(state: dict[str, Any], base_config: dict[str, Any], config_model: type[TargetConfig],
+def build_report(state: dict[str, Any], base_config: TargetConfig,
                  llm_usage: dict[str, Any] | None = None) -> dict[str, Any]:
     banked: list[BankedChange] = state.get("banked", [])
     verdicts: list[VerdictSummary] = state.get("verdicts", [])
@@ -76,8 +76,8 @@ def build_report(state: dict[str, Any], base_config: dict[str, Any], config_mode
         final.update({k: v for k, v in b.overlay().items() if k != "op_overrides"})
         if b.kind == "kernel":
             final.setdefault("op_overrides", {})[b.op] = b.impl
-    specs = config_model.specs()
-    knobs = [{"knob": k, "baseline": base_config.get(k), "final": v,
+    specs = base_config.specs()
+    knobs = [{"knob": k, "baseline": getattr(base_config, k) if k in specs else None, "final": v,
               "lever_class": specs[k].lever_class if k in specs else None,
               "lossless": specs[k].lossless if k in specs else None} for k, v in final.items()]
     refused = [v for v in verdicts if v.scope == "patch" and (v.verdict != "PASS" or v.seal != "sealed")]
@@ -200,9 +200,9 @@ def _search_lines(steps: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
-def write_report(run: Path, state: dict[str, Any], base_config: dict[str, Any], config_model: type[TargetConfig],
+def write_report(run: Path, state: dict[str, Any], base_config: TargetConfig,
                  llm_usage: dict[str, Any] | None = None) -> dict[str, Any]:
-    report = build_report(state, base_config, config_model, llm_usage)
+    report = build_report(state, base_config, llm_usage)
     write_json_atomic(Path(run) / "report.json", report, run)
     crash_point("report_json_written")
     safe_write.write_text(Path(run) / "report.md", render_markdown(report), run)
