@@ -103,22 +103,25 @@ def schema_major(value: Any) -> int:
         raise SchemaVersionError(f"schema_version {value!r} is not a version number") from None
 
 
-def migrate(record_type: str, data: dict[str, Any]) -> dict[str, Any]:
-    """Bring a record to ``SCHEMA_VERSION``: refuse a newer major version, migrate an older one."""
-    version = schema_major(data["schema_version"])
-    if version > SCHEMA_VERSION:
-        raise SchemaVersionError(f"{record_type} has schema_version {data['schema_version']!r}, newer than the "
-                                 f"{SCHEMA_VERSION} this perfwarden reads: upgrade perfwarden to read it")
+def migrate(record_type: str, data: dict[str, Any], *, field: str = "schema_version", current: int = SCHEMA_VERSION,
+            migrations: dict[int, Migration] = MIGRATIONS) -> dict[str, Any]:
+    """Bring a record to version ``current`` (``data[field]``; by default the harness records'
+    ``schema_version``): refuse a newer major version, migrate an older one step by step through
+    ``migrations``. The one migration chain; ``report.json`` runs its own versions through it."""
+    version = schema_major(data[field])
+    if version > current:
+        raise SchemaVersionError(f"{record_type} has {field} {data[field]!r}, newer than the "
+                                 f"{current} this perfwarden reads: upgrade perfwarden to read it")
     if version < 0:
-        raise SchemaVersionError(f"{record_type} has schema_version {data['schema_version']!r}: no such version")
-    while version < SCHEMA_VERSION:
-        step = MIGRATIONS.get(version)
+        raise SchemaVersionError(f"{record_type} has {field} {data[field]!r}: no such version")
+    while version < current:
+        step = migrations.get(version)
         if step is None:
-            raise SchemaVersionError(f"{record_type} has schema_version {version}, and this perfwarden has no "
-                                     f"migration from it to {SCHEMA_VERSION}")
-        data = {**step(record_type, dict(data)), "schema_version": version + 1}
+            raise SchemaVersionError(f"{record_type} has {field} {version}, and this perfwarden has no "
+                                     f"migration from it to {current}")
+        data = {**step(record_type, dict(data)), field: version + 1}
         version += 1
-    return {**data, "schema_version": SCHEMA_VERSION}
+    return {**data, field: current}
 
 
 # --------------------------------------------------------------------------------------------- run

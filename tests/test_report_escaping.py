@@ -90,8 +90,9 @@ def test_every_string_of_the_run_is_escaped_in_the_report(finished):
     model and fallbacks, the run directory: each carries a payload, none is interpreted."""
     run, state = finished
     report = build_report(state, SyntheticLab().base_config(),
-                          llm_usage={"model": "m", "calls": 1, "invalid_outputs": 0, "unavailable": 0,
-                                     "fallbacks": {"tuner": 1}})
+                          llm_usage={"model": "m", "calls": 1, "prompt_tokens": 1, "completion_tokens": 1,
+                                     "invalid_outputs": 0, "unavailable": 0,
+                                     "fallbacks": {"tuner": 1}}).model_dump(mode="json")
     assert report["search_path"] and report["banked"] and report["final_configuration"]
     planted = _plant(report, cycle(PAYLOADS))
     md = render_markdown(planted)
