@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from perfwarden.auditor.evidence import line_evidence
-from perfwarden.auditor.findings import Findings
+from perfwarden.auditor.findings import Findings, GateResult
 from perfwarden.auditor.gates.opbench import canonical_op, merged_op_times
 from perfwarden.harness.jsonl import LineRef, ProfileLine
 
@@ -24,15 +24,16 @@ def rank_ops(rows: list[tuple[LineRef, ProfileLine]]) -> list[tuple[str, float]]
     return sorted(((op, t / total) for op, t in merged.items()), key=lambda kv: (-kv[1], kv[0]))
 
 
-def check_routed_op(run: Path, rows: list[tuple[LineRef, ProfileLine]], op: str | None, reported_share,
-                    findings: Findings) -> list[tuple[str, float]]:
+def check_routed_op(run: Path, rows: list[tuple[LineRef, ProfileLine]], op: str | None,
+                    reported_share) -> GateResult[list[tuple[str, float]]]:
+    findings = Findings()
     ranking = rank_ops(rows)
     if not ranking:
         findings.add("EVIDENCE_MISSING", "FAIL", "the profile has no positive self time", gate="profile")
-        return ranking
+        return GateResult(findings.items, [], ranking)
     if op is None:
         findings.add("EVIDENCE_MISSING", "FAIL", "the profile claim names no routed op", gate="profile")
-        return ranking
+        return GateResult(findings.items, [], ranking)
     shares = dict(ranking)
     rank = next((i for i, (name, _) in enumerate(ranking, 1) if name == op.lower()), None)
     share = shares.get(op.lower(), 0.0)
@@ -49,4 +50,4 @@ def check_routed_op(run: Path, rows: list[tuple[LineRef, ProfileLine]], op: str 
             findings.add("REPORTED_MISMATCH", "FLAG", f"reported share of {op!r} {reported_share:.3f} vs re-derived "
                          f"{share:.3f} (fragments merged)", measured=round(share, 4), threshold=reported_share,
                          evidence=evidence, action="flag", gate="profile")
-    return ranking
+    return GateResult(findings.items, [], ranking)
