@@ -157,8 +157,10 @@ def iter_raw_lines(path: Path, issues: list[LineIssue], digest: "hashlib._Hash |
                     if line.strip():
                         # Hand the line over without keeping a reference in this frame: a rep's line
                         # can be tens of MB, and it must be freed as soon as the consumer decoded it.
-                        ref = LineRef(path, line_no, line_offset, len(line), hashlib.sha256(line).hexdigest(),
-                                      line[:CITE_HEAD_BYTES]) if cite else LineRef(path, line_no, line_offset, len(line))
+                        ref = LineRef(path, line_no, line_offset, len(line))
+                        if cite:
+                            ref = LineRef(path, line_no, line_offset, len(line), hashlib.sha256(line).hexdigest(),
+                                          line[:CITE_HEAD_BYTES])
                         slot = [(ref, line)]
                         line = None
                         yield slot.pop()
