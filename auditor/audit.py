@@ -16,9 +16,10 @@ from pathlib import Path
 from typing import Any, Callable
 
 
-from perfwarden.auditor import stats
+from perfwarden.auditor import registry, stats
 from perfwarden.auditor.claim_file import ClaimError, load_claim  # noqa: F401 - re-exported
-from perfwarden.auditor.evidence import LegEvidence, RunLoader, _plain_name, check_named_folders, read_served
+from perfwarden.auditor.evidence import (LegEvidence, QualityRecords, RunLoader, _plain_name, check_named_folders,
+                                        read_served)
 from perfwarden.auditor.findings import Findings, GateResult, choose_action, unsealed_refusal, verdict_label
 from perfwarden.auditor.gates import (caching, conditions, correctness, explain, integrity, knobs, lever,
                                              measurement, opbench, profile, prose, same_config, served,
@@ -258,7 +259,8 @@ def audit_patch(a: Audit, bundle: bool = False) -> None:
     if random_weights and a.correctness in ("verified", "not_applicable"):
         a.correctness = "unverifiable"
     a.gate("served", lambda: _served_gates(a, base, cand, bool(lossy), bool(unknown)))
-    a.gate("quality", lambda: correctness.check_quality(a.run, claim, a.loader, base.name, cand.name, lossy))
+    a.gate("quality", lambda: correctness.check_quality(a.run, claim, _quality_records(a, lossy, base, cand),
+                                                        base.name, cand.name, lossy))
     spec_signals = [s for s in lever.raw_signals(cand) if s.family == "spec_decode"]
     a.gate("spec_decode", lambda: correctness.check_spec_decode_documented(claim, bool(spec_signals),
                                                                            bool(spec_signals)))
@@ -276,6 +278,15 @@ def audit_patch(a: Audit, bundle: bool = False) -> None:
     if claim.isolated_speedup is not None:
         a.gate("isolated_vs_e2e", lambda: _isolated_vs_e2e(a, base, cand))
     a.gate("reported", lambda: measurement.check_reported_numbers(claim, a.legs_stats, a.headline_rederived))
+
+
+def _quality_records(a: Audit, lossy: list[str], base: LegEvidence, cand: LegEvidence) -> QualityRecords:
+    """What the quality gate judges, read by the loader: the named registered eval's records of both legs
+    (nothing when the change is lossless or names no registered eval: the gate says so)."""
+    eval_id = a.claim.correctness.quality_eval_id
+    if not lossy or not eval_id or eval_id not in registry.quality_evals():
+        return QualityRecords()
+    return a.loader.quality_pair(eval_id, base.name, cand.name)
 
 
 def _profile_rows(a: Audit):

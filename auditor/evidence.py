@@ -552,6 +552,13 @@ class RunLoader:
                               evidence=[tf.evidence(self.run, None)], gate="evidence")
             return None, tf
 
+    def quality_pair(self, eval_id: str, base: str, cand: str) -> QualityRecords:
+        """The candidate's record of ``eval_id``, then the compared baseline's (read only when its file
+        exists), for the quality gate to judge."""
+        base_path = self.paths.quality(eval_id, base)
+        return QualityRecords(self.quality(eval_id, cand),
+                              self.quality(eval_id, base) if base_path.is_file() else (None, None), base_path.name)
+
     def _inside(self, rel_path: str) -> Path:
         """Resolve a path named by a claim, refusing anything outside the run directory."""
         path = (self.run / rel_path).resolve()
@@ -648,6 +655,19 @@ def _finite_float(text: str) -> float:
     if not math.isfinite(value):
         raise ValueError(f"number {text[:40]!r} is out of range (not a finite float)")
     return value
+
+
+# ------------------------------------------------------------------ quality evals
+
+
+@dataclass(frozen=True)
+class QualityRecords:
+    """The quality evals a lossy claim rests on, as the loader read them: (record, its file) of the
+    candidate and of the compared baseline, and the file name the baseline's record has."""
+
+    cand: tuple[QualityEval | None, TextFile | None] = (None, None)
+    base: tuple[QualityEval | None, TextFile | None] = (None, None)
+    base_file: str = ""
 
 
 # ------------------------------------------------------------------ what each server returned

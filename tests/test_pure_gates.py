@@ -34,7 +34,7 @@ def _gates():
 def test_no_gate_takes_shared_findings_and_every_gate_returns_a_gate_result():
     found = dict(_gates())
     assert len(found) >= 30
-    shared = {name: [p for p in inspect.signature(fn).parameters if p in ("findings", "not_checked")]
+    shared = {name: [p for p in inspect.signature(fn).parameters if p in ("findings", "not_checked", "loader")]
               for name, fn in found.items()}
     assert {name: params for name, params in shared.items() if params} == {}
     returns = {name: str(inspect.signature(fn).return_annotation) for name, fn in found.items()}

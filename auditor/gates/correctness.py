@@ -11,7 +11,7 @@ import numpy as np
 
 from perfwarden.auditor import registry
 from perfwarden.auditor.coherence import coherence_score
-from perfwarden.auditor.evidence import LegEvidence, line_evidence
+from perfwarden.auditor.evidence import LegEvidence, QualityRecords, line_evidence
 from perfwarden.auditor.findings import Findings, GateResult, finding
 from perfwarden.auditor.gates.conditions import flatten, key_evidence
 from perfwarden.harness.records import Claim, QualityEval
@@ -153,7 +153,8 @@ def items_digest(qe: QualityEval) -> str | None:
     return None
 
 
-def check_quality(run: Path, claim: Claim, loader, base_name: str, cand_name: str, lossy: list[str]) -> GateResult:
+def check_quality(run: Path, claim: Claim, records: QualityRecords, base_name: str, cand_name: str,
+                  lossy: list[str]) -> GateResult:
     """A lossy change needs a completed, registered quality eval that the harness recorded for both
     compared legs, on the same eval and the same items, and no worse than its tolerance.
 
@@ -178,7 +179,7 @@ def check_quality(run: Path, claim: Claim, loader, base_name: str, cand_name: st
     if eval_id not in registered:
         return missing(f"quality eval {eval_id!r} is not registered (registered: {sorted(registered)!r})")
     spec = registered[eval_id]
-    qe, tf = loader.quality(eval_id, cand_name)
+    qe, tf = records.cand
     if qe is None:
         return missing(f"quality eval {eval_id!r} has no result file in the run")
     ev = [tf.evidence(run, tf.key_line("score"))] if tf else []
@@ -195,11 +196,10 @@ def check_quality(run: Path, claim: Claim, loader, base_name: str, cand_name: st
         graded = "the candidate itself" if qe.baseline_leg == cand_name else repr(qe.baseline_leg)
         return missing(f"quality eval {eval_id!r} of {cand_name!r} was graded against {graded}, not the compared "
                        f"baseline {base_name!r}: it compares nothing this claim rests on", ev)
-    base_path = loader.paths.quality(eval_id, base_name)
-    bq, btf = loader.quality(eval_id, base_name) if base_path.is_file() else (None, None)
+    bq, btf = records.base
     if bq is None or bq.leg != base_name:
         return missing(f"the baseline {base_name!r} has no harness record of {eval_id!r} "
-                       f"({'quality/' + base_path.name!r}): the baseline score {qe.baseline_score!r} rests on nothing", ev)
+                       f"({'quality/' + records.base_file!r}): the baseline score {qe.baseline_score!r} rests on nothing", ev)
     bev = [btf.evidence(run, btf.key_line("score"))] if btf else []
     if not bq.completed or bq.n < spec.min_n or bq.eval_id != eval_id or qe.eval_id != eval_id:
         return missing(f"the baseline's {eval_id!r} record is incomplete or of another eval (completed={bq.completed},"
