@@ -80,12 +80,16 @@ class Proposal(BaseModel):
     """Why the producer proposed it."""
 
 
+FixAction = Literal["resubmit", "remeasure", "run_quality_eval", "reclassify", "disclose", "drop"]
+"""A producer's answer to a FAIL/FLAG patch verdict (the graph routes on it: orchestrator/graph.py ``route_fix``)."""
+
+
 class FixDecision(BaseModel):
     """A producer's answer to a FAIL/FLAG verdict."""
 
     model_config = ConfigDict(extra="forbid")
 
-    action: Literal["resubmit", "remeasure", "run_quality_eval", "reclassify", "disclose", "drop"]
+    action: FixAction
     """What to do next."""
     reason: str
     """One line, for the report."""

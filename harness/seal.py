@@ -59,19 +59,15 @@ import msgspec
 
 from perfwarden.harness import safe_write
 from perfwarden.harness.jsonl import SealEntry
-from perfwarden.harness.records import (SealHead, SealKey, append_jsonl as _plain_append_jsonl, is_seal_id,
-                                        jsonl_text, key_store_dir, key_store_path, write_json_atomic)
+from perfwarden.harness.records import (EVIDENCE_DIRS, EVIDENCE_FILE, RUN_SEARCH_DEPTH, SealHead, SealKey,
+                                        is_seal_id, jsonl_text, key_store_dir, key_store_path, write_json_atomic)
 from perfwarden.harness.safe_read import KEY_BYTES, open_regular, read_bytes
 
 log = logging.getLogger(__name__)
 
-EVIDENCE_FILE = "evidence.jsonl"
 FORMAT_VERSION = 1
 GENESIS_MAC = "0" * 64
 MAC_FIELD = b',"mac":"'
-EVIDENCE_DIRS = ("legs", "profile", "opbench", "quality")
-"""Folders of a run that hold harness evidence: a run with files here but no chain predates sealing."""
-_SEARCH_DEPTH = 6
 _HASH_CHUNK = 1 << 20
 
 
@@ -634,7 +630,7 @@ def _open_existing(root: Path, key_file: Path | None) -> Chain:
 def chain_for(path: Path | str) -> Chain | None:
     """The open chain of the run ``path`` lies in (nearest ancestor holding ``evidence.jsonl``)."""
     absolute = Path(os.path.abspath(path))
-    parents = list(absolute.parents)[:_SEARCH_DEPTH]
+    parents = list(absolute.parents)[:RUN_SEARCH_DEPTH]
     with _REGISTRY_LOCK:
         for parent in parents:
             cached = _CHAINS.get(parent)
@@ -674,10 +670,12 @@ def write_text(path: Path | str, text: str, root: Path | str | None = None) -> N
 
 
 def append_jsonl(path: Path | str, record: dict[str, Any], root: Path | str | None = None) -> None:
-    """Append one JSON line, sealed when ``path`` lies in a sealed run (else ``records.append_jsonl``)."""
+    """Append one JSON line of evidence: the one evidence appender. Sealed when ``path`` lies in a sealed
+    run; a plain append elsewhere (a bench file outside any run, unit tests). The newline is written with
+    the record, so a crash leaves a torn tail readers detect."""
     chain = chain_for(path)
     if chain is None:
-        _plain_append_jsonl(Path(path), record, root)
+        safe_write.append_line(Path(path), jsonl_text(record).encode("utf-8"), root)
     else:
         chain.append_line(Path(path), record)
 

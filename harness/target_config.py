@@ -113,6 +113,26 @@ class TargetConfig(BaseModel):
         return cls().model_dump()
 
     @classmethod
+    def of(cls, config: TargetConfig | typing.Mapping[str, Any]) -> typing.Self:
+        """The full config a set of knob values names, as this model (defaults for the knobs not given),
+        validated (``ConfigError`` names a bad knob). Code past ``defaults()`` reads knobs as attributes of
+        this instance, so no reader restates a knob's default (a ``.get(knob, default)`` on a dict)."""
+        if isinstance(config, cls):
+            return config
+        raw = config.model_dump() if isinstance(config, TargetConfig) else dict(config)
+        return typing.cast(typing.Self, cls.validate_knobs(raw))
+
+    @classmethod
+    def knob_value(cls, config: typing.Mapping[str, Any], name: str) -> Any:
+        """One knob of a set of knob values not validated here (a server's command line, which the server
+        validates itself, refusing a bad one as it starts): the value given, else the model's default --
+        never a default restated by the reader."""
+        cls.spec(name)  # ConfigError for a name that is no knob
+        if name in config:
+            return config[name]
+        return cls.model_fields[name].get_default(call_default_factory=True)
+
+    @classmethod
     def search_knobs(cls, named: list[str] | None) -> list[str]:
         """Knobs the tuner searches: the default search, or exactly the named ones (in model order)."""
         specs = cls.specs()

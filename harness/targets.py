@@ -27,6 +27,7 @@ import httpx
 
 from perfwarden.harness import safe_write, sandbox, seal
 from perfwarden.harness.model import ModelError, cache_root, ensure_converted
+from perfwarden.harness.target_config import EmbeddedConfig
 
 FailureKind = Literal["start_failure", "crash", "timeout"]
 
@@ -412,7 +413,7 @@ class EmbeddedTarget(ServerTarget):
 
     def launch(self, cmd: list[str], env: dict[str, str], log: Any) -> Any:
         prepare_weights(self.config)  # the trusted parent converts; the server sees the cache read-only
-        device = "cuda" if str(self.config.get("device", "cpu")).startswith("cuda") else "cpu"
+        device = "cuda" if str(EmbeddedConfig.knob_value(self.config, "device")).startswith("cuda") else "cpu"
         cache = (cache_root(),) if cache_root().is_dir() else ()
         policy = sandbox.Policy(writable=self.scratch_dir, read_only=(*cache, *self.override_files()),
                                 env=env, device=device,
@@ -442,7 +443,7 @@ def prepare_weights(config: dict[str, Any]) -> None:
     try:
         ensure_converted()
     except ModelError:
-        if config.get("weights", "pretrained") != "random":
+        if EmbeddedConfig.knob_value(config, "weights") != "random":
             raise
 
 

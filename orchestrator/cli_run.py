@@ -147,6 +147,7 @@ def check_sglang(settings: RunSettings, sglang_python: str | None, resume: Path 
     On a resume, the weights the run's settings name may not lie inside the run (its author's files)."""
     # lazy: httpx: only for an sglang target
     from perfwarden.harness.sglang_target import PYTHON_ENV, SGLangEnvError, check_model_path, find_sglang_python
+    from perfwarden.harness.target_config import SGLangConfig
 
     if resume is not None and not sglang_python and not os.environ.get(PYTHON_ENV):
         raise SGLangEnvError(f"this run serves SGLang: name the SGLang interpreter to resume it with, "
@@ -154,8 +155,8 @@ def check_sglang(settings: RunSettings, sglang_python: str | None, resume: Path 
     model = check_model_path(settings.model)
     if resume is not None:
         inside = Path(os.path.realpath(resume))
-        for what, path in (("model", model), ("speculative_draft_model_path",
-                                              settings.base_config.get("speculative_draft_model_path"))):
+        draft = SGLangConfig.of(settings.base_config).speculative_draft_model_path
+        for what, path in (("model", model), ("speculative_draft_model_path", draft)):
             if path and Path(os.path.realpath(path)).is_relative_to(inside):
                 raise SGLangEnvError(f"the run's settings name weights inside the run ({what}={str(path)!r}); "
                                      "a run's own files are never loaded as a model")

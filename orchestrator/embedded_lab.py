@@ -85,8 +85,8 @@ class ServerLab:
         """The (not yet started) server of one leg."""
         raise NotImplementedError
 
-    def base_config(self) -> dict[str, Any]:
-        return {**self.config_model.defaults(), **self.base_overrides}
+    def base_config(self) -> TargetConfig:
+        return self.config_model.of(self.base_overrides)
 
     def overridable_ops(self) -> list[str]:
         return []
@@ -94,7 +94,7 @@ class ServerLab:
     def alternatives(self, op: str) -> list[str]:
         return []
 
-    def profile(self, run: Path, config: dict[str, Any]) -> Path:
+    def profile(self, run: Path, config: TargetConfig) -> Path:
         raise LabError(f"target {self.config_model.target!r} has no profiler in perfwarden (run with --no-kernels)")
 
     def opbench(self, run: Path, op: str, candidates: list[str], shapes: list[list[int]]) -> Path:
@@ -277,9 +277,6 @@ class EmbeddedLab(ServerLab):
     def make_target(self, leg_dir: Path, config: dict[str, Any]) -> ServerTarget:
         return EmbeddedTarget(leg_dir, config, start_timeout_s=self.start_timeout_s)
 
-    def base_config(self) -> dict[str, Any]:
-        return {**EMBEDDED_BASE, **self.base_overrides}
-
     def prepare(self, legs: list[LegPlan]) -> None:
         for plan in legs:
             prepare_weights(plan.config)
@@ -290,10 +287,10 @@ class EmbeddedLab(ServerLab):
     def alternatives(self, op: str) -> list[str]:
         return alternatives_for(op, device=self._device())
 
-    def profile(self, run: Path, config: dict[str, Any]) -> Path:
+    def profile(self, run: Path, config: TargetConfig) -> Path:
         seal.begin(run)
         try:
-            return profile_model(RunDir(run).profile, config, max_tokens=self.load.max_tokens)
+            return profile_model(RunDir(run).profile, EmbeddedConfig.of(config), max_tokens=self.load.max_tokens)
         except Exception as exc:  # the target's failure, not ours: recorded by the graph
             raise LabError(f"profiling failed: {type(exc).__name__}: {exc}") from exc
 
@@ -308,11 +305,12 @@ class EmbeddedLab(ServerLab):
         """The eval servers batch (max_batch_size 8): scheduling knobs do not change greedy outputs
         (batched == unbatched is tested in tests/test_embedded_server.py), and unbatched the eval would
         cost minutes per leg."""
-        return {**config, "max_batch_size": max(8, int(config.get("max_batch_size", 1))), "batch_wait_ms": 5}
+        batch = EmbeddedConfig.of(config).max_batch_size
+        return {**config, "max_batch_size": max(8, batch), "batch_wait_ms": 5}
 
     def _device(self) -> str:
         """The device the target serves on: the op bench runs there too."""
-        return "cuda" if str(self.base_config().get("device", "cpu")).startswith("cuda") else "cpu"
+        return "cuda" if EmbeddedConfig.of(self.base_config()).device.startswith("cuda") else "cpu"
 
 
 def _now() -> float:

@@ -38,7 +38,9 @@ from typing import Any, Callable, Iterator
 from langgraph.graph import END, START, StateGraph
 from langgraph.runtime import Runtime
 
-from perfwarden.agents import config_tuner, integrator, kernel_extractor, op_benchmarker
+from perfwarden.agents import config_tuner, kernel_extractor
+from perfwarden.agents import integrator as integrator_agent
+from perfwarden.agents import op_benchmarker as op_benchmarker_agent
 from perfwarden.auditor import banking
 from perfwarden.auditor.audit import audit_path, load_claim, write_verdict
 from perfwarden.auditor.findings import unsealed_refusal
@@ -47,12 +49,13 @@ from perfwarden.agents.base import BankedChange, Proposal, Rejection, VerdictSum
 from perfwarden.harness.jsonl import ProfileLine, read_jsonl
 from perfwarden.harness.profile_ops import rank_ops
 from perfwarden.harness import safe_write
-from perfwarden.harness.records import Claim, RunDir, RunManifest, append_jsonl, write_json_atomic
+from perfwarden.harness.records import Claim, RunDir, RunManifest, append_unsealed_jsonl, write_json_atomic
 from perfwarden.harness.seal import find_key_file
 from perfwarden.orchestrator.crashpoints import crash_point
-from perfwarden.orchestrator.lab import LabError, LegPlan
+from perfwarden.harness.target_config import TargetConfig
+from perfwarden.orchestrator.lab import LabError, LegPlan, run_base_config
 from perfwarden.orchestrator.report import write_report
-from perfwarden.orchestrator.state import STATE_VERSION, RunContext, RunState
+from perfwarden.orchestrator.state import STATE_VERSION, FixStep, RunContext, RunState
 
 BASELINE_LEG = "baseline"
 Node = Callable[[RunState, Runtime[RunContext]], dict]
@@ -85,13 +88,19 @@ def _submit(state: RunState, claim: Claim) -> dict[str, Any]:
     return {"seq": seq, "pending_claim": rel}
 
 
-def _base_config(ctx: RunContext) -> dict[str, Any]:
-    return {**ctx.lab.base_config(), **ctx.settings.base_config}
+def _base_config(ctx: RunContext) -> TargetConfig:
+    """The run's true baseline as the target's config model (``lab.run_base_config``)."""
+    return run_base_config(ctx.lab, ctx.settings)
+
+
+def _base_knobs(ctx: RunContext) -> dict[str, Any]:
+    """The true baseline as knob values: what a leg's server is started with and overlays apply to."""
+    return _base_config(ctx).model_dump()
 
 
 def _best(state: RunState) -> dict[str, Any]:
     """The current best configuration: every banked step, as knob changes over the true baseline."""
-    return integrator.final_changes(state.get("banked", []))
+    return integrator_agent.final_changes(state.get("banked", []))
 
 
 def _brain_notes(ctx: RunContext) -> dict[str, Any]:
@@ -139,35 +148,37 @@ def _measure(ctx: RunContext, run: Path, legs: list[LegPlan], reps: int) -> dict
 def _event(run: Path, node: str, state: RunState, started: float, error: str | None = None) -> None:
     digest = hashlib.sha256(json.dumps({k: state.get(k) for k in ("seq", "current", "pending_claim", "stage")},
                                        sort_keys=True, default=str).encode()).hexdigest()[:16]
-    append_jsonl(run / "events.jsonl", {"node": node, "inputs_digest": digest,
-                                        "duration_s": round(time.time() - started, 3), "error": error}, run)
+    append_unsealed_jsonl(run / "events.jsonl", {"node": node, "inputs_digest": digest,
+                                                 "duration_s": round(time.time() - started, 3), "error": error}, run)
 
 
-def step(name: str) -> Callable[[Node], Node]:
-    """A node: record one event per step (node, inputs digest, duration, error) and tell the watcher."""
-    def decorate(fn: Node) -> Node:
-        @functools.wraps(fn)
-        def wrapper(state: RunState, runtime: Runtime[RunContext]) -> dict:
-            state = _in_run(state, runtime.context)
-            crash_point(f"before:{name}")
-            started = time.time()
-            runtime.context.watcher.node(name, state.get("current") or "", runtime.context.remaining_s(state))
-            try:
-                update = fn(state, runtime) or {}
-            except Exception as exc:
-                _event(_run(state), name, state, started, error=f"{type(exc).__name__}: {exc}")
-                raise
-            _event(_run(state), name, state, started)
-            crash_point(f"after:{name}")
-            return update
-        return wrapper
-    return decorate
+def step(fn: Node) -> Node:
+    """A node, named by its function (``build_graph`` adds it under ``fn.__name__``, so the name in
+    events, crash points and the checkpoint is the function's): record one event per step (node, inputs
+    digest, duration, error) and tell the watcher."""
+    name = fn.__name__
+
+    @functools.wraps(fn)
+    def wrapper(state: RunState, runtime: Runtime[RunContext]) -> dict:
+        state = _in_run(state, runtime.context)
+        crash_point(f"before:{name}")
+        started = time.time()
+        runtime.context.watcher.node(name, state.get("current") or "", runtime.context.remaining_s(state))
+        try:
+            update = fn(state, runtime) or {}
+        except Exception as exc:
+            _event(_run(state), name, state, started, error=f"{type(exc).__name__}: {exc}")
+            raise
+        _event(_run(state), name, state, started)
+        crash_point(f"after:{name}")
+        return update
+    return wrapper
 
 
 # ------------------------------------------------------------------------------------------- nodes
 
 
-@step("setup")
+@step
 def setup(state: RunState, runtime: Runtime[RunContext]) -> dict:
     ctx = runtime.context
     run = _run(state)
@@ -180,26 +191,26 @@ def setup(state: RunState, runtime: Runtime[RunContext]) -> dict:
     return {"stage": "baseline", "baseline_attempts": 0}
 
 
-@step("baseline")
+@step
 def baseline(state: RunState, runtime: Runtime[RunContext]) -> dict:
     ctx = runtime.context
     attempt = state.get("baseline_attempts", 0)
     leg = BASELINE_LEG if attempt == 0 else f"{BASELINE_LEG}-r{attempt}"
     # An A/A leg (the same config, interleaved) calibrates this session's noise band: the auditor
     # judges the baseline's spread against it instead of against a fixed constant.
-    config = _base_config(ctx)
+    config = _base_knobs(ctx)
     started = ctx.clock()
     _measure(ctx, _run(state), [LegPlan(leg=leg, role="baseline", config=config, purpose="true no-overlay baseline"),
                                 LegPlan(leg=f"{leg}-aa", role="aa", config=config,
                                         purpose="A/A: the baseline config again, to calibrate noise")], ctx.settings.reps)
     # A step measures two legs like the baseline did: until a step has finished, this is what one costs.
-    return {**_submit(state, integrator.baseline_claim(leg, [f"{leg}-aa"])), "stage": "baseline",
+    return {**_submit(state, integrator_agent.baseline_claim(leg, [f"{leg}-aa"])), "stage": "baseline",
             "baseline_s": ctx.clock() - started,
             "baseline_attempts": attempt + 1, "aa_legs": [leg, f"{leg}-aa"],
             "notes": [f"baseline leg {leg!r} (+ A/A)"]}
 
 
-@step("auditor")
+@step
 def auditor(state: RunState, runtime: Runtime[RunContext]) -> dict:
     ctx = runtime.context
     run = _run(state)
@@ -243,7 +254,7 @@ def _performance_only(v: VerdictSummary) -> bool:
     return v.verdict == "FLAG" and bool(raised) and raised <= PERFORMANCE_ONLY_CODES
 
 
-@step("profile")
+@step
 def profile(state: RunState, runtime: Runtime[RunContext]) -> dict:
     ctx = runtime.context
     run = _run(state)
@@ -276,7 +287,7 @@ def _next_config_proposal(state: RunState, ctx: RunContext) -> Proposal | None:
     space = config_tuner.parse_levers(model, ctx.settings.levers)
     proposals = state.get("proposals", [])
     tried = config_tuner.tried_steps(proposals, state.get("banked", []))
-    step_ = ctx.brains.next_config_step(model, space, _base_config(ctx), _best(state), tried)
+    step_ = ctx.brains.next_config_step(model, space, _base_knobs(ctx), _best(state), tried)
     if step_ is None:
         return None
     attempt = 1 + sum(1 for t in tried if t.knob == step_.knob and repr(t.value) == repr(step_.value))
@@ -286,9 +297,9 @@ def _next_config_proposal(state: RunState, ctx: RunContext) -> Proposal | None:
 def _target_device(ctx: RunContext) -> str:
     """Where the target serves, ``cpu`` or ``cuda``: its config's ``device`` knob; a target whose config
     has none (SGLang) serves on a GPU."""
-    base = _base_config(ctx)
-    if "device" in base:
-        return "cuda" if str(base["device"]).startswith("cuda") else "cpu"
+    device = getattr(_base_config(ctx), "device", None)
+    if device is not None:
+        return "cuda" if str(device).startswith("cuda") else "cpu"
     return "cuda" if getattr(ctx.lab.config_model, "target", "") == "sglang" else "cpu"
 
 
@@ -299,8 +310,7 @@ def _kernel_proposals(state: RunState, ctx: RunContext) -> list[Proposal]:
     lab = ctx.lab
     hot = list(state.get("hot_ops", []))
     alts = {op: lab.alternatives(op) for op in lab.overridable_ops()}
-    base = _base_config(ctx)
-    device, dtype = _target_device(ctx), str(base.get("dtype", "float32"))
+    device, dtype = _target_device(ctx), str(_base_config(ctx).dtype)
     kernels = kernel_extractor.propose(hot, lab.overridable_ops(), alts, _best(state), reps=ctx.settings.reps,
                                        device=device)
     for i, k in enumerate(kernels):  # the LLM brain writes one more candidate per op (sandboxed later)
@@ -321,7 +331,7 @@ def _typical_change_s(state: RunState) -> float:
     return durations[len(durations) // 2] if durations else state.get("baseline_s", 0.0)
 
 
-@step("pick")
+@step
 def pick(state: RunState, runtime: Runtime[RunContext]) -> dict:
     """Continue the current change, or start the next one (config step first, then kernels), unless one
     more typical change plus the bundle would overrun the budget."""
@@ -374,8 +384,8 @@ def route_pick(state: RunState, runtime: Runtime[RunContext]) -> str:
     return "op_benchmarker" if p.kind == "kernel" and p.status == "pending" else "integrator"
 
 
-@step("op_benchmarker")
-def bench(state: RunState, runtime: Runtime[RunContext]) -> dict:
+@step
+def op_benchmarker(state: RunState, runtime: Runtime[RunContext]) -> dict:
     ctx = runtime.context
     p = _proposal(state)
     run = _run(state)
@@ -387,7 +397,7 @@ def bench(state: RunState, runtime: Runtime[RunContext]) -> dict:
         p.status, p.history = "rejected", p.history + [f"op bench failed: {exc}"]
         return {"proposals": [p], "pending_claim": None, "last_verdict": None,
                 "rejected": [Rejection(name=p.id, reason=f"op bench failed: {exc}")]}
-    winner, speedup, ref = op_benchmarker.pick_winner(path)
+    winner, speedup, ref = op_benchmarker_agent.pick_winner(path)
     if winner is None:
         p.status, p.history = "rejected", p.history + ["no correct candidate beat the reference"]
         return {"proposals": [p], "pending_claim": None, "last_verdict": None,
@@ -395,16 +405,16 @@ def bench(state: RunState, runtime: Runtime[RunContext]) -> dict:
     p.chosen, p.isolated_speedup = winner, speedup
     p.harness_attempts += 1
     rel_bench = str(path.relative_to(run))
-    submitted = _submit(state, op_benchmarker.harness_claim(p, rel_bench, winner, speedup, ref, _base_leg(state)))
+    submitted = _submit(state, op_benchmarker_agent.harness_claim(p, rel_bench, winner, speedup, ref, _base_leg(state)))
     p.history.append(f"op bench: {winner!r} {speedup:.2f}x vs {ref!r} (claim {submitted['pending_claim']})")
     return {**submitted, "proposals": [p]}
 
 
-def route_bench(state: RunState) -> str:
+def route_op_benchmarker(state: RunState) -> str:
     return "auditor" if state.get("pending_claim") else "pick"
 
 
-@step("harness_result")
+@step
 def harness_result(state: RunState, runtime: Runtime[RunContext]) -> dict:
     p = _proposal(state)
     v = state["last_verdict"]
@@ -429,21 +439,21 @@ def route_harness(state: RunState) -> str:
     return "op_benchmarker" if p.status == "pending" else "pick"
 
 
-@step("integrator")
-def integrate(state: RunState, runtime: Runtime[RunContext]) -> dict:
+@step
+def integrator(state: RunState, runtime: Runtime[RunContext]) -> dict:
     """Measure the step's A/B (best configuration vs best + change), plan the quality eval of a change
     the config model says is lossy, and submit the patch claim."""
     ctx = runtime.context
     p = _proposal(state)
     run = _run(state)
     if not p.legs:
-        p.legs = list(integrator.leg_names(p, p.attempts))
+        p.legs = list(integrator_agent.leg_names(p, p.attempts))
     base_leg, cand_leg = p.legs
-    base = _base_config(ctx)
-    legs = [LegPlan(leg=base_leg, role="baseline", config=integrator.baseline_config(base, p),
-                    overlay=integrator.overlay(p.against).model_dump(), purpose=f"best configuration before {p.id}"),
-            LegPlan(leg=cand_leg, role="candidate", config=integrator.candidate_config(base, p),
-                    overlay=integrator.overlay(integrator.candidate_config({}, p)).model_dump(),
+    base = _base_knobs(ctx)
+    legs = [LegPlan(leg=base_leg, role="baseline", config=integrator_agent.baseline_config(base, p),
+                    overlay=integrator_agent.overlay(p.against).model_dump(), purpose=f"best configuration before {p.id}"),
+            LegPlan(leg=cand_leg, role="candidate", config=integrator_agent.candidate_config(base, p),
+                    overlay=integrator_agent.overlay(integrator_agent.candidate_config({}, p)).model_dump(),
                     parent=base_leg, purpose=p.rationale)]
     try:
         status = _measure(ctx, run, legs, p.reps)
@@ -477,12 +487,12 @@ def _submit_patch(state: RunState, p: Proposal, what: str) -> dict:
     base_leg, cand_leg = p.legs
     p.attempts += 1
     opbench_rel = f"opbench/{p.op}/opbench.jsonl" if p.kind == "kernel" else None
-    submitted = _submit(state, integrator.patch_claim(p, base_leg, cand_leg, opbench_rel, state.get("aa_legs")))
+    submitted = _submit(state, integrator_agent.patch_claim(p, base_leg, cand_leg, opbench_rel, state.get("aa_legs")))
     p.history.append(f"{what}; claim {submitted['pending_claim']}")
     return {**submitted, "proposals": [p]}
 
 
-@step("fix")
+@step
 def fix(state: RunState, runtime: Runtime[RunContext]) -> dict:
     ctx = runtime.context
     settings = ctx.settings
@@ -537,21 +547,26 @@ def fix(state: RunState, runtime: Runtime[RunContext]) -> dict:
     return {**update, "proposals": [p]}
 
 
+FIX_ROUTES: dict[FixStep, str] = {"done": "pick", "drop": "pick", "run_quality_eval": "quality_eval",
+                                  "reclassify": "resubmit", "disclose": "resubmit", "resubmit": "resubmit",
+                                  "remeasure": "integrator"}
+"""Where each ``FixStep`` goes next: every value of the type, and nothing else (tests/test_graph_types.py)."""
+
+
 def route_fix(state: RunState) -> str:
-    return {"done": "pick", "run_quality_eval": "quality_eval", "reclassify": "resubmit",
-            "disclose": "resubmit", "resubmit": "resubmit"}.get(state.get("fix_action"), "integrator")
+    return FIX_ROUTES[state["fix_action"]]
 
 
-@step("quality_eval")
+@step
 def quality_eval(state: RunState, runtime: Runtime[RunContext]) -> dict:
     """The auditor found the change lossy although the producer did not plan an eval: run it now."""
     ctx = runtime.context
     p = _proposal(state)
     base_leg, cand_leg = p.legs
-    base = _base_config(ctx)
+    base = _base_knobs(ctx)
     p, note = _run_quality_eval(ctx, _run(state), p, LegPlan(leg=base_leg, role="baseline",
-                                                             config=integrator.baseline_config(base, p)),
-                                LegPlan(leg=cand_leg, role="candidate", config=integrator.candidate_config(base, p)))
+                                                             config=integrator_agent.baseline_config(base, p)),
+                                LegPlan(leg=cand_leg, role="candidate", config=integrator_agent.candidate_config(base, p)))
     if p.quality_eval_id is None:
         p.status = "rejected"
         return {"proposals": [p], "notes": [note], "rejected": [Rejection(name=p.id, reason=note)]}
@@ -562,24 +577,24 @@ def route_quality(state: RunState) -> str:
     return "pick" if _proposal(state).status == "rejected" else "resubmit"
 
 
-@step("resubmit")
+@step
 def resubmit(state: RunState, runtime: Runtime[RunContext]) -> dict:
     """Same legs, corrected claim (reclassified headline, a disclosed trade-off or a quality eval
     added): no re-measure."""
     return _submit_patch(state, _proposal(state), "resubmitted on the same legs")
 
 
-@step("bundle")
+@step
 def bundle(state: RunState, runtime: Runtime[RunContext]) -> dict:
     """The final configuration against the true no-overlay baseline, with a TEST04 caching pair."""
     ctx = runtime.context
     run = _run(state)
     banked = state["banked"]
-    changes = integrator.final_changes(banked)
-    base = _base_config(ctx)
+    changes = integrator_agent.final_changes(banked)
+    base = _base_knobs(ctx)
     final = apply_overlay(base, changes)
     legs = [LegPlan(leg="bundle-base", role="baseline", config=base, purpose="true no-overlay baseline"),
-            LegPlan(leg="bundle", role="validation", config=final, overlay=integrator.overlay(changes).model_dump(),
+            LegPlan(leg="bundle", role="validation", config=final, overlay=integrator_agent.overlay(changes).model_dump(),
                     parent="bundle-base", purpose="every banked change together"),
             LegPlan(leg="bundle-test04", role="caching_audit", config=final, prompts="repeat",
                     purpose="TEST04-style: one prompt repeated"),
@@ -600,7 +615,7 @@ def bundle(state: RunState, runtime: Runtime[RunContext]) -> dict:
                 eval_id = ctx.lab.quality(run, legs[1], legs[0])
         except LabError as exc:
             notes.append(f"bundle quality eval failed: {exc}")
-    claim = integrator.bundle_claim(banked, "bundle-base", "bundle", "bundle-test04", disclosed, eval_id)
+    claim = integrator_agent.bundle_claim(banked, "bundle-base", "bundle", "bundle-test04", disclosed, eval_id)
     return {**_submit(state, claim), "bundle_done": True, "current": None, "notes": notes, "stage": "bundle"}
 
 
@@ -612,7 +627,7 @@ def _red_team_or_report(state: RunState, runtime: Runtime[RunContext]) -> str:
     return "red_team" if runtime.context.attacker is not None and not state.get("red_team_done") else "report"
 
 
-@step("red_team")
+@step
 def red_team(state: RunState, runtime: Runtime[RunContext]) -> dict:
     """``--red-team``: the attack producer submits claims to the same auditor node; every one must be
     refused (the report lists them, and any that passed)."""
@@ -630,7 +645,7 @@ def route_red_team(state: RunState) -> str:
     return "auditor" if state.get("pending_claim") else "report"
 
 
-@step("report")
+@step
 def report(state: RunState, runtime: Runtime[RunContext]) -> dict:
     ctx = runtime.context
     drained = _brain_notes(ctx)
@@ -651,18 +666,19 @@ def report(state: RunState, runtime: Runtime[RunContext]) -> dict:
     if baselines and all(v.verdict != "PASS" for v in baselines) and len(baselines) <= ctx.settings.max_baseline_remeasures:
         notes.append(f"no further baseline was measured: one takes ~{state.get('baseline_s', 0.0):.0f}s and "
                      f"{max(ctx.remaining_s(state), 0.0):.0f}s of the budget were left")
-    write_report(_run(state), {**state, "notes": notes, "llm_fallbacks": fallbacks}, _base_config(ctx),
-                 ctx.lab.config_model, llm_usage)
+    write_report(_run(state), {**state, "notes": notes, "llm_fallbacks": fallbacks}, _base_config(ctx), llm_usage)
     return {"stage": "done", **{k: v for k, v in drained.items() if v}}
+
+
+NODES: tuple[Node, ...] = (setup, baseline, auditor, profile, pick, op_benchmarker, harness_result, integrator, fix,
+                           quality_eval, resubmit, bundle, red_team, report)
+"""Every node; each is added under its function's name."""
 
 
 def build_graph() -> StateGraph:
     g = StateGraph(RunState, context_schema=RunContext)
-    for name, fn in [("setup", setup), ("baseline", baseline), ("auditor", auditor), ("profile", profile),
-                     ("pick", pick), ("op_benchmarker", bench), ("harness_result", harness_result),
-                     ("integrator", integrate), ("fix", fix), ("quality_eval", quality_eval), ("resubmit", resubmit),
-                     ("bundle", bundle), ("red_team", red_team), ("report", report)]:
-        g.add_node(name, fn)
+    for fn in NODES:
+        g.add_node(fn.__name__, fn)
     g.add_edge(START, "setup")
     g.add_edge("setup", "baseline")
     g.add_edge("baseline", "auditor")
@@ -670,7 +686,7 @@ def build_graph() -> StateGraph:
                                                      "red_team", "report"])
     g.add_conditional_edges("profile", route_profile, ["auditor", "pick"])
     g.add_conditional_edges("pick", route_pick, ["op_benchmarker", "integrator", "bundle", "red_team", "report"])
-    g.add_conditional_edges("op_benchmarker", route_bench, ["auditor", "pick"])
+    g.add_conditional_edges("op_benchmarker", route_op_benchmarker, ["auditor", "pick"])
     g.add_conditional_edges("harness_result", route_harness, ["integrator", "op_benchmarker", "pick"])
     g.add_edge("integrator", "auditor")
     g.add_conditional_edges("fix", route_fix, ["pick", "quality_eval", "resubmit", "integrator"])

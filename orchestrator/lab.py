@@ -74,7 +74,7 @@ class Lab(Protocol):
         """Measure ``reps`` reps of every leg, interleaved (A B A B …), skipping reps already written.
         Returns leg -> "ok" | "failed: <why>"."""
 
-    def profile(self, run: Path, config: dict[str, Any]) -> Path:
+    def profile(self, run: Path, config: TargetConfig) -> Path:
         """Profile the target under a short load; write profile/profile.jsonl."""
 
     def opbench(self, run: Path, op: str, candidates: list[str], shapes: list[list[int]]) -> Path:
@@ -89,5 +89,12 @@ class Lab(Protocol):
     def alternatives(self, op: str) -> list[str]:
         """Implementation specs (``path.py:function``) available for ``op``."""
 
-    def base_config(self) -> dict[str, Any]:
-        """The target's true-baseline knobs (its config model's defaults)."""
+    def base_config(self) -> TargetConfig:
+        """The target's true-baseline knobs (its config model's defaults), as that model."""
+
+
+def run_base_config(lab: Lab, settings: Any) -> TargetConfig:
+    """The true baseline a run starts from: the lab's, with the knobs the run fixed (``--set``, kept in
+    its ``RunSettings.base_config``) over it, as the target's config model. One place for the graph and
+    the report a resume rewrites."""
+    return lab.config_model.of({**lab.base_config().model_dump(), **settings.base_config})

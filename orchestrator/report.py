@@ -17,6 +17,8 @@ from perfwarden.harness.records import shown_verdict, write_json_atomic
 from perfwarden.harness.target_config import TargetConfig
 from perfwarden.orchestrator.crashpoints import crash_point
 from perfwarden.orchestrator.render import md_cell as md
+from perfwarden.orchestrator.report_record import (AttackVerdict, FinalKnob, Headline, LLMUsage, ProposalTrail,
+                                                   RedTeam, Refusal, ReportRecord, SearchStep)
 
 CLASS_TITLE = {"A": "kernel / implementation wins (class A)", "B": "orthogonal serving levers (class B)"}
 
@@ -44,7 +46,7 @@ def _pct(value: Any, digits: int = 2) -> str | None:
     return None
 
 
-def search_path(proposals: list[Proposal], verdicts: list[VerdictSummary]) -> list[dict[str, Any]]:
+def search_path(proposals: list[Proposal], verdicts: list[VerdictSummary]) -> list[SearchStep]:
     """Each change tried, in order: what it changed, against which configuration, and how it ended."""
     out = []
     for i, p in enumerate(proposals, 1):
@@ -52,54 +54,47 @@ def search_path(proposals: list[Proposal], verdicts: list[VerdictSummary]) -> li
         last = own[-1] if own else None
         change = {"op_overrides": {p.op: p.chosen or (p.candidates[0] if p.candidates else "?")}} \
             if p.kind == "kernel" else p.config
-        out.append({"step": i, "change": p.id, "kind": p.kind, "set": change, "against": p.against,
-                    "status": p.status, "audits": len(own),
-                    "verdict": last.shown if last else None, "verdict_file": last.path if last else None,
-                    "output_throughput_delta_pct": last.headline_rederived if last else None,
-                    "codes": sorted(last.codes()) if last else []})
+        out.append(SearchStep(step=i, change=p.id, kind=p.kind, set=change, against=p.against, status=p.status,
+                              audits=len(own), verdict=last.shown if last else None,
+                              verdict_file=last.path if last else None,
+                              output_throughput_delta_pct=last.headline_rederived if last else None,
+                              codes=sorted(last.codes()) if last else []))
     return out
 
 
-def build_report(state: dict[str, Any], base_config: dict[str, Any], config_model: type[TargetConfig],
-                 llm_usage: dict[str, Any] | None = None) -> dict[str, Any]:
+def build_report(state: dict[str, Any], base_config: TargetConfig,
+                 llm_usage: dict[str, Any] | None = None) -> ReportRecord:
     banked: list[BankedChange] = state.get("banked", [])
     verdicts: list[VerdictSummary] = state.get("verdicts", [])
     proposals: list[Proposal] = state.get("proposals", [])
     bundle = next((v for v in reversed(verdicts) if v.scope == "bundle"), None)
-    headlines: dict[str, list[dict[str, Any]]] = {"A": [], "B": []}
+    headlines: dict[str, list[Headline]] = {"A": [], "B": []}
     for b in banked:
-        headlines[b.lever_class].append({"change": b.name, "against": b.against,
-                                         "output_throughput_delta_pct": b.headline_rederived_pct,
-                                         "verdict": b.verdict, "disclosed_regressions": b.disclosed_regressions})
+        headlines[b.lever_class].append(Headline(change=b.name, against=b.against,
+                                                 output_throughput_delta_pct=b.headline_rederived_pct,
+                                                 verdict=b.verdict, disclosed_regressions=b.disclosed_regressions))
     final: dict[str, Any] = {}
     for b in banked:
         final.update({k: v for k, v in b.overlay().items() if k != "op_overrides"})
         if b.kind == "kernel":
             final.setdefault("op_overrides", {})[b.op] = b.impl
-    specs = config_model.specs()
-    knobs = [{"knob": k, "baseline": base_config.get(k), "final": v,
-              "lever_class": specs[k].lever_class if k in specs else None,
-              "lossless": specs[k].lossless if k in specs else None} for k, v in final.items()]
+    specs = base_config.specs()
+    knobs = [FinalKnob(knob=k, baseline=getattr(base_config, k) if k in specs else None, final=v,
+                       lever_class=specs[k].lever_class if k in specs else None,
+                       lossless=specs[k].lossless if k in specs else None) for k, v in final.items()]
     refused = [v for v in verdicts if v.scope == "patch" and (v.verdict != "PASS" or v.seal != "sealed")]
     attacks = [v for v in verdicts if v.producer == "red_team"]
-    return {
-        "run_dir": state.get("run_dir"),
-        "banked": [b.model_dump(mode="json") for b in banked],
-        "rejected": [r.model_dump(mode="json") for r in state.get("rejected", [])],
-        "headlines": headlines,
-        "search_path": search_path(proposals, verdicts),
-        "final_configuration": knobs,
-        "bundle": bundle.model_dump(mode="json") if bundle else None,
-        "refused_or_reclassified": [{"claim": v.claim, "change": v.lever, "verdict": v.shown, "action": v.action,
-                                     "codes": sorted(v.codes())} for v in refused],
-        "red_team": {"attacks": len(attacks), "passed": [v.claim for v in attacks if v.verdict == "PASS"],
-                     "verdicts": [{"claim": v.claim, "verdict": v.shown, "codes": sorted(v.codes())}
-                                  for v in attacks]} if attacks else None,
-        "verdicts": [v.model_dump(mode="json") for v in verdicts],
-        "proposals": [{"id": p.id, "status": p.status, "history": p.history} for p in proposals],
-        "llm": llm_usage,
-        "notes": list(state.get("notes", [])),
-    }
+    return ReportRecord(
+        run_dir=state.get("run_dir"), banked=list(banked), rejected=list(state.get("rejected", [])),
+        headlines=headlines, search_path=search_path(proposals, verdicts), final_configuration=knobs, bundle=bundle,
+        refused_or_reclassified=[Refusal(claim=v.claim, change=v.lever, verdict=v.shown, action=v.action,
+                                         codes=sorted(v.codes())) for v in refused],
+        red_team=RedTeam(attacks=len(attacks), passed=[v.claim for v in attacks if v.verdict == "PASS"],
+                         verdicts=[AttackVerdict(claim=v.claim, verdict=v.shown, codes=sorted(v.codes()))
+                                   for v in attacks]) if attacks else None,
+        verdicts=list(verdicts), proposals=[ProposalTrail(id=p.id, status=p.status, history=p.history) for p in proposals],
+        llm=LLMUsage.model_validate(llm_usage) if llm_usage is not None else None,
+        notes=list(state.get("notes", [])))
 
 
 def render_markdown(report: dict[str, Any]) -> str:
@@ -200,9 +195,10 @@ def _search_lines(steps: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
-def write_report(run: Path, state: dict[str, Any], base_config: dict[str, Any], config_model: type[TargetConfig],
+def write_report(run: Path, state: dict[str, Any], base_config: TargetConfig,
                  llm_usage: dict[str, Any] | None = None) -> dict[str, Any]:
-    report = build_report(state, base_config, config_model, llm_usage)
+    """Write report.json (the typed, versioned ``ReportRecord``) and report.md rendered from it."""
+    report = build_report(state, base_config, llm_usage).model_dump(mode="json")
     write_json_atomic(Path(run) / "report.json", report, run)
     crash_point("report_json_written")
     safe_write.write_text(Path(run) / "report.md", render_markdown(report), run)

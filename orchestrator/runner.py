@@ -36,7 +36,7 @@ from perfwarden.orchestrator.checkpoint_serde import (CheckpointTypeError, State
                                                       check_state)
 from perfwarden.orchestrator.crashpoints import crash_point
 from perfwarden.orchestrator.graph import build_graph, initial_state
-from perfwarden.orchestrator.lab import Lab, check_leg_writes
+from perfwarden.orchestrator.lab import Lab, check_leg_writes, run_base_config
 from perfwarden.orchestrator.report import write_report
 from perfwarden.orchestrator.settings import RunSettings, settings_error
 from perfwarden.orchestrator.state import STATE_VERSION, RunContext, RunState, SilentWatcher
@@ -131,8 +131,7 @@ def ensure_report(run: Path, state: dict[str, Any], context: RunContext) -> dict
         raise RunUsageError(f"the run in {str(run)!r} stopped at stage {state.get('stage')!r} with no step left to "
                             "run and no report; it cannot be resumed (start a new run)")
     if not (Path(run) / "report.json").is_file() or not (Path(run) / "report.md").is_file():
-        write_report(Path(run), state, {**context.lab.base_config(), **context.settings.base_config},
-                     context.lab.config_model)
+        write_report(Path(run), state, run_base_config(context.lab, context.settings))
     return state
 
 

@@ -27,12 +27,13 @@ from perfwarden.orchestrator.lab import LabError, LegPlan, check_leg_writes
 from perfwarden.orchestrator.synth import COHERENT_TEXTS, make_rep, write_jsonl
 
 # It simulates the embedded target, so its true baseline is that target's defaults (one place).
-BASE = {"model": "SmolLM2-135M-Instruct", **EmbeddedConfig.defaults(), "threads": 2}
+BASE = {**EmbeddedConfig.defaults(), "threads": 2}
+MODEL = "SmolLM2-135M-Instruct"
 
 
 class SyntheticLab:
     config_model = EmbeddedConfig
-    model_name = BASE["model"]
+    model_name = MODEL
     def __init__(self, effects: dict[str, dict[str, Any]] | None = None, cv: float = 0.01, seed: int = 0,
                  crash_after: int | None = None, contended: bool | str = False, on_rep=None,
                  fail_first_quality: bool = False):
@@ -60,8 +61,8 @@ class SyntheticLab:
         self.on_rep = on_rep or (lambda leg, rep, status: None)
 
     # --- Lab protocol
-    def base_config(self) -> dict[str, Any]:
-        return dict(BASE)
+    def base_config(self) -> EmbeddedConfig:
+        return EmbeddedConfig.of(BASE)
 
     def overridable_ops(self) -> list[str]:
         return ["rmsnorm", "silu_mul", "rotary"]
@@ -89,7 +90,7 @@ class SyntheticLab:
         paths = RunDir(run)
         for plan in legs:
             safe_write.make_dirs(paths.leg_dir(plan.leg), run)
-            info = {**plan.config, "port": 9000 + len(plan.leg), "weights_digest": "synthetic"}
+            info = {"model": MODEL, **plan.config, "port": 9000 + len(plan.leg), "weights_digest": "synthetic"}
             seal.write_json(paths.server_info(plan.leg), info)
             seal.write_json(paths.leg_spec(plan.leg), LegSpec(leg=plan.leg, role=plan.role,
                                                               overlay=Overlay(**plan.overlay),
@@ -131,7 +132,7 @@ class SyntheticLab:
                 self.on_rep(plan.leg, k, "ok")
         return {plan.leg: "ok" for plan in legs}
 
-    def profile(self, run: Path, config: dict[str, Any]) -> Path:
+    def profile(self, run: Path, config: EmbeddedConfig) -> Path:
         self.calls.append(("profile", None))
         seal.begin(run)
         path = RunDir(run).profile

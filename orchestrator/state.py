@@ -13,9 +13,9 @@ import operator
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any, Callable, Protocol, TypedDict
+from typing import Annotated, Any, Callable, Literal, Protocol, TypedDict
 
-from perfwarden.agents.base import (AttackProducer, BankedChange, Proposal, Rejection, VerdictSummary)
+from perfwarden.agents.base import (AttackProducer, BankedChange, FixAction, Proposal, Rejection, VerdictSummary)
 from perfwarden.agents.brains import Brains
 from perfwarden.harness.llm_client import LLMClient
 from perfwarden.harness.records import Claim
@@ -25,6 +25,12 @@ from perfwarden.orchestrator.settings import RunSettings
 STATE_VERSION = 2
 """Version of the checkpointed state. 1: plain dicts (before the typed state); 2: typed records. A
 checkpoint of another version is refused on resume with a clear message (runner.py)."""
+
+
+FixStep = Literal[FixAction, "done"]
+"""What the fix node decided for the current proposal: a producer's ``FixAction``, or ``done`` (banked,
+dropped or refused: pick the next change). Typed, so a checkpoint holding anything else is refused on resume
+(checkpoint_serde.check_state) instead of being routed by a default."""
 
 
 def upsert_by_id(left: list[Proposal], right: list[Proposal]) -> list[Proposal]:
@@ -83,8 +89,8 @@ class RunState(TypedDict, total=False):
     """Things the report should say (lab failures, budget stops, LLM fallbacks)."""
     llm_fallbacks: Annotated[dict[str, int], add_counts]
     """Producer -> times its LLM brain's answer was unusable and the deterministic policy answered."""
-    fix_action: str | None
-    """The producer's answer to the last patch verdict."""
+    fix_action: FixStep | None
+    """The producer's answer to the last patch verdict (``route_fix`` routes on it)."""
     bundle_done: bool
     """The bundle legs were measured (or failed)."""
     red_team_done: bool

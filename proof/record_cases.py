@@ -28,6 +28,7 @@ from perfwarden.agents.op_benchmarker import pick_winner
 from perfwarden.harness.opbench import run_opbench_for_lab
 from perfwarden.harness.profiling import profile_model
 from perfwarden.harness.records import RunManifest, write_json_atomic
+from perfwarden.harness.target_config import EmbeddedConfig
 from perfwarden.orchestrator.embedded_lab import EMBEDDED_BASE, EmbeddedLab
 from perfwarden.orchestrator.lab import LegPlan
 
@@ -214,7 +215,7 @@ def record(out: Path, reps: int, work: Path, only: set[str] | None = None) -> li
     for name, (impl, shapes, verdict, action, include, exclude, why) in OPBENCH_CASES.items():
         fixture = _fixture(out, name, work / "rec-aa-pair", ("base",))
         run = fixture / "run"
-        profile_model(run / "profile" / "profile.jsonl", EMBEDDED_BASE, max_tokens=6)
+        profile_model(run / "profile" / "profile.jsonl", EmbeddedConfig.of(EMBEDDED_BASE), max_tokens=6)
         if shapes is None:  # the shapes the profile says the server serves
             rows = [json.loads(line) for line in (run / "profile" / "profile.jsonl").read_text().splitlines()]
             shapes = next(r["shapes"] for r in rows if r["name"] == "rmsnorm")[:2]

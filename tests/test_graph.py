@@ -318,7 +318,7 @@ def test_nodes_are_top_level_functions_fed_by_the_runtime_context(tmp_path):
     assert state["last_verdict"].verdict == "PASS" and (run / "verdicts" / "001-baseline.json").is_file()
     apply(G.pick(state, runtime))
     assert state["current"] == "cfg-max_batch_size=2"
-    apply(G.integrate(state, runtime))
+    apply(G.integrator(state, runtime))
     claim = Claim.model_validate_json((run / state["pending_claim"]).read_text())
     assert claim.lever.config_keys == ["max_batch_size"] and claim.lever.lever_class == "B"
     apply(G.auditor(state, runtime))

@@ -19,7 +19,6 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from perfwarden.harness.target_config import EmbeddedConfig
 from perfwarden.orchestrator.cli import app
 from perfwarden.orchestrator.report import build_report, render_markdown
 from perfwarden.orchestrator.runner import THREAD_ID, run_graph
@@ -90,9 +89,10 @@ def test_every_string_of_the_run_is_escaped_in_the_report(finished):
     """Claim and verdict paths, leg and change names, knob names and values, codes, histories, the LLM's
     model and fallbacks, the run directory: each carries a payload, none is interpreted."""
     run, state = finished
-    report = build_report(state, SyntheticLab().base_config(), EmbeddedConfig,
-                          llm_usage={"model": "m", "calls": 1, "invalid_outputs": 0, "unavailable": 0,
-                                     "fallbacks": {"tuner": 1}})
+    report = build_report(state, SyntheticLab().base_config(),
+                          llm_usage={"model": "m", "calls": 1, "prompt_tokens": 1, "completion_tokens": 1,
+                                     "invalid_outputs": 0, "unavailable": 0,
+                                     "fallbacks": {"tuner": 1}}).model_dump(mode="json")
     assert report["search_path"] and report["banked"] and report["final_configuration"]
     planted = _plant(report, cycle(PAYLOADS))
     md = render_markdown(planted)

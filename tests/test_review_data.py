@@ -9,9 +9,11 @@ import json
 from pathlib import Path
 
 import pytest
+from test_report_record import banked_entry
 from test_review_cases import EVIL, add_bundle, build_demo_run
 from typer.testing import CliRunner
 
+from perfwarden.agents.base import BankedChange
 from perfwarden.harness.records import EvidenceRef, Verdict
 from perfwarden.orchestrator.cli import app
 from perfwarden.orchestrator.review.compare import pair_entries
@@ -99,14 +101,11 @@ def test_a_verdict_file_without_a_seal_field_is_read_as_unsealed():
     assert (old.seal, old.shown) == ("unsealed", "PASS (unsealed)")
 
 
-def test_report_items_match_by_file_key_or_seq():
+def test_report_items_match_by_their_verdict_file():
     entries = [entry("PASS", "pass", 1), entry("FAIL", "eject", 2)]
-    assert match_report_item("claims/002-patch.json", entries) is entries[1]
-    assert match_report_item("verdicts/001-patch.json", entries) is entries[0]
-    assert match_report_item("002-patch", entries) is entries[1]
-    assert match_report_item({"seq": 1, "scope": "patch"}, entries) is entries[0]
-    assert match_report_item({"claim": "claims/002-patch.json"}, entries) is entries[1]
-    assert match_report_item("nothing", entries) is None and match_report_item(42, entries) is None
+    assert match_report_item(BankedChange.model_validate(banked_entry(2, "x")), entries) is entries[1]
+    assert match_report_item(BankedChange.model_validate(banked_entry(1, "x")), entries) is entries[0]
+    assert match_report_item(BankedChange.model_validate(banked_entry(3, "x")), entries) is None
 
 
 def test_pairing_by_key_then_scope():

@@ -10,12 +10,13 @@ from pathlib import Path
 
 import pytest
 from rich.console import Console
+from test_report_record import banked_entry, unversioned_report
 from test_review_cases import EVIL, add_bundle, build_demo_run, build_variant
 from typer.testing import CliRunner
 
 from perfwarden.orchestrator.cli import app
 from perfwarden.orchestrator.review.compare import compare
-from perfwarden.orchestrator.review.model import load_review
+from perfwarden.orchestrator.review.model import ReviewError, load_review
 from perfwarden.orchestrator.review.terminal import print_comparison, print_review, printable
 
 runner = CliRunner()
@@ -96,23 +97,25 @@ def test_run_without_verdicts_is_audited_on_the_fly_and_says_so(tmp_path):
 def test_report_json_banked_list_is_preferred_and_checked(demo, tmp_path):
     run = tmp_path / "run"
     shutil.copytree(demo, run)
-    (run / "report.json").write_text(json.dumps({"banked": ["claims/002-patch.json", {"seq": 4, "scope": "patch"},
-                                                            "ghost_lever"]}))
+    (run / "report.json").write_text(json.dumps(unversioned_report(
+        [banked_entry(2, "lever2"), banked_entry(4, "mbs8_attn"), banked_entry(99, "ghost_lever")])))
     text = render(print_review, load_review(run))
     assert_fits(text)
     assert "source: report.json" in text
     flat = " ".join(text.split())
     assert "! report banks 004-patch 'mbs8_attn': the auditor's verdict is FAIL" in flat
-    assert "'ghost_lever': no verdict in this run backs it" in flat
+    assert "'ghost_lever' ('verdicts/099-patch.json'): no verdict in this run backs it" in flat
     assert "bankable but not in report.json: 003-patch" in flat
 
 
-def test_unreadable_report_json_is_a_visible_note(demo, tmp_path):
+def test_unreadable_report_json_is_an_error(demo, tmp_path):
+    """What the run says it banked is never guessed: an unreadable report stops the review (exit 3 in the
+    CLI, tests/test_report_record.py)."""
     run = tmp_path / "run"
     shutil.copytree(demo, run)
     (run / "report.json").write_text("{not json")
-    text = render(print_review, load_review(run))
-    assert "note: report.json is unreadable" in text and "source: verdicts" in text
+    with pytest.raises(ReviewError, match="report.json is unreadable"):
+        load_review(run)
 
 
 def test_comparison_in_the_terminal_pairs_claims(demo, tmp_path):

@@ -21,7 +21,7 @@ import pytest
 from typer.testing import CliRunner
 
 from perfwarden.harness import seal
-from perfwarden.harness.records import QualityEval, append_jsonl, write_json_atomic
+from perfwarden.harness.records import QualityEval, append_unsealed_jsonl, write_json_atomic
 from perfwarden.harness.safe_read import RefusedInput
 from perfwarden.orchestrator.cli import app
 from perfwarden.orchestrator.paths import default_fixture_roots
@@ -206,11 +206,11 @@ def test_quality_profile_and_opbench_outputs_refuse_links(tmp_path):
 def test_a_plain_append_never_follows_a_link_nor_waits_on_a_fifo(tmp_path):
     target = plant(tmp_path, "events.jsonl", tmp_path / "outside", False)
     with pytest.raises(RefusedInput, match="symbolic link"):
-        append_jsonl(tmp_path / "events.jsonl", {"x": 1})
+        append_unsealed_jsonl(tmp_path / "events.jsonl", {"x": 1})
     assert untouched(target)
     os.mkfifo(tmp_path / "fifo.jsonl")  # no reader: a plain open for append would block forever
     with pytest.raises(RefusedInput, match="FIFO"):
-        append_jsonl(tmp_path / "fifo.jsonl", {"x": 1})
+        append_unsealed_jsonl(tmp_path / "fifo.jsonl", {"x": 1})
 
 
 def test_a_path_that_leaves_its_root_is_refused(tmp_path):

@@ -48,8 +48,8 @@ def test_one_default_everywhere():
     assert embedded_server.ServerConfig().max_batch_size == defaults["max_batch_size"] == 1
     assert embedded_engine.EngineOptions().max_batch_size == defaults["max_batch_size"]
     assert embedded_engine.EngineOptions().batch_wait_ms == defaults["batch_wait_ms"]
-    assert EmbeddedLab().base_config() == defaults
-    sim = SyntheticLab().base_config()
+    assert EmbeddedLab().base_config() == EmbeddedConfig()
+    sim = SyntheticLab().base_config().model_dump()
     assert {k: sim[k] for k in defaults if k != "threads"} == {k: v for k, v in defaults.items() if k != "threads"}
 
 
@@ -75,3 +75,39 @@ def test_validation_names_the_knob():
         EmbeddedConfig.validate_knobs({"max_batch_size": "0"})
     with pytest.raises(ConfigError, match="mem_fraction_static"):
         SGLangConfig.validate_knobs({"mem_fraction_static": 1.5})
+
+
+def _restated_defaults() -> list[str]:
+    """``<config>.get("<knob>", <default>)`` in the producer side: a reader restating a knob's default."""
+    import re
+    from pathlib import Path
+
+    knobs = "|".join(sorted({k for model in TARGET_CONFIGS.values() for k in model.model_fields}))
+    pattern = re.compile(r"\b\w*(?:config|knobs|cfg|base)\w*\.get\(\s*[\"'](?:" + knobs + r")[\"']\s*,")
+    root = Path(__file__).resolve().parents[1]
+    return [f"{path.relative_to(root)}:{i}" for folder in ("agents", "orchestrator", "harness")
+            for path in sorted((root / folder).rglob("*.py"))
+            for i, line in enumerate(path.read_text("utf-8").splitlines(), 1) if pattern.search(line)]
+
+
+def test_no_reader_restates_a_knob_default():
+    """Issue 19 item 4: config travels as the model past ``defaults()``; ``max_batch_size``'s default was
+    restated in harness/profiling.py and orchestrator/embedded_lab.py."""
+    assert _restated_defaults() == []
+
+
+def test_config_travels_as_the_model():
+    from perfwarden.orchestrator.lab import run_base_config
+    from perfwarden.orchestrator.settings import RunSettings
+
+    lab = EmbeddedLab(base_overrides={"max_batch_size": 4})
+    base = run_base_config(lab, RunSettings(base_config={"dtype": "bfloat16"}))
+    assert isinstance(base, EmbeddedConfig) and (base.max_batch_size, base.dtype) == (4, "bfloat16")
+    assert EmbeddedConfig.of(base) is base and EmbeddedConfig.of({}) == EmbeddedConfig()
+    assert lab.quality_config(EmbeddedConfig(max_batch_size=16).model_dump())["max_batch_size"] == 16
+    assert lab.quality_config({})["max_batch_size"] == 8  # a partial config reads the model's default (1)
+    with pytest.raises(ConfigError, match="max_batch_size"):
+        EmbeddedConfig.of({"max_batch_size": 0})
+    assert EmbeddedConfig.knob_value({}, "weights") == EmbeddedConfig().weights
+    with pytest.raises(ConfigError, match="unknown knob"):
+        EmbeddedConfig.knob_value({}, "no_such_knob")

@@ -49,20 +49,22 @@ def check_response_cache(run: Path, legs: list[LegEvidence]) -> GateResult:
     return GateResult(findings=out)
 
 
-def check_prefix_warmth(run: Path, base: LegEvidence, cand: LegEvidence, findings: Findings,
-                        not_checked: list[str]) -> None:
+def check_prefix_warmth(run: Path, base: LegEvidence, cand: LegEvidence) -> GateResult:
     """Prefix-cache hit rates must match across legs, or one leg ran warm and the other cold."""
+    findings = Findings()
+    not_checked: list[str] = []
     b = [r.cache_hit_rate for r in base.reps if r.cache_hit_rate is not None]
     c = [r.cache_hit_rate for r in cand.reps if r.cache_hit_rate is not None]
     if not b or not c:
         not_checked.append("prefix-cache warmth: the bench files carry no per-request cache_hits")
-        return
+        return GateResult(findings.items, not_checked)
     gap = float(np.median(c) - np.median(b))
     if abs(gap) > PREFIX_HIT_RATE_MAX_GAP:
         findings.add("CACHING_SUSPECTED", "FAIL", f"prefix-cache hit rate {np.median(b):.2f} (baseline) vs "
                      f"{np.median(c):.2f} (candidate): warm-vs-cold confound", measured=round(gap, 4),
                      threshold=PREFIX_HIT_RATE_MAX_GAP, evidence=[line_evidence(run, cand.reps[0].ref)],
                      action="remeasure", gate="caching")
+    return GateResult(findings.items, not_checked)
 
 
 def _beat_pct(reference: LegEvidence, other: LegEvidence, metric: str, higher_is_better: bool) -> float | None:
@@ -77,18 +79,19 @@ def _beat_pct(reference: LegEvidence, other: LegEvidence, metric: str, higher_is
     return (mo / mr - 1.0) * 100.0 if higher_is_better else (mr / mo - 1.0) * 100.0
 
 
-def check_test04_leg(run: Path, reference: LegEvidence, caching: LegEvidence, findings: Findings) -> None:
+def check_test04_leg(run: Path, reference: LegEvidence, caching: LegEvidence) -> GateResult:
     """The one-prompt-repeated leg must not beat the varied-prompt leg beyond what prefix caching (or a
     shorter prompt) explains. Both only shorten prefill, i.e. TTFT; decode time per token cannot be
     cached legitimately. So: a TPOT beat is caching; a throughput beat that TTFT does not explain is
     caching; a throughput beat that comes with a faster first token is prefill and is fine."""
+    findings = Findings()
     tpot = _beat_pct(reference, caching, "median_tpot_ms", higher_is_better=False)
     tput = _beat_pct(reference, caching, "output_throughput", higher_is_better=True)
     ttft = _beat_pct(reference, caching, "median_ttft_ms", higher_is_better=False)
     if tput is None and tpot is None:
         findings.add("EVIDENCE_MISSING", "FAIL", "caching-audit comparison needs throughput or TPOT in both legs",
                      gate="caching")
-        return
+        return GateResult(findings.items, [])
     evidence = [line_evidence(run, caching.reps[0].ref)]
     if tpot is not None and tpot > TEST04_THRESHOLD_PCT:
         findings.add("CACHING_SUSPECTED", "FAIL", f"the repeated-prompt leg {caching.name!r} decodes {tpot:.1f}% "
@@ -103,3 +106,4 @@ def check_test04_leg(run: Path, reference: LegEvidence, caching: LegEvidence, fi
                      "decode to explain it: unexplained, look before banking", measured={
                          "throughput_beat_pct": round(tput, 3), "ttft_beat_pct": ttft, "tpot_beat_pct": tpot},
                      threshold=TEST04_THRESHOLD_PCT, evidence=evidence, action="flag", gate="caching")
+    return GateResult(findings.items, [])

@@ -268,12 +268,12 @@ def _one(values: dict[tuple, Any]) -> Any:
     return items[0] if len(items) == 1 else items
 
 
-def check_conditions(run: Path, claim: Claim, base: LegEvidence, cand: LegEvidence,
-                     findings: Findings) -> dict[str, list[Any]]:
+def check_conditions(run: Path, claim: Claim, base: LegEvidence, cand: LegEvidence) -> GateResult[dict[str, list[Any]]]:
     """Diff the legs' conditions (server_info.json, then every other copy); every undeclared,
     non-inert difference is a confound."""
+    findings = Findings()
     if base.server_info is None or cand.server_info is None:
-        return {}  # the loader already reported the missing/corrupt file (fail closed)
+        return GateResult(findings.items, [], {})  # the loader reported the missing/corrupt file (fail closed)
     diff = diff_server_info(base.server_info, cand.server_info)
     for key, values in union_diff(run, base, cand).items():
         diff.setdefault(key, values)
@@ -303,14 +303,15 @@ def check_conditions(run: Path, claim: Claim, base: LegEvidence, cand: LegEviden
                          "server_info: the candidate may not run the change", measured="identical",
                          evidence=key_evidence(run, base, key) + key_evidence(run, cand, key),
                          action="remeasure", gate="conditions")
-    return diff
+    return GateResult(findings.items, [], diff)
 
 
-def check_reported_conditions(run: Path, claim: Claim, legs: dict[str, LegEvidence], findings: Findings) -> None:
+def check_reported_conditions(run: Path, claim: Claim, legs: dict[str, LegEvidence]) -> GateResult:
     """A producer summary of conditions must match what each server reported."""
+    findings = Findings()
     conditions = claim.reported.get("conditions") if isinstance(claim.reported, dict) else None
     if not isinstance(conditions, dict):
-        return
+        return GateResult(findings.items, [])
     role_to_leg = {"baseline": claim.legs.baseline, "candidate": claim.legs.candidate,
                    "validation": claim.legs.validation}
     for key, per_leg in conditions.items():
@@ -327,6 +328,7 @@ def check_reported_conditions(run: Path, claim: Claim, legs: dict[str, LegEviden
                              f"the summary says leg {leg_name!r} ran {key}={stated!r}, its server reported {actual!r}",
                              measured=actual, threshold=stated, evidence=key_evidence(run, leg, key),
                              action="eject", gate="conditions")
+    return GateResult(findings.items, [])
 
 
 def _same(stated: Any, actual: Any) -> bool:

@@ -11,7 +11,7 @@ import numpy as np
 
 from perfwarden.auditor import registry
 from perfwarden.auditor.coherence import coherence_score
-from perfwarden.auditor.evidence import LegEvidence, line_evidence
+from perfwarden.auditor.evidence import LegEvidence, QualityRecords, line_evidence
 from perfwarden.auditor.findings import Findings, GateResult, finding
 from perfwarden.auditor.gates.conditions import flatten, key_evidence
 from perfwarden.harness.records import Claim, QualityEval
@@ -66,10 +66,11 @@ def check_random_weights(run: Path, legs: list[LegEvidence]) -> GateResult:
         value=True)
 
 
-def check_reference_coherence(run: Path, ref: LegEvidence, findings: Findings) -> bool | None:
+def check_reference_coherence(run: Path, ref: LegEvidence) -> GateResult[bool]:
     """The reference outputs must be coherent text, or parity against them proves nothing."""
+    findings = Findings()
     if not ref.outputs:
-        return None
+        return GateResult(findings.items, [], None)
     texts = [o.text for _, o in ref.outputs]
     result = coherence_score(texts)
     if not result.is_coherent:
@@ -81,32 +82,36 @@ def check_reference_coherence(run: Path, ref: LegEvidence, findings: Findings) -
                      "unverifiable", measured=None if result.score is None else round(result.score, 4),
                      threshold=result.threshold,
                      evidence=[line_evidence(run, ref.outputs[worst][0])], action="eject", gate="coherence")
-        return False
-    return True
+        return GateResult(findings.items, [], False)
+    return GateResult(findings.items, [], True)
 
 
 def check_parity(run: Path, claim: Claim, base: LegEvidence, cand: LegEvidence, lossy: bool,
-                 findings: Findings, random_weights: bool = False) -> str:
+                 random_weights: bool = False) -> GateResult[str]:
     """Greedy parity vs the true baseline; returns the correctness status.
 
     ``random_weights``: a leg served random weights (``check_random_weights``): the reference is noise by
     construction, so it is not held to the coherence check, but parity still binds (a lossless change must
     reproduce the same deterministic model's greedy outputs); at best the status is ``unverifiable``."""
+    findings = Findings()
     if claim.correctness.parity == "none" and lossy:
-        return "not_applicable"
+        return GateResult(findings.items, [], "not_applicable")
     if base.outputs is None or cand.outputs is None:
         missing = [leg.name for leg in (base, cand) if leg.outputs is None]
         findings.add("EVIDENCE_MISSING", "FAIL" if not lossy else "FLAG",
                      f"no parity dump (outputs.jsonl) for {missing!r}", gate="parity")
-        return "unverifiable"
-    if not random_weights and check_reference_coherence(run, base, findings) is False:
-        return "unverifiable"
+        return GateResult(findings.items, [], "unverifiable")
+    if not random_weights:
+        coherent = check_reference_coherence(run, base)
+        findings.extend(coherent.findings)
+        if coherent.value is False:
+            return GateResult(findings.items, [], "unverifiable")
     by_id = {str(o.prompt_id): (ref, o) for ref, o in base.outputs}
     pairs = [(by_id[str(o.prompt_id)], (ref, o)) for ref, o in cand.outputs if str(o.prompt_id) in by_id]
     if not pairs:
         findings.add("EVIDENCE_MISSING", "FAIL", "baseline and candidate parity dumps share no prompt id",
                      gate="parity")
-        return "unverifiable"
+        return GateResult(findings.items, [], "unverifiable")
     use_tokens = claim.correctness.parity == "token_ids"
     mismatched = []
     for (bref, bo), (cref, co) in pairs:
@@ -118,19 +123,19 @@ def check_parity(run: Path, claim: Claim, base: LegEvidence, cand: LegEvidence, 
         if mismatched:
             findings.add("PARITY_MISMATCH", "INFO", f"{len(mismatched)}/{len(pairs)} outputs differ; expected for a "
                          "lossy change, judged by its quality eval instead", measured=round(identical, 4), gate="parity")
-        return "unverifiable" if random_weights else "verified"
+        return GateResult(findings.items, [], "unverifiable" if random_weights else "verified")
     if identical < PARITY_MIN_IDENTICAL:
         findings.add("PARITY_MISMATCH", "FAIL", f"only {len(pairs) - len(mismatched)}/{len(pairs)} greedy outputs are "
                      "identical to the true baseline's for a change declared lossless",
                      measured=round(identical, 4), threshold=PARITY_MIN_IDENTICAL,
                      evidence=[line_evidence(run, r) for r in mismatched[:3]], action="eject", gate="parity")
-        return "failed"
+        return GateResult(findings.items, [], "failed")
     if mismatched:
         findings.add("PARITY_MISMATCH", "INFO", f"{len(mismatched)}/{len(pairs)} outputs differ (within the "
                      f"{PARITY_MIN_IDENTICAL:.0%} allowance)", measured=round(identical, 4),
                      threshold=PARITY_MIN_IDENTICAL, evidence=[line_evidence(run, r) for r in mismatched[:3]],
                      gate="parity")
-    return "unverifiable" if random_weights else "verified"
+    return GateResult(findings.items, [], "unverifiable" if random_weights else "verified")
 
 
 ITEMS_DIGEST_FIELDS = ("items_sha256", "item_set_sha256", "text_sha256")
@@ -148,7 +153,8 @@ def items_digest(qe: QualityEval) -> str | None:
     return None
 
 
-def check_quality(run: Path, claim: Claim, loader, base_name: str, cand_name: str, lossy: list[str]) -> GateResult:
+def check_quality(run: Path, claim: Claim, records: QualityRecords, base_name: str, cand_name: str,
+                  lossy: list[str]) -> GateResult:
     """A lossy change needs a completed, registered quality eval that the harness recorded for both
     compared legs, on the same eval and the same items, and no worse than its tolerance.
 
@@ -173,7 +179,7 @@ def check_quality(run: Path, claim: Claim, loader, base_name: str, cand_name: st
     if eval_id not in registered:
         return missing(f"quality eval {eval_id!r} is not registered (registered: {sorted(registered)!r})")
     spec = registered[eval_id]
-    qe, tf = loader.quality(eval_id, cand_name)
+    qe, tf = records.cand
     if qe is None:
         return missing(f"quality eval {eval_id!r} has no result file in the run")
     ev = [tf.evidence(run, tf.key_line("score"))] if tf else []
@@ -190,11 +196,10 @@ def check_quality(run: Path, claim: Claim, loader, base_name: str, cand_name: st
         graded = "the candidate itself" if qe.baseline_leg == cand_name else repr(qe.baseline_leg)
         return missing(f"quality eval {eval_id!r} of {cand_name!r} was graded against {graded}, not the compared "
                        f"baseline {base_name!r}: it compares nothing this claim rests on", ev)
-    base_path = loader.paths.quality(eval_id, base_name)
-    bq, btf = loader.quality(eval_id, base_name) if base_path.is_file() else (None, None)
+    bq, btf = records.base
     if bq is None or bq.leg != base_name:
         return missing(f"the baseline {base_name!r} has no harness record of {eval_id!r} "
-                       f"({'quality/' + base_path.name!r}): the baseline score {qe.baseline_score!r} rests on nothing", ev)
+                       f"({'quality/' + records.base_file!r}): the baseline score {qe.baseline_score!r} rests on nothing", ev)
     bev = [btf.evidence(run, btf.key_line("score"))] if btf else []
     if not bq.completed or bq.n < spec.min_n or bq.eval_id != eval_id or qe.eval_id != eval_id:
         return missing(f"the baseline's {eval_id!r} record is incomplete or of another eval (completed={bq.completed},"
@@ -238,21 +243,23 @@ def check_spec_decode_documented(claim: Claim, detected_spec: bool, raw_signal: 
                                         "raw acceptance signal", action="flag", gate="quality")])
 
 
-def check_output_length(run: Path, base: LegEvidence, cand: LegEvidence, findings: Findings) -> None:
+def check_output_length(run: Path, base: LegEvidence, cand: LegEvidence) -> GateResult:
     """Truncation or early EOS shows as a shift in output lengths; tok/s then measures something else."""
+    findings = Findings()
     b = [r.mean_output_len for r in base.reps if r.n_ok]
     c = [r.mean_output_len for r in cand.reps if r.n_ok]
     if not b or not c:
-        return
+        return GateResult(findings.items, [])
     mb, mc = float(np.median(b)), float(np.median(c))
     if mb <= 0:
-        return
+        return GateResult(findings.items, [])
     shift = (mc / mb - 1.0) * 100.0
     if abs(shift) > OUTPUT_LENGTH_SHIFT_PCT:
         findings.add("OUTPUT_LENGTH_SHIFT", "FAIL", f"mean output length moved {shift:+.1f}% ({mb:.1f} -> {mc:.1f} "
                      "tokens): truncation or early EOS, so the legs did different work",
                      measured=round(shift, 3), threshold=OUTPUT_LENGTH_SHIFT_PCT,
                      evidence=[line_evidence(run, cand.reps[0].ref)], action="eject", gate="output_length")
+    return GateResult(findings.items, [])
 
 
 def server_flag(info: dict | None, key: str) -> bool:

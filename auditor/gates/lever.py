@@ -126,9 +126,10 @@ def check_undeclared_signals(run: Path, claim: Claim, base: LegEvidence, cand: L
     return GateResult(findings=out)
 
 
-def check_orthogonal(claim: Claim, detected: str | None, signals: list[str], cand: LegEvidence, run: Path,
-                     findings: Findings) -> None:
+def check_orthogonal(claim: Claim, detected: str | None, signals: list[str], cand: LegEvidence,
+                     run: Path) -> GateResult:
     """A class-B lever presented as a kernel/implementation win is reclassified (headline downgraded)."""
+    findings = Findings()
     declared = claim.lever.lever_class if claim.lever else None
     presented_as_kernel = declared == "A" or claim.headline.kind in ("kernel", "isolated")
     if detected == "B" and presented_as_kernel:
@@ -137,6 +138,7 @@ def check_orthogonal(claim: Claim, detected: str | None, signals: list[str], can
                      + "; ".join(s for s in signals if "class B" in s or s.startswith("raw"))
                      + ") presented as a kernel/implementation win", measured="B", threshold=declared or "A",
                      evidence=evidence, action="downgrade_headline", gate="lever")
+    return GateResult(findings.items, [])
 
 
 def raw_acceptance_rate(leg: LegEvidence) -> tuple[float | None, int | None]:
@@ -191,15 +193,16 @@ def check_acceptance_rate(run: Path, claim: Claim, cand: LegEvidence) -> GateRes
     return GateResult(not_checked=["acceptance rate: the raw has no acceptance counts to check the claimed rate"])
 
 
-def check_engagement(claim: Claim, cand: LegEvidence, run: Path, findings: Findings) -> None:
+def check_engagement(claim: Claim, cand: LegEvidence, run: Path) -> GateResult:
     """Every declared kernel op must show an engagement line in the candidate's server log."""
+    findings = Findings()
     ops = claim.lever.kernel_ops if claim.lever else []
     if not ops:
-        return
+        return GateResult(findings.items, [])
     if cand.log is None:
         findings.add("NOT_ENGAGED", "FAIL", f"no server log for {cand.name!r}: engagement of {ops!r} is unproven",
                      action="eject", gate="engagement")
-        return
+        return GateResult(findings.items, [])
     for op in ops:
         # ``log.engaged``/``log.refused`` hold the ops the loader was given (the claim's): another op is
         # a KeyError, i.e. this gate fails visibly instead of calling the op unengaged.
@@ -208,3 +211,4 @@ def check_engagement(claim: Claim, cand: LegEvidence, run: Path, findings: Findi
             findings.add("NOT_ENGAGED", "FAIL", f"the candidate server log never says override {op!r} engaged",
                          measured="no engagement line", threshold=f"a line naming {op!r} and 'engaged'",
                          evidence=[cand.log.evidence(run, refusal)], action="eject", gate="engagement")
+    return GateResult(findings.items, [])

@@ -109,31 +109,32 @@ def significant_worse(comp: Comparison, base: LegEvidence, cand: LegEvidence) ->
 
 
 def check_headline(run: Path, claim: Claim, comp: Comparison | None, n_reps: tuple[int, int],
-                   findings: Findings, contended: bool = False, not_checked: list[str] | None = None) -> None:
+                   contended: bool = False) -> GateResult:
     """The headline must be a real change: outside the noise band and significant at the rep level.
 
     When a leg was contended, a missing delta may be the neighbour's doing: the change is neither
     banked nor ejected on that data -- the check is reported as not made and the verdict (FLAG from
     CONTENDED_LEG) asks for a re-measure."""
+    findings = Findings()
+    not_checked: list[str] = []
     metric = claim.headline.metric
     if comp is None:
         findings.add("EVIDENCE_MISSING", "FAIL", f"headline metric {metric!r} cannot be re-derived for both legs",
                      gate="significance")
-        return
+        return GateResult(findings.items, not_checked)
     improvement = stats.improvement_pct(comp.delta_pct, comp.higher_is_better)
     if n_reps[0] < 2 or n_reps[1] < 2:
         findings.add("DELTA_NOT_SIGNIFICANT", "FAIL", f"{metric} has {n_reps[0]} baseline and {n_reps[1]} candidate "
                      "reps; a rep-level test needs at least 2 each", measured=list(n_reps), threshold=">= 2 reps per leg",
                      action="remeasure", gate="significance")
-        return
+        return GateResult(findings.items, not_checked)
     if comp.significant:
-        return
+        return GateResult(findings.items, not_checked)
     if contended:
         findings.add("DELTA_NOT_SIGNIFICANT", "INFO", f"{metric} improves {improvement:+.2f}% (p={comp.p_value:.3g}) "
                      "on contended legs: not judged", measured=round(improvement, 4), gate="significance")
-        if not_checked is not None:
-            not_checked.append("significance: a leg was contended, so the delta cannot be judged; re-measure")
-        return
+        not_checked.append("significance: a leg was contended, so the delta cannot be judged; re-measure")
+        return GateResult(findings.items, not_checked)
     inside = abs(improvement) <= comp.noise_band_pct
     # The band shrinks with reps: re-measuring can only help if the observed improvement would clear
     # the band at the most reps a comparison may use.
@@ -146,6 +147,7 @@ def check_headline(run: Path, claim: Claim, comp: Comparison | None, n_reps: tup
                  measured={"improvement_pct": round(improvement, 4), "p_value": comp.p_value},
                  threshold={"noise_band_pct": round(comp.noise_band_pct, 4), "alpha": stats.ALPHA},
                  action="remeasure" if more_reps_could_help else "eject", gate="significance")
+    return GateResult(findings.items, not_checked)
 
 
 PRIMARY_METRICS = ("output_throughput", "median_ttft_ms", "p99_ttft_ms", "median_tpot_ms", "p99_tpot_ms",
@@ -205,15 +207,15 @@ def line_evidence_for(leg: LegEvidence, index: int):
     return line_evidence(run, rep.ref)
 
 
-def check_noisy_baseline(run: Path, base: LegEvidence, aa_legs: list[LegEvidence], metric: str,
-                         findings: Findings) -> None:
+def check_noisy_baseline(run: Path, base: LegEvidence, aa_legs: list[LegEvidence], metric: str) -> GateResult:
     """Baseline rep spread must sit inside what same-session A/A reps show (or the documented default)."""
+    findings = Findings()
     values = [r.metrics[metric] for r in base.reps if metric in r.metrics]
     if len(values) < 2:
         findings.add("NOISY_BASELINE", "FLAG", f"baseline {base.name!r} has {len(values)} rep(s) of {metric}: "
                      "its noise cannot be judged", measured=len(values), threshold=">= 2 reps",
                      action="remeasure", gate="noise")
-        return
+        return GateResult(findings.items, [])
     spread = stats.spread_pct(values)
     aa_spreads = []
     for leg in aa_legs:
@@ -234,24 +236,26 @@ def check_noisy_baseline(run: Path, base: LegEvidence, aa_legs: list[LegEvidence
                      f"[{source}]; rep {base.reps[worst].rep} is furthest from the median",
                      measured=round(spread, 4), threshold=round(limit, 4),
                      evidence=[line_evidence(run, base.reps[worst].ref)], action="remeasure", gate="noise")
+    return GateResult(findings.items, [])
 
 
-def check_drift(run: Path, claim: Claim, base: LegEvidence, band_pct: float, not_checked: list[str],
-                findings: Findings) -> None:
+def check_drift(run: Path, claim: Claim, base: LegEvidence, band_pct: float) -> GateResult:
     """A previously provided baseline number must agree with the re-derived one."""
+    findings = Findings()
+    not_checked: list[str] = []
     provided = claim.provided_baseline
     if provided is None:
-        return
+        return GateResult(findings.items, not_checked)
     values = [r.metrics[provided.metric] for r in base.reps if provided.metric in r.metrics]
     if not values:
         findings.add("EVIDENCE_MISSING", "FAIL", f"cannot re-derive {provided.metric!r} to check drift",
                      gate="drift")
-        return
+        return GateResult(findings.items, not_checked)
     med = float(np.median(values))
     if any(abs(provided.value - v) <= 1e-9 * max(1.0, abs(v)) for v in values + [med]):
         not_checked.append(f"BASELINE_DRIFT: the provided baseline {provided.value!r} is this leg's own "
                            "number, so drift is unmeasurable")
-        return
+        return GateResult(findings.items, not_checked)
     drift = stats.relative_delta_pct(provided.value, med)
     limit = max(DRIFT_FLOOR_PCT, band_pct)
     if abs(drift) > limit:
@@ -259,6 +263,7 @@ def check_drift(run: Path, claim: Claim, base: LegEvidence, band_pct: float, not
                      f"{drift:+.2f}% from the provided {provided.value!r} ({provided.source or 'no source'})",
                      measured=round(med, 4), threshold={"provided": provided.value, "max_drift_pct": limit},
                      evidence=[line_evidence(run, r.ref) for r in base.reps[:3]], action="eject", gate="drift")
+    return GateResult(findings.items, not_checked)
 
 
 LOADAVG_PER_CORE = 2.0
@@ -432,8 +437,9 @@ def check_interleaving(run: Path, base: LegEvidence, cand: LegEvidence) -> GateR
     return GateResult()
 
 
-def check_errors(run: Path, leg: LegEvidence, findings: Findings, severity: str, action: str) -> int:
+def check_errors(run: Path, leg: LegEvidence, severity: str, action: str) -> GateResult[int]:
     """Failed requests in a leg; returns the count."""
+    findings = Findings()
     total = sum(r.n_errors for r in leg.reps)
     if total:
         first = next(r for r in leg.reps if r.n_errors)
@@ -442,7 +448,7 @@ def check_errors(run: Path, leg: LegEvidence, findings: Findings, severity: str,
         findings.add("REQUEST_ERRORS", severity, f"leg {leg.name!r}: {total} of {n_all} requests failed "
                      f"(e.g. {sample!r})", measured=total, threshold=0,
                      evidence=[line_evidence(run, first.ref)], action=action, gate="errors")
-    return total
+    return GateResult(findings.items, [], total)
 
 
 def check_crash(run: Path, leg: LegEvidence, expected_reps: int | None) -> GateResult:
@@ -515,9 +521,10 @@ def check_line_aggregates(run: Path, leg: LegEvidence) -> GateResult:
     return GateResult(findings=findings)
 
 
-def check_reported_numbers(claim: Claim, leg_stats: dict[str, dict[str, MetricStats]], headline_delta: float | None,
-                           findings: Findings) -> None:
+def check_reported_numbers(claim: Claim, leg_stats: dict[str, dict[str, MetricStats]],
+                           headline_delta: float | None) -> GateResult:
     """Cross-check numbers the producer reported; nulls mean "not reported" and raise nothing."""
+    findings = Findings()
     reported = claim.reported if isinstance(claim.reported, dict) else {}
     role_to_leg = {"baseline": claim.legs.baseline, "candidate": claim.legs.candidate}
     for leg_key, metrics in (reported.get("legs") or {}).items():
@@ -541,6 +548,7 @@ def check_reported_numbers(claim: Claim, leg_stats: dict[str, dict[str, MetricSt
             findings.add("REPORTED_MISMATCH", "FLAG", f"headline claims {claimed:+.2f}% but the raw gives "
                          f"{headline_delta:+.2f}%", measured=round(headline_delta, 4),
                          threshold={"claimed": claimed}, action="downgrade_headline", gate="reported")
+    return GateResult(findings.items, [])
 
 
 def summarize(values: list[Any]) -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from perfwarden.auditor.evidence import line_evidence
-from perfwarden.auditor.findings import Findings
+from perfwarden.auditor.findings import Findings, GateResult
 from perfwarden.harness.jsonl import LineRef, ProfileLine
 from perfwarden.harness.profile_ops import canonical_op, rank_ops
 
@@ -15,15 +15,16 @@ HOT_RANK = 5
 """...and ranks among this many hottest ops after merging fragments."""
 
 
-def check_routed_op(run: Path, rows: list[tuple[LineRef, ProfileLine]], op: str | None, reported_share,
-                    findings: Findings) -> list[tuple[str, float]]:
+def check_routed_op(run: Path, rows: list[tuple[LineRef, ProfileLine]], op: str | None,
+                    reported_share) -> GateResult[list[tuple[str, float]]]:
+    findings = Findings()
     ranking = rank_ops(rows)
     if not ranking:
         findings.add("EVIDENCE_MISSING", "FAIL", "the profile has no positive self time", gate="profile")
-        return ranking
+        return GateResult(findings.items, [], ranking)
     if op is None:
         findings.add("EVIDENCE_MISSING", "FAIL", "the profile claim names no routed op", gate="profile")
-        return ranking
+        return GateResult(findings.items, [], ranking)
     shares = dict(ranking)
     rank = next((i for i, (name, _) in enumerate(ranking, 1) if name == op.lower()), None)
     share = shares.get(op.lower(), 0.0)
@@ -40,4 +41,4 @@ def check_routed_op(run: Path, rows: list[tuple[LineRef, ProfileLine]], op: str 
             findings.add("REPORTED_MISMATCH", "FLAG", f"reported share of {op!r} {reported_share:.3f} vs re-derived "
                          f"{share:.3f} (fragments merged)", measured=round(share, 4), threshold=reported_share,
                          evidence=evidence, action="flag", gate="profile")
-    return ranking
+    return GateResult(findings.items, [], ranking)

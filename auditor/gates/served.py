@@ -18,67 +18,11 @@ as not made, never as passed.
 
 from __future__ import annotations
 
-from collections import Counter
-from dataclasses import dataclass, field
 from pathlib import Path
 
-import msgspec
-
-from perfwarden.auditor.evidence import LegEvidence, line_evidence
+from perfwarden.auditor.evidence import LegEvidence, Served, line_evidence
 from perfwarden.auditor.findings import GateResult, finding
 from perfwarden.auditor.gates.correctness import PARITY_MIN_IDENTICAL
-from perfwarden.harness.jsonl import LineIssue, LineRef, iter_jsonl
-
-MAX_PROMPT_IDS = 4096
-"""Distinct prompt ids remembered per leg (memory stays bounded on million-request files)."""
-
-
-class ServedLine(msgspec.Struct, kw_only=True):
-    """The fields of a bench line that say what was served (everything else is skipped)."""
-
-    prompt_ids: list[str | int | None] | None = None
-    generated_texts: list[str | None] | None = None
-    errors: list[str | None] | None = None
-
-
-@dataclass
-class Served:
-    """What one leg's server returned, per prompt id: the texts and the first line serving each."""
-
-    texts: dict[str, Counter] = field(default_factory=dict)
-    first_ref: dict[str, LineRef] = field(default_factory=dict)
-
-    def modal(self, pid: str) -> str:
-        """The text most often returned for ``pid`` (greedy: normally the only one)."""
-        return self.texts[pid].most_common(1)[0][0]
-
-
-def read_served(path: Path | None) -> Served | None:
-    """Texts served per prompt id, from successful requests; None when no line names its prompts."""
-    if path is None or not path.is_file():
-        return None
-    served = Served()
-    keyed = False
-    issues: list[LineIssue] = []  # torn/corrupt lines are reported by the evidence loader
-    # A partial view of lines the evidence loader already decoded strictly and scanned for repeated keys.
-    for ref, line in iter_jsonl(path, ServedLine, issues, check_keys=False):
-        if line.prompt_ids is None or line.generated_texts is None:
-            if not keyed:
-                return None  # a writer names its prompts on every line or on none: no second pass over a
-            continue         # million-request file that has none (plain sglang/vLLM output)
-        keyed = True
-        errors = line.errors or [None] * len(line.prompt_ids)
-        for pid, text, err in zip(line.prompt_ids, line.generated_texts, errors):
-            if pid is None or text is None or err:
-                continue
-            key = str(pid)
-            if key not in served.texts:
-                if len(served.texts) >= MAX_PROMPT_IDS:
-                    continue
-                served.texts[key] = Counter()
-                served.first_ref[key] = ref
-            served.texts[key][text] += 1
-    return served if keyed else None
 
 
 def consistent(a: str, b: str) -> bool:

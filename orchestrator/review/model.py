@@ -24,6 +24,8 @@ from perfwarden.harness.jsonl import LineIssue, iter_raw_lines
 from perfwarden.harness.records import Claim, RunManifest, Verdict, shown_verdict
 from perfwarden.harness.safe_read import (MAX_DEPTH, MESSAGE_CHARS, RECORD_BYTES, VERDICT_BYTES, check_regular,
                                           exists, long_string, read_bytes, too_deep)
+from perfwarden.agents.base import BankedChange
+from perfwarden.orchestrator.report_record import ReportError, read_report
 
 AUDITED_NOW = "(audited now, not saved)"
 """``VerdictEntry.path`` of a verdict the review produced itself because the run had none saved."""
@@ -210,8 +212,8 @@ class RunReview:
     manifest: RunManifest | None = None
     audited_now: bool = False
     """True when the run had no saved verdicts and its claims were audited for this review."""
-    report_banked: list[Any] | None = None
-    """``report.json``'s ``banked`` list, when the run has a readable one."""
+    report_banked: list[BankedChange] | None = None
+    """``report.json``'s ``banked`` list, when the run has a report."""
     notes: list[str] = field(default_factory=list)
     """Problems with auxiliary input, shown to the reader (never silently dropped)."""
     events: list[dict[str, Any]] = field(default_factory=list)
@@ -398,25 +400,18 @@ def read_manifest(root: Path, notes: list[str]) -> RunManifest | None:
     return None
 
 
-def read_report_banked(root: Path, notes: list[str]) -> list[Any] | None:
-    """``report.json``'s ``banked`` list; a broken report is a visible note, and the banked results
-    are then taken from the verdicts."""
+def read_report_banked(root: Path) -> list[BankedChange] | None:
+    """``report.json``'s ``banked`` list (the typed, versioned ``ReportRecord``; an older report is
+    migrated); None when the run has no report. A report that is not one this perfwarden reads (a newer
+    version, a malformed one) is a ``ReviewError`` (exit 3): what the run says it banked is never guessed
+    from whatever keys a file has."""
     path = root / "report.json"
     if not exists(path):
         return None
     try:
-        obj = json.loads(read_bytes(path, root, limit=VERDICT_BYTES, what="report.json"))
-    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
-        notes.append(f"report.json is unreadable ({exc}); banked results are taken from the verdicts")
-        return None
-    if too_deep(obj):
-        notes.append(f"report.json nests deeper than {MAX_DEPTH} levels; banked results are taken from the verdicts")
-        return None
-    banked = obj.get("banked") if isinstance(obj, dict) else None
-    if not isinstance(banked, list):
-        notes.append("report.json has no 'banked' list; banked results are taken from the verdicts")
-        return None
-    return banked
+        return read_report(path, root).banked
+    except ReportError as exc:
+        raise ReviewError(str(exc)) from None
 
 
 def read_events(root: Path, notes: list[str], limit: int = 2000) -> list[dict[str, Any]]:
@@ -479,7 +474,7 @@ def load_review(path: Path, audit_if_needed: bool = True) -> RunReview:
                          f"earliest first) are shown in detail and {summary.total - len(entries):,} are left out of "
                          f"the detail; the counts, gate table and banked results cover all {summary.total:,}")
     return RunReview(root=root, entries=entries, manifest=read_manifest(root, notes), audited_now=audited_now,
-                     report_banked=read_report_banked(root, notes), notes=notes,
+                     report_banked=read_report_banked(root), notes=notes,
                      events=read_events(root, notes), label=str(path), summary=summary)
 
 

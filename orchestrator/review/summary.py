@@ -3,8 +3,8 @@
 'Banked' follows the auditor's one banking rule (``auditor/banking.py``, which the graph and the bundle
 audit use too): a PASS, or a FLAG whose action banks the change under the auditor's re-derived headline
 (``downgrade_headline``), on sealed evidence.
-When the run's ``report.json`` carries a ``banked`` list it is what the run says it banked, so it is
-preferred -- but every entry is matched to its verdict and any disagreement is shown, because a report
+The run's ``report.json`` (a typed, versioned record: orchestrator/report_record.py) says what the run
+banked, so it is preferred -- but every entry is matched to its verdict file and any disagreement is shown, because a report
 banking a FAIL is exactly the fake win this tool exists to catch.
 """
 
@@ -14,6 +14,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+from perfwarden.agents.base import BankedChange
 from perfwarden.orchestrator.review.model import (HEADLINE_KEEPING_ACTIONS, RunReview, TrailRow,  # noqa: F401
                                                   VerdictEntry, is_banked)
 
@@ -71,38 +72,10 @@ def _ident(e: VerdictEntry | TrailRow) -> tuple[int, str, str]:
                                                                      e.verdict.claim)
 
 
-def match_report_item(item: Any, entries: list[TrailRow] | list[VerdictEntry]) -> TrailRow | VerdictEntry | None:
-    """The verdict a ``report.json`` banked entry refers to: a string naming the verdict file, the
-    claim file, ``<seq>-<scope>`` or the lever; or an object with ``verdict``/``claim``/``seq``+``scope``
-    /``lever`` keys. None when nothing matches (shown, never guessed)."""
-    if isinstance(item, dict):
-        for key in ("verdict", "claim", "key", "lever", "name"):
-            value = item.get(key)
-            if isinstance(value, str):
-                found = match_report_item(value, entries)
-                if found is not None:
-                    return found
-        seq, scope = item.get("seq", item.get("claim_seq")), item.get("scope")
-        if isinstance(seq, int) and isinstance(scope, str):
-            return next((e for e in entries if _ident(e)[:2] == (seq, scope)), None)
-        return None
-    if not isinstance(item, str):
-        return None
-    for e in entries:
-        if item in (e.path, _ident(e)[2], e.key, f"verdicts/{e.key}.json", f"claims/{e.key}.json"):
-            return e
-    return next((e for e in entries if e.lever_name == item), None)
-
-
-def _report_item_label(item: Any) -> str:
-    if isinstance(item, str):
-        return repr(item)
-    if isinstance(item, dict):
-        for key in ("claim", "verdict", "key", "lever", "name"):
-            if isinstance(item.get(key), str):
-                return repr(item[key])
-    text = repr(item)
-    return text if len(text) <= 60 else text[:59] + "…"
+def match_report_item(item: BankedChange, entries: list[TrailRow] | list[VerdictEntry]) -> TrailRow | VerdictEntry | None:
+    """The verdict a ``report.json`` banked entry names (its ``verdict`` file). None when no verdict of the
+    run is that file (shown, never guessed)."""
+    return next((e for e in entries if e.path == item.verdict), None)
 
 
 def banked(review: RunReview) -> Banked:
@@ -113,17 +86,18 @@ def banked(review: RunReview) -> Banked:
         return Banked("verdicts", [BankedItem(entry_label(e), e.lever_class, e) for e in entries if e.banked])
     out = Banked("report.json")
     matched: set[int] = set()
-    for raw in review.report_banked:
-        entry = match_report_item(raw, entries)
+    for item in review.report_banked:
+        entry = match_report_item(item, entries)
         if entry is None:
-            cls = raw.get("lever_class") if isinstance(raw, dict) else None
-            out.items.append(BankedItem(_report_item_label(raw), cls if cls in ("A", "B") else None, None,
+            out.items.append(BankedItem(f"{item.name!r} ({item.verdict!r})", item.lever_class, None,
                                         "no verdict in this run backs it"))
             continue
         matched.add(id(entry))
         problem = None if entry.banked else (
             f"the auditor's verdict is {entry.shown} with action {entry.action!r}"
             + (" (unsealed evidence is never banked)" if entry.seal != "sealed" else ""))
+        if problem is None and _ident(entry)[2] != item.claim:
+            problem = f"the report names the claim {item.claim!r}; its verdict answers {_ident(entry)[2]!r}"
         out.items.append(BankedItem(entry_label(entry), entry.lever_class, entry, problem))
     out.unreported = [e for e in entries if e.banked and id(e) not in matched]
     return out
