@@ -15,7 +15,7 @@ from perfwarden.auditor.audit import audit_path
 from perfwarden.harness import records, safe_write, seal
 from perfwarden.harness.records import SealedEvidenceWrite, append_unsealed_jsonl, jsonl_text
 from perfwarden.proof.seal_cases import sealed_clean
-from perfwarden.proof.synth import make_rep
+from perfwarden.orchestrator.synth import make_rep
 
 ROOT = Path(__file__).resolve().parents[1]
 CLAIM = "claims/001-patch.json"

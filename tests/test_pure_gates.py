@@ -16,7 +16,7 @@ import pytest
 import perfwarden.auditor.gates as gates_pkg
 from perfwarden.auditor.evidence import line_evidence
 from perfwarden.harness.jsonl import LineRef, read_jsonl
-from perfwarden.proof.backtest import _audit_blind
+from perfwarden.orchestrator.backtest import _audit_blind
 
 
 class OutputLineProbe(msgspec.Struct):
