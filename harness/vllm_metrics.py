@@ -4,7 +4,7 @@ A bench line is perfwarden's client's account of a rep. vLLM keeps its own accou
 (Prometheus text): requests finished, tokens generated and prefilled, and histograms of TTFT,
 inter-token latency and end-to-end latency. The harness samples those series just before and just
 after each rep (the server is idle then: nothing else sends it requests) and appends both samples,
-sealed, to ``legs/<leg>/engine_metrics.jsonl``; the auditor's gate (``agents/auditor/gates/
+sealed, to ``legs/<leg>/engine_metrics.jsonl``; the auditor's gate (``auditor/gates/
 engine_witness.py``) holds the bench line against the difference. A bench line edited, forged or
 copied from another rep disagrees with what the engine counted.
 
