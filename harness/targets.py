@@ -171,7 +171,29 @@ class PlainProcess:
             pass
 
     def pids(self) -> list[int]:
-        return [self.popen.pid]
+        """The server and every process of its session (an engine's scheduler, engine core and workers
+        are its children: vLLM's worker busy-polls for a second after each request, which contention
+        samples must not count as another process)."""
+        return session_pids(self.popen.pid)
+
+
+def session_pids(sid: int, proc: Path = Path("/proc")) -> list[int]:
+    """Pids whose session id is ``sid`` (``start_new_session`` makes the server a session leader), the
+    leader always included; only the leader where ``/proc`` cannot be read."""
+    out = {sid}
+    try:
+        entries = [e for e in os.listdir(proc) if e.isdigit()]
+    except OSError:
+        return [sid]
+    for entry in entries:
+        try:
+            stat = (proc / entry / "stat").read_text()
+            fields = stat[stat.rindex(")") + 2:].split()
+            if int(fields[3]) == sid:
+                out.add(int(entry))
+        except (OSError, ValueError, IndexError):
+            continue
+    return sorted(out)
 
 
 class ServerTarget:

@@ -45,10 +45,10 @@ COUNT_TOLERANCE = 0
 TIME_SLACK_REL = 0.02
 TIME_SLACK_ABS_S = 0.005
 """How much the engine's time sums may exceed the client's: clock and rounding slack, per request."""
-TRANSPORT_SHARE = 0.5
+TRANSPORT_SHARE = 0.25
 TRANSPORT_ABS_S = 0.25
 """How much shorter than the client's the engine's time sums may be: the client's transport, parsing
-and scheduling, at most half of its own time or 250 ms per request, whichever is larger."""
+and scheduling, at most a quarter of its own time or 250 ms per request, whichever is larger."""
 WINDOW_SLACK_S = 0.5
 """Tolerance of the window check (the samples' clock and the line's are one clock, read separately)."""
 
