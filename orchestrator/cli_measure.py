@@ -45,8 +45,8 @@ def measure(
         print_error(err, f"unknown target {target!r} (embedded, sglang, vllm)")
         raise typer.Exit(ExitCode.USAGE)
     if (target == "embedded" and model) or (target != "sglang" and sglang_python) or (target != "vllm" and vllm_python):
-        print_error(err, f"--model is an sglang/vllm option, --sglang-python sglang's, --vllm-python vllm's "
-                         f"(target {target!r})")
+        print_error(err, f"--model and --sglang-python are sglang options (--model and --vllm-python vllm "
+                         f"options); target {target!r} serves its own model")
         raise typer.Exit(ExitCode.USAGE)
     try:  # the leg names a folder under legs/: one path component, and nothing there is a link
         check_leg_writes(out, [leg])

@@ -155,7 +155,8 @@ def check_engine(settings: RunSettings, engine_python: str | None, resume: Path 
     flag = "--vllm-python" if settings.target == "vllm" else "--sglang-python"
     error = vllm_target.VLLMEnvError if settings.target == "vllm" else sglang_target.SGLangEnvError
     if resume is not None and not engine_python and not os.environ.get(engine.PYTHON_ENV):
-        raise error(f"this run serves {settings.target}: name its interpreter to resume it with, "
+        label = "vLLM" if settings.target == "vllm" else "SGLang"
+        raise error(f"this run serves {label}: name the {label} interpreter to resume it with, "
                     f"{flag} PY or {engine.PYTHON_ENV} (a run's files never name a program to run)")
     if resume is not None and settings.target == "vllm" and not settings.model:
         raise error("the run's settings name no model; a vllm run records the weights it serves")
@@ -179,8 +180,8 @@ def _check_options(err: Console, target: str, model: str | None, sglang_python: 
     if target not in ("embedded", "sglang", "vllm", "synthetic"):
         problem = f"unknown target {target!r} (embedded, sglang, vllm, synthetic)"
     elif resume is None and target not in ENGINE_TARGETS and (model or sglang_python or vllm_python):
-        problem = (f"--model, --sglang-python and --vllm-python are sglang/vllm options; target {target!r} "
-                   "serves its own model")
+        problem = (f"--model and --sglang-python are sglang options (--model and --vllm-python vllm options); "
+                   f"target {target!r} serves its own model")
     elif resume is None and ((target == "vllm" and sglang_python) or (target == "sglang" and vllm_python)):
         problem = f"--sglang-python is the sglang target's option, --vllm-python the vllm target's (target {target!r})"
     elif resume is not None and model:
