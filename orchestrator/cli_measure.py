@@ -79,8 +79,8 @@ def measure(
         from perfwarden.harness import vllm_target
 
         try:  # before anything is written: an environment without vllm is exit 3
-            lab_kw.update(model_path=vllm_target.check_model_path(model),
-                          python=vllm_target.find_vllm_python(vllm_python)[0])
+            python = vllm_target.find_vllm_python(vllm_python)[0]  # before the model: that may convert weights
+            lab_kw.update(model_path=vllm_target.check_model_path(model), python=python)
         except vllm_target.VLLMEnvError as exc:
             print_error(err, exc)
             raise typer.Exit(ExitCode.INVALID) from None
