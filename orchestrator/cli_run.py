@@ -161,15 +161,17 @@ def check_engine(settings: RunSettings, engine_python: str | None, resume: Path 
     if resume is not None and settings.target == "vllm" and not settings.model:
         raise error("the run's settings name no model; a vllm run records the weights it serves")
     find = vllm_target.find_vllm_python if settings.target == "vllm" else sglang_target.find_sglang_python
-    python, _version = find(engine_python)  # first: the vllm target's default model is converted on a first run
-    model = engine.check_model_path(settings.model)
-    if resume is not None:
-        inside = Path(os.path.realpath(resume))
-        for what, path in (("model", model), ("speculative_draft_model_path",
-                                              settings.base_config.get("speculative_draft_model_path"))):
-            if path and Path(os.path.realpath(path)).is_relative_to(inside):
-                raise error(f"the run's settings name weights inside the run ({what}={str(path)!r}); "
-                            "a run's own files are never loaded as a model")
+    if resume is None:  # the interpreter first: the vllm target's default model is converted on a first run
+        python, _version = find(engine_python)
+        return settings.model_copy(update={"model": engine.check_model_path(settings.model), "kernels": False}), python
+    model = engine.check_model_path(settings.model)  # a resume names its model: nothing to convert
+    inside = Path(os.path.realpath(resume))
+    for what, path in (("model", model), ("speculative_draft_model_path",
+                                          settings.base_config.get("speculative_draft_model_path"))):
+        if path and Path(os.path.realpath(path)).is_relative_to(inside):
+            raise error(f"the run's settings name weights inside the run ({what}={str(path)!r}); "
+                        "a run's own files are never loaded as a model")
+    python, _version = find(engine_python)  # only once the run's weights are known not to be its own files
     return settings.model_copy(update={"model": model, "kernels": False}), python
 
 
