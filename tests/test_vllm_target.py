@@ -107,3 +107,44 @@ def test_cli_refuses_before_anything_runs(tmp_path, argv, code, message):
     assert message in " ".join(done.stderr.split())
     assert "Traceback" not in done.stderr
     assert not (tmp_path / "run").exists()
+
+
+def _vllm_run(tmp_path: Path, **fields) -> Path:
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "settings.json").write_text(json.dumps({"target": "vllm", **fields}))
+    return run
+
+
+def _marker_script(path: Path, marker: Path) -> str:
+    path.write_text(f"#!/bin/sh\ntouch {marker}\nexit 0\n")
+    path.chmod(0o755)
+    return str(path)
+
+
+@pytest.mark.parametrize("case", ["weights_inside", "vllm_python_field", "no_interpreter"])
+def test_a_resumed_vllm_run_names_no_program_and_loads_none_of_its_own_files(tmp_path, monkeypatch, case):
+    """A vLLM run's settings are input: weights inside the run, or an interpreter named there, are refused
+    before the person's interpreter is even probed; a resume without an interpreter is told how."""
+    from typer.testing import CliRunner
+
+    from perfwarden.orchestrator.cli import app
+
+    monkeypatch.delenv(vllm_target.PYTHON_ENV, raising=False)
+    marker = tmp_path / "probed"
+    python = _marker_script(tmp_path / "vllm-python", marker)
+    if case == "weights_inside":
+        run = _vllm_run(tmp_path, model=str(tmp_path / "run" / "weights"))
+        (run / "weights").mkdir()
+        expected = "weights inside the run"
+    elif case == "vllm_python_field":
+        run = _vllm_run(tmp_path, model=str(tmp_path), vllm_python=python)
+        expected = "vllm_python"
+    else:
+        run = _vllm_run(tmp_path, model=str(tmp_path))
+        python = None
+        expected = "--vllm-python PY or PERFWARDEN_VLLM_PYTHON"
+    result = CliRunner().invoke(app, ["run", "--resume", str(run), *(["--vllm-python", python] if python else [])])
+    assert result.exit_code == 3, result.output
+    assert expected in " ".join(result.output.split())
+    assert not marker.exists()
