@@ -4,8 +4,6 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -93,20 +91,25 @@ def test_an_interpreter_without_vllm_is_a_clear_error(tmp_path, monkeypatch):
     (["run", "--target", "vllm", "--sglang-python", "x"], 2, "--vllm-python"),
     (["run", "--target", "embedded", "--vllm-python", "x"], 2, "--vllm-python"),
     (["measure", "--target", "embedded", "--vllm-python", "x", "--out", "R", "--leg", "a"], 2, "--vllm-python"),
-    (["run", "--target", "vllm", "--vllm-python", sys.executable], 3, "cannot `import vllm`"),
+    pytest.param(["run", "--target", "vllm", "--vllm-python", sys.executable], 3, "cannot `import vllm`",
+                 marks=pytest.mark.slow),  # imports the run's machinery first (seconds, once per process)
     (["measure", "--target", "vllm", "--vllm-python", sys.executable, "--out", "R", "--leg", "a"], 3,
      "cannot `import vllm`"),
 ])
-def test_cli_refuses_before_anything_runs(tmp_path, argv, code, message):
+def test_cli_refuses_before_anything_runs(tmp_path, monkeypatch, argv, code, message):
+    from typer.testing import CliRunner
+
+    from perfwarden.orchestrator.cli import app
+
+    monkeypatch.delenv(vllm_target.PYTHON_ENV, raising=False)
+    monkeypatch.chdir(tmp_path)
     argv = [str(tmp_path / a) if a == "R" else a for a in argv]
-    env = {k: v for k, v in os.environ.items() if k != vllm_target.PYTHON_ENV}
-    done = subprocess.run([sys.executable, "-m", "perfwarden.orchestrator.cli", *argv, "--out" if argv[0] == "run"
-                           else "--reps", str(tmp_path / "run") if argv[0] == "run" else "1"],
-                          capture_output=True, text=True, timeout=120, cwd=tmp_path, env=env)
-    assert done.returncode == code, done.stderr
-    assert message in " ".join(done.stderr.split())
-    assert "Traceback" not in done.stderr
-    assert not (tmp_path / "run").exists()
+    extra = ["--out", str(tmp_path / "run")] if argv[0] == "run" else ["--reps", "1"]
+    result = CliRunner().invoke(app, [*argv, *extra])
+    assert result.exit_code == code, result.output
+    assert message in " ".join(result.output.split())
+    assert result.exception is None or isinstance(result.exception, SystemExit)
+    assert not (tmp_path / "run").exists() and not (tmp_path / "R").exists()
 
 
 def _vllm_run(tmp_path: Path, **fields) -> Path:
