@@ -162,7 +162,8 @@ def parse_args_line(text: str) -> dict[str, Any] | None:
 def engine_report(config: dict[str, Any], log: dict[str, Any], version: str | None,
                   cache_labels: dict[str, str]) -> tuple[dict[str, Any], list[str]]:
     """``server_info`` from the engine's own reports over the leg's knobs, and every knob the engine
-    reports applied differently from what was asked (the start fails on any)."""
+    reports applied differently from what was asked (the start fails on any). A knob left to vLLM
+    (``None`` or ``auto``) takes the value the engine reports it chose."""
     info: dict[str, Any] = {**VLLMConfig.validate_knobs(
         {k: v for k, v in config.items() if k in VLLMConfig.model_fields}).model_dump()}
     reported: dict[str, Any] = {}
@@ -175,12 +176,12 @@ def engine_report(config: dict[str, Any], log: dict[str, Any], version: str | No
     engine = dict(log.get("engine") or {})
     if "block_size" in cache_labels:
         engine["block_size"] = _literal(cache_labels["block_size"])
+    chosen_by_vllm = {k for k, v in info.items() if v is None or v == "auto"}
     mismatched = [f"{key}: asked {info[key]!r}, the engine reports {value!r}"
                   for key, value in {**reported, **engine}.items()
-                  if key in info and info[key] is not None and value is not None and value != info[key]
-                  and not (key == "kv_cache_dtype" and info[key] == "auto")]
+                  if key in info and key not in chosen_by_vllm and value is not None and value != info[key]]
     info.update({k: v for k, v in reported.items() if v is not None})
-    info.update({k: v for k, v in engine.items() if v is not None and info.get(k) is None})
+    info.update({k: v for k, v in engine.items() if v is not None and k in chosen_by_vllm})
     info["vllm_version"] = version or log.get("version")
     info["model"] = config.get("model_path")
     if "kv_cache_memory_bytes" in cache_labels:

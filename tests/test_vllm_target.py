@@ -62,6 +62,8 @@ def test_server_info_is_what_the_engine_reports_and_a_knob_it_overrode_is_named(
     assert mismatched == ["enable_chunked_prefill: asked False, the engine reports True"]
     _, mismatched = engine_report({"max_num_seqs": 4, "device": "cuda", "model_path": "/m"}, log, "0.32.0", labels)
     assert mismatched == ["device: asked 'cuda', the engine reports 'cpu'"]
+    info, mismatched = engine_report({"dtype": "auto", "model_path": "/m"}, log, "0.32.0", labels)
+    assert mismatched == [] and info["dtype"] == "float32"  # vLLM's choice, as the engine reports it
 
 
 def test_metrics_sum_over_labels_and_count_only_finished_requests():
