@@ -125,6 +125,9 @@ class RepMetrics:
     loadgen_dir: str | None = None
     """The LoadGen log folder the line names (``loadgen.dir``), as written."""
     reported: dict[str, float] = field(default_factory=dict)
+    sums: dict[str, float] = field(default_factory=dict)
+    """Totals over the successful requests, in seconds (``ttft_s``, ``e2e_s``): what a server's own
+    histograms of the same requests sum to (the second witness, ``gates/engine_witness.py``)."""
     error_samples: list[str] = field(default_factory=list)
     missing: list[str] = field(default_factory=list)
     """Optional metrics that could not be derived (e.g. no ITLs because every output is one token)."""
@@ -500,6 +503,9 @@ def rederive_rep(line: BenchRunLine, ref: LineRef, leg: str, rep_index: int) -> 
             m["total_throughput"] = (total_out + total_in) / line.duration
         else:
             result.missing.append("total_throughput")
+        result.sums["ttft_s"] = float(ok_ttft.sum())
+        if e2e is not None:
+            result.sums["e2e_s"] = float(e2e.sum())
         ttft_ms = ok_ttft * 1000.0
         m["median_ttft_ms"], m["p99_ttft_ms"] = _median_p99(ttft_ms)
         if e2e is not None:

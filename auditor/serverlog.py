@@ -9,7 +9,10 @@ the verdict can say that copy was not checked -- never taken as agreement):
   (``ENGAGED prompt_lookup``, ``ENGAGED response_cache``, ``ENGAGED quantization=int8_dynamic``,
   ``ENGAGED torch_compile``, ``ENGAGED op_override op='rmsnorm'``);
 - sglang: ``server_args=ServerArgs(key=value, ...)``, the launch line with each argument's Python
-  repr (values that are not literals, e.g. enum reprs, are skipped).
+  repr (values that are not literals, e.g. enum reprs, are skipped);
+- vLLM: ``non-default args: {...}``, the arguments it was launched with that differ from its defaults
+  (a Python dict; enum reprs skipped), ``--speculative-config``'s fields under the names server_info
+  gives them (``method`` -> ``speculative_method``).
 
 Besides the conditions, every other thing a gate looks for in a server log is defined here too (the
 mechanisms that ran, acceptance counts, crash lines, usage peaks, an op's engagement), because
@@ -35,7 +38,7 @@ from perfwarden.auditor.rederive import flatten_json
 from perfwarden.harness.json_limits import check_depth, loads_bounded
 from perfwarden.harness.records import EvidenceRef
 
-CopySource = Literal["effective_config", "server_args", "engaged"]
+CopySource = Literal["effective_config", "server_args", "vllm_args", "engaged"]
 
 MAX_LINE_CHARS = 256 * 1024
 """Longest log line parsed as a configuration (a real ServerArgs line is a few KB)."""
@@ -46,6 +49,10 @@ _EFFECTIVE = re.compile(r"\beffective_config (\{.*)$")
 _SERVER_ARGS = re.compile(r"\bserver_args=(ServerArgs\(.*\))\s*$")
 _ENGAGED = re.compile(r"\bENGAGED (\w+)(?:=(\S+))?(?:\s+op=['\"]([^'\"]+)['\"])?")
 _ENGAGED_KNOB = {"op_override": "op_overrides"}
+_VLLM_ARGS = re.compile(r"\bnon-default args: (\{.*\})\s*$")
+_ENUM_REPR = re.compile(r"<[A-Za-z_][\w.]*: [^<>]*>")
+_VLLM_SPECULATIVE = {"method": "speculative_method", "num_speculative_tokens": "num_speculative_tokens",
+                     "prompt_lookup_max": "prompt_lookup_max", "prompt_lookup_min": "prompt_lookup_min"}
 
 
 @dataclass(frozen=True)
@@ -65,7 +72,8 @@ def parse_server_log(lines: list[str]) -> tuple[list[LogCopy], list[str]]:
     copies: list[LogCopy] = []
     problems: list[str] = []
     for i, text in enumerate(lines, 1):
-        if "effective_config" not in text and "ServerArgs(" not in text and "ENGAGED" not in text:
+        if ("effective_config" not in text and "ServerArgs(" not in text and "ENGAGED" not in text
+                and "non-default args" not in text):
             continue
         copy, problem = _condition_line(i, text)
         problems += [problem] if problem is not None else []
@@ -83,6 +91,9 @@ def _parse_line(i: int, text: str) -> LogCopy | None:
     m = _SERVER_ARGS.search(text)
     if m:
         return LogCopy(i, "server_args", flatten_json(_server_args(m.group(1))))
+    m = _VLLM_ARGS.search(text)
+    if m:
+        return LogCopy(i, "vllm_args", flatten_json(_vllm_args(m.group(1))))
     m = _ENGAGED.search(text)
     if m:
         knob, value, op = m.group(1), m.group(2), m.group(3)
@@ -107,6 +118,26 @@ def _server_args(expr: str) -> dict[str, Any]:
             out[kw.arg] = ast.literal_eval(kw.value)
         except (ValueError, SyntaxError, TypeError):
             continue  # an enum or object repr: not a literal, nothing to compare
+    return out
+
+
+def _vllm_args(expr: str) -> dict[str, Any]:
+    """The literal entries of vLLM's ``non-default args`` dict (an enum's repr is not Python: skipped)."""
+    check_depth(expr, what="vLLM non-default args")
+    node = ast.parse(_ENUM_REPR.sub("_not_a_literal_", expr), mode="eval").body
+    if not isinstance(node, ast.Dict):
+        raise ValueError("not a dict")
+    out: dict[str, Any] = {}
+    for key, value in zip(node.keys, node.values):
+        if not (isinstance(key, ast.Constant) and isinstance(key.value, str)):
+            continue
+        try:
+            out[key.value] = ast.literal_eval(value)
+        except (ValueError, SyntaxError, TypeError):
+            continue
+    spec = out.pop("speculative_config", None)
+    if isinstance(spec, dict):
+        out.update({_VLLM_SPECULATIVE[k]: v for k, v in spec.items() if k in _VLLM_SPECULATIVE})
     return out
 
 
@@ -173,7 +204,7 @@ def _guard(*alternatives: str | tuple[str, ...]) -> Guard:
 
 
 _NOT_ENGAGED_GUARD = _guard("engaged", "0 calls")
-_CONDITION_GUARD = _guard("effective_config", "serverargs(", "engaged")
+_CONDITION_GUARD = _guard("effective_config", "serverargs(", "engaged", "non-default args")
 SIGNAL_GUARDS: list[Guard] = [
     _guard("engaged"), _guard("prompt_lookup rid="), _guard("accept len:"), _guard("specdecoding metrics:"),
     _guard('"avg_spec_accept_length"'), _guard("speculative_algorithm="),
@@ -413,7 +444,8 @@ class _LineScan:
 
     def line(self, i: int, text: str, plan: _Plan) -> None:
         log = self.log
-        if plan.condition and ("effective_config" in text or "ServerArgs(" in text or "ENGAGED" in text):
+        if plan.condition and ("effective_config" in text or "ServerArgs(" in text or "ENGAGED" in text
+                               or "non-default args" in text):
             self._condition(i, text)
         refused = plan.not_engaged and NOT_ENGAGED_RX.search(text) is not None
         if plan.signals and not refused:

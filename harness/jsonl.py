@@ -94,7 +94,7 @@ class ReadReport(Generic[T]):
 
 def iter_raw_lines(path: Path, issues: list[LineIssue], digest: "hashlib._Hash | None" = None,
                    root: Path | None = None, max_line: int = LINE_BYTES,
-                   cite: bool = False) -> Iterator[tuple[LineRef, bytes]]:
+                   cite: bool = False, keep_tail: bool = False) -> Iterator[tuple[LineRef, bytes]]:
     """Yield complete (newline-terminated) lines with their location; report a torn tail.
 
     The file is opened with :func:`perfwarden.harness.safe_read.open_regular`: it must be a regular
@@ -111,6 +111,8 @@ def iter_raw_lines(path: Path, issues: list[LineIssue], digest: "hashlib._Hash |
 
     ``cite``: each yielded ``LineRef`` carries the line's sha256 and first bytes (``LineRef.digest``,
     ``head``), taken from the bytes in hand.
+    ``keep_tail``: a torn tail within the bound is reported *and* yielded after it, so a caller that can
+    tell a finished foreign record from a torn one (:func:`iter_jsonl`) may take it back.
     """
     path = Path(path)
     line_no = 0
@@ -187,6 +189,10 @@ def iter_raw_lines(path: Path, issues: list[LineIssue], digest: "hashlib._Hash |
         ref = LineRef(path, line_no + 1, offset, pending)
         issues.append(LineIssue("torn_tail", ref, f"last line {line_no + 1} of {path.name!r} has no "
                                 "newline: the writer did not finish it, so it is not evidence"))
+        if keep_tail:
+            tail = b"".join(pieces)
+            pieces = []
+            yield ref, tail[:-1] if tail.endswith(b"\r") else tail
     elif line_no == 0:
         issues.append(LineIssue("empty_file", LineRef(path, 0, 0, 0), f"{path.name!r} is empty"))
 
@@ -393,6 +399,25 @@ def read_jsonl(path: Path, schema: type[T], root: Path | None = None, max_line: 
 _UNKNOWN_FIELD = "Object contains unknown field"
 
 
+def _finished_foreign_tail(line: bytes, decoder: Any, foreign: Any, check_keys: bool) -> Any:
+    """A foreign bench file's last record written without a final newline, or None. ``vllm bench serve
+    --save-result`` ends its file with ``json.dump`` and nothing after it, so its last (or only) result
+    is a whole JSON object that no newline ends; a line perfwarden's harness wrote (``schema_version``)
+    is always ended, so an unterminated one stays a torn tail, and so does anything that does not decode
+    whole."""
+    try:
+        check_depth(line, what="last line")
+        try:
+            record = decode_line(decoder, line, check_keys)
+        except msgspec.ValidationError as exc:
+            if not str(exc).startswith(_UNKNOWN_FIELD):
+                return None
+            record = decode_line(foreign, line, check_keys)
+    except (*DECODE_ERRORS, JsonTooDeep):
+        return None
+    return record if getattr(record, "schema_version", None) is None else None
+
+
 def iter_jsonl(path: Path, schema: type[T], issues: list[LineIssue], digest: "hashlib._Hash | None" = None,
                root: Path | None = None, max_line: int = LINE_BYTES, check_keys: bool = True,
                depth_first: bool = False, cite: bool = False) -> Iterator[tuple[LineRef, T]]:
@@ -404,7 +429,18 @@ def iter_jsonl(path: Path, schema: type[T], issues: list[LineIssue], digest: "ha
     the nesting before decoding (small records; the bench schema bounds its own nesting)."""
     decoder = msgspec.json.Decoder(schema)
     foreign = msgspec.json.Decoder(FOREIGN_SCHEMAS[schema]) if schema in FOREIGN_SCHEMAS else None
-    for ref, line in iter_raw_lines(path, issues, digest, root, max_line, cite):
+    for ref, line in iter_raw_lines(path, issues, digest, root, max_line, cite,
+                                    keep_tail=foreign is not None):
+        if issues and issues[-1].kind == "torn_tail" and issues[-1].ref.line == ref.line:
+            record = _finished_foreign_tail(line, decoder, foreign, check_keys)
+            if record is None:
+                continue  # torn, or the harness's own line (its writer always ends a line): stays torn
+            extra = sorted(set(_TOP.decode(line)) - set(schema.__struct_fields__))
+            issues.pop()
+            if extra:
+                issues.append(LineIssue("foreign_fields", ref, ", ".join(extra)))
+            yield ref, record
+            continue
         try:
             if depth_first:
                 check_depth(line, what=f"line {ref.line}")  # the same limit on every Python version

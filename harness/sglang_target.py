@@ -16,13 +16,10 @@ runs). SGLang loads no generated code, so its server is not sandboxed; it gets t
 from __future__ import annotations
 
 import os
-import shutil
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
-from perfwarden.harness.targets import ServerTarget
+from perfwarden.harness.targets import EngineEnvError, EngineProbe, ServerTarget, find_engine_python
 
 PYTHON_ENV = "PERFWARDEN_SGLANG_PYTHON"
 """Environment variable naming the SGLang environment's interpreter."""
@@ -30,7 +27,7 @@ SECRET_ENV = ("OPENAI_API_KEY", "ANTHROPIC_API_KEY")
 """Keys the SGLang server has no use for (perfwarden's LLM brains' credentials)."""
 
 
-class SGLangEnvError(ValueError):
+class SGLangEnvError(EngineEnvError):
     """The SGLang environment cannot be used (no interpreter, or it has no sglang); the message says how to fix it."""
 
 
@@ -39,25 +36,9 @@ def find_sglang_python(explicit: str | None) -> tuple[str, str]:
 
     ``explicit`` (``--sglang-python``), else ``$PERFWARDEN_SGLANG_PYTHON``, else this interpreter. One
     ``PY -c "import sglang"`` (seconds, no GPU touched) so a wrong environment fails before any leg."""
-    python = explicit or os.environ.get(PYTHON_ENV) or sys.executable
-    source = ("--sglang-python" if explicit else PYTHON_ENV if os.environ.get(PYTHON_ENV)
-              else "perfwarden's own interpreter (neither --sglang-python nor PERFWARDEN_SGLANG_PYTHON is set)")
-    resolved = shutil.which(python) if os.sep not in python else (python if os.access(python, os.X_OK) else None)
-    if resolved is None:
-        raise SGLangEnvError(f"SGLang interpreter {python!r} (from {source}) is not an executable file")
-    probe = "import sglang, sys; sys.stdout.write(str(getattr(sglang, '__version__', 'unknown')))"
-    try:
-        done = subprocess.run([resolved, "-c", probe], capture_output=True, text=True, timeout=180,
-                              stdin=subprocess.DEVNULL)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        raise SGLangEnvError(f"SGLang interpreter {resolved!r} (from {source}) could not run "
-                             f"`import sglang`: {exc}") from None
-    if done.returncode != 0:
-        last = (done.stderr.strip().splitlines() or ["(no output)"])[-1]
-        raise SGLangEnvError(
-            f"SGLang interpreter {resolved!r} (from {source}) cannot `import sglang`: {last[:300]}. Install SGLang in "
-            "its own environment (README, 'Running on a GPU host') and pass its python with --sglang-python")
-    return str(Path(resolved).absolute()), done.stdout.strip()[:64] or "unknown"
+    return find_engine_python(explicit, EngineProbe(
+        label="SGLang", module="sglang", flag="--sglang-python", env=PYTHON_ENV, error=SGLangEnvError,
+        hint="Install SGLang in its own environment (README, 'Running on a GPU host')"))
 
 # Config keys that are not launch flags (bookkeeping the lab adds).
 NOT_FLAGS = {"op_overrides", "kernel_patches"}

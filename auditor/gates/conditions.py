@@ -144,8 +144,8 @@ def leg_copies(run: Path, leg: LegEvidence) -> tuple[list[ConditionCopy], list[s
         notes += [f"conditions in the server log of {leg.name!r}: {p}; that copy is not checked"
                   for p in leg.log.problems]
         notes += [f"server log of {leg.name!r}: {note}" for note in leg.log.notes]
-        if not any(c.kind in ("effective_config", "server_args") for c in copies):
-            notes.append(f"conditions in the server log of {leg.name!r}: no effective_config or server_args line "
+        if not any(c.kind in ("effective_config", "server_args", "vllm_args") for c in copies):
+            notes.append(f"conditions in the server log of {leg.name!r}: no effective_config, server_args or vLLM non-default args line "
                          "states the configuration the server applied")
     if leg.spec is not None:
         overlay: dict[str, Any] = flatten(leg.spec.overlay.config) if leg.spec.overlay.config else {}

@@ -1,0 +1,90 @@
+"""The vLLM lab: ``ServerLab`` over vLLM's OpenAI-compatible server from vLLM's own environment.
+
+What differs from the embedded lab, and why:
+
+- every rep has a second witness: vLLM's own ``/metrics`` counters (requests finished, tokens
+  generated and prefilled, TTFT / inter-token / end-to-end histograms) are sampled just before and just
+  after the rep and appended, sealed, to ``legs/<leg>/engine_metrics.jsonl`` (``harness/vllm_metrics.py``);
+  the auditor holds each bench line against the difference;
+- no kernel path: perfwarden has no profiler or op overrides inside vLLM (``--no-kernels``);
+- on the CPU build every leg's server is up at once like the embedded target's (each holds a fixed
+  1 GiB KV cache); with ``device=cuda`` one server at a time, as SGLang's (each takes most of the GPU).
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from perfwarden.harness import seal, vllm_metrics
+from perfwarden.harness.records import RunDir
+from perfwarden.harness.target_config import VLLMConfig
+from perfwarden.harness.targets import ServerTarget
+from perfwarden.harness.vllm_target import VllmTarget
+from perfwarden.orchestrator.embedded_lab import ServerLab
+from perfwarden.orchestrator.lab import LegPlan
+
+METRICS_TIMEOUT_S = 10.0
+"""Bound of one ``/metrics`` read (the server is idle when it is sampled)."""
+SETTLE_S = 1.5
+"""Wait before each rep: vLLM's workers busy-poll their message queue for 1 s after their last request
+(``shm_broadcast`` ``busy_loop_s``, not configurable), so the previous rep's server -- another leg's,
+up at the same time -- would still burn a core during this rep's contention sample and start."""
+
+
+def witness_path(paths: RunDir, leg: str) -> Path:
+    return paths.leg_dir(leg) / vllm_metrics.WITNESS_FILE
+
+
+class VLLMLab(ServerLab):
+    """Lab protocol over vLLM (its CPU build here; its CUDA build on a GPU host)."""
+
+    config_model = VLLMConfig
+    kernels = False
+
+    def __init__(self, *, model_path: str, python: str, start_timeout_s: float = 900.0, **kwargs: Any):
+        super().__init__(start_timeout_s=start_timeout_s, **kwargs)
+        self.model_path = model_path
+        """Weights directory every leg serves (``--model``)."""
+        self.python = python
+        """The vLLM environment's interpreter (checked by ``find_vllm_python`` before the lab exists)."""
+        self.model_name = model_path
+        self.servers_at_once = self.base_config().get("device", "cpu") == "cpu"
+
+    @classmethod
+    def from_settings(cls, settings, python: str | None = None, on_rep=None) -> "VLLMLab":
+        """``python``: the interpreter the person running perfwarden named (a run's settings never name one)."""
+        if not settings.model or not python:
+            raise ValueError("a vLLM run needs settings.model and the vLLM interpreter")
+        return cls(model_path=settings.model, python=python, **cls.settings_kwargs(settings), on_rep=on_rep)
+
+    def make_target(self, leg_dir: Path, config: dict[str, Any]) -> ServerTarget:
+        return VllmTarget(leg_dir, {**config, "model_path": self.model_path}, python=self.python,
+                          start_timeout_s=self.start_timeout_s)
+
+    def _rep(self, paths: RunDir, plan: LegPlan, k: int, target: ServerTarget, pids: list[int]) -> str | None:
+        """The rep between two samples of the engine's counters; the record is appended only for a rep
+        that completed (a failed rep has no line to witness)."""
+        time.sleep(SETTLE_S)
+        try:
+            with httpx.Client(timeout=METRICS_TIMEOUT_S) as client:
+                before, before_at = vllm_metrics.sample(client, target.base_url)
+                failure = super()._rep(paths, plan, k, target, pids)
+                if failure is not None:
+                    return failure
+                after, after_at = vllm_metrics.sample(client, target.base_url)
+        except (httpx.HTTPError, vllm_metrics.MetricsError) as exc:
+            why = f"the engine's /metrics could not be sampled around rep {k}: {type(exc).__name__}: {exc}"
+            self._fail_leg(paths, plan, why)
+            self.on_rep(plan.leg, k, "failed")
+            return f"failed: {why}"
+        info = target.server_info or {}
+        record = vllm_metrics.WitnessRecord(
+            schema_version=vllm_metrics.SCHEMA_VERSION, leg=plan.leg, rep=k,
+            source=f"vllm {info.get('vllm_version') or 'unknown'} /metrics", before=before, after=after,
+            before_at=before_at, after_at=after_at)
+        seal.append_jsonl(witness_path(paths, plan.leg), vllm_metrics.record_dict(record), paths.root)
+        return None
