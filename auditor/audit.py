@@ -130,7 +130,8 @@ def audit_baseline(a: Audit) -> None:
     a.gate("crash", lambda: measurement.check_crash(a.run, base, None))
     a.gate("errors", lambda: measurement.check_errors(a.run, base, "FLAG", "remeasure"))
     a.gate("contention", lambda: measurement.check_contention(a.run, base))
-    a.gate("engine_witness", lambda: engine_witness.check_engine_witness(a.run, a.loader, base))
+    a.gate("engine_witness", lambda: engine_witness.check_engine_witness(
+        a.run, engine_witness.load_engine_witness(a.loader, base), base))
     a.gate("noise", lambda: measurement.check_noisy_baseline(a.run, base, aa, metric))
     a.gate("aggregates", lambda: measurement.check_line_aggregates(a.run, base))
     a.gate("condition_copies", lambda: conditions.check_condition_copies(a.run, base))
@@ -211,7 +212,8 @@ def audit_patch(a: Audit, bundle: bool = False) -> None:
     a.gate("errors", lambda: _errors(a, base, cand))
     for leg in (base, cand):
         a.gate("contention", lambda leg=leg: measurement.check_contention(a.run, leg))
-        a.gate("engine_witness", lambda leg=leg: engine_witness.check_engine_witness(a.run, a.loader, leg))
+        a.gate("engine_witness", lambda leg=leg: engine_witness.check_engine_witness(
+            a.run, engine_witness.load_engine_witness(a.loader, leg), leg))
         a.gate("aggregates", lambda leg=leg: measurement.check_line_aggregates(a.run, leg))
         a.gate("condition_copies", lambda leg=leg: conditions.check_condition_copies(a.run, leg))
     a.gate("workload", lambda: workload.check_workload(a.run, claim, base, cand))

@@ -103,16 +103,10 @@ def iter_raw_lines(path: Path, issues: list[LineIssue], digest: "hashlib._Hash |
     Blank lines are skipped (they carry nothing). ``digest`` is fed the whole file, so the caller
     gets the file's sha256 from the same single pass (complete once the iterator is exhausted).
 
-    A line longer than the read chunk (a 100k-request rep is tens of MB) is collected as a list of
-    pieces and joined once when its newline arrives, so reading stays linear in the line's size
-    (concatenating the pending bytes to every new chunk would copy the line once per chunk). A line
-    longer than ``max_line`` is never held: it is hashed while skipped and reported as a ``corrupt``
-    issue naming the bound (a 100 GB file without a newline costs one chunk of memory).
-
-    ``cite``: each yielded ``LineRef`` carries the line's sha256 and first bytes (``LineRef.digest``,
-    ``head``), taken from the bytes in hand.
-    ``keep_tail``: a torn tail within the bound is reported *and* yielded after it, so a caller that can
-    tell a finished foreign record from a torn one (:func:`iter_jsonl`) may take it back.
+    A line longer than the read chunk is collected as pieces joined once at its newline (linear in its
+    size); one longer than ``max_line`` is never held: hashed while skipped, reported ``corrupt``.
+    ``cite``: each ``LineRef`` carries the line's sha256 and first bytes. ``keep_tail``: a torn tail within
+    the bound is reported *and* yielded, so :func:`iter_jsonl` may take back a finished foreign record.
     """
     path = Path(path)
     line_no = 0

@@ -207,7 +207,7 @@ class VllmTarget(ServerTarget):
         env = super().environment()
         for key in SECRET_ENV:
             env.pop(key, None)
-        if self.config.get("device", "cpu") == "cpu":
+        if VLLMConfig.knob_value(self.config, "device") == "cpu":
             env["VLLM_CPU_KVCACHE_SPACE"] = str(CPU_KVCACHE_GIB)
         return env
 

@@ -66,31 +66,7 @@ def measure(
         raise typer.Exit(ExitCode.INVALID) from None
     lab_kw: dict = dict(qps=qps, rep_seconds=duration, max_tokens=max_tokens,
                         scenario="Server" if scenario == "server" else "Offline")
-    if target == "sglang":
-        # lazy: httpx: only for an sglang target
-        from perfwarden.harness.sglang_target import SGLangEnvError, check_model_path, find_sglang_python
-
-        try:  # before anything is written: a missing model or an environment without sglang is exit 3
-            lab_kw.update(model_path=check_model_path(model), python=find_sglang_python(sglang_python)[0])
-        except SGLangEnvError as exc:
-            print_error(err, exc)
-            raise typer.Exit(ExitCode.INVALID) from None
-        from perfwarden.orchestrator.sglang_lab import SGLangLab as lab_class  # lazy: httpx: only for an sglang target
-    elif target == "vllm":
-        from perfwarden.harness import vllm_target
-
-        try:  # before anything is written: an environment without vllm is exit 3
-            python = vllm_target.find_vllm_python(vllm_python)[0]  # before the model: that may convert weights
-            lab_kw.update(model_path=vllm_target.check_model_path(model), python=python)
-        except vllm_target.VLLMEnvError as exc:
-            print_error(err, exc)
-            raise typer.Exit(ExitCode.INVALID) from None
-        from perfwarden.orchestrator.vllm_lab import VLLMLab as lab_class
-    else:
-        from perfwarden.orchestrator import embedded_lab  # lazy: httpx, the harness: only when measuring
-
-        lab_class = embedded_lab.EmbeddedLab
-
+    lab_class = _engine_lab(err, target, model, sglang_python, vllm_python, lab_kw)
     full = {**config_model.defaults(), **config}
     paths = RunDir(out)
     out.mkdir(parents=True, exist_ok=True)
@@ -131,6 +107,39 @@ def measure(
         out_console.print(safe_text(f"  rep {d.get('rep')}: {d.get('completed')} ok, output "
                                     f"{_num(d.get('output_throughput'))} tok/s, median TTFT "
                                     f"{_num(d.get('median_ttft_ms'))} ms"))
+
+
+def _engine_lab(err: Console, target: str, model: str | None, sglang_python: str | None, vllm_python: str | None,
+                lab_kw: dict) -> type:
+    """The lab class of ``target``; for an engine target, its interpreter and model are checked first and
+    added to ``lab_kw`` (exit 3 before anything is written: an environment without the engine)."""
+    if target == "sglang":
+        # lazy: httpx: only for an sglang target
+        from perfwarden.harness.sglang_target import SGLangEnvError, check_model_path, find_sglang_python
+
+        try:  # a missing model or an environment without sglang is exit 3
+            lab_kw.update(model_path=check_model_path(model), python=find_sglang_python(sglang_python)[0])
+        except SGLangEnvError as exc:
+            print_error(err, exc)
+            raise typer.Exit(ExitCode.INVALID) from None
+        from perfwarden.orchestrator.sglang_lab import SGLangLab  # lazy: httpx: only for an sglang target
+
+        return SGLangLab
+    if target == "vllm":
+        from perfwarden.harness import vllm_target
+
+        try:  # an environment without vllm is exit 3
+            python = vllm_target.find_vllm_python(vllm_python)[0]  # before the model: that may convert weights
+            lab_kw.update(model_path=vllm_target.check_model_path(model), python=python)
+        except vllm_target.VLLMEnvError as exc:
+            print_error(err, exc)
+            raise typer.Exit(ExitCode.INVALID) from None
+        from perfwarden.orchestrator.vllm_lab import VLLMLab
+
+        return VLLMLab
+    from perfwarden.orchestrator import embedded_lab  # lazy: httpx, the harness: only when measuring
+
+    return embedded_lab.EmbeddedLab
 
 
 def _num(value: object) -> str:

@@ -31,7 +31,8 @@ def run(tmp_path) -> Path:
 
 def gate(run: Path, leg: str = "base"):
     loader = RunLoader(run, Findings())
-    return engine_witness.check_engine_witness(run, loader, loader.leg(leg))
+    leg_ev = loader.leg(leg)
+    return engine_witness.check_engine_witness(run, engine_witness.load_engine_witness(loader, leg_ev), leg_ev)
 
 
 def edit_lines(run: Path, name: str, fn) -> None:

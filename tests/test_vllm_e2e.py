@@ -45,7 +45,8 @@ def cli(*args: str, timeout: float) -> subprocess.CompletedProcess:
 
 def witness_findings(run: Path, leg: str):
     loader = RunLoader(run, Findings())
-    return engine_witness.check_engine_witness(run, loader, loader.leg(leg))
+    leg_ev = loader.leg(leg)
+    return engine_witness.check_engine_witness(run, engine_witness.load_engine_witness(loader, leg_ev), leg_ev)
 
 
 @pytest.mark.timeout(900)

@@ -58,16 +58,22 @@ def is_vllm_leg(leg: LegEvidence) -> bool:
     return bool(leg.server_info and leg.server_info.get("vllm_version"))
 
 
-def check_engine_witness(run: Path, loader: RunLoader, leg: LegEvidence) -> GateResult:
-    """The leg's reps against the engine's counters (module docstring)."""
+def load_engine_witness(loader: RunLoader, leg: LegEvidence) -> TextFile | None:
+    """The leg's witness file, read by the loader (the gate judges what it read); None where the leg is not
+    vLLM's or the file is absent (the gate says which)."""
+    if not is_vllm_leg(leg):
+        return None
+    return loader.text(loader.paths.leg_dir(leg.name) / vllm_metrics.WITNESS_FILE, False, "engine metrics witness")
+
+
+def check_engine_witness(run: Path, tf: TextFile | None, leg: LegEvidence) -> GateResult:
+    """The leg's reps against the engine's counters (module docstring); ``tf``: load_engine_witness's."""
     if not is_vllm_leg(leg):
         return GateResult()
     harness = [r for r in leg.reps if r.schema_version is not None]
     if not harness:
         return GateResult(not_checked=[f"engine counters of leg {leg.name!r}: its lines were not written by "
                                        "perfwarden's harness (a foreign file has no witness record)"])
-    path = loader.paths.leg_dir(leg.name) / vllm_metrics.WITNESS_FILE
-    tf = loader.text(path, False, "engine metrics witness")
     records, findings = _records(run, tf, leg.name)
     for rep in harness:
         got = records.get(rep.rep)
