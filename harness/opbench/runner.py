@@ -365,7 +365,7 @@ def run_opbench(
     """
     import torch
 
-    from perfwarden.harness.opbench.rig import describe_device  # lazy: cycle: rig imports this module
+    from perfwarden.harness.opbench.rig import describe_device  # lazy: cycle via the opbench __init__
 
     seeds = [int(s) for s in seeds]
     _validate(op, dtype, dispatch, device, seeds, trials, warmup, iters)
