@@ -8,7 +8,7 @@ on this run those lines are whole reps of 250,000 requests, tens of MB each).
 
 What is printed, all measured in one run of this script:
 
-1. synthesis of the run with ``proof.synth.make_rep`` (2 legs x ``--reps`` reps, ``--records`` requests
+1. synthesis of the run with ``orchestrator.synth.make_rep`` (2 legs x ``--reps`` reps, ``--records`` requests
    in total; one candidate rep carries a contention sample so that a finding cites a huge bench line);
 2. the audit of its patch claim (``audit_path``), saved as ``verdicts/001-patch.json``;
 3. the review, timed (a) in-process -- load, terminal view at 80 columns, HTML render and write -- and

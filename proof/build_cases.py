@@ -1,6 +1,6 @@
 """Hand-built fixtures: one positive case per finding code, plus near-miss negatives.
 
-Every case is a clean A/B run (``proof.synth.build_ab_run``) with one fault introduced, and its answer
+Every case is a clean A/B run (``orchestrator.synth.build_ab_run``) with one fault introduced, and its answer
 written in the CASES table below -- from the design's rules, before the auditor ran on the case. The
 script writes each fixture's raw evidence and its ``answer_key.json``; rebuilding never changes an
 answer (the table is the frozen source; edit it only when the raw evidence proves a label wrong, and say

@@ -1,6 +1,6 @@
 """Hand-built fixtures for evidence integrity (issue 13 §1-3, §6-7; issue 12 §3; issue 9 rule 8).
 
-Each case is a small clean A/B run (``proof.synth.build_ab_run``, 5 interleaved reps per leg, a real
+Each case is a small clean A/B run (``orchestrator.synth.build_ab_run``, 5 interleaved reps per leg, a real
 +10% win of a declared knob) with one fault in how the evidence was recorded -- a load that differs
 between the legs, a rep that contradicts itself, a copy of the conditions that disagrees with the
 others, a busy machine, legs measured in blocks, hostile sizes, a torn last line -- or a near miss

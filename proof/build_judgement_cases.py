@@ -1,6 +1,6 @@
 """Fixtures for the auditor's judgement rules (issue 9): a positive and a near miss per rule.
 
-Each case is a clean A/B run (``proof.synth.build_ab_run``) with one adversarial edit, and its answer is
+Each case is a clean A/B run (``orchestrator.synth.build_ab_run``) with one adversarial edit, and its answer is
 written in the ``CASES`` table below from the rule's text, before the auditor ran on the case. Where a
 case needs a number to be true of its raw (a p99 ITL stall, an Amdahl share), the builder computes it
 with plain numpy from the lines it writes and asserts it -- never with the auditor's code.

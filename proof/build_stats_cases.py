@@ -1,6 +1,6 @@
 """Fixtures for "a producer's choices only make the statistics more conservative" (issue 17 §5).
 
-Each case is a clean A/B run (``proof.synth.build_ab_run``: a declared class-B knob, interleaved reps,
+Each case is a clean A/B run (``orchestrator.synth.build_ab_run``: a declared class-B knob, interleaved reps,
 coherent identical outputs) plus legs measured with the baseline's configuration, and its answer is in
 the ``CASES`` table, written from the rule before the auditor was changed:
 

@@ -787,6 +787,7 @@ def mutate(clean: Path, out_root: Path, mutation: Mutation) -> Path:
     new_claim = mutation.apply(run, claim)
     claim_rel = f"claims/{new_claim.seq:03d}-{new_claim.scope}.json"
     write_json_atomic(run / claim_rel, new_claim)
+    # The provenance keeps this module's old path: the 94 committed answer keys (frozen) were written with it.
     key = {"schema_version": 1, "answers": [{"claim": claim_rel, "verdict": mutation.verdict,
                                              "action": mutation.action, "must_include": list(mutation.must_include),
                                              "must_exclude": list(mutation.must_exclude)}],

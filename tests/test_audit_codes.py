@@ -203,7 +203,7 @@ def test_server_crash_after_one_rep(tmp_path):
 
 
 def test_parity_mismatch(tmp_path):
-    wrong = [t.replace("the", "a") for t in reversed(__import__("perfwarden.orchestrator.synth").proof.synth.COHERENT_TEXTS)]
+    wrong = [t.replace("the", "a") for t in reversed(__import__("perfwarden.orchestrator.synth").orchestrator.synth.COHERENT_TEXTS)]
     v = audit(tmp_path, build(tmp_path, cand_outputs=wrong))
     assert v.verdict == "FAIL" and "PARITY_MISMATCH" in codes(v) and v.correctness == "failed"
 

@@ -133,7 +133,7 @@ class Session:
         self.flush: Callable[[], None] = lambda: None
         self.api = None
         if job.get("device", "cpu") != "cpu":  # on a GPU the L2 is flushed before every timed call
-            from perfwarden.harness.opbench.timing import CudaApi  # lazy: cycle: timing imports this module
+            from perfwarden.harness.opbench.timing import CudaApi  # lazy: cycle via the opbench __init__
 
             self.api = CudaApi(job["device"])
             self.flush = self.api.flush_cache
