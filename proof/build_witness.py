@@ -16,11 +16,10 @@ before the auditor was run on them; rebuilding never changes an answer.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any, Callable
 
-from perfwarden.proof.build_integrity import QUIET, RUN_T0, ab, edit_lines, harness_fields, light
+from perfwarden.proof.build_integrity import QUIET, RUN_T0, ab, edit_lines, harness_fields, light, loadgen_logs
 from perfwarden.proof.build_strict import STEP_S, timed
 from perfwarden.proof.synth import BASE_TPUT, CAND_TPUT, fixture_builder_main, write_fixture
 
@@ -61,36 +60,6 @@ def legs_v2(n_base: int = 5, n_cand: int = 5, cand_values: list[float] | None = 
     base = [v2(x, "base", RUN_T0 + 100 + STEP_S * k) for k, x in enumerate(base)]
     cand = [v2(x, "cand", RUN_T0 + 100 + STEP_S * k + STEP_S / 2) for k, x in enumerate(cand)]
     return base, cand
-
-
-def mllog(key: str, value: Any, t: float) -> str:
-    return ":::MLLOG " + json.dumps({"key": key, "value": value, "time_ms": t, "namespace": "mlperf::logging",
-                                     "event_type": "POINT_IN_TIME",
-                                     "metadata": {"is_error": False, "is_warning": False}}) + "\n"
-
-
-def loadgen_logs(run: Path, line: dict, results: bool = True) -> None:
-    """LoadGen's detail and summary logs of the rep ``line`` measured (Offline: one query of every
-    sample, issued at the start; the last completion ends the span)."""
-    n, duration = len(line["errors"]), line["duration"]
-    span = duration - 0.001
-    rate, tokens = n / span, sum(line["output_lens"]) / span
-    max_ns = int(span * 1e9)
-    folder = run / line["loadgen"]["dir"]
-    folder.mkdir(parents=True, exist_ok=True)
-    records = [("effective_scenario", "Offline"), ("effective_samples_per_query", n), ("generated_query_count", 1),
-               ("generated_samples_per_query", n), ("result_validity", "VALID"), ("result_query_count", 1)]
-    if results:
-        records += [("result_samples_per_second", round(rate, 6)), ("result_tokens_per_second", round(tokens, 4)),
-                    ("result_max_latency_ns", max_ns)]
-    (folder / "mlperf_log_detail.txt").write_text("".join(mllog(k, v, 0.05 * i) for i, (k, v) in enumerate(records)))
-    summary = ["=" * 48, "MLPerf Results Summary", "=" * 48, "SUT name : PySUT", "Scenario : Offline",
-               "Mode     : PerformanceOnly"]
-    if results:
-        summary += [f"Samples per second: {rate:.6g}", f"Tokens per second: {tokens:.6g}", "Result is : VALID", "",
-                    "=" * 48, "Additional Stats", "=" * 48, f"Max latency (ns)                : {max_ns}"]
-    summary += ["", "No warnings encountered during test.", "", "No errors encountered during test."]
-    (folder / "mlperf_log_summary.txt").write_text("\n".join(summary) + "\n")
 
 
 def build(run: Path, base: list[dict], cand: list[dict], logs: tuple[list[dict], list[dict]] | None = None,

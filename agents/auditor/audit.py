@@ -21,8 +21,8 @@ from perfwarden.agents.auditor.claim_file import ClaimError, load_claim  # noqa:
 from perfwarden.agents.auditor.evidence import LegEvidence, RunLoader, _plain_name, check_named_folders
 from perfwarden.agents.auditor.findings import Findings, GateResult, choose_action, unsealed_refusal, verdict_label
 from perfwarden.agents.auditor.gates import (caching, conditions, correctness, explain, integrity, knobs, lever,
-                                             measurement, opbench, profile, prose, same_config, served,
-                                             timeline, workload)
+                                             measurement, opbench, profile, prose, rep_witnesses, same_config,
+                                             served, timeline, workload)
 from perfwarden.agents.auditor.manifest import (KeyChoice, KeyFileError, Manifest, chain_seal_id, observe,
                                                 read_manifest, resolve_key)
 from perfwarden.agents.auditor.rederive import METRICS
@@ -132,6 +132,7 @@ def audit_baseline(a: Audit) -> None:
     a.gate("noise", lambda: measurement.check_noisy_baseline(a.run, base, aa, metric, a.findings))
     a.gate("aggregates", lambda: measurement.check_line_aggregates(a.run, base))
     a.gate("condition_copies", lambda: conditions.check_condition_copies(a.run, base))
+    a.gate("witness", lambda: rep_witnesses.check_witnesses(a.run, base))
     band, _ = measurement.calibrate_band(metric, base, aa, len(base.reps), len(base.reps))
     a.gate("drift", lambda: measurement.check_drift(a.run, claim, base, band, a.not_checked, a.findings))
     random_weights = a.gate("random_weights", lambda: correctness.check_random_weights(a.run, [base]))
@@ -211,6 +212,7 @@ def audit_patch(a: Audit, bundle: bool = False) -> None:
         a.gate("contention", lambda leg=leg: measurement.check_contention(a.run, leg))
         a.gate("aggregates", lambda leg=leg: measurement.check_line_aggregates(a.run, leg))
         a.gate("condition_copies", lambda leg=leg: conditions.check_condition_copies(a.run, leg))
+        a.gate("witness", lambda leg=leg: rep_witnesses.check_witnesses(a.run, leg))
     a.gate("workload", lambda: workload.check_workload(a.run, claim, base, cand))
     a.gate("interleaving", lambda: measurement.check_interleaving(a.run, base, cand))
     claimed = [a.leg(n) for n in _claim_legs(claim) if _plain_name(n)]
