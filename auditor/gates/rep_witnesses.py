@@ -1,0 +1,153 @@
+"""Every number of a rep has a second witness (issue 17 §3). A pure gate over loaded evidence.
+
+A bench line is one writer's account of a rep. Two other writers recorded the same requests: LoadGen
+(its detail and summary logs: what it issued, its rate, its longest latency, the tokens the client
+reported to it) and the server (its own running totals, sampled just before and just after the rep:
+``server_counters``). Where two of them state one quantity they must agree within the tolerance
+below, or the rep is EVIDENCE_CORRUPT (FAIL): a line edited after the fact no longer matches the
+records its editor did not rewrite. Each relation follows from how the quantities are defined:
+
+- LoadGen's span (samples / ``samples_per_second``: first issue to last completion) lies inside the
+  rep's clock: at most the line's ``duration``, at least the duration after the first request started
+  (a request is sent after LoadGen issues it). This decides "LoadGen's rate against the line" for every
+  scenario: Server's later first issue is the lower bound's ``first start``.
+- LoadGen's tokens per sample (``tokens_per_second / samples_per_second``: the client reports each
+  completed request's output tokens) equals the line's output tokens per request when every request
+  succeeded.
+- LoadGen's longest latency (issue to completion) is at least the line's longest request (sent after
+  its issue) and at most the duration.
+- The summary and the detail log state the same figures.
+- The server completed at least the line's successful requests and finished at most all of them
+  (nothing else used the server during a rep); with every output length the server's own usage count
+  and no response-cache hit, it generated exactly the line's output tokens. Counters only grow.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from perfwarden.auditor.evidence import LegEvidence, line_evidence
+from perfwarden.auditor.findings import GateResult, finding
+from perfwarden.auditor.gates.witness import EXACT, Stated, Tolerance, compare
+from perfwarden.auditor.loadgen_logs import LoadgenRep
+from perfwarden.auditor.rederive import RepMetrics
+
+GATE = "witness"
+CLOCK = Tolerance(abs=0.05, rel=0.02, why="LoadGen's clock and the client's start a few ms apart; 6-digit logs")
+PER_SAMPLE = Tolerance(rel=1e-3, why="LoadGen writes rates to 6 significant digits")
+SAME_LOG = Tolerance(rel=1e-4, why="one figure written twice, 6 significant digits")
+MONOTONE = ("requests_admitted", "requests_completed", "requests_failed", "requests_cancelled", "tokens_generated",
+            "response_cache_hits", "response_cache_misses", "prefill_batches", "decode_steps")
+"""Counters of the embedded engine (``EngineCounters``) that only ever grow."""
+FINISHED = ("requests_completed", "requests_failed", "requests_cancelled")
+NEEDED = ("samples_per_second", "max_latency_s")
+"""What LoadGen always writes at the end of a performance test."""
+
+
+def check_witnesses(run: Path, leg: LegEvidence) -> GateResult:
+    """Hold every rep of ``leg`` against LoadGen's logs of it and the server's counters around it."""
+    findings, notes = [], []
+    no_logs = no_counters = 0
+    for rep in leg.reps:
+        line = Stated(f"bench line {rep.ref.line}", None, line_evidence(run, rep.ref))
+        logs = leg.loadgen.get(rep.rep)
+        if logs is None:
+            no_logs += 1
+        else:
+            findings += loadgen_findings(rep, line, logs, leg.name)
+        if rep.server_counters is None:
+            no_counters += 1
+        else:
+            found, note = counter_findings(rep, line, leg.name)
+            findings += found
+            notes += note
+    if no_logs:
+        notes.append(f"second witness of leg {leg.name!r}: {no_logs} rep(s) have no LoadGen logs to hold their "
+                     "lines against")
+    if no_counters:
+        notes.append(f"second witness of leg {leg.name!r}: {no_counters} rep(s) carry no server counters "
+                     "(server_counters) from before and after the rep")
+    return GateResult(findings=findings, not_checked=notes[:5])
+
+
+def _at(line: Stated, source: str, value: float | None) -> Stated:
+    return Stated(f"{line.source} ({source})", value, line.evidence)
+
+
+def loadgen_findings(rep: RepMetrics, line: Stated, logs: LoadgenRep, leg: str) -> list:
+    """LoadGen's own figures of one rep against its line (and its summary against its detail log)."""
+    where = f"leg {leg!r} rep {rep.rep}: "
+    out = []
+    missing = [k for k in NEEDED if k not in logs.detail]
+    if missing and rep.loadgen_dir is not None and logs.issued is not None:
+        out.append(finding("EVIDENCE_MISSING", "FAIL", f"{where}LoadGen's detail log of the rep states no "
+                           f"{', '.join(missing)}: LoadGen writes its results at the end of every test, so "
+                           "they were removed", evidence=[e for e in (line.evidence, logs.issued[1]) if e],
+                           action="eject", gate=GATE))
+    for name in set(logs.detail) & set(logs.summary):
+        out.append(compare(name, logs.detail[name], logs.summary[name], SAME_LOG, gate=GATE, context=where))
+    for stated in (logs.detail, logs.summary):
+        out += _against_line(rep, line, stated, where)
+    return [f for f in out if f is not None]
+
+
+def _against_line(rep: RepMetrics, line: Stated, stated: dict[str, Stated], where: str) -> list:
+    out = []
+    duration = _at(line, "duration", rep.duration_s)
+    rate = stated.get("samples_per_second")
+    if rate is not None and isinstance(rate.value, (int, float)) and rate.value > 0:
+        span = Stated(f"{rate.source}: {rep.n_requests} samples at that rate", rep.n_requests / rate.value,
+                      rate.evidence)
+        out.append(compare("LoadGen's span (s)", span, duration, CLOCK, relation="at_most", gate=GATE, context=where))
+        if rep.first_start_s is not None:
+            after = _at(line, "duration after the first request started", rep.duration_s - rep.first_start_s)
+            out.append(compare("LoadGen's span (s)", span, after, CLOCK, relation="at_least", gate=GATE,
+                               context=where))
+        tokens = stated.get("tokens_per_second")
+        total = rep.metrics.get("total_output_tokens")
+        if (tokens is not None and total is not None and rep.n_ok == rep.n_requests and rep.n_requests
+                and isinstance(tokens.value, (int, float))):
+            per = Stated(f"{tokens.source} / samples per second", tokens.value / rate.value, tokens.evidence)
+            out.append(compare("output tokens per request", per, _at(line, "total_output_tokens / requests",
+                                                                     total / rep.n_requests),
+                               PER_SAMPLE, gate=GATE, context=where))
+    elif rate is not None:  # LoadGen completed the rep's requests: a rate that is not positive is no rate
+        out.append(finding("EVIDENCE_CORRUPT", "FAIL", f"{where}{rate.source} is {rate.value!r} for a rep of "
+                           f"{rep.n_requests} requests", evidence=[e for e in (rate.evidence, line.evidence) if e],
+                           action="eject", gate=GATE))
+    latency = stated.get("max_latency_s")
+    if latency is not None:
+        out.append(compare("longest latency (s)", latency, duration, CLOCK, relation="at_most", gate=GATE,
+                           context=where))
+        if rep.max_latency_s is not None:
+            out.append(compare("longest latency (s)", latency, _at(line, "longest request", rep.max_latency_s),
+                               CLOCK, relation="at_least", gate=GATE, context=where))
+    return out
+
+
+def counter_findings(rep: RepMetrics, line: Stated, leg: str) -> tuple[list, list[str]]:
+    """The server's counter deltas over the rep against the line's requests and tokens."""
+    where = f"leg {leg!r} rep {rep.rep}: "
+    before, after = rep.server_counters
+    delta = {k: after[k] - before[k] for k in before.keys() & after.keys()}
+    out = [finding("EVIDENCE_CORRUPT", "FAIL", f"{where}the server's {k} went from {before[k]:g} to {after[k]:g} "
+                   "during the rep: a running total never falls", measured={"before": before[k], "after": after[k]},
+                   evidence=[line.evidence], action="eject", gate=GATE)
+           for k in MONOTONE if k in delta and delta[k] < 0]
+    if not all(k in delta for k in FINISHED + ("tokens_generated",)):
+        return out, [f"second witness of leg {leg!r}: the server's counters do not state requests finished and "
+                     "tokens generated (not the embedded engine's), so they are not held against the line"]
+    server = "the server's counters (after - before)"
+    finished = Stated(f"{server}: requests finished", sum(delta[k] for k in FINISHED), line.evidence)
+    out.append(compare("requests", finished, _at(line, "requests", rep.n_requests), EXACT, relation="at_most",
+                       gate=GATE, context=where))
+    completed = Stated(f"{server}: requests_completed", delta["requests_completed"], line.evidence)
+    out.append(compare("successful requests", completed, _at(line, "successful requests", rep.n_ok), EXACT,
+                       relation="at_least", gate=GATE, context=where))
+    total = rep.metrics.get("total_output_tokens")
+    if total is not None and rep.usage_counted and delta.get("response_cache_hits", 0) == 0:
+        tokens = Stated(f"{server}: tokens_generated", delta["tokens_generated"], line.evidence)
+        relation = "equal" if rep.n_ok == rep.n_requests else "at_least"
+        out.append(compare("output tokens", tokens, _at(line, "total_output_tokens", total), EXACT,
+                           relation=relation, gate=GATE, context=where))
+    return [f for f in out if f is not None], []
