@@ -29,13 +29,15 @@ DETAIL = "mlperf_log_detail.txt"
 SUMMARY = "mlperf_log_summary.txt"
 _EXCERPT = 200
 
-DETAIL_KEYS = {"samples_per_second": ("result_samples_per_second", 1.0),
-               "tokens_per_second": ("result_tokens_per_second", 1.0),
-               "max_latency_s": ("result_max_latency_ns", 1e-9)}
-"""Witness quantity -> (detail-log key, factor to the quantity's unit)."""
-SUMMARY_KEYS = {"samples_per_second": ("Samples per second", 1.0),
-                "tokens_per_second": ("Tokens per second", 1.0),
-                "max_latency_s": ("Max latency (ns)", 1e-9)}
+DETAIL_KEYS = {"samples_per_second": (("result_samples_per_second",), 1.0),
+               "tokens_per_second": (("result_tokens_per_second", "result_completed_tokens_per_second"), 1.0),
+               "max_latency_s": (("result_max_latency_ns",), 1e-9)}
+"""Witness quantity -> (detail-log keys, Offline's then Server's; factor to the quantity's unit). Server's
+``result_completed_samples_per_sec`` is not read: its span is not the rep's (it runs past the last
+completion), while its tokens per second spans the requests as Offline's does."""
+SUMMARY_KEYS = {"samples_per_second": (("Samples per second",), 1.0),
+                "tokens_per_second": (("Tokens per second", "Completed tokens per second"), 1.0),
+                "max_latency_s": (("Max latency (ns)",), 1e-9)}
 
 
 @dataclass
@@ -45,6 +47,10 @@ class LoadgenRep:
     issued: tuple[int, EvidenceRef] | None = None
     detail: dict[str, Stated] = field(default_factory=dict)
     summary: dict[str, Stated] = field(default_factory=dict)
+    summary_resolution: dict[str, float] = field(default_factory=dict)
+    """Half a unit of the last digit each summary figure is printed to (Server's rates: 2 decimals)."""
+    detail_read: bool = False
+    """A detail log was there and read."""
     digests: dict[Path, str] = field(default_factory=dict)
     """sha256 of each log read (the verdict's input digests)."""
     problems: list[str] = field(default_factory=list)
@@ -85,13 +91,22 @@ def read_rep_logs(run: Path, folder: Path, rel: str) -> LoadgenRep:
             out.problems.append(f"{rel}/{SUMMARY}: {exc}")
         else:
             out.digests[summary_path] = summary.sha256
-            for name, (key, factor) in SUMMARY_KEYS.items():
-                entry = summary.entry(key)
+            for name, (keys, factor) in SUMMARY_KEYS.items():
+                entry = next((e for e in map(summary.entry, keys) if e is not None), None)
                 value = parse_number(entry.value) if entry is not None else None
                 if value is not None:
-                    out.summary[name] = Stated(f"LoadGen's summary ({key})", value * factor,
+                    out.summary[name] = Stated(f"LoadGen's summary ({entry.key})", value * factor,
                                                _evidence(f"{rel}/{SUMMARY}", entry.ref))
+                    out.summary_resolution[name] = _half_unit(entry.value) * factor
     return out
+
+
+def _half_unit(text: str) -> float:
+    """Half a unit of the last printed digit of a number written as ``text`` (``7.39`` -> 0.005)."""
+    mantissa = text.strip().lower().split("e")[0]
+    decimals = len(mantissa.split(".", 1)[1]) if "." in mantissa else 0
+    exponent = int(text.strip().lower().split("e")[1]) if "e" in text.lower() else 0
+    return 0.5 * 10.0 ** (exponent - decimals)
 
 
 def _read_detail(out: LoadgenRep, log: Any, rel: str) -> None:
@@ -102,9 +117,10 @@ def _read_detail(out: LoadgenRep, log: Any, rel: str) -> None:
     else:
         issued = int(queries.value) * (int(per_query.value) if per_query is not None else 1)
         out.issued = (issued, _evidence(rel, queries.ref))
-    for name, (key, factor) in DETAIL_KEYS.items():
-        record = log.record(key)
+    out.detail_read = True
+    for name, (keys, factor) in DETAIL_KEYS.items():
+        record = next((r for r in map(log.record, keys) if r is not None), None)
         value = _number(record.value) if record is not None else None
         if record is not None:
-            out.detail[name] = Stated(f"LoadGen's detail log ({key})", value * factor if value is not None
+            out.detail[name] = Stated(f"LoadGen's detail log ({record.key})", value * factor if value is not None
                                       else record.value, _evidence(rel, record.ref))
