@@ -19,44 +19,19 @@ import json
 from pathlib import Path
 from typing import Any, Callable
 
-from perfwarden.proof.build_integrity import QUIET, loadgen_logs
-from perfwarden.proof.build_witness import legs_v2
-from perfwarden.proof.synth import BASE_INFO, build_ab_run, fixture_builder_main, write_fixture
-
-CONDITIONS = {"engine": "perfwarden.harness.embedded_server", "cpu_count": 2, "cpus_allowed": [0, 1],
-              "cpu_quota_cores": None, "nice": 0, "thread_env": {"OMP_NUM_THREADS": "2"}}
-PROCESS = {"pid": 4242, "host": "127.0.0.1", "port": 8100, "started_at": "2026-11-22T10:00:00Z", "cpu_count": 2,
-           "platform": "Linux-6.1-x86_64-with-glibc2.36"}
-
-
-def infos(base: dict | None = None, cand: dict | None = None, base_process: dict | None = None,
-          strip: bool = False) -> tuple[dict, dict]:
-    """The legs' server_info.json: the declared change (max_batch_size 8), the harness's measured
-    process conditions (``base``/``cand`` replace fields) and the server's own process record."""
-    b = {**BASE_INFO, "process": {**PROCESS, **(base_process or {})}}
-    c = {**BASE_INFO, "max_batch_size": 8, "port": 8101, "process": {**PROCESS, "pid": 4343, "port": 8101}}
-    if not strip:
-        b["process_conditions"] = {**CONDITIONS, **(base or {})}
-        c["process_conditions"] = {**CONDITIONS, **(cand or {})}
-    return b, c
-
-
-def build(run: Path, base_info: dict, cand_info: dict) -> None:
-    base, cand = legs_v2()
-    build_ab_run(run, base_info=base_info, cand_info=cand_info, base_reps=base, cand_reps=cand)
-    for line in [*base, *cand]:
-        loadgen_logs(run, line)
-
+from perfwarden.proof.build_integrity import QUIET
+from perfwarden.proof.build_witness import build_infos, infos
+from perfwarden.proof.synth import fixture_builder_main, write_fixture
 
 def case(**kw: Any) -> Callable[[Path], None]:
-    return lambda run: build(run, *infos(**kw))
+    return lambda run: build_infos(run, *infos(**kw))
 
 
 def _reordered(run: Path) -> None:
     b, c = infos()
     c["process_conditions"] = {k: (float(v) if isinstance(v, int) and not isinstance(v, bool) else v)
                                for k, v in sorted(c["process_conditions"].items(), reverse=True)}
-    build(run, json.loads(json.dumps(b, sort_keys=True)), c)
+    build_infos(run, json.loads(json.dumps(b, sort_keys=True)), c)
 
 
 # name -> (builder, verdict, action, must_include, must_exclude, rationale)

@@ -16,12 +16,15 @@ before the auditor was run on them; rebuilding never changes an answer.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any, Callable
 
-from perfwarden.proof.build_integrity import QUIET, RUN_T0, ab, edit_lines, harness_fields, light, loadgen_logs
+from perfwarden.proof.build_integrity import (QUIET, RUN_T0, ab, edit_lines, harness_fields, light, loadgen_logs,
+                                              sample)
+from perfwarden.proof.build_judgement_cases import int8_case
 from perfwarden.proof.build_strict import STEP_S, timed
-from perfwarden.proof.synth import BASE_TPUT, CAND_TPUT, fixture_builder_main, write_fixture
+from perfwarden.proof.synth import BASE_INFO, BASE_TPUT, CAND_TPUT, fixture_builder_main, write_fixture
 
 BENCH_V2 = 2
 COUNTERS_BEFORE = {"requests_admitted": 400, "requests_completed": 400, "requests_failed": 0,
@@ -62,10 +65,39 @@ def legs_v2(n_base: int = 5, n_cand: int = 5, cand_values: list[float] | None = 
     return base, cand
 
 
+CONDITIONS = {"engine": "perfwarden.harness.embedded_server", "cpu_count": 2, "cpus_allowed": [0, 1],
+              "cpu_quota_cores": None, "nice": 0, "thread_env": {"OMP_NUM_THREADS": "2"}}
+PROCESS = {"pid": 4242, "host": "127.0.0.1", "port": 8100, "started_at": "2026-11-22T10:00:00Z", "cpu_count": 2,
+           "platform": "Linux-6.1-x86_64-with-glibc2.36"}
+
+
+def default_infos() -> tuple[dict, dict]:
+    return infos()
+
+
+def infos(base: dict | None = None, cand: dict | None = None, base_process: dict | None = None,
+          strip: bool = False) -> tuple[dict, dict]:
+    """The legs' server_info.json: the declared change (max_batch_size 8), the harness's measured
+    process conditions (``base``/``cand`` replace fields) and the server's own process record."""
+    b = {**BASE_INFO, "process": {**PROCESS, **(base_process or {})}}
+    c = {**BASE_INFO, "max_batch_size": 8, "port": 8101, "process": {**PROCESS, "pid": 4343, "port": 8101}}
+    if not strip:
+        b["process_conditions"] = {**CONDITIONS, **(base or {})}
+        c["process_conditions"] = {**CONDITIONS, **(cand or {})}
+    return b, c
+
+
+def build_infos(run: Path, base_info: dict, cand_info: dict) -> None:
+    """The clean witnessed run with these server_info.json files."""
+    build(run, *legs_v2(), infos=(base_info, cand_info))
+
+
 def build(run: Path, base: list[dict], cand: list[dict], logs: tuple[list[dict], list[dict]] | None = None,
-          results: bool = True, write_logs: bool = True) -> None:
-    """The A/B run; LoadGen's logs from ``logs`` (what was measured), by default the lines themselves."""
-    ab(run, base_reps=base, cand_reps=cand)
+          results: bool = True, write_logs: bool = True, infos: tuple[dict, dict] | None = None) -> None:
+    """The A/B run; LoadGen's logs from ``logs`` (what was measured), by default the lines themselves;
+    server_info.json as the harness writes it (the server's report and the measured process conditions)."""
+    base_info, cand_info = infos or default_infos()
+    ab(run, base_reps=base, cand_reps=cand, base_info=base_info, cand_info=cand_info)
     if write_logs:
         for line in [*(logs or (base, cand))[0], *(logs or (base, cand))[1]]:
             loadgen_logs(run, line, results)
@@ -120,7 +152,8 @@ def _no_end(line: dict) -> dict:
 
 def _results_removed(run: Path) -> None:
     base, cand = legs_v2()
-    ab(run, base_reps=base, cand_reps=cand)
+    base_info, cand_info = default_infos()
+    ab(run, base_reps=base, cand_reps=cand, base_info=base_info, cand_info=cand_info)
     for line in base:
         loadgen_logs(run, line)
     for line in cand:
@@ -144,6 +177,25 @@ def _chunked(run: Path) -> None:
 
 def _unequal(run: Path) -> None:
     build(run, *legs_v2(n_base=5, n_cand=6))
+
+
+def _contention_field(line: dict) -> dict:
+    line["contention"] = {"start": {**sample(), "quiet_verified": True}, "end": sample()}
+    return line
+
+
+def _contention_busy(line: dict) -> dict:
+    """A harness sample listing one light neighbour (sshd at 1% of a core): every field the harness's."""
+    line["contention"] = {"start": sample(busy=[{"pid": 811, "name": "sshd", "cpu_pct": 1.0}]), "end": sample()}
+    return line
+
+
+def _quality_field(run: Path) -> None:
+    int8_case(base_score=0.45, cand_score=0.44)(run)
+    path = run / "quality" / "pw-qa-exact-v1@cand.json"
+    record = json.loads(path.read_text())
+    record["reviewed_by_grader"] = "passed"
+    path.write_text(json.dumps(record, indent=2))
 
 
 # name -> (builder, verdict, action, must_include, must_exclude, rationale)
@@ -181,6 +233,18 @@ CASES: dict[str, tuple[Callable[[Path], Any], str, str, list[str], list[str], st
         _folders_absent, "FAIL", "eject", ["EVIDENCE_MISSING"], [],
         "Every line of both legs names its LoadGen folder and none exists, in an unsealed run: the records "
         "that would contradict the lines were removed (the harness keeps them)."),
+    "witness-contention-unknown-field": (
+        with_lines(_contention_field), "FAIL", "eject", ["EVIDENCE_CORRUPT"], [],
+        "The candidate's contention samples carry 'quiet_verified', a field the harness never writes: a strict "
+        "record refuses it (the sample decides whether the machine was quiet)."),
+    "witness-quality-unknown-field": (
+        _quality_field, "FAIL", "eject", ["EVIDENCE_CORRUPT"], [],
+        "The candidate's quality eval carries 'reviewed_by_grader', a field neither its schema nor the harness's "
+        "evals write."),
+    "witness-near-contention-busy": (
+        with_lines(_contention_busy), "PASS", "pass", [], QUIET,
+        "Near miss: the candidate's samples list a light neighbour (sshd at 1% of a core), every field the "
+        "harness's own."),
     "witness-near-agree-floats-reordered": (
         with_lines(_floats_reordered), "PASS", "pass", [], QUIET,
         "Near miss: everything agrees; the candidate's counters are written as floats (400.0) and every key "
