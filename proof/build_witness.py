@@ -198,6 +198,15 @@ def _quality_field(run: Path) -> None:
     path.write_text(json.dumps(record, indent=2))
 
 
+def concurrency(limit: int) -> Callable[[Path], None]:
+    """Both legs' lines say ``max_concurrency`` is ``limit``; their 8 requests each overlap all the others."""
+    def builder(run: Path) -> None:
+        build(run, *legs_v2())
+        for leg in ("base", "cand"):
+            edit_lines(run, leg, lambda line: {**line, "max_concurrency": limit})
+    return builder
+
+
 # name -> (builder, verdict, action, must_include, must_exclude, rationale)
 CASES: dict[str, tuple[Callable[[Path], Any], str, str, list[str], list[str], str]] = {
     "witness-loadgen-line-faster": (
@@ -245,6 +254,13 @@ CASES: dict[str, tuple[Callable[[Path], Any], str, str, list[str], list[str], st
         with_lines(_contention_busy), "PASS", "pass", [], QUIET,
         "Near miss: the candidate's samples list a light neighbour (sshd at 1% of a core), every field the "
         "harness's own."),
+    "witness-concurrency-over-limit": (
+        concurrency(4), "FAIL", "eject", ["EVIDENCE_CORRUPT"], [],
+        "Both legs' lines say max_concurrency 4 while their requests' starts and latencies put all 8 in flight "
+        "at once: the load descriptor workload parity compares is not the load that ran."),
+    "witness-near-concurrency-at-limit": (
+        concurrency(8), "PASS", "pass", [], QUIET,
+        "Near miss: max_concurrency 8 and 8 requests in flight at once: at the limit, not over it."),
     "witness-near-agree-floats-reordered": (
         with_lines(_floats_reordered), "PASS", "pass", [], QUIET,
         "Near miss: everything agrees; the candidate's counters are written as floats (400.0) and every key "
