@@ -54,6 +54,7 @@ def v2(line: dict, leg: str, start: float, **counter_kw: Any) -> dict:
     line["output_lens_source"] = ["usage"] * len(line["errors"])
     line["finish_reasons"] = ["length"] * len(line["errors"])
     line["server_counters"] = counters(line, **counter_kw)
+    line["contention"] = {"start": sample(), "end": sample()}  # sampled at the rep's start and end
     return line
 
 
