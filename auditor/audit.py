@@ -21,7 +21,7 @@ from perfwarden.auditor.claim_file import ClaimError, load_claim  # noqa: F401 -
 from perfwarden.auditor.evidence import LegEvidence, RunLoader, _plain_name, check_named_folders
 from perfwarden.auditor.findings import Findings, GateResult, choose_action, unsealed_refusal, verdict_label
 from perfwarden.auditor.gates import (caching, conditions, correctness, explain, integrity, knobs, lever,
-                                      measurement, opbench, profile, prose, rep_witnesses, same_config,
+                                      measurement, opbench, process, profile, prose, rep_witnesses, same_config,
                                       served, timeline, workload)
 from perfwarden.auditor.manifest import (KeyChoice, KeyFileError, Manifest, chain_seal_id, observe,
                                          read_manifest, resolve_key)
@@ -133,6 +133,7 @@ def audit_baseline(a: Audit) -> None:
     a.gate("aggregates", lambda: measurement.check_line_aggregates(a.run, base))
     a.gate("condition_copies", lambda: conditions.check_condition_copies(a.run, base))
     a.gate("witness", lambda: rep_witnesses.check_witnesses(a.run, base))
+    a.gate("process_conditions", lambda: process.check_process_conditions(a.run, [base]))
     band, _ = measurement.calibrate_band(metric, base, aa, len(base.reps), len(base.reps))
     a.gate("drift", lambda: measurement.check_drift(a.run, claim, base, band, a.not_checked, a.findings))
     random_weights = a.gate("random_weights", lambda: correctness.check_random_weights(a.run, [base]))
@@ -217,6 +218,7 @@ def audit_patch(a: Audit, bundle: bool = False) -> None:
     a.gate("interleaving", lambda: measurement.check_interleaving(a.run, base, cand))
     claimed = [a.leg(n) for n in _claim_legs(claim) if _plain_name(n)]
     a.gate("overlap", lambda: timeline.check_overlap(a.run, claimed, claim.legs.concurrent))
+    a.gate("process_conditions", lambda: process.check_process_conditions(a.run, claimed))
     a.gate("named_files", lambda: check_named_folders(a.run, claimed, a.manifest is not None and a.manifest[0] is not None))
 
     a.diff = a.gate("conditions", lambda: conditions.check_conditions(a.run, claim, base, cand, a.findings)) or {}

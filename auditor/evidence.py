@@ -31,6 +31,12 @@ from perfwarden.harness.safe_read import (BENCH_LINE_BYTES, LOG_LINE_CHARS, RECO
                                           check_regular, exists, iter_chunks, read_bytes)
 
 _EXCERPT = 200
+QUALITY_EXTRAS = frozenset({
+    "errors", "error_rate", "max_error_rate", "correct", "model", "endpoint", "prompt_template", "few_shot",
+    "item_set_version", "item_set_sha256", "max_tokens", "temperature", "started_at", "duration_s", "items",
+    "method", "endpoint_unavailable", "text_sha256", "mean_nll"})
+"""Fields beyond ``QualityEval``'s schema that the harness's evals write (``harness/quality.py``
+``evaluate_qa``/``evaluate_ppl``); any other field is not the harness's, and the record is corrupt."""
 LOG_CHUNK = 256 << 10
 """Bytes of a server log read at a time (what one pass holds, a few times over, while it reads)."""
 # Per-request arrays every sglang/vLLM bench file carries but rederive can do without: absent, the
@@ -530,12 +536,19 @@ class RunLoader:
         if obj is None:
             return None, tf
         try:
-            return QualityEval.model_validate(obj), tf
+            record = QualityEval.model_validate(obj)
         except ValidationError as exc:
             self.findings.add(_invalid_code(exc), "FAIL", f"quality eval {eval_id!r} is invalid: {exc.errors()[0]['msg']}"
                               f" at {exc.errors()[0]['loc']!r}",
                               evidence=[tf.evidence(self.run, None)], gate="evidence")
             return None, tf
+        unknown = sorted(set(record.model_extra or {}) - QUALITY_EXTRAS)
+        if unknown:
+            self.findings.add("EVIDENCE_CORRUPT", "FAIL", f"quality eval {eval_id!r} has field(s) neither its schema "
+                              f"nor the harness's evals write: {', '.join(unknown[:8])}",
+                              evidence=[tf.evidence(self.run, tf.key_line(unknown[0]))], gate="evidence")
+            return None, tf
+        return record, tf
 
     def _inside(self, rel_path: str) -> Path:
         """Resolve a path named by a claim, refusing anything outside the run directory."""

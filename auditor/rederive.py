@@ -421,6 +421,28 @@ def server_counters(line: BenchRunLine, ref: LineRef) -> tuple[dict[str, float],
     return before, after
 
 
+CONCURRENCY_SLACK_S = 0.001
+"""A request's end and the next one's start are two clock reads around one semaphore hand-over."""
+
+
+def check_concurrency(line: BenchRunLine, ref: LineRef, starts: np.ndarray | None,
+                      ends: np.ndarray) -> list[tuple[str, str]]:
+    """No more requests in flight at once than the line's ``max_concurrency`` (from each request's start
+    and latency: a sweep over the sorted start and end times; an end within the slack of a start
+    releases its slot first)."""
+    limit = line.max_concurrency
+    if limit is None or starts is None or limit < 1 or not starts.size:
+        return []
+    times = np.concatenate([starts, starts + ends - CONCURRENCY_SLACK_S])
+    steps = np.concatenate([np.ones(starts.size, dtype=np.int64), -np.ones(starts.size, dtype=np.int64)])
+    order = np.lexsort((steps, times))  # at one instant, ends (-1) before starts (+1)
+    peak = int(np.cumsum(steps[order]).max())
+    if peak <= limit:
+        return []
+    return [("corrupt", f"line {ref.line}: {peak} requests were in flight at once (starts and latencies) but the "
+             f"line says max_concurrency {limit}")]
+
+
 def _usage_counted(line: BenchRunLine) -> bool:
     sources = line.output_lens_source
     return sources is not None and all(s == "usage" for s in sources)
@@ -605,6 +627,8 @@ def rederive_rep(line: BenchRunLine, ref: LineRef, leg: str, rep_index: int) -> 
         ends = np.zeros(n)
         ends[ok_idx] = e2e
     problems += _check_timeline(ref, line.duration, ttfts, starts, ends)
+    if all_latencies is not None:
+        problems += check_concurrency(line, ref, starts, all_latencies)
     result.max_latency_s = float(ends.max()) if ends.size else None
     result.first_start_s = float(starts.min()) if starts is not None and starts.size else None
     _derive_metrics(line, ref, result, ok_idx, all_ok, ok_ttft, ok_out, in_lens, e2e, gaps, problems)

@@ -7,16 +7,16 @@ reported to it) and the server (its own running totals, sampled just before and 
 below, or the rep is EVIDENCE_CORRUPT (FAIL): a line edited after the fact no longer matches the
 records its editor did not rewrite. Each relation follows from how the quantities are defined:
 
-- LoadGen's span (samples / ``samples_per_second``: first issue to last completion) lies inside the
+- LoadGen's span (samples or tokens over its rate: first issue to last completion) lies inside the
   rep's clock: at most the line's ``duration``, at least the duration after the first request started
-  (a request is sent after LoadGen issues it). This decides "LoadGen's rate against the line" for every
-  scenario: Server's later first issue is the lower bound's ``first start``.
-- LoadGen's tokens per sample (``tokens_per_second / samples_per_second``: the client reports each
-  completed request's output tokens) equals the line's output tokens per request when every request
-  succeeded.
+  (a request is sent after LoadGen issues it). This decides "LoadGen's rate against the line". Offline
+  states samples and tokens per second; Server states completed tokens per second over the same span
+  (its completed samples per second runs past the last completion: not read).
+- LoadGen's tokens per sample (tokens / samples per second, Offline: the client reports each completed
+  request's output tokens) equals the line's output tokens per request when every request succeeded.
 - LoadGen's longest latency (issue to completion) is at least the line's longest request (sent after
   its issue) and at most the duration.
-- The summary and the detail log state the same figures.
+- The summary states the detail log's figures, to the digits it prints.
 - The server completed at least the line's successful requests and finished at most all of them
   (nothing else used the server during a rep); with every output length the server's own usage count
   and no response-cache hit, it generated exactly the line's output tokens. Counters only grow.
