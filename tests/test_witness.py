@@ -192,3 +192,24 @@ def test_witness_fixtures_agree_with_their_answer_keys():
         assert verdict.verdict == answer["verdict"], fixture.name
         assert set(answer["must_include"]) <= codes(verdict), fixture.name
         assert not set(answer["must_exclude"]) & codes(verdict), fixture.name
+
+
+def test_requests_a_previous_rep_left_in_the_server_are_not_called_edits(tmp_path):
+    """Found on real embedded reps under load: two requests of rep 0 timed out client-side and the server
+    finished them during rep 1. Its totals then bound rep 1's line from below only."""
+    run, _ = _run(tmp_path)
+
+    def leftovers(line: dict) -> dict:
+        c = counters(line)
+        if line["rep"] == 0:
+            c["after"]["requests_admitted"] += 2  # two requests still inside the server when sampled
+        elif line["rep"] == 1:
+            c["before"]["requests_admitted"] += 2
+            c["after"]["requests_admitted"] += 2
+            c["after"]["requests_completed"] += 2  # finished during rep 1
+            c["after"]["tokens_generated"] += 32
+        return {**line, "server_counters": c}
+    edit_lines(run, "cand", leftovers)
+    result = _witness(run)
+    assert not result.findings
+    assert any("left requests behind" in n for n in result.not_checked)
