@@ -81,8 +81,9 @@ def test_a_line_shorter_than_loadgen_s_span_is_corrupt(tmp_path):
     run, _ = _run(tmp_path)
     edit_lines(run, "cand", lambda line: {**line, "duration": line["duration"] * 0.9,
                                           "ended_at": line["started_at"] + line["duration"] * 0.9})
-    messages = [f.message for f in _witness(run).findings]
-    assert any("LoadGen's span" in m and "at most" in m for m in messages)
+    found = _witness(run).findings
+    assert any("LoadGen's span" in f.message and "at most" in f.message for f in found)
+    assert all(f.evidence[0].file == "legs/cand/bench_runs.jsonl" and f.evidence[0].sha256 for f in found)
 
 
 def test_summary_against_detail(tmp_path):

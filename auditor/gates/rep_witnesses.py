@@ -50,19 +50,24 @@ def check_witnesses(run: Path, leg: LegEvidence) -> GateResult:
     no_logs = no_counters = 0
     spill = False
     for rep in sorted(leg.reps, key=lambda r: (r.started_at or 0.0, r.rep)):
-        line = Stated(f"bench line {rep.ref.line}", None, line_evidence(run, rep.ref))
+        # The line's evidence (its bytes hashed: a rep's line can be 100 MB) is cited only when found wrong.
+        line = Stated(f"bench line {rep.ref.line}", None, None)
+        found = []
         logs = leg.loadgen.get(rep.rep)
         if logs is None:
             no_logs += 1
         else:
-            findings += loadgen_findings(rep, line, logs, leg.name)
+            found += loadgen_findings(rep, line, logs, leg.name)
         if rep.server_counters is None:
             no_counters += 1
         else:
-            found, note = counter_findings(rep, line, leg.name, spill)
-            findings += found
+            counted, note = counter_findings(rep, line, leg.name, spill)
+            found += counted
             notes += note
         spill = rep.n_errors > 0 or _in_flight(rep)
+        if found:
+            cited = line_evidence(run, rep.ref)
+            findings += [f.model_copy(update={"evidence": [cited, *f.evidence]}) for f in found]
     if no_logs:
         notes.append(f"second witness of leg {leg.name!r}: {no_logs} rep(s) have no LoadGen logs to hold their "
                      "lines against")
@@ -157,7 +162,7 @@ def counter_findings(rep: RepMetrics, line: Stated, leg: str, spill: bool = Fals
     delta = {k: after[k] - before[k] for k in before.keys() & after.keys()}
     out = [finding("EVIDENCE_CORRUPT", "FAIL", f"{where}the server's {k} went from {before[k]:g} to {after[k]:g} "
                    "during the rep: a running total never falls", measured={"before": before[k], "after": after[k]},
-                   evidence=[line.evidence], action="eject", gate=GATE)
+                   evidence=[], action="eject", gate=GATE)
            for k in MONOTONE if k in delta and delta[k] < 0]
     if not all(k in delta for k in FINISHED + ("tokens_generated",)):
         return out, [f"second witness of leg {leg!r}: the server's counters do not state requests finished and "
