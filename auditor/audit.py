@@ -22,10 +22,10 @@ from perfwarden.auditor.evidence import (LegEvidence, QualityRecords, RunLoader,
                                         read_served)
 from perfwarden.auditor.findings import Findings, GateResult, decide
 from perfwarden.auditor.gates import (caching, conditions, correctness, engine_witness, explain, integrity,
-                                      knobs, lever, measurement, opbench, profile, prose, same_config, served,
-                                      timeline, workload)
+                                      knobs, lever, measurement, opbench, process, profile, prose, rep_witnesses,
+                                      same_config, served, timeline, workload)
 from perfwarden.auditor.manifest import (KeyChoice, KeyFileError, Manifest, chain_seal_id, observe,
-                                                read_manifest, resolve_key)
+                                         read_manifest, resolve_key)
 from perfwarden.auditor.rederive import METRICS
 from perfwarden.harness.records import Claim, Comparison, Finding, MetricStats, RunDir, Verdict, write_json_atomic
 from perfwarden.harness.safe_read import REPORT_BYTES, exists
@@ -135,6 +135,8 @@ def audit_baseline(a: Audit) -> None:
     a.gate("noise", lambda: measurement.check_noisy_baseline(a.run, base, aa, metric))
     a.gate("aggregates", lambda: measurement.check_line_aggregates(a.run, base))
     a.gate("condition_copies", lambda: conditions.check_condition_copies(a.run, base))
+    a.gate("witness", lambda: rep_witnesses.check_witnesses(a.run, base))
+    a.gate("process_conditions", lambda: process.check_process_conditions(a.run, [base]))
     band, _ = measurement.calibrate_band(metric, base, aa, len(base.reps), len(base.reps))
     a.gate("drift", lambda: measurement.check_drift(a.run, claim, base, band))
     random_weights = a.gate("random_weights", lambda: correctness.check_random_weights(a.run, [base]))
@@ -216,10 +218,12 @@ def audit_patch(a: Audit, bundle: bool = False) -> None:
             a.run, engine_witness.load_engine_witness(a.loader, leg), leg))
         a.gate("aggregates", lambda leg=leg: measurement.check_line_aggregates(a.run, leg))
         a.gate("condition_copies", lambda leg=leg: conditions.check_condition_copies(a.run, leg))
+        a.gate("witness", lambda leg=leg: rep_witnesses.check_witnesses(a.run, leg))
     a.gate("workload", lambda: workload.check_workload(a.run, claim, base, cand))
     a.gate("interleaving", lambda: measurement.check_interleaving(a.run, base, cand))
     claimed = [a.leg(n) for n in _claim_legs(claim) if _plain_name(n)]
     a.gate("overlap", lambda: timeline.check_overlap(a.run, claimed, claim.legs.concurrent))
+    a.gate("process_conditions", lambda: process.check_process_conditions(a.run, claimed))
     a.gate("named_files", lambda: check_named_folders(a.run, claimed, a.manifest is not None and a.manifest[0] is not None))
 
     a.diff = a.gate("conditions", lambda: conditions.check_conditions(a.run, claim, base, cand)) or {}

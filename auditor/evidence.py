@@ -22,18 +22,24 @@ import msgspec
 from pydantic import ValidationError
 
 from perfwarden.auditor.findings import Findings, GateResult, finding
+from perfwarden.auditor.loadgen_logs import LoadgenRep, read_rep_logs
 from perfwarden.auditor.rederive import RepError, RepMetrics, rederive_rep
 from perfwarden.auditor.serverlog import ServerLog, scan_server_log
 from perfwarden.harness.json_limits import loads_bounded, no_repeats
 from perfwarden.harness.jsonl import (CITE_HEAD_BYTES, BenchRunLine, LineIssue, LineRef, OpBenchLine, OutputLine,
                                       ProfileLine, iter_jsonl, read_jsonl)
-from perfwarden.harness.mlperf_log import MlperfLogError, read_detail
 from perfwarden.harness.records import EvidenceRef, LegSpec, QualityEval, RunDir, unknown_fields
 from perfwarden.harness.safe_read import (BENCH_LINE_BYTES, LOG_LINE_CHARS, RECORD_BYTES, TEXT_BYTES, RefusedInput,
                                           check_regular, exists, iter_chunks, read_bytes)
 
 _EXCERPT = 200
 assert _EXCERPT <= CITE_HEAD_BYTES  # an excerpt is cut from the bytes a cited line keeps
+QUALITY_EXTRAS = frozenset({
+    "errors", "error_rate", "max_error_rate", "correct", "model", "endpoint", "prompt_template", "few_shot",
+    "item_set_version", "item_set_sha256", "max_tokens", "temperature", "started_at", "duration_s", "items",
+    "method", "endpoint_unavailable", "text_sha256", "mean_nll"})
+"""Fields beyond ``QualityEval``'s schema that the harness's evals write (``harness/quality.py``
+``evaluate_qa``/``evaluate_ppl``); any other field is not the harness's, and the record is corrupt."""
 LOG_CHUNK = 256 << 10
 """Bytes of a server log read at a time (what one pass holds, a few times over, while it reads)."""
 # Per-request arrays every sglang/vLLM bench file carries but rederive can do without: absent, the
@@ -117,6 +123,8 @@ class LegEvidence:
     """Lines of the bench file that were not usable reps (corrupt, incomplete, duplicated numbers)."""
     loadgen_issued: dict[int, tuple[int, EvidenceRef]] = field(default_factory=dict)
     """Rep -> samples LoadGen's own detail log says it issued (with the log line), where a log exists."""
+    loadgen: dict[int, LoadgenRep] = field(default_factory=dict)
+    """Rep -> what LoadGen's own logs of it state (the witnesses of the line), where they exist."""
     loadgen_problems: list[str] = field(default_factory=list)
     """LoadGen logs that exist but could not be read (their cross-check is not made)."""
 
@@ -332,7 +340,8 @@ class RunLoader:
         leg.reps = self._load_reps(name, leg.bench_path)
         leg.torn_tail = self._legs_torn.get(name, False)
         leg.corrupt_reps = max(self._lines_seen - lines_before - len(leg.reps), 0)
-        leg.loadgen_issued, leg.loadgen_problems = self._loadgen_counts(name, leg.reps)
+        leg.loadgen, leg.loadgen_problems = self._loadgen_counts(name, leg.reps)
+        leg.loadgen_issued = {k: r.issued for k, r in leg.loadgen.items() if r.issued is not None}
         return leg
 
     # ---------------------------------------------------------------- consistency across reps
@@ -382,32 +391,20 @@ class RunLoader:
                           evidence=[line_evidence(self.run, other.ref), line_evidence(self.run, rep.ref)],
                           gate="evidence")
 
-    def _loadgen_counts(self, leg: str, reps: list[RepMetrics]) -> tuple[dict[int, tuple[int, EvidenceRef]], list[str]]:
-        """Samples LoadGen issued per rep, from ``legs/<leg>/loadgen/rep-<k>/mlperf_log_detail.txt``
-        where it exists (one file per rep at most: bounded by the reps already read)."""
-        counts: dict[int, tuple[int, EvidenceRef]] = {}
+    def _loadgen_counts(self, leg: str, reps: list[RepMetrics]) -> tuple[dict[int, LoadgenRep], list[str]]:
+        """What LoadGen's own logs say of each rep (``legs/<leg>/loadgen/rep-<k>/``), where they exist
+        (one folder per rep at most: bounded by the reps already read)."""
+        logs: dict[int, LoadgenRep] = {}
         problems: list[str] = []
         for rep in reps:
-            path = self.paths.loadgen_rep(leg, rep.rep) / "mlperf_log_detail.txt"
-            if not exists(path):
-                continue
-            try:
-                log = read_detail(path, self.run)
-            except MlperfLogError as exc:
-                problems.append(f"{_rel(self.run, path)}: {exc}")
-                continue
-            self._digest(path, log.sha256)
-            queries, per_query = log.record("result_query_count"), (
-                log.record("generated_samples_per_query") or log.record("effective_samples_per_query"))
-            if queries is None or not _count(queries.value) or (per_query is not None and not _count(per_query.value)):
-                problems.append(f"{_rel(self.run, path)}: no usable result_query_count/samples_per_query")
-                continue
-            issued = int(queries.value) * (int(per_query.value) if per_query is not None else 1)
-            raw = queries.ref.raw()
-            counts[rep.rep] = (issued, EvidenceRef(file=_rel(self.run, path), line=queries.ref.line,
-                                                   sha256=hashlib.sha256(raw).hexdigest(),
-                                                   excerpt=raw[:_EXCERPT].decode("utf-8", "replace")))
-        return counts, problems
+            folder = self.paths.loadgen_rep(leg, rep.rep)
+            record = read_rep_logs(self.run, folder, _rel(self.run, folder))
+            for path, sha in record.digests.items():
+                self._digest(path, sha)
+            problems += record.problems
+            if record.issued is not None or record.detail or record.summary:
+                logs[rep.rep] = record
+        return logs, problems
 
     def _load_reps(self, name: str, path: Path) -> list[RepMetrics]:
         """Stream bench_runs.jsonl, re-deriving each rep and dropping its arrays (memory stays flat)."""
@@ -545,12 +542,19 @@ class RunLoader:
         if obj is None:
             return None, tf
         try:
-            return QualityEval.model_validate(obj), tf
+            record = QualityEval.model_validate(obj)
         except ValidationError as exc:
             self.findings.add(_invalid_code(exc), "FAIL", f"quality eval {eval_id!r} is invalid: {exc.errors()[0]['msg']}"
                               f" at {exc.errors()[0]['loc']!r}",
                               evidence=[tf.evidence(self.run, None)], gate="evidence")
             return None, tf
+        unknown = sorted(set(record.model_extra or {}) - QUALITY_EXTRAS)
+        if unknown:
+            self.findings.add("EVIDENCE_CORRUPT", "FAIL", f"quality eval {eval_id!r} has field(s) neither its schema "
+                              f"nor the harness's evals write: {', '.join(unknown[:8])}",
+                              evidence=[tf.evidence(self.run, tf.key_line(unknown[0]))], gate="evidence")
+            return None, tf
+        return record, tf
 
     def quality_pair(self, eval_id: str, base: str, cand: str) -> QualityRecords:
         """The candidate's record of ``eval_id``, then the compared baseline's (read only when its file
@@ -572,9 +576,10 @@ class RunLoader:
 
 def check_named_folders(run: Path, legs: list[LegEvidence], sealed: bool) -> GateResult:
     """Every LoadGen folder a rep's line names (``loadgen.dir``) exists inside the run, or evidence was
-    removed (EVIDENCE_MISSING, FAIL). Decided where the run shows it keeps them: a sealed run, or one
-    where another named folder of the audited legs exists. An unsealed run where no named folder exists
-    at all (hand-built evidence, a rig that kept no logs) is listed as not checked."""
+    removed (EVIDENCE_MISSING, FAIL). The harness keeps LoadGen's logs of every rep it writes a line
+    for, so a harness line's folder is always decided, sealed run or not. A foreign line naming one is
+    decided where the run shows it keeps them (sealed, or another named folder exists); otherwise it is
+    listed as not checked."""
     named: list[tuple[LegEvidence, RepMetrics, bool]] = []
     for leg in legs:
         for rep in leg.reps:
@@ -583,14 +588,15 @@ def check_named_folders(run: Path, legs: list[LegEvidence], sealed: bool) -> Gat
     absent = [(leg, rep) for leg, rep, there in named if not there]
     if not absent:
         return GateResult()
-    if not sealed and len(absent) == len(named):
+    if not sealed and len(absent) == len(named) and all(rep.schema_version is None for _, rep in absent):
         return GateResult(not_checked=[f"LoadGen logs: the {len(named)} folder(s) the reps name are all absent from "
                                        "this unsealed run, so LoadGen's own logs cannot be held against the lines"])
     found = []
     for leg, rep in absent[:MAX_NAMED]:
         found.append(finding("EVIDENCE_MISSING", "FAIL", f"leg {leg.name!r} rep {rep.rep} names LoadGen folder "
                              f"{rep.loadgen_dir!r}, which is not in the run" + (" (the run is sealed)" if sealed else
-                             " while other reps' folders are") + ": evidence a record names was removed",
+                             " (the harness keeps every rep's LoadGen logs)" if rep.schema_version is not None
+                             else " while other reps' folders are") + ": evidence a record names was removed",
                              measured=rep.loadgen_dir, threshold="an existing folder inside the run",
                              evidence=[line_evidence(run, rep.ref)], gate="evidence"))
     return GateResult(findings=found)
@@ -626,10 +632,6 @@ def missing_rep_numbers(numbered: list[int], show: int = 10) -> tuple[int, list[
             missing += gap
             shown.extend(range(a + 1, min(b, a + 1 + show - len(shown))))
     return missing, shown[:show]
-
-
-def _count(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
 def _invalid_code(exc: ValidationError) -> str:

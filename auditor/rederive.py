@@ -32,7 +32,7 @@ import msgspec
 import numpy as np
 
 from perfwarden.harness.json_limits import JsonTooDeep, check_depth
-from perfwarden.harness.jsonl import BenchRunLine, LineRef
+from perfwarden.harness.jsonl import NULL, BenchRunLine, LineRef
 
 # Metric -> whether higher is better. The one place that says which way each metric improves.
 METRICS: dict[str, bool] = {
@@ -147,6 +147,14 @@ class RepMetrics:
     same one are the same measurement written twice."""
     server_info: dict[str, Any] | None = None
     """The line's own copy of server_info, flattened (None when the line has none)."""
+    server_counters: tuple[dict[str, float], dict[str, float]] | None = None
+    """The server's own running totals (numeric ones) just before and just after the rep."""
+    usage_counted: bool = False
+    """Every output length is the server's own usage count (``output_lens_source`` all ``usage``)."""
+    max_latency_s: float | None = None
+    """The longest request of the rep (any request, failed ones' partial latency included)."""
+    first_start_s: float | None = None
+    """The first request's start, seconds after the rep's clock started (when the line records starts)."""
 
 
 def _as_array(values, name: str, n: int) -> np.ndarray:
@@ -346,12 +354,118 @@ def _check_header(line: BenchRunLine, ref: LineRef, rep: int, n: int) -> list[tu
         problems.append(("corrupt", f"line {ref.line}: started_at {line.started_at!r} is not a unix time"))
     if line.duration > MAX_SECONDS:
         problems.append(("corrupt", f"line {ref.line}: duration {line.duration!r} s is beyond {MAX_SECONDS:g} s"))
+    problems += _check_version(line, ref)
     if line.issued is not None:
         if line.issued > n:
             problems.append(("missing", f"line {ref.line}: LoadGen issued {line.issued} requests but the line holds "
                              f"{n}: {line.issued - n} were removed from the evidence"))
         elif line.issued < n:
             problems.append(("corrupt", f"line {ref.line}: it holds {n} requests but LoadGen issued {line.issued}"))
+    return problems
+
+
+PER_REQUEST_ARRAYS = ("generated_texts", "issue_delays", "input_lens_source", "output_lens_source",
+                      "finish_reasons", "cache_hits")
+"""Per-request arrays beyond the ones re-derived from: one entry per request each, or the line
+describes two different sets of requests."""
+BENCH_V2 = 2
+"""The bench line version from which ``ended_at`` and ``server_counters`` are written (and required)."""
+COUNTER_SIDES = ("before", "after")
+
+
+def check_array_lengths(line: BenchRunLine, ref: LineRef, n: int) -> list[tuple[str, str]]:
+    """Every per-request array holds one entry per request (``errors`` sets the count)."""
+    problems = []
+    for name in PER_REQUEST_ARRAYS:
+        values = getattr(line, name)
+        if values is not None and len(values) != n:
+            problems.append(("corrupt", f"line {ref.line}: {name!r} has {len(values)} entries for {n} requests"))
+    return problems
+
+
+def check_issue_delays(line: BenchRunLine, ref: LineRef, n: int) -> list[tuple[str, str]]:
+    """A request is sent after LoadGen issued it and inside the rep: each delay finite, >= 0, within
+    the duration."""
+    if line.issue_delays is None or len(line.issue_delays) != n:
+        return []
+    delays = _as_array(line.issue_delays, "issue_delays", n)
+    i = _first_over(delays, line.duration + max(TIMELINE_SLACK_S, TIMELINE_SLACK_REL * line.duration))
+    if i is None:
+        return []
+    return [("corrupt", f"line {ref.line}: request {i} waited {float(delays[i]):.6g} s after LoadGen issued it, "
+             f"in a rep of {line.duration:.6g} s")]
+
+
+def check_chunks(ref: LineRef, ok_lists: list, ok_out: np.ndarray, ok_idx: np.ndarray) -> list[tuple[str, str]]:
+    """Each gap separates two streamed chunks and each chunk carries at least one token, so a request
+    has at most ``output_len - 1`` gaps (chunked streaming has fewer). Held on harness lines, whose
+    output lengths are the server's own count."""
+    gaps = np.fromiter(map(len, ok_lists), dtype=float, count=len(ok_lists))
+    over = np.flatnonzero(gaps > np.maximum(ok_out - 1, 0))
+    if not over.size:
+        return []
+    k = int(over[0])
+    return [("corrupt", f"line {ref.line}: request {int(ok_idx[k])} has {int(gaps[k])} inter-token gaps but "
+             f"{int(ok_out[k])} output tokens: more chunks than tokens")]
+
+
+def server_counters(line: BenchRunLine, ref: LineRef) -> tuple[dict[str, float], dict[str, float]] | None:
+    """The line's ``server_counters`` (numeric totals before and after the rep), or None. A harness
+    line's object holds exactly ``before`` and ``after``, each an object."""
+    value = raw_object(line.server_counters, "server_counters", ref)
+    if value is None:
+        return None
+    if set(value) != set(COUNTER_SIDES) or not all(isinstance(value[k], dict) for k in COUNTER_SIDES):
+        raise RepError("corrupt", f"line {ref.line}: 'server_counters' must hold the objects 'before' and "
+                       f"'after' only, not {sorted(value)!r}")
+    before, after = ({k: float(v) for k, v in value[side].items()
+                      if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)}
+                     for side in COUNTER_SIDES)
+    return before, after
+
+
+CONCURRENCY_SLACK_S = 0.001
+"""A request's end and the next one's start are two clock reads around one semaphore hand-over."""
+
+
+def check_concurrency(line: BenchRunLine, ref: LineRef, starts: np.ndarray | None,
+                      ends: np.ndarray) -> list[tuple[str, str]]:
+    """No more requests in flight at once than the line's ``max_concurrency`` (from each request's start
+    and latency: a sweep over the sorted start and end times; an end within the slack of a start
+    releases its slot first)."""
+    limit = line.max_concurrency
+    if limit is None or starts is None or limit < 1 or not starts.size:
+        return []
+    times = np.concatenate([starts, starts + ends - CONCURRENCY_SLACK_S])
+    steps = np.concatenate([np.ones(starts.size, dtype=np.int64), -np.ones(starts.size, dtype=np.int64)])
+    order = np.lexsort((steps, times))  # at one instant, ends (-1) before starts (+1)
+    peak = int(np.cumsum(steps[order]).max())
+    if peak <= limit:
+        return []
+    return [("corrupt", f"line {ref.line}: {peak} requests were in flight at once (starts and latencies) but the "
+             f"line says max_concurrency {limit}")]
+
+
+def _usage_counted(line: BenchRunLine) -> bool:
+    sources = line.output_lens_source
+    return sources is not None and all(s == "usage" for s in sources)
+
+
+def _check_version(line: BenchRunLine, ref: LineRef) -> list[tuple[str, str]]:
+    """A line of bench version 2 or later records its end stamp and the server's counters (or says
+    null where the server reports none); their absence is evidence removed."""
+    if line.schema_version is None or line.schema_version < BENCH_V2:
+        return []
+    problems = []
+    if line.ended_at is None:
+        problems.append(("missing", f"line {ref.line}: a version-{line.schema_version} line without 'ended_at' "
+                         "(the harness stamps every rep's end): the window the overlap check needs was removed"))
+    elif line.started_at is not None and line.ended_at < line.started_at:
+        problems.append(("corrupt", f"line {ref.line}: it ended ({line.ended_at!r}) before it started "
+                         f"({line.started_at!r})"))
+    if line.server_counters is NULL:  # the default object itself: the key is absent (an explicit null is a new Raw)
+        problems.append(("missing", f"line {ref.line}: a version-{line.schema_version} line without "
+                         "'server_counters' (the harness writes it, null when the server reports none)"))
     return problems
 
 
@@ -370,6 +484,10 @@ def _check_timeline(ref: LineRef, duration: float, ttfts: np.ndarray, starts: np
         problems.append(("corrupt", f"line {ref.line}: request {i} lasts {float(ends[i]):.6g} s in a rep of "
                          f"{duration:.6g} s"))
     if starts is not None and starts.size:
+        i = _first_over(starts + ends, limit)
+        if i is not None:
+            problems.append(("corrupt", f"line {ref.line}: request {i} starts at {float(starts[i]):.6g} s and ends "
+                             f"after the rep's duration of {duration:.6g} s"))
         span = float((starts + ends).max() - starts.min())
         if span > limit:
             problems.append(("corrupt", f"line {ref.line}: its requests span {span:.6g} s (first start to last end) "
@@ -402,8 +520,8 @@ def _check_scale(line: BenchRunLine, ref: LineRef, m: dict[str, float]) -> list[
     return problems
 
 
-def rederive_rep(line: BenchRunLine, ref: LineRef, leg: str, rep_index: int) -> RepMetrics:
-    """Re-derive one rep; raise ``RepError`` when a needed array is absent or the rep is inconsistent."""
+def _check_required(line: BenchRunLine, ref: LineRef) -> None:
+    """The arrays and the clock a rep cannot be re-derived without."""
     for name in _REQUIRED_ARRAYS:
         if getattr(line, name) is None:
             raise RepError("missing", f"line {ref.line} has no {name!r} array")
@@ -411,66 +529,47 @@ def rederive_rep(line: BenchRunLine, ref: LineRef, leg: str, rep_index: int) -> 
         raise RepError("missing", f"line {ref.line} has no 'duration'")
     if not math.isfinite(line.duration) or line.duration <= 0:
         raise RepError("corrupt", f"line {ref.line} has duration {line.duration!r}")
-    n = len(line.errors)
-    rep = line.rep if line.rep is not None else rep_index
-    problems = _check_header(line, ref, rep, n)
-    if line.duration > MAX_SECONDS:  # nothing measured against this clock can mean anything
-        raise RepError.of(problems)
-    out_lens = _as_array(line.output_lens, "output_lens", n)
-    ttfts = _as_array(line.ttfts, "ttfts", n)
-    ok = np.fromiter(map(operator.not_, line.errors), dtype=bool, count=n)
-    n_ok = int(ok.sum())
+
+
+def _new_record(line: BenchRunLine, ref: LineRef, leg: str, rep: int, n: int, n_ok: int) -> RepMetrics:
     contention = raw_object(line.contention, "contention", ref)
     server_info = raw_object(line.server_info, "server_info", ref)
-    result = RepMetrics(leg=leg, rep=rep, ref=ref, n_requests=n, n_ok=n_ok, n_errors=n - n_ok,
-                        duration_s=float(line.duration), accept_length=line.accept_length,
-                        contention=contention, started_at=line.started_at, ended_at=line.ended_at,
-                        schema_version=line.schema_version, loadgen_dir=loadgen_dir(line.loadgen, ref),
-                        issued=line.issued, workload=_workload(line, ref),
-                        server_info=flatten_json(server_info) if server_info is not None else None)
-    in_lens = _as_array(line.input_lens, "input_lens", n) if line.input_lens is not None else None
-    result.prompt_digest, result.lens_digest = _prompt_digests(line, n, in_lens)
-    result.error_samples = [e for e in line.errors if e][:3]
-    starts = _as_array(line.request_starts, "request_starts", n) if line.request_starts is not None else None
-    all_latencies = _as_array(line.latencies, "latencies", n) if line.latencies is not None else None
-    if n_ok == 0:  # a rep whose every request failed is request errors, not corrupt evidence
-        problems += _check_timeline(ref, line.duration, ttfts, starts,
-                                    all_latencies if all_latencies is not None else np.zeros(n))
-        if problems:
-            raise RepError.of(problems)
-        result.missing = list(METRICS)
-        return result
+    return RepMetrics(leg=leg, rep=rep, ref=ref, n_requests=n, n_ok=n_ok, n_errors=n - n_ok,
+                      duration_s=float(line.duration), accept_length=line.accept_length,
+                      contention=contention, started_at=line.started_at, ended_at=line.ended_at,
+                      schema_version=line.schema_version, loadgen_dir=loadgen_dir(line.loadgen, ref),
+                      issued=line.issued, workload=_workload(line, ref),
+                      server_info=flatten_json(server_info) if server_info is not None else None,
+                      server_counters=server_counters(line, ref),
+                      usage_counted=_usage_counted(line))
 
+
+def _gaps(line: BenchRunLine, ref: LineRef, ok: np.ndarray, all_ok: bool,
+          problems: list[tuple[str, str]]) -> tuple[list | None, np.ndarray | None, np.ndarray | None]:
+    """The successful requests' gap lists, their flattened gaps and per-request sums (None without
+    ``itls``). Flattened in C (chain + fromiter), never element by element in Python: a 100k-request
+    rep holds millions of gaps."""
     itl_lists = line.itls
-    if itl_lists is not None and len(itl_lists) != n:
-        raise RepError("corrupt", f"'itls' has {len(itl_lists)} entries, expected {n}")
-    all_ok = n_ok == n
-    ok_idx = np.flatnonzero(ok)
-    ok_ttft = ttfts if all_ok else ttfts[ok_idx]
-    ok_out = out_lens if all_ok else out_lens[ok_idx]
-    # The successful requests' gap lists, flattened in C (chain + fromiter), never element by element
-    # in Python: a 100k-request rep holds millions of gaps.
-    ok_lists = gaps = sums = None
-    if itl_lists is not None:
-        ok_lists = itl_lists if all_ok else list(itertools.compress(itl_lists, ok))
-        gaps = np.fromiter(itertools.chain.from_iterable(ok_lists), dtype=float,
-                           count=sum(map(len, ok_lists)))
-        if not np.all(np.isfinite(gaps)) or np.any(gaps < 0):
-            raise RepError("corrupt", f"line {ref.line}: 'itls' holds negative or non-finite gaps")
-        if gaps.size and float(gaps.max()) > MAX_SECONDS:
-            raise RepError("corrupt", f"line {ref.line}: an inter-token gap of {float(gaps.max())!r} s is not a time")
-        sums = _segment_sums(gaps, ok_lists)
-        if not all_ok:  # a failed request's partial gaps are times too: bounded like the others
-            failed_max = max((max(g) for g in itertools.compress(itl_lists, ~ok) if g), default=0.0)
-            if not math.isfinite(failed_max) or failed_max > line.duration:
-                problems.append(("corrupt", f"line {ref.line}: a failed request's gap of {failed_max!r} s "
-                                 "exceeds the rep's duration"))
-    if all_latencies is not None:
-        e2e = all_latencies if all_ok else all_latencies[ok_idx]
-    elif sums is not None:
-        e2e = ok_ttft + sums
-    else:
-        e2e = None
+    if itl_lists is None:
+        return None, None, None
+    ok_lists = itl_lists if all_ok else list(itertools.compress(itl_lists, ok))
+    gaps = np.fromiter(itertools.chain.from_iterable(ok_lists), dtype=float, count=sum(map(len, ok_lists)))
+    if not np.all(np.isfinite(gaps)) or np.any(gaps < 0):
+        raise RepError("corrupt", f"line {ref.line}: 'itls' holds negative or non-finite gaps")
+    if gaps.size and float(gaps.max()) > MAX_SECONDS:
+        raise RepError("corrupt", f"line {ref.line}: an inter-token gap of {float(gaps.max())!r} s is not a time")
+    if not all_ok:  # a failed request's partial gaps are times too: bounded like the others
+        failed_max = max((max(g) for g in itertools.compress(itl_lists, ~ok) if g), default=0.0)
+        if not math.isfinite(failed_max) or failed_max > line.duration:
+            problems.append(("corrupt", f"line {ref.line}: a failed request's gap of {failed_max!r} s "
+                             "exceeds the rep's duration"))
+    return ok_lists, gaps, _segment_sums(gaps, ok_lists)
+
+
+def _check_latencies(ref: LineRef, ok_idx: np.ndarray, ok_ttft: np.ndarray, e2e: np.ndarray | None,
+                     all_latencies: np.ndarray | None, sums: np.ndarray | None) -> list[tuple[str, str]]:
+    """A request ends after its first token, and no sooner than its first token plus its gaps."""
+    problems = []
     if e2e is not None and np.any(e2e + 1e-9 < ok_ttft):
         problems.append(("corrupt", f"line {ref.line}: a request ends before its first token"))
     if all_latencies is not None and sums is not None:
@@ -481,13 +580,70 @@ def rederive_rep(line: BenchRunLine, ref: LineRef, leg: str, rep_index: int) -> 
             problems.append(("corrupt", f"line {ref.line}: {short.size} request(s) end before their own tokens "
                              f"arrived (request {i}: latency {float(all_latencies[i]):.6g} s < TTFT + gaps "
                              f"{float(need[short[0]]):.6g} s)"))
+    return problems
+
+
+def rederive_rep(line: BenchRunLine, ref: LineRef, leg: str, rep_index: int) -> RepMetrics:
+    """Re-derive one rep; raise ``RepError`` when a needed array is absent or the rep is inconsistent."""
+    _check_required(line, ref)
+    n = len(line.errors)
+    rep = line.rep if line.rep is not None else rep_index
+    problems = _check_header(line, ref, rep, n)
+    if line.duration > MAX_SECONDS:  # nothing measured against this clock can mean anything
+        raise RepError.of(problems)
+    problems += check_array_lengths(line, ref, n)
+    out_lens = _as_array(line.output_lens, "output_lens", n)
+    ttfts = _as_array(line.ttfts, "ttfts", n)
+    ok = np.fromiter(map(operator.not_, line.errors), dtype=bool, count=n)
+    n_ok = int(ok.sum())
+    result = _new_record(line, ref, leg, rep, n, n_ok)
+    in_lens = _as_array(line.input_lens, "input_lens", n) if line.input_lens is not None else None
+    result.prompt_digest, result.lens_digest = _prompt_digests(line, n, in_lens)
+    result.error_samples = [e for e in line.errors if e][:3]
+    starts = _as_array(line.request_starts, "request_starts", n) if line.request_starts is not None else None
+    all_latencies = _as_array(line.latencies, "latencies", n) if line.latencies is not None else None
+    problems += check_issue_delays(line, ref, n)
+    if n_ok == 0:  # a rep whose every request failed is request errors, not corrupt evidence
+        problems += _check_timeline(ref, line.duration, ttfts, starts,
+                                    all_latencies if all_latencies is not None else np.zeros(n))
+        if problems:
+            raise RepError.of(problems)
+        result.missing = list(METRICS)
+        return result
+    if line.itls is not None and len(line.itls) != n:
+        raise RepError("corrupt", f"'itls' has {len(line.itls)} entries, expected {n}")
+    all_ok = n_ok == n
+    ok_idx = np.flatnonzero(ok)
+    ok_ttft = ttfts if all_ok else ttfts[ok_idx]
+    ok_out = out_lens if all_ok else out_lens[ok_idx]
+    ok_lists, gaps, sums = _gaps(line, ref, ok, all_ok, problems)
+    if line.schema_version is not None and ok_lists is not None:
+        problems += check_chunks(ref, ok_lists, ok_out, ok_idx)
+    if all_latencies is not None:
+        e2e = all_latencies if all_ok else all_latencies[ok_idx]
+    else:
+        e2e = ok_ttft + sums if sums is not None else None
+    problems += _check_latencies(ref, ok_idx, ok_ttft, e2e, all_latencies, sums)
     # Container bounds: over every request (a failed one's partial latency included).
     ends = all_latencies if all_latencies is not None else np.zeros(n)
     if e2e is not None and all_latencies is None:
         ends = np.zeros(n)
         ends[ok_idx] = e2e
     problems += _check_timeline(ref, line.duration, ttfts, starts, ends)
+    if all_latencies is not None:
+        problems += check_concurrency(line, ref, starts, all_latencies)
+    result.max_latency_s = float(ends.max()) if ends.size else None
+    result.first_start_s = float(starts.min()) if starts is not None and starts.size else None
+    _derive_metrics(line, ref, result, ok_idx, all_ok, ok_ttft, ok_out, in_lens, e2e, gaps, problems)
+    result.timing_digest = _timing_digest(ttfts, e2e)
+    return result
 
+
+def _derive_metrics(line: BenchRunLine, ref: LineRef, result: RepMetrics, ok_idx: np.ndarray, all_ok: bool,
+                    ok_ttft: np.ndarray, ok_out: np.ndarray, in_lens: np.ndarray | None, e2e: np.ndarray | None,
+                    gaps: np.ndarray | None, problems: list[tuple[str, str]]) -> None:
+    """The rep's metrics from its arrays, then its own counts and aggregates held against them."""
+    n_ok = result.n_ok
     # A time beyond its container is already a recorded problem; it may overflow once scaled to ms,
     # which the finite check below turns into one more problem instead of a warning.
     with np.errstate(over="ignore", invalid="ignore"):
@@ -508,26 +664,12 @@ def rederive_rep(line: BenchRunLine, ref: LineRef, leg: str, rep_index: int) -> 
             result.sums["e2e_s"] = float(e2e.sum())
         ttft_ms = ok_ttft * 1000.0
         m["median_ttft_ms"], m["p99_ttft_ms"] = _median_p99(ttft_ms)
-        if e2e is not None:
-            e2e_ms = e2e * 1000.0
-            m["median_e2e_latency_ms"], m["p99_e2e_latency_ms"] = _median_p99(e2e_ms)
-            multi = ok_out > 1
-            if np.any(multi):
-                tpot = (e2e_ms[multi] - ttft_ms[multi]) / (ok_out[multi] - 1)
-                m["median_tpot_ms"], m["p99_tpot_ms"] = _median_p99(tpot)
-            else:
-                result.missing += ["median_tpot_ms", "p99_tpot_ms"]
-        else:
-            result.missing += ["median_e2e_latency_ms", "p99_e2e_latency_ms", "median_tpot_ms", "p99_tpot_ms"]
-        if gaps is not None:
-            if gaps.size:
-                med, p99 = _median_p99(gaps)  # seconds; scaled after the selection (no copy of the gaps)
-                m["median_itl_ms"], m["p99_itl_ms"] = med * 1000.0, p99 * 1000.0
-            else:
-                result.missing += ["median_itl_ms", "p99_itl_ms"]
+        _latency_metrics(result, ok_out, ttft_ms, e2e)
+        if gaps is not None and gaps.size:
+            med, p99 = _median_p99(gaps)  # seconds; scaled after the selection (no copy of the gaps)
+            m["median_itl_ms"], m["p99_itl_ms"] = med * 1000.0, p99 * 1000.0
         else:
             result.missing += ["median_itl_ms", "p99_itl_ms"]
-
         result.mean_output_len = float(ok_out.mean())
         result.output_len_quantiles = tuple(float(q) for q in np.percentile(ok_out, [10, 50, 90]))
         budget = result.workload.get("request_params.max_tokens")
@@ -535,7 +677,7 @@ def rederive_rep(line: BenchRunLine, ref: LineRef, leg: str, rep_index: int) -> 
             problems.append(("corrupt", f"line {ref.line}: a request returned {int(ok_out.max())} tokens, "
                              f"more than its max_tokens {budget}"))
         if line.cache_hits is not None:
-            hits = _as_array(line.cache_hits, "cache_hits", n)[ok_idx]
+            hits = _as_array(line.cache_hits, "cache_hits", result.n_requests)[ok_idx]
             in_total = float(in_lens[ok_idx].sum()) if in_lens is not None else 0.0
             result.cache_hit_rate = float(hits.sum() / in_total) if in_total > 0 else None
     bad = sorted(k for k, v in m.items() if not math.isfinite(v))
@@ -550,5 +692,18 @@ def rederive_rep(line: BenchRunLine, ref: LineRef, leg: str, rep_index: int) -> 
         value = getattr(line, name, None)
         if value is not None:
             result.reported[name] = float(value)
-    result.timing_digest = _timing_digest(ttfts, e2e)
-    return result
+
+
+def _latency_metrics(result: RepMetrics, ok_out: np.ndarray, ttft_ms: np.ndarray, e2e: np.ndarray | None) -> None:
+    m = result.metrics
+    if e2e is None:
+        result.missing += ["median_e2e_latency_ms", "p99_e2e_latency_ms", "median_tpot_ms", "p99_tpot_ms"]
+        return
+    e2e_ms = e2e * 1000.0
+    m["median_e2e_latency_ms"], m["p99_e2e_latency_ms"] = _median_p99(e2e_ms)
+    multi = ok_out > 1
+    if np.any(multi):
+        tpot = (e2e_ms[multi] - ttft_ms[multi]) / (ok_out[multi] - 1)
+        m["median_tpot_ms"], m["p99_tpot_ms"] = _median_p99(tpot)
+    else:
+        result.missing += ["median_tpot_ms", "p99_tpot_ms"]

@@ -114,8 +114,39 @@ def top_key(key: str) -> str:
     return key.split(".", 1)[0]
 
 
+class InertEntry(BaseModel):
+    """Why one key may differ between legs without being a confound (``levers.json`` ``inert``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    why: str = Field(min_length=1)
+    measured: str | None = None
+    """Id of the measurement in ``inert_measurements.json`` that flipped the key on the embedded target."""
+    source: str | None = None
+    """Where it is documented, for a key the targets that run here cannot flip."""
+    unmeasured: bool = False
+
+
+@lru_cache(maxsize=None)
+def inert_entries() -> dict[str, InertEntry]:
+    """The inert table, each entry proven: a measurement that exists and shows neither speed nor output
+    changed, or a cited source marked unmeasured. A shipped entry without either is a data error."""
+    entries = {k: InertEntry.model_validate(v) for k, v in levers()["inert"].items()}
+    measurements = load("inert_measurements.json")["measurements"]
+    for key, entry in entries.items():
+        if entry.measured is not None:
+            result = measurements.get(entry.measured)
+            if result is None or key not in result["keys_flipped"] or not result["inert"]:
+                raise RegistryError(f"inert key {key!r}: measurement {entry.measured!r} does not show it inert")
+        elif not (entry.source and entry.unmeasured):
+            raise RegistryError(f"inert key {key!r} has neither a measurement nor a cited source marked unmeasured")
+    return entries
+
+
 def is_inert(key: str) -> bool:
-    return _match(top_key(key), levers()["inert"]) is not None
+    """Whether ``key`` (its full dotted name: a parent never makes its children inert) may differ between
+    legs: an inert entry, or a runtime key (a measured outcome, not a condition)."""
+    return key in inert_entries() or key in levers()["runtime"]
 
 
 def lever_class(key: str) -> tuple[str | None, str]:

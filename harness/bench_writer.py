@@ -27,7 +27,9 @@ sent), ``input_lens_source`` (``usage`` | ``estimate``), ``output_lens_source`` 
 ``stream_chunks``), ``finish_reasons``, ``prompt_ids``, plus ``scenario``, ``issued`` (samples LoadGen
 issued: one per-request entry each), ``request_params`` (the request body without the prompt: output
 budget, sampling parameters) and ``loadgen`` (settings and log folder) when the LoadGen client wrote
-the line. sglang's ``input_throughput`` is kept too.
+the line, and ``server_counters`` ({"before": …, "after": …}: the server's own running totals,
+``internal_states[0]`` of ``/server_info``, read just before and just after the rep; null when the
+server reports none) -- a second witness of the line's counts. sglang's ``input_throughput`` is kept too.
 """
 
 from __future__ import annotations
@@ -44,7 +46,11 @@ import numpy as np
 
 from perfwarden.harness.jsonl import DECODE_ERRORS, LineIssue, iter_raw_lines
 from perfwarden.harness import safe_write, seal
-from perfwarden.harness.records import SCHEMA_VERSION
+
+BENCH_LINE_VERSION = 2
+"""The bench line's own version (``schema_version`` of a line). 2 adds ``ended_at`` and
+``server_counters`` and makes both required (the auditor holds a line of version 2 without them as
+evidence removed); 1 had neither."""
 
 InputLenSource = Literal["usage", "estimate"]
 OutputLenSource = Literal["usage", "stream_chunks"]
@@ -161,7 +167,8 @@ def build_bench_line(records: Sequence[RequestRecord], *, leg: str, rep: int, st
                      duration_s: float, request_rate: float | str, max_concurrency: int | None,
                      backend: str, dataset_name: str, server_info: dict | None = None,
                      accept_length: float | None = None, contention: dict | None = None,
-                     extra: Mapping[str, Any] | None = None, ended_at: float | None = None) -> dict[str, Any]:
+                     extra: Mapping[str, Any] | None = None, ended_at: float | None = None,
+                     server_counters: dict | None = None) -> dict[str, Any]:
     """One ``bench_runs.jsonl`` line (a dict ready for ``append_jsonl``).
 
     ``request_rate`` is the Server scenario's target QPS, or ``"inf"`` for Offline (sglang writes
@@ -176,7 +183,7 @@ def build_bench_line(records: Sequence[RequestRecord], *, leg: str, rep: int, st
     if accept_length is None:
         accept_length = accept_length_from_server_info(server_info)
     line: dict[str, Any] = {
-        "schema_version": SCHEMA_VERSION,
+        "schema_version": BENCH_LINE_VERSION,
         "leg": leg,
         "rep": rep,
         "started_at": started_at,
@@ -204,6 +211,7 @@ def build_bench_line(records: Sequence[RequestRecord], *, leg: str, rep: int, st
         "finish_reasons": [r.finish_reason for r in ordered],
         "prompt_ids": [r.prompt_id for r in ordered],
         "contention": contention,
+        "server_counters": server_counters,
     })
     if extra:
         clash = set(extra) & set(line)

@@ -521,6 +521,9 @@ class BenchRunLine(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     contention: msgspec.Raw = NULL
     """Load average and other busy processes sampled at rep start (and end); raw JSON, like
     ``server_info``."""
+    server_counters: msgspec.Raw = NULL
+    """The server's own running totals just before and just after the rep (``{"before": {…}, "after":
+    {…}}``, raw JSON): a second witness of the requests and tokens the line states."""
     started_at: OptFloat = None
     """Unix time the rep started (orders interleaved reps)."""
     ended_at: OptFloat = None

@@ -707,6 +707,15 @@ def fetch_server_info(base_url: str, timeout_s: float = 5.0) -> dict | None:
     return None
 
 
+def server_counters(info: dict | None) -> dict | None:
+    """The server's own running totals (``internal_states[0]`` of ``/server_info``: the embedded
+    target's engine counters, sglang's scheduler state), or None when it reports none. Read before
+    and after a rep, they are the server's witness of the requests and tokens the rep's line states."""
+    states = info.get("internal_states") if isinstance(info, dict) else None
+    first = states[0] if isinstance(states, list) and states else None
+    return dict(first) if isinstance(first, dict) else None
+
+
 def measure_rep(run_dir: Path | RunDir, leg: str, rep: int, base_url: str, prompts: Sequence[Prompt],
                 settings: LoadSettings, *, dataset_name: str, backend: str = "openai",
                 server_info: dict | None = None, exclude_pids: Sequence[int] = (),
@@ -726,18 +735,23 @@ def measure_rep(run_dir: Path | RunDir, leg: str, rep: int, base_url: str, promp
     if server_info is None and run.server_info(leg).is_file():
         server_info = json.loads(run.server_info(leg).read_text(encoding="utf-8"))
     before = sample_contention(contention_interval_s, exclude_pids=exclude_pids)
+    counters_before = server_counters(fetch_server_info(base_url))
     result = run_rep(base_url, prompts, settings, run.loadgen_rep(leg, rep))
-    after = sample_contention(contention_interval_s, exclude_pids=exclude_pids)
-    seal.seal_file(*sorted(p for p in result.loadgen_dir.iterdir() if p.is_file()))  # LoadGen's own logs
     # As sglang's bench_serving: read server_info *after* the rep, when its runtime counters (e.g. the
     # speculative accept length) reflect the load; fall back to the copy taken at start-up.
-    server_info = fetch_server_info(base_url) or server_info
+    after = sample_contention(contention_interval_s, exclude_pids=exclude_pids)
+    after_info = fetch_server_info(base_url)
+    seal.seal_file(*sorted(p for p in result.loadgen_dir.iterdir() if p.is_file()))  # LoadGen's own logs
+    counters_after = server_counters(after_info)
+    server_info = after_info or server_info
     line = build_bench_line(
         result.records, leg=leg, rep=rep, started_at=result.started_at, duration_s=result.duration_s,
         ended_at=result.started_at + result.wall_s,
         request_rate=settings.target_qps if settings.scenario == "Server" else "inf",
         max_concurrency=settings.max_concurrency, backend=backend, dataset_name=dataset_name,
         server_info=server_info, contention={"start": before, "end": after},
+        server_counters={"before": counters_before, "after": counters_after}
+        if counters_before is not None and counters_after is not None else None,
         extra={"scenario": settings.scenario, "issued": result.issued, "request_params": request_params(settings),
                "loadgen": {"dir": str(result.loadgen_dir.relative_to(run.root))
                            if result.loadgen_dir.is_relative_to(run.root) else str(result.loadgen_dir),

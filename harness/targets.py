@@ -30,6 +30,7 @@ import httpx
 from perfwarden.harness import safe_write, sandbox, seal
 from perfwarden.harness.model import ModelError, cache_root, ensure_converted
 from perfwarden.harness.target_config import EmbeddedConfig
+from perfwarden.harness.process_conditions import process_conditions
 
 FailureKind = Literal["start_failure", "crash", "timeout"]
 
@@ -308,6 +309,10 @@ class ServerTarget:
             raise TargetStartError(f"server at {self.base_url} is healthy but none of {list(self.info_paths)!r} "
                                    "answered with a JSON object", returncode=self._returncode(),
                                    log_tail=self.log_tail())
+        pids = self.pids()
+        if pids:  # measured from outside the server: what it may use, whatever it reports (process_conditions.py)
+            info = {**info, "process_conditions": process_conditions(pids[0], env, getattr(self, "module", None)
+                                                                     or type(self).__name__)}
         seal.write_json(self.server_info_path, info)
         self.server_info = info
         return info

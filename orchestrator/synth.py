@@ -234,8 +234,9 @@ def reps(leg: str, values: list[float], offset: float, **kw) -> list[dict]:
     return out
 
 
-_NOT_KNOBS = ("port", "host")
-"""server_info keys a leg's overlay never sets: where the server listens is not a condition."""
+_NOT_KNOBS = ("port", "host", "process", "process_conditions")
+"""server_info keys a leg's overlay never sets: where the server listens, the process record and what the harness
+measured about the process are not knobs an overlay sets."""
 
 
 def overlay_between(base_info: dict[str, Any], cand_info: dict[str, Any]) -> dict[str, Any]:

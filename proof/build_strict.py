@@ -14,6 +14,7 @@ before the auditor was changed to decide them; rebuilding never changes an answe
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 from typing import Any, Callable
 
@@ -138,12 +139,7 @@ def _unknown_leg_json(run: Path) -> None:
 def _loadgen_dir_missing(run: Path) -> None:
     """Both legs name their LoadGen folders; the baseline's exist, the candidate's were removed."""
     harness_ab(run)
-    for leg, present in (("base", True), ("cand", False)):
-        for k in range(5):
-            folder = run / "legs" / leg / "loadgen" / f"rep-{k}"
-            if present:
-                folder.mkdir(parents=True, exist_ok=True)
-                (folder / "mlperf_log_summary.txt").write_text("Result is : VALID\n")
+    shutil.rmtree(run / "legs" / "cand" / "loadgen")
 
 
 def _int_as_float(run: Path) -> None:

@@ -185,7 +185,7 @@ def run_attack(base: Base, names: list[str], families: dict[str, Family], seed: 
     dest = workdir / "run"
     if dest.exists():
         shutil.rmtree(dest)
-    shutil.copytree(base.run, dest, ignore=shutil.ignore_patterns("loadgen", "verdicts"))
+    shutil.copytree(base.run, dest, ignore=shutil.ignore_patterns("verdicts"))  # LoadGen logs: evidence the lines name
     ctx = AttackContext(dest, json.loads(json.dumps(base.claim)))
     rng = random.Random(seed)
     parts = []
@@ -287,7 +287,7 @@ def redteam(fixtures: list[Path], rounds: int = 1, seed: int = 0, out: Path | No
             continue
         with tempfile.TemporaryDirectory(prefix="pw-redteam-base-") as tmp:
             ctx_run = Path(tmp) / "run"
-            shutil.copytree(base.run, ctx_run, ignore=shutil.ignore_patterns("loadgen", "verdicts"))
+            shutil.copytree(base.run, ctx_run, ignore=shutil.ignore_patterns("verdicts"))  # LoadGen logs: evidence
             for old in (ctx_run / "claims").glob("*.json"):
                 old.unlink()
             claim = Claim.model_validate(base.claim)
@@ -462,7 +462,7 @@ def llm_round(brain: LLMRedTeam, bases: list[Base], workdir: Path, out: Path | N
         dest = workdir / "run"
         if dest.exists():
             shutil.rmtree(dest)
-        shutil.copytree(base.run, dest, ignore=shutil.ignore_patterns("loadgen", "verdicts"))
+        shutil.copytree(base.run, dest, ignore=shutil.ignore_patterns("verdicts"))  # LoadGen logs: evidence
         ctx = AttackContext(dest, json.loads(json.dumps(base.claim)))
         for old in (dest / "claims").glob("*.json"):
             old.unlink()

@@ -83,6 +83,9 @@ class FakeOpenAIServer:
         self.port = port
         self.requests: list[dict[str, Any]] = []
         self.in_flight = 0
+        self.counters = {"requests_completed": 0, "requests_failed": 0, "requests_cancelled": 0,
+                         "tokens_generated": 0}
+        """Running totals ``/server_info`` reports as ``internal_states[0]``, as the embedded engine does."""
         self.max_in_flight = 0
         self._lock = threading.Lock()
         self._server: uvicorn.Server | None = None
@@ -101,8 +104,10 @@ class FakeOpenAIServer:
         return JSONResponse({"object": "list", "data": [{"id": self.model, "object": "model"}]})
 
     async def _server_info(self, request: Request) -> Response:
+        with self._lock:
+            state = dict(self.counters)
         return JSONResponse({"model_path": self.model, "tokens": self.tokens,
-                             "token_delay_s": self.token_delay_s})
+                             "token_delay_s": self.token_delay_s, "internal_states": [state]})
 
     async def _completions(self, request: Request) -> Response:
         body = await request.json()
@@ -137,11 +142,14 @@ class FakeOpenAIServer:
                 if i and self.token_delay_s:
                     await asyncio.sleep(self.token_delay_s)
                 if "disconnect_after" in d and i == int(d["disconnect_after"] or 0):
+                    self._count("requests_cancelled", i)
                     raise _Disconnect("scripted disconnect")
                 if "malformed" in d and i == 1:
+                    self._count("requests_failed", i)
                     yield b"data: {this is not json\n\n"
                     return
                 if "error_event" in d and i == 1:
+                    self._count("requests_failed", i)
                     yield b'data: {"error": {"message": "scripted error event", "code": 500}}\n\n'
                     return
                 finish = "length" if i == n - 1 else None
@@ -155,6 +163,7 @@ class FakeOpenAIServer:
             if n == 0:
                 choice = {"index": 0, "text": "", "finish_reason": "stop"}
                 yield f"data: {json.dumps({'id': 'cmpl-fake', 'choices': [choice]})}\n\n".encode()
+            self._count("requests_completed", n)
             if include_usage:
                 usage = {"prompt_tokens": len(prompt.split()), "completion_tokens": n,
                          "total_tokens": len(prompt.split()) + n}
@@ -168,6 +177,11 @@ class FakeOpenAIServer:
         finally:
             with self._lock:
                 self.in_flight -= 1
+
+    def _count(self, outcome: str, tokens: int) -> None:
+        with self._lock:
+            self.counters[outcome] += 1
+            self.counters["tokens_generated"] += tokens
 
     # ------------------------------------------------------------------------------- lifecycle
 

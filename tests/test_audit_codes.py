@@ -129,7 +129,9 @@ def test_contended_leg(tmp_path):
 
 def test_noisy_baseline_scope(tmp_path):
     # 32 requests issued at once: at ~1,000 tok/s a rep must last as long as its requests do.
-    build(tmp_path, base_reps=reps("base", [966.36, 1004.05, 1004.71], 0, n_requests=32, start_step_s=0.0))
+    # (max_concurrency 32: all 32 in flight at once; the requests in flight are held to it)
+    build(tmp_path, base_reps=reps("base", [966.36, 1004.05, 1004.71], 0, n_requests=32, start_step_s=0.0,
+                                   max_concurrency=32))
     from perfwarden.orchestrator.synth import write_claim
     claim = write_claim(tmp_path, {"scope": "baseline", "seq": 2, "legs": {"baseline": "base"}})
     v = audit(tmp_path, claim)
@@ -499,9 +501,10 @@ def test_noisy_aa_legs_cannot_excuse_a_noisy_baseline(tmp_path):
     """The A/A limit on a baseline's spread may tighten the documented default, never loosen it."""
     from perfwarden.orchestrator.synth import write_claim
 
-    build(tmp_path, base_reps=reps("base", [966.36, 1004.05, 1004.71], 0, n_requests=32, start_step_s=0.0),
+    build(tmp_path, base_reps=reps("base", [966.36, 1004.05, 1004.71], 0, n_requests=32, start_step_s=0.0,
+                                   max_concurrency=32),
           extra_legs={"aa": ("aa", BASE_INFO, reps("aa", [900.0, 1000.0, 1080.0], 20, n_requests=32,
-                                                   start_step_s=0.0))})
+                                                   start_step_s=0.0, max_concurrency=32))})
     claim = write_claim(tmp_path, {"scope": "baseline", "seq": 2, "legs": {"baseline": "base", "aa": ["aa"]}})
     v = audit(tmp_path, claim)
     assert v.verdict == "FLAG" and "NOISY_BASELINE" in codes(v)

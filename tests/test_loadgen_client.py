@@ -18,7 +18,10 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from fake_openai_server import FakeOpenAIServer  # noqa: E402
 
-from perfwarden.harness.bench_writer import build_bench_line  # noqa: E402
+from perfwarden.auditor.evidence import RunLoader  # noqa: E402
+from perfwarden.auditor.findings import Findings  # noqa: E402
+from perfwarden.auditor.gates import rep_witnesses  # noqa: E402
+from perfwarden.harness.bench_writer import BENCH_LINE_VERSION, build_bench_line  # noqa: E402
 from perfwarden.harness.jsonl import BenchRunLine, read_jsonl  # noqa: E402
 from perfwarden.harness import loadgen_client  # noqa: E402
 from perfwarden.harness.loadgen_client import (  # noqa: E402
@@ -81,7 +84,7 @@ def test_server_scenario_rep_writes_a_decodable_sglang_line_and_loadgen_logs(ser
     rec = report.records[0][1]
     n = len(rec.errors)
     assert n == len(sent) >= 5, "every issued sample is one HTTP request"
-    assert rec.leg == "base" and rec.rep == 0 and rec.schema_version == 1
+    assert rec.leg == "base" and rec.rep == 0 and rec.schema_version == BENCH_LINE_VERSION
     assert rec.request_rate == 8.0 and rec.max_concurrency is None and rec.dataset_name == "perfwarden-varied"
     assert rec.errors == [""] * n and rec.completed == n
 
@@ -136,6 +139,17 @@ def test_server_scenario_rep_writes_a_decodable_sglang_line_and_loadgen_logs(ser
     assert keys["requested_use_token_latencies"] is True or keys["requested_use_token_latencies"] == "True"
     assert not [e for e in log if e["key"] == "error_runtime"], "every sample had a first token and >1 token"
     assert not (lg_dir / "mlperf_log_trace.json").exists() or (lg_dir / "mlperf_log_trace.json").stat().st_size == 0
+
+    # --- the second witnesses (issue 17 §3): the server's own counters around the rep and LoadGen's
+    # own figures agree with the line, by the auditor's rules (real LoadGen, Server scenario)
+    counters = msgspec.json.decode(rec.server_counters)
+    moved = {k: counters["after"][k] - counters["before"][k] for k in counters["after"]}
+    assert moved == {"requests_completed": n, "requests_failed": 0, "requests_cancelled": 0, "tokens_generated": 5 * n}
+    leg = RunLoader(tmp_path, Findings()).leg("base")
+    # Server's samples per second spans more than the rep (not read); its tokens per second spans the requests
+    assert set(leg.loadgen[0].detail) == set(leg.loadgen[0].summary) == {"tokens_per_second", "max_latency_s"}
+    witnessed = rep_witnesses.check_witnesses(tmp_path, leg)
+    assert not witnessed.findings and not witnessed.not_checked
 
     # --- resume: the same (leg, rep) is not measured or written again
     again = measure_rep(tmp_path, "base", 0, server.base_url, prompts, settings, dataset_name="perfwarden-varied")

@@ -331,6 +331,35 @@ def _samples(contention: Any) -> list[dict]:
 
 
 _SAMPLE_KEYS = ("busy", "busy_processes", "other_busy", "cpu_busy_pct", "loadavg", "loadavg_1m")
+SAMPLE_FIELDS = frozenset({"t", "interval_s", "ncpu", "ncpu_available", "cpu_quota_cores", "loadavg", "procs_running",
+                           "procs_total", "cpu_busy_pct", "busy", "threshold_pct", "self_pid", "excluded_pids", "error"})
+"""What ``harness/contention.py`` writes in one sample."""
+LEGACY_FIELDS = frozenset({"loadavg_1m", "busy_processes", "other_busy"})
+"""Fields of the flat sample the harness wrote before samples were taken at a rep's start and end."""
+BUSY_FIELDS = frozenset({"pid", "name", "cpu_pct"})
+
+
+def check_sample_fields(contention: dict, version: int) -> None:
+    """A harness line's contention record holds only the harness's fields: ``start``/``end`` samples
+    (version 2 lines: nothing else), or one flat sample of the earlier format. Raises
+    ``ContentionFormatError`` on a field the harness never writes."""
+    nested = "start" in contention or "end" in contention
+    if version >= 2 and not nested:
+        raise ContentionFormatError(f"a version-{version} line's contention holds 'start' and 'end' samples, not "
+                                    f"{', '.join(map(repr, sorted(contention)[:5]))}")
+    if nested:
+        extra = sorted(set(contention) - {"start", "end"})
+        samples, allowed = [contention.get("start"), contention.get("end")], SAMPLE_FIELDS
+    else:
+        extra, samples, allowed = [], [contention], SAMPLE_FIELDS | LEGACY_FIELDS
+    for sample in samples:
+        if isinstance(sample, dict):
+            extra += sorted(set(sample) - allowed)
+            for proc in sample.get("busy") or []:
+                extra += sorted(set(proc) - BUSY_FIELDS) if isinstance(proc, dict) else []
+    if extra:
+        raise ContentionFormatError(f"the contention sample has field(s) the harness never writes: "
+                                    f"{', '.join(map(repr, extra[:5]))}")
 
 
 def check_contention(run: Path, leg: LegEvidence, severity: str = "FLAG") -> GateResult:
@@ -343,6 +372,8 @@ def check_contention(run: Path, leg: LegEvidence, severity: str = "FLAG") -> Gat
             continue
         try:
             samples = _samples(rep.contention)
+            if rep.schema_version is not None:
+                check_sample_fields(rep.contention, rep.schema_version)
             usable = [x for x in samples if x.get("error") is None and any(k in x for k in _SAMPLE_KEYS)]
             if not usable:
                 (errored if any(x.get("error") for x in samples) else unsampled).append(rep)

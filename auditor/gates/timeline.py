@@ -11,9 +11,11 @@ separate machines or GPUs, measured at once on purpose), which the verdict then 
 
 A rep's window is never taken shorter than its own clock says: ``[started_at, max(ended_at,
 started_at + duration)]`` -- an end stamp edited early cannot hide an overlap. Reps of the *same* leg
-may overlap (one server; the interleaving and contention gates judge those). Without an end stamp (a
-foreign file, a run recorded before ``ended_at`` existed) the check is listed as not made: a start and
-a duration alone are not a recorded window (synthetic fixtures space reps closer than their durations).
+may overlap (one server; the interleaving and contention gates judge those). A bench line of version 2
+or later without its end stamp never reaches this gate: the loader refuses it (EVIDENCE_MISSING,
+``rederive._check_version``). Without an end stamp in a foreign file or a version-1 line (written before
+``ended_at`` existed) the check is listed as not made: a start and a duration alone are not a recorded
+window (synthetic fixtures space reps closer than their durations).
 """
 
 from __future__ import annotations
@@ -53,7 +55,8 @@ def check_overlap(run: Path, legs: list[LegEvidence], concurrent: bool) -> GateR
                 stamped.append((*span, leg.name, rep))
     result = _overlaps(run, stamped)
     notes = [f"rep overlap between legs: {unstamped} rep(s) carry no start and end stamps (started_at, "
-             "ended_at), so whether they ran at the same time as another leg's reps is not shown"] if unstamped else []
+             "ended_at; foreign files and version-1 lines), so whether they ran at the same time as another leg's "
+             "reps is not shown"] if unstamped else []
     return GateResult(findings=result, not_checked=notes)
 
 
