@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from perfwarden.auditor.gates.witness import Stated
+from perfwarden.auditor.stated import Stated
 from perfwarden.harness.jsonl import LineRef
 from perfwarden.harness.mlperf_log import (MlperfLogError, parse_number, read_detail, read_summary)
 from perfwarden.harness.records import EvidenceRef

@@ -15,7 +15,6 @@ GENERATED = ("proof/fixtures/", "proof/mlperf_fixtures/")
 """Generated data: fixtures written by the builders, never edited by hand."""
 
 ALLOWED: dict[str, str] = {
-    "rederive.py::rederive_rep": "ws-closed (auditor/rederive.py, issue 19 split)",
     "gates/opbench.py::audit_rig": "ws-explore (split in 71ccb46)",
     "harness/embedded_server.py::build_app": "ws-brains (HTTP layer split out of build_app)",
     "harness/embedded_server.py::generate": "ws-brains (embedded server)",

@@ -125,15 +125,15 @@ def test_a_process_conditions_record_is_strict():
 
 
 def test_contention_samples_hold_only_the_harness_s_fields():
-    measurement.check_sample_fields({"start": sample(), "end": sample()}, 2)
-    measurement.check_sample_fields({"loadavg_1m": 0.5, "ncpu": 2, "busy": []}, 1)  # the earlier flat format
+    measurement.validate_sample_fields({"start": sample(), "end": sample()}, 2)
+    measurement.validate_sample_fields({"loadavg_1m": 0.5, "ncpu": 2, "busy": []}, 1)  # the earlier flat format
     for bad, version in (({"start": {**sample(), "quiet": True}, "end": sample()}, 2),
                          ({"start": sample(), "end": sample(), "note": "x"}, 2),
                          ({"loadavg_1m": 0.5, "ncpu": 2, "busy": []}, 2),  # version 2 writes start/end only
                          ({"start": sample(busy=[{"pid": 1, "name": "a", "cpu_pct": 1.0, "ok": 1}]), "end": sample()}, 2),
                          ({"loadavg_1m": 0.5, "ncpu": 2, "busy": [], "verified": True}, 1)):
         with pytest.raises(measurement.ContentionFormatError, match="never writes|holds .start. and .end."):
-            measurement.check_sample_fields(bad, version)
+            measurement.validate_sample_fields(bad, version)
 
 
 @pytest.mark.slow

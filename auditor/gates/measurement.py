@@ -339,7 +339,7 @@ LEGACY_FIELDS = frozenset({"loadavg_1m", "busy_processes", "other_busy"})
 BUSY_FIELDS = frozenset({"pid", "name", "cpu_pct"})
 
 
-def check_sample_fields(contention: dict, version: int) -> None:
+def validate_sample_fields(contention: dict, version: int) -> None:
     """A harness line's contention record holds only the harness's fields: ``start``/``end`` samples
     (version 2 lines: nothing else), or one flat sample of the earlier format. Raises
     ``ContentionFormatError`` on a field the harness never writes."""
@@ -373,7 +373,7 @@ def check_contention(run: Path, leg: LegEvidence, severity: str = "FLAG") -> Gat
         try:
             samples = _samples(rep.contention)
             if rep.schema_version is not None:
-                check_sample_fields(rep.contention, rep.schema_version)
+                validate_sample_fields(rep.contention, rep.schema_version)
             usable = [x for x in samples if x.get("error") is None and any(k in x for k in _SAMPLE_KEYS)]
             if not usable:
                 (errored if any(x.get("error") for x in samples) else unsampled).append(rep)

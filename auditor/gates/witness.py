@@ -19,20 +19,11 @@ from dataclasses import dataclass
 from typing import Literal
 
 from perfwarden.auditor.findings import finding
-from perfwarden.harness.records import Action, EvidenceRef, Finding, Severity
+from perfwarden.auditor.stated import Stated  # noqa: F401 - re-exported: gates build statements here
+from perfwarden.harness.records import Action, Finding, Severity
 
 Relation = Literal["equal", "at_most", "at_least"]
 """``a`` equal to ``b``, at most ``b`` or at least ``b``, each within the tolerance."""
-
-
-@dataclass(frozen=True)
-class Stated:
-    """One source's statement of a quantity."""
-
-    source: str
-    """Human name of the source, e.g. ``"bench line 3 (duration)"``."""
-    value: float | int | None
-    evidence: EvidenceRef | None = None
 
 
 @dataclass(frozen=True)
