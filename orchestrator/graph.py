@@ -49,6 +49,7 @@ from perfwarden.harness import safe_write
 from perfwarden.harness.records import Claim, RunDir, RunManifest, append_jsonl, write_json_atomic
 from perfwarden.harness.seal import find_key_file
 from perfwarden.orchestrator.crashpoints import crash_point
+from perfwarden.orchestrator import study
 from perfwarden.orchestrator.lab import LabError, LegPlan
 from perfwarden.orchestrator.state import STATE_VERSION, RunContext, RunState
 
@@ -333,6 +334,7 @@ def pick(state: RunState, runtime: Runtime[RunContext]) -> dict:
     if current:
         durations.append(now - state.get("picked_at", now))  # the previous change just finished
     update: dict[str, Any] = {"durations": durations, "picked_at": now, "current": None}
+    study.tell(ctx, _run(state), state)
     remaining = ctx.remaining_s(state)
     typical = _typical_change_s({**state, "durations": durations})
     if remaining <= 0 or remaining < 2.5 * typical:
@@ -344,6 +346,10 @@ def pick(state: RunState, runtime: Runtime[RunContext]) -> dict:
     nxt = next(iter(active), None)
     if nxt is None and len(state.get("proposals", [])) >= ctx.settings.max_proposals:
         update["notes"] = [f"max_proposals={ctx.settings.max_proposals} changes tried: the search stops here"]
+    elif nxt is None and study.sampler_of(ctx.settings) == "tpe":
+        room = ctx.settings.max_proposals - len(state.get("proposals", []))
+        new = study.next_proposals(state, ctx, _run(state), _base_config(ctx), _best(state), room)
+        nxt = new[0] if new else None
     elif nxt is None:
         nxt = _next_config_proposal(state, ctx)
         if nxt is not None:
@@ -357,7 +363,7 @@ def pick(state: RunState, runtime: Runtime[RunContext]) -> dict:
     update["llm_fallbacks"] = drained["llm_fallbacks"]
     if nxt is None:
         return {**update, "stage": "search converged", "proposals": new}
-    if nxt.legs is None and nxt.status == "pending":  # measured against the best configuration as it is now
+    if nxt.legs is None and nxt.status == "pending" and nxt.trial is None:  # against the best as it is now
         nxt = nxt.model_copy(update={"against": _best(state)})
         new = [nxt if p.id == nxt.id else p for p in new] or [nxt]
     return {**update, "current": nxt.id, "proposals": new, "stage": f"search: {nxt.id}"}
@@ -493,6 +499,11 @@ def fix(state: RunState, runtime: Runtime[RunContext]) -> dict:
         p.history.append(f"patch audit {v.shown} ({v.action}): refused -- {unsealed}")
         return {"proposals": [p], "fix_action": "done",
                 "rejected": [Rejection(name=p.id, verdict=v.path, reason=unsealed)]}
+    if v.verdict == "PASS" and p.trial is not None and study.superseded(p, _best(state)):
+        p.status = "rejected"
+        why = "superseded: another step was banked while this one was measured against the older best"
+        p.history.append(f"patch audit PASS against an older best: {why}")
+        return {"proposals": [p], "fix_action": "done", "rejected": [Rejection(name=p.id, verdict=v.path, reason=why)]}
     if v.verdict == "PASS":
         p.status = "banked"
         cls = v.lever_detected or p.believed_class
@@ -632,6 +643,7 @@ def report(state: RunState, runtime: Runtime[RunContext]) -> dict:
     from perfwarden.orchestrator.report import write_report
 
     ctx = runtime.context
+    study.tell(ctx, _run(state), state)  # steps the budget skipped are told too
     drained = _brain_notes(ctx)
     notes = list(state.get("notes", [])) + drained["notes"]
     fallbacks = dict(state.get("llm_fallbacks", {}))

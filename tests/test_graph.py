@@ -41,9 +41,11 @@ def claim_of(run: Path, v: VerdictSummary) -> dict:
     return json.loads((run / v.claim).read_text())
 
 
-def test_default_search_climbs_the_ladder_from_the_best_banked_configuration(tmp_path):
+def test_coordinate_descent_climbs_the_ladder_from_the_best_banked_configuration(tmp_path):
+    # Coordinate descent over the former default space (the default is now the study, tests/test_search.py).
     run = tmp_path / "run"
-    state = run_graph(run, settings(), SyntheticLab())
+    state = run_graph(run, settings(sampler="coordinate", levers=["max_batch_size", "attn_implementation"]),
+                      SyntheticLab())
     banked = {b.name: b for b in state["banked"]}
     # max_batch_size: 1 -> 2 banked, 2 -> 4 banked (measured against 2), 4 -> 8 refused (no further gain)
     assert list(banked)[:2] == ["cfg-max_batch_size=2", "cfg-max_batch_size=4"]
