@@ -25,7 +25,7 @@ from typing import Any, Literal
 
 import httpx
 
-from perfwarden.harness import safe_write, sandbox, seal
+from perfwarden.harness import node_identity, safe_write, sandbox, seal
 
 FailureKind = Literal["start_failure", "crash", "timeout"]
 
@@ -235,6 +235,7 @@ class ServerTarget:
             raise TargetStartError(f"server at {self.base_url} is healthy but none of {list(self.info_paths)!r} "
                                    "answered with a JSON object", returncode=self._returncode(),
                                    log_tail=self.log_tail())
+        info = node_identity.stamp(info)  # the hardware is a condition like any knob
         seal.write_json(self.server_info_path, info)
         self.server_info = info
         return info

@@ -45,7 +45,7 @@ from perfwarden.agents.auditor.gates.profile import rank_ops
 from perfwarden.agents.auditor.persona import apply_persona
 from perfwarden.agents.base import BankedChange, Proposal, Rejection, VerdictSummary, apply_overlay
 from perfwarden.harness.jsonl import ProfileLine, read_jsonl
-from perfwarden.harness import safe_write
+from perfwarden.harness import safe_write, seal
 from perfwarden.harness.records import Claim, RunDir, RunManifest, append_jsonl, write_json_atomic
 from perfwarden.harness.seal import find_key_file
 from perfwarden.orchestrator.crashpoints import crash_point
@@ -131,6 +131,8 @@ def _captured(ctx: RunContext, run: Path, what: str) -> Iterator[None]:
 
 def _measure(ctx: RunContext, run: Path, legs: list[LegPlan], reps: int) -> dict[str, str]:
     ctx.watcher.measuring(legs, reps)
+    if ctx.cluster is not None:  # one node measures both legs; its evidence streams here and is sealed here
+        return ctx.cluster.measure(ctx.lab, legs, reps)
     with _captured(ctx, run, f"measure {[p.leg for p in legs]} x{reps}"):
         return ctx.lab.measure(run, legs, reps)
 
@@ -204,8 +206,10 @@ def auditor(state: RunState, runtime: Runtime[RunContext]) -> dict:
     run = _run(state)
     rel = state["pending_claim"]
     claim, _ = load_claim(run / rel)
-    # The harness holds the run's seal key outside the run directory; only the auditor gets it.
-    verdict = audit_path(run, run / rel, claim_root=run, key=find_key_file(run))
+    # The harness holds the run's seal key outside the run directory; only the auditor gets it. With a
+    # cluster, other steps' evidence streams in meanwhile: the audit holds the chain's writers off.
+    with seal.held(run) if ctx.cluster is not None else contextlib.nullcontext():
+        verdict = audit_path(run, run / rel, claim_root=run, key=find_key_file(run))
     verdict = apply_persona(run, (run / rel).read_text("utf-8"), verdict, ctx.llm)
     path = write_verdict(run, verdict)
     proposal = state.get("current") if verdict.scope in ("harness", "patch") else None
@@ -443,12 +447,12 @@ def integrate(state: RunState, runtime: Runtime[RunContext]) -> dict:
     if not p.legs:
         p.legs = list(integrator.leg_names(p, p.attempts))
     base_leg, cand_leg = p.legs
-    base = _base_config(ctx)
-    legs = [LegPlan(leg=base_leg, role="baseline", config=integrator.baseline_config(base, p),
-                    overlay=integrator.overlay(p.against).model_dump(), purpose=f"best configuration before {p.id}"),
-            LegPlan(leg=cand_leg, role="candidate", config=integrator.candidate_config(base, p),
-                    overlay=integrator.overlay(integrator.candidate_config({}, p)).model_dump(),
-                    parent=base_leg, purpose=p.rationale)]
+    legs = _ab_plans(ctx, p, p.legs)
+    if ctx.cluster is not None:  # the batch's other steps start now on free nodes; each is audited in turn
+        for other in state.get("proposals", []):
+            if other.trial is not None and other.status == "pending" and other.id != p.id and other.legs is None:
+                ctx.cluster.submit(ctx.lab, _ab_plans(ctx, other, integrator.leg_names(other, other.attempts)),
+                                   other.reps)
     try:
         status = _measure(ctx, run, legs, p.reps)
     except LabError as exc:
@@ -462,6 +466,17 @@ def integrate(state: RunState, runtime: Runtime[RunContext]) -> dict:
         notes.append(note)
     what = f"A/B {base_leg} vs {cand_leg} x{p.reps} reps ({status.get(cand_leg, 'ok')})"
     return {**_submit_patch(state, p, what), "notes": notes}
+
+
+def _ab_plans(ctx: RunContext, p: Proposal, names: list[str] | tuple[str, str]) -> list[LegPlan]:
+    """A step's two legs: the best configuration it is measured against, and that plus the step."""
+    base_leg, cand_leg = names
+    base = _base_config(ctx)
+    return [LegPlan(leg=base_leg, role="baseline", config=integrator.baseline_config(base, p),
+                    overlay=integrator.overlay(p.against).model_dump(), purpose=f"best configuration before {p.id}"),
+            LegPlan(leg=cand_leg, role="candidate", config=integrator.candidate_config(base, p),
+                    overlay=integrator.overlay(integrator.candidate_config({}, p)).model_dump(),
+                    parent=base_leg, purpose=p.rationale)]
 
 
 def _run_quality_eval(ctx: RunContext, run: Path, p: Proposal, base: LegPlan, cand: LegPlan) -> tuple[Proposal, str]:

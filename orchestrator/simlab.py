@@ -17,7 +17,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from perfwarden.harness import safe_write, seal
+from perfwarden.harness import node_identity, safe_write, seal
 from perfwarden.harness.bench_writer import append_bench_line, rep_exists
 from perfwarden.harness.records import LegSpec, Overlay, QualityEval, RunDir, jsonl_text
 from perfwarden.harness.target_config import EmbeddedConfig
@@ -88,7 +88,8 @@ class SyntheticLab:
         paths = RunDir(run)
         for plan in legs:
             safe_write.make_dirs(paths.leg_dir(plan.leg), run)
-            info = {**plan.config, "port": 9000 + len(plan.leg), "weights_digest": "synthetic"}
+            info = node_identity.stamp({**plan.config, "port": 9000 + len(plan.leg), "weights_digest": "synthetic",
+                                        "version": "synthetic"})
             seal.write_json(paths.server_info(plan.leg), info)
             seal.write_json(paths.leg_spec(plan.leg), LegSpec(leg=plan.leg, role=plan.role,
                                                               overlay=Overlay(**plan.overlay),
