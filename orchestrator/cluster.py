@@ -160,6 +160,21 @@ class Cluster:
         ray.kill(self.sink)
 
 
+def fan_out(fn: Callable[[Any], Any], items: list[Any], address: str | None) -> list[Any]:
+    """``[fn(x) for x in items]``, in order; with ``address``, one Ray task (one CPU) per item on that
+    cluster (backtest, red team and fuzz jobs are independent: the same results, sooner). ``fn`` must be
+    importable on the nodes (a module-level function, or a ``functools.partial`` of one)."""
+    if address is None:
+        return [fn(x) for x in items]
+    connect(address)
+    task = ray.remote(num_cpus=1)(_call)
+    return ray.get([task.remote(fn, x) for x in items])
+
+
+def _call(fn: Callable[[Any], Any], item: Any) -> Any:
+    return fn(item)
+
+
 def resource_for(target: str) -> str:
     """A step's slot: a GPU for SGLang (one server per GPU), a CPU for the embedded and synthetic targets."""
     return "GPU" if target == "sglang" else "CPU"

@@ -116,3 +116,30 @@ def test_a_worker_cannot_seal_the_head_run(tmp_path, two_nodes, monkeypatch):
         view.close()
     assert status["x"].startswith("refused:") and "key store" in status["x"], status
     seal.forget(run)
+
+
+@pytest.mark.slow
+def test_backtest_and_red_team_fan_out_with_the_same_results(two_nodes):
+    from perfwarden.orchestrator import cluster
+    from perfwarden.orchestrator.paths import default_fixture_roots
+    from perfwarden.proof.backtest import run_backtest
+    from perfwarden.redteam import red_team
+
+    root = default_fixture_roots()[0]
+    fixtures = [root / n for n in ("cluster-legs-on-two-nodes", "cluster-worker-edit-after-stream",
+                                   "seal-syn-clean", "syn-clean-patch-win")]
+
+    def spread(fn, items):
+        return cluster.fan_out(fn, items, "attached")
+
+    here, there = run_backtest(fixtures), run_backtest(fixtures, fan_out=spread)
+    shown = [(r.fixture, r.claim, r.verdict, r.action, r.codes, r.agrees) for r in here.results]
+    assert shown == [(r.fixture, r.claim, r.verdict, r.action, r.codes, r.agrees) for r in there.results]
+    assert len(shown) == 4 and all(r.agrees for r in there.results)
+    families = sorted(red_team.load_families())[:4]
+    bases = [root / "syn-clean-patch-win"]
+    here = red_team.redteam(bases, only=families, pairs=False).results
+    there = red_team.redteam(bases, only=families, pairs=False, fan_out=spread).results
+    assert [(r.family, r.base, r.seed, r.verdict, r.success) for r in here] == \
+        [(r.family, r.base, r.seed, r.verdict, r.success) for r in there]
+    assert len(here) == 4
