@@ -217,7 +217,7 @@ def change_key(change: dict[str, Any]) -> str:
 
 def _tell(study: optuna.Study, number: int, value: float | None, constraint: float) -> None:
     """Tell a finished trial once (a repeat after a crash is a no-op)."""
-    trial = study._storage.get_trial(_trial_id(study, number))
+    trial = study._storage.get_trial(_trial_id(study, number))  # asked by this process: it exists
     if trial.state != TrialState.RUNNING:
         return
     optuna.trial.Trial(study, trial._trial_id).set_constraint(CONSTRAINT_KEY, constraint)
@@ -245,7 +245,10 @@ def tell_finished(study: optuna.Study, proposals: list[Proposal], verdicts: list
     for p in proposals:
         if p.trial is None or p.status not in ("banked", "rejected", "skipped"):
             continue
-        trial = study._storage.get_trial(_trial_id(study, p.trial))
+        try:
+            trial = study._storage.get_trial(_trial_id(study, p.trial))
+        except KeyError:  # a checkpoint naming a trial this study never asked (a copied or crafted run)
+            continue
         if trial.state != TrialState.RUNNING:
             continue
         factor = float(trial.user_attrs.get(FACTOR_ATTR, 1.0))

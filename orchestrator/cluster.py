@@ -63,31 +63,46 @@ class _Sink:
         return self.sink.snapshot(legs)
 
 
-def _stream(sink: Any) -> Callable[[str, str, Any], None]:
-    """A worker's transport: each write waits until the head has sealed it (a rep is evidence only then)."""
-    def send(op: str, rel: str, payload: Any) -> None:
-        ray.get(sink.receive.remote(op, rel, payload))
-    return send
+class _Stream:
+    """A worker's transport to the head's sink. Writes are sent without waiting (Ray runs one caller's calls
+    to an actor in order, so the head seals them in the order they were written); the step waits for all
+    of them before it reports back. Never a blocking ``ray.get`` mid-step: Ray lends a blocked task's CPU
+    to another task, and two steps would then share one slot."""
+
+    def __init__(self, sink: Any):
+        self.sink = sink
+        self.sent: list[Any] = []
+
+    def __call__(self, op: str, rel: str, payload: Any) -> None:
+        self.sent.append(self.sink.receive.remote(op, rel, payload))
+
+    def flush(self) -> None:
+        """Wait until the head sealed every write (a refused one raises here and fails the step)."""
+        ray.get(self.sent)
 
 
 @ray.remote
-def _measure_step(lab: Any, legs: list[dict[str, Any]], reps: int, sink: Any, manifest: bytes | None) -> dict[str, Any]:
-    """One A/B on this node: both legs, interleaved reps, evidence streamed to the head."""
+def _measure_step(lab: Any, legs: list[dict[str, Any]], reps: int, sink: Any, manifest: bytes | None,
+                  sealed: dict[str, bytes]) -> dict[str, Any]:
+    """One A/B on this node: both legs, interleaved reps, evidence streamed to the head. ``sealed``: what
+    the head already sealed of these legs (a re-measure continues them)."""
     node = ray.get_runtime_context().get_node_id()
     scratch = Path(tempfile.mkdtemp(prefix="pw-step-"))
     os.environ[node_identity.NODE_ENV] = node
     os.environ["PERFWARDEN_KEY_DIR"] = str(scratch / NO_KEYS)  # nothing to find: a worker cannot seal
     plans = [LegPlan.model_validate(leg) for leg in legs]
-    chain = StreamChain(scratch, _stream(sink))
+    stream = _Stream(sink)
+    chain = StreamChain(scratch, stream)
     try:
         if manifest is not None:  # the run's clock (labs place their reps in it)
             safe_write.write_bytes(scratch / "run.json", manifest, scratch)
-        chain.preload(ray.get(sink.snapshot.remote([p.leg for p in plans])))
+        chain.preload(sealed)
         seal.attach(scratch, chain)
         try:
             status = lab.measure(scratch, plans, reps)
         except LabError as exc:
             status = {plans[-1].leg: f"failed: {exc}"}
+        stream.flush()
         return {"status": status, "node": node}
     finally:
         seal.forget(scratch)
@@ -137,7 +152,8 @@ class Cluster:
             data = read_bytes(manifest, self.run, limit=RECORD_BYTES, what="run.json") if manifest.is_file() else None
             task = _measure_step.options(num_cpus=0, resources={self.resource: 1}) if self.resource != "CPU" \
                 else _measure_step.options(num_cpus=1)
-            self.inflight[key] = task.remote(lab, [p.model_dump() for p in legs], reps, self.sink, data)
+            sealed = ray.get(self.sink.snapshot.remote([p.leg for p in legs]))
+            self.inflight[key] = task.remote(lab, [p.model_dump() for p in legs], reps, self.sink, data, sealed)
         return key
 
     def measure(self, lab: Any, legs: list[LegPlan], reps: int) -> dict[str, str]:

@@ -11,7 +11,9 @@
 What each comparison compares:
 - a **step** (patch claim): the current best banked configuration (baseline leg) vs that configuration
   plus one change (candidate leg), so the auditor judges exactly the step; a step is banked only when
-  its claim PASSes, and the next step starts from the new best (config-tuner's coordinate descent);
+  its claim PASSes, and the next step starts from the new best (the config-tuner's study, agents/search.py,
+  or its coordinate descent); with ``--cluster`` the study's batch of steps is measured concurrently on
+  the cluster's nodes (orchestrator/cluster.py) and audited here one by one;
 - the **bundle**: the true no-overlay baseline vs the final configuration, with every banked step as a
   component (the auditor checks each has its own passing verdict) and a TEST04 caching pair.
 
@@ -448,7 +450,8 @@ def integrate(state: RunState, runtime: Runtime[RunContext]) -> dict:
         p.legs = list(integrator.leg_names(p, p.attempts))
     base_leg, cand_leg = p.legs
     legs = _ab_plans(ctx, p, p.legs)
-    if ctx.cluster is not None:  # the batch's other steps start now on free nodes; each is audited in turn
+    if ctx.cluster is not None:  # this step first, then the batch's others on free nodes; audited in turn
+        ctx.cluster.submit(ctx.lab, legs, p.reps)
         for other in state.get("proposals", []):
             if other.trial is not None and other.status == "pending" and other.id != p.id and other.legs is None:
                 ctx.cluster.submit(ctx.lab, _ab_plans(ctx, other, integrator.leg_names(other, other.attempts)),
