@@ -143,3 +143,36 @@ def test_backtest_and_red_team_fan_out_with_the_same_results(two_nodes):
     assert [(r.family, r.base, r.seed, r.verdict, r.success) for r in here] == \
         [(r.family, r.base, r.seed, r.verdict, r.success) for r in there]
     assert len(here) == 4
+
+
+@pytest.mark.slow
+def test_a_step_never_shares_its_slot(tmp_path, two_nodes, monkeypatch):
+    """Three streamed steps on two one-CPU nodes: never more than two measure at once (a task waiting on the
+    head mid-step once lent its CPU to a third step)."""
+    import time
+
+    from perfwarden.orchestrator import cluster
+
+    class TimedLab(SyntheticLab):  # local: Ray ships it by value
+        def measure(self, run, legs, reps):
+            started = time.time()
+            super().measure(run, legs, reps)
+            return {legs[0].leg: f"{started} {time.time()}"}
+
+    monkeypatch.setenv("PERFWARDEN_KEY_DIR", str(two_nodes))
+    run = tmp_path / "run"
+    seal.begin(run)
+    lab = TimedLab()
+    lab.rep_delay_s = 0.3
+    view = cluster.Cluster(run)
+    steps = [[LegPlan(leg=f"s{i}-{r}", role=r, config=dict(BASE)) for r in ("baseline", "candidate")] for i in range(3)]
+    try:
+        for legs in steps:
+            view.submit(lab, legs, 2)
+        spans = [tuple(map(float, view.measure(lab, legs, 2)[legs[0].leg].split())) for legs in steps]
+    finally:
+        view.close()
+        seal.forget(run)
+    busiest = max(sum(a <= t < b for a, b in spans) for t, _ in spans)
+    assert busiest <= 2, spans
+    assert len(set(view.nodes.values())) == 2
