@@ -296,7 +296,9 @@ def test_a_random_weights_baseline_goes_on_to_the_search_but_another_flag_does_n
 
 def test_nodes_are_top_level_functions_fed_by_the_runtime_context(tmp_path):
     lab = SyntheticLab()
-    runtime = Runtime(context=RunContext(lab=lab, settings=settings(kernels=False)))
+    # coordinate descent over the former default space (the study's first step is drawn: test_study.py)
+    runtime = Runtime(context=RunContext(lab=lab, settings=settings(kernels=False, levers=["max_batch_size",
+                                                                                          "attn_implementation"])))
     run = tmp_path / "run"
     state = G.initial_state(run, time.time())
 
@@ -471,7 +473,8 @@ def test_sigkill_during_a_rep_then_resume(tmp_path):
                           timeout=100)
     assert done.returncode == 0, done.stderr[-2000:]
     report = json.loads((run / "report.json").read_text())
-    assert {b["name"] for b in report["banked"]} >= {"cfg-max_batch_size=2", "krn-rmsnorm"}
+    banked = {b["name"] for b in report["banked"]}  # the default search is the study: its first trial is drawn
+    assert "krn-rmsnorm" in banked and any(name.startswith("cfg-t") for name in banked), banked
     for leg, reps in reps_by_leg(run).items():
         assert len(reps) == len(set(reps)), f"duplicate rep in {leg}"
 
