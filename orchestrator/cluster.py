@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import socket
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -109,10 +110,27 @@ def _measure_step(lab: Any, legs: list[dict[str, Any]], reps: int, sink: Any, ma
         shutil.rmtree(scratch, ignore_errors=True)
 
 
+REACH_TIMEOUT_S = 5.0
+"""How long the head's address may take to accept a connection (Ray itself retries for minutes)."""
+
+
+def _reachable(address: str) -> None:
+    """A ``host:port`` that accepts a TCP connection, else ClusterError (one line, before Ray is asked)."""
+    host, sep, port = address.rpartition(":")
+    if not sep or not host or not port.isdigit():
+        raise ClusterError(f"--cluster {address!r} is not `local` or a Ray address host:port")
+    try:
+        socket.create_connection((host, int(port)), timeout=REACH_TIMEOUT_S).close()
+    except (OSError, ValueError) as exc:
+        raise ClusterError(f"cannot reach the Ray cluster at {address!r}: {exc}") from None
+
+
 def connect(address: str) -> None:
     """Join the Ray cluster at ``address``; ``local`` starts one on this machine (127.0.0.1, no dashboard)."""
     if ray.is_initialized():
         return
+    if address != LOCAL:
+        _reachable(address.removeprefix("ray://"))
     try:
         if address == LOCAL:
             ray.init(_node_ip_address=LOOPBACK, include_dashboard=False, log_to_driver=False)

@@ -153,12 +153,21 @@ def _graph(run: Path, checkpointer_url: str | None):
     return build_graph().compile(checkpointer=SqliteSaver(conn, serde=StateOnlySerializer())), conn
 
 
-def _join(run: Path, address: str, settings: RunSettings) -> Any:
-    """The run's view of the Ray cluster at ``address`` (imported here: Ray loads only for ``--cluster``)."""
+def _connect(address: str) -> None:
+    """Join the Ray cluster at ``address`` (imported here: Ray loads only for ``--cluster``)."""
     from perfwarden.orchestrator import cluster
 
     try:
         cluster.connect(address)
+    except cluster.ClusterError as exc:
+        raise RunUsageError(str(exc)) from None
+
+
+def _view(run: Path, settings: RunSettings) -> Any:
+    """The run's view of the joined cluster: its slots and the head's evidence sink."""
+    from perfwarden.orchestrator import cluster
+
+    try:
         return cluster.Cluster(run, cluster.resource_for(settings.target))
     except cluster.ClusterError as exc:
         raise RunUsageError(str(exc)) from None
@@ -199,6 +208,8 @@ def run_graph(run: Path, settings: RunSettings, lab: Lab, *, resume: bool = Fals
     one here) whose nodes measure the A/B steps (orchestrator/cluster.py); None: this process."""
     run = Path(run)
     check_run_writes(run)
+    if cluster is not None:  # before anything is written: an unreachable cluster leaves no run behind
+        _connect(cluster)
     if resume:
         if not run.is_dir():
             raise RunUsageError(f"{str(run)!r} is not a directory: nothing to resume")
@@ -212,7 +223,7 @@ def run_graph(run: Path, settings: RunSettings, lab: Lab, *, resume: bool = Fals
                          watcher=watcher or SilentWatcher(), attacker=attacker, run_dir=run,
                          capture_logs=capture_logs)
     if cluster is not None:
-        context.cluster = _join(run, cluster, settings)
+        context.cluster = _view(run, settings)
     graph, handle = _graph(run, checkpointer_url)
     crash_point("checkpointer_opened")
     config = {"configurable": {"thread_id": THREAD_ID}, "recursion_limit": settings.recursion_limit}

@@ -176,3 +176,16 @@ def test_a_step_never_shares_its_slot(tmp_path, two_nodes, monkeypatch):
     busiest = max(sum(a <= t < b for a, b in spans) for t, _ in spans)
     assert busiest <= 2, spans
     assert len(set(view.nodes.values())) == 2
+
+
+@pytest.mark.parametrize("address", ["127.0.0.1:1", "no-port", "local:x"])
+def test_an_unreachable_cluster_is_exit_3_and_leaves_no_run(tmp_path, address):
+    from typer.testing import CliRunner
+
+    from perfwarden.orchestrator.cli import app
+
+    result = CliRunner().invoke(app, ["run", "--target", "synthetic", "--out", str(tmp_path / "run"),
+                                      "--cluster", address])
+    assert result.exit_code == 3, result.output
+    assert "Ray" in result.output or "cluster" in result.output
+    assert "Traceback" not in result.output and not (tmp_path / "run").exists()
