@@ -78,6 +78,8 @@ class Proposal(BaseModel):
     """What happened, one line per step (for the report)."""
     rationale: str = ""
     """Why the producer proposed it."""
+    trial: int | None = None
+    """The Optuna study's trial number this step measures (agents/search.py; None: not from the study)."""
 
 
 FixAction = Literal["resubmit", "remeasure", "run_quality_eval", "reclassify", "disclose", "drop"]

@@ -1,5 +1,6 @@
 """config-tuner: a coordinate-descent search over the target's knobs, with the auditor's verdicts as the
-only accepted steps.
+only accepted steps. (The default search is an Optuna study over the same space, agents/search.py;
+coordinate descent is its ``coordinate`` sampler and the search over named levers.)
 
 The search space is the target's config model (harness/target_config.py): which knobs are searched by
 default, their allowed values, whether they are ordinal, and whether a change is lossless. A step changes

@@ -90,6 +90,26 @@ def _chunk(args: tuple[int, list[int]]) -> dict:
     return {"counts": counts, "failures": failures, "degraded": degraded, "peak": peak}
 
 
+def _on_node(timeout: int, memory: int, rundir: bool, chunk: tuple[int, list[int]]) -> dict:
+    """One chunk as a Ray task (``--cluster``): its own scratch and fuzzer (seed runs built there for
+    ``--rundir``), removed afterwards; the same per-input alarm, but no address-space limit (a Ray worker
+    process maps its object store). The inputs are the same, so are the counts."""
+    global _FUZZER, _CURRENT
+    scratch = Path(tempfile.mkdtemp(prefix="pw-fuzz-node-", dir=_scratch_root(rundir)))
+    try:
+        seeds = None
+        if rundir:
+            from perfwarden.redteam.fuzz_rundir import build_seeds
+
+            seeds = scratch / "seeds"
+            build_seeds(seeds)
+        _CURRENT = scratch / f"current-{os.getpid()}"
+        _FUZZER = _fuzzer(Path(tempfile.mkdtemp(dir=scratch)), timeout, memory // 2, rundir, seeds)
+        return _chunk(chunk)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
 def replay(seed: int, index: int, timeout: int, rundir: bool) -> None:
     from perfwarden.redteam.fuzz import RandomChooser
 
@@ -119,6 +139,8 @@ def main() -> int:
     parser.add_argument("--chunk", type=int, default=25)
     parser.add_argument("--replay", type=int, default=None, help="run input N of --seed alone and print it")
     parser.add_argument("--out", type=Path, default=None, help="also write every failure as JSON here")
+    parser.add_argument("--cluster", default=None, help="Ray address (`local` starts Ray here): run the chunks on "
+                        "its nodes, one task each, instead of --workers processes here")
     args = parser.parse_args()
     args.timeout = args.timeout or (10 if args.rundir else 30)
     if args.replay is not None:
@@ -142,28 +164,40 @@ def main() -> int:
     print(f"fuzzing {args.inputs} inputs with {args.workers} worker(s), seed {args.seed}, "
           f"{args.timeout} s per input, {args.memory_gib:g} GiB address space per worker", flush=True)
     try:
-        with mp.get_context("fork").Pool(args.workers, initializer=_init,
-                                          initargs=(scratch, args.timeout, memory, args.rundir)) as pool:
-            pending = pool.imap_unordered(_chunk, chunks)
-            for done in range(len(chunks)):
-                # A chunk that outlives every input's own alarm is a hang the alarm could not break.
-                try:
-                    result = pending.next(timeout=args.chunk * args.timeout + 60)
-                except mp.TimeoutError:
-                    counts["hang"] += 1
-                    stuck = sorted(int(p.read_text() or -1) for p in Path(scratch).glob("current-*"))
-                    print(f"a chunk did not finish: counted as a hang; stopping (inputs in progress: {stuck}; "
-                          "replay each with --replay)", flush=True)
-                    pool.terminate()
-                    break
+        if args.cluster:
+            import functools
+
+            from perfwarden.orchestrator.cluster import fan_out
+
+            for result in fan_out(functools.partial(_on_node, args.timeout, memory, args.rundir), chunks,
+                                  args.cluster):
                 counts.update(result["counts"])
                 failures += result["failures"]
                 degraded += result["degraded"]
                 peak = max(peak, result["peak"])
-                if (done + 1) % max(1, len(chunks) // 10) == 0:
-                    print(f"  {counts['inputs']:>6} inputs, {time.monotonic() - started:6.0f} s, problems so far: "
-                          f"{sum(counts[p] for p in PROBLEMS)}",
-                          flush=True)
+        else:
+            with mp.get_context("fork").Pool(args.workers, initializer=_init,
+                                              initargs=(scratch, args.timeout, memory, args.rundir)) as pool:
+                pending = pool.imap_unordered(_chunk, chunks)
+                for done in range(len(chunks)):
+                    # A chunk that outlives every input's own alarm is a hang the alarm could not break.
+                    try:
+                        result = pending.next(timeout=args.chunk * args.timeout + 60)
+                    except mp.TimeoutError:
+                        counts["hang"] += 1
+                        stuck = sorted(int(p.read_text() or -1) for p in Path(scratch).glob("current-*"))
+                        print(f"a chunk did not finish: counted as a hang; stopping (inputs in progress: {stuck}; "
+                              "replay each with --replay)", flush=True)
+                        pool.terminate()
+                        break
+                    counts.update(result["counts"])
+                    failures += result["failures"]
+                    degraded += result["degraded"]
+                    peak = max(peak, result["peak"])
+                    if (done + 1) % max(1, len(chunks) // 10) == 0:
+                        print(f"  {counts['inputs']:>6} inputs, {time.monotonic() - started:6.0f} s, problems so far: "
+                              f"{sum(counts[p] for p in PROBLEMS)}",
+                              flush=True)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     wall = time.monotonic() - started

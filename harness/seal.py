@@ -559,7 +559,7 @@ def begin(run: Path | str, *, key_file: Path | str | None = None) -> Chain | Non
     with _REGISTRY_LOCK:
         cached = _CHAINS.get(root)
         if cached is not None:
-            if cached.path.is_file():
+            if not isinstance(cached, Chain) or cached.path.is_file():  # an attached stream has no file here
                 return cached
             del _CHAINS[root]  # the run directory was replaced: start over
         path = root / EVIDENCE_FILE
@@ -625,6 +625,30 @@ def _open_existing(root: Path, key_file: Path | None) -> Chain:
     with chain._locked() as fd:  # reads and verifies every entry, rebuilding what is sealed
         chain._cut_unsealed_tails(fd)
     return chain
+
+
+@contextmanager
+def held(run: Path | str) -> Iterator[None]:
+    """Hold the run's writers off (a shared ``flock`` on the chain) while a reader takes one consistent view:
+    the head audits a step while cluster workers' evidence streams into the same run. Never used around a
+    write by the same process (its own writers take the lock exclusively)."""
+    path = Path(run) / EVIDENCE_FILE
+    if not path.is_file():
+        yield
+        return
+    fd = safe_write.open_fd(path, os.O_RDONLY, run)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH)
+        yield
+    finally:
+        os.close(fd)
+
+
+def attach(run: Path | str, chain: Any) -> None:
+    """Make ``chain`` the chain of ``run`` in this process (a cluster worker's scratch run: its writes stream
+    to the head, harness/seal_stream.py ``StreamChain``); :func:`begin` and every writer then use it."""
+    with _REGISTRY_LOCK:
+        _CHAINS[Path(run).resolve()] = chain
 
 
 def chain_for(path: Path | str) -> Chain | None:

@@ -27,7 +27,7 @@ from typing import Any, Literal
 
 import httpx
 
-from perfwarden.harness import safe_write, sandbox, seal
+from perfwarden.harness import node_identity, safe_write, sandbox, seal
 from perfwarden.harness.model import ModelError, cache_root, ensure_converted
 from perfwarden.harness.target_config import EmbeddedConfig
 from perfwarden.harness.process_conditions import process_conditions
@@ -313,6 +313,7 @@ class ServerTarget:
         if pids:  # measured from outside the server: what it may use, whatever it reports (process_conditions.py)
             info = {**info, "process_conditions": process_conditions(pids[0], env, getattr(self, "module", None)
                                                                      or type(self).__name__)}
+        info = node_identity.stamp(info)  # the hardware is a condition like any knob
         seal.write_json(self.server_info_path, info)
         self.server_info = info
         return info

@@ -173,10 +173,15 @@ class Report:
                             for r in self.results]}
 
 
-def run_backtest(roots: list[Path], extra: list[Callable[[], list[CaseResult]]] | None = None) -> Report:
-    results: list[CaseResult] = []
-    for fixture in find_fixtures(roots):
-        results.extend(score_fixture(fixture))
+def run_backtest(roots: list[Path], extra: list[Callable[[], list[CaseResult]]] | None = None,
+                 fan_out: Callable[[Callable[[Path], list[CaseResult]], list[Path]], list[list[CaseResult]]]
+                 | None = None) -> Report:
+    """Score every fixture under ``roots`` (and the ``extra`` sources). ``fan_out``: how the fixtures are
+    mapped (``perfwarden backtest --cluster``: one Ray task per fixture); each is independent, so the
+    report is the same."""
+    fixtures = find_fixtures(roots)
+    scored = fan_out(score_fixture, fixtures) if fan_out else [score_fixture(f) for f in fixtures]
+    results: list[CaseResult] = [r for one in scored for r in one]
     for source in extra or []:
         results.extend(source())
     return Report(results)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import sys
 from pathlib import Path
@@ -35,6 +36,8 @@ def backtest(
                                                  "quality evals (see perfwarden audit --help)."),
     html: Path | None = typer.Option(None, "--html", help="Also write a self-contained HTML report: each fixture's "
                                      "expected vs actual verdict with drill-down to findings and evidence."),
+    cluster: str | None = typer.Option(None, "--cluster", help="Ray address (`local` starts Ray here): audit the "
+                                       "fixtures on its nodes, one task each (the same report)."),
 ) -> None:
     """Run the auditor blind over every fixture, then score it against the answer keys.
     Exit 0 when every fixture agrees, 1 otherwise, 3 when a claim or an answer key is unreadable."""
@@ -49,7 +52,11 @@ def backtest(
             from perfwarden.orchestrator.mlperf_cases import mlperf_results
 
             extra.append(lambda corpus=corpus: mlperf_results(corpus))
-    report = run_backtest(roots, extra)
+    fan_out = None
+    if cluster is not None:
+        fan_out = _cluster_map(cluster, quality_registry, err_console=Console(stderr=True, soft_wrap=True,
+                                                                              highlight=False))
+    report = run_backtest(roots, extra, fan_out)
     err = Console(stderr=True, soft_wrap=True, highlight=False)
     if not report.results:
         print_error(err, f"no fixtures (answer_key.json) under {[str(r) for r in roots]!r}")
@@ -65,6 +72,28 @@ def backtest(
     if report.input_errors:
         raise typer.Exit(ExitCode.INVALID)
     raise typer.Exit(ExitCode.OK if report.agreement == 1.0 else ExitCode.NOT_OK)
+
+
+def _cluster_map(address: str, registry: Path | None, err_console: Console):
+    """Map fixtures over the Ray cluster at ``address``; each task loads the quality registry first (it is
+    process state). A cluster that cannot be joined is exit 3."""
+    from perfwarden.orchestrator import cluster
+
+    def fan_out(fn, fixtures):
+        try:
+            return cluster.fan_out(functools.partial(_score_on_node, fn, registry), fixtures, address)
+        except cluster.ClusterError as exc:
+            print_error(err_console, exc)
+            raise typer.Exit(ExitCode.INVALID) from None
+    return fan_out
+
+
+def _score_on_node(fn, registry: Path | None, fixture: Path):
+    from perfwarden.orchestrator.cli_audit import use_quality_registry
+
+    if registry is not None:
+        use_quality_registry(registry, Console(stderr=True, soft_wrap=True, highlight=False))
+    return fn(fixture)
 
 
 def write_html(report: Report, roots: list[Path], path: Path) -> None:

@@ -34,6 +34,8 @@ def redteam(
                                     "proof/fixtures)."),
     families: str | None = typer.Option(None, "--families", help="Comma-separated family names (default: all)."),
     seed: int = typer.Option(0, "--seed", help="Seed of sizes and pairings (same seed, same attacks)."),
+    cluster: str | None = typer.Option(None, "--cluster", help="Ray address (`local` starts Ray here): run the "
+                                       "attacks on its nodes, one task each (the same results)."),
 ) -> None:
     """Attack the auditor; exit 1 when any attack succeeds."""
     from perfwarden.redteam import red_team  # lazy: numpy, pydantic, the auditor: only for this command
@@ -47,8 +49,9 @@ def redteam(
         raise typer.Exit(3)
     only = [f.strip() for f in families.split(",") if f.strip()] if families else None
     try:
-        report = red_team.redteam(bases, rounds=rounds, seed=seed, out=out or root, only=only)
-    except ValueError as exc:
+        report = red_team.redteam(bases, rounds=rounds, seed=seed, out=out or root, only=only,
+                                  fan_out=_cluster_map(cluster) if cluster is not None else None)
+    except ValueError as exc:  # an unknown family, or a cluster that cannot be joined
         err.print(Text.assemble(("error: ", "red"), str(exc)))
         raise typer.Exit(3) from None
     if llm:
@@ -69,6 +72,18 @@ def redteam(
     else:
         print_report(data, Console())
     raise typer.Exit(1 if report.successes else 0)
+
+
+def _cluster_map(address: str):
+    """Map attacks over the Ray cluster at ``address`` (Ray is imported only here)."""
+    from perfwarden.orchestrator import cluster
+
+    def fan_out(fn, jobs):
+        try:
+            return cluster.fan_out(fn, jobs, address)
+        except cluster.ClusterError as exc:
+            raise ValueError(str(exc)) from None
+    return fan_out
 
 
 def print_report(data: dict, console: Console) -> None:

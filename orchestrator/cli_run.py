@@ -269,6 +269,10 @@ def run(
     reps: int = typer.Option(None, "--reps", help="Reps per leg on a first measurement (default 3)."),
     checkpointer: str = typer.Option(None, "--checkpointer", help="postgresql://… for shared deployments "
                                      "(default: SQLite inside the run directory)."),
+    cluster: str = typer.Option(None, "--cluster", help="Ray address whose nodes measure A/B steps concurrently, "
+                                "one step per node slot (`local` starts Ray here); default: this process."),
+    sampler: str = typer.Option(None, "--sampler", help="tpe (an Optuna study) or coordinate (one knob at a "
+                                "time); default: tpe over the default space, coordinate over named --levers."),
 ) -> None:
     """Optimize the target; bank only what the auditor passes. Writes RUN/report.md and report.json."""
     err = _terminal()
@@ -286,6 +290,8 @@ def run(
         settings_kw["reps"] = reps
     if llm:
         settings_kw["llm_model"] = llm
+    if sampler is not None:
+        settings_kw["sampler"] = sampler
     settings = _new_settings(err, settings_kw, set_)
     # lazy: langgraph (the orchestrator extra): only when a run starts
     from perfwarden.orchestrator.runner import RunUsageError, read_settings, run_graph
@@ -312,7 +318,8 @@ def run(
         lab = make_lab(settings, on_rep=watcher.rep, engine_python=python)
         parse_levers(lab.config_model, settings.levers)  # a bad --levers is a clear error before anything runs
         state = run_graph(Path(run_dir), settings, lab, resume=resume is not None, llm=client,
-                          checkpointer_url=checkpointer, watcher=watcher, attacker=make_attacker(settings))
+                          checkpointer_url=checkpointer, watcher=watcher, attacker=make_attacker(settings),
+                          cluster=cluster)
     except (RunUsageError, ConfigError, RefusedWrite, SealError, ClaimError) as exc:  # all: the run dir is bad input
         watcher._stop()
         print_error(err, exc)

@@ -11,7 +11,9 @@
 What each comparison compares:
 - a **step** (patch claim): the current best banked configuration (baseline leg) vs that configuration
   plus one change (candidate leg), so the auditor judges exactly the step; a step is banked only when
-  its claim PASSes, and the next step starts from the new best (config-tuner's coordinate descent);
+  its claim PASSes, and the next step starts from the new best (the config-tuner's study, agents/search.py,
+  or its coordinate descent); with ``--cluster`` the study's batch of steps is measured concurrently on
+  the cluster's nodes (orchestrator/cluster.py) and audited here one by one;
 - the **bundle**: the true no-overlay baseline vs the final configuration, with every banked step as a
   component (the auditor checks each has its own passing verdict) and a TEST04 caching pair.
 
@@ -48,9 +50,10 @@ from perfwarden.auditor.persona import apply_persona
 from perfwarden.agents.base import BankedChange, Proposal, Rejection, VerdictSummary, apply_overlay
 from perfwarden.harness.jsonl import ProfileLine, read_jsonl
 from perfwarden.harness.profile_ops import rank_ops
-from perfwarden.harness import safe_write
+from perfwarden.harness import safe_write, seal
 from perfwarden.harness.records import Claim, RunDir, RunManifest, append_unsealed_jsonl, write_json_atomic
 from perfwarden.harness.seal import find_key_file
+from perfwarden.orchestrator import study
 from perfwarden.orchestrator.crashpoints import crash_point
 from perfwarden.harness.target_config import TargetConfig
 from perfwarden.orchestrator.lab import LabError, LegPlan, run_base_config
@@ -141,6 +144,8 @@ def _captured(ctx: RunContext, run: Path, what: str) -> Iterator[None]:
 
 def _measure(ctx: RunContext, run: Path, legs: list[LegPlan], reps: int) -> dict[str, str]:
     ctx.watcher.measuring(legs, reps)
+    if ctx.cluster is not None:  # one node measures both legs; its evidence streams here and is sealed here
+        return ctx.cluster.measure(ctx.lab, legs, reps)
     with _captured(ctx, run, f"measure {[p.leg for p in legs]} x{reps}"):
         return ctx.lab.measure(run, legs, reps)
 
@@ -216,8 +221,10 @@ def auditor(state: RunState, runtime: Runtime[RunContext]) -> dict:
     run = _run(state)
     rel = state["pending_claim"]
     claim, _ = load_claim(run / rel)
-    # The harness holds the run's seal key outside the run directory; only the auditor gets it.
-    verdict = audit_path(run, run / rel, claim_root=run, key=find_key_file(run))
+    # The harness holds the run's seal key outside the run directory; only the auditor gets it. With a
+    # cluster, other steps' evidence streams in meanwhile: the audit holds the chain's writers off.
+    with seal.held(run) if ctx.cluster is not None else contextlib.nullcontext():
+        verdict = audit_path(run, run / rel, claim_root=run, key=find_key_file(run))
     verdict = apply_persona(run, (run / rel).read_text("utf-8"), verdict, ctx.llm)
     path = write_verdict(run, verdict)
     proposal = state.get("current") if verdict.scope in ("harness", "patch") else None
@@ -345,6 +352,7 @@ def pick(state: RunState, runtime: Runtime[RunContext]) -> dict:
     if current:
         durations.append(now - state.get("picked_at", now))  # the previous change just finished
     update: dict[str, Any] = {"durations": durations, "picked_at": now, "current": None}
+    study.tell(ctx, _run(state), state)
     remaining = ctx.remaining_s(state)
     typical = _typical_change_s({**state, "durations": durations})
     if remaining <= 0 or remaining < 2.5 * typical:
@@ -356,6 +364,10 @@ def pick(state: RunState, runtime: Runtime[RunContext]) -> dict:
     nxt = next(iter(active), None)
     if nxt is None and len(state.get("proposals", [])) >= ctx.settings.max_proposals:
         update["notes"] = [f"max_proposals={ctx.settings.max_proposals} changes tried: the search stops here"]
+    elif nxt is None and study.sampler_of(ctx.settings) == "tpe":
+        room = ctx.settings.max_proposals - len(state.get("proposals", []))
+        new = study.next_proposals(state, ctx, _run(state), _base_config(ctx), _best(state), room)
+        nxt = new[0] if new else None
     elif nxt is None:
         nxt = _next_config_proposal(state, ctx)
         if nxt is not None:
@@ -369,7 +381,7 @@ def pick(state: RunState, runtime: Runtime[RunContext]) -> dict:
     update["llm_fallbacks"] = drained["llm_fallbacks"]
     if nxt is None:
         return {**update, "stage": "search converged", "proposals": new}
-    if nxt.legs is None and nxt.status == "pending":  # measured against the best configuration as it is now
+    if nxt.legs is None and nxt.status == "pending" and nxt.trial is None:  # against the best as it is now
         nxt = nxt.model_copy(update={"against": _best(state)})
         new = [nxt if p.id == nxt.id else p for p in new] or [nxt]
     return {**update, "current": nxt.id, "proposals": new, "stage": f"search: {nxt.id}"}
@@ -449,12 +461,13 @@ def integrator(state: RunState, runtime: Runtime[RunContext]) -> dict:
     if not p.legs:
         p.legs = list(integrator_agent.leg_names(p, p.attempts))
     base_leg, cand_leg = p.legs
-    base = _base_knobs(ctx)
-    legs = [LegPlan(leg=base_leg, role="baseline", config=integrator_agent.baseline_config(base, p),
-                    overlay=integrator_agent.overlay(p.against).model_dump(), purpose=f"best configuration before {p.id}"),
-            LegPlan(leg=cand_leg, role="candidate", config=integrator_agent.candidate_config(base, p),
-                    overlay=integrator_agent.overlay(integrator_agent.candidate_config({}, p)).model_dump(),
-                    parent=base_leg, purpose=p.rationale)]
+    legs = _ab_plans(ctx, p, p.legs)
+    if ctx.cluster is not None:  # this step first, then the batch's others on free nodes; audited in turn
+        ctx.cluster.submit(ctx.lab, legs, p.reps)
+        for other in state.get("proposals", []):
+            if other.trial is not None and other.status == "pending" and other.id != p.id and other.legs is None:
+                ctx.cluster.submit(ctx.lab, _ab_plans(ctx, other, integrator_agent.leg_names(other, other.attempts)),
+                                   other.reps)
     try:
         status = _measure(ctx, run, legs, p.reps)
     except LabError as exc:
@@ -468,6 +481,17 @@ def integrator(state: RunState, runtime: Runtime[RunContext]) -> dict:
         notes.append(note)
     what = f"A/B {base_leg} vs {cand_leg} x{p.reps} reps ({status.get(cand_leg, 'ok')})"
     return {**_submit_patch(state, p, what), "notes": notes}
+
+
+def _ab_plans(ctx: RunContext, p: Proposal, names: list[str] | tuple[str, str]) -> list[LegPlan]:
+    """A step's two legs: the best configuration it is measured against, and that plus the step."""
+    base_leg, cand_leg = names
+    base = _base_config(ctx)
+    return [LegPlan(leg=base_leg, role="baseline", config=integrator.baseline_config(base, p),
+                    overlay=integrator.overlay(p.against).model_dump(), purpose=f"best configuration before {p.id}"),
+            LegPlan(leg=cand_leg, role="candidate", config=integrator.candidate_config(base, p),
+                    overlay=integrator.overlay(integrator.candidate_config({}, p)).model_dump(),
+                    parent=base_leg, purpose=p.rationale)]
 
 
 def _run_quality_eval(ctx: RunContext, run: Path, p: Proposal, base: LegPlan, cand: LegPlan) -> tuple[Proposal, str]:
@@ -506,6 +530,11 @@ def fix(state: RunState, runtime: Runtime[RunContext]) -> dict:
         return {"proposals": [p], "fix_action": "done",
                 "rejected": [Rejection(name=p.id, verdict=v.path, reason=unsealed)]}
     banked_as = banking.banked_as(v.verdict, v.action, v.seal, v.scope)
+    if banked_as is not None and p.trial is not None and study.superseded(p, _best(state)):
+        p.status = "rejected"
+        why = "superseded: another step was banked while this one was measured against the older best"
+        p.history.append(f"patch audit {v.shown} against an older best: {why}")
+        return {"proposals": [p], "fix_action": "done", "rejected": [Rejection(name=p.id, verdict=v.path, reason=why)]}
     if banked_as is not None:  # the auditor's one banking rule: its class and re-derived headline, never ours
         p.status = "banked"
         cls = v.lever_detected or p.believed_class
@@ -648,6 +677,7 @@ def route_red_team(state: RunState) -> str:
 @step
 def report(state: RunState, runtime: Runtime[RunContext]) -> dict:
     ctx = runtime.context
+    study.tell(ctx, _run(state), state)  # steps the budget skipped are told too
     drained = _brain_notes(ctx)
     notes = list(state.get("notes", [])) + drained["notes"]
     fallbacks = dict(state.get("llm_fallbacks", {}))

@@ -8,9 +8,11 @@ bundle's delta is the whole search against the true no-overlay baseline.
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
+from perfwarden.agents import search
 from perfwarden.agents.base import BankedChange, Proposal, VerdictSummary
 from perfwarden.harness import safe_write
 from perfwarden.harness.records import shown_verdict, write_json_atomic
@@ -18,7 +20,8 @@ from perfwarden.harness.target_config import TargetConfig
 from perfwarden.orchestrator.crashpoints import crash_point
 from perfwarden.orchestrator.render import md_cell as md
 from perfwarden.orchestrator.report_record import (AttackVerdict, FinalKnob, Headline, LLMUsage, ProposalTrail,
-                                                   RedTeam, Refusal, ReportRecord, SearchStep)
+                                                   RedTeam, Refusal, ReportRecord, SearchHistoryRow, SearchStep)
+from perfwarden.orchestrator.review import search_plot
 
 CLASS_TITLE = {"A": "kernel / implementation wins (class A)", "B": "orthogonal serving levers (class B)"}
 
@@ -86,7 +89,9 @@ def build_report(state: dict[str, Any], base_config: TargetConfig,
     attacks = [v for v in verdicts if v.producer == "red_team"]
     return ReportRecord(
         run_dir=state.get("run_dir"), banked=list(banked), rejected=list(state.get("rejected", [])),
-        headlines=headlines, search_path=search_path(proposals, verdicts), final_configuration=knobs, bundle=bundle,
+        headlines=headlines, search_path=search_path(proposals, verdicts),
+        search_history=[SearchHistoryRow(**dataclasses.asdict(r)) for r in search.history(proposals, verdicts)],
+        final_configuration=knobs, bundle=bundle,
         refused_or_reclassified=[Refusal(claim=v.claim, change=v.lever, verdict=v.shown, action=v.action,
                                          codes=sorted(v.codes())) for v in refused],
         red_team=RedTeam(attacks=len(attacks), passed=[v.claim for v in attacks if v.verdict == "PASS"],
@@ -127,6 +132,9 @@ def render_markdown(report: dict[str, Any]) -> str:
                          f"{md(k['lever_class'] or '-')} | {md(k['lossless'] if k['lossless'] is not None else '-')} |")
         lines.append("")
     lines += _search_lines(report["search_path"])
+    svg = search_plot.history_svg(search_plot.clean_rows(report.get("search_history")))
+    if svg:  # numbers only (search_plot draws nothing else): no text from the run reaches it
+        lines += ["", "### Search history", "", svg]
     lines += ["", "## Refused or reclassified by the auditor", ""]
     if not report["refused_or_reclassified"]:
         lines.append("- none")
@@ -182,8 +190,9 @@ def _banked_lines(entries: list[dict[str, Any]]) -> list[str]:
 
 def _search_lines(steps: list[dict[str, Any]]) -> list[str]:
     lines = ["## Search path", "",
-             "Each step changes one thing of the best banked configuration so far and is banked only when "
-             "its patch claim passes; its delta is against that configuration.", "",
+             "Each step changes the best banked configuration so far (one knob under coordinate descent, the "
+             "knobs a study trial drew under the default sampler) and is banked only when its patch claim "
+             "passes; its delta is against that configuration.", "",
              "| # | change | measured against | status | verdict | Δ output throughput | codes |",
              "|---|---|---|---|---|---|---|"]
     for s in steps:

@@ -56,6 +56,18 @@ class Headline(_Strict):
     disclosed_regressions: dict[str, float]
 
 
+class SearchHistoryRow(_Strict):
+    """One finished config trial as the report's plot shows it (``agents/search.history``)."""
+
+    number: int
+    value: float | None
+    """Throughput as a factor of the true baseline (None: no audited number)."""
+    feasible: bool
+    """The auditor passed it and it was banked."""
+    best: float
+    """The best banked factor after this trial."""
+
+
 class SearchStep(_Strict):
     """One change tried, in order, and how it ended."""
 
@@ -133,6 +145,8 @@ class ReportRecord(_Strict):
     rejected: list[Rejection]
     headlines: dict[LeverClass, list[Headline]]
     search_path: list[SearchStep]
+    search_history: list[SearchHistoryRow] = Field(default_factory=list)
+    """The study's trials for the plot (reports written before the study have none)."""
     final_configuration: list[FinalKnob]
     bundle: VerdictSummary | None
     refused_or_reclassified: list[Refusal]

@@ -150,6 +150,26 @@ def _graph(run: Path, checkpointer_url: str | None):
     return build_graph().compile(checkpointer=SqliteSaver(conn, serde=StateOnlySerializer())), conn
 
 
+def _connect(address: str) -> None:
+    """Join the Ray cluster at ``address`` (imported here: Ray loads only for ``--cluster``)."""
+    from perfwarden.orchestrator import cluster
+
+    try:
+        cluster.connect(address)
+    except cluster.ClusterError as exc:
+        raise RunUsageError(str(exc)) from None
+
+
+def _view(run: Path, settings: RunSettings) -> Any:
+    """The run's view of the joined cluster: its slots and the head's evidence sink."""
+    from perfwarden.orchestrator import cluster
+
+    try:
+        return cluster.Cluster(run, cluster.resource_for(settings.target))
+    except cluster.ClusterError as exc:
+        raise RunUsageError(str(exc)) from None
+
+
 def raw_state_values(graph: Any, config: dict[str, Any]) -> list[dict[str, Any]]:
     """The checkpoint's stored state channels and each pending write, as partial states, exactly as stored:
     what a resumed graph applies, checked before ``get_state`` runs the reducers over the pending writes
@@ -180,10 +200,13 @@ def check_state_version(run: Path, values: dict[str, Any]) -> None:
 def run_graph(run: Path, settings: RunSettings, lab: Lab, *, resume: bool = False, llm: LLMClient | None = None,
               checkpointer_url: str | None = None, watcher: Any = None, clock: Callable[[], float] = time.time,
               brains: Brains | None = None, attacker: AttackProducer | None = None,
-              capture_logs: bool = True) -> RunState:
-    """Start a run (or resume one) and return its final state."""
+              capture_logs: bool = True, cluster: str | None = None) -> RunState:
+    """Start a run (or resume one) and return its final state. ``cluster``: a Ray address (``local`` starts
+    one here) whose nodes measure the A/B steps (orchestrator/cluster.py); None: this process."""
     run = Path(run)
     check_run_writes(run)
+    if cluster is not None:  # before anything is written: an unreachable cluster leaves no run behind
+        _connect(cluster)
     if resume:
         if not run.is_dir():
             raise RunUsageError(f"{str(run)!r} is not a directory: nothing to resume")
@@ -196,6 +219,8 @@ def run_graph(run: Path, settings: RunSettings, lab: Lab, *, resume: bool = Fals
     context = RunContext(lab=lab, settings=settings, llm=llm, brains=brains or Brains(llm=llm), clock=clock,
                          watcher=watcher or SilentWatcher(), attacker=attacker, run_dir=run,
                          capture_logs=capture_logs)
+    if cluster is not None:
+        context.cluster = _view(run, settings)
     graph, handle = _graph(run, checkpointer_url)
     crash_point("checkpointer_opened")
     config = {"configurable": {"thread_id": THREAD_ID}, "recursion_limit": settings.recursion_limit}
@@ -225,6 +250,8 @@ def run_graph(run: Path, settings: RunSettings, lab: Lab, *, resume: bool = Fals
     except CheckpointTypeError as exc:
         raise RunUsageError(f"{str(run)!r} cannot be resumed: {exc}") from None
     finally:
+        if context.cluster is not None:
+            context.cluster.close()
         if hasattr(handle, "close"):
             handle.close()
         elif hasattr(handle, "__exit__"):

@@ -90,6 +90,15 @@ class RunSettings(BaseModel):
     levers: list[str] | None = None
     """Search exactly these knobs (``knob`` or ``knob=value``; None: the target's default search space,
     from its config model)."""
+    sampler: Literal["auto", "tpe", "coordinate"] = "auto"
+    """How the config-tuner searches (agents/search.py): ``tpe`` an Optuna study over the space, ``coordinate``
+    one knob at a time from the best; ``auto``: the study over the default space, coordinate descent over
+    named levers."""
+    study_batch: int | None = Field(None, ge=1, le=256)
+    """Study trials asked at once, each an A/B against the same best (None: one per ``--cluster`` slot, one
+    without a cluster). Fixing it makes the study the same whatever the cluster's size."""
+    study_startup: int = Field(8, ge=1, le=1000)
+    """Random trials before the TPE sampler models the surface."""
     kernels: bool = True
     """Whether the kernel path (profile, extract, op bench, integrate) runs."""
     red_team: bool = False

@@ -15,9 +15,9 @@ import random
 import time
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
-from perfwarden.harness import safe_write, seal
+from perfwarden.harness import node_identity, safe_write, seal
 from perfwarden.harness.bench_writer import append_bench_line, rep_exists
 from perfwarden.harness.quality import load_items
 from perfwarden.harness.records import LegSpec, Overlay, QualityEval, RunDir, jsonl_text
@@ -36,7 +36,7 @@ class SyntheticLab:
     model_name = MODEL
     def __init__(self, effects: dict[str, dict[str, Any]] | None = None, cv: float = 0.01, seed: int = 0,
                  crash_after: int | None = None, contended: bool | str = False, on_rep=None,
-                 fail_first_quality: bool = False):
+                 fail_first_quality: bool = False, surface: Callable[[dict[str, Any]], float] | None = None):
         self.effects = effects if effects is not None else {
             "max_batch_size": {"tput": {2: 1.35, 4: 1.6, 8: 1.6, 16: 1.6}},
             "response_cache": {"tput": 2.0, "log": "response cache hit for request 3"},
@@ -45,6 +45,9 @@ class SyntheticLab:
             "batch_wait_ms": {"tput": 1.1, "ttft": 2.5},
             "op_overrides": {"tput": 1.07},
         }
+        self.surface = surface
+        """Throughput factor of a whole configuration (knobs that interact), replacing the per-knob product
+        (benchmarks/search_quality.py: a surface where one knob at a time stalls)."""
         self.cv = cv
         self.seed = seed
         self.fail_first_quality = fail_first_quality
@@ -81,6 +84,8 @@ class SyntheticLab:
                 out["ttft"] *= _at(eff.get("ttft", 1.0), value)
                 if "accept_length" in eff:
                     out["accept_length"] = eff["accept_length"]
+        if self.surface is not None:
+            out["tput"] = self.surface(config)
         return out
 
     def measure(self, run: Path, legs: list[LegPlan], reps: int) -> dict[str, str]:
@@ -90,7 +95,8 @@ class SyntheticLab:
         paths = RunDir(run)
         for plan in legs:
             safe_write.make_dirs(paths.leg_dir(plan.leg), run)
-            info = {"model": MODEL, **plan.config, "port": 9000 + len(plan.leg), "weights_digest": "synthetic"}
+            info = node_identity.stamp({"model": MODEL, **plan.config, "port": 9000 + len(plan.leg),
+                                        "weights_digest": "synthetic", "version": "synthetic"})
             seal.write_json(paths.server_info(plan.leg), info)
             seal.write_json(paths.leg_spec(plan.leg), LegSpec(leg=plan.leg, role=plan.role,
                                                               overlay=Overlay(**plan.overlay),

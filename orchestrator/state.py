@@ -147,6 +147,10 @@ class RunContext:
     run_dir: Path | None = None
     """The run directory from the command line (``run_graph`` sets it): every node reads and writes there,
     whatever folder a revived checkpoint names (None only in unit tests that build a context by hand)."""
+    cluster: Any = None
+    """The Ray cluster A/B steps fan out to (orchestrator/cluster.py ``Cluster``; None: this process)."""
+    study: Any = None
+    """The run's Optuna study, opened on first use (orchestrator/study.py)."""
     capture_logs: bool = True
     """Send in-process lab output (torch profiler, weight loading) to RUN/logs/ instead of the terminal."""
 

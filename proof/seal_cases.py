@@ -179,12 +179,12 @@ RECORDED_LEGS: dict[str, dict[str, Any]] = {
 
 
 def _answer(fixture: Path, claim: Path, verdict: str, action: str, include: list[str], exclude: list[str],
-            note: list[str], why: str, provenance: str) -> None:
+            note: list[str], why: str, provenance: str, frozen: str = "2026-11-23") -> None:
     answer: dict[str, Any] = {"claim": str(claim.relative_to(fixture / "run")), "verdict": verdict, "action": action,
                               "must_include": include, "must_exclude": exclude}
     if note:
         answer["must_note"] = note
-    write_json_atomic(fixture / "answer_key.json", {"schema_version": 1, "frozen": "2026-11-23", "answers": [answer],
+    write_json_atomic(fixture / "answer_key.json", {"schema_version": 1, "frozen": frozen, "answers": [answer],
                                                     "provenance": provenance, "rationale": why})
 
 

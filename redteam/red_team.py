@@ -22,6 +22,7 @@ never from the auditor's code.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import random
@@ -268,8 +269,11 @@ def plan(bases: list[Base], families: dict[str, Family], rounds: int, seed: int,
 
 def redteam(fixtures: list[Path], rounds: int = 1, seed: int = 0, out: Path | None = None,
             only: list[str] | None = None, progress: Callable[[AttackResult], None] | None = None,
-            pairs: bool = True) -> Report:
-    """Attack every base with every family (and random pairs) for ``rounds`` rounds."""
+            pairs: bool = True, fan_out: Callable[[Callable, list], list] | None = None) -> Report:
+    """Attack every base with every family (and random pairs) for ``rounds`` rounds. ``fan_out`` maps the
+    attacks elsewhere (``perfwarden redteam --cluster``: one Ray task each; an attack depends only on its
+    base, families and job seed, so the results are the same); a success is attacked again here to write
+    its fixture into ``out``."""
     from perfwarden.auditor.audit import audit_path  # lazy: scipy: the auditor, only when attacking
 
     families = load_families()
@@ -301,15 +305,26 @@ def redteam(fixtures: list[Path], rounds: int = 1, seed: int = 0, out: Path | No
         bases.append(base)
         report.bases.append(base.name)
     started = time.perf_counter()
+    jobs = plan(bases, families, rounds, seed, pairs)
+    remote = fan_out(functools.partial(_attack_elsewhere, families), jobs) if fan_out else None
     with tempfile.TemporaryDirectory(prefix="pw-redteam-") as tmp:
-        for base, names, job_seed in plan(bases, families, rounds, seed, pairs):
-            result = run_attack(base, names, families, job_seed, Path(tmp), out)
+        for i, (base, names, job_seed) in enumerate(jobs):
+            result = remote[i] if remote is not None else run_attack(base, names, families, job_seed, Path(tmp), out)
+            if remote is not None and result is not None and result.success and out is not None:
+                result = run_attack(base, names, families, job_seed, Path(tmp), out)  # writes its fixture here
             if result is not None:
                 report.results.append(result)
                 if progress:
                     progress(result)
     report.seconds = time.perf_counter() - started
     return report
+
+
+def _attack_elsewhere(families: dict[str, Family], job: tuple[Base, list[str], str]) -> AttackResult | None:
+    """One attack in its own scratch folder, writing no fixture (a cluster task)."""
+    base, names, job_seed = job
+    with tempfile.TemporaryDirectory(prefix="pw-redteam-") as tmp:
+        return run_attack(base, names, families, job_seed, Path(tmp), None)
 
 
 # ----------------------------------------------------------------------------------- the LLM brain

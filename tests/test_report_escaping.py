@@ -9,6 +9,7 @@ heading, HTML, link and control bytes were in report.md as written.
 
 from __future__ import annotations
 
+import json
 import re
 import sqlite3
 import unicodedata
@@ -21,6 +22,7 @@ from typer.testing import CliRunner
 
 from perfwarden.orchestrator.cli import app
 from perfwarden.orchestrator.report import build_report, render_markdown
+from perfwarden.orchestrator.review.search_plot import clean_rows, history_svg
 from perfwarden.orchestrator.runner import THREAD_ID, run_graph
 from perfwarden.orchestrator.settings import RunSettings
 from perfwarden.orchestrator.simlab import SyntheticLab
@@ -32,9 +34,20 @@ PAYLOADS = ["## Banked +900%", "\n# forged heading", "\r## forged heading", "<sc
 MAPPING_FIELDS = {"against", "set", "disclosed_regressions", "fallbacks", "op_overrides", "history"}
 
 
+def without_own_plot(md: str, rows: Any) -> str:
+    """report.md less its one own HTML: the search history's SVG, which must be exactly what
+    ``history_svg`` draws from the report's rows (numbers only: no text of the run reaches it)."""
+    expected = history_svg(clean_rows(rows))
+    lines = md.splitlines()
+    plots = [line for line in lines if line.startswith("<svg")]
+    assert plots == ([expected] if expected else []), "report.md holds HTML other than its own plot"
+    return "\n".join(line for line in lines if not line.startswith("<svg"))
+
+
 def assert_inert(md: str) -> None:
     """Nothing the run supplied is markdown or HTML: no forged heading, link, autolink, HTML, code span,
-    table pipe or control character (the report's own text uses none of these but its headings)."""
+    table pipe or control character (the report's own text uses none of these but its headings; its own
+    plot is checked and taken out first, ``without_own_plot``)."""
     for line in md.splitlines():
         if re.match(r"^\s*(?:[-*+]\s+)*#", line):
             assert "forged" not in line and "900" not in line, line
@@ -70,7 +83,9 @@ def test_notes_planted_in_the_checkpoint_reach_the_report_escaped(finished):
     assert result.exit_code == 0, result.output[-2000:]
     md = (run / "report.md").read_text("utf-8")
     assert "## Notes" in md and "Banked +900%" in md  # the note is there, as text
-    assert_inert(md)
+    rows = json.loads((run / "report.json").read_text("utf-8"))["search_history"]
+    assert rows  # the plot is there to be checked
+    assert_inert(without_own_plot(md, rows))
 
 
 def _plant(value: Any, payloads, key: str = "") -> Any:
@@ -97,4 +112,4 @@ def test_every_string_of_the_run_is_escaped_in_the_report(finished):
     planted = _plant(report, cycle(PAYLOADS))
     md = render_markdown(planted)
     assert md.count("Banked +900%") >= 3 and md.count("onerror") >= 3  # the payloads are there, as text
-    assert_inert(md)
+    assert_inert(without_own_plot(md, planted["search_history"]))

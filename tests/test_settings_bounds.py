@@ -22,11 +22,11 @@ TOO_BIG = {"budget_minutes": 1e9, "seed": 2**63, "reps": 2**63, "max_reps": 10**
            "qps": 1e12, "offline_samples": 10**9, "max_tokens": 10**9, "max_baseline_remeasures": 10**6,
            "max_fix_attempts": 10**6, "max_harness_redos": 10**6, "max_proposals": 10**9,
            "recursion_limit": 2**63, "max_red_team_attacks": 10**9, "llm_timeout_s": 1e9,
-           "llm_max_retries": 10**6, "llm_max_tokens": 10**9}
+           "llm_max_retries": 10**6, "llm_max_tokens": 10**9, "study_batch": 10**6, "study_startup": 10**6}
 TOO_SMALL = {"budget_minutes": 0, "seed": -1, "reps": 0, "max_reps": 0, "rep_seconds": 0, "qps": 0,
              "offline_samples": 0, "max_tokens": 0, "max_baseline_remeasures": -1, "max_fix_attempts": -1,
              "max_harness_redos": -1, "max_proposals": -1, "recursion_limit": 0, "max_red_team_attacks": -1,
-             "llm_timeout_s": 0, "llm_max_retries": -1, "llm_max_tokens": 0}
+             "llm_timeout_s": 0, "llm_max_retries": -1, "llm_max_tokens": 0, "study_batch": 0, "study_startup": 0}
 
 
 def test_every_numeric_field_is_bounded():

@@ -26,6 +26,7 @@ from perfwarden.orchestrator.review.model import (KEEP, RunReview, VerdictEntry,
                                                   read_server_info)
 from perfwarden.orchestrator.review.summary import (LEVER_CLASSES, SEVERITIES, banked, fmt_pct, fmt_value, gates_of,
                                                     is_banked)
+from perfwarden.orchestrator.review import search_plot
 from perfwarden.orchestrator.review.svg import Row, TimelineNode, esc, strip_plot, timeline
 
 MAX_EVIDENCE_SHOWN = 8
@@ -560,7 +561,7 @@ def review_sections(review: RunReview, tag: str = "") -> str:
     reader = LineReader(review.root)
     cards = "".join(verdict_card(e, review, reader, anchor(tag, i, e)) for i, e in enumerate(review.entries))
     return (notes_html(review) + timeline_html(review, tag) + trail_table(review, tag) + banked_html(review)
-            + gates_html(review) + f'<div class="cards">{cards}</div>')
+            + search_plot.history_html(review.root) + gates_html(review) + f'<div class="cards">{cards}</div>')
 
 
 def review_filters(reviews: list[RunReview]) -> str:
