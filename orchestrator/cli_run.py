@@ -244,6 +244,24 @@ def _engine_interpreter(err: Console, settings: RunSettings, engine_python: str 
     return settings, python
 
 
+def _print_outcome(state: dict, run_dir: Path | str, started: float) -> None:
+    """What the run banked and refused, the bundle, and where the report is (stdout)."""
+    console = Console(soft_wrap=True, highlight=False)
+    console.print(safe_text(f"run directory: {run_dir}"))
+    for b in state.get("banked", []):
+        delta = b.headline_rederived_pct
+        console.print(safe_text(("banked", "green"), f" class {b.lever_class} {b.name}: "
+                                    + (f"{delta:+.2f}% output throughput" if delta is not None else "")
+                                    + f" ({b.verdict})"))
+    for r in state.get("rejected", []):
+        console.print(safe_text(("refused", "red"), f" {r.name}: {r.reason} ({r.verdict or '-'})"))
+    bundle = next((v for v in reversed(state.get("verdicts", [])) if v.scope == "bundle"), None)
+    if bundle is not None and bundle.headline_rederived is not None:
+        console.print(safe_text(("bundle", "bold"), f" vs the true baseline: {bundle.verdict} "
+                                    f"{bundle.headline_rederived:+.2f}% output throughput"))
+    console.print(safe_text(f"report: {Path(run_dir) / 'report.md'}  ({time.time() - started:.0f}s)"))
+
+
 def run(
     target: str = typer.Option("embedded", "--target", help="embedded (real SmolLM2 on CPU), sglang (GPU host: "
                                "needs --model), vllm (its own environment: --vllm-python) or synthetic."),
@@ -336,17 +354,4 @@ def run(
                          f"`perfwarden run --resume {run_dir}` (PERFWARDEN_DEBUG=1 shows the traceback)")
         raise typer.Exit(ExitCode.NOT_OK) from None
     watcher._stop()
-    console = Console(soft_wrap=True, highlight=False)
-    console.print(safe_text(f"run directory: {run_dir}"))
-    for b in state.get("banked", []):
-        delta = b.headline_rederived_pct
-        console.print(safe_text(("banked", "green"), f" class {b.lever_class} {b.name}: "
-                                    + (f"{delta:+.2f}% output throughput" if delta is not None else "")
-                                    + f" ({b.verdict})"))
-    for r in state.get("rejected", []):
-        console.print(safe_text(("refused", "red"), f" {r.name}: {r.reason} ({r.verdict or '-'})"))
-    bundle = next((v for v in reversed(state.get("verdicts", [])) if v.scope == "bundle"), None)
-    if bundle is not None and bundle.headline_rederived is not None:
-        console.print(safe_text(("bundle", "bold"), f" vs the true baseline: {bundle.verdict} "
-                                    f"{bundle.headline_rederived:+.2f}% output throughput"))
-    console.print(safe_text(f"report: {Path(run_dir) / 'report.md'}  ({time.time() - started:.0f}s)"))
+    _print_outcome(state, run_dir, started)

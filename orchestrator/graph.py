@@ -366,7 +366,7 @@ def pick(state: RunState, runtime: Runtime[RunContext]) -> dict:
         update["notes"] = [f"max_proposals={ctx.settings.max_proposals} changes tried: the search stops here"]
     elif nxt is None and study.sampler_of(ctx.settings) == "tpe":
         room = ctx.settings.max_proposals - len(state.get("proposals", []))
-        new = study.next_proposals(state, ctx, _run(state), _base_config(ctx), _best(state), room)
+        new = study.next_proposals(state, ctx, _run(state), _base_knobs(ctx), _best(state), room)
         nxt = new[0] if new else None
     elif nxt is None:
         nxt = _next_config_proposal(state, ctx)
@@ -486,11 +486,11 @@ def integrator(state: RunState, runtime: Runtime[RunContext]) -> dict:
 def _ab_plans(ctx: RunContext, p: Proposal, names: list[str] | tuple[str, str]) -> list[LegPlan]:
     """A step's two legs: the best configuration it is measured against, and that plus the step."""
     base_leg, cand_leg = names
-    base = _base_config(ctx)
-    return [LegPlan(leg=base_leg, role="baseline", config=integrator.baseline_config(base, p),
-                    overlay=integrator.overlay(p.against).model_dump(), purpose=f"best configuration before {p.id}"),
-            LegPlan(leg=cand_leg, role="candidate", config=integrator.candidate_config(base, p),
-                    overlay=integrator.overlay(integrator.candidate_config({}, p)).model_dump(),
+    base = _base_knobs(ctx)
+    return [LegPlan(leg=base_leg, role="baseline", config=integrator_agent.baseline_config(base, p),
+                    overlay=integrator_agent.overlay(p.against).model_dump(), purpose=f"best configuration before {p.id}"),
+            LegPlan(leg=cand_leg, role="candidate", config=integrator_agent.candidate_config(base, p),
+                    overlay=integrator_agent.overlay(integrator_agent.candidate_config({}, p)).model_dump(),
                     parent=base_leg, purpose=p.rationale)]
 
 
