@@ -63,6 +63,14 @@ class Proposal(BaseModel):
     """Kernel proposals: the op-bench speedup the harness audit re-derived."""
     disclosed_regressions: dict[str, float] = Field(default_factory=dict)
     """Latency metrics the producer states got worse (percent), from its own reading of the legs."""
+    stated_pct: float | None = None
+    """The headline delta (percent) the last patch claim stated, from the producer's own reading of its
+    legs (``agents/own_figures.py``) or, with an LLM brain, the figure the model stated from it."""
+    stated_by: Literal["code", "llm"] | None = None
+    """Who stated ``stated_pct``: the producer's code or its LLM brain."""
+    figure_by: Literal["brain", "code"] = "brain"
+    """Who states the next claim's figure: the brain (the LLM when there is one), or the producer's code
+    (after the auditor found the brain's figure misreported)."""
     reps: int = 3
     """Reps per leg for the next measurement."""
     attempts: int = 0
@@ -87,8 +95,8 @@ class FixDecision(BaseModel):
 
     action: Literal["resubmit", "remeasure", "run_quality_eval", "reclassify", "disclose", "drop"]
     """What to do next."""
-    reason: str
-    """One line, for the report."""
+    reason: str = Field(json_schema_extra={"maxLength": 300})
+    """One line, for the report (the bound is the schema's: structured output stops a model there)."""
     believed_class: Literal["A", "B"] | None = None
     """New lever class when reclassifying."""
     headline_kind: Literal["e2e", "kernel", "isolated"] | None = None
@@ -137,6 +145,8 @@ class VerdictSummary(BaseModel):
     """Every finding, INFO included."""
     headline_metric: str | None = None
     """Metric of the headline."""
+    headline_claimed: float | None = None
+    """Headline delta the claim stated (the producer's own figure; None: it stated none)."""
     headline_rederived: float | None = None
     """Headline delta re-derived from raw (percent; a speedup factor for harness claims)."""
     lever_detected: LeverClass | None = None
@@ -153,7 +163,8 @@ class VerdictSummary(BaseModel):
                    proposal=proposal, producer=claim.producer,
                    findings=[FindingSummary(code=f.code, severity=f.severity, message=f.message, measured=f.measured)
                              for f in verdict.findings],
-                   headline_metric=claim.headline.metric, headline_rederived=verdict.headline_rederived,
+                   headline_metric=claim.headline.metric, headline_claimed=claim.headline.value,
+                   headline_rederived=verdict.headline_rederived,
                    lever_detected=verdict.lever_detected, degraded=verdict.degraded, seal=verdict.seal)
 
     @property

@@ -38,7 +38,7 @@ from typing import Any, Callable, Iterator
 from langgraph.graph import END, START, StateGraph
 from langgraph.runtime import Runtime
 
-from perfwarden.agents import config_tuner, integrator, kernel_extractor, op_benchmarker
+from perfwarden.agents import config_tuner, integrator, kernel_extractor, op_benchmarker, own_figures
 from perfwarden.agents.auditor.audit import audit_path, load_claim, write_verdict
 from perfwarden.agents.auditor.findings import unsealed_refusal
 from perfwarden.agents.auditor.gates.profile import rank_ops
@@ -455,7 +455,8 @@ def integrate(state: RunState, runtime: Runtime[RunContext]) -> dict:
         p, note = _run_quality_eval(ctx, run, p, legs[0], legs[1])
         notes.append(note)
     what = f"A/B {base_leg} vs {cand_leg} x{p.reps} reps ({status.get(cand_leg, 'ok')})"
-    return {**_submit_patch(state, p, what), "notes": notes}
+    submitted = _submit_patch(state, ctx, p, what)
+    return {**submitted, "notes": notes + submitted.get("notes", [])}
 
 
 def _run_quality_eval(ctx: RunContext, run: Path, p: Proposal, base: LegPlan, cand: LegPlan) -> tuple[Proposal, str]:
@@ -470,14 +471,18 @@ def _run_quality_eval(ctx: RunContext, run: Path, p: Proposal, base: LegPlan, ca
         return p, f"{p.id}: quality eval failed: {exc}"
 
 
-def _submit_patch(state: RunState, p: Proposal, what: str) -> dict:
-    """Write the proposal's patch claim over its current legs; the auditor node answers it."""
+def _submit_patch(state: RunState, ctx: RunContext, p: Proposal, what: str) -> dict:
+    """Write the proposal's patch claim over its current legs, stating the headline figure the producer
+    read from its own legs (or its LLM brain stated from them); the auditor node answers it."""
     base_leg, cand_leg = p.legs
     p.attempts += 1
+    reading = own_figures.read_ab(_run(state), p.legs)
+    p.stated_pct, p.stated_by = ctx.brains.state_figure(p, reading) if reading is not None else (None, None)
     opbench_rel = f"opbench/{p.op}/opbench.jsonl" if p.kind == "kernel" else None
     submitted = _submit(state, integrator.patch_claim(p, base_leg, cand_leg, opbench_rel, state.get("aa_legs")))
-    p.history.append(f"{what}; claim {submitted['pending_claim']}")
-    return {**submitted, "proposals": [p]}
+    stated = f"states {p.stated_pct:+.2f}% ({p.stated_by})" if p.stated_pct is not None else "states no figure"
+    p.history.append(f"{what}; claim {submitted['pending_claim']} {stated}")
+    return {**submitted, "proposals": [p], **_brain_notes(ctx)}
 
 
 @step("fix")
@@ -531,6 +536,8 @@ def fix(state: RunState, runtime: Runtime[RunContext]) -> dict:
         p = config_tuner.reclassify(p, run)
     elif action == "disclose":
         p = config_tuner.disclose(p, v, run)
+    elif action == "resubmit" and "REPORTED_MISMATCH" in v.codes():
+        p.figure_by = "code"  # the brain's figure was refused: the producer's own reading states the next one
     return {**update, "proposals": [p]}
 
 
@@ -563,7 +570,7 @@ def route_quality(state: RunState) -> str:
 def resubmit(state: RunState, runtime: Runtime[RunContext]) -> dict:
     """Same legs, corrected claim (reclassified headline, a disclosed trade-off or a quality eval
     added): no re-measure."""
-    return _submit_patch(state, _proposal(state), "resubmitted on the same legs")
+    return _submit_patch(state, runtime.context, _proposal(state), "resubmitted on the same legs")
 
 
 @step("bundle")
@@ -589,7 +596,8 @@ def bundle(state: RunState, runtime: Runtime[RunContext]) -> dict:
     notes = []
     traded = sorted({m for b in banked for m in b.disclosed_regressions})
     # Restate each trade-off at the size the bundle legs show (the producer's own reading).
-    disclosed = config_tuner.own_regressions(run, ["bundle-base", "bundle"], traded) if traded else {}
+    disclosed = own_figures.own_regressions(run, ["bundle-base", "bundle"], traded) if traded else {}
+    reading = own_figures.read_ab(run, ["bundle-base", "bundle"])
     eval_id = None
     if any(b.quality_eval_id for b in banked):
         try:
@@ -597,7 +605,8 @@ def bundle(state: RunState, runtime: Runtime[RunContext]) -> dict:
                 eval_id = ctx.lab.quality(run, legs[1], legs[0])
         except LabError as exc:
             notes.append(f"bundle quality eval failed: {exc}")
-    claim = integrator.bundle_claim(banked, "bundle-base", "bundle", "bundle-test04", disclosed, eval_id)
+    claim = integrator.bundle_claim(banked, "bundle-base", "bundle", "bundle-test04", disclosed, eval_id,
+                                    reading.delta_pct if reading is not None else None)
     return {**_submit(state, claim), "bundle_done": True, "current": None, "notes": notes, "stage": "bundle"}
 
 
