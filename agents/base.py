@@ -163,7 +163,7 @@ class VerdictSummary(BaseModel):
                    proposal=proposal, producer=claim.producer,
                    findings=[FindingSummary(code=f.code, severity=f.severity, message=f.message, measured=f.measured)
                              for f in verdict.findings],
-                   headline_metric=claim.headline.metric, headline_claimed=claim.headline.value,
+                   headline_metric=claim.headline.metric, headline_claimed=claimed_headline(claim),
                    headline_rederived=verdict.headline_rederived,
                    lever_detected=verdict.lever_detected, degraded=verdict.degraded, seal=verdict.seal)
 
@@ -175,6 +175,14 @@ class VerdictSummary(BaseModel):
     def codes(self) -> set[str]:
         """Codes of the findings that count (FLAG and FAIL)."""
         return {f.code for f in self.findings if f.severity != "INFO"}
+
+
+def claimed_headline(claim: Claim) -> float | None:
+    """The claim's figure in the unit the auditor re-derives: a harness claim's speedup factor, else the
+    headline delta in percent."""
+    if claim.scope == "harness" and claim.isolated_speedup is not None:
+        return claim.isolated_speedup.value
+    return claim.headline.value
 
 
 class BankedChange(BaseModel):

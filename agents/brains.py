@@ -165,7 +165,7 @@ class Brains:
         readings = json.dumps({"baseline": reading.baseline, "candidate": reading.candidate})
         prompt = render_skill("claim_figure", change=proposal.id, metric=reading.metric, readings=fence(readings))
         try:
-            answer = self.llm.complete_json("You are the integrator.", prompt, StatedFigure)
+            answer = self.llm.complete_json("You state the headline figure of your claim.", prompt, StatedFigure)
         except (LLMUnavailable, LLMOutputError) as exc:
             self._fell_back("integrator", f"integrator LLM gave no figure ({exc}); stated the producer's own reading")
             return reading.delta_pct, "code"
