@@ -95,7 +95,7 @@ class FixDecision(BaseModel):
 
     action: Literal["resubmit", "remeasure", "run_quality_eval", "reclassify", "disclose", "drop"]
     """What to do next."""
-    reason: str = Field(json_schema_extra={"maxLength": 300})
+    reason: str = Field(json_schema_extra={"maxLength": 120})
     """One line, for the report (the bound is the schema's: structured output stops a model there)."""
     believed_class: Literal["A", "B"] | None = None
     """New lever class when reclassifying."""

@@ -34,26 +34,26 @@ def bounded(max_length: int | None = None, max_items: int | None = None) -> dict
 
 
 class KnobChange(BaseModel):
-    knob: str = Field(**bounded(64))
-    value: bool | int | float | Annotated[str, Field(max_length=64)]
+    knob: str = Field(**bounded(40))
+    value: bool | int | float | Annotated[str, Field(max_length=40)]
     """A searched knob's value (every searched knob is a scalar; its model validates it)."""
     lever_class: Literal["A", "B"]
-    rationale: str = Field("", **bounded(300))
+    rationale: str = Field("", **bounded(120))
 
 
 class ConfigProposals(BaseModel):
-    proposals: list[KnobChange] = Field(default_factory=list, **bounded(max_items=4))
+    proposals: list[KnobChange] = Field(default_factory=list, **bounded(max_items=2))
 
 
 class KernelCode(BaseModel):
-    code: str = Field(**bounded(6000))
-    rationale: str = Field("", **bounded(300))
+    code: str = Field(**bounded(4000))
+    rationale: str = Field("", **bounded(120))
 
 
 class StatedFigure(BaseModel):
     delta_pct: float
     """The headline delta the brain states (percent)."""
-    rationale: str = Field("", **bounded(300))
+    rationale: str = Field("", **bounded(120))
 
 
 MAX_PROMPT_SHAPES = 32

@@ -34,20 +34,20 @@ EXCERPT_BYTES = 512 << 10
 
 
 class PersonaEvidence(BaseModel):
-    file: str = Field(json_schema_extra={"maxLength": 200})
+    file: str = Field(json_schema_extra={"maxLength": 80})
     line: int | None = None
 
 
 class PersonaFinding(BaseModel):
     code: str = Field(json_schema_extra={"enum": sorted(CATALOG)})
     severity: Literal["FLAG", "FAIL"]
-    message: str = Field(json_schema_extra={"maxLength": 300})
-    evidence: list[PersonaEvidence] = Field(default_factory=list, json_schema_extra={"maxItems": 3})
+    message: str = Field(json_schema_extra={"maxLength": 160})
+    evidence: list[PersonaEvidence] = Field(default_factory=list, json_schema_extra={"maxItems": 2})
 
 
 class PersonaAnswer(BaseModel):
-    findings: list[PersonaFinding] = Field(default_factory=list, json_schema_extra={"maxItems": 8})
-    notes: str = Field("", json_schema_extra={"maxLength": 1000})
+    findings: list[PersonaFinding] = Field(default_factory=list, json_schema_extra={"maxItems": 4})
+    notes: str = Field("", json_schema_extra={"maxLength": 200})
 
 
 def raw_excerpts(run: Path, verdict: Verdict) -> str:

@@ -141,10 +141,12 @@ def questions(m: Material, n: int) -> dict[str, list[Callable[[Brains, LLMClient
 
 
 def measure(base_url: str, model: str, m: Material, n: int, structured: bool, max_tokens: int,
-            kernel_max_tokens: int, timeout_s: float) -> dict[str, Tally]:
-    """Ask every question once against one endpoint, in one mode."""
+            kernel_max_tokens: int, timeout_s: float, chosen: list[str]) -> dict[str, Tally]:
+    """Ask every chosen brain's questions once against one endpoint, in one mode."""
     out: dict[str, Tally] = {}
     for brain, asks in questions(m, n).items():
+        if brain not in chosen:
+            continue
         tally = out[brain] = Tally()
         for ask in asks:
             cap = kernel_max_tokens if brain == "kernel_extractor" else max_tokens
@@ -212,7 +214,7 @@ def print_table(name: str, with_schema: dict[str, Tally], without: dict[str, Tal
     print(f"{'brain':18} | {'schema-valid (structured)':>25} | {'accepted (structured)':>22} | "
           f"{'schema-valid (free)':>20} | {'accepted (free)':>16} | s/ask (str./free)")
     total = {k: Tally() for k in ("s", "f")}
-    for brain in BRAINS:
+    for brain in (b for b in BRAINS if b in with_schema):
         s, f = with_schema[brain], without[brain]
         for key, t in (("s", s), ("f", f)):
             total[key].asks += t.asks
@@ -235,10 +237,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-tokens", type=int, default=384)
     parser.add_argument("--kernel-max-tokens", type=int, default=768)
     parser.add_argument("--threads", type=int, default=2, help="the embedded server's threads")
+    parser.add_argument("--brains", default=",".join(BRAINS), help=f"which brains to ask (comma-separated: {', '.join(BRAINS)})")
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds per ask")
     args = parser.parse_args(argv)
     if not 1 <= args.prompts <= MAX_PROMPTS or args.max_tokens < 1 or args.kernel_max_tokens < 1:
         print(f"--prompts must be 1..{MAX_PROMPTS} and the token caps positive", file=sys.stderr)
+        return 3
+    chosen = [b for b in args.brains.split(",") if b]
+    if not chosen or set(chosen) - set(BRAINS):
+        print(f"--brains names {sorted(set(chosen) - set(BRAINS)) or 'nothing'}; known: {', '.join(BRAINS)}", file=sys.stderr)
         return 3
     if args.no_embedded and not args.url:
         print("nothing to measure: give --url or leave the embedded server on", file=sys.stderr)
@@ -250,14 +257,14 @@ def main(argv: list[str] | None = None) -> int:
             with EmbeddedEndpoint(Path(tmp) / "server.log", args.threads) as url:
                 print(f"embedded server {url} (this checkout)", flush=True)
                 rows = [measure(url, "SmolLM2-135M-Instruct", m, args.prompts, mode, args.max_tokens,
-                                args.kernel_max_tokens, args.timeout) for mode in (True, False)]
+                                args.kernel_max_tokens, args.timeout, chosen) for mode in (True, False)]
             print_table("embedded (SmolLM2-135M-Instruct, CPU)", *rows)
         for url in args.url:
             print(f"endpoint {url} model {args.model!r}", flush=True)
             rows = [measure(url, args.model, m, args.prompts, mode, args.max_tokens, args.kernel_max_tokens,
-                            args.timeout) for mode in (True, False)]
+                            args.timeout, chosen) for mode in (True, False)]
             print_table(f"{url} ({args.model})", *rows)
-    print(f"\n{args.prompts} question(s) per brain x {len(BRAINS)} brains x 2 modes per endpoint; max_tokens "
+    print(f"\n{args.prompts} question(s) per brain x {len(chosen)} brains x 2 modes per endpoint; max_tokens "
           f"{args.max_tokens} (kernel {args.kernel_max_tokens}); {time.monotonic() - started:.0f} s in all")
     return 0
 
