@@ -226,6 +226,10 @@ def print_table(name: str, with_schema: dict[str, Tally], without: dict[str, Tal
     s, f = total["s"], total["f"]
     print(f"{'all':18} | {pct(s.valid, s.asks):>25} | {pct(s.accepted, s.asks):>22} | {pct(f.valid, f.asks):>20} | "
           f"{pct(f.accepted, f.asks):>16} | {s.seconds / max(s.asks, 1):.0f} / {f.seconds / max(f.asks, 1):.0f}")
+    for brain in (b for b in BRAINS if b in with_schema):
+        for mode, t in (("structured", with_schema[brain]), ("free", without[brain])):
+            if t.errors:
+                print(f"  {brain} ({mode}): {t.errors[0]}")
 
 
 def main(argv: list[str] | None = None) -> int:
