@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, create_model
 
 from perfwarden.agents import config_tuner
 from perfwarden.agents.base import FixDecision, Proposal, VerdictSummary
@@ -43,6 +43,18 @@ class KnobChange(BaseModel):
 
 class ConfigProposals(BaseModel):
     proposals: list[KnobChange] = Field(default_factory=list, **bounded(max_items=2))
+
+
+def proposals_for(space: dict[str, tuple[Any, ...]]) -> type[ConfigProposals]:
+    """``ConfigProposals`` whose schema names the searched knobs and their allowed values (an enum each), so
+    that structured output spends a few tokens on a knob instead of a free string a weak model loops in.
+    Validation is ``ConfigProposals``'s; ``check_step`` still judges every step."""
+    values = [v for allowed in space.values() for v in allowed if isinstance(v, (bool, int, float, str))]
+    change = create_model("KnobChange", __base__=KnobChange,
+                          knob=(str, Field(json_schema_extra={"enum": sorted(space)})),
+                          value=(bool | int | float | str, Field(json_schema_extra={"enum": values})))
+    return create_model("ConfigProposals", __base__=ConfigProposals,
+                        proposals=(list[change], Field(default_factory=list, **bounded(max_items=2))))
 
 
 class KernelCode(BaseModel):
@@ -118,7 +130,7 @@ class Brains:
         prompt = render_skill("config_tuner", knobs=json.dumps(knobs, default=str), base_config=json.dumps(base, default=str),
                               best=json.dumps(best, default=str), path=fence(json.dumps(path, default=str)))
         try:
-            answer = self.llm.complete_json("You are the config-tuner.", prompt, ConfigProposals)
+            answer = self.llm.complete_json("You are the config-tuner.", prompt, proposals_for(space))
         except (LLMUnavailable, LLMOutputError) as exc:
             self._fell_back("config_tuner", f"config-tuner LLM failed ({exc}); used the deterministic policy")
             return fallback

@@ -218,3 +218,21 @@ def test_a_model_that_ignores_the_schema_is_still_validated_and_a_cut_answer_say
         None, "the answer was cut at the token limit")
     assert parse_answer("", None, "stop", PersonaAnswer) == (None, "the answer is empty")
     assert parse_answer("{}", "no", "stop", PersonaAnswer)[1] == "the model refused: no"
+
+
+def test_the_config_tuner_asks_for_a_searched_knob_and_an_allowed_value():
+    """A free knob string is where a weak model loops until the token limit (measured on SmolLM2): the
+    config-tuner's schema names the searched knobs and their allowed values instead."""
+    from perfwarden.agents.brains import Brains
+    from perfwarden.agents.config_tuner import parse_levers
+    from perfwarden.harness.target_config import EmbeddedConfig
+
+    space = parse_levers(EmbeddedConfig, ["max_batch_size", "attn_implementation"])
+    base = {k: getattr(EmbeddedConfig(), k) for k in space}
+    reply = json.dumps({"proposals": [{"knob": "max_batch_size", "value": 2, "lever_class": "B", "rationale": ""}]})
+    with ScriptedLLM([reply]) as llm:
+        step = Brains(llm=client(llm)).next_config_step(EmbeddedConfig, space, base, {}, [])
+        schema = llm.requests[0]["response_format"]["json_schema"]["schema"]["$defs"]["KnobChange"]["properties"]
+    assert (step.knob, step.value) == ("max_batch_size", 2)
+    assert schema["knob"]["enum"] == sorted(space)
+    assert set(schema["value"]["enum"]) == {v for allowed in space.values() for v in allowed}
