@@ -63,6 +63,14 @@ class Proposal(BaseModel):
     """Kernel proposals: the op-bench speedup the harness audit re-derived."""
     disclosed_regressions: dict[str, float] = Field(default_factory=dict)
     """Latency metrics the producer states got worse (percent), from its own reading of the legs."""
+    stated_pct: float | None = None
+    """The headline delta (percent) the last patch claim stated, from the producer's own reading of its
+    legs (``agents/own_figures.py``) or, with an LLM brain, the figure the model stated from it."""
+    stated_by: Literal["code", "llm"] | None = None
+    """Who stated ``stated_pct``: the producer's code or its LLM brain."""
+    figure_by: Literal["brain", "code"] = "brain"
+    """Who states the next claim's figure: the brain (the LLM when there is one), or the producer's code
+    (after the auditor found the brain's figure misreported)."""
     reps: int = 3
     """Reps per leg for the next measurement."""
     attempts: int = 0
@@ -93,8 +101,8 @@ class FixDecision(BaseModel):
 
     action: FixAction
     """What to do next."""
-    reason: str
-    """One line, for the report."""
+    reason: str = Field(json_schema_extra={"maxLength": 120})
+    """One line, for the report (the bound is the schema's: structured output stops a model there)."""
     believed_class: Literal["A", "B"] | None = None
     """New lever class when reclassifying."""
     headline_kind: Literal["e2e", "kernel", "isolated"] | None = None
@@ -143,6 +151,8 @@ class VerdictSummary(BaseModel):
     """Every finding, INFO included."""
     headline_metric: str | None = None
     """Metric of the headline."""
+    headline_claimed: float | None = None
+    """Headline delta the claim stated (the producer's own figure; None: it stated none)."""
     headline_rederived: float | None = None
     """Headline delta re-derived from raw (percent; a speedup factor for harness claims)."""
     lever_detected: LeverClass | None = None
@@ -159,7 +169,8 @@ class VerdictSummary(BaseModel):
                    proposal=proposal, producer=claim.producer,
                    findings=[FindingSummary(code=f.code, severity=f.severity, message=f.message, measured=f.measured)
                              for f in verdict.findings],
-                   headline_metric=claim.headline.metric, headline_rederived=verdict.headline_rederived,
+                   headline_metric=claim.headline.metric, headline_claimed=claimed_headline(claim),
+                   headline_rederived=verdict.headline_rederived,
                    lever_detected=verdict.lever_detected, degraded=verdict.degraded, seal=verdict.seal)
 
     @property
@@ -170,6 +181,14 @@ class VerdictSummary(BaseModel):
     def codes(self) -> set[str]:
         """Codes of the findings that count (FLAG and FAIL)."""
         return {f.code for f in self.findings if f.severity != "INFO"}
+
+
+def claimed_headline(claim: Claim) -> float | None:
+    """The claim's figure in the unit the auditor re-derives: a harness claim's speedup factor, else the
+    headline delta in percent."""
+    if claim.scope == "harness" and claim.isolated_speedup is not None:
+        return claim.isolated_speedup.value
+    return claim.headline.value
 
 
 class BankedChange(BaseModel):

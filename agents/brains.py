@@ -8,35 +8,64 @@ the deterministic policy answers instead, so the run goes on. Our own bugs raise
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, create_model
 
 from perfwarden.agents import config_tuner
 from perfwarden.agents.base import FixDecision, Proposal, VerdictSummary
 from perfwarden.agents.config_tuner import KnobStep, Tried
 from perfwarden.harness.llm_client import LLMClient, LLMOutputError, LLMUnavailable
+from perfwarden.agents.own_figures import LegReading
 from perfwarden.harness import safe_write
 from perfwarden.harness.target_config import TargetConfig
 from perfwarden.skills import fence, render_skill
 
 
+def bounded(max_length: int | None = None, max_items: int | None = None) -> dict[str, Any]:
+    """Schema-only bounds for a free-text field or a list: structured output stops a weak model's loop at
+    them (a string that never closes would run to the token limit and be cut, invalid); validation is
+    unchanged, so a longer answer from an endpoint without structured output still parses."""
+    extra = {"maxLength": max_length} if max_length is not None else {}
+    return {"json_schema_extra": extra | ({"maxItems": max_items} if max_items is not None else {})}
+
+
 class KnobChange(BaseModel):
-    knob: str
-    value: Any
+    knob: str = Field(**bounded(40))
+    value: bool | int | float | Annotated[str, Field(max_length=40)]
+    """A searched knob's value (every searched knob is a scalar; its model validates it)."""
     lever_class: Literal["A", "B"]
-    rationale: str = ""
+    rationale: str = Field("", **bounded(120))
 
 
 class ConfigProposals(BaseModel):
-    proposals: list[KnobChange] = Field(default_factory=list)
+    proposals: list[KnobChange] = Field(default_factory=list, **bounded(max_items=2))
+
+
+def proposals_for(space: dict[str, tuple[Any, ...]]) -> type[ConfigProposals]:
+    """``ConfigProposals`` whose schema names the searched knobs and their allowed values (an enum each), so
+    that structured output spends a few tokens on a knob instead of a free string a weak model loops in.
+    Validation is ``ConfigProposals``'s; ``check_step`` still judges every step."""
+    values = [v for allowed in space.values() for v in allowed if isinstance(v, (bool, int, float, str))]
+    change = create_model("KnobChange", __base__=KnobChange,
+                          knob=(str, Field(json_schema_extra={"enum": sorted(space)})),
+                          value=(bool | int | float | str, Field(json_schema_extra={"enum": values})))
+    return create_model("ConfigProposals", __base__=ConfigProposals,
+                        proposals=(list[change], Field(default_factory=list, **bounded(max_items=2))))
 
 
 class KernelCode(BaseModel):
-    code: str
-    rationale: str = ""
+    code: str = Field(**bounded(4000))
+    rationale: str = Field("", **bounded(120))
+
+
+class StatedFigure(BaseModel):
+    delta_pct: float
+    """The headline delta the brain states (percent)."""
+    rationale: str = Field("", **bounded(120))
 
 
 MAX_PROMPT_SHAPES = 32
@@ -101,7 +130,7 @@ class Brains:
         prompt = render_skill("config_tuner", knobs=json.dumps(knobs, default=str), base_config=json.dumps(base, default=str),
                               best=json.dumps(best, default=str), path=fence(json.dumps(path, default=str)))
         try:
-            answer = self.llm.complete_json("You are the config-tuner.", prompt, ConfigProposals)
+            answer = self.llm.complete_json("You are the config-tuner.", prompt, proposals_for(space))
         except (LLMUnavailable, LLMOutputError) as exc:
             self._fell_back("config_tuner", f"config-tuner LLM failed ({exc}); used the deterministic policy")
             return fallback
@@ -137,6 +166,25 @@ class Brains:
         if decision.action == "remeasure" and proposal.reps >= max_reps and fallback.action == "drop":
             return fallback  # the loop bound wins over the model's optimism
         return decision
+
+    # -- integrator: the claim's headline figure
+    def state_figure(self, proposal: Proposal, reading: LegReading) -> tuple[float, Literal["code", "llm"]]:
+        """The headline delta the claim states, and who stated it. The deterministic brain states the
+        producer's own reading; the LLM brain states what it reads from the same per-rep numbers (checked
+        by the auditor like any figure: REPORTED_MISMATCH when it is off)."""
+        if self.llm is None or proposal.figure_by == "code":
+            return reading.delta_pct, "code"
+        readings = json.dumps({"baseline": reading.baseline, "candidate": reading.candidate})
+        prompt = render_skill("claim_figure", change=proposal.id, metric=reading.metric, readings=fence(readings))
+        try:
+            answer = self.llm.complete_json("You state the headline figure of your claim.", prompt, StatedFigure)
+        except (LLMUnavailable, LLMOutputError) as exc:
+            self._fell_back("integrator", f"integrator LLM gave no figure ({exc}); stated the producer's own reading")
+            return reading.delta_pct, "code"
+        if not math.isfinite(answer.delta_pct):
+            self._fell_back("integrator", "integrator LLM stated a non-finite figure; stated the producer's own reading")
+            return reading.delta_pct, "code"
+        return round(answer.delta_pct, 2), "llm"
 
     # -- kernel-extractor
     def write_kernel(self, run: Path, op: str, share: float, shapes: list, reference_src: str,

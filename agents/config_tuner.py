@@ -25,11 +25,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import msgspec
 from pydantic import BaseModel, ConfigDict
 
 from perfwarden.agents.base import BankedChange, FixDecision, Proposal, VerdictSummary
-from perfwarden.harness.jsonl import BenchRunLine
+from perfwarden.agents.own_figures import own_regressions, read_reps, rep_values
 from perfwarden.harness.target_config import ConfigError, TargetConfig
 
 MAX_TRIES = 2
@@ -158,7 +157,8 @@ def reclassify(proposal: Proposal, run: Path) -> Proposal:
 def document_spec_decode(proposal: Proposal, run: Path) -> Proposal:
     """Speculative decoding must document its draft and acceptance: the draft is the knob that enabled
     it, the acceptance the mean ``accept_length`` of the producer's own candidate reps."""
-    accepts = [a for a in (r.accept_length for r in _own_reps(run, proposal, 1)) if a is not None]
+    reps = read_reps(Path(run) / "legs" / proposal.legs[1] / "bench_runs.jsonl") if proposal.legs else []
+    accepts = rep_values(reps, "accept_length")
     if not accepts:
         return proposal
     draft = next((k for k in proposal.config if k in ("prompt_lookup", "speculative_algorithm")), None)
@@ -175,42 +175,6 @@ def disclose(proposal: Proposal, verdict: VerdictSummary, run: Path) -> Proposal
                       if f.code == "HIDDEN_LATENCY_REGRESSION" and isinstance(f.measured, dict)
                       and isinstance(f.measured.get("metric"), str)})
     return proposal.model_copy(update={"disclosed_regressions": own_regressions(run, proposal.legs or [], metrics)})
-
-
-def own_regressions(run: Path, legs: list[str], metrics: list[str]) -> dict[str, float]:
-    """Percent change of each metric's median, candidate leg vs baseline leg, from the bench lines."""
-    stated: dict[str, float] = {}
-    if len(legs) != 2:
-        return stated
-    base, cand = (_reps(Path(run) / "legs" / leg / "bench_runs.jsonl") for leg in legs)
-    for metric in metrics:
-        b, c = _median(base, metric), _median(cand, metric)
-        if b and c:
-            stated[metric] = round((c / b - 1.0) * 100.0, 1)
-    return stated
-
-
-def _own_reps(run: Path, proposal: Proposal, index: int) -> list[BenchRunLine]:
-    if not proposal.legs:
-        return []
-    return _reps(Path(run) / "legs" / proposal.legs[index] / "bench_runs.jsonl")
-
-
-def _reps(bench: Path) -> list[BenchRunLine]:
-    out = []
-    if not bench.is_file():
-        return out
-    for line in bench.read_bytes().splitlines():
-        try:
-            out.append(msgspec.json.decode(line, type=BenchRunLine))
-        except (msgspec.DecodeError, msgspec.ValidationError):
-            continue  # a torn tail: the producer reads what it can; the auditor judges the file
-    return out
-
-
-def _median(reps: list[BenchRunLine], metric: str) -> float | None:
-    values = sorted(v for v in (getattr(r, metric, None) for r in reps) if isinstance(v, (int, float)))
-    return values[len(values) // 2] if values else None
 
 
 DROP_CODES = {
@@ -232,6 +196,9 @@ def fix(proposal: Proposal, verdict: VerdictSummary, max_reps: int) -> FixDecisi
             return FixDecision(action="drop", reason=f"{code}: {why}")
     if "QUALITY_EVAL_MISSING" in codes and proposal.quality_eval_id is None:
         return FixDecision(action="run_quality_eval", reason="lossy change: run the registered quality eval")
+    if "REPORTED_MISMATCH" in codes and proposal.stated_by == "llm":
+        return FixDecision(action="resubmit", reason="the stated figure disagrees with the raw: restate it from "
+                                                     "the producer's own reading of its legs")
     if "HIDDEN_LATENCY_REGRESSION" in codes and not proposal.disclosed_regressions:
         return FixDecision(action="disclose", reason="a latency trade-off: state it in the claim, with its size")
     if "ORTHOGONAL_LEVER" in codes:

@@ -1,7 +1,8 @@
 """integrator: builds overlays, runs interleaved A/B legs, submits baseline, patch and bundle claims.
 
-It states what it believes (lever class, headline kind, mechanism) and the conditions it thinks both
-legs ran with; the auditor checks all of it against the raw. Every claim is a ``harness.records.Claim``.
+It states what it believes (lever class, headline kind, mechanism), the conditions it thinks both legs
+ran with, and the headline figure it read from its own client's bench lines (``own_figures.py``, or its
+LLM brain's statement of it); the auditor checks all of it against the raw. Every claim is a ``harness.records.Claim``.
 """
 
 from __future__ import annotations
@@ -65,7 +66,7 @@ def patch_claim(proposal: Proposal, base_leg: str, cand_leg: str, opbench_rel: s
         lever=DeclaredLever(name=proposal.id, lever_class=proposal.believed_class,
                             config_keys=sorted(proposal.config) if proposal.kind == "config" else [],
                             kernel_ops=[proposal.op] if proposal.kind == "kernel" else []),
-        headline=Headline(metric="output_throughput", kind=proposal.headline_kind,
+        headline=Headline(metric="output_throughput", kind=proposal.headline_kind, value=proposal.stated_pct,
                           disclosed_regressions=proposal.disclosed_regressions),
         correctness=Correctness(parity="exact_text", quality_eval_id=proposal.quality_eval_id),
         mechanism=Mechanism(name=proposal.mechanism, variant=proposal.mechanism_variant, support=proposal.support,
@@ -82,9 +83,10 @@ def final_changes(banked: list[BankedChange]) -> dict[str, Any]:
 
 
 def bundle_claim(banked: list[BankedChange], base_leg: str, bundle_leg: str, caching_leg: str,
-                 disclosed: dict[str, float], quality_eval_id: str | None) -> Claim:
+                 disclosed: dict[str, float], quality_eval_id: str | None, stated_pct: float | None = None) -> Claim:
     """Every banked step together against the true no-overlay baseline; the components are the steps
-    (each has its own passing patch verdict), the config keys the knobs that end up changed."""
+    (each has its own passing patch verdict), the config keys the knobs that end up changed.
+    ``stated_pct``: the bundle's delta from the producer's own reading of the two legs."""
     changes = final_changes(banked)
     spec = next((b.mechanism for b in banked if b.mechanism.name == "speculative_decoding"), None)
     return Claim(
@@ -95,6 +97,6 @@ def bundle_claim(banked: list[BankedChange], base_leg: str, bundle_leg: str, cac
                             config_keys=sorted(k for k in changes if k != "op_overrides"),
                             kernel_ops=sorted(changes.get("op_overrides") or {}),
                             components=[b.name for b in banked]),
-        headline=Headline(metric="output_throughput", kind="e2e", disclosed_regressions=disclosed),
+        headline=Headline(metric="output_throughput", kind="e2e", value=stated_pct, disclosed_regressions=disclosed),
         correctness=Correctness(parity="exact_text", quality_eval_id=quality_eval_id),
         mechanism=spec or Mechanism())

@@ -29,21 +29,25 @@ EXCERPT_BYTES = 512 << 10
 256 MiB bound is read once, by the audit, not a second time whole for 40 lines)."""
 
 
+# Bounds below are the schema's only (``json_schema_extra``): structured output stops a model's loop at
+# them; validation is unchanged, and codes outside the catalog are still ignored by ``apply_persona``.
+
+
 class PersonaEvidence(BaseModel):
-    file: str
+    file: str = Field(json_schema_extra={"maxLength": 80})
     line: int | None = None
 
 
 class PersonaFinding(BaseModel):
-    code: str
+    code: str = Field(json_schema_extra={"enum": sorted(CATALOG)})
     severity: Literal["FLAG", "FAIL"]
-    message: str
-    evidence: list[PersonaEvidence] = Field(default_factory=list)
+    message: str = Field(json_schema_extra={"maxLength": 160})
+    evidence: list[PersonaEvidence] = Field(default_factory=list, json_schema_extra={"maxItems": 2})
 
 
 class PersonaAnswer(BaseModel):
-    findings: list[PersonaFinding] = Field(default_factory=list)
-    notes: str = ""
+    findings: list[PersonaFinding] = Field(default_factory=list, json_schema_extra={"maxItems": 4})
+    notes: str = Field("", json_schema_extra={"maxLength": 200})
 
 
 def raw_excerpts(run: Path, verdict: Verdict) -> str:

@@ -59,6 +59,8 @@ class GenParams:
     top_p: float = 1.0
     seed: int | None = None
     ignore_eos: bool = False
+    grammar_digest: str | None = None
+    """The ``response_format`` grammar the output must match (its digest; None: free text)."""
 
 
 @dataclass
@@ -119,12 +121,16 @@ class GenRequest:
     first_token_at: float | None = None
     finish: FinishReason | None = None
     """Set once the request has produced its last token."""
+    constraint: Any = None
+    """A ``structured_output.GrammarConstraint`` (``mask``, ``advance``, ``complete``) when the output must
+    match a grammar: every sampled token is drawn from the tokens it allows, and no draft is proposed."""
 
     def cache_key(self) -> str:
         """Identity of the request for the response cache: same prompt tokens and sampling parameters."""
         p = self.params
         blob = json.dumps(
-            [self.prompt_ids, p.max_tokens, p.temperature, p.top_p, p.seed, p.ignore_eos], separators=(",", ":")
+            [self.prompt_ids, p.max_tokens, p.temperature, p.top_p, p.seed, p.ignore_eos, p.grammar_digest],
+            separators=(",", ":")
         )
         return hashlib.sha256(blob.encode()).hexdigest()
 
@@ -201,6 +207,11 @@ def verify_draft(
             return j, token
         return j, int(torch.multinomial(probs / total, 1, generator=generator))
     return len(draft), choose_token(logits[len(draft)], params, generator)
+
+
+def _constrained(req: GenRequest, logits: torch.Tensor) -> torch.Tensor:
+    """The logits a request samples from: its grammar's mask applied when it has one."""
+    return logits if req.constraint is None else req.constraint.mask(logits)
 
 
 # ---------------------------------------------------------------------------------------- kv cache
@@ -527,7 +538,7 @@ class Engine:
         cache = DynamicCache()
         logits = self._forward(ids, mask, positions, cache, logits_to_keep=1)[:, -1, :]
         self.counters.prefill_batches += 1
-        first = [choose_token(logits[i], r.params, r.generator) for i, r in enumerate(reqs)]
+        first = [choose_token(_constrained(r, logits[i]), r.params, r.generator) for i, r in enumerate(reqs)]
         batch = Batch(
             reqs=list(reqs),
             cache=cache,
@@ -575,7 +586,7 @@ class Engine:
         new_last = []
         committed = torch.zeros((B, q_len), dtype=torch.bool)
         for i, (req, d) in enumerate(zip(batch.reqs, drafts, strict=True)):
-            accepted, nxt = verify_draft(logits[i], d, req.params, req.generator)
+            accepted, nxt = verify_draft(_constrained(req, logits[i]), d, req.params, req.generator)
             committed[i, : 1 + accepted] = True  # the fed token and the accepted drafts are now in the cache
             produced = d[:accepted] + [nxt]
             if self.options.prompt_lookup:
@@ -600,7 +611,7 @@ class Engine:
         out = []
         for req in batch.reqs:
             room = req.params.max_tokens - len(req.generated) - 1
-            if room <= 0:
+            if room <= 0 or req.constraint is not None:  # a draft would bypass the grammar's mask
                 out.append([])
                 continue
             history = req.prompt_ids + req.generated
@@ -620,6 +631,9 @@ class Engine:
                 break
             req.generated.append(tok)
             out.append(tok)
+            if req.constraint is not None and (not req.constraint.advance(tok) or req.constraint.complete):
+                req.finish = "stop"  # the answer matches the grammar whole (a refused token cannot follow a mask)
+                break
         if len(req.generated) >= req.params.max_tokens and req.finish is None:
             req.finish = "length"
         self.counters.tokens_generated += len(out)

@@ -6,7 +6,8 @@ Launch::
     python -m perfwarden.harness.embedded_server --port 8123 --set threads=2 --set max_batch_size=8 ...
 
 Endpoints: ``POST /v1/completions``, ``POST /v1/chat/completions`` (both with ``stream: true`` SSE and
-non-streaming), ``GET /v1/models``, ``GET /health``, ``GET /server_info`` (alias ``/get_server_info``).
+non-streaming, and ``response_format`` with a JSON schema honoured by a token mask per step:
+``harness/structured_output.py``), ``GET /v1/models``, ``GET /health``, ``GET /server_info`` (alias ``/get_server_info``).
 
 Why it is built this way (design §6): every knob is real and validated before anything heavy happens,
 so a bad knob fails the start in well under a second with a clear message and a non-zero exit. The
@@ -22,7 +23,6 @@ scheduler crash. A start failure prints one ``START FAILED: ...`` line to stderr
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import logging
 import os
@@ -31,7 +31,6 @@ import socket
 import sys
 import time
 import traceback
-import uuid
 from typing import Any
 
 from perfwarden.harness.model import MODEL_NAME, DeviceError
@@ -462,170 +461,11 @@ def _perfwarden_version() -> str:
 
 
 def build_app(server: EmbeddedServer):
-    """The starlette application over a loaded ``EmbeddedServer``."""
-    from starlette.applications import Starlette
-    from starlette.requests import Request
-    from starlette.responses import JSONResponse, StreamingResponse
-    from starlette.routing import Route
+    """The starlette application over a loaded ``EmbeddedServer`` (``harness/embedded_http.py``)."""
+    # Imported here: the HTTP layer loads torch and starlette, which wait until the knobs validated.
+    from perfwarden.harness.embedded_http import build_app as http_app
 
-    # lazy: torch: after the port is bound
-    from perfwarden.harness.embedded_engine import DoneEvent, ErrorEvent, GenRequest, TokenEvent
-
-    cfg = server.cfg
-    vocab_size = int(server.model.config.vocab_size)
-
-    async def health(request: Request):
-        if server.engine.alive:
-            return JSONResponse({"status": "ok"})
-        return JSONResponse({"status": "scheduler not running"}, status_code=503)
-
-    async def models(request: Request):
-        return JSONResponse({"object": "list", "data": [{
-            "id": MODEL_NAME, "object": "model", "created": 0, "owned_by": "perfwarden",
-            "root": server.info.model_dir, "max_model_len": cfg.max_seq_len,
-        }]})
-
-    async def server_info(request: Request):
-        return JSONResponse(server.server_info())
-
-    async def generate(request: Request, chat: bool):
-        arrival = time.monotonic()
-        try:
-            body = await request.json()
-        except (json.JSONDecodeError, UnicodeDecodeError):
-            return JSONResponse(error_body("request body is not JSON"), status_code=400)
-        if not isinstance(body, dict):
-            return JSONResponse(error_body("request body must be a JSON object"), status_code=400)
-        try:
-            ids = chat_prompt_ids(body, server.tokenizer) if chat else completion_prompt_ids(body, server.tokenizer, vocab_size)
-            params, stream, include_usage = parse_common(body, cfg, len(ids))
-        except RequestError as exc:
-            return JSONResponse(error_body(str(exc), param=exc.param), status_code=400)
-
-        rid = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex[:24]
-        loop = asyncio.get_running_loop()
-        events: asyncio.Queue = asyncio.Queue()
-
-        def emit(event: Any) -> None:
-            try:
-                loop.call_soon_threadsafe(events.put_nowait, event)
-            except RuntimeError:  # event loop gone (shutdown)
-                pass
-
-        req = GenRequest(rid=rid, prompt_ids=ids, params=params, emit=emit, arrival=arrival)
-        try:
-            server.engine.submit(req)
-        except RuntimeError as exc:
-            return JSONResponse(error_body(str(exc), "server_error", code=503), status_code=503)
-        created = int(time.time())
-        obj = "chat.completion" if chat else "text_completion"
-        timing = {"first": None}
-
-        def finished(event: Any) -> None:
-            now = time.monotonic()
-            ttft = (timing["first"] - arrival) * 1000 if timing["first"] else None
-            usage = getattr(event, "usage", {}) or {}
-            extra = f" ops={server.override_calls()!r}" if server.overrides else ""
-            log.info(
-                "request done rid=%s endpoint=%s stream=%s finish=%s prompt_tokens=%d completion_tokens=%s "
-                "ttft_ms=%s e2e_ms=%.1f%s",
-                rid, "chat" if chat else "completions", stream,
-                getattr(event, "finish_reason", "error"), len(ids), usage.get("completion_tokens"),
-                f"{ttft:.1f}" if ttft is not None else None, (now - arrival) * 1000, extra,
-            )
-
-        def chunk(text: str, token_ids: list[int], finish: str | None, usage: dict | None = None) -> dict:
-            choice: dict[str, Any] = {"index": 0, "finish_reason": finish, "token_ids": token_ids}
-            if chat:
-                choice["delta"] = {"content": text} if text or finish is None else {}
-            else:
-                choice["text"] = text
-                choice["logprobs"] = None
-            payload: dict[str, Any] = {"id": rid, "object": obj + (".chunk" if chat else ""), "created": created,
-                                       "model": MODEL_NAME, "choices": [choice]}
-            if usage is not None:
-                payload["usage"] = usage
-            return payload
-
-        if stream:
-            async def body_iter():
-                detok = IncrementalDetokenizer(server.tokenizer)
-                done = False
-                try:
-                    if chat:
-                        first = chunk("", [], None)
-                        first["choices"][0]["delta"] = {"role": "assistant", "content": ""}
-                        yield sse(first)
-                    while True:
-                        event = await events.get()
-                        if isinstance(event, TokenEvent):
-                            if timing["first"] is None:
-                                timing["first"] = time.monotonic()
-                            yield sse(chunk(detok.add(event.token_ids), event.token_ids, None))
-                        elif isinstance(event, DoneEvent):
-                            done = True
-                            tail = detok.flush()
-                            yield sse(chunk(tail, [], event.finish_reason, event.usage))
-                            if include_usage:
-                                yield sse({"id": rid, "object": obj + (".chunk" if chat else ""), "created": created,
-                                           "model": MODEL_NAME, "choices": [], "usage": event.usage})
-                            yield sse("[DONE]")
-                            finished(event)
-                            return
-                        elif isinstance(event, ErrorEvent):
-                            done = True
-                            yield sse(error_body(event.message, event.kind, code=500))
-                            yield sse("[DONE]")
-                            finished(event)
-                            return
-                finally:
-                    if not done:
-                        req.cancelled = True
-
-            return StreamingResponse(body_iter(), media_type="text/event-stream",
-                                     headers={"Cache-Control": "no-cache", "X-Request-Id": rid})
-
-        token_ids: list[int] = []
-        try:
-            while True:
-                event = await events.get()
-                if isinstance(event, TokenEvent):
-                    if timing["first"] is None:
-                        timing["first"] = time.monotonic()
-                    token_ids.extend(event.token_ids)
-                elif isinstance(event, DoneEvent):
-                    break
-                else:
-                    finished(event)
-                    return JSONResponse(error_body(event.message, event.kind, code=500), status_code=500)
-        except asyncio.CancelledError:
-            req.cancelled = True
-            raise
-        finished(event)
-        text = server.tokenizer.decode(token_ids, skip_special_tokens=True)
-        choice: dict[str, Any] = {"index": 0, "finish_reason": event.finish_reason, "token_ids": token_ids}
-        if chat:
-            choice["message"] = {"role": "assistant", "content": text}
-        else:
-            choice["text"] = text
-            choice["logprobs"] = None
-        return JSONResponse({"id": rid, "object": obj, "created": created, "model": MODEL_NAME,
-                             "choices": [choice], "usage": event.usage})
-
-    async def completions(request: Request):
-        return await generate(request, chat=False)
-
-    async def chat_completions(request: Request):
-        return await generate(request, chat=True)
-
-    return Starlette(routes=[
-        Route("/health", health, methods=["GET"]),
-        Route("/v1/models", models, methods=["GET"]),
-        Route("/server_info", server_info, methods=["GET"]),
-        Route("/get_server_info", server_info, methods=["GET"]),
-        Route("/v1/completions", completions, methods=["POST"]),
-        Route("/v1/chat/completions", chat_completions, methods=["POST"]),
-    ])
+    return http_app(server)
 
 
 # -------------------------------------------------------------------------------------------- main

@@ -1,6 +1,8 @@
 """The brains' (and the auditor persona's) client for any OpenAI-compatible chat endpoint: the official
-``openai`` package, with structured outputs validated by the pydantic models. It lives in the harness,
-not among the producers, so the auditor uses it without importing producer code.
+``openai`` package. Every ask sends the pydantic model's strict JSON schema as ``response_format``
+(structured output: vLLM, SGLang and the embedded server constrain decoding to it), and every answer is
+validated by the model. It lives in the harness, not among the producers, so the auditor uses it without
+importing producer code.
 
 Configured by ``OPENAI_BASE_URL`` and ``OPENAI_API_KEY`` (design §5), so vLLM, SGLang, llama.cpp or a
 hosted API work as users expect. The openai client retries transport failures (connection errors,
@@ -60,6 +62,9 @@ class LLMClient:
     """Retries of a failed request (by the openai client) and, separately, of an invalid answer."""
     max_tokens: int | None = None
     """Cap on the answer's length (None: the endpoint's default)."""
+    structured: bool = True
+    """Ask for the answer's JSON schema through ``response_format`` (False: prompt only, to measure what
+    structured output buys: ``benchmarks/brain_validity.py``)."""
     usage: Usage = field(default_factory=Usage)
     transcript: list[dict[str, Any]] = field(default_factory=list)
 
@@ -87,10 +92,12 @@ class LLMClient:
     def _ask(self, messages: list[dict[str, str]], schema: type[T]) -> tuple[str, T | None, str]:
         """One chat completion: (the answer's text, the parsed object or None, why it is invalid)."""
         extra: dict[str, Any] = {"max_completion_tokens": self.max_tokens} if self.max_tokens else {}
+        if self.structured:
+            extra["response_format"] = response_format(schema)
         started = time.monotonic()
         try:
-            raw = self._client.chat.completions.with_raw_response.parse(
-                model=self.model, messages=messages, response_format=schema, temperature=0, **extra)
+            raw = self._client.chat.completions.with_raw_response.create(
+                model=self.model, messages=messages, temperature=0, **extra)
         except openai.APIStatusError as exc:
             self.usage.unavailable += 1
             raise LLMUnavailable(f"{self.base_url!r} answered HTTP {exc.status_code}: {str(exc.message)[:200]!r}") from None
@@ -102,28 +109,46 @@ class LLMClient:
                                 "seconds": round(time.monotonic() - started, 3)})
         try:
             body = raw.http_response.json()
-            text = body["choices"][0]["message"].get("content") or ""
+            choice = body["choices"][0]
+            message = choice["message"]
+            text = message.get("content") or ""
             usage = body.get("usage") or {}
             self.usage.prompt_tokens += int(usage.get("prompt_tokens") or 0)
             self.usage.completion_tokens += int(usage.get("completion_tokens") or 0)
         except (ValueError, KeyError, IndexError, TypeError, AttributeError) as exc:
             return "", None, f"the endpoint's body is not a chat completion ({type(exc).__name__})"
-        try:
-            message = raw.parse().choices[0].message
-            if message.refusal:
-                return text, None, f"the model refused: {message.refusal[:200]}"
-            if message.parsed is not None:
-                return text, message.parsed, ""
-            error = "the answer is empty"
-        except (ValidationError, ValueError, openai.LengthFinishReasonError,
-                openai.ContentFilterFinishReasonError) as exc:
-            error = str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__
-        # Endpoints that ignore response_format (weak local models) often wrap a valid object in prose or
-        # a code fence: accept it when the object itself validates.
-        try:
-            return text, schema.model_validate_json(extract_json(text)), ""
-        except (ValidationError, ValueError) as exc:
-            return text, None, error if "Invalid JSON" not in error else str(exc).splitlines()[0][:300]
+        return (text, *parse_answer(text, message.get("refusal"), choice.get("finish_reason"), schema))
+
+
+def response_format(schema: type[BaseModel]) -> dict[str, Any]:
+    """The ``response_format`` asking for ``schema``'s JSON schema, strict (every field required, no
+    extra keys), as vLLM, SGLang, the hosted API and the embedded server read it."""
+    strict = openai.pydantic_function_tool(schema)["function"]["parameters"]  # the client's strict conversion
+    return {"type": "json_schema", "json_schema": {"name": schema.__name__, "schema": strict, "strict": True}}
+
+
+def parse_answer(text: str, refusal: Any, finish_reason: Any, schema: type[T]) -> tuple[T | None, str]:
+    """The answer validated by ``schema`` (None and why not). Endpoints that ignore ``response_format``
+    (weak local models) often wrap a valid object in prose or a code fence: it is accepted when the
+    object itself validates."""
+    if refusal:
+        return None, f"the model refused: {str(refusal)[:200]}"
+    if not text.strip():
+        return None, "the answer is empty"
+    try:
+        return schema.model_validate_json(text), ""
+    except ValidationError as exc:
+        error = _first_line(exc)
+    try:
+        return schema.model_validate_json(extract_json(text)), ""
+    except (ValidationError, ValueError) as exc:
+        if finish_reason == "length":
+            return None, "the answer was cut at the token limit"
+        return None, error if "Invalid JSON" not in error else _first_line(exc)
+
+
+def _first_line(exc: Exception) -> str:
+    return str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__
 
 
 def extract_json(text: str) -> str:

@@ -40,7 +40,7 @@ from typing import Any, Callable, Iterator
 from langgraph.graph import END, START, StateGraph
 from langgraph.runtime import Runtime
 
-from perfwarden.agents import config_tuner, kernel_extractor
+from perfwarden.agents import config_tuner, kernel_extractor, own_figures
 from perfwarden.agents import integrator as integrator_agent
 from perfwarden.agents import op_benchmarker as op_benchmarker_agent
 from perfwarden.auditor import banking
@@ -480,7 +480,8 @@ def integrator(state: RunState, runtime: Runtime[RunContext]) -> dict:
         p, note = _run_quality_eval(ctx, run, p, legs[0], legs[1])
         notes.append(note)
     what = f"A/B {base_leg} vs {cand_leg} x{p.reps} reps ({status.get(cand_leg, 'ok')})"
-    return {**_submit_patch(state, p, what), "notes": notes}
+    submitted = _submit_patch(state, ctx, p, what)
+    return {**submitted, "notes": notes + submitted.get("notes", [])}
 
 
 def _ab_plans(ctx: RunContext, p: Proposal, names: list[str] | tuple[str, str]) -> list[LegPlan]:
@@ -506,14 +507,18 @@ def _run_quality_eval(ctx: RunContext, run: Path, p: Proposal, base: LegPlan, ca
         return p, f"{p.id}: quality eval failed: {exc}"
 
 
-def _submit_patch(state: RunState, p: Proposal, what: str) -> dict:
-    """Write the proposal's patch claim over its current legs; the auditor node answers it."""
+def _submit_patch(state: RunState, ctx: RunContext, p: Proposal, what: str) -> dict:
+    """Write the proposal's patch claim over its current legs, stating the headline figure the producer
+    read from its own legs (or its LLM brain stated from them); the auditor node answers it."""
     base_leg, cand_leg = p.legs
     p.attempts += 1
+    reading = own_figures.read_ab(_run(state), p.legs)
+    p.stated_pct, p.stated_by = ctx.brains.state_figure(p, reading) if reading is not None else (None, None)
     opbench_rel = f"opbench/{p.op}/opbench.jsonl" if p.kind == "kernel" else None
     submitted = _submit(state, integrator_agent.patch_claim(p, base_leg, cand_leg, opbench_rel, state.get("aa_legs")))
-    p.history.append(f"{what}; claim {submitted['pending_claim']}")
-    return {**submitted, "proposals": [p]}
+    stated = f"states {p.stated_pct:+.2f}% ({p.stated_by})" if p.stated_pct is not None else "states no figure"
+    p.history.append(f"{what}; claim {submitted['pending_claim']} {stated}")
+    return {**submitted, "proposals": [p], **_brain_notes(ctx)}
 
 
 @step
@@ -573,6 +578,8 @@ def fix(state: RunState, runtime: Runtime[RunContext]) -> dict:
         p = config_tuner.reclassify(p, run)
     elif action == "disclose":
         p = config_tuner.disclose(p, v, run)
+    elif action == "resubmit" and "REPORTED_MISMATCH" in v.codes():
+        p.figure_by = "code"  # the brain's figure was refused: the producer's own reading states the next one
     return {**update, "proposals": [p]}
 
 
@@ -610,7 +617,7 @@ def route_quality(state: RunState) -> str:
 def resubmit(state: RunState, runtime: Runtime[RunContext]) -> dict:
     """Same legs, corrected claim (reclassified headline, a disclosed trade-off or a quality eval
     added): no re-measure."""
-    return _submit_patch(state, _proposal(state), "resubmitted on the same legs")
+    return _submit_patch(state, runtime.context, _proposal(state), "resubmitted on the same legs")
 
 
 @step
@@ -636,7 +643,8 @@ def bundle(state: RunState, runtime: Runtime[RunContext]) -> dict:
     notes = []
     traded = sorted({m for b in banked for m in b.disclosed_regressions})
     # Restate each trade-off at the size the bundle legs show (the producer's own reading).
-    disclosed = config_tuner.own_regressions(run, ["bundle-base", "bundle"], traded) if traded else {}
+    disclosed = own_figures.own_regressions(run, ["bundle-base", "bundle"], traded) if traded else {}
+    reading = own_figures.read_ab(run, ["bundle-base", "bundle"])
     eval_id = None
     if any(b.quality_eval_id for b in banked):
         try:
@@ -644,7 +652,8 @@ def bundle(state: RunState, runtime: Runtime[RunContext]) -> dict:
                 eval_id = ctx.lab.quality(run, legs[1], legs[0])
         except LabError as exc:
             notes.append(f"bundle quality eval failed: {exc}")
-    claim = integrator_agent.bundle_claim(banked, "bundle-base", "bundle", "bundle-test04", disclosed, eval_id)
+    claim = integrator_agent.bundle_claim(banked, "bundle-base", "bundle", "bundle-test04", disclosed, eval_id,
+                                          reading.delta_pct if reading is not None else None)
     return {**_submit(state, claim), "bundle_done": True, "current": None, "notes": notes, "stage": "bundle"}
 
 

@@ -49,6 +49,13 @@ def _pct(value: Any, digits: int = 2) -> str | None:
     return None
 
 
+def _num(value: Any) -> str:
+    """A headline figure for the verdict trail (``-`` when there is none)."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return f"{value:+.2f}"
+    return "-"
+
+
 def search_path(proposals: list[Proposal], verdicts: list[VerdictSummary]) -> list[SearchStep]:
     """Each change tried, in order: what it changed, against which configuration, and how it ended."""
     out = []
@@ -61,6 +68,7 @@ def search_path(proposals: list[Proposal], verdicts: list[VerdictSummary]) -> li
                               audits=len(own), verdict=last.shown if last else None,
                               verdict_file=last.path if last else None,
                               output_throughput_delta_pct=last.headline_rederived if last else None,
+                              claimed_delta_pct=last.headline_claimed if last else None,
                               codes=sorted(last.codes()) if last else []))
     return out
 
@@ -147,11 +155,15 @@ def render_markdown(report: dict[str, Any]) -> str:
                       f"**{len(rt['passed'])} passed the auditor**: {', '.join(md(c) for c in rt['passed'])}"
                       if rt["passed"] else "every one was refused.")]
         lines += [f"- {md(v['claim'])}: {md(v['verdict'])} — {_codes(v['codes'])}" for v in rt["verdicts"]]
-    lines += ["", "## Verdict trail", "", "| seq | scope | change | verdict | action | file |",
-              "|---|---|---|---|---|---|"]
+    lines += ["", "## Verdict trail", "",
+              "The producer's claimed headline beside the auditor's re-derivation from raw (percent; a speedup "
+              "factor for harness claims).", "",
+              "| seq | scope | change | verdict | action | claimed | re-derived | file |",
+              "|---|---|---|---|---|---|---|---|"]
     for v in report["verdicts"]:
         lines.append(f"| {md(v['seq'])} | {md(v['scope'])} | {md(v['lever'] or '-')} | {md(_shown(v))} | "
-                     f"{md(v['action'])} | {md(v['path'])} |")
+                     f"{md(v['action'])} | {_num(v.get('headline_claimed'))} | {_num(v.get('headline_rederived'))} | "
+                     f"{md(v['path'])} |")
     lines += ["", "## What each producer tried", ""]
     for p in report["proposals"]:
         lines.append(f"- {md(p['id'])} ({md(p['status'])})")
@@ -193,14 +205,14 @@ def _search_lines(steps: list[dict[str, Any]]) -> list[str]:
              "Each step changes the best banked configuration so far (one knob under coordinate descent, the "
              "knobs a study trial drew under the default sampler) and is banked only when its patch claim "
              "passes; its delta is against that configuration.", "",
-             "| # | change | measured against | status | verdict | Δ output throughput | codes |",
-             "|---|---|---|---|---|---|---|"]
+             "| # | change | measured against | status | verdict | Δ claimed | Δ re-derived | codes |",
+             "|---|---|---|---|---|---|---|---|"]
     for s in steps:
         lines.append(f"| {md(s['step'])} | {md(s['change'])} | {_change_text(s['against'])} | {md(s['status'])} | "
-                     f"{md(s['verdict'] or '-')} | {_pct(s['output_throughput_delta_pct']) or '-'} | "
-                     f"{md(', '.join(s['codes']) or '-')} |")
+                     f"{md(s['verdict'] or '-')} | {_pct(s.get('claimed_delta_pct')) or '-'} | "
+                     f"{_pct(s['output_throughput_delta_pct']) or '-'} | {md(', '.join(s['codes']) or '-')} |")
     if not steps:
-        lines.append("| - | no change was tried | | | | | |")
+        lines.append("| - | no change was tried | | | | | | |")
     return lines
 
 

@@ -82,6 +82,8 @@ class SearchStep(_Strict):
     verdict: str | None
     verdict_file: str | None
     output_throughput_delta_pct: float | None
+    claimed_delta_pct: float | None = None
+    """What the producer's claim stated (its own figure); None in reports written before producers did."""
     codes: list[str]
 
 

@@ -1,7 +1,9 @@
 """The brains' real client against a real, weak model: the embedded SmolLM2-135M server is the
-OpenAI-compatible endpoint of the LLM brains and the auditor persona. Its answers are mostly unusable
-(it ignores response_format); every bad answer must fall back cleanly to the deterministic policy and be
-counted in the report, and the run must finish with the auditor's deterministic verdicts intact."""
+OpenAI-compatible endpoint of the LLM brains and the auditor persona. Structured output makes its answers
+schema-valid (once the sandboxed server runs this code: it imports the installed checkout), but a weak
+model's answers are still often refused by the deterministic checks; every such answer must fall back
+cleanly to the deterministic policy and be counted in the report, and the run must finish with the
+auditor's deterministic verdicts intact."""
 
 from __future__ import annotations
 

@@ -177,3 +177,62 @@ def test_llm_kernel_extractor_writes_a_candidate_that_goes_to_the_op_bench(tmp_p
     assert written.read_text() == code
     benched = [c for c in lab.calls if c[0] == "opbench"]
     assert benched and benched[0][2][0] == f"{written}:rmsnorm"
+
+
+def test_every_brain_asks_for_its_models_strict_schema_and_can_be_asked_without_one():
+    """Structured output (issue 18 item 4): the ask carries the pydantic model's strict JSON schema with
+    bounded free text, so an endpoint that constrains decoding always closes the answer."""
+    from perfwarden.agents.base import FixDecision
+    from perfwarden.agents.brains import ConfigProposals, KernelCode, StatedFigure
+    from perfwarden.auditor.codes import CATALOG
+    from perfwarden.auditor.persona import PersonaAnswer
+
+    answers = {ConfigProposals: '{"proposals": []}', FixDecision: '{"action": "drop", "reason": "x", '
+               '"believed_class": null, "headline_kind": null}', KernelCode: '{"code": "x", "rationale": ""}',
+               StatedFigure: '{"delta_pct": 1.5, "rationale": ""}', PersonaAnswer: '{"findings": [], "notes": ""}'}
+    with ScriptedLLM(list(answers.values()) + ['{"delta_pct": 2}']) as llm:
+        for model in answers:
+            client(llm).complete_json("s", "u", model)
+        unstructured = LLMClient(model="m", base_url=llm.base_url, api_key="k", timeout_s=5, structured=False)
+        assert unstructured.complete_json("s", "u", StatedFigure).delta_pct == 2
+        sent = llm.requests
+    for payload, model in zip(sent, answers, strict=False):
+        fmt = payload["response_format"]
+        assert fmt["type"] == "json_schema" and fmt["json_schema"]["name"] == model.__name__
+        assert fmt["json_schema"]["strict"] is True
+        schema = fmt["json_schema"]["schema"]
+        assert schema["additionalProperties"] is False and set(schema["required"]) == set(model.model_fields)
+    text = json.dumps([p["response_format"] for p in sent[:5]])
+    assert text.count('"maxLength"') >= 7 and '"maxItems"' in text  # every free-text field is bounded
+    persona = sent[4]["response_format"]["json_schema"]["schema"]["$defs"]["PersonaFinding"]["properties"]["code"]
+    assert persona["enum"] == sorted(CATALOG)
+    assert "response_format" not in sent[5]
+
+
+def test_a_model_that_ignores_the_schema_is_still_validated_and_a_cut_answer_says_so():
+    from perfwarden.harness.llm_client import parse_answer
+    from perfwarden.auditor.persona import PersonaAnswer
+
+    assert parse_answer('Sure: {"findings": []}', None, "stop", PersonaAnswer)[0] == PersonaAnswer()
+    assert parse_answer('{"findings": [{"code": "X"', None, "length", PersonaAnswer) == (
+        None, "the answer was cut at the token limit")
+    assert parse_answer("", None, "stop", PersonaAnswer) == (None, "the answer is empty")
+    assert parse_answer("{}", "no", "stop", PersonaAnswer)[1] == "the model refused: no"
+
+
+def test_the_config_tuner_asks_for_a_searched_knob_and_an_allowed_value():
+    """A free knob string is where a weak model loops until the token limit (measured on SmolLM2): the
+    config-tuner's schema names the searched knobs and their allowed values instead."""
+    from perfwarden.agents.brains import Brains
+    from perfwarden.agents.config_tuner import parse_levers
+    from perfwarden.harness.target_config import EmbeddedConfig
+
+    space = parse_levers(EmbeddedConfig, ["max_batch_size", "attn_implementation"])
+    base = {k: getattr(EmbeddedConfig(), k) for k in space}
+    reply = json.dumps({"proposals": [{"knob": "max_batch_size", "value": 2, "lever_class": "B", "rationale": ""}]})
+    with ScriptedLLM([reply]) as llm:
+        step = Brains(llm=client(llm)).next_config_step(EmbeddedConfig, space, base, {}, [])
+        schema = llm.requests[0]["response_format"]["json_schema"]["schema"]["$defs"]["KnobChange"]["properties"]
+    assert (step.knob, step.value) == ("max_batch_size", 2)
+    assert schema["knob"]["enum"] == sorted(space)
+    assert set(schema["value"]["enum"]) == {v for allowed in space.values() for v in allowed}

@@ -1,0 +1,70 @@
+"""A producer's own reading of its own client's numbers: the bench lines its LoadGen client wrote for
+the legs it measured, read with the producer's code (never the auditor's), so that every figure a claim
+states -- the headline delta, a disclosed regression -- is the producer's, and the auditor's re-derivation
+is an independent check of it (REPORTED_MISMATCH when they disagree beyond tolerance).
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from statistics import median
+
+import msgspec
+from pydantic import BaseModel, ConfigDict
+
+from perfwarden.harness.jsonl import BenchRunLine
+
+
+class LegReading(BaseModel):
+    """One metric of an A/B as the producer read it: each rep's aggregate, per leg, and the delta."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    metric: str
+    baseline: list[float]
+    """The baseline leg's per-rep values (the client's aggregates, in file order)."""
+    candidate: list[float]
+    """The candidate leg's per-rep values."""
+    delta_pct: float
+    """Relative change of the candidate's median over the baseline's, in percent."""
+
+
+def read_reps(bench: Path) -> list[BenchRunLine]:
+    """The bench lines of one leg that decode (a torn tail is skipped: the auditor judges the file)."""
+    out: list[BenchRunLine] = []
+    if not bench.is_file():
+        return out
+    for line in bench.read_bytes().splitlines():
+        try:
+            out.append(msgspec.json.decode(line, type=BenchRunLine))
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            continue
+    return out
+
+
+def rep_values(reps: list[BenchRunLine], metric: str) -> list[float]:
+    """Each rep's finite value of ``metric``."""
+    values = (getattr(r, metric, None) for r in reps)
+    return [float(v) for v in values if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)]
+
+
+def read_ab(run: Path, legs: list[str] | tuple[str, str], metric: str = "output_throughput") -> LegReading | None:
+    """The producer's reading of ``metric`` over its A/B legs (baseline, candidate); None without data."""
+    if len(legs) != 2:
+        return None
+    base, cand = (rep_values(read_reps(Path(run) / "legs" / leg / "bench_runs.jsonl"), metric) for leg in legs)
+    if not base or not cand or median(base) <= 0:
+        return None
+    return LegReading(metric=metric, baseline=base, candidate=cand,
+                      delta_pct=round((median(cand) / median(base) - 1.0) * 100.0, 2))
+
+
+def own_regressions(run: Path, legs: list[str], metrics: list[str]) -> dict[str, float]:
+    """Percent change of each latency metric's median, candidate leg vs baseline leg (one decimal)."""
+    stated: dict[str, float] = {}
+    for metric in metrics:
+        reading = read_ab(run, legs, metric)
+        if reading is not None:
+            stated[metric] = round(reading.delta_pct, 1)
+    return stated
