@@ -14,18 +14,21 @@ import logging
 import time
 import uuid
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from perfwarden.harness.embedded_engine import DoneEvent, ErrorEvent, GenRequest, TokenEvent
-from perfwarden.harness.embedded_server import (EmbeddedServer, IncrementalDetokenizer, RequestError, chat_prompt_ids,
-                                                completion_prompt_ids, error_body, parse_common, sse)
+from perfwarden.harness.embedded_engine import DoneEvent, GenRequest, TokenEvent
+from perfwarden.harness.embedded_requests import (IncrementalDetokenizer, RequestError, chat_prompt_ids,
+                                                  completion_prompt_ids, error_body, parse_common, sse)
 from perfwarden.harness.model import MODEL_NAME
 from perfwarden.harness.structured_output import GrammarTokenizer, SchemaError, grammar_for
+
+if TYPE_CHECKING:  # the server imports this module when it builds its app: annotations only, no cycle
+    from perfwarden.harness.embedded_server import EmbeddedServer
 
 log = logging.getLogger("perfwarden.embedded")
 
