@@ -24,7 +24,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any, Callable
 
 from perfwarden.harness import safe_write, seal
-from perfwarden.harness.records import append_jsonl as plain_append_jsonl
+from perfwarden.harness.records import append_unsealed_jsonl as plain_append_jsonl
 
 Send = Callable[[str, str, Any], None]
 STREAM_DIRS = seal.EVIDENCE_DIRS

@@ -28,7 +28,7 @@ from typing import Any, Callable
 from perfwarden.harness import seal
 from perfwarden.harness.seal_stream import EvidenceSink, StreamChain
 from perfwarden.proof.seal_cases import SEAL_CODES, _answer, _fresh, _sealed
-from perfwarden.proof.synth import BASE_INFO, build_ab_run
+from perfwarden.orchestrator.synth import BASE_INFO, build_ab_run
 
 NODE_A = {"host_id": "5f0c0a7e51f54b1c9a0e3d2b1c4d5e6f", "ray_node_id": "a1" * 28, "cpu_model": "AMD EPYC 9654",
           "cpu_cores": 192, "gpu_name": "NVIDIA H100 80GB HBM3", "gpu_uuid": "GPU-0b6e2c1a-3f7d-4e2a-9c1b-5d8e7f6a4b3c",

@@ -54,6 +54,20 @@ def test_the_sink_seals_only_evidence_and_never_a_whole_bench_file(tmp_path):
     seal.forget(run)
 
 
+@pytest.mark.parametrize("address", ["127.0.0.1:1", "no-port", "local:x"])
+def test_an_unreachable_cluster_is_exit_3_and_leaves_no_run(tmp_path, address):
+    # Before the module's cluster fixture starts Ray in this process: a connected Ray would be reused.
+    from typer.testing import CliRunner
+
+    from perfwarden.orchestrator.cli import app
+
+    result = CliRunner().invoke(app, ["run", "--target", "synthetic", "--out", str(tmp_path / "run"),
+                                      "--cluster", address])
+    assert result.exit_code == 3, result.output
+    assert "Ray" in result.output or "cluster" in result.output
+    assert "Traceback" not in result.output and not (tmp_path / "run").exists()
+
+
 @pytest.fixture(scope="module")
 def two_nodes(tmp_path_factory):
     """The simulated cluster; its nodes start with the same key store as the head (one machine, one file
@@ -122,7 +136,7 @@ def test_a_worker_cannot_seal_the_head_run(tmp_path, two_nodes, monkeypatch):
 def test_backtest_and_red_team_fan_out_with_the_same_results(two_nodes):
     from perfwarden.orchestrator import cluster
     from perfwarden.orchestrator.paths import default_fixture_roots
-    from perfwarden.proof.backtest import run_backtest
+    from perfwarden.orchestrator.backtest import run_backtest
     from perfwarden.redteam import red_team
 
     root = default_fixture_roots()[0]
@@ -176,16 +190,3 @@ def test_a_step_never_shares_its_slot(tmp_path, two_nodes, monkeypatch):
     busiest = max(sum(a <= t < b for a, b in spans) for t, _ in spans)
     assert busiest <= 2, spans
     assert len(set(view.nodes.values())) == 2
-
-
-@pytest.mark.parametrize("address", ["127.0.0.1:1", "no-port", "local:x"])
-def test_an_unreachable_cluster_is_exit_3_and_leaves_no_run(tmp_path, address):
-    from typer.testing import CliRunner
-
-    from perfwarden.orchestrator.cli import app
-
-    result = CliRunner().invoke(app, ["run", "--target", "synthetic", "--out", str(tmp_path / "run"),
-                                      "--cluster", address])
-    assert result.exit_code == 3, result.output
-    assert "Ray" in result.output or "cluster" in result.output
-    assert "Traceback" not in result.output and not (tmp_path / "run").exists()
