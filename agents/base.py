@@ -232,7 +232,7 @@ def apply_overlay(config: dict[str, Any], overlay: dict[str, Any]) -> dict[str, 
 class AttackProducer(Protocol):
     """The seam for ``perfwarden run --red-team``: a producer whose only goal is a banked fake win. Its
     claims go through the same auditor node (the graph's ``red_team`` node, after the bundle audit);
-    every one must be refused, and the report lists them. ``agents/red_team.py`` provides it as
+    every one must be refused, and the report lists them. ``redteam/red_team.py`` provides it as
     ``make_producer(settings: RunSettings) -> AttackProducer`` (orchestrator/cli_run.py loads it)."""
 
     name: str

@@ -37,8 +37,8 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from perfwarden.agents.auditor import stats
-from perfwarden.agents.auditor.gates import measurement
+from perfwarden.auditor import stats
+from perfwarden.auditor.gates import measurement
 
 METRIC = "output_throughput"  # higher is better
 AA_TARGET = 0.01

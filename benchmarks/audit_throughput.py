@@ -259,7 +259,7 @@ def bare_parse_gc_paused(run: Path) -> int:
 def _auditor():
     """(callable, description) of the fullest auditor path importable right now."""
     try:
-        from perfwarden.agents.auditor.audit import audit_path
+        from perfwarden.auditor.audit import audit_path
 
         def full(run: Path) -> str:
             verdict = audit_path(run, run / "claims" / "001-patch.json", key=key_file(run))
@@ -267,8 +267,8 @@ def _auditor():
 
         return full, "audit_path (patch claim, all gates)"
     except ImportError as exc:
-        from perfwarden.agents.auditor.evidence import RunLoader
-        from perfwarden.agents.auditor.findings import Findings
+        from perfwarden.auditor.evidence import RunLoader
+        from perfwarden.auditor.findings import Findings
 
         def loader(run: Path) -> str:
             rl = RunLoader(run, Findings())

@@ -58,7 +58,7 @@ mode, target = sys.argv[1], sys.argv[2]
 out = {}
 t0 = time.perf_counter()
 if mode == "audit":
-    from perfwarden.agents.auditor.audit import audit_path
+    from perfwarden.auditor.audit import audit_path
     t0 = time.perf_counter()
     v = audit_path(target, os.path.join(target, sys.argv[3]))
     out["verdict"] = f"{v.verdict} {v.action} {sorted({f.code for f in v.findings})}"
@@ -112,7 +112,7 @@ def grow_log(path: Path, mib: int) -> int:
 
 def save_verdicts(run: Path, n: int) -> None:
     """``n`` saved verdicts: the audit's own verdict of the run, once per claim seq."""
-    from perfwarden.agents.auditor.audit import audit_path
+    from perfwarden.auditor.audit import audit_path
 
     verdict = audit_path(run, run / CLAIM).model_dump(mode="json")
     vdir = run / "verdicts"

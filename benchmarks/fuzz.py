@@ -4,7 +4,7 @@
     .venv/bin/python benchmarks/fuzz.py --replay 1234          # one input, verbosely
     .venv/bin/python benchmarks/fuzz.py --rundir [--inputs 10000]   # run directories as input (issue 16)
 
-The engine and its oracle are ``perfwarden.proof.fuzz`` (read its docstring for what counts as damaged
+The engine and its oracle are ``perfwarden.redteam.fuzz`` (read its docstring for what counts as damaged
 evidence, and why a mutation no gate reads may legitimately PASS); the test suite runs a bounded
 hypothesis fuzz of the same engine (``tests/test_fuzz.py``). Input ``i`` is fully determined by
 ``--seed`` and ``i`` (a ``random.Random``), so any failure printed here replays with ``--replay``.
@@ -17,7 +17,7 @@ inputs over the memory bound, peak memory, and the gate crashes that failed open
 though not a false PASS). Exit status 0 when every count that must be zero is zero.
 
 ``--rundir`` fuzzes run directories as input to ``run --resume``, ``measure`` and ``audit --save``
-instead (``perfwarden.proof.fuzz_rundir``: links, FIFOs, crafted checkpoints and settings, hostile leg
+instead (``perfwarden.redteam.fuzz_rundir``: links, FIFOs, crafted checkpoints and settings, hostile leg
 names; its docstring says what is planted and how the oracle sees it). Printed: code executions, writes
 outside the run, tracebacks, internal errors, exit codes outside the contract, hangs, injections into
 report.md, raw controls, memory. Its scratch lies on /dev/shm when there is one (a run is copied per input).
@@ -45,10 +45,10 @@ _CURRENT: Path | None = None
 
 def _fuzzer(work: Path, timeout: int, memory_limit: int, rundir: bool, seeds: Path | None = None):
     if rundir:
-        from perfwarden.proof.fuzz_rundir import RundirFuzzer
+        from perfwarden.redteam.fuzz_rundir import RundirFuzzer
 
         return RundirFuzzer(work, timeout_s=timeout, memory_limit=memory_limit, seeds_root=seeds)
-    from perfwarden.proof.fuzz import Fuzzer
+    from perfwarden.redteam.fuzz import Fuzzer
 
     return Fuzzer(work, timeout_s=timeout, memory_limit=memory_limit)
 
@@ -63,7 +63,7 @@ def _init(scratch: str, timeout: int, memory: int, rundir: bool) -> None:
 
 
 def _chunk(args: tuple[int, list[int]]) -> dict:
-    from perfwarden.proof.fuzz import RandomChooser
+    from perfwarden.redteam.fuzz import RandomChooser
 
     seed, indices = args
     counts: collections.Counter = collections.Counter()
@@ -91,7 +91,7 @@ def _chunk(args: tuple[int, list[int]]) -> dict:
 
 
 def replay(seed: int, index: int, timeout: int, rundir: bool) -> None:
-    from perfwarden.proof.fuzz import RandomChooser
+    from perfwarden.redteam.fuzz import RandomChooser
 
     scratch = Path(tempfile.mkdtemp(prefix="pw-fuzz-replay-", dir=_scratch_root(rundir)))
     try:
@@ -114,7 +114,7 @@ def main() -> int:
     parser.add_argument("--timeout", type=int, default=None, help="seconds per input before it counts as a hang "
                         "(default 30; 10 with --rundir)")
     parser.add_argument("--rundir", action="store_true", help="fuzz run directories as input to run --resume, "
-                        "measure and audit --save (perfwarden.proof.fuzz_rundir) instead of the readers")
+                        "measure and audit --save (perfwarden.redteam.fuzz_rundir) instead of the readers")
     parser.add_argument("--memory-gib", type=float, default=4.0, help="address-space limit per worker")
     parser.add_argument("--chunk", type=int, default=25)
     parser.add_argument("--replay", type=int, default=None, help="run input N of --seed alone and print it")
@@ -125,14 +125,14 @@ def main() -> int:
         replay(args.seed, args.replay, args.timeout, args.rundir)
         return 0
     if args.rundir:
-        from perfwarden.proof.fuzz_rundir import PROBLEMS
+        from perfwarden.redteam.fuzz_rundir import PROBLEMS
     else:
-        from perfwarden.proof.fuzz import PROBLEMS
+        from perfwarden.redteam.fuzz import PROBLEMS
 
     memory = int(args.memory_gib * (1 << 30))
     scratch = tempfile.mkdtemp(prefix="pw-fuzz-", dir=_scratch_root(args.rundir))
     if args.rundir:  # the seed runs, recorded once for every worker
-        from perfwarden.proof.fuzz_rundir import build_seeds
+        from perfwarden.redteam.fuzz_rundir import build_seeds
 
         build_seeds(Path(scratch) / "seeds")
     chunks = [(args.seed, list(range(k, min(k + args.chunk, args.inputs)))) for k in range(0, args.inputs, args.chunk)]

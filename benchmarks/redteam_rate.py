@@ -25,7 +25,7 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
-    from perfwarden.agents import red_team
+    from perfwarden.redteam import red_team
     from perfwarden.orchestrator.paths import default_fixture_roots
 
     root = default_fixture_roots()[0]

@@ -34,7 +34,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from perfwarden.agents.auditor.audit import audit_path, write_verdict
+from perfwarden.auditor.audit import audit_path, write_verdict
 from perfwarden.orchestrator.review.report_html import render_review_html
 from perfwarden.orchestrator.review.model import load_review
 from perfwarden.orchestrator.review.terminal import print_review

@@ -16,7 +16,7 @@ Where sglang would report ``np.mean([] or 0)`` (a silent zero) this module write
 is evidence the auditor must see (design §8), never a number.
 
 This is the *producer* side. The auditor re-derives every number from the per-request arrays with its
-own code (``perfwarden.agents.auditor``); nothing here imports it.
+own code (``perfwarden.auditor``); nothing here imports it.
 
 perfwarden's additions to the sglang line: ``schema_version``, ``leg``, ``rep``, ``started_at`` and
 ``ended_at`` (unix times of rep start and end: reps of different legs must not overlap),

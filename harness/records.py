@@ -1,7 +1,7 @@
 """Persisted record formats shared by the harness (writer) and the auditor (reader).
 
 Everything here is a *format*: field names, units and versions. Nothing here computes a number the
-auditor checks -- that stays in ``perfwarden.agents.auditor`` so the auditor remains independent of
+auditor checks -- that stays in ``perfwarden.auditor`` so the auditor remains independent of
 the code paths that produced the measurements (design §3, README "independence").
 
 Small, human-edited records (manifests, leg specs, claims, verdicts, quality evals) are versioned

@@ -7,7 +7,7 @@ the LLM brain's allowed values are read from its metadata, and the report names 
 it. Before, ``max_batch_size`` alone was defined in seven places with different defaults.
 
 A knob's metadata (``KnobSpec``) is the *producer side's* belief about the knob. The auditor keeps its
-own registry (``agents/auditor/data/levers.json``) and never reads this one -- independence -- but a test
+own registry (``auditor/data/levers.json``) and never reads this one -- independence -- but a test
 (tests/test_target_config.py) checks that the two agree, knob by knob.
 
 This module imports nothing heavy (pydantic only): the embedded server validates its knobs with it

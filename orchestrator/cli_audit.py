@@ -9,7 +9,7 @@ from pathlib import Path
 import typer
 from rich.console import Console
 
-from perfwarden.agents.auditor.claim_file import ClaimError, load_claim
+from perfwarden.auditor.claim_file import ClaimError, load_claim
 from perfwarden.harness.safe_write import check_dir
 from perfwarden.orchestrator.exit_codes import EXIT_BY_VERDICT, ExitCode
 from perfwarden.orchestrator.render import print_error, print_verdict
@@ -35,14 +35,14 @@ def audit(
         print_error(err, exc)
         raise typer.Exit(ExitCode.INVALID) from None
     if key is not None:  # like the claim: a key that is not a small regular file is refused at once
-        from perfwarden.agents.auditor.manifest import KeyFileError, read_operator_key
+        from perfwarden.auditor.manifest import KeyFileError, read_operator_key
 
         try:
             read_operator_key(key)
         except KeyFileError as exc:
             print_error(err, exc)
             raise typer.Exit(ExitCode.INVALID) from None
-    from perfwarden.agents.auditor.audit import audit_path, write_verdict
+    from perfwarden.auditor.audit import audit_path, write_verdict
 
     if save:
         try:  # before the audit: a link or FIFO where the verdict goes is invalid input, nothing written
@@ -74,7 +74,7 @@ def use_quality_registry(path: Path | None, err: Console) -> None:
     before any audit: an unusable registry is invalid input (exit 3), not a degraded verdict."""
     import os
 
-    from perfwarden.agents.auditor import registry
+    from perfwarden.auditor import registry
 
     if path is not None:
         os.environ[registry.QUALITY_REGISTRY_ENV] = str(path)

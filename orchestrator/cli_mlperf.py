@@ -6,7 +6,7 @@ Usage::
 
 Each RUN_DIR holds ``mlperf_log_summary.txt`` and ``mlperf_log_detail.txt`` (or is a submission
 directory with them under ``performance/run_1/``). The test type is detected from the compliance
-run's audit settings (see :func:`perfwarden.agents.auditor.mlperf.detect_test`); ``--test``
+run's audit settings (see :func:`perfwarden.auditor.mlperf.detect_test`); ``--test``
 overrides it, and a compliance run whose settings do not match the declared test is a FAIL.
 
 Exit codes (the CLI contract in ``orchestrator/cli.py``): 0 PASS, 10 FLAG, 20 FAIL, 3 unreadable or
@@ -26,7 +26,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from perfwarden.agents.auditor import mlperf
+from perfwarden.auditor import mlperf
 from perfwarden.harness.records import shown_verdict
 from perfwarden.orchestrator.exit_codes import EXIT_BY_VERDICT, ExitCode
 from perfwarden.orchestrator.render import print_error, safe_text

@@ -36,7 +36,7 @@ def redteam(
     seed: int = typer.Option(0, "--seed", help="Seed of sizes and pairings (same seed, same attacks)."),
 ) -> None:
     """Attack the auditor; exit 1 when any attack succeeds."""
-    from perfwarden.agents import red_team
+    from perfwarden.redteam import red_team
 
     err = Console(stderr=True, soft_wrap=True, highlight=False)
     root = default_fixture_roots()[0]

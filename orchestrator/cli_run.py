@@ -44,15 +44,15 @@ def make_lab(settings: RunSettings, on_rep=None, sglang_python: str | None = Non
 
 
 def make_attacker(settings: RunSettings):
-    """The red-team producer (agents/red_team.py), when ``--red-team`` asks for it."""
+    """The red-team producer (redteam/red_team.py), when ``--red-team`` asks for it."""
     if not settings.red_team:
         return None
     from perfwarden.orchestrator.runner import RunUsageError
 
     try:
-        from perfwarden.agents import red_team
+        from perfwarden.redteam import red_team
     except ImportError as exc:
-        raise RunUsageError(f"--red-team needs the red-team producer (perfwarden.agents.red_team): {exc}") from None
+        raise RunUsageError(f"--red-team needs the red-team producer (perfwarden.redteam.red_team): {exc}") from None
     return red_team.make_producer(settings)
 
 
@@ -259,7 +259,7 @@ def run(
     from perfwarden.harness.target_config import ConfigError
     from perfwarden.harness.safe_write import RefusedWrite
     from perfwarden.harness.seal import SealError
-    from perfwarden.agents.auditor.claim_file import ClaimError
+    from perfwarden.auditor.claim_file import ClaimError
     from perfwarden.orchestrator.runner import RunUsageError, read_settings, run_graph
 
     if resume is not None:  # a resumed run keeps the settings it started with

@@ -39,10 +39,10 @@ from langgraph.graph import END, START, StateGraph
 from langgraph.runtime import Runtime
 
 from perfwarden.agents import config_tuner, integrator, kernel_extractor, op_benchmarker
-from perfwarden.agents.auditor.audit import audit_path, load_claim, write_verdict
-from perfwarden.agents.auditor.findings import unsealed_refusal
-from perfwarden.agents.auditor.gates.profile import rank_ops
-from perfwarden.agents.auditor.persona import apply_persona
+from perfwarden.auditor.audit import audit_path, load_claim, write_verdict
+from perfwarden.auditor.findings import unsealed_refusal
+from perfwarden.auditor.gates.profile import rank_ops
+from perfwarden.auditor.persona import apply_persona
 from perfwarden.agents.base import BankedChange, Proposal, Rejection, VerdictSummary, apply_overlay
 from perfwarden.harness.jsonl import ProfileLine, read_jsonl
 from perfwarden.harness import safe_write

@@ -91,7 +91,7 @@ class RunSettings(BaseModel):
     kernels: bool = True
     """Whether the kernel path (profile, extract, op bench, integrate) runs."""
     red_team: bool = False
-    """Add the red-team producer (agents/red_team.py): its claims go through the same auditor node and
+    """Add the red-team producer (redteam/red_team.py): its claims go through the same auditor node and
     must all be refused."""
     max_red_team_attacks: int = Field(20, ge=0, le=1000)
     """Upper bound on red-team claims in one run. At most 1000 (the catalogue holds a few dozen)."""

@@ -18,7 +18,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from perfwarden.agents.auditor.codes import CATALOG
+from perfwarden.auditor.codes import CATALOG
 from perfwarden.harness.records import Action, VerdictLabel
 
 ANSWER_KEY_NAME = "answer_key.json"

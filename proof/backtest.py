@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from perfwarden.agents.auditor.audit import ClaimError, audit_path
+from perfwarden.auditor.audit import ClaimError, audit_path
 from perfwarden.proof.answer_key import ANSWER_KEY_NAME, Answer, AnswerKeyError, answer_problems, load_answer_key
 
 __all__ = ["AnswerKeyError", "CaseResult", "Report", "find_fixtures", "run_backtest", "score_fixture"]

@@ -1,6 +1,6 @@
 """MLPerf compliance corpora as backtest cases (``../shared/corpus/mlperf`` and ``mlperf-more``).
 
-Each manifest case is audited blind (``agents/auditor/mlperf.audit`` on its reference and compliance
+Each manifest case is audited blind (``auditor/mlperf.audit`` on its reference and compliance
 directories), twice when the manifest names the test: with the test given (what a reviewer does: the
 submission folder names it) and with the test detected from the logs. Its ``expected`` list is read only
 afterwards. A case agrees when every audit's verdict is in ``expected`` (the official verdict, except
@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from perfwarden.agents.auditor import mlperf
+from perfwarden.auditor import mlperf
 from perfwarden.proof.backtest import CaseResult
 
 

@@ -10,11 +10,11 @@ auditor as an operator would with ``perfwarden audit --key``.
     python -m perfwarden.proof.seal_cases [--out proof/fixtures]            # synthetic cases
     python -m perfwarden.proof.seal_cases --record [--out proof/fixtures]   # + seal-rec-clean (embedded target)
 
-Then the mutation families (``proof/mutations.py`` ``SEAL_MUTATIONS``) are applied to every sealed
+Then the mutation families (``redteam/mutations.py`` ``SEAL_MUTATIONS``) are applied to every sealed
 clean fixture::
 
-    python -m perfwarden.proof.mutations proof/fixtures/seal-syn-clean proof/fixtures/mutated
-    python -m perfwarden.proof.mutations proof/fixtures/seal-rec-clean proof/fixtures/mutated
+    python -m perfwarden.redteam.mutations proof/fixtures/seal-syn-clean proof/fixtures/mutated
+    python -m perfwarden.redteam.mutations proof/fixtures/seal-rec-clean proof/fixtures/mutated
 
 Answer keys may carry ``must_note``: substrings that must appear in the verdict's ``not_checked``
 (e.g. ``"unsealed"``: the verdict must say what it could not check).

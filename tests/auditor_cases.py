@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from perfwarden.agents.auditor.audit import audit_path
+from perfwarden.auditor.audit import audit_path
 from perfwarden.harness.records import Verdict
 from perfwarden.proof.synth import BASE_INFO, BASE_TPUT, CAND_TPUT, build_ab_run, reps  # noqa: F401
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from perfwarden.agents.auditor.codes import CATALOG
+from perfwarden.auditor.codes import CATALOG
 from perfwarden.proof.synth import COHERENT_TEXTS as COHERENT, GIBBERISH_TEXTS, make_rep, write_jsonl
 
 from auditor_cases import BASE_INFO, BASE_TPUT, CAND_TPUT, audit, build, codes, reps
@@ -426,7 +426,7 @@ def test_untraced_claim_and_clean_report(tmp_path):
 
 
 def test_gate_crash_degrades_never_passes(tmp_path, monkeypatch):
-    from perfwarden.agents.auditor.gates import caching
+    from perfwarden.auditor.gates import caching
 
     def boom(*a, **k):
         raise RuntimeError("tool failure")
@@ -455,8 +455,8 @@ def test_every_catalog_code_is_tested_here_or_in_mlperf():
 
 
 def _leg(name: str, values: list[float]):
-    from perfwarden.agents.auditor.evidence import LegEvidence
-    from perfwarden.agents.auditor.rederive import RepMetrics
+    from perfwarden.auditor.evidence import LegEvidence
+    from perfwarden.auditor.rederive import RepMetrics
 
     leg = LegEvidence(name)
     leg.reps = [RepMetrics.__new__(RepMetrics) for _ in values]
@@ -466,7 +466,7 @@ def _leg(name: str, values: list[float]):
 
 
 def test_an_aa_leg_widens_the_noise_band_never_narrows_it():
-    from perfwarden.agents.auditor.gates.measurement import calibrate_band
+    from perfwarden.auditor.gates.measurement import calibrate_band
 
     base = _leg("base", [100.0, 102.5, 97.6, 101.9, 98.1, 102.9, 97.2])
     quiet = _leg("aa", [100.02, 99.98, 100.01, 99.99, 100.0, 100.03, 99.97])

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from perfwarden.agents.auditor import coherence as C
+from perfwarden.auditor import coherence as C
 
 REPO = Path(__file__).resolve().parents[1]
 SAMPLES = REPO / "proof" / "calibration" / "coherence_samples.json"

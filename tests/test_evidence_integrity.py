@@ -16,11 +16,11 @@ import msgspec
 import numpy as np
 import pytest
 
-from perfwarden.agents.auditor.evidence import RunLoader, missing_rep_numbers
-from perfwarden.agents.auditor.findings import Findings
-from perfwarden.agents.auditor.gates import measurement
-from perfwarden.agents.auditor.rederive import RepError, rederive_rep
-from perfwarden.agents.auditor.serverlog import PRESENT, parse_server_log
+from perfwarden.auditor.evidence import RunLoader, missing_rep_numbers
+from perfwarden.auditor.findings import Findings
+from perfwarden.auditor.gates import measurement
+from perfwarden.auditor.rederive import RepError, rederive_rep
+from perfwarden.auditor.serverlog import PRESENT, parse_server_log
 from perfwarden.harness.contention import parse_cpu_max
 from perfwarden.harness.json_limits import JsonTooDeep, check_depth, json_depth, loads_bounded
 from perfwarden.harness.jsonl import BenchRunLine, LineRef, OutputLine, read_jsonl
@@ -350,7 +350,7 @@ def test_embedded_lab_writes_the_leg_workload_in_bench_line_terms():
 
 @pytest.mark.parametrize("kind", ["lognormal", "ties", "sorted", "half_zero", "blocks"])
 def test_bracketed_quantiles_equal_numpy_bit_for_bit(kind):
-    from perfwarden.agents.auditor.rederive import _median_p99
+    from perfwarden.auditor.rederive import _median_p99
 
     rng = np.random.default_rng(7)
     n = 200_001

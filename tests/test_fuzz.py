@@ -1,6 +1,6 @@
 """A bounded, seeded fuzz of every command and reader over mutated real fixtures (issue 12 §6).
 
-The engine and its oracle are ``perfwarden.proof.fuzz`` (its docstring says what counts as damaged
+The engine and its oracle are ``perfwarden.redteam.fuzz`` (its docstring says what counts as damaged
 evidence). Here hypothesis draws the choices, so a failure shrinks to the fewest, smallest mutations
 and replays from the printed choices; ``derandomize`` makes the suite run the same inputs every time.
 ``benchmarks/fuzz.py`` runs the same engine over >= 10,000 inputs in parallel processes. Set
@@ -17,7 +17,7 @@ import pytest
 from hypothesis import HealthCheck, given, note, settings
 from hypothesis import strategies as st
 
-from perfwarden.proof.fuzz import (Fuzzer, HypothesisChooser, evidence_damage, file_damage, fixture_seeds,
+from perfwarden.redteam.fuzz import (Fuzzer, HypothesisChooser, evidence_damage, file_damage, fixture_seeds,
                                    mlperf_seeds, must_read)
 
 SCALE = int(os.environ.get("PERFWARDEN_FUZZ_SCALE", "1"))
@@ -138,7 +138,7 @@ def run(tmp_path) -> Path:
 
 def test_server_info_nested_900_deep_is_corrupt_not_a_serializer_crash(run):
     """Inputs 1202, 1482, 4529, ...: json parses 900 levels, pydantic then failed to serialize the verdict."""
-    from perfwarden.agents.auditor.audit import audit_path
+    from perfwarden.auditor.audit import audit_path
 
     (run / "legs" / "cand" / "server_info.json").write_text('{"threads": ' + "[" * 900 + "1" + "]" * 900 + "}")
     verdict = audit_path(run, run / "claims" / "001-patch.json")
@@ -178,7 +178,7 @@ def test_a_70_mb_log_line_is_refused_fast(run):
     """Inputs 3167, 4474, ...: a sparse 70 MB server log (one line of NUL bytes) took 23 s of regex scans."""
     import time
 
-    from perfwarden.agents.auditor.audit import audit_path
+    from perfwarden.auditor.audit import audit_path
 
     with open(run / "legs" / "cand" / "server.log", "r+b") as handle:
         handle.truncate(70 << 20)
@@ -192,7 +192,7 @@ def test_the_crash_pattern_is_linear_on_repeated_worker_lines():
     """``Worker .* died`` was quadratic: 112 KB of "Worker " took 3.6 s per line scanned."""
     import time
 
-    from perfwarden.agents.auditor.gates.measurement import FATAL_PATTERNS
+    from perfwarden.auditor.gates.measurement import FATAL_PATTERNS
 
     started = time.monotonic()
     assert FATAL_PATTERNS.search("Worker " * 16000) is None
@@ -203,7 +203,7 @@ def test_the_crash_pattern_is_linear_on_repeated_worker_lines():
 def test_a_number_beyond_any_float_in_server_info_is_compared_not_a_gate_crash(run):
     """benchmarks/fuzz.py (seed 0, input 1605): threads=10**400 in one leg's server_info crashed the
     conditions gate (int too large for float), so the verdict was degraded instead of decided."""
-    from perfwarden.agents.auditor.audit import audit_path
+    from perfwarden.auditor.audit import audit_path
 
     info_path = run / "legs" / "base" / "server_info.json"
     text = info_path.read_text()
@@ -235,7 +235,7 @@ def test_a_detail_log_ending_in_60_mb_of_nul_bytes_is_refused_without_reading_th
 def test_a_copy_of_the_conditions_beyond_any_float_is_a_misreport_not_a_gate_crash(tmp_path):
     """benchmarks/fuzz.py (seed 0, input 5756): max_seq_len=10**29... in server_info.json against 2048 in
     the bench lines' copies crashed the copy comparison (int too large for float)."""
-    from perfwarden.agents.auditor.audit import audit_path
+    from perfwarden.auditor.audit import audit_path
 
     fixtures = Path(__file__).resolve().parents[1] / "proof" / "fixtures"
     run = tmp_path / "run"
@@ -253,7 +253,7 @@ def test_a_copy_of_the_conditions_beyond_any_float_is_a_misreport_not_a_gate_cra
 
 @pytest.fixture(scope="module")
 def rundir_fuzzer(tmp_path_factory):
-    from perfwarden.proof.fuzz_rundir import RundirFuzzer
+    from perfwarden.redteam.fuzz_rundir import RundirFuzzer
 
     # devices=False: no /dev/zero or 2 GiB --key here (no address-space limit in the suite).
     return RundirFuzzer(tmp_path_factory.mktemp("fuzz-rundir"), timeout_s=20, devices=False)
@@ -276,8 +276,8 @@ def test_every_planted_payload_runs_under_a_permissive_loader(tmp_path):
     import ormsgpack
     from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
-    from perfwarden.proof.fuzz import RandomChooser
-    from perfwarden.proof.fuzz_rundir import CALLABLES, EXT_SHAPES, RawExt, pack
+    from perfwarden.redteam.fuzz import RandomChooser
+    from perfwarden.redteam.fuzz_rundir import CALLABLES, EXT_SHAPES, RawExt, pack
 
     loader = JsonPlusSerializer(allowed_msgpack_modules=True)
     for n, ((module, name, args), code) in enumerate(itertools.product(CALLABLES, sorted(EXT_SHAPES))):
@@ -292,7 +292,7 @@ def test_every_planted_payload_runs_under_a_permissive_loader(tmp_path):
 
 def test_the_oracle_sees_a_write_through_a_link_and_markup_in_a_report(tmp_path):
     from perfwarden.orchestrator.review.export import md_cell
-    from perfwarden.proof.fuzz_rundir import HOSTILE_TEXT, Box, RunSeed, injected, snapshot
+    from perfwarden.redteam.fuzz_rundir import HOSTILE_TEXT, Box, RunSeed, injected, snapshot
 
     box = Box(tmp_path, RunSeed("x", tmp_path), "resume")
     for d in (box.run, box.outside, box.markers):
@@ -343,7 +343,7 @@ def test_resuming_a_run_whose_seal_chain_it_cannot_continue_is_an_input_error(tm
     from typer.testing import CliRunner
 
     from perfwarden.orchestrator.cli import app
-    from perfwarden.proof.fuzz_rundir import SEED_SETTINGS, _fork_run
+    from perfwarden.redteam.fuzz_rundir import SEED_SETTINGS, _fork_run
 
     run = tmp_path / "run"
     monkeypatch.setenv("PERFWARDEN_KEY_DIR", str(tmp_path / "keys"))
@@ -362,7 +362,7 @@ def test_resuming_a_run_whose_pending_claim_is_gone_is_an_input_error(tmp_path, 
     from typer.testing import CliRunner
 
     from perfwarden.orchestrator.cli import app
-    from perfwarden.proof.fuzz_rundir import SEED_SETTINGS, _fork_run
+    from perfwarden.redteam.fuzz_rundir import SEED_SETTINGS, _fork_run
 
     run = tmp_path / "run"
     monkeypatch.setenv("PERFWARDEN_KEY_DIR", str(tmp_path / "keys"))

@@ -409,7 +409,7 @@ def test_the_live_red_team_producer_banks_nothing(tmp_path):
     """``run --red-team`` with the shipped producer: every attack over the run's own evidence (a config
     win relabelled as a kernel, an inflated headline, an undeclared knob, a leg against itself, a forged
     copy of a leg, a report doubling the gain) is audited and refused, and the banked result is unchanged."""
-    from perfwarden.agents import red_team
+    from perfwarden.redteam import red_team
 
     state = run_graph(tmp_path / "run", settings(levers=["max_batch_size=2"], kernels=False, red_team=True),
                       SyntheticLab(), attacker=red_team.make_producer(settings()))
@@ -426,7 +426,7 @@ def test_the_live_red_team_producer_banks_nothing(tmp_path):
 def test_a_forged_pass_verdict_does_not_get_a_component_into_a_bundle(tmp_path):
     """Verdict files are not sealed: a producer can write ``verdicts/<seq>-patch.json`` saying PASS. The
     bundle audit audits each component's claim again instead of believing the file."""
-    from perfwarden.agents.auditor.audit import audit_path
+    from perfwarden.auditor.audit import audit_path
     from perfwarden.harness.seal import find_key_file
 
     run = tmp_path / "run"

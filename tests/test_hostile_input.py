@@ -39,9 +39,9 @@ from hypothesis.errors import InvalidArgument
 from pydantic import ValidationError
 from typer.testing import CliRunner
 
-from perfwarden.agents.auditor.audit import ClaimError, audit_path
-from perfwarden.agents.auditor.evidence import RunLoader
-from perfwarden.agents.auditor.findings import Findings
+from perfwarden.auditor.audit import ClaimError, audit_path
+from perfwarden.auditor.evidence import RunLoader
+from perfwarden.auditor.findings import Findings
 from perfwarden.harness import jsonl
 from perfwarden.harness.records import Claim, LegSpec, QualityEval, Verdict, write_json_atomic
 from perfwarden.orchestrator.cli import app

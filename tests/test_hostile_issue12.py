@@ -26,7 +26,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
-from perfwarden.agents.auditor.audit import ClaimError, audit_path, load_claim
+from perfwarden.auditor.audit import ClaimError, audit_path, load_claim
 from perfwarden.harness import jsonl
 from perfwarden.harness.records import write_json_atomic
 from perfwarden.harness.safe_read import CLAIM_BYTES, RefusedInput, read_bytes
@@ -451,7 +451,7 @@ def test_a_bench_file_with_thousands_of_corrupt_lines_gives_a_bounded_verdict(ru
                 max_size=60), st.integers(1, 5))
 def test_bounding_findings_never_changes_the_verdict_or_the_action(items, cap):
     """However many findings are summarized, the verdict and the action are those of the full list."""
-    from perfwarden.agents.auditor.findings import Findings, choose_action, verdict_label
+    from perfwarden.auditor.findings import Findings, choose_action, verdict_label
 
     full, bounded, nested = Findings(cap=10**9), Findings(cap=cap), Findings(cap=cap)
     inner = Findings(cap=cap)

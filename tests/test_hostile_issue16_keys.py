@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from perfwarden.agents.auditor.manifest import KeyFileError, resolve_key
+from perfwarden.auditor.manifest import KeyFileError, resolve_key
 from perfwarden.harness import seal
 from perfwarden.harness.records import key_store_dir
 from perfwarden.orchestrator.paths import default_fixture_roots

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from perfwarden.agents.auditor import registry
-from perfwarden.agents.auditor.gates import prose
+from perfwarden.auditor import registry
+from perfwarden.auditor.gates import prose
 from perfwarden.orchestrator.cli import app
 from perfwarden.proof.answer_key import AnswerKeyError, load_answer_key, parse_answer_key
 from perfwarden.proof.synth import BASE_INFO, COHERENT_TEXTS, write_json_atomic
@@ -50,7 +50,7 @@ def test_every_embedded_server_info_key_is_known():
     """A real embedded run must never trip UNKNOWN_KNOB: every key its servers report is classified."""
     keys = set()
     for info in REC.glob("rec-*/run/legs/*/server_info.json"):
-        from perfwarden.agents.auditor.gates.conditions import flatten
+        from perfwarden.auditor.gates.conditions import flatten
 
         keys |= set(flatten(json.loads(info.read_text())))
     unknown = sorted(k for k in keys if not registry.is_known(k))
@@ -219,7 +219,7 @@ def _sglang_step(tmp_path, declared: str, changes: dict) -> set[str]:
     server_info (every copy): the FAIL codes the auditor raises."""
     import shutil
 
-    from perfwarden.agents.auditor.audit import audit_path
+    from perfwarden.auditor.audit import audit_path
 
     run = tmp_path / "run"
     shutil.copytree(REC / "jdg-knob-sglang-chunked-prefill" / "run", run)

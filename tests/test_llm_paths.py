@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from perfwarden.agents.auditor.audit import audit_path
-from perfwarden.agents.auditor.persona import apply_persona, render_prompt
+from perfwarden.auditor.audit import audit_path
+from perfwarden.auditor.persona import apply_persona, render_prompt
 from perfwarden.agents.llm import LLMClient, LLMOutputError, extract_json
 from perfwarden.orchestrator.runner import run_graph
 from perfwarden.orchestrator.settings import RunSettings
@@ -84,7 +84,7 @@ def test_garbage_or_unavailable_llm_marks_degraded_never_changes_the_verdict(tmp
 
 def test_retry_shows_the_model_its_validation_error():
     with ScriptedLLM(['{"findings": "oops"}', '{"findings": []}']) as llm:
-        from perfwarden.agents.auditor.persona import PersonaAnswer
+        from perfwarden.auditor.persona import PersonaAnswer
 
         answer = client(llm).complete_json("sys", "user", PersonaAnswer)
         second = llm.requests[1]["messages"]
@@ -149,7 +149,7 @@ def test_llm_unavailable_for_producers_falls_back_and_records(tmp_path):
 
 def test_client_raises_output_error_after_retries():
     with ScriptedLLM(["nope", "nope", "nope"]) as llm:
-        from perfwarden.agents.auditor.persona import PersonaAnswer
+        from perfwarden.auditor.persona import PersonaAnswer
 
         with pytest.raises(LLMOutputError):
             client(llm, retries=2).complete_json("s", "u", PersonaAnswer)

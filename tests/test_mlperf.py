@@ -16,8 +16,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
-from perfwarden.agents.auditor import mlperf
-from perfwarden.agents.auditor.mlperf import Score, audit, threshold_rule, values_agree
+from perfwarden.auditor import mlperf
+from perfwarden.auditor.mlperf import Score, audit, threshold_rule, values_agree
 from perfwarden.harness.jsonl import LineRef
 from perfwarden.harness.mlperf_log import MlperfLogError, read_detail, read_summary
 from perfwarden.orchestrator.cli_mlperf import audit_mlperf
@@ -295,7 +295,7 @@ def test_threshold_finding_is_info_inside_the_band_and_versions_are_info(copy_ca
 
 
 def test_mlperf_findings_use_the_shared_catalog():
-    from perfwarden.agents.auditor.codes import CATALOG
+    from perfwarden.auditor.codes import CATALOG
 
     assert set(mlperf.CODES) <= set(CATALOG)
 
@@ -605,7 +605,7 @@ def test_a_setting_one_run_alone_states_fails_on_one_loadgen_build(copy_case):
 
 def test_every_logged_setting_is_classified():
     """The registry names every setting key LoadGen 4.1-6.0 logs (tests/data); anything else is a condition."""
-    from perfwarden.agents.auditor.mlperf_settings import _AUDIT_OWNER, _CLASSES, classify, setting_name
+    from perfwarden.auditor.mlperf_settings import _AUDIT_OWNER, _CLASSES, classify, setting_name
 
     keys = {k for d in DATA.iterdir() if (d / "reference" / DETAIL).is_file()
             for k in read_detail(d / "reference" / DETAIL).first if setting_name(k)}

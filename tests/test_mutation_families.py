@@ -1,6 +1,6 @@
 """Every mutation family, applied to every clean fixture, gets the answer its definition gives.
 
-The answers live in ``proof/mutations.py`` (each mutation's verdict, action and codes), fixed before
+The answers live in ``redteam/mutations.py`` (each mutation's verdict, action and codes), fixed before
 the auditor ran; the auditor is scored on them exactly as ``perfwarden backtest`` scores a fixture.
 A fake win built by any family on any clean fixture must not PASS, and the clean fixtures themselves
 must still PASS.
@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from perfwarden.proof.backtest import score_fixture
-from perfwarden.proof.mutations import (CLEAN_FIXTURES, COMMITTED, MUTATIONS, SEAL_MUTATIONS, SEALED_COMMITTED,
+from perfwarden.redteam.mutations import (CLEAN_FIXTURES, COMMITTED, MUTATIONS, SEAL_MUTATIONS, SEALED_COMMITTED,
                                         mutate)
 
 FIXTURES = Path(__file__).resolve().parents[1] / "proof" / "fixtures"

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from perfwarden.agents.auditor.audit import audit_path
+from perfwarden.auditor.audit import audit_path
 from perfwarden.proof import gpu_cases
 from perfwarden.proof.synth import write_jsonl
 

@@ -11,7 +11,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def test_every_package_folder_is_listed_in_pyproject():
     listed = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
     found = set()
-    for top in ("agents", "harness", "orchestrator", "proof", "skills"):
+    for top in ("agents", "auditor", "harness", "orchestrator", "proof", "redteam", "skills"):
         for init in (ROOT / top).rglob("__init__.py"):
             found.add("perfwarden." + ".".join(init.parent.relative_to(ROOT).parts))
     assert found == listed

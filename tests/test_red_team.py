@@ -10,7 +10,7 @@ import shutil
 import pytest
 from typer.testing import CliRunner
 
-from perfwarden.agents import red_team as rt
+from perfwarden.redteam import red_team as rt
 from perfwarden.orchestrator.cli import app
 from perfwarden.orchestrator.paths import default_fixture_roots
 from perfwarden.proof.answer_key import load_answer_key
@@ -71,8 +71,8 @@ def test_combining_takes_the_stricter_verdict_and_never_mixes_honest():
 def test_a_planted_weakness_is_found_and_becomes_a_fixture(tmp_path, monkeypatch):
     """Blind the unknown-knob gate: the unknown_knob_declared attack must then succeed, be written as a
     fixture whose answer is the attack's own, and the CLI must exit 1."""
-    from perfwarden.agents.auditor.findings import GateResult
-    from perfwarden.agents.auditor.gates import knobs
+    from perfwarden.auditor.findings import GateResult
+    from perfwarden.auditor.gates import knobs
 
     monkeypatch.setattr(knobs, "check_unknown_knobs", lambda *a, **k: GateResult(value=[]))
     monkeypatch.setattr(knobs, "lossy_reasons", lambda *a, **k: [])

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from auditor_cases import BASE_INFO, BASE_TPUT, CAND_TPUT, reps
 
-from perfwarden.agents.auditor.audit import audit_path, write_verdict
+from perfwarden.auditor.audit import audit_path, write_verdict
 from perfwarden.harness import seal
 from perfwarden.proof.synth import COHERENT_TEXTS, write_claim, write_leg, write_manifest
 

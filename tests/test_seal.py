@@ -14,12 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from perfwarden.agents.auditor.audit import ClaimError, audit_path
-from perfwarden.agents.auditor.manifest import read_manifest, resolve_key
+from perfwarden.auditor.audit import ClaimError, audit_path
+from perfwarden.auditor.manifest import read_manifest, resolve_key
 from perfwarden.harness import seal
 from perfwarden.harness.bench_writer import append_bench_line, rep_exists, reps_to_run
 from perfwarden.harness.records import RunDir
-from perfwarden.proof import mutations
+from perfwarden.redteam import mutations
 from perfwarden.proof.seal_cases import sealed_clean
 from perfwarden.proof.synth import build_ab_run, make_rep
 
@@ -503,7 +503,7 @@ def test_sigkill_while_sealing_then_resume_verifies(tmp_path, after_s):
     import sys
     import time
 
-    from perfwarden.agents.auditor.manifest import observe
+    from perfwarden.auditor.manifest import observe
 
     run = tmp_path / "run"
     script = ("import sys, itertools\nfrom perfwarden.harness import seal\nrun = sys.argv[1]\nseal.begin(run)\n"

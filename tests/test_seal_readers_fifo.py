@@ -17,7 +17,7 @@ from typing import Iterator
 import pytest
 from typer.testing import CliRunner
 
-from perfwarden.agents.auditor import manifest
+from perfwarden.auditor import manifest
 from perfwarden.harness import seal
 from perfwarden.orchestrator.cli import app
 from perfwarden.orchestrator.runner import run_graph

@@ -21,7 +21,7 @@ import pytest
 from typer.testing import CliRunner
 
 from perfwarden.agents import integrator
-from perfwarden.agents.auditor.audit import audit_claim
+from perfwarden.auditor.audit import audit_claim
 from perfwarden.agents.base import Proposal
 from perfwarden.harness import seal
 from perfwarden.harness.prompts import parity_prompts

@@ -14,8 +14,8 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from perfwarden.agents.auditor.claim_file import ClaimError, load_claim
-from perfwarden.agents.auditor.gates import timeline
+from perfwarden.auditor.claim_file import ClaimError, load_claim
+from perfwarden.auditor.gates import timeline
 from perfwarden.harness import seal
 from perfwarden.harness.bench_writer import RequestRecord, build_bench_line
 from perfwarden.harness.json_limits import RepeatedKey, no_repeats

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from perfwarden.agents.auditor import registry
+from perfwarden.auditor import registry
 from perfwarden.harness.target_config import (TARGET_CONFIGS, ConfigError, EmbeddedConfig, SGLangConfig,
                                               parse_set_args)
 from perfwarden.orchestrator.embedded_lab import EmbeddedLab
 from perfwarden.orchestrator.simlab import SyntheticLab
 
-# Knobs the auditor's registry (agents/auditor/data/levers.json) does not know. Empty: the registry
+# Knobs the auditor's registry (auditor/data/levers.json) does not know. Empty: the registry
 # classifies every knob of every target model; a new knob must be added to the registry, or listed here
 # with why, before this test passes.
 REGISTRY_GAPS: dict[str, set[str]] = {"embedded": set(), "sglang": set()}

@@ -17,7 +17,7 @@ from rich.console import Console
 from test_review_cases import build_demo_run
 from typer.testing import CliRunner
 
-from perfwarden.agents.auditor.audit import audit_path, banks
+from perfwarden.auditor.audit import audit_path, banks
 from perfwarden.orchestrator import graph as G
 from perfwarden.orchestrator.cli import app
 from perfwarden.orchestrator.cli_run import TerminalWatcher

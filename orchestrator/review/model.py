@@ -19,7 +19,7 @@ from typing import Any, Iterator, NamedTuple
 
 from pydantic import ValidationError
 
-from perfwarden.agents.auditor.findings import unsealed_refusal
+from perfwarden.auditor.findings import unsealed_refusal
 from perfwarden.harness.jsonl import LineIssue, iter_raw_lines
 from perfwarden.harness.records import Claim, RunManifest, Verdict, shown_verdict
 from perfwarden.harness.safe_read import (MAX_DEPTH, MESSAGE_CHARS, RECORD_BYTES, VERDICT_BYTES, check_regular,
@@ -312,7 +312,7 @@ def _reject(name: str) -> Any:
 
 def read_claim(root: Path, rel: str) -> tuple[Claim | None, str | None]:
     """(claim, None) or (None, why not): a claim beside a saved verdict is context, not the input."""
-    from perfwarden.agents.auditor.audit import ClaimError, load_claim
+    from perfwarden.auditor.audit import ClaimError, load_claim
 
     path = inside(root, rel)
     if path is None:
@@ -363,7 +363,7 @@ def load_saved_verdicts(root: Path, keep: int | None = None) -> tuple[list[Verdi
 
 def audit_claims_now(root: Path) -> list[VerdictEntry]:
     """Audit every ``claims/*.json`` of a run that has no saved verdict (nothing is written)."""
-    from perfwarden.agents.auditor.audit import ClaimError, audit_path
+    from perfwarden.auditor.audit import ClaimError, audit_path
 
     entries = []
     for path in sorted(p for p in (root / "claims").glob("*.json") if not p.name.startswith(".")):

@@ -327,7 +327,7 @@ def comparisons_table(entry: VerdictEntry) -> str:
 
 def flatten(info: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     """Dotted keys, as the auditor's conditions gate names them (so the verdict's diff keys match)."""
-    from perfwarden.agents.auditor.gates.conditions import flatten as auditor_flatten
+    from perfwarden.auditor.gates.conditions import flatten as auditor_flatten
 
     return auditor_flatten(info, prefix)
 
@@ -585,7 +585,7 @@ def _change_cell(value: float | None, higher_is_better: bool | None) -> str:
 
 
 def pair_html(pair: Pair, index: int) -> str:
-    from perfwarden.agents.auditor.rederive import METRICS
+    from perfwarden.auditor.rederive import METRICS
 
     def side(e: VerdictEntry | None) -> str:
         if e is None:

@@ -7,7 +7,7 @@ Usage (from the repository root, ~1-2 minutes on 2 CPU cores)::
 
 ``record`` runs the models and writes ``coherence_samples.json`` (texts + labels, no scores: the data
 must not be produced by the function under test). ``report`` scores the recorded texts with
-``perfwarden.agents.auditor.coherence`` and prints the distributions and the threshold choice that
+``perfwarden.auditor.coherence`` and prints the distributions and the threshold choice that
 ``coherence.md`` documents.
 
 Groups recorded (``max_new_tokens`` = 48, greedy, the project prompt set ``harness/prompts_data.py``):
@@ -143,7 +143,7 @@ def _quantiles(xs: list[float]) -> str:
 
 def report(doc: dict[str, Any]) -> dict[str, Any]:
     """Score the recorded texts; return per-group distributions and the separation."""
-    from perfwarden.agents.auditor.coherence import THRESHOLD, coherence_score
+    from perfwarden.auditor.coherence import THRESHOLD, coherence_score
 
     groups: dict[str, list[str]] = {}
     for s in doc["samples"]:

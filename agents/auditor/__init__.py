@@ -1,1 +1,0 @@
-"""perfwarden.agents.auditor"""

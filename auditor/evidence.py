@@ -1,0 +1,644 @@
+"""Load a run directory into typed evidence, turning every problem into a finding (never a crash).
+
+The loader records the sha256 of every file it reads (the verdict's ``input_digests``) and builds
+``EvidenceRef``s that point at exact lines: a JSONL record's line, the line of a key inside a
+pretty-printed JSON file, a server-log line.
+"""
+
+from __future__ import annotations
+
+import functools
+import gc
+import hashlib
+import math
+import os
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from perfwarden.auditor.findings import Findings, GateResult, finding
+from perfwarden.auditor.rederive import RepError, RepMetrics, rederive_rep
+from perfwarden.auditor.serverlog import ServerLog, scan_server_log
+from perfwarden.harness.json_limits import loads_bounded, no_repeats
+from perfwarden.harness.jsonl import (BenchRunLine, LineIssue, LineRef, OpBenchLine, OutputLine,
+                                      ProfileLine, iter_jsonl, read_jsonl)
+from perfwarden.harness.mlperf_log import MlperfLogError, read_detail
+from perfwarden.harness.records import EvidenceRef, LegSpec, QualityEval, RunDir, unknown_fields
+from perfwarden.harness.safe_read import (BENCH_LINE_BYTES, LOG_LINE_CHARS, RECORD_BYTES, TEXT_BYTES, RefusedInput,
+                                          check_regular, exists, iter_chunks, read_bytes)
+
+_EXCERPT = 200
+LOG_CHUNK = 256 << 10
+"""Bytes of a server log read at a time (what one pass holds, a few times over, while it reads)."""
+# Per-request arrays every sglang/vLLM bench file carries but rederive can do without: absent, the
+# metrics they feed are silently underivable, so their absence is reported (FLAG: a gate cannot decide).
+_STANDARD_ARRAYS = {"itls": "ITL metrics (and e2e/TPOT when there is no 'latencies' array)",
+                    "input_lens": "total throughput and prefix-cache hit rates"}
+
+
+def line_evidence(run: Path, ref: LineRef) -> EvidenceRef:
+    """Evidence for one JSONL record: file, line, sha256 of the line's bytes and a short excerpt."""
+    raw = ref.raw()
+    return EvidenceRef(file=_rel(run, ref.path), line=ref.line, sha256=hashlib.sha256(raw).hexdigest(),
+                       excerpt=raw[:_EXCERPT].decode("utf-8", "replace"))
+
+
+def _rel(run: Path, path: Path) -> str:
+    """``path`` relative to the run as it was named (a link out is still cited by its place in the run),
+    else as resolved, else as given."""
+    return _rel_cached(str(run), str(path))
+
+
+@functools.lru_cache(maxsize=4096)
+def _rel_cached(run: str, path: str) -> str:
+    try:
+        return str(Path(os.path.abspath(path)).relative_to(os.path.abspath(run)))
+    except ValueError:
+        pass
+    try:
+        return str(Path(path).resolve().relative_to(Path(run).resolve()))
+    except (ValueError, OSError, RuntimeError):
+        return str(path)
+
+
+@dataclass
+class TextFile:
+    """A small text file held as lines, with its digest, so findings can cite any line."""
+
+    path: Path
+    lines: list[str]
+    sha256: str
+    utf8: bool = True
+    """False when the bytes were not valid UTF-8 (the lines then hold replacement characters)."""
+
+    def evidence(self, run: Path, line_no: int | None) -> EvidenceRef:
+        if line_no is None or not 1 <= line_no <= len(self.lines):
+            return EvidenceRef(file=_rel(run, self.path), sha256=self.sha256)
+        text = self.lines[line_no - 1]
+        return EvidenceRef(file=_rel(run, self.path), line=line_no,
+                           sha256=hashlib.sha256(text.encode("utf-8")).hexdigest(),
+                           excerpt=text[:_EXCERPT])
+
+    def key_line(self, key: str) -> int | None:
+        """Line of ``"key":`` in a pretty-printed JSON file (first match)."""
+        needle = f'"{key}"'
+        for i, text in enumerate(self.lines, 1):
+            if needle in text:
+                return i
+        return None
+
+
+@dataclass
+class LegEvidence:
+    """Everything raw about one leg."""
+
+    name: str
+    spec: LegSpec | None = None
+    spec_file: TextFile | None = None
+    server_info: dict[str, Any] | None = None
+    server_info_file: TextFile | None = None
+    log: ServerLog | None = None
+    """What one pass over ``server.log`` found for the gates (``serverlog.scan_server_log``)."""
+    reps: list[RepMetrics] = field(default_factory=list)
+    bench_path: Path | None = None
+    outputs: list[tuple[LineRef, OutputLine]] | None = None
+    torn_tail: bool = False
+    """The bench file ends in an unfinished line (a writer interrupted mid-rep)."""
+    corrupt_reps: int = 0
+    """Lines of the bench file that were not usable reps (corrupt, incomplete, duplicated numbers)."""
+    loadgen_issued: dict[int, tuple[int, EvidenceRef]] = field(default_factory=dict)
+    """Rep -> samples LoadGen's own detail log says it issued (with the log line), where a log exists."""
+    loadgen_problems: list[str] = field(default_factory=list)
+    """LoadGen logs that exist but could not be read (their cross-check is not made)."""
+
+
+def _finite_json(obj: Any) -> bool:
+    if isinstance(obj, float):
+        return math.isfinite(obj)
+    if isinstance(obj, dict):
+        return all(_finite_json(v) for v in obj.values())
+    if isinstance(obj, list):
+        return all(_finite_json(v) for v in obj)
+    return True
+
+
+class RunLoader:
+    """Reads raw files of one run directory, caching them and recording digests and findings."""
+
+    def __init__(self, run: Path, findings: Findings, log_ops: tuple[str, ...] = ()):
+        self.run = Path(run)
+        self.log_ops = log_ops
+        """Kernel ops whose engagement the claim declares: the one pass over each server log looks for them."""
+        self.paths = RunDir(run)
+        self.findings = findings
+        self.digests: dict[str, str] = {}
+        self._legs: dict[str, LegEvidence] = {}
+        self._conditions_reported: set[str] = set()
+        self._legs_torn: dict[str, bool] = {}
+        self._lines_seen = 0
+        self._timings: dict[str, tuple[str, RepMetrics]] = {}
+        """Timing digest -> (leg, rep) of every rep loaded so far: the same measurement written twice,
+        in one leg or across legs, is duplicated evidence (constant memory per rep)."""
+        self._run_started: float | None | bool = False
+        """Unix time the run started (run.json), None when unknown; False until read."""
+        self.notes: list[str] = []
+        """What the loader read but did not check (a foreign file's fields perfwarden does not know)."""
+        self.line_sealed: frozenset[str] = frozenset()
+        """Files (relative to the run) whose every line a *verified* seal chain says the harness appended
+        through its own writer, which cannot write a repeated key: their lines skip that scan. A line
+        whose bytes differ from the sealed ones is EVIDENCE_TAMPERED (integrity gate) anyway."""
+
+    # ---------------------------------------------------------------- generic
+    def _digest(self, path: Path, sha: str) -> None:
+        self.digests[_rel(self.run, path)] = sha
+
+    def refused(self, exc: RefusedInput, what: str) -> None:
+        """A file that was handed over but must not be read (``safe_read``): fail closed. A link out of
+        the run directory is evidence that is not in the run (EVIDENCE_MISSING); a FIFO, a device, a
+        directory or a file over its size bound is not evidence at all (EVIDENCE_CORRUPT)."""
+        code = "EVIDENCE_MISSING" if exc.reason in ("missing", "outside") else "EVIDENCE_CORRUPT"
+        message = str(exc) if str(exc).startswith(what) else f"{what}: {exc}"
+        self.findings.add(code, "FAIL", message, evidence=[EvidenceRef(file=_rel(self.run, exc.path))], gate="evidence")
+
+    def present(self, path: Path, required: bool, what: str, missing: str | None = None) -> bool:
+        """Whether ``path`` is a regular file inside the run that may be read. Absent: a finding only
+        when ``required`` (``missing`` is its message). Present but not readable evidence -- a link
+        out, a FIFO, a device, a directory -- is always a FAIL finding, required or not: something was
+        handed over in the evidence's place."""
+        if not exists(path):
+            if required:
+                self.findings.add("EVIDENCE_MISSING", "FAIL", missing or f"{what} {_rel(self.run, path)!r} is missing",
+                                  evidence=[EvidenceRef(file=_rel(self.run, path))], gate="evidence")
+            return False
+        try:
+            check_regular(path, self.run, what)
+        except RefusedInput as exc:
+            self.refused(exc, what)
+            return False
+        return True
+
+    def text(self, path: Path, required: bool, what: str, limit: int = TEXT_BYTES) -> TextFile | None:
+        """Read a text file of at most ``limit`` bytes; a missing required file is EVIDENCE_MISSING
+        (fail closed), and so is anything ``present`` refuses."""
+        if not self.present(path, required, what):
+            return None
+        try:
+            data = read_bytes(path, self.run, limit=limit, what=what)
+        except RefusedInput as exc:
+            self.refused(exc, what)
+            return None
+        except OSError as exc:
+            self.findings.add("EVIDENCE_MISSING", "FAIL", f"cannot read {what} {_rel(self.run, path)!r}: {exc}",
+                              evidence=[EvidenceRef(file=_rel(self.run, path))], gate="evidence")
+            return None
+        sha = hashlib.sha256(data).hexdigest()
+        self._digest(path, sha)
+        try:
+            tf = TextFile(path, data.decode("utf-8").splitlines(), sha)
+        except UnicodeDecodeError:
+            tf = TextFile(path, data.decode("utf-8", "replace").splitlines(), sha, utf8=False)
+        return tf
+
+    def server_log(self, path: Path, what: str) -> ServerLog | None:
+        """Read a server log once, streaming, into what every gate needs from it (never its lines).
+        A line over ``LOG_LINE_CHARS`` is EVIDENCE_CORRUPT and the log is read only up to it, cut at
+        the bound: the verdict is a FAIL anyway, and the gates never scan megabytes of one line."""
+        if not self.present(path, False, what):
+            return None
+        try:
+            log = scan_server_log(iter_chunks(path, self.run, limit=TEXT_BYTES, what=what, chunk=LOG_CHUNK),
+                                  _rel(self.run, path), self.log_ops, LOG_LINE_CHARS)
+        except RefusedInput as exc:
+            self.refused(exc, what)
+            return None
+        except OSError as exc:
+            self.findings.add("EVIDENCE_MISSING", "FAIL", f"cannot read {what} {_rel(self.run, path)!r}: {exc}",
+                              evidence=[EvidenceRef(file=_rel(self.run, path))], gate="evidence")
+            return None
+        self._digest(path, log.sha256)
+        long = log.long_line
+        if long is not None:
+            self.findings.add("EVIDENCE_CORRUPT", "FAIL", f"{what} {log.file!r} line {long.line} is {long.chars:,} "
+                              f"characters, over the {LOG_LINE_CHARS:,}-character bound for one log line: the log is "
+                              "not read past it", measured=long.chars, threshold=LOG_LINE_CHARS,
+                              evidence=[EvidenceRef(file=log.file, line=long.line, sha256=long.sha256,
+                                                    excerpt=long.excerpt)], gate="evidence")
+        return log
+
+    def json_object(self, path: Path, required: bool, what: str,
+                    limit: int = RECORD_BYTES) -> tuple[dict | None, TextFile | None]:
+        tf = self.text(path, required, what, limit)
+        if tf is None:
+            return None, None
+        if not tf.utf8:
+            # Replacement characters would make two different damaged values compare equal.
+            self.findings.add("EVIDENCE_CORRUPT", "FAIL", f"{what} {_rel(self.run, path)!r} is not valid UTF-8",
+                              evidence=[tf.evidence(self.run, None)], gate="evidence")
+            return None, tf
+        try:
+            obj = loads_bounded("\n".join(tf.lines), what=f"{what} {_rel(self.run, path)!r}",
+                                parse_constant=_reject_constant, parse_float=_finite_float,
+                                object_pairs_hook=no_repeats)
+        except (ValueError, RecursionError) as exc:
+            self.findings.add("EVIDENCE_CORRUPT", "FAIL", f"{what} {_rel(self.run, path)!r} is not valid JSON: {exc}",
+                              evidence=[tf.evidence(self.run, None)], gate="evidence")
+            return None, tf
+        if not isinstance(obj, dict):
+            self.findings.add("EVIDENCE_CORRUPT", "FAIL", f"{what} {_rel(self.run, path)!r} is not a JSON object",
+                              evidence=[tf.evidence(self.run, None)], gate="evidence")
+            return None, tf
+        return obj, tf
+
+    def report_issues(self, issues: list[LineIssue], what: str) -> None:
+        """Torn tail -> FLAG (the writer was interrupted); anything mid-file -> FAIL. A foreign file's
+        fields perfwarden does not read are listed as not checked (one note per file)."""
+        foreign = sorted({name for issue in issues if issue.kind == "foreign_fields" for name in issue.message.split(", ")})
+        if foreign:
+            self.notes.append(f"{what}: foreign file ({_rel(self.run, issues[0].ref.path)!r}) fields perfwarden does not "
+                              f"read, not checked: {', '.join(foreign[:40])}" + (" …" if len(foreign) > 40 else ""))
+        for issue in issues:
+            if issue.kind == "foreign_fields":
+                continue
+            # A line over its size bound was hashed while skipped (never re-read); others are short.
+            sha = issue.sha256 or (hashlib.sha256(issue.ref.raw()).hexdigest() if issue.ref.length else None)
+            ev = [EvidenceRef(file=_rel(self.run, issue.ref.path), line=issue.ref.line or None, sha256=sha)]
+            if issue.kind == "torn_tail":
+                self.findings.add("EVIDENCE_CORRUPT", "FLAG", f"{what}: {issue.message}", evidence=ev,
+                                  gate="evidence", action="remeasure")
+            elif issue.kind in ("empty_file", "missing_field"):
+                self.findings.add("EVIDENCE_MISSING", "FAIL", f"{what}: {issue.message}", evidence=ev, gate="evidence")
+            else:
+                self.findings.add("EVIDENCE_CORRUPT", "FAIL", f"{what}: {issue.message}", evidence=ev, gate="evidence")
+
+    # ---------------------------------------------------------------- legs
+    def leg(self, name: str, need_outputs: bool = False, need_conditions: bool = False) -> LegEvidence:
+        """Load a leg once. ``need_conditions``: its server_info is required (patch/bundle compare
+        conditions); otherwise a foreign benchmark file without one still audits."""
+        if name in self._legs:
+            leg = self._legs[name]
+        else:
+            leg = self._load_leg(name)
+            self._legs[name] = leg
+        if need_conditions and leg.server_info is None and name not in self._conditions_reported:
+            self._conditions_reported.add(name)
+            path = self.paths.server_info(name)
+            if leg.server_info_file is None:
+                self.findings.add("EVIDENCE_MISSING", "FAIL", f"server_info of {name!r} is missing: conditions cannot"
+                                  " be compared", evidence=[EvidenceRef(file=_rel(self.run, path))], gate="evidence")
+        if need_outputs and leg.outputs is None:
+            leg.outputs = self._load_outputs(name)
+        return leg
+
+    def _load_leg(self, name: str) -> LegEvidence:
+        leg = LegEvidence(name)
+        leg_dir = self.paths.leg_dir(name)
+        if not _plain_name(name):
+            self.findings.add("EVIDENCE_MISSING", "FAIL", f"leg name {name!r} is not a directory name under "
+                              "legs/: evidence outside the run directory is not read",
+                              evidence=[EvidenceRef(file="legs")], gate="evidence")
+            return leg
+        if not leg_dir.is_dir():
+            self.findings.add("EVIDENCE_MISSING", "FAIL", f"leg {name!r} has no directory {_rel(self.run, leg_dir)!r}",
+                              evidence=[EvidenceRef(file=_rel(self.run, leg_dir))], gate="evidence")
+            return leg
+        spec_obj, leg.spec_file = self.json_object(self.paths.leg_spec(name), False, f"leg spec of {name!r}")
+        if spec_obj is not None:
+            try:
+                leg.spec = LegSpec.model_validate(spec_obj)
+                unknown = unknown_fields(leg.spec)
+                if unknown:
+                    self.findings.add("EVIDENCE_CORRUPT", "FAIL", f"leg spec of {name!r} has field(s) its schema does not "
+                                      f"have: {', '.join(unknown[:8])} (the harness never writes them)",
+                                      evidence=[leg.spec_file.evidence(self.run, leg.spec_file.key_line(
+                                          unknown[0].rsplit('.', 1)[-1]))], gate="evidence")
+            except ValidationError as exc:
+                self.findings.add(_invalid_code(exc), "FAIL", f"leg spec of {name!r} is invalid: "
+                                  f"{exc.errors()[0]['msg']} at {exc.errors()[0]['loc']!r}",
+                                  evidence=[leg.spec_file.evidence(self.run, None)], gate="evidence")
+        leg.server_info, leg.server_info_file = self.json_object(self.paths.server_info(name), False,
+                                                                 f"server_info of {name!r}")
+        leg.log = self.server_log(self.paths.server_log(name), f"server log of {name!r}")
+        leg.bench_path = self.paths.bench_runs(name)
+        lines_before = self._lines_seen
+        leg.reps = self._load_reps(name, leg.bench_path)
+        leg.torn_tail = self._legs_torn.get(name, False)
+        leg.corrupt_reps = max(self._lines_seen - lines_before - len(leg.reps), 0)
+        leg.loadgen_issued, leg.loadgen_problems = self._loadgen_counts(name, leg.reps)
+        return leg
+
+    # ---------------------------------------------------------------- consistency across reps
+    def run_started(self) -> float | None:
+        """Unix time the run started, from run.json's ``started_at`` (None when absent or unreadable)."""
+        if self._run_started is False:
+            self._run_started = None
+            if exists(self.paths.manifest):
+                obj, _ = self.json_object(self.paths.manifest, False, "run manifest")
+                stamp = obj.get("started_at") if obj else None
+                if isinstance(stamp, str):
+                    try:
+                        parsed = datetime.fromisoformat(stamp.replace("Z", "+00:00"))
+                        if parsed.tzinfo is None:
+                            parsed = parsed.replace(tzinfo=timezone.utc)
+                        self._run_started = parsed.timestamp()
+                    except ValueError:
+                        self._run_started = None
+        return self._run_started
+
+    def _check_rep_clock(self, leg: str, rep: RepMetrics) -> None:
+        """A rep must start inside its run's clock: not before the run started (when known)."""
+        start = self.run_started()
+        if start is None or rep.started_at is None:
+            return
+        if rep.started_at < start - RUN_CLOCK_SLACK_S:
+            self.findings.add("EVIDENCE_CORRUPT", "FAIL", f"leg {leg!r} rep {rep.rep} started "
+                              f"{start - rep.started_at:.0f} s before the run did (run.json started_at): it is not "
+                              "this run's measurement", measured=rep.started_at,
+                              threshold={"run_started_at": start, "slack_s": RUN_CLOCK_SLACK_S},
+                              evidence=[line_evidence(self.run, rep.ref)], gate="evidence")
+
+    def _check_duplicate_timing(self, leg: str, rep: RepMetrics) -> None:
+        """Two reps with the same per-request timings are one measurement written twice."""
+        if rep.timing_digest is None:
+            return
+        first = self._timings.get(rep.timing_digest)
+        if first is None:
+            self._timings[rep.timing_digest] = (leg, rep)
+            return
+        other_leg, other = first
+        where = "the same leg" if other_leg == leg else f"leg {other_leg!r}"
+        self.findings.add("EVIDENCE_CORRUPT", "FAIL", f"leg {leg!r} rep {rep.rep} has the same per-request timings as "
+                          f"rep {other.rep} of {where} (lines {other.ref.line} and {rep.ref.line}): duplicated "
+                          "evidence, not a second measurement", measured={"leg": leg, "rep": rep.rep},
+                          threshold={"duplicate_of": {"leg": other_leg, "rep": other.rep}},
+                          evidence=[line_evidence(self.run, other.ref), line_evidence(self.run, rep.ref)],
+                          gate="evidence")
+
+    def _loadgen_counts(self, leg: str, reps: list[RepMetrics]) -> tuple[dict[int, tuple[int, EvidenceRef]], list[str]]:
+        """Samples LoadGen issued per rep, from ``legs/<leg>/loadgen/rep-<k>/mlperf_log_detail.txt``
+        where it exists (one file per rep at most: bounded by the reps already read)."""
+        counts: dict[int, tuple[int, EvidenceRef]] = {}
+        problems: list[str] = []
+        for rep in reps:
+            path = self.paths.loadgen_rep(leg, rep.rep) / "mlperf_log_detail.txt"
+            if not exists(path):
+                continue
+            try:
+                log = read_detail(path, self.run)
+            except MlperfLogError as exc:
+                problems.append(f"{_rel(self.run, path)}: {exc}")
+                continue
+            self._digest(path, log.sha256)
+            queries, per_query = log.record("result_query_count"), (
+                log.record("generated_samples_per_query") or log.record("effective_samples_per_query"))
+            if queries is None or not _count(queries.value) or (per_query is not None and not _count(per_query.value)):
+                problems.append(f"{_rel(self.run, path)}: no usable result_query_count/samples_per_query")
+                continue
+            issued = int(queries.value) * (int(per_query.value) if per_query is not None else 1)
+            raw = queries.ref.raw()
+            counts[rep.rep] = (issued, EvidenceRef(file=_rel(self.run, path), line=queries.ref.line,
+                                                   sha256=hashlib.sha256(raw).hexdigest(),
+                                                   excerpt=raw[:_EXCERPT].decode("utf-8", "replace")))
+        return counts, problems
+
+    def _load_reps(self, name: str, path: Path) -> list[RepMetrics]:
+        """Stream bench_runs.jsonl, re-deriving each rep and dropping its arrays (memory stays flat)."""
+        if not self.present(path, True, f"bench_runs of leg {name!r}", f"leg {name!r} has no bench_runs.jsonl"):
+            return []
+        issues: list[LineIssue] = []
+        digest = hashlib.sha256()
+        reps: list[RepMetrics] = []
+        seen: dict[int, RepMetrics] = {}
+        absent: dict[str, list[int]] = {}
+        index = -1
+        # The cyclic GC is paused while lines stream: decoding one rep allocates tens of thousands of
+        # lists (one per request's gaps), and every generation-0 collection would walk them all again
+        # (~11% of a bare parse, measured with callgrind). Decoded lines hold no reference cycles, so
+        # reference counting frees them as before; the GC's previous state is restored after.
+        gc_was_enabled = gc.isenabled()
+        gc.disable()
+        try:
+            # No enumerate(): it keeps the previous item alive while the next line is read, i.e. two
+            # reps' decoded arrays at once. Here ``line`` is dropped before the next read.
+            for ref, line in iter_jsonl(path, BenchRunLine, issues, digest, self.run, BENCH_LINE_BYTES,
+                                        check_keys=_rel(self.run, path) not in self.line_sealed):
+                index += 1
+                self._lines_seen += 1
+                claimed_leg, rep, error = line.leg, None, None
+                if claimed_leg is None or claimed_leg == name:
+                    try:
+                        rep = rederive_rep(line, ref, name, index)
+                    except RepError as exc:
+                        error = exc
+                    else:
+                        for array in _STANDARD_ARRAYS:
+                            if getattr(line, array) is None:
+                                absent.setdefault(array, []).append(ref.line)
+                del line
+                if claimed_leg is not None and claimed_leg != name:
+                    self.findings.add("EVIDENCE_CORRUPT", "FAIL", f"line {ref.line} says leg {claimed_leg!r} but "
+                                      f"lives in leg {name!r}", evidence=[line_evidence(self.run, ref)],
+                                      gate="evidence")
+                    continue
+                if error is not None:
+                    for kind, message in error.problems:
+                        code = "EVIDENCE_MISSING" if kind == "missing" else "EVIDENCE_CORRUPT"
+                        message = message.removeprefix(f"line {ref.line}: ")
+                        self.findings.add(code, "FAIL", f"leg {name!r} rep at line {ref.line}: {message}",
+                                          evidence=[line_evidence(self.run, ref)], gate="evidence")
+                    continue
+                if rep.rep in seen:
+                    first = seen[rep.rep]
+                    same = first.ref.raw() == ref.raw()
+                    self.findings.add("EVIDENCE_CORRUPT", "INFO" if same else "FAIL",
+                                      f"leg {name!r} rep {rep.rep} appears twice (lines {first.ref.line} and "
+                                      f"{ref.line})" + ("; identical, counted once" if same
+                                                        else "; they differ, so neither is trusted"),
+                                      evidence=[line_evidence(self.run, first.ref), line_evidence(self.run, ref)],
+                                      gate="evidence")
+                    if not same:
+                        reps = [r for r in reps if r.rep != rep.rep]
+                    continue
+                self._check_rep_clock(name, rep)
+                self._check_duplicate_timing(name, rep)
+                seen[rep.rep] = rep
+                reps.append(rep)
+        except RefusedInput as exc:
+            self.refused(exc, f"bench_runs of leg {name!r}")
+            return []
+        except OSError as exc:
+            self.findings.add("EVIDENCE_MISSING", "FAIL", f"cannot read bench_runs of leg {name!r}: {exc}",
+                              evidence=[EvidenceRef(file=_rel(self.run, path))], gate="evidence")
+            return []
+        finally:
+            if gc_was_enabled:
+                gc.enable()
+        self._digest(path, digest.hexdigest())
+        self.report_issues(issues, f"bench_runs of leg {name!r}")
+        self._legs_torn[name] = any(issue.kind == "torn_tail" for issue in issues)
+        self._check_one_writer(name, path, reps)
+        numbered = sorted(seen)
+        missing, shown = missing_rep_numbers(numbered)
+        if missing:
+            self.findings.add("EVIDENCE_MISSING", "FLAG", f"leg {name!r} has reps {numbered[:20]!r}: {missing} "
+                              f"rep(s) between them are missing, e.g. {shown!r} (a lost, deleted or spliced line)",
+                              measured=numbered[:20], threshold="consecutive rep numbers",
+                              evidence=[EvidenceRef(file=_rel(self.run, path))], action="remeasure", gate="evidence")
+        for array, lines in absent.items():
+            self.findings.add("EVIDENCE_MISSING", "FLAG", f"leg {name!r}: {len(lines)} rep(s) (lines "
+                              f"{_line_list(lines)}) have no {array!r} array, so {_STANDARD_ARRAYS[array]} "
+                              "cannot be re-derived and the gates that use them cannot check them",
+                              evidence=[EvidenceRef(file=_rel(self.run, path), line=lines[0])],
+                              action="remeasure", gate="evidence")
+        return reps
+
+    def _check_one_writer(self, name: str, path: Path, reps: list[RepMetrics]) -> None:
+        """One bench file has one writer: a line without ``schema_version`` in a file whose other lines
+        the harness wrote would escape the harness schema, the contention sample and the rep clock."""
+        harness = [r for r in reps if r.schema_version is not None]
+        foreign = [r for r in reps if r.schema_version is None]
+        if harness and foreign:
+            self.findings.add("EVIDENCE_CORRUPT", "FAIL", f"bench_runs of leg {name!r} mixes {len(harness)} harness-"
+                              f"written line(s) with {len(foreign)} foreign-format line(s) (no schema_version), e.g. "
+                              f"line {foreign[0].ref.line}: one file has one writer",
+                              measured={"harness": len(harness), "foreign": len(foreign)},
+                              evidence=[line_evidence(self.run, harness[0].ref), line_evidence(self.run, foreign[0].ref)],
+                              gate="evidence")
+
+    def _load_outputs(self, name: str) -> list[tuple[LineRef, OutputLine]] | None:
+        path = self.paths.outputs(name)
+        if not self.present(path, False, f"outputs of leg {name!r}"):
+            return None
+        report = read_jsonl(path, OutputLine, root=self.run)
+        self._digest(path, report.sha256)
+        self.report_issues(report.issues, f"outputs of leg {name!r}")
+        return report.records
+
+    # ---------------------------------------------------------------- other raw files
+    def jsonl(self, path: Path, schema: type, what: str) -> list | None:
+        if not self.present(path, True, what):
+            return None
+        report = read_jsonl(path, schema, root=self.run)
+        self._digest(path, report.sha256)
+        self.report_issues(report.issues, what)
+        return report.records
+
+    def opbench(self, rel_path: str) -> list[tuple[LineRef, OpBenchLine]] | None:
+        return self.jsonl(self._inside(rel_path), OpBenchLine, "op benchmark")
+
+    def profile(self) -> list[tuple[LineRef, ProfileLine]] | None:
+        return self.jsonl(self.paths.profile, ProfileLine, "profile")
+
+    def quality(self, eval_id: str, leg: str | None = None) -> tuple[QualityEval | None, TextFile | None]:
+        path = self.paths.quality(eval_id, leg)
+        if leg and not exists(path):
+            path = self.paths.quality(eval_id)
+        obj, tf = self.json_object(path, False, f"quality eval {eval_id!r}")
+        if obj is None:
+            return None, tf
+        try:
+            return QualityEval.model_validate(obj), tf
+        except ValidationError as exc:
+            self.findings.add(_invalid_code(exc), "FAIL", f"quality eval {eval_id!r} is invalid: {exc.errors()[0]['msg']}"
+                              f" at {exc.errors()[0]['loc']!r}",
+                              evidence=[tf.evidence(self.run, None)], gate="evidence")
+            return None, tf
+
+    def _inside(self, rel_path: str) -> Path:
+        """Resolve a path named by a claim, refusing anything outside the run directory."""
+        path = (self.run / rel_path).resolve()
+        if not path.is_relative_to(self.run.resolve()):
+            return self.run / "__outside_run_dir__" / Path(rel_path).name
+        return path
+
+    def inside(self, rel_path: str) -> Path:
+        return self._inside(rel_path)
+
+
+def check_named_folders(run: Path, legs: list[LegEvidence], sealed: bool) -> GateResult:
+    """Every LoadGen folder a rep's line names (``loadgen.dir``) exists inside the run, or evidence was
+    removed (EVIDENCE_MISSING, FAIL). Decided where the run shows it keeps them: a sealed run, or one
+    where another named folder of the audited legs exists. An unsealed run where no named folder exists
+    at all (hand-built evidence, a rig that kept no logs) is listed as not checked."""
+    named: list[tuple[LegEvidence, RepMetrics, bool]] = []
+    for leg in legs:
+        for rep in leg.reps:
+            if rep.loadgen_dir is not None:
+                named.append((leg, rep, _folder_inside(run, rep.loadgen_dir)))
+    absent = [(leg, rep) for leg, rep, there in named if not there]
+    if not absent:
+        return GateResult()
+    if not sealed and len(absent) == len(named):
+        return GateResult(not_checked=[f"LoadGen logs: the {len(named)} folder(s) the reps name are all absent from "
+                                       "this unsealed run, so LoadGen's own logs cannot be held against the lines"])
+    found = []
+    for leg, rep in absent[:MAX_NAMED]:
+        found.append(finding("EVIDENCE_MISSING", "FAIL", f"leg {leg.name!r} rep {rep.rep} names LoadGen folder "
+                             f"{rep.loadgen_dir!r}, which is not in the run" + (" (the run is sealed)" if sealed else
+                             " while other reps' folders are") + ": evidence a record names was removed",
+                             measured=rep.loadgen_dir, threshold="an existing folder inside the run",
+                             evidence=[line_evidence(run, rep.ref)], gate="evidence"))
+    return GateResult(findings=found)
+
+
+MAX_NAMED = 25
+
+
+def _folder_inside(run: Path, name: str) -> bool:
+    """``name`` (relative to the run) is a real directory inside the run, reached without links out."""
+    if not name or "\x00" in name or os.path.isabs(name):
+        return False
+    path = (run / name)
+    try:
+        resolved = path.resolve()
+    except (OSError, RuntimeError):
+        return False
+    return resolved.is_relative_to(run.resolve()) and resolved.is_dir() and not path.is_symlink()
+
+
+RUN_CLOCK_SLACK_S = 60.0
+"""A rep may appear to start this much before its run (clock steps, a manifest written late)."""
+
+
+def missing_rep_numbers(numbered: list[int], show: int = 10) -> tuple[int, list[int]]:
+    """How many rep numbers are missing between the first and last of ``numbered`` (sorted, unique),
+    and the first ``show`` of them -- counted from adjacent differences, so an absurd rep number never
+    sizes anything."""
+    missing, shown = 0, []
+    for a, b in zip(numbered, numbered[1:]):
+        gap = b - a - 1
+        if gap > 0:
+            missing += gap
+            shown.extend(range(a + 1, min(b, a + 1 + show - len(shown))))
+    return missing, shown[:show]
+
+
+def _count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _invalid_code(exc: ValidationError) -> str:
+    """A record that only lacks required fields is missing evidence; anything else is corrupt."""
+    return "EVIDENCE_MISSING" if all(e["type"] == "missing" for e in exc.errors()) else "EVIDENCE_CORRUPT"
+
+
+def _line_list(lines: list[int]) -> str:
+    return ", ".join(map(str, lines[:5])) + (f", … ({len(lines)} in all)" if len(lines) > 5 else "")
+
+
+def _plain_name(name: str) -> bool:
+    """A single path component that stays inside its parent (no separators, no '..', no NUL)."""
+    return bool(name) and name not in (".", "..") and not any(c in name for c in ("/", "\\", "\x00"))
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"non-finite JSON constant {name!r}")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"number {text[:40]!r} is out of range (not a finite float)")
+    return value

@@ -1,0 +1,547 @@
+"""Rep-level statistics, significance, noise, drift, contention, errors and crashes.
+
+Every number here is re-derived from the per-request arrays in ``bench_runs.jsonl`` (see
+``rederive.py``); numbers a producer reported are only cross-checked.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from perfwarden.auditor import stats
+from perfwarden.auditor.evidence import LegEvidence, line_evidence
+from perfwarden.auditor.findings import Findings, GateResult, finding
+from perfwarden.auditor.rederive import LATENCY_METRICS, METRICS, RepMetrics
+from perfwarden.auditor.serverlog import ERROR_PATTERNS, FATAL_PATTERNS  # noqa: F401 - re-exported (moved)
+from perfwarden.harness.records import Claim, Comparison, EvidenceRef, MetricStats
+
+# Tolerance for a line's own aggregates vs our re-derivation. Wider for e2e/TPOT when the file has no
+# per-request latency array (we then rebuild e2e as ttft + sum(itls), ~1% off sglang's own clock).
+AGGREGATE_TOLERANCE_PCT = {"default": 2.0, "median_e2e_latency_ms": 5.0, "median_tpot_ms": 5.0}
+REPORTED_TOLERANCE_PCT = 1.0
+"""A producer's reported median may differ from ours by rounding only."""
+HEADLINE_TOLERANCE_PTS = 1.0
+"""Claimed headline delta vs re-derived, in percentage points, before it is a mismatch."""
+BUSY_PROCESS_CPU_PCT = 50.0
+"""Another process using this much CPU during a rep contends with the measurement."""
+MAX_REPS = 7
+"""Most reps per leg a comparison may use (the power target assumes <= 7)."""
+DRIFT_FLOOR_PCT = 2.0
+"""Smallest drift reported, even when the band is narrower."""
+
+
+def leg_metric_stats(reps: list[RepMetrics]) -> dict[str, MetricStats]:
+    """Per metric: median/min/max/spread/CI over reps (a metric absent from any rep is left out)."""
+    out: dict[str, MetricStats] = {}
+    for metric in METRICS:
+        values = [r.metrics[metric] for r in reps if metric in r.metrics]
+        if not values or len(values) != len(reps):
+            continue
+        arr = np.asarray(values)
+        med = float(np.median(arr))
+        ci = stats.median_ci(values)
+        out[metric] = MetricStats(n=len(values), values=values, median=med, min=float(arr.min()),
+                                  max=float(arr.max()),
+                                  spread_pct=float((arr.max() - arr.min()) / med * 100.0) if med else math.inf,
+                                  ci_low=ci[0] if ci else None, ci_high=ci[1] if ci else None)
+    return out
+
+
+def _pooled_band(metric: str, legs: list[LegEvidence], n_base: int, n_cand: int) -> tuple[float, str | None]:
+    """Band from the pooled CV of these legs' reps; (default, None) below 3 reps or on bad values."""
+    groups = [[r.metrics[metric] for r in leg.reps if metric in r.metrics] for leg in legs]
+    groups = [g for g in groups if len(g) >= 2]
+    n_same = sum(len(g) for g in groups)
+    if n_same < 3:
+        return stats.DEFAULT_NOISE_BAND_PCT, None
+    try:
+        cv = stats.pooled_cv_pct(groups)
+    except stats.StatsError:
+        return stats.DEFAULT_NOISE_BAND_PCT, None
+    return stats.noise_band_pct(cv, n_base, n_cand), f"pooled CV {cv:.2f}% over {n_same} reps"
+
+
+def calibrate_band(metric: str, base: LegEvidence, aa_legs: list[LegEvidence], n_base: int,
+                   n_cand: int) -> tuple[float, str]:
+    """Noise band for one metric: what the baseline's own reps show (else the default), widened -- never
+    narrowed -- by the reps of same-config legs (declared A/A legs and uncited twins): a producer's
+    choice of legs can only make the statistics more conservative (issue 17 §5)."""
+    own, own_source = _pooled_band(metric, [base], n_base, n_cand)
+    own_label = f"baseline_reps ({own_source})" if own_source else "default"
+    if not aa_legs:
+        return own, own_label
+    pooled, pooled_source = _pooled_band(metric, [base, *aa_legs], n_base, n_cand)
+    if pooled_source is None or pooled <= own:
+        return own, own_label + (f"; same-config legs would narrow it to ±{pooled:.2f}%, not used"
+                                 if pooled_source and pooled < own else "")
+    return pooled, f"aa_legs ({pooled_source}; widens the baseline's own ±{own:.2f}%)"
+
+
+def compare(metric: str, base: LegEvidence, cand: LegEvidence, aa_legs: list[LegEvidence]) -> Comparison | None:
+    """Baseline vs candidate on one metric at the rep level; None if either leg lacks the metric."""
+    b = [r.metrics[metric] for r in base.reps if metric in r.metrics]
+    c = [r.metrics[metric] for r in cand.reps if metric in r.metrics]
+    if not b or not c or len(b) != len(base.reps) or len(c) != len(cand.reps):
+        return None
+    higher = METRICS[metric]
+    band, source = calibrate_band(metric, base, aa_legs, len(b), len(c))
+    try:
+        decision = stats.decide(b, c, higher, band)
+        worst = stats.worst_vs_best_pct(b, c, higher)
+        ci = stats.bootstrap_ratio_ci(b, c) if len(b) >= 2 and len(c) >= 2 else None
+    except stats.StatsError:
+        return None
+    return Comparison(metric=metric, higher_is_better=higher, delta_pct=decision.delta_pct,
+                      p_value=decision.p_value, noise_band_pct=band, noise_band_source=source,
+                      worst_candidate_vs_best_baseline_pct=worst,
+                      ratio_ci_low=ci[0] if ci else None, ratio_ci_high=ci[1] if ci else None,
+                      significant=decision.significant_better)
+
+
+def significant_worse(comp: Comparison, base: LegEvidence, cand: LegEvidence) -> bool:
+    b = [r.metrics[comp.metric] for r in base.reps]
+    c = [r.metrics[comp.metric] for r in cand.reps]
+    return stats.decide(b, c, comp.higher_is_better, comp.noise_band_pct).significant_worse
+
+
+def check_headline(run: Path, claim: Claim, comp: Comparison | None, n_reps: tuple[int, int],
+                   findings: Findings, contended: bool = False, not_checked: list[str] | None = None) -> None:
+    """The headline must be a real change: outside the noise band and significant at the rep level.
+
+    When a leg was contended, a missing delta may be the neighbour's doing: the change is neither
+    banked nor ejected on that data -- the check is reported as not made and the verdict (FLAG from
+    CONTENDED_LEG) asks for a re-measure."""
+    metric = claim.headline.metric
+    if comp is None:
+        findings.add("EVIDENCE_MISSING", "FAIL", f"headline metric {metric!r} cannot be re-derived for both legs",
+                     gate="significance")
+        return
+    improvement = stats.improvement_pct(comp.delta_pct, comp.higher_is_better)
+    if n_reps[0] < 2 or n_reps[1] < 2:
+        findings.add("DELTA_NOT_SIGNIFICANT", "FAIL", f"{metric} has {n_reps[0]} baseline and {n_reps[1]} candidate "
+                     "reps; a rep-level test needs at least 2 each", measured=list(n_reps), threshold=">= 2 reps per leg",
+                     action="remeasure", gate="significance")
+        return
+    if comp.significant:
+        return
+    if contended:
+        findings.add("DELTA_NOT_SIGNIFICANT", "INFO", f"{metric} improves {improvement:+.2f}% (p={comp.p_value:.3g}) "
+                     "on contended legs: not judged", measured=round(improvement, 4), gate="significance")
+        if not_checked is not None:
+            not_checked.append("significance: a leg was contended, so the delta cannot be judged; re-measure")
+        return
+    inside = abs(improvement) <= comp.noise_band_pct
+    # The band shrinks with reps: re-measuring can only help if the observed improvement would clear
+    # the band at the most reps a comparison may use.
+    band_at_max = comp.noise_band_pct * math.sqrt((2.0 / MAX_REPS) / (1.0 / n_reps[0] + 1.0 / n_reps[1]))
+    more_reps_could_help = min(n_reps) < MAX_REPS and improvement > band_at_max
+    findings.add("DELTA_NOT_SIGNIFICANT", "FAIL",
+                 f"{metric} improves {improvement:+.2f}% (p={comp.p_value:.3g}) against a noise band of "
+                 f"±{comp.noise_band_pct:.2f}% [{comp.noise_band_source}]: "
+                 + ("inside the noise band" if inside else "not significant at the rep level"),
+                 measured={"improvement_pct": round(improvement, 4), "p_value": comp.p_value},
+                 threshold={"noise_band_pct": round(comp.noise_band_pct, 4), "alpha": stats.ALPHA},
+                 action="remeasure" if more_reps_could_help else "eject", gate="significance")
+
+
+PRIMARY_METRICS = ("output_throughput", "median_ttft_ms", "p99_ttft_ms", "median_tpot_ms", "p99_tpot_ms",
+                   "median_itl_ms", "p99_itl_ms", "median_e2e_latency_ms", "p99_e2e_latency_ms")
+"""Metrics a user of the server feels: every one is checked whatever the headline metric is (issue 9
+rule 5), so a TTFT headline cannot hide a throughput loss nor a throughput headline a tail-ITL stall."""
+
+
+def disclosure_tolerance_pts(worse_pct: float, band_pct: float) -> float:
+    """How far a stated regression may be from the measured one, in points: the noise band, which is
+    relative, applied to the measured ratio (a 175% regression is known to ±band% of 2.75x)."""
+    return band_pct * (1.0 + worse_pct / 100.0)
+
+
+def check_hidden_regressions(comparisons: dict[str, Comparison], headline_metric: str, base: LegEvidence,
+                             cand: LegEvidence, disclosed: dict[str, float] | None = None) -> GateResult:
+    """No primary metric may regress behind the headline unless the claim states the regression at its
+    measured size: a disclosure counts only within the noise band of the measured regression, so a
+    blanket or inflated disclosure covers nothing (INFO for a truthful one, FLAG otherwise)."""
+    disclosed = disclosed or {}
+    out = []
+    for metric in PRIMARY_METRICS:
+        if metric == headline_metric:
+            continue
+        comp = comparisons.get(metric)
+        if comp is None or not significant_worse(comp, base, cand):
+            continue
+        worse = -stats.improvement_pct(comp.delta_pct, comp.higher_is_better)
+        stated = disclosed.get(metric)
+        tol = disclosure_tolerance_pts(worse, comp.noise_band_pct)
+        evidence = [line_evidence_for(cand, 0)]
+        if stated is not None and abs(stated - worse) <= tol:
+            out.append(finding("HIDDEN_LATENCY_REGRESSION", "INFO", f"{metric} is {worse:.1f}% worse; disclosed as "
+                               f"{stated:.1f}% (within ±{tol:.1f} points)", measured={"metric": metric,
+                                                                                       "worse_pct": round(worse, 3)},
+                               threshold={"disclosed_pct": stated, "tolerance_pts": round(tol, 3)}, evidence=evidence,
+                               gate="latency"))
+            continue
+        if stated is None:
+            what = "not disclosed"
+        elif stated > worse:
+            what = f"disclosed as {stated:.1f}%: inflated, so it covers nothing"
+        else:
+            what = f"understated: disclosed {stated:.1f}%"
+        out.append(finding(
+            "HIDDEN_LATENCY_REGRESSION", "FLAG", f"{metric} is {worse:.1f}% worse in the candidate (p<{stats.ALPHA}), "
+            f"outside the ±{comp.noise_band_pct:.2f}% band, behind a {headline_metric} headline ({what})",
+            measured={"metric": metric, "worse_pct": round(worse, 3)},
+            threshold={"noise_band_pct": round(comp.noise_band_pct, 3), "disclosed_pct": stated,
+                       "tolerance_pts": round(tol, 3)}, evidence=evidence, action="flag", gate="latency"))
+    return GateResult(findings=out)
+
+
+def line_evidence_for(leg: LegEvidence, index: int):
+    rep = leg.reps[min(index, len(leg.reps) - 1)]
+    run = rep.ref.path.parents[2]
+    return line_evidence(run, rep.ref)
+
+
+def check_noisy_baseline(run: Path, base: LegEvidence, aa_legs: list[LegEvidence], metric: str,
+                         findings: Findings) -> None:
+    """Baseline rep spread must sit inside what same-session A/A reps show (or the documented default)."""
+    values = [r.metrics[metric] for r in base.reps if metric in r.metrics]
+    if len(values) < 2:
+        findings.add("NOISY_BASELINE", "FLAG", f"baseline {base.name!r} has {len(values)} rep(s) of {metric}: "
+                     "its noise cannot be judged", measured=len(values), threshold=">= 2 reps",
+                     action="remeasure", gate="noise")
+        return
+    spread = stats.spread_pct(values)
+    aa_spreads = []
+    for leg in aa_legs:
+        aa_values = [r.metrics[metric] for r in leg.reps if metric in r.metrics]
+        if len(aa_values) >= 2:
+            aa_spreads.append(stats.spread_pct(aa_values))
+    if aa_spreads:
+        # A/A legs can tighten the documented limit, never loosen it: noisy twins do not excuse a noisy baseline.
+        limit = min(stats.DEFAULT_MAX_BASELINE_SPREAD_PCT, max(1.0, 2.0 * float(np.median(aa_spreads))))
+        source = f"2x median spread of {len(aa_spreads)} A/A leg(s), at most the documented default"
+    else:
+        limit = stats.DEFAULT_MAX_BASELINE_SPREAD_PCT
+        source = "documented default (no A/A legs)"
+    if spread > limit:
+        med = float(np.median(values))
+        worst = max(range(len(values)), key=lambda i: abs(values[i] - med))
+        findings.add("NOISY_BASELINE", "FLAG", f"baseline {metric} reps spread {spread:.2f}% > {limit:.2f}% "
+                     f"[{source}]; rep {base.reps[worst].rep} is furthest from the median",
+                     measured=round(spread, 4), threshold=round(limit, 4),
+                     evidence=[line_evidence(run, base.reps[worst].ref)], action="remeasure", gate="noise")
+
+
+def check_drift(run: Path, claim: Claim, base: LegEvidence, band_pct: float, not_checked: list[str],
+                findings: Findings) -> None:
+    """A previously provided baseline number must agree with the re-derived one."""
+    provided = claim.provided_baseline
+    if provided is None:
+        return
+    values = [r.metrics[provided.metric] for r in base.reps if provided.metric in r.metrics]
+    if not values:
+        findings.add("EVIDENCE_MISSING", "FAIL", f"cannot re-derive {provided.metric!r} to check drift",
+                     gate="drift")
+        return
+    med = float(np.median(values))
+    if any(abs(provided.value - v) <= 1e-9 * max(1.0, abs(v)) for v in values + [med]):
+        not_checked.append(f"BASELINE_DRIFT: the provided baseline {provided.value!r} is this leg's own "
+                           "number, so drift is unmeasurable")
+        return
+    drift = stats.relative_delta_pct(provided.value, med)
+    limit = max(DRIFT_FLOOR_PCT, band_pct)
+    if abs(drift) > limit:
+        findings.add("BASELINE_DRIFT", "FAIL", f"re-derived baseline {provided.metric} {med:.3f} differs "
+                     f"{drift:+.2f}% from the provided {provided.value!r} ({provided.source or 'no source'})",
+                     measured=round(med, 4), threshold={"provided": provided.value, "max_drift_pct": limit},
+                     evidence=[line_evidence(run, r.ref) for r in base.reps[:3]], action="eject", gate="drift")
+
+
+LOADAVG_PER_CORE = 2.0
+"""A 1-minute load average of this many runnable tasks per core is contention (the server's own
+threads account for about one per core)."""
+OTHERS_MIN_CORES = 0.5
+OTHERS_CORE_SHARE = 0.25
+"""Other processes together using max(half a core, a quarter of the cores) contend with the rep."""
+
+
+def machine_cores(sample: dict) -> float | None:
+    """Cores the server could use: the smallest of the CPU count, this process's affinity and its
+    cgroup quota, where recorded."""
+    values = [sample.get(k) for k in ("ncpu", "ncpu_available", "cpu_quota_cores")]
+    usable = [float(v) for v in values if _number(v) and v > 0]
+    return min(usable) if usable else None
+
+
+def sample_contention(sample: dict) -> list[str]:
+    """Why one contention sample shows a busy machine (empty when it does not). Judged on the whole
+    machine: any one other process past half a core, the summed CPU of every other process, the
+    machine's busy share while the server idled (samples are taken just before and after the load),
+    and the load average -- each against the number of cores."""
+    reasons = []
+    cores = machine_cores(sample)
+    procs = _busy_list(sample)
+    if procs:
+        top = max(procs, key=lambda p: p[1])
+        if top[1] >= BUSY_PROCESS_CPU_PCT:
+            reasons.append(f"process {top[0]!r} used {top[1]:.0f}% of a core")
+    others_limit = 100.0 * max(OTHERS_MIN_CORES, OTHERS_CORE_SHARE * (cores or 1.0))
+    total = sum(cpu for _, cpu in procs)
+    if total >= others_limit and not reasons:
+        reasons.append(f"{len(procs)} other processes used {total:.0f}% of a core together (limit "
+                       f"{others_limit:.0f}% on {cores or 1:g} cores)")
+    busy_pct = sample.get("cpu_busy_pct")
+    if _number(busy_pct) and cores:
+        if busy_pct < 0 or busy_pct > 100:
+            raise ContentionFormatError(f"contention cpu_busy_pct {busy_pct!r} is not a percentage")
+        if busy_pct * cores >= others_limit:
+            reasons.append(f"the machine was {busy_pct:.0f}% busy ({busy_pct * cores / 100:.2g} of {cores:g} cores) "
+                           "while the server idled")
+    load = sample.get("loadavg", sample.get("loadavg_1m"))
+    load1 = load[0] if isinstance(load, list) and load else load
+    if _number(load1) and cores:
+        if load1 < 0:
+            raise ContentionFormatError(f"contention load average {load1!r} is negative")
+        if load1 >= LOADAVG_PER_CORE * cores:
+            reasons.append(f"1-minute load average {load1:.2f} on {cores:g} cores")
+    return reasons
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _samples(contention: Any) -> list[dict]:
+    """The samples of one rep's contention record: ``{"start": s, "end": s}``, or one flat sample."""
+    if not isinstance(contention, dict):
+        raise ContentionFormatError(f"contention is {type(contention).__name__}, not an object")
+    nested = [contention[k] for k in ("start", "end") if k in contention]
+    if any(not isinstance(x, dict) for x in nested):
+        raise ContentionFormatError("contention start/end samples must be objects")
+    return nested or [contention]
+
+
+_SAMPLE_KEYS = ("busy", "busy_processes", "other_busy", "cpu_busy_pct", "loadavg", "loadavg_1m")
+
+
+def check_contention(run: Path, leg: LegEvidence, severity: str = "FLAG") -> GateResult:
+    """Another busy process -- or a busy machine -- during a rep makes that rep measure the neighbour
+    too. A rep perfwarden's harness wrote without a sample cannot show its machine was quiet."""
+    findings, not_checked, unsampled, errored = [], [], [], []
+    for rep in leg.reps:
+        if rep.contention is None:
+            (unsampled if rep.schema_version is not None else not_checked).append(rep)
+            continue
+        try:
+            samples = _samples(rep.contention)
+            usable = [x for x in samples if x.get("error") is None and any(k in x for k in _SAMPLE_KEYS)]
+            if not usable:
+                (errored if any(x.get("error") for x in samples) else unsampled).append(rep)
+                continue
+            reasons = [r for x in usable for r in sample_contention(x)]
+        except ContentionFormatError as exc:
+            findings.append(finding("EVIDENCE_CORRUPT", "FAIL", f"leg {leg.name!r} rep {rep.rep}: {exc}",
+                                    evidence=[line_evidence(run, rep.ref)], gate="contention"))
+            continue
+        if reasons:
+            top = _top_busy(usable)
+            findings.append(finding("CONTENDED_LEG", severity, f"leg {leg.name!r} rep {rep.rep}: " + "; ".join(
+                dict.fromkeys(reasons)), measured=round(top, 1) if top is not None else reasons,
+                threshold={"process_pct": BUSY_PROCESS_CPU_PCT, "others_min_cores": OTHERS_MIN_CORES,
+                           "others_core_share": OTHERS_CORE_SHARE, "loadavg_per_core": LOADAVG_PER_CORE},
+                evidence=[line_evidence(run, rep.ref)], action="remeasure", gate="contention"))
+    if unsampled:
+        findings.append(finding("EVIDENCE_MISSING", "FLAG", f"leg {leg.name!r}: {len(unsampled)} rep(s) written by "
+                                f"perfwarden's harness (lines {', '.join(str(r.ref.line) for r in unsampled[:5])}) "
+                                "carry no contention sample: whether the machine was quiet cannot be shown",
+                                evidence=[line_evidence(run, unsampled[0].ref)], action="remeasure",
+                                gate="contention"))
+    if not_checked:
+        notes = [f"contention of leg {leg.name!r}: {len(not_checked)} rep(s) from a foreign bench file carry no "
+                 "sample"]
+    else:
+        notes = []
+    if errored:
+        notes.append(f"contention of leg {leg.name!r}: the harness could not sample {len(errored)} rep(s) "
+                     "(its sample carries an error)")
+    return GateResult(findings=findings, not_checked=notes)
+
+
+def _busy_list(sample: dict) -> list[tuple[str, float]]:
+    """Other busy processes listed in one sample (``busy``/``busy_processes``/``other_busy``)."""
+    out = []
+    for key in ("busy", "busy_processes", "other_busy"):
+        procs = sample.get(key)
+        if procs is None:
+            continue
+        if not isinstance(procs, list):
+            raise ContentionFormatError(f"contention {key!r} is {type(procs).__name__}, not a list")
+        for proc in procs:
+            if not isinstance(proc, dict):
+                raise ContentionFormatError(f"contention {key!r} entry {proc!r} is not an object")
+            cpu = proc.get("cpu_pct", proc.get("cpu_percent"))
+            if not _number(cpu) or cpu < 0:
+                raise ContentionFormatError(f"contention {key!r} entry has cpu_pct {cpu!r}")
+            out.append((str(proc.get("name", proc.get("pid", "?"))), float(cpu)))
+    return out
+
+
+def _top_busy(samples: list[dict]) -> float | None:
+    procs = [cpu for x in samples for _, cpu in _busy_list(x)]
+    return max(procs) if procs else None
+
+
+class ContentionFormatError(ValueError):
+    """A contention sample the harness could not have written: the evidence is corrupt."""
+
+
+def check_interleaving(run: Path, base: LegEvidence, cand: LegEvidence) -> GateResult:
+    """Compared legs must interleave in time (A B A B ..., or randomized), judged from rep start
+    times: legs measured in separate blocks let slow drift of the machine masquerade as a delta."""
+    legs = (base, cand)
+    if any(len(leg.reps) < 2 for leg in legs):
+        return GateResult(not_checked=["interleaving: a leg has fewer than 2 reps"])
+    unstamped = [(leg, r) for leg in legs for r in leg.reps if r.started_at is None]
+    if unstamped:
+        harness = [(leg, r) for leg, r in unstamped if r.schema_version is not None]
+        if harness:
+            leg, rep = harness[0]
+            return GateResult(findings=[finding(
+                "EVIDENCE_MISSING", "FLAG", f"leg {leg.name!r} rep {rep.rep} was written by perfwarden's harness but "
+                "has no started_at: the order of the reps cannot be shown", evidence=[line_evidence(run, rep.ref)],
+                action="remeasure", gate="interleaving")])
+        return GateResult(not_checked=["interleaving: rep start times absent (a foreign bench file): A B A B "
+                                       "order not verifiable"])
+    order = "".join(tag for _, _, tag in sorted([(r.started_at, i, "B") for i, r in enumerate(base.reps)]
+                                                + [(r.started_at, i, "C") for i, r in enumerate(cand.reps)]))
+    switches = sum(a != b for a, b in zip(order, order[1:]))
+    if switches <= 1:
+        first = min(legs, key=lambda leg: min(r.started_at for r in leg.reps))
+        second = cand if first is base else base
+        return GateResult(findings=[finding(
+            "NOT_INTERLEAVED", "FLAG", f"the legs were measured in separate blocks ({order}: every rep of "
+            f"{first.name!r} before every rep of {second.name!r}), so slow drift of the machine would look like a "
+            "delta; re-measure them interleaved", measured=order, threshold="more than one switch between legs",
+            evidence=[line_evidence(run, max(first.reps, key=lambda r: r.started_at).ref),
+                      line_evidence(run, min(second.reps, key=lambda r: r.started_at).ref)],
+            action="remeasure", gate="interleaving")])
+    return GateResult()
+
+
+def check_errors(run: Path, leg: LegEvidence, findings: Findings, severity: str, action: str) -> int:
+    """Failed requests in a leg; returns the count."""
+    total = sum(r.n_errors for r in leg.reps)
+    if total:
+        first = next(r for r in leg.reps if r.n_errors)
+        sample = first.error_samples[0].strip().splitlines()[-1][:160] if first.error_samples else ""
+        n_all = sum(r.n_requests for r in leg.reps)
+        findings.add("REQUEST_ERRORS", severity, f"leg {leg.name!r}: {total} of {n_all} requests failed "
+                     f"(e.g. {sample!r})", measured=total, threshold=0,
+                     evidence=[line_evidence(run, first.ref)], action=action, gate="errors")
+    return total
+
+
+def check_crash(run: Path, leg: LegEvidence, expected_reps: int | None) -> GateResult:
+    """Do no harm: a server that died fails the change. Death needs evidence -- the leg marked failed,
+    a fatal log line (a kill, a segfault, an exit status), or a logged error in a leg that failed.
+    Fewer reps than the baseline is not such evidence: a torn last line is the writer's interruption
+    (already EVIDENCE_CORRUPT at FLAG), and any other shortfall is missing evidence to re-measure."""
+    findings = []
+    failed = leg.spec is not None and leg.spec.status == "failed"
+    if failed:
+        findings.append(finding("SERVER_CRASH", "FAIL", f"leg {leg.name!r} failed: "
+                                f"{leg.spec.failure or 'no reason recorded'}",
+                                evidence=[leg.spec_file.evidence(run, leg.spec_file.key_line("status"))]
+                                if leg.spec_file else [], action="eject", gate="crash"))
+    fatal = False
+    crash = leg.log.crash_line(failed) if leg.log is not None else None
+    if crash is not None:
+        i, text = crash
+        fatal = True
+        findings.append(finding("SERVER_CRASH", "FAIL", f"server log of {leg.name!r} line {i}: {text!r}",
+                                evidence=[leg.log.evidence(run, i)], action="eject", gate="crash"))
+    short = expected_reps is not None and leg.reps and len(leg.reps) < expected_reps
+    if short and not (failed or fatal):
+        missing = expected_reps - len(leg.reps)
+        explained = 1 if leg.torn_tail else 0
+        explained += leg.corrupt_reps
+        if missing > explained:
+            findings.append(finding("EVIDENCE_MISSING", "FLAG", f"leg {leg.name!r} has {len(leg.reps)} reps, the "
+                                    f"baseline has {expected_reps}, and nothing shows the server died: "
+                                    f"{missing - explained} rep(s) are missing; re-measure",
+                                    measured=len(leg.reps), threshold=expected_reps,
+                                    evidence=[EvidenceRef(file=_rel_path(run, leg.bench_path))]
+                                    if leg.bench_path else [],
+                                    action="remeasure", gate="crash"))
+    elif short:
+        findings.append(finding("SERVER_CRASH", "FAIL", f"leg {leg.name!r} has {len(leg.reps)} reps, the baseline "
+                                f"has {expected_reps}: the server died before finishing", measured=len(leg.reps),
+                                threshold=expected_reps, action="eject", gate="crash"))
+    return GateResult(findings=findings)
+
+
+def _rel_path(run: Path, path: Path) -> str:
+    try:
+        return str(Path(path).resolve().relative_to(Path(run).resolve()))
+    except ValueError:
+        return str(path)
+
+
+def check_line_aggregates(run: Path, leg: LegEvidence) -> GateResult:
+    """A bench line's own aggregates must agree with its per-request arrays. Counts that differ and
+    aggregates off by 10x or more (a unit error) already made the rep corrupt while it was read
+    (``rederive``); what remains here is a few percent up to 10x: the line misstates its own data
+    (REPORTED_MISMATCH at FLAG)."""
+    findings = []
+    for rep in leg.reps:
+        for name, reported in rep.reported.items():
+            ours = rep.metrics.get(name)
+            if ours is None or not math.isfinite(reported):
+                continue
+            tol = AGGREGATE_TOLERANCE_PCT.get(name, AGGREGATE_TOLERANCE_PCT["default"])
+            if ours == 0 and reported == 0:
+                continue
+            off = abs(reported - ours) / max(abs(ours), 1e-12) * 100.0
+            if off > tol:
+                findings.append(finding("REPORTED_MISMATCH", "FLAG", f"leg {leg.name!r} rep {rep.rep}: the line "
+                                        f"reports {name}={reported:.4g} but its per-request data give {ours:.4g} "
+                                        f"({off:.1f}% off)",
+                                        measured=round(ours, 6), threshold={"reported": reported, "tolerance_pct": tol},
+                                        evidence=[line_evidence(run, rep.ref)], action="flag", gate="reported"))
+    return GateResult(findings=findings)
+
+
+def check_reported_numbers(claim: Claim, leg_stats: dict[str, dict[str, MetricStats]], headline_delta: float | None,
+                           findings: Findings) -> None:
+    """Cross-check numbers the producer reported; nulls mean "not reported" and raise nothing."""
+    reported = claim.reported if isinstance(claim.reported, dict) else {}
+    role_to_leg = {"baseline": claim.legs.baseline, "candidate": claim.legs.candidate}
+    for leg_key, metrics in (reported.get("legs") or {}).items():
+        leg_name = role_to_leg.get(leg_key) or leg_key
+        if not isinstance(metrics, dict):
+            continue
+        for metric, value in metrics.items():
+            stated = value.get("median") if isinstance(value, dict) else value
+            ours = leg_stats.get(leg_name, {}).get(metric)
+            if not isinstance(stated, (int, float)) or isinstance(stated, bool) or ours is None:
+                continue
+            off = abs(stated - ours.median) / max(abs(ours.median), 1e-12) * 100.0
+            if off > REPORTED_TOLERANCE_PCT:
+                findings.add("REPORTED_MISMATCH", "FLAG", f"reported {leg_name}.{metric} median {stated!r} vs "
+                             f"re-derived {ours.median:.4f} ({off:.1f}% off)", measured=round(ours.median, 6),
+                             threshold={"reported": stated, "tolerance_pct": REPORTED_TOLERANCE_PCT},
+                             action="downgrade_headline", gate="reported")
+    claimed = claim.headline.value
+    if claimed is not None and headline_delta is not None and math.isfinite(claimed):
+        if abs(claimed - headline_delta) > max(HEADLINE_TOLERANCE_PTS, 0.1 * abs(headline_delta)):
+            findings.add("REPORTED_MISMATCH", "FLAG", f"headline claims {claimed:+.2f}% but the raw gives "
+                         f"{headline_delta:+.2f}%", measured=round(headline_delta, 4),
+                         threshold={"claimed": claimed}, action="downgrade_headline", gate="reported")
+
+
+def summarize(values: list[Any]) -> str:
+    return ", ".join(f"{v:.4g}" for v in values)

@@ -1,0 +1,147 @@
+"""Parity comes from what was served (issue 9 rule 4).
+
+A parity dump (``outputs.jsonl``) is a separate set of requests; the texts the server returned during the
+timed reps (``generated_texts`` keyed by ``prompt_ids`` in ``bench_runs.jsonl``) are what was measured.
+Two checks, both on raw the harness wrote:
+
+- **dump vs served, per leg**: where a dumped prompt was also served, the two greedy texts must agree.
+  The bench sends ``ignore_eos`` and the dump does not, and the two may ask for different ``max_tokens``,
+  so "agree" means one text is a prefix of the other (greedy decoding of one prompt is one sequence,
+  cut at EOS or at the token limit). A dump that does not match what its server returned is not
+  evidence of anything.
+- **served vs served, across legs**: for a lossless change, the texts both legs' servers returned for
+  the same prompt must be identical, with the batching allowance ``PARITY_MIN_IDENTICAL``.
+
+Bench files without ``prompt_ids`` (plain sglang/vLLM output) cannot be joined: the check is reported
+as not made, never as passed.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import msgspec
+
+from perfwarden.auditor.evidence import LegEvidence, line_evidence
+from perfwarden.auditor.findings import GateResult, finding
+from perfwarden.auditor.gates.correctness import PARITY_MIN_IDENTICAL
+from perfwarden.harness.jsonl import LineIssue, LineRef, iter_jsonl
+
+MAX_PROMPT_IDS = 4096
+"""Distinct prompt ids remembered per leg (memory stays bounded on million-request files)."""
+
+
+class ServedLine(msgspec.Struct, kw_only=True):
+    """The fields of a bench line that say what was served (everything else is skipped)."""
+
+    prompt_ids: list[str | int | None] | None = None
+    generated_texts: list[str | None] | None = None
+    errors: list[str | None] | None = None
+
+
+@dataclass
+class Served:
+    """What one leg's server returned, per prompt id: the texts and the first line serving each."""
+
+    texts: dict[str, Counter] = field(default_factory=dict)
+    first_ref: dict[str, LineRef] = field(default_factory=dict)
+
+    def modal(self, pid: str) -> str:
+        """The text most often returned for ``pid`` (greedy: normally the only one)."""
+        return self.texts[pid].most_common(1)[0][0]
+
+
+def read_served(path: Path | None) -> Served | None:
+    """Texts served per prompt id, from successful requests; None when no line names its prompts."""
+    if path is None or not path.is_file():
+        return None
+    served = Served()
+    keyed = False
+    issues: list[LineIssue] = []  # torn/corrupt lines are reported by the evidence loader
+    # A partial view of lines the evidence loader already decoded strictly and scanned for repeated keys.
+    for ref, line in iter_jsonl(path, ServedLine, issues, check_keys=False):
+        if line.prompt_ids is None or line.generated_texts is None:
+            if not keyed:
+                return None  # a writer names its prompts on every line or on none: no second pass over a
+            continue         # million-request file that has none (plain sglang/vLLM output)
+        keyed = True
+        errors = line.errors or [None] * len(line.prompt_ids)
+        for pid, text, err in zip(line.prompt_ids, line.generated_texts, errors):
+            if pid is None or text is None or err:
+                continue
+            key = str(pid)
+            if key not in served.texts:
+                if len(served.texts) >= MAX_PROMPT_IDS:
+                    continue
+                served.texts[key] = Counter()
+                served.first_ref[key] = ref
+            served.texts[key][text] += 1
+    return served if keyed else None
+
+
+def consistent(a: str, b: str) -> bool:
+    """Two greedy continuations of one prompt, cut at different points: one is a prefix of the other."""
+    return a.startswith(b) or b.startswith(a)
+
+
+def check_dump_matches_served(run: Path, leg: LegEvidence, served: Served | None) -> GateResult:
+    """The leg's parity dump must say what its server returned where the prompts coincide."""
+    if served is None or not leg.outputs:
+        return GateResult(not_checked=[f"dump vs served ({leg.name}): " + (
+            "the bench lines carry no prompt_ids" if served is None else "no parity dump")])
+    pairs = [(ref, o) for ref, o in leg.outputs if str(o.prompt_id) in served.texts]
+    if not pairs:
+        return GateResult(not_checked=[f"dump vs served ({leg.name}): no dumped prompt was served"])
+    bad = [(ref, o) for ref, o in pairs if not consistent(o.text, served.modal(str(o.prompt_id)))]
+    agree = 1.0 - len(bad) / len(pairs)
+    if agree >= PARITY_MIN_IDENTICAL:
+        return GateResult()
+    ref, o = bad[0]
+    return GateResult(findings=[finding(
+        "PARITY_MISMATCH", "FAIL", f"the parity dump of {leg.name!r} does not match what its server returned: "
+        f"{len(bad)}/{len(pairs)} dumped prompts served other text (e.g. {o.prompt_id!r}: dumped "
+        f"{o.text[:40]!r}, served {served.modal(str(o.prompt_id))[:40]!r})", measured=round(agree, 4),
+        threshold=PARITY_MIN_IDENTICAL,
+        evidence=[line_evidence(run, ref), line_evidence(run, served.first_ref[str(o.prompt_id)])],
+        action="eject", gate="served")])
+
+
+def check_served_parity(run: Path, base: LegEvidence, cand: LegEvidence, base_served: Served | None,
+                        cand_served: Served | None, lossy: bool, min_identical: float = PARITY_MIN_IDENTICAL
+                        ) -> GateResult:
+    """For a lossless change the candidate's server must have returned the baseline's texts."""
+    if (base_served is None) != (cand_served is None):
+        missing, other = (base, cand) if base_served is None else (cand, base)
+        return GateResult(findings=[finding(
+            "EVIDENCE_MISSING", "FLAG", f"the bench lines of {missing.name!r} name no prompt_ids while those of "
+            f"{other.name!r} do: what {missing.name!r} served cannot be checked against its parity dump or the "
+            "other leg", evidence=[line_evidence(run, missing.reps[0].ref)] if missing.reps else [],
+            action="remeasure", gate="served")])
+    if base_served is None or cand_served is None:
+        return GateResult(not_checked=["served parity: the bench lines carry no prompt_ids, so served texts "
+                                       "cannot be joined across legs"])
+    common = sorted(set(base_served.texts) & set(cand_served.texts))
+    if not common:
+        return GateResult(not_checked=["served parity: the legs served no prompt in common"])
+    differ = [pid for pid in common if base_served.modal(pid) != cand_served.modal(pid)]
+    same = 1.0 - len(differ) / len(common)
+    if not differ:
+        return GateResult(value=same)
+    ev = [line_evidence(run, base_served.first_ref[differ[0]]), line_evidence(run, cand_served.first_ref[differ[0]])]
+    if lossy:
+        return GateResult(findings=[finding(
+            "PARITY_MISMATCH", "INFO", f"{len(differ)}/{len(common)} served prompts returned other text; expected "
+            "for a lossy change, judged by its quality eval", measured=round(same, 4), evidence=ev, gate="served")],
+            value=same)
+    if same < min_identical:
+        exact = " (an unclassified knob needs exact parity)" if min_identical >= 1.0 else ""
+        return GateResult(findings=[finding(
+            "PARITY_MISMATCH", "FAIL", f"only {len(common) - len(differ)}/{len(common)} prompts both legs served "
+            f"returned the same text from the candidate as from the baseline{exact}", measured=round(same, 4),
+            threshold=min_identical, evidence=ev, action="eject", gate="served")], value=same)
+    return GateResult(findings=[finding(
+        "PARITY_MISMATCH", "INFO", f"{len(differ)}/{len(common)} served prompts differ (within the "
+        f"{min_identical:.0%} allowance)", measured=round(same, 4), threshold=min_identical, evidence=ev,
+        gate="served")], value=same)

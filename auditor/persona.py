@@ -1,0 +1,118 @@
+"""The auditor node: deterministic gates always; the LLM persona on top when one is configured.
+
+The persona (skills/patch_auditor/skill.md) sees the deterministic findings, the re-derived numbers and
+raw excerpts fenced as untrusted data. Its findings can only add or escalate: a deterministic FLAG/FAIL
+is never lowered, and no text in the data can turn a FAIL into a PASS. An unavailable LLM or garbage
+output marks the verdict degraded and the run goes on.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+from perfwarden.auditor.codes import CATALOG
+from perfwarden.auditor.findings import choose_action, verdict_label
+from perfwarden.agents.llm import LLMClient, LLMOutputError, LLMUnavailable
+from perfwarden.harness.records import EvidenceRef, Finding, Verdict
+from perfwarden.harness.safe_read import TEXT_BYTES, open_regular
+from perfwarden.skills import fence, load_skill, render_prompt
+
+EXCERPT_LINES = 40
+"""Raw lines shown to the persona per file (the tail of server logs, the first outputs)."""
+EXCERPT_BYTES = 512 << 10
+"""Bytes read per file for those lines: the end of a server log, the start of the outputs (a log at its
+256 MiB bound is read once, by the audit, not a second time whole for 40 lines)."""
+
+
+class PersonaEvidence(BaseModel):
+    file: str
+    line: int | None = None
+
+
+class PersonaFinding(BaseModel):
+    code: str
+    severity: Literal["FLAG", "FAIL"]
+    message: str
+    evidence: list[PersonaEvidence] = Field(default_factory=list)
+
+
+class PersonaAnswer(BaseModel):
+    findings: list[PersonaFinding] = Field(default_factory=list)
+    notes: str = ""
+
+
+def raw_excerpts(run: Path, verdict: Verdict) -> str:
+    """Tails of server logs and first outputs of the legs the verdict covers (all untrusted)."""
+    parts = []
+    for leg in sorted(verdict.legs):
+        for name in ("server.log", "outputs.jsonl"):
+            path = Path(run) / "legs" / leg / name
+            try:  # a link out of the run (a secret) must never reach the LLM; a FIFO must not block
+                data, cut = _read_end(path, run, f"legs/{leg}/{name}", tail=name == "server.log")
+            except OSError:
+                continue
+            lines = data.decode("utf-8", "replace").splitlines()
+            if cut:  # the window starts (tail) or ends (head) inside a line: that partial line is not shown
+                lines = lines[1:] if name == "server.log" else lines[:-1]
+            chosen = lines[-EXCERPT_LINES:] if name == "server.log" else lines[:EXCERPT_LINES]
+            parts.append(f"--- legs/{leg}/{name} ---\n" + "\n".join(line[:2000] for line in chosen))
+    return fence("\n".join(parts)) or "(none)"
+
+
+def _read_end(path: Path, run: Path, what: str, tail: bool) -> tuple[bytes, bool]:
+    """The last (``tail``) or first ``EXCERPT_BYTES`` of a file under ``safe_read``'s rules, and whether
+    the file holds more than that."""
+    with open_regular(path, run, what, TEXT_BYTES) as handle:
+        size = os.fstat(handle.fileno()).st_size
+        if tail and size > EXCERPT_BYTES:
+            handle.seek(size - EXCERPT_BYTES)
+        return handle.read(EXCERPT_BYTES), size > EXCERPT_BYTES
+
+
+def build_prompt(run: Path, claim_json: str, verdict: Verdict) -> str:
+    findings = "\n".join(f"- {f.severity} {f.code}: {f.message}" for f in verdict.findings) or "- (none)"
+    rederived = json.dumps({"legs": {leg: {m: round(s.median, 4) for m, s in ms.items()}
+                                     for leg, ms in verdict.legs.items()},
+                            "comparisons": [{"metric": c.metric, "delta_pct": round(c.delta_pct, 3),
+                                             "p_value": c.p_value, "noise_band_pct": round(c.noise_band_pct, 3),
+                                             "significant": c.significant} for c in verdict.comparisons],
+                            "server_info_diff": verdict.server_info_diff, "lever_detected": verdict.lever_detected,
+                            "not_checked": verdict.not_checked}, indent=1, default=str)
+    codes = "\n".join(f"- `{code}`: {text}" for code, text in CATALOG.items())
+    return render_prompt(load_skill("patch_auditor"), codes=codes, scope=verdict.scope, claim_json=fence(claim_json),
+                         verdict=verdict.verdict, action=verdict.action, findings=findings,
+                         rederived=rederived, excerpts=raw_excerpts(run, verdict))
+
+
+def apply_persona(run: Path, claim_json: str, verdict: Verdict, client: LLMClient | None) -> Verdict:
+    """Add the persona's findings (escalate only). Returns a new verdict; the input is not modified."""
+    if client is None:
+        return verdict
+    prompt = build_prompt(run, claim_json, verdict)
+    try:
+        answer = client.complete_json("You are the patch-auditor. Follow the instructions in the user message.",
+                                      prompt, PersonaAnswer)
+    except (LLMUnavailable, LLMOutputError) as exc:
+        return verdict.model_copy(update={"degraded": True,
+                                          "degraded_reasons": verdict.degraded_reasons + [f"LLM persona: {exc}"]})
+    added: list[Finding] = []
+    ignored: list[str] = []
+    for pf in answer.findings:
+        if pf.code not in CATALOG:
+            ignored.append(f"unknown code {pf.code!r}")
+            continue
+        added.append(Finding(code=pf.code, severity=pf.severity, message=pf.message[:300], gate="llm_persona",
+                             source="llm", evidence=[EvidenceRef(file=e.file, line=e.line) for e in pf.evidence[:3]]))
+    findings = verdict.findings + added
+    label = verdict_label(findings)
+    action = choose_action(findings, label)
+    disagreements = [f"persona raised {f.severity} {f.code}: {f.message}" for f in added
+                     if f.severity != "INFO" and not any(d.code == f.code for d in verdict.findings)]
+    extra = {"persona_notes": answer.notes[:2000], "persona_disagreements": disagreements,
+             "persona_ignored": ignored}
+    return verdict.model_copy(update={"findings": findings, "verdict": label, "action": action, **extra})
