@@ -9,7 +9,7 @@ import json
 
 from pathlib import Path
 
-from perfwarden.agents.auditor.gates import opbench
+from perfwarden.auditor.gates import opbench
 from perfwarden.harness.jsonl import read_jsonl, OpBenchLine
 from perfwarden.proof.synth import write_claim, write_jsonl
 

@@ -34,7 +34,7 @@ from typing import Any
 import msgspec
 from pydantic import BaseModel
 
-from perfwarden.agents import field_explorer_oracle as oracle
+from perfwarden.redteam import field_explorer_oracle as oracle
 from perfwarden.harness import jsonl as line_schemas
 from perfwarden.harness import records
 

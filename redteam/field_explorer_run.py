@@ -19,8 +19,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from perfwarden.agents import field_explorer as fx
-from perfwarden.agents import field_explorer_oracle as oracle
+from perfwarden.redteam import field_explorer as fx
+from perfwarden.redteam import field_explorer_oracle as oracle
 from perfwarden.harness import seal as seal_mod
 from perfwarden.harness.records import SealHead, write_json_atomic
 
@@ -200,7 +200,7 @@ class Worker:
         return claim if isinstance(claim, dict) else self.base.claim
 
     def _audit(self, outcome: Outcome) -> None:
-        from perfwarden.agents.auditor.audit import ClaimError, audit_path
+        from perfwarden.auditor.audit import ClaimError, audit_path
 
         try:
             verdict = audit_path(self.run, self.run / self.base.claim_rel, key=self.key)
@@ -306,9 +306,9 @@ def write_fixtures(report: ExplorerReport, fixtures: dict[str, Path], out: Path)
         write_json_atomic(dest / "answer_key.json", {
             "schema_version": 1, "frozen": time.strftime("%Y-%m-%d", time.gmtime()),
             "answers": [{"claim": base.claim_rel, "verdict": ["FLAG", "FAIL"], "must_include_any": []}],
-            "provenance": f"field explorer (agents/field_explorer.py): edit {o.name!r} of {o.base!r}"
+            "provenance": f"field explorer (redteam/field_explorer.py): edit {o.name!r} of {o.base!r}"
                           + (", sealed again with the run's key" if base.key else ""),
-            "rationale": f"The edit changed {', '.join(o.changed)} as the oracle (agents/field_explorer_oracle.py) "
+            "rationale": f"The edit changed {', '.join(o.changed)} as the oracle (redteam/field_explorer_oracle.py) "
                          "judges it from the files alone, so the claim must not PASS as if nothing changed. Answer "
                          "written before the fixture's files; when the explorer ran, the auditor answered "
                          f"{o.verdict}."})

@@ -15,7 +15,7 @@ code), whether an edit changed something the auditor judges:
 Structural edits of a harness record (a field renamed, retyped, moved, or a repeated key) change the
 evidence by definition: strict evidence says such a record is not the schema's any more.
 
-The inert keys come from the auditor's registry *data* (``agents/auditor/data/levers.json``), read as a
+The inert keys come from the auditor's registry *data* (``auditor/data/levers.json``), read as a
 specification (a key it lists inert is one the auditor is allowed to ignore), not from its code.
 """
 
@@ -29,14 +29,14 @@ from typing import Any
 
 import numpy as np
 
-from perfwarden.agents.red_team import rep_metric
+from perfwarden.redteam.attack import rep_metric
 
 HEADLINE_POINTS = 1.0
 """A headline delta that moved by more than this many percentage points (or changed sign) is a change."""
 LOAD_FIELDS = ("prompt_ids", "request_params", "max_concurrency", "request_rate", "scenario", "dataset_name",
                "random_input_len", "random_output_len", "random_range_ratio", "sharegpt_output_len", "dataset_path")
 RUNTIME_KEYS = ("internal_states",)
-REGISTRY = Path(__file__).resolve().parent / "auditor" / "data" / "levers.json"
+REGISTRY = Path(__file__).resolve().parent.parent / "auditor" / "data" / "levers.json"
 
 
 def inert_keys(registry: Path = REGISTRY) -> frozenset[str]:
