@@ -26,7 +26,7 @@ from perfwarden.harness.json_limits import loads_bounded, no_repeats
 from perfwarden.harness.jsonl import (BenchRunLine, LineIssue, LineRef, OpBenchLine, OutputLine,
                                       ProfileLine, iter_jsonl, read_jsonl)
 from perfwarden.harness.mlperf_log import MlperfLogError, read_detail
-from perfwarden.harness.records import EvidenceRef, LegSpec, QualityEval, RunDir, unknown_fields
+from perfwarden.harness.records import EvidenceRef, LegSpec, QualityEval, RunDir, unknown_fields, wrong_types
 from perfwarden.harness.safe_read import (BENCH_LINE_BYTES, LOG_LINE_CHARS, RECORD_BYTES, TEXT_BYTES, RefusedInput,
                                           check_regular, exists, iter_chunks, read_bytes)
 
@@ -308,6 +308,7 @@ class RunLoader:
         if spec_obj is not None:
             try:
                 leg.spec = LegSpec.model_validate(spec_obj)
+                self._refuse_wrong_types(LegSpec, spec_obj, f"leg spec of {name!r}", leg.spec_file)
                 unknown = unknown_fields(leg.spec)
                 if unknown:
                     self.findings.add("EVIDENCE_CORRUPT", "FAIL", f"leg spec of {name!r} has field(s) its schema does not "
@@ -494,6 +495,17 @@ class RunLoader:
                               action="remeasure", gate="evidence")
         return reps
 
+    def _refuse_wrong_types(self, model: type, obj: dict, what: str, tf: TextFile | None) -> bool:
+        """A harness record holding a field of another JSON type than its schema's is corrupt (issue 17 §1):
+        pydantic would coerce ``"0.5"`` to a number and ``1`` to ``True``, so two readers would disagree."""
+        wrong = wrong_types(model, obj)
+        if wrong:
+            self.findings.add("EVIDENCE_CORRUPT", "FAIL", f"{what} has field(s) of the wrong type: {', '.join(wrong[:8])} "
+                              "(the harness never writes them so)", measured=wrong[:8],
+                              evidence=[tf.evidence(self.run, tf.key_line(wrong[0].split('.')[0]))] if tf else [],
+                              gate="evidence")
+        return bool(wrong)
+
     def _check_one_writer(self, name: str, path: Path, reps: list[RepMetrics]) -> None:
         """One bench file has one writer: a line without ``schema_version`` in a file whose other lines
         the harness wrote would escape the harness schema, the contention sample and the rep clock."""
@@ -506,6 +518,13 @@ class RunLoader:
                               measured={"harness": len(harness), "foreign": len(foreign)},
                               evidence=[line_evidence(self.run, harness[0].ref), line_evidence(self.run, foreign[0].ref)],
                               gate="evidence")
+        elif foreign and _rel(self.run, path) in self.line_sealed:
+            self.findings.add("EVIDENCE_CORRUPT", "FAIL", f"bench_runs of leg {name!r}: the run's verified seal chain "
+                              f"sealed its lines as the harness's, yet {len(foreign)} line(s) (e.g. line "
+                              f"{foreign[0].ref.line}) carry no schema_version: judged as a foreign file's they would "
+                              "escape the harness schema, the contention sample and the rep clock",
+                              measured={"foreign": len(foreign)}, threshold="schema_version on every sealed line",
+                              evidence=[line_evidence(self.run, foreign[0].ref)], gate="evidence")
 
     def _load_outputs(self, name: str) -> list[tuple[LineRef, OutputLine]] | None:
         path = self.paths.outputs(name)
@@ -539,7 +558,8 @@ class RunLoader:
         if obj is None:
             return None, tf
         try:
-            return QualityEval.model_validate(obj), tf
+            record = QualityEval.model_validate(obj)
+            return (None if self._refuse_wrong_types(QualityEval, obj, f"quality eval {eval_id!r}", tf) else record), tf
         except ValidationError as exc:
             self.findings.add(_invalid_code(exc), "FAIL", f"quality eval {eval_id!r} is invalid: {exc.errors()[0]['msg']}"
                               f" at {exc.errors()[0]['loc']!r}",

@@ -474,9 +474,22 @@ def apply_edit(run: Path, base: ExplorerBase, edit: Edit) -> dict[str, bytes]:
     return {edit.rel: "".join(dumps(x) + "\n" for x in out).encode()}
 
 
+def rests_on(claim: dict[str, Any], rel: str) -> bool:
+    """Whether the audit of ``claim`` reads the file ``rel`` (a leg it names, the run-wide records, the op
+    bench and profile of a harness claim or a cited isolated speedup)."""
+    legs = claim.get("legs") if isinstance(claim.get("legs"), dict) else {}
+    named = {v for v in legs.values() if isinstance(v, str)} | {v for v in legs.get("aa") or [] if isinstance(v, str)}
+    parts = rel.split("/")
+    if parts[0] == "legs":
+        harness = claim.get("scope") == "harness"
+        return len(parts) > 1 and parts[1] in named and (not harness or parts[-1] == "server_info.json")
+    return True
+
+
 def is_structural(edit: Edit) -> bool:
     """A harness record no longer shaped as its schema: a field renamed, moved, repeated or of another type
-    (null is absent: judged by what the field feeds)."""
+    (null is absent: judged by what the field feeds). Records without a schema (``server_info``, LoadGen's
+    text logs, ``rig.json``) are judged by what they feed only."""
     rt = next(r for r in RECORD_TYPES if r.name == edit.record)
-    return rt.harness and (edit.op.split(":")[0] in ("rename", "move_in", "move_out", "repeat_key")
-                           or edit.op in ("retype:str", "retype:list"))
+    return rt.harness and rt.schema is not None and (
+        edit.op.split(":")[0] in ("rename", "move_in", "move_out", "repeat_key") or edit.op in ("retype:str", "retype:list"))

@@ -10,7 +10,9 @@ code), whether an edit changed something the auditor judges:
   leg's copies disagree, and the timeline (reps of different legs overlapping, interleaved, before the run);
 - the **load**: whether every rep of both legs ran one load (prompts, request parameters, concurrency,
   rate, scenario, LoadGen settings, request counts against ``issued``), and ``leg.json``'s ``workload``;
-- the **evidence set**: which records exist (files, lines, reps) and how many requests each rep holds.
+- the **evidence set**: which records exist (files, lines, reps) and how many requests each rep holds,
+  whether LoadGen's own logs agree with the lines they witness, whether the legs' outputs agree (parity)
+  and every quality eval's figures; for a harness claim the headline is the op bench's speedup.
 
 Structural edits of a harness record (a field renamed, retyped, moved, or a repeated key) change the
 evidence by definition: strict evidence says such a record is not the schema's any more.
@@ -325,6 +327,46 @@ def witnesses(run: Path, legs: list[str]) -> tuple:
     return tuple(sorted(out, key=repr))
 
 
+def correctness(run: Path, legs: list[str]) -> tuple:
+    """Whether the legs' greedy outputs agree prompt by prompt (parity), and every quality eval's figures."""
+    outputs = []
+    for leg in legs:
+        rows = {}
+        for row in _lines(run / "legs" / leg / "outputs.jsonl"):
+            if isinstance(row, dict):
+                rows[json.dumps(row.get("prompt_id"))] = json.dumps([row.get("text"), row.get("token_ids"), row.get("error")])
+        outputs.append(rows)
+    parity = len(outputs) == 2 and outputs[0] == outputs[1]
+    quality = []
+    for path in sorted((run / "quality").glob("*.json")) if (run / "quality").is_dir() else []:
+        q = _json(path)
+        if isinstance(q, dict):
+            q = {"completed": True, **q}  # the record's default: absent is completed
+            quality.append(tuple(json.dumps(q.get(k)) for k in ("eval_id", "leg", "n", "score", "ci_low", "ci_high",
+                                                                 "baseline_score", "baseline_leg", "items_sha256",
+                                                                 "completed")))
+        else:
+            quality.append((path.name, "unparsed"))
+    return parity, tuple(len(o) for o in outputs), tuple(quality)
+
+
+def op_speedup(run: Path, claim: dict[str, Any]) -> float | None:
+    """A harness claim's isolated speedup, re-derived here: the reference's median time over the
+    candidate's, on the rows of the claimed backends (medians over every timed call)."""
+    iso = claim.get("isolated_speedup") if isinstance(claim.get("isolated_speedup"), dict) else {}
+    rel = claim.get("opbench") or iso.get("opbench")
+    if not isinstance(rel, str) or ".." in rel:
+        return None
+    rows = [r for r in _lines(run / rel) if isinstance(r, dict)]
+    ref_name = iso.get("baseline_backend") or next((r.get("backend") for r in rows if r.get("is_reference")), None)
+    cand_name = iso.get("candidate_backend")
+    times = {name: [t for r in rows if r.get("backend") == name for t in (r.get("times_ms") or [])
+                    if isinstance(t, (int, float))] for name in (ref_name, cand_name)}
+    if not times.get(ref_name) or not times.get(cand_name):
+        return None
+    return float(np.median(times[ref_name]) / np.median(times[cand_name]))
+
+
 def judge_run(run: Path, claim: dict[str, Any]) -> Judged:
     """The oracle's view of ``run`` under ``claim``."""
     _READ.clear()
@@ -336,8 +378,13 @@ def judge_run(run: Path, claim: dict[str, Any]) -> Judged:
     lever = claim.get("lever") if isinstance(claim.get("lever"), dict) else {}
     declared = frozenset(k for k in lever.get("config_keys", []) if isinstance(k, str)) \
         if isinstance(lever.get("config_keys"), list) else frozenset()
-    delta = headline(run, base, cand, metric) if base and cand else None
-    return Judged(delta, conditions(run, legs, declared), load(run, legs), (*evidence(run, legs), witnesses(run, legs)))
+    if claim.get("scope") == "harness":
+        speedup = op_speedup(run, claim)
+        delta = (speedup - 1.0) * 100.0 if speedup is not None else None
+    else:
+        delta = headline(run, base, cand, metric) if base and cand else None
+    return Judged(delta, conditions(run, legs, declared), load(run, legs),
+                  (*evidence(run, legs), witnesses(run, legs), correctness(run, legs)))
 
 
 # ------------------------------------------------------------------ a record's own aggregates

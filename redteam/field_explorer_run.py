@@ -89,6 +89,8 @@ class Outcome:
     """The :class:`field_explorer.Edit`'s fields."""
     name: str
     changed: list[str]
+    structural: bool = False
+    """A harness record no longer shaped as its schema (refused whether or not the run is sealed)."""
     verdict: str | None = None
     codes: list[str] = field(default_factory=list)
     success: bool = False
@@ -116,6 +118,7 @@ class ExplorerReport:
     seconds: float = 0.0
     workers: int = 1
     bases: list[str] = field(default_factory=list)
+    skipped: dict[str, str] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         classes: dict[str, dict[str, Any]] = {}
@@ -128,7 +131,7 @@ class ExplorerReport:
                 "duplicates": self.duplicates, "successes": len(self.successes), "success_classes": classes,
                 "seconds": round(self.seconds, 1), "workers": self.workers,
                 "edits_per_second": round(self.edits / self.seconds, 1) if self.seconds else None,
-                "bases": self.bases, "record_types": sorted(self.per_record), "per_record": self.per_record,
+                "bases": self.bases, "skipped_bases": self.skipped, "record_types": sorted(self.per_record), "per_record": self.per_record,
                 "fields_explored": {k: len(v) for k, v in self.fields.items()}, "unreached_fields": self.unreached}
 
 
@@ -180,11 +183,12 @@ class Worker:
                 return "dup", None  # the same bytes as an edit already explored
             self.seen.add(digest)
             changed = oracle.Judged.changed(self.before, oracle.judge_run(self.run, self._claim(edit)))
-            if (fx.is_structural(edit) or edit.record == "seal_entry") and "evidence" not in changed:
+            structural = fx.is_structural(edit) and fx.rests_on(self.base.claim, edit.rel)
+            if (structural or (edit.record == "seal_entry" and self.key)) and "evidence" not in changed:
                 changed.append("evidence")  # strict evidence: not the schema's record; the chain is the evidence set
             if not changed:
                 return digest, None
-            outcome = Outcome(self.base.name, asdict(edit), edit.name(), changed)
+            outcome = Outcome(self.base.name, asdict(edit), edit.name(), changed, structural)
             self._audit(outcome)
             return digest, outcome
         finally:
@@ -211,8 +215,12 @@ class Worker:
             outcome.verdict, outcome.success = f"crash: {type(exc).__name__}", True
             return
         outcome.codes = sorted({f.code for f in verdict.findings if f.severity != "INFO"})
-        outcome.verdict = verdict.verdict + (" degraded" if verdict.degraded else "")
-        outcome.success = verdict.verdict in SUCCESS_VERDICTS or bool(verdict.degraded)
+        outcome.verdict = verdict.verdict + (" degraded" if verdict.degraded else "") + \
+            ("" if verdict.seal == "sealed" else " (unsealed)")
+        # Unsealed evidence is never banked (issue 17 §8): there a PASS on an edited number is the seal's
+        # absence, not a gate's miss; a record no longer shaped as its schema is refused sealed or not.
+        bankable = verdict.seal == "sealed" or outcome.structural
+        outcome.success = (verdict.verdict in SUCCESS_VERDICTS and bankable) or bool(verdict.degraded)
 
 
 def _explore_slice(args: tuple[str, int, int, int | None, int]) -> dict[str, Any]:
@@ -237,14 +245,83 @@ def _explore_slice(args: tuple[str, int, int, int | None, int]) -> dict[str, Any
     return out
 
 
+def sealed_copy(fixture: Path, dest: Path) -> Path:
+    """``fixture`` copied to ``dest`` and sealed the way the harness seals what it writes (bench lines one
+    entry each, every other evidence file whole; op bench scratch ``work/`` and verdicts left out), with
+    its key beside the run: a real run's records, sealed, for fixtures recorded before sealing."""
+    src, run = fixture / "run", dest / "run"
+    run.mkdir(parents=True)
+    for name in ("run.json", "claims"):
+        if (src / name).is_dir():
+            shutil.copytree(src / name, run / name)
+        elif (src / name).is_file():
+            shutil.copyfile(src / name, run / name)
+    chain = seal_mod.begin(run, key_file=dest / "seal.key")
+    if chain is None:
+        raise ValueError(f"{fixture.name}: could not open a seal chain")
+    for path in sorted(p for p in src.rglob("*") if p.is_file()):
+        rel = path.relative_to(src)
+        if rel.parts[0] not in seal_mod.EVIDENCE_DIRS or "work" in rel.parts or "verdicts" in rel.parts:
+            continue
+        target = run / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(path, target)
+        if path.name == "bench_runs.jsonl":
+            chain.adopt_lines(target, seal_mod.bench_meta)
+        else:
+            chain.seal_file(target)
+    seal_mod.forget(run)
+    return dest
+
+
+def prepare_bases(fixtures: list[Path], tmp: Path) -> tuple[list[Path], dict[str, str]]:
+    """The bases to explore: each fixture as shipped when sealed, else a sealed copy of it where that copy
+    audits clean, else the fixture itself (unsealed: only structural edits can succeed there). A base
+    whose unedited claim does not PASS is skipped, with why."""
+    from perfwarden.auditor.audit import audit_path
+
+    bases, skipped = [], {}
+    for fixture in fixtures:
+        base = fx.load_explorer_base(Path(fixture))
+        if base is None:
+            skipped[Path(fixture).name] = "not a fixture with exactly one claim"
+            continue
+        options = [Path(fixture)]
+        if base.key is None:
+            try:
+                options.insert(0, sealed_copy(Path(fixture), tmp / Path(fixture).name))
+            except (OSError, ValueError, seal_mod.SealError):
+                pass
+        why = "no option audits clean"
+        for option in options:
+            key = option / "seal.key"
+            verdict = audit_path(option / "run", option / "run" / base.claim_rel, key=key if key.is_file() else None)
+            if verdict.verdict == "PASS":
+                bases.append(option)
+                break
+            why = f"not clean: {verdict.verdict} {sorted({f.code for f in verdict.findings if f.severity != 'INFO'})}"
+        else:
+            skipped[Path(fixture).name] = why
+    return bases, skipped
+
+
 def explore(fixtures: list[Path], edits: int = 10_000, workers: int = 2, seed: int = 0,
             out: Path | None = None) -> ExplorerReport:
     """Explore ``edits`` distinct edits spread evenly over the bases with ``workers`` processes; every
     success class becomes a fixture under ``out`` (its answer written first)."""
+    with tempfile.TemporaryDirectory(prefix="pw-explore-bases-") as tmp:
+        bases, skipped = prepare_bases(fixtures, Path(tmp))
+        report = _explore(bases, edits, workers, seed, out)
+        report.skipped = skipped
+        return report
+
+
+def _explore(fixtures: list[Path], edits: int, workers: int, seed: int, out: Path | None) -> ExplorerReport:
     started = time.perf_counter()
     per_job = -(-edits // max(1, len(fixtures) * workers)) if edits else None
     jobs = [(str(f), k, workers, per_job, seed) for f in fixtures for k in range(workers)]
-    report = ExplorerReport(workers=workers, bases=[Path(f).name for f in fixtures])
+    report = ExplorerReport(workers=workers, bases=[Path(f).name + (" (sealed)" if (Path(f) / "seal.key").is_file()
+                                                                    else " (unsealed)") for f in fixtures])
     if workers > 1:
         with ProcessPoolExecutor(max_workers=workers) as pool:
             parts = list(pool.map(_explore_slice, jobs))
