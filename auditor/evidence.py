@@ -37,6 +37,11 @@ LOG_CHUNK = 256 << 10
 # metrics they feed are silently underivable, so their absence is reported (FLAG: a gate cannot decide).
 _STANDARD_ARRAYS = {"itls": "ITL metrics (and e2e/TPOT when there is no 'latencies' array)",
                     "input_lens": "total throughput and prefix-cache hit rates"}
+# Per-request arrays perfwarden's harness writes on every line (schema_version set): a harness line
+# without one lost it after writing, and the checks it feeds (each latency against its TTFT and gaps, the
+# request timeline inside the rep) would silently not be made (found by the field explorer, issue 17 §9).
+_HARNESS_ARRAYS = {"latencies": "each request's latency against its TTFT and gaps, and e2e/TPOT as measured",
+                   "request_starts": "the request timeline inside the rep's duration"}
 
 
 def line_evidence(run: Path, ref: LineRef) -> EvidenceRef:
@@ -434,7 +439,7 @@ class RunLoader:
                     except RepError as exc:
                         error = exc
                     else:
-                        for array in _STANDARD_ARRAYS:
+                        for array in (*_STANDARD_ARRAYS, *(_HARNESS_ARRAYS if line.schema_version is not None else ())):
                             if getattr(line, array) is None:
                                 absent.setdefault(array, []).append(ref.line)
                 del line
@@ -489,7 +494,8 @@ class RunLoader:
                               evidence=[EvidenceRef(file=_rel(self.run, path))], action="remeasure", gate="evidence")
         for array, lines in absent.items():
             self.findings.add("EVIDENCE_MISSING", "FLAG", f"leg {name!r}: {len(lines)} rep(s) (lines "
-                              f"{_line_list(lines)}) have no {array!r} array, so {_STANDARD_ARRAYS[array]} "
+                              f"{_line_list(lines)}) have no {array!r} array, so "
+                              f"{_STANDARD_ARRAYS.get(array) or _HARNESS_ARRAYS[array]} "
                               "cannot be re-derived and the gates that use them cannot check them",
                               evidence=[EvidenceRef(file=_rel(self.run, path), line=lines[0])],
                               action="remeasure", gate="evidence")

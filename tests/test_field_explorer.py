@@ -181,3 +181,17 @@ def test_redteam_json_carries_the_explorer(tmp_path):
                                       "--explore-workers", "1", "--no-op-catalogue", "--json", "--out", str(tmp_path)])
     data = json.loads(result.stdout)
     assert data["explorer"]["edits"] >= 25 and "op_catalogue" not in data
+
+
+@pytest.mark.parametrize("array", ["latencies", "request_starts"])
+def test_a_harness_line_that_lost_an_array_the_harness_writes_is_missing_evidence(tmp_path, array):
+    """Found by the explorer: dropping 'latencies' or 'request_starts' from harness lines silently skipped the
+    checks they feed (latency against TTFT and gaps; the request timeline) and the win PASSed."""
+    run = tmp_path / "f" / "run"
+    shutil.copytree(SEALED / "run", run, ignore=shutil.ignore_patterns("evidence.jsonl", "verdicts"))
+    bench = run / "legs" / "cand" / "bench_runs.jsonl"
+    lines = [json.loads(x) for x in bench.read_text().splitlines()]
+    bench.write_text("".join(json.dumps({k: v for k, v in x.items() if k != array}) + "\n" for x in lines))
+    v = _audit(tmp_path / "f")
+    assert v.verdict == "FLAG" and "EVIDENCE_MISSING" in _codes(v), [f.message for f in v.findings]
+    assert any(array in f.message for f in v.findings if f.code == "EVIDENCE_MISSING")
