@@ -327,8 +327,9 @@ def witnesses(run: Path, legs: list[str]) -> tuple:
     return tuple(sorted(out, key=repr))
 
 
-def correctness(run: Path, legs: list[str]) -> tuple:
-    """Whether the legs' greedy outputs agree prompt by prompt (parity), and every quality eval's figures."""
+def correctness(run: Path, legs: list[str], parity_kind: Any = "exact_text") -> tuple:
+    """Whether the legs' greedy outputs agree prompt by prompt (parity; not for a claim that declares none,
+    a lossy change judged by its quality eval), and every quality eval's figures."""
     outputs = []
     for leg in legs:
         rows = {}
@@ -336,7 +337,7 @@ def correctness(run: Path, legs: list[str]) -> tuple:
             if isinstance(row, dict):
                 rows[json.dumps(row.get("prompt_id"))] = json.dumps([row.get("text"), row.get("token_ids"), row.get("error")])
         outputs.append(rows)
-    parity = len(outputs) == 2 and outputs[0] == outputs[1]
+    parity = None if parity_kind == "none" else len(outputs) == 2 and outputs[0] == outputs[1]
     quality = []
     for path in sorted((run / "quality").glob("*.json")) if (run / "quality").is_dir() else []:
         q = _json(path)
@@ -384,7 +385,9 @@ def judge_run(run: Path, claim: dict[str, Any]) -> Judged:
     else:
         delta = headline(run, base, cand, metric) if base and cand else None
     return Judged(delta, conditions(run, legs, declared), load(run, legs),
-                  (*evidence(run, legs), witnesses(run, legs), correctness(run, legs)))
+                  (*evidence(run, legs), witnesses(run, legs),
+                   correctness(run, legs, (claim.get("correctness") or {}).get("parity", "exact_text")
+                               if isinstance(claim.get("correctness"), dict) else "exact_text")))
 
 
 # ------------------------------------------------------------------ a record's own aggregates

@@ -195,3 +195,16 @@ def test_a_harness_line_that_lost_an_array_the_harness_writes_is_missing_evidenc
     v = _audit(tmp_path / "f")
     assert v.verdict == "FLAG" and "EVIDENCE_MISSING" in _codes(v), [f.message for f in v.findings]
     assert any(array in f.message for f in v.findings if f.code == "EVIDENCE_MISSING")
+
+
+def test_parity_dumps_over_different_prompts_are_missing_evidence(tmp_path):
+    """Found by the explorer: a candidate output whose prompt id was changed fell out of the parity pairs
+    unnoticed, so parity was decided on a subset the producer chose."""
+    fixture = tmp_path / "f"
+    shutil.copytree(SEALED / "run", fixture / "run", ignore=shutil.ignore_patterns("evidence.jsonl", "verdicts"))
+    path = fixture / "run" / "legs" / "cand" / "outputs.jsonl"
+    rows = [json.loads(x) for x in path.read_text().splitlines()]
+    rows[0]["prompt_id"] = f"{rows[0]['prompt_id']}-other"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    v = _audit(fixture)
+    assert v.verdict in ("FLAG", "FAIL") and "EVIDENCE_MISSING" in _codes(v), [f.message for f in v.findings]

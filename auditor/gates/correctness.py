@@ -107,6 +107,13 @@ def check_parity(run: Path, claim: Claim, base: LegEvidence, cand: LegEvidence, 
         findings.add("EVIDENCE_MISSING", "FAIL", "baseline and candidate parity dumps share no prompt id",
                      gate="parity")
         return "unverifiable"
+    cand_ids = {str(o.prompt_id) for _, o in cand.outputs}
+    unpaired = sorted((set(by_id) - cand_ids) | (cand_ids - set(by_id)))
+    if unpaired:  # parity over fewer prompts than were served is parity over a chosen subset
+        findings.add("EVIDENCE_MISSING", "FLAG", f"the parity dumps cover different prompts: {len(unpaired)} prompt "
+                     f"id(s) have no counterpart in the other leg (e.g. {unpaired[:3]!r}), so parity is decided on "
+                     f"{len(pairs)} of {len(by_id | dict.fromkeys(cand_ids))} prompts", measured=unpaired[:10],
+                     threshold="the same prompt ids in both dumps", action="remeasure", gate="parity")
     use_tokens = claim.correctness.parity == "token_ids"
     mismatched = []
     for (bref, bo), (cref, co) in pairs:
