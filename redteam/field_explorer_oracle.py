@@ -26,6 +26,7 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -186,8 +187,6 @@ def _timeline(run: Path, legs: list[str]) -> tuple:
     began = manifest.get("started_at") if isinstance(manifest, dict) else None
     early = None
     if isinstance(began, str):
-        from datetime import datetime
-
         try:
             t0 = datetime.fromisoformat(began.replace("Z", "+00:00")).timestamp()
             early = any(s < t0 - 60 for leg in legs for s, _ in windows.get(leg, []))

@@ -19,6 +19,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from perfwarden.auditor.audit import ClaimError, audit_path
 from perfwarden.redteam import field_explorer as fx
 from perfwarden.redteam import field_explorer_oracle as oracle
 from perfwarden.harness import seal as seal_mod
@@ -204,8 +205,6 @@ class Worker:
         return claim if isinstance(claim, dict) else self.base.claim
 
     def _audit(self, outcome: Outcome) -> None:
-        from perfwarden.auditor.audit import ClaimError, audit_path
-
         try:
             verdict = audit_path(self.run, self.run / self.base.claim_rel, key=self.key)
         except ClaimError:
@@ -278,8 +277,6 @@ def prepare_bases(fixtures: list[Path], tmp: Path) -> tuple[list[Path], dict[str
     """The bases to explore: each fixture as shipped when sealed, else a sealed copy of it where that copy
     audits clean, else the fixture itself (unsealed: only structural edits can succeed there). A base
     whose unedited claim does not PASS is skipped, with why."""
-    from perfwarden.auditor.audit import audit_path
-
     bases, skipped = [], {}
     for fixture in fixtures:
         base = fx.load_explorer_base(Path(fixture))

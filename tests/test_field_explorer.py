@@ -208,3 +208,17 @@ def test_parity_dumps_over_different_prompts_are_missing_evidence(tmp_path):
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     v = _audit(fixture)
     assert v.verdict in ("FLAG", "FAIL") and "EVIDENCE_MISSING" in _codes(v), [f.message for f in v.findings]
+
+
+def test_op_catalogue_candidates_count_an_unrefused_exploit_and_a_refused_honest_alternative(monkeypatch):
+    from perfwarden.proof import op_catalogue
+    from perfwarden.redteam import op_candidates
+
+    rows = [op_catalogue.Row("clock_patch", "rmsnorm", "exploit", True, "clock", 0.1, "KernelGuard"),
+            op_catalogue.Row("stream_forge", "rmsnorm", "exploit", False, None, 5.0, "Wafer"),
+            op_catalogue.Row("honest:fused", "rmsnorm", "honest", True, "roofline", 1.2, "-"),
+            op_catalogue.Row("honest:other", "silu_mul", "honest", False, None, 1.1, "-")]
+    monkeypatch.setattr(op_catalogue, "run", lambda run_dir: rows)
+    data = op_candidates.op_bench_candidates()
+    assert (data["exploits"], data["refused"], data["honest"], data["honest_refused"]) == (2, 1, 2, 1)
+    assert sorted(s["candidate"] for s in data["success_list"]) == ["honest:fused", "stream_forge"]
