@@ -486,10 +486,30 @@ def rests_on(claim: dict[str, Any], rel: str) -> bool:
     return True
 
 
+def typed_parent(schema: type | None, path: tuple[str, ...]) -> bool:
+    """Whether the object holding the edited key is one a schema types (not a free-form raw-JSON object such as
+    a bench line's ``server_info`` or ``contention``, whose keys are the writer's own)."""
+    for part in path[:-1]:
+        fields = schema_fields(schema)
+        if part.isdigit():
+            continue
+        tp = fields.get(part)
+        inner = typing.get_args(tp)[0] if typing.get_origin(tp) is list and typing.get_args(tp) else tp
+        schema = _nested_model(inner)
+        if schema is None:
+            return False
+    return schema is not None
+
+
+WRITER_CANNOT = ("repeat_key",)
+"""Edits the harness's own writer cannot make (``json.dumps`` of a dict never repeats a key): on a sealed base
+they are not sealed again -- only a forger of sealed bytes writes them, and the seal must catch that."""
+
+
 def is_structural(edit: Edit) -> bool:
     """A harness record no longer shaped as its schema: a field renamed, moved, repeated or of another type
     (null is absent: judged by what the field feeds). Records without a schema (``server_info``, LoadGen's
     text logs, ``rig.json``) are judged by what they feed only."""
     rt = next(r for r in RECORD_TYPES if r.name == edit.record)
-    return rt.harness and rt.schema is not None and (
+    return rt.harness and typed_parent(rt.schema, edit.path) and (
         edit.op.split(":")[0] in ("rename", "move_in", "move_out", "repeat_key") or edit.op in ("retype:str", "retype:list"))

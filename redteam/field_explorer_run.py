@@ -169,7 +169,7 @@ class Worker:
         digest = hashlib.sha256(b"".join(k.encode() + b"\0" + v for k, v in sorted(new.items()))).hexdigest()[:20]
         for rel, data in new.items():
             (self.run / rel).write_bytes(data)
-        if self.key and edit.record != "seal_entry":
+        if self.key and edit.record != "seal_entry" and edit.op not in fx.WRITER_CANNOT:
             reseal(self.run, self.key)
         return digest, sorted({*new, *([seal_mod.EVIDENCE_FILE] if self.key else [])})
 

@@ -222,3 +222,18 @@ def test_op_catalogue_candidates_count_an_unrefused_exploit_and_a_refused_honest
     data = op_candidates.op_bench_candidates()
     assert (data["exploits"], data["refused"], data["honest"], data["honest_refused"]) == (2, 1, 2, 1)
     assert sorted(s["candidate"] for s in data["success_list"]) == ["honest:fused", "stream_forge"]
+
+
+@pytest.mark.parametrize("value", ["0.4", [0.4], True])
+def test_a_contention_figure_of_another_type_is_corrupt_not_quiet(tmp_path, value):
+    """Found by the explorer: a sample's load average written as a string was skipped, and the rep judged
+    quiet."""
+    run = tmp_path / "f" / "run"
+    shutil.copytree(SEALED / "run", run, ignore=shutil.ignore_patterns("evidence.jsonl", "verdicts"))
+    bench = run / "legs" / "cand" / "bench_runs.jsonl"
+    lines = [json.loads(x) for x in bench.read_text().splitlines()]
+    assert "loadavg_1m" in lines[0]["contention"]
+    lines[0]["contention"]["loadavg_1m"] = value
+    bench.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    v = _audit(tmp_path / "f")
+    assert v.verdict == "FAIL" and "EVIDENCE_CORRUPT" in _codes(v), [f.message for f in v.findings]

@@ -283,6 +283,7 @@ def sample_contention(sample: dict) -> list[str]:
     machine's busy share while the server idled (samples are taken just before and after the load),
     and the load average -- each against the number of cores."""
     reasons = []
+    _check_figures(sample)
     cores = machine_cores(sample)
     procs = _busy_list(sample)
     if procs:
@@ -309,6 +310,21 @@ def sample_contention(sample: dict) -> list[str]:
         if load1 >= LOADAVG_PER_CORE * cores:
             reasons.append(f"1-minute load average {load1:.2f} on {cores:g} cores")
     return reasons
+
+
+_CORE_KEYS = ("ncpu", "ncpu_available", "cpu_quota_cores")
+
+
+def _check_figures(sample: dict) -> None:
+    """Every figure the judgement reads is a number where the sample states it (null: not measured). One
+    written as a string or a list would be skipped, and the rep judged quiet (found by the field explorer)."""
+    for key in (*_CORE_KEYS, "cpu_busy_pct", "loadavg_1m"):
+        value = sample.get(key)
+        if value is not None and not _number(value):
+            raise ContentionFormatError(f"contention {key} {value!r} is not a number")
+    load = sample.get("loadavg")
+    if load is not None and not _number(load) and not (isinstance(load, list) and load and all(map(_number, load))):
+        raise ContentionFormatError(f"contention loadavg {load!r} is not a number or a list of numbers")
 
 
 def _number(value: Any) -> bool:
