@@ -26,7 +26,8 @@ from perfwarden.harness.json_limits import loads_bounded, no_repeats
 from perfwarden.harness.jsonl import (BenchRunLine, LineIssue, LineRef, OpBenchLine, OutputLine,
                                       ProfileLine, iter_jsonl, read_jsonl)
 from perfwarden.harness.mlperf_log import MlperfLogError, read_detail
-from perfwarden.harness.records import EvidenceRef, LegSpec, QualityEval, RunDir, unknown_fields, wrong_types
+from perfwarden.harness.records import (QUALITY_ITEMS_FIELDS, EvidenceRef, LegSpec, QualityEval, RunDir,
+                                        shadowing_fields, unknown_fields, wrong_types)
 from perfwarden.harness.safe_read import (BENCH_LINE_BYTES, LOG_LINE_CHARS, RECORD_BYTES, TEXT_BYTES, RefusedInput,
                                           check_regular, exists, iter_chunks, read_bytes)
 
@@ -565,7 +566,13 @@ class RunLoader:
             return None, tf
         try:
             record = QualityEval.model_validate(obj)
-            return (None if self._refuse_wrong_types(QualityEval, obj, f"quality eval {eval_id!r}", tf) else record), tf
+            wrong = self._refuse_wrong_types(QualityEval, obj, f"quality eval {eval_id!r}", tf)
+            shadowing = shadowing_fields(record, also=QUALITY_ITEMS_FIELDS)
+            if shadowing:  # its other unknown fields are the harness's extras; these imitate declared ones
+                self.findings.add("EVIDENCE_CORRUPT", "FAIL", f"quality eval {eval_id!r} has field(s) imitating "
+                                  f"declared ones (a case variant or a non-ASCII look-alike): {shadowing[:8]!r}",
+                                  evidence=[tf.evidence(self.run, None)] if tf else [], gate="evidence")
+            return (None if wrong or shadowing else record), tf
         except ValidationError as exc:
             self.findings.add(_invalid_code(exc), "FAIL", f"quality eval {eval_id!r} is invalid: {exc.errors()[0]['msg']}"
                               f" at {exc.errors()[0]['loc']!r}",

@@ -17,7 +17,7 @@ import re
 import types
 import typing
 from pathlib import Path
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -92,6 +92,30 @@ def unknown_fields(model: BaseModel, prefix: str = "") -> list[str]:
         for item in items:
             if isinstance(item, BaseModel):
                 out += unknown_fields(item, f"{prefix}{name}.")
+    return out
+
+
+def shadows(name: str, known: "Iterable[str]") -> bool:
+    """Whether a key no schema declares passes for a declared one: a case variant of it, or a name with
+    characters outside ASCII (a homoglyph: Cyrillic ``а`` for ``a``, a zero-width space). Two readers --
+    a person, a lenient parser -- would take it for the field it imitates."""
+    if not name.isascii():
+        return True
+    folded = name.casefold()
+    return any(folded == k.casefold() and name != k for k in known)
+
+
+def shadowing_fields(model: BaseModel, prefix: str = "", also: tuple[str, ...] = ()) -> list[str]:
+    """Dotted names of the unknown fields of a record (at any depth) that imitate declared ones (or, at the
+    top, the extra fields ``also`` names, which readers use too)."""
+    known = (*type(model).model_fields, *also)
+    out = [prefix + str(k) for k in (model.model_extra or {}) if k not in also and shadows(str(k), known)]
+    for name in type(model).model_fields:
+        value = getattr(model, name)
+        items = value if isinstance(value, list) else list(value.values()) if isinstance(value, dict) else [value]
+        for item in items:
+            if isinstance(item, BaseModel):
+                out += shadowing_fields(item, f"{prefix}{name}.")
     return out
 
 
@@ -286,6 +310,11 @@ class QualityEval(Record):
     """sha256 of the item set (or text) scored: two results compare only when they share it."""
     completed: bool = True
     """False when the eval was started but did not finish."""
+
+
+QUALITY_ITEMS_FIELDS = ("items_sha256", "item_set_sha256", "text_sha256")
+"""Where a quality record names the items it scored: the shared field first, then the harness's older
+per-eval names (extra fields the auditor reads)."""
 
 
 # -------------------------------------------------------------------------------------------- claim

@@ -32,6 +32,7 @@ from typing import Any
 
 import numpy as np
 
+from perfwarden.harness.records import QUALITY_ITEMS_FIELDS
 from perfwarden.redteam.attack import rep_metric
 
 HEADLINE_POINTS = 1.0
@@ -225,6 +226,8 @@ def _load_of(line: dict[str, Any]) -> tuple:
     lens_key = json.dumps(sorted(lens) if isinstance(lens, list) and all(isinstance(x, int) for x in lens) else lens)
     loadgen = line.get("loadgen")
     settings = loadgen.get("settings") if isinstance(loadgen, dict) else None
+    if isinstance(settings, dict):  # null and absent both mean "not set"
+        settings = {k: v for k, v in settings.items() if v is not None}
     ids = line.get("prompt_ids")
     ids_key = json.dumps(sorted(map(str, ids)) if isinstance(ids, list) else ids)
     return (ids_key, lens_key, json.dumps(settings, sort_keys=True),
@@ -365,9 +368,9 @@ def correctness(run: Path, legs: list[str], parity_kind: Any = "exact_text") -> 
         q = _json(path)
         if isinstance(q, dict):
             q = {"completed": True, **q}  # the record's default: absent is completed
-            quality.append(tuple(json.dumps(q.get(k)) for k in ("eval_id", "leg", "n", "score", "ci_low", "ci_high",
-                                                                 "baseline_score", "baseline_leg", "items_sha256",
-                                                                 "completed")))
+            digest = next((q[k] for k in QUALITY_ITEMS_FIELDS if isinstance(q.get(k), str) and q[k]), None)
+            quality.append((*(json.dumps(q.get(k)) for k in ("eval_id", "leg", "n", "score", "ci_low", "ci_high",
+                                                              "baseline_score", "baseline_leg", "completed")), digest))
         else:
             quality.append((path.name, "unparsed"))
     return parity, tuple(len(o) for o in outputs), tuple(quality)

@@ -237,3 +237,46 @@ def test_a_contention_figure_of_another_type_is_corrupt_not_quiet(tmp_path, valu
     bench.write_text("".join(json.dumps(x) + "\n" for x in lines))
     v = _audit(tmp_path / "f")
     assert v.verdict == "FAIL" and "EVIDENCE_CORRUPT" in _codes(v), [f.message for f in v.findings]
+
+
+@pytest.mark.parametrize("renamed", ["LOADAVG_1M", "loadаvg_1m"])
+def test_a_contention_figure_renamed_to_a_look_alike_is_corrupt(tmp_path, renamed):
+    """Found by the explorer: a sample whose load average key became a case or homoglyph variant lost the
+    figure silently, and the rep was judged quiet."""
+    run = tmp_path / "f" / "run"
+    shutil.copytree(SEALED / "run", run, ignore=shutil.ignore_patterns("evidence.jsonl", "verdicts"))
+    bench = run / "legs" / "cand" / "bench_runs.jsonl"
+    lines = [json.loads(x) for x in bench.read_text().splitlines()]
+    con = lines[0]["contention"]
+    lines[0]["contention"] = {(renamed if k == "loadavg_1m" else k): v for k, v in con.items()}
+    bench.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    v = _audit(tmp_path / "f")
+    assert v.verdict == "FAIL" and "EVIDENCE_CORRUPT" in _codes(v), [f.message for f in v.findings]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("field", ["ci_high", "schema_version", "item_set_sha256"])
+def test_a_quality_eval_field_renamed_to_a_look_alike_is_corrupt(tmp_path, field):
+    fixture = _copy(EVAL, tmp_path / "f")
+    path = sorted((fixture / "run" / "quality").glob("*@cand.json"))[0]
+    record = json.loads(path.read_text())
+    assert field in record
+    path.write_text(json.dumps({(field.upper() if k == field else k): v for k, v in record.items()}))
+    v = _audit(fixture)
+    assert v.verdict == "FAIL" and "EVIDENCE_CORRUPT" in _codes(v), [f.message for f in v.findings]
+
+
+@pytest.mark.parametrize("edit", ["drop", "null"])
+def test_a_load_figure_without_its_core_count_is_not_a_quiet_machine(tmp_path, edit):
+    """Found by the explorer: a sample whose core count was dropped (or nulled) could not be judged per core,
+    and the rep passed as quiet."""
+    run = tmp_path / "f" / "run"
+    shutil.copytree(SEALED / "run", run, ignore=shutil.ignore_patterns("evidence.jsonl", "verdicts"))
+    bench = run / "legs" / "cand" / "bench_runs.jsonl"
+    lines = [json.loads(x) for x in bench.read_text().splitlines()]
+    for line in lines:
+        con = line["contention"]
+        line["contention"] = {k: v for k, v in con.items() if k != "ncpu"} if edit == "drop" else {**con, "ncpu": None}
+    bench.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    v = _audit(tmp_path / "f")
+    assert v.verdict == "FLAG" and "EVIDENCE_MISSING" in _codes(v), [f.message for f in v.findings]

@@ -14,7 +14,7 @@ from perfwarden.auditor.coherence import coherence_score
 from perfwarden.auditor.evidence import LegEvidence, line_evidence
 from perfwarden.auditor.findings import Findings, GateResult, finding
 from perfwarden.auditor.gates.conditions import flatten, key_evidence
-from perfwarden.harness.records import Claim, QualityEval
+from perfwarden.harness.records import QUALITY_ITEMS_FIELDS, Claim, QualityEval
 
 PARITY_MIN_IDENTICAL = 0.75
 """Lossless changes: at least this fraction of greedy outputs must be identical to the baseline's.
@@ -140,9 +140,8 @@ def check_parity(run: Path, claim: Claim, base: LegEvidence, cand: LegEvidence, 
     return "unverifiable" if random_weights else "verified"
 
 
-ITEMS_DIGEST_FIELDS = ("items_sha256", "item_set_sha256", "text_sha256")
-"""Where a quality record names the items it scored: the shared field first, then the harness's older
-per-eval names."""
+ITEMS_DIGEST_FIELDS = QUALITY_ITEMS_FIELDS
+"""Where a quality record names the items it scored (one place: ``harness.records``)."""
 BASELINE_SCORE_TOLERANCE = 1e-9
 
 
