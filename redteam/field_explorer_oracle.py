@@ -386,6 +386,8 @@ def op_speedup(run: Path, claim: dict[str, Any]) -> float | None:
     rows = [r for r in _lines(run / rel) if isinstance(r, dict)]
     ref_name = iso.get("baseline_backend") or next((r.get("backend") for r in rows if r.get("is_reference")), None)
     cand_name = iso.get("candidate_backend")
+    if not isinstance(ref_name, str) or not isinstance(cand_name, str):
+        return None
     times = {name: [t for r in rows if r.get("backend") == name for t in (r.get("times_ms") or [])
                     if isinstance(t, (int, float))] for name in (ref_name, cand_name)}
     if not times.get(ref_name) or not times.get(cand_name):

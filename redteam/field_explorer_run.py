@@ -108,6 +108,8 @@ class ExplorerReport:
     """Distinct edits applied (by the bytes they produce)."""
     not_applicable: int = 0
     duplicates: int = 0
+    unjudged: int = 0
+    """Edits the oracle could not read (an edited claim it cannot parse): counted, not audited."""
     audited: int = 0
     """Edits the oracle found changed something the auditor judges (each audited blind)."""
     per_record: dict[str, dict[str, int]] = field(default_factory=dict)
@@ -129,7 +131,7 @@ class ExplorerReport:
             row["count"] += 1
             row["fixture"] = row["fixture"] or o.fixture
         return {"edits": self.edits, "audited": self.audited, "not_applicable": self.not_applicable,
-                "duplicates": self.duplicates, "successes": len(self.successes), "success_classes": classes,
+                "duplicates": self.duplicates, "unjudged": self.unjudged, "successes": len(self.successes), "success_classes": classes,
                 "seconds": round(self.seconds, 1), "workers": self.workers,
                 "edits_per_second": round(self.edits / self.seconds, 1) if self.seconds else None,
                 "bases": self.bases, "skipped_bases": self.skipped, "record_types": sorted(self.per_record), "per_record": self.per_record,
@@ -185,7 +187,10 @@ class Worker:
             if digest in self.seen:
                 return "dup", None  # the same bytes as an edit already explored
             self.seen.add(digest)
-            changed = oracle.Judged.changed(self.before, oracle.judge_run(self.run, self._claim(edit)))
+            try:
+                changed = oracle.Judged.changed(self.before, oracle.judge_run(self.run, self._claim(edit)))
+            except (TypeError, ValueError, KeyError, AttributeError, IndexError, RecursionError):
+                return "unjudged", None  # the oracle cannot read what the edit made: counted, not audited
             structural = fx.is_structural(edit) and fx.rests_on(self.base.claim, edit.rel)
             if (structural or (edit.record == "seal_entry" and self.key)) and "evidence" not in changed:
                 changed.append("evidence")  # strict evidence: not the schema's record; the chain is the evidence set
@@ -228,7 +233,7 @@ def _explore_slice(args: tuple[str, int, int, int | None, int]) -> dict[str, Any
     """Worker entry: every ``stride``-th planned edit of one base from ``start``, until ``limit`` distinct ones."""
     fixture, start, stride, limit, seed = args
     base = fx.load_explorer_base(Path(fixture))
-    out: dict[str, Any] = {"digests": {}, "na": 0, "dup": 0, "outcomes": []}
+    out: dict[str, Any] = {"digests": {}, "na": 0, "dup": 0, "unjudged": 0, "outcomes": []}
     if base is None:
         return out
     with tempfile.TemporaryDirectory(prefix="pw-explore-") as tmp:
@@ -237,7 +242,7 @@ def _explore_slice(args: tuple[str, int, int, int | None, int]) -> dict[str, Any
             if limit is not None and len(out["digests"]) >= limit:
                 break
             status, outcome = worker.explore(edit)
-            if status in ("na", "dup"):
+            if status in ("na", "dup", "unjudged"):
                 out[status] += 1
                 continue
             out["digests"][status] = [edit.record, edit.path[0]]
@@ -329,6 +334,7 @@ def _explore(fixtures: list[Path], edits: int, workers: int, seed: int, out: Pat
     seen: dict[str, list[str]] = {}
     for (fixture, *_), part in zip(jobs, parts):
         report.not_applicable += part["na"]
+        report.unjudged += part["unjudged"]
         report.duplicates += part["dup"]
         for digest, where in part["digests"].items():
             key = f"{Path(fixture).name}:{digest}"
