@@ -229,6 +229,8 @@ def new_value(value: Any, op: str) -> Any:
     if kind == "set_first_text":
         return ["x" if value[0] in (None, "") else None, *value[1:]]
     if kind == "retype":
+        if value is None:
+            raise ValueError("null has no type to change (null is absent)")
         return {"str": json.dumps(value) if not isinstance(value, str) else [value], "list": [value], "null": None}[arg]
     raise ValueError(op)
 
@@ -486,6 +488,16 @@ def rests_on(claim: dict[str, Any], rel: str) -> bool:
     return True
 
 
+def declared(schema: type | None, path: tuple[str, ...]) -> bool:
+    """Whether the edited key is a field its (schema-typed) parent declares."""
+    for part in path[:-1]:
+        if part.isdigit():
+            continue
+        tp = schema_fields(schema).get(part)
+        schema = _nested_model(typing.get_args(tp)[0] if typing.get_origin(tp) is list and typing.get_args(tp) else tp)
+    return path[-1] in schema_fields(schema)
+
+
 def typed_parent(schema: type | None, path: tuple[str, ...]) -> bool:
     """Whether the object holding the edited key is one a schema types (not a free-form raw-JSON object such as
     a bench line's ``server_info`` or ``contention``, whose keys are the writer's own)."""
@@ -511,5 +523,5 @@ def is_structural(edit: Edit) -> bool:
     (null is absent: judged by what the field feeds). Records without a schema (``server_info``, LoadGen's
     text logs, ``rig.json``) are judged by what they feed only."""
     rt = next(r for r in RECORD_TYPES if r.name == edit.record)
-    return rt.harness and typed_parent(rt.schema, edit.path) and (
+    return rt.harness and typed_parent(rt.schema, edit.path) and declared(rt.schema, edit.path) and (
         edit.op.split(":")[0] in ("rename", "move_in", "move_out", "repeat_key") or edit.op in ("retype:str", "retype:list"))

@@ -322,7 +322,8 @@ def explore(fixtures: list[Path], edits: int = 10_000, workers: int = 2, seed: i
 
 def _explore(fixtures: list[Path], edits: int, workers: int, seed: int, out: Path | None) -> ExplorerReport:
     started = time.perf_counter()
-    per_job = -(-edits // max(1, len(fixtures) * workers)) if edits else None
+    # Headroom: a slice that runs out of edits (a small base) cannot hand its share to another.
+    per_job = -(-int(edits * 1.1) // max(1, len(fixtures) * workers)) if edits else None
     jobs = [(str(f), k, workers, per_job, seed) for f in fixtures for k in range(workers)]
     report = ExplorerReport(workers=workers, bases=[Path(f).name + (" (sealed)" if (Path(f) / "seal.key").is_file()
                                                                     else " (unsealed)") for f in fixtures])
