@@ -185,9 +185,10 @@ def audit_harness(a: Audit) -> None:
     if profile_rows is None:
         a.not_checked.append("served shapes: no profile.jsonl lists the shapes the server serves")
     iso = claim.isolated_speedup
+    figures = _rig_figures(a, path)
     result = a.gate("harness", lambda: opbench.audit_rig(
         a.run, rows, iso.baseline_backend if iso else None, iso.candidate_backend if iso else None,
-        server_info, profile_rows, op, claimed_speedup=iso.value if iso else None))
+        server_info, profile_rows, op, claimed_speedup=iso.value if iso else None, rig=figures))
     if result and result.speedup is not None:
         a.headline_rederived = result.speedup
         a.extra_values += [result.speedup, *result.per_shape.values()]
@@ -195,6 +196,14 @@ def audit_harness(a: Audit) -> None:
             a.findings.add("REPORTED_MISMATCH", "FLAG", f"claimed {iso.value:.3g}x vs re-derived {result.speedup:.3g}x",
                            measured=round(result.speedup, 4), threshold=iso.value, action="downgrade_headline",
                            gate="harness")
+
+
+def _rig_figures(a: Audit, opbench_path: str) -> opbench.RigFigures:
+    """The memory roofline the op bench recorded beside its lines (``rig.json``); required -- a missing
+    figure fails closed -- where the run carries a seal chain, whose harness always records one."""
+    rig_path = a.loader.inside(opbench_path).parent / "rig.json"
+    obj = a.loader.json_object(rig_path, False, "op bench rig")[0] if exists(rig_path) else None
+    return opbench.rig_figures(obj, required=a.manifest is not None and a.manifest[0] is not None)
 
 
 def audit_patch(a: Audit, bundle: bool = False) -> None:
@@ -341,8 +350,9 @@ def _isolated_vs_e2e(a: Audit, base: LegEvidence, cand: LegEvidence) -> None:
             rig = opbench.audit_rig(a.run, rows, iso.baseline_backend, iso.candidate_backend, base.server_info,
                                     profile_rows, iso.op, severity="FLAG" if e2e_real else "FAIL",
                                     action="replace_headline_with_e2e" if e2e_real else "eject",
-                                    claimed_speedup=iso.value)
+                                    claimed_speedup=iso.value, rig=_rig_figures(a, iso.opbench))
             a.findings.extend(rig.findings)
+            a.not_checked.extend(rig.not_checked)
     else:
         a.not_checked.append("isolated speedup: no op benchmark file cited, rig not audited")
     if head is None:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from perfwarden.harness.records import Claim, unknown_fields
+from perfwarden.harness.records import Claim, unknown_fields, wrong_types
 from perfwarden.harness.json_limits import loads_bounded, no_repeats
 from perfwarden.harness.safe_read import CLAIM_BYTES, STRING_CHARS, long_string, read_bytes
 
@@ -43,6 +43,9 @@ def load_claim(path: Path, root: Path | None = None) -> tuple[Claim, str]:
     except ValidationError as exc:
         err = exc.errors()[0]
         raise ClaimError(f"claim {str(path)!r} is invalid: {err['msg']} at {'.'.join(map(str, err['loc']))!r}") from None
+    wrong = wrong_types(Claim, obj)
+    if wrong:  # pydantic would coerce "10" to 10.0 or 1 to True: the claim would say what its bytes do not
+        raise ClaimError(f"claim {str(path)!r} has field(s) of the wrong type: {', '.join(wrong[:8])}")
     unknown = unknown_fields(claim)
     if unknown:  # a misspelt or invented field would be read by no one: the claim says less than it seems
         raise ClaimError(f"claim {str(path)!r} has field(s) a claim does not have: {', '.join(unknown[:8])}")

@@ -52,7 +52,7 @@ CATALOG: dict[str, str] = {
     "HARNESS_DISPATCH_MISMATCH": "The benchmark timed a dispatch path the server does not run.",
     "HARNESS_UNSERVED_SHAPES": "The benchmark timed shapes the server does not serve.",
     "ISOLATED_E2E_GAP": "The isolated speedup is inconsistent with the e2e delta (Amdahl).",
-    "IMPLAUSIBLE_SPEEDUP": "A speedup beyond 10x or beyond the Amdahl bound without extra proof.",
+    "IMPLAUSIBLE_SPEEDUP": "A speedup faster than the rig's measured bandwidth allows for the op's bytes (beyond 10x where the rig recorded no roofline), or beyond the Amdahl bound, without extra proof.",
     "UNEXPLAINED_DELTA": "The e2e delta exceeds what the declared change can produce: more than the Amdahl bound of "
                          "removing the changed op's whole profile share (added).",
     # profile

@@ -28,7 +28,8 @@ from perfwarden.auditor.serverlog import ServerLog, scan_server_log
 from perfwarden.harness.json_limits import loads_bounded, no_repeats
 from perfwarden.harness.jsonl import (CITE_HEAD_BYTES, BenchRunLine, LineIssue, LineRef, OpBenchLine, OutputLine,
                                       ProfileLine, iter_jsonl, read_jsonl)
-from perfwarden.harness.records import EvidenceRef, LegSpec, QualityEval, RunDir, unknown_fields
+from perfwarden.harness.records import (QUALITY_ITEMS_FIELDS, EvidenceRef, LegSpec, QualityEval, RunDir,
+                                        shadowing_fields, unknown_fields, wrong_types)
 from perfwarden.harness.safe_read import (BENCH_LINE_BYTES, LOG_LINE_CHARS, RECORD_BYTES, TEXT_BYTES, RefusedInput,
                                           check_regular, exists, iter_chunks, read_bytes)
 
@@ -46,6 +47,11 @@ LOG_CHUNK = 256 << 10
 # metrics they feed are silently underivable, so their absence is reported (FLAG: a gate cannot decide).
 _STANDARD_ARRAYS = {"itls": "ITL metrics (and e2e/TPOT when there is no 'latencies' array)",
                     "input_lens": "total throughput and prefix-cache hit rates"}
+# Per-request arrays perfwarden's harness writes on every line (schema_version set): a harness line
+# without one lost it after writing, and the checks it feeds (each latency against its TTFT and gaps, the
+# request timeline inside the rep) would silently not be made (found by the field explorer, issue 17 §9).
+_HARNESS_ARRAYS = {"latencies": "each request's latency against its TTFT and gaps, and e2e/TPOT as measured",
+                   "request_starts": "the request timeline inside the rep's duration"}
 
 
 def line_evidence(run: Path, ref: LineRef) -> EvidenceRef:
@@ -322,6 +328,7 @@ class RunLoader:
         if spec_obj is not None:
             try:
                 leg.spec = LegSpec.model_validate(spec_obj)
+                self._refuse_wrong_types(LegSpec, spec_obj, f"leg spec of {name!r}", leg.spec_file)
                 unknown = unknown_fields(leg.spec)
                 if unknown:
                     self.findings.add("EVIDENCE_CORRUPT", "FAIL", f"leg spec of {name!r} has field(s) its schema does not "
@@ -436,7 +443,7 @@ class RunLoader:
                     except RepError as exc:
                         error = exc
                     else:
-                        for array in _STANDARD_ARRAYS:
+                        for array in (*_STANDARD_ARRAYS, *(_HARNESS_ARRAYS if line.schema_version is not None else ())):
                             if getattr(line, array) is None:
                                 absent.setdefault(array, []).append(ref.line)
                 del line
@@ -491,11 +498,23 @@ class RunLoader:
                               evidence=[EvidenceRef(file=_rel(self.run, path))], action="remeasure", gate="evidence")
         for array, lines in absent.items():
             self.findings.add("EVIDENCE_MISSING", "FLAG", f"leg {name!r}: {len(lines)} rep(s) (lines "
-                              f"{_line_list(lines)}) have no {array!r} array, so {_STANDARD_ARRAYS[array]} "
+                              f"{_line_list(lines)}) have no {array!r} array, so "
+                              f"{_STANDARD_ARRAYS.get(array) or _HARNESS_ARRAYS[array]} "
                               "cannot be re-derived and the gates that use them cannot check them",
                               evidence=[EvidenceRef(file=_rel(self.run, path), line=lines[0])],
                               action="remeasure", gate="evidence")
         return reps
+
+    def _refuse_wrong_types(self, model: type, obj: dict, what: str, tf: TextFile | None) -> bool:
+        """A harness record holding a field of another JSON type than its schema's is corrupt (issue 17 §1):
+        pydantic would coerce ``"0.5"`` to a number and ``1`` to ``True``, so two readers would disagree."""
+        wrong = wrong_types(model, obj)
+        if wrong:
+            self.findings.add("EVIDENCE_CORRUPT", "FAIL", f"{what} has field(s) of the wrong type: {', '.join(wrong[:8])} "
+                              "(the harness never writes them so)", measured=wrong[:8],
+                              evidence=[tf.evidence(self.run, tf.key_line(wrong[0].split('.')[0]))] if tf else [],
+                              gate="evidence")
+        return bool(wrong)
 
     def _check_one_writer(self, name: str, path: Path, reps: list[RepMetrics]) -> None:
         """One bench file has one writer: a line without ``schema_version`` in a file whose other lines
@@ -509,6 +528,13 @@ class RunLoader:
                               measured={"harness": len(harness), "foreign": len(foreign)},
                               evidence=[line_evidence(self.run, harness[0].ref), line_evidence(self.run, foreign[0].ref)],
                               gate="evidence")
+        elif foreign and _rel(self.run, path) in self.line_sealed:
+            self.findings.add("EVIDENCE_CORRUPT", "FAIL", f"bench_runs of leg {name!r}: the run's verified seal chain "
+                              f"sealed its lines as the harness's, yet {len(foreign)} line(s) (e.g. line "
+                              f"{foreign[0].ref.line}) carry no schema_version: judged as a foreign file's they would "
+                              "escape the harness schema, the contention sample and the rep clock",
+                              measured={"foreign": len(foreign)}, threshold="schema_version on every sealed line",
+                              evidence=[line_evidence(self.run, foreign[0].ref)], gate="evidence")
 
     def _load_outputs(self, name: str) -> list[tuple[LineRef, OutputLine]] | None:
         path = self.paths.outputs(name)
@@ -554,7 +580,13 @@ class RunLoader:
                               f"nor the harness's evals write: {', '.join(unknown[:8])}",
                               evidence=[tf.evidence(self.run, tf.key_line(unknown[0]))], gate="evidence")
             return None, tf
-        return record, tf
+        wrong = self._refuse_wrong_types(QualityEval, obj, f"quality eval {eval_id!r}", tf)
+        shadowing = shadowing_fields(record, also=QUALITY_ITEMS_FIELDS)
+        if shadowing:  # its other unknown fields are the harness's extras; these imitate declared ones
+            self.findings.add("EVIDENCE_CORRUPT", "FAIL", f"quality eval {eval_id!r} has field(s) imitating "
+                              f"declared ones (a case variant or a non-ASCII look-alike): {shadowing[:8]!r}",
+                              evidence=[tf.evidence(self.run, None)] if tf else [], gate="evidence")
+        return (None if wrong or shadowing else record), tf
 
     def quality_pair(self, eval_id: str, base: str, cand: str) -> QualityRecords:
         """The candidate's record of ``eval_id``, then the compared baseline's (read only when its file

@@ -14,8 +14,10 @@ from __future__ import annotations
 import json
 import os
 import re
+import types
+import typing
 from pathlib import Path
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_serializer, model_validator
@@ -92,6 +94,94 @@ def unknown_fields(model: BaseModel, prefix: str = "") -> list[str]:
         for item in items:
             if isinstance(item, BaseModel):
                 out += unknown_fields(item, f"{prefix}{name}.")
+    return out
+
+
+def shadows(name: str, known: "Iterable[str]") -> bool:
+    """Whether a key no schema declares passes for a declared one: a case variant of it, or a name with
+    characters outside ASCII (a homoglyph: Cyrillic ``а`` for ``a``, a zero-width space). Two readers --
+    a person, a lenient parser -- would take it for the field it imitates."""
+    if not name.isascii():
+        return True
+    folded = name.casefold()
+    return any(folded == k.casefold() and name != k for k in known)
+
+
+def shadowing_fields(model: BaseModel, prefix: str = "", also: tuple[str, ...] = ()) -> list[str]:
+    """Dotted names of the unknown fields of a record (at any depth) that imitate declared ones (or, at the
+    top, the extra fields ``also`` names, which readers use too)."""
+    known = (*type(model).model_fields, *also)
+    out = [prefix + str(k) for k in (model.model_extra or {}) if k not in also and shadows(str(k), known)]
+    for name in type(model).model_fields:
+        value = getattr(model, name)
+        items = value if isinstance(value, list) else list(value.values()) if isinstance(value, dict) else [value]
+        for item in items:
+            if isinstance(item, BaseModel):
+                out += shadowing_fields(item, f"{prefix}{name}.")
+    return out
+
+
+def _json_kind(annotation: Any) -> tuple[str, Any]:
+    """The JSON kind a field's annotation asks for (``bool``, ``int``, ``number``, ``str``, ``list``, ``dict``,
+    ``model``, ``any``) and, for a list or a model, what it holds; ``None`` allowed is left to the model."""
+    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+    if origin in (typing.Union, types.UnionType):
+        kinds = {_json_kind(a) for a in args if a is not type(None)}
+        return kinds.pop() if len(kinds) == 1 else ("any", None)
+    if origin is typing.Literal:
+        kinds = {type(a) for a in args}
+        return ("str", None) if kinds == {str} else ("any", None)
+    if origin is typing.Annotated:
+        return _json_kind(args[0])
+    if origin is list:
+        return "list", (args[0] if args else Any)
+    if origin is dict or annotation is dict:
+        return "dict", None
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return "model", annotation
+    return {bool: ("bool", None), int: ("int", None), float: ("number", None), str: ("str", None)}.get(
+        annotation, ("any", None))
+
+
+def _kind_ok(kind: str, value: Any) -> bool:
+    if value is None or kind == "any":
+        return True  # whether None is allowed is the model's own check
+    if kind == "bool":
+        return isinstance(value, bool)
+    if kind == "int":  # an integer written as a float (3.0) is the same number
+        return not isinstance(value, bool) and (isinstance(value, int) or (isinstance(value, float) and value.is_integer()))
+    if kind == "number":
+        return not isinstance(value, bool) and isinstance(value, (int, float))
+    if kind == "str":
+        return isinstance(value, str)
+    if kind == "list":
+        return isinstance(value, list)
+    return isinstance(value, dict)  # dict, model
+
+
+def wrong_types(model: type[BaseModel], data: Any, prefix: str = "") -> list[str]:
+    """Dotted names of the fields of ``data`` whose JSON type is not the one ``model`` declares. pydantic's
+    lax mode would coerce them (``"0.5"`` to a float, ``1`` to ``True``); a strict reader refuses them
+    (issue 17 §1) while keeping an integer written as a float, which is the same number."""
+    if not isinstance(data, dict):
+        return []
+    out = []
+    for name, info in model.model_fields.items():
+        if name not in data:
+            continue
+        value = data[name]
+        kind, inner = _json_kind(info.annotation)
+        if not _kind_ok(kind, value):
+            out.append(prefix + name)
+        elif kind == "model" and isinstance(value, dict):
+            out += wrong_types(inner, value, f"{prefix}{name}.")
+        elif kind == "list" and isinstance(value, list):
+            sub, sub_inner = _json_kind(inner)
+            for i, item in enumerate(value):
+                if not _kind_ok(sub, item):
+                    out.append(f"{prefix}{name}.{i}")
+                elif sub == "model":
+                    out += wrong_types(sub_inner, item, f"{prefix}{name}.{i}.")
     return out
 
 
@@ -225,6 +315,11 @@ class QualityEval(Record):
     """sha256 of the item set (or text) scored: two results compare only when they share it."""
     completed: bool = True
     """False when the eval was started but did not finish."""
+
+
+QUALITY_ITEMS_FIELDS = ("items_sha256", "item_set_sha256", "text_sha256")
+"""Where a quality record names the items it scored: the shared field first, then the harness's older
+per-eval names (extra fields the auditor reads)."""
 
 
 # -------------------------------------------------------------------------------------------- claim

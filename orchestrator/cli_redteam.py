@@ -36,6 +36,13 @@ def redteam(
     seed: int = typer.Option(0, "--seed", help="Seed of sizes and pairings (same seed, same attacks)."),
     cluster: str | None = typer.Option(None, "--cluster", help="Ray address (`local` starts Ray here): run the "
                                        "attacks on its nodes, one task each (the same results)."),
+    explore: int | None = typer.Option(None, "--explore", min=0, max=1_000_000, help="Distinct edits for the field "
+                                       "explorer (every field of every evidence record type; 0: skip it; default "
+                                       "10,000, or 0 with --families)."),
+    explore_workers: int = typer.Option(2, "--explore-workers", min=1, max=64, help="Processes for the explorer."),
+    op_catalogue: bool | None = typer.Option(None, "--op-catalogue/--no-op-catalogue", help="Also run the op-level "
+                                             "exploit catalogue through the op bench as candidates (default: on, off "
+                                             "with --families)."),
 ) -> None:
     """Attack the auditor; exit 1 when any attack succeeds."""
     from perfwarden.redteam import red_team  # lazy: numpy, pydantic, the auditor: only for this command
@@ -67,11 +74,35 @@ def redteam(
                     err.print(Text.assemble(("warning: ", "yellow"), f"LLM brain unavailable: {exc}"))
                     break
     data = report.to_json()
+    data.update(_explore_and_ops(EXPLORE_EDITS if explore is None and not only else explore or 0, explore_workers,
+                                 op_catalogue if op_catalogue is not None else not only, seed, out or root))
+    failed = bool(report.successes) or any(data[k]["successes"] for k in ("explorer", "op_catalogue") if data.get(k))
     if json_out:
         sys.stdout.write(json.dumps(data, indent=2) + "\n")
     else:
         print_report(data, Console())
-    raise typer.Exit(1 if report.successes else 0)
+    raise typer.Exit(1 if failed else 0)
+
+
+EXPLORE_EDITS = 10_000
+"""The field explorer's default budget of distinct edits (issue 17 §9)."""
+
+
+def _explore_and_ops(edits: int, workers: int, ops: bool, seed: int, out: Path) -> dict:
+    """The field explorer's and the op catalogue's reports (issue 17 §9), each under its own key."""
+    from perfwarden.redteam import field_explorer, field_explorer_run
+
+    data: dict = {}
+    if edits:
+        root = default_fixture_roots()[0]
+        fixtures = [root / name for name in field_explorer.EXPLORER_BASES]
+        data["explorer"] = field_explorer_run.explore(fixtures, edits=edits, workers=workers, seed=seed,
+                                                      out=out).to_json()
+    if ops:
+        from perfwarden.redteam.op_candidates import op_bench_candidates
+
+        data["op_catalogue"] = op_bench_candidates()
+    return data
 
 
 def _cluster_map(address: str):
@@ -100,3 +131,17 @@ def print_report(data: dict, console: Console) -> None:
         console.print(Text(f"skipped base {base}: {why}", style="yellow"))
     console.print(f"{data['families']} families, {data['attacks']} attacks on {len(data['bases'])} bases, "
                   f"{data['successes']} successes in {data['seconds']}s ({data['attacks_per_second']} attacks/s)")
+    if data.get("explorer"):
+        ex = data["explorer"]
+        for kind, row in sorted(ex["success_classes"].items()):
+            console.print(Text.assemble(("explorer success ", "red"), f"{kind} x{row['count']}: {row['example']} "
+                                        f"({row['verdict']}) -> {row['fixture']}"))
+        console.print(f"field explorer: {ex['edits']} distinct edits over {len(ex['record_types'])} record types, "
+                      f"{ex['audited']} audited (changed what the auditor judges), {ex['successes']} successes "
+                      f"in {ex['seconds']}s")
+    if data.get("op_catalogue"):
+        ops = data["op_catalogue"]
+        for s in ops["success_list"]:
+            console.print(Text.assemble(("op-bench success ", "red"), f"{s['candidate']} ({s['op']}): {s['why']}"))
+        console.print(f"op catalogue: the op bench refused {ops['refused']} of {ops['exploits']} exploits, "
+                      f"{ops['honest_refused']} of {ops['honest']} honest alternatives ({ops['seconds']}s)")

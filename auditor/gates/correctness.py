@@ -14,7 +14,7 @@ from perfwarden.auditor.coherence import coherence_score
 from perfwarden.auditor.evidence import LegEvidence, QualityRecords, line_evidence
 from perfwarden.auditor.findings import Findings, GateResult, finding
 from perfwarden.auditor.gates.conditions import flatten, key_evidence
-from perfwarden.harness.records import Claim, QualityEval
+from perfwarden.harness.records import QUALITY_ITEMS_FIELDS, Claim, QualityEval
 
 PARITY_MIN_IDENTICAL = 0.75
 """Lossless changes: at least this fraction of greedy outputs must be identical to the baseline's.
@@ -112,6 +112,13 @@ def check_parity(run: Path, claim: Claim, base: LegEvidence, cand: LegEvidence, 
         findings.add("EVIDENCE_MISSING", "FAIL", "baseline and candidate parity dumps share no prompt id",
                      gate="parity")
         return GateResult(findings.items, [], "unverifiable")
+    cand_ids = {str(o.prompt_id) for _, o in cand.outputs}
+    unpaired = sorted((set(by_id) - cand_ids) | (cand_ids - set(by_id)))
+    if unpaired:  # parity over fewer prompts than were served is parity over a chosen subset
+        findings.add("EVIDENCE_MISSING", "FLAG", f"the parity dumps cover different prompts: {len(unpaired)} prompt "
+                     f"id(s) have no counterpart in the other leg (e.g. {unpaired[:3]!r}), so parity is decided on "
+                     f"{len(pairs)} of {len(by_id | dict.fromkeys(cand_ids))} prompts", measured=unpaired[:10],
+                     threshold="the same prompt ids in both dumps", action="remeasure", gate="parity")
     use_tokens = claim.correctness.parity == "token_ids"
     mismatched = []
     for (bref, bo), (cref, co) in pairs:
@@ -138,9 +145,8 @@ def check_parity(run: Path, claim: Claim, base: LegEvidence, cand: LegEvidence, 
     return GateResult(findings.items, [], "unverifiable" if random_weights else "verified")
 
 
-ITEMS_DIGEST_FIELDS = ("items_sha256", "item_set_sha256", "text_sha256")
-"""Where a quality record names the items it scored: the shared field first, then the harness's older
-per-eval names."""
+ITEMS_DIGEST_FIELDS = QUALITY_ITEMS_FIELDS
+"""Where a quality record names the items it scored (one place: ``harness.records``)."""
 BASELINE_SCORE_TOLERANCE = 1e-9
 
 

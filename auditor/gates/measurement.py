@@ -17,7 +17,7 @@ from perfwarden.auditor.evidence import LegEvidence, line_evidence
 from perfwarden.auditor.findings import Findings, GateResult, finding
 from perfwarden.auditor.rederive import LATENCY_METRICS, METRICS, RepMetrics
 from perfwarden.auditor.serverlog import ERROR_PATTERNS, FATAL_PATTERNS  # noqa: F401 - re-exported (moved)
-from perfwarden.harness.records import Claim, Comparison, EvidenceRef, MetricStats
+from perfwarden.harness.records import Claim, Comparison, EvidenceRef, MetricStats, shadows
 
 # Tolerance for a line's own aggregates vs our re-derivation. Wider for e2e/TPOT when the file has no
 # per-request latency array (we then rebuild e2e as ttft + sum(itls), ~1% off sglang's own clock).
@@ -288,6 +288,7 @@ def sample_contention(sample: dict) -> list[str]:
     machine's busy share while the server idled (samples are taken just before and after the load),
     and the load average -- each against the number of cores."""
     reasons = []
+    _check_figures(sample)
     cores = machine_cores(sample)
     procs = _busy_list(sample)
     if procs:
@@ -314,6 +315,32 @@ def sample_contention(sample: dict) -> list[str]:
         if load1 >= LOADAVG_PER_CORE * cores:
             reasons.append(f"1-minute load average {load1:.2f} on {cores:g} cores")
     return reasons
+
+
+_CORE_KEYS = ("ncpu", "ncpu_available", "cpu_quota_cores")
+_FIGURES = (*_CORE_KEYS, "cpu_busy_pct", "loadavg", "loadavg_1m", "busy", "busy_processes", "other_busy", "error")
+
+
+def _check_figures(sample: dict) -> None:
+    """Every figure the judgement reads is a number where the sample states it (null: not measured). One
+    written as a string or a list would be skipped, and the rep judged quiet (found by the field explorer)."""
+    imitations = [k for k in sample if isinstance(k, str) and shadows(k, _FIGURES)]
+    if imitations:
+        raise ContentionFormatError(f"contention key(s) {imitations!r} imitate the figures {list(_FIGURES)!r}")
+    for key in (*_CORE_KEYS, "cpu_busy_pct", "loadavg_1m"):
+        value = sample.get(key)
+        if value is not None and not _number(value):
+            raise ContentionFormatError(f"contention {key} {value!r} is not a number")
+    load = sample.get("loadavg")
+    if load is not None and not _number(load) and not (isinstance(load, list) and load and all(map(_number, load))):
+        raise ContentionFormatError(f"contention loadavg {load!r} is not a number or a list of numbers")
+
+
+def _unjudgeable(sample: dict) -> bool:
+    """A sample stating a machine-wide figure (load average, busy share) but no core count: it is judged per
+    core, so without one it shows nothing -- not a quiet machine (found by the field explorer)."""
+    figures = [sample.get(k) for k in ("loadavg", "loadavg_1m", "cpu_busy_pct")]
+    return any(v is not None for v in figures) and machine_cores(sample) is None
 
 
 def _number(value: Any) -> bool:
@@ -375,6 +402,9 @@ def check_contention(run: Path, leg: LegEvidence, severity: str = "FLAG") -> Gat
             if rep.schema_version is not None:
                 validate_sample_fields(rep.contention, rep.schema_version)
             usable = [x for x in samples if x.get("error") is None and any(k in x for k in _SAMPLE_KEYS)]
+            if any(_unjudgeable(x) for x in usable):  # a load figure with no cores to hold it against
+                unsampled.append(rep)
+                continue
             if not usable:
                 (errored if any(x.get("error") for x in samples) else unsampled).append(rep)
                 continue
@@ -393,7 +423,8 @@ def check_contention(run: Path, leg: LegEvidence, severity: str = "FLAG") -> Gat
     if unsampled:
         findings.append(finding("EVIDENCE_MISSING", "FLAG", f"leg {leg.name!r}: {len(unsampled)} rep(s) written by "
                                 f"perfwarden's harness (lines {', '.join(str(r.ref.line) for r in unsampled[:5])}) "
-                                "carry no contention sample: whether the machine was quiet cannot be shown",
+                                "carry no contention sample that can be judged (none, or a load figure without the "
+                                "core count it is judged against): whether the machine was quiet cannot be shown",
                                 evidence=[line_evidence(run, unsampled[0].ref)], action="remeasure",
                                 gate="contention"))
     if not_checked:

@@ -140,125 +140,241 @@ def _geomean(values) -> float:
     return float(np.exp(np.mean(np.log(list(values)))))
 
 
-def audit_rig(run: Path, rows: list[tuple[LineRef, OpBenchLine]], claimed_ref: str | None, claimed_cand: str | None,
-              server_info: dict | None, profile_rows, op: str, severity: str = "FAIL",
-              action: str = "redo_harness", claimed_speedup: float | None = None) -> GateResult[RigResult]:
-    """Every harness gate over one op benchmark; its value is the re-derived speedup on the timing path
-    of the dispatch the server runs."""
-    out: list[Finding] = []
+@dataclass
+class _Rig:
+    """One rig audit in progress: where its findings go and at what severity they count."""
 
-    def add(code: str, sev: str, message: str, **kw) -> None:
-        out.append(finding(code, sev, message, gate="harness", **kw))
+    run: Path
+    severity: str
+    action: str
+    out: list[Finding] = field(default_factory=list)
+    not_checked: list[str] = field(default_factory=list)
 
-    backends = group_backends(rows)
-    result = RigResult()
+    def add(self, code: str, message: str, severity: str | None = None, **kw) -> None:
+        kw.setdefault("action", self.action)
+        self.out.append(finding(code, severity or self.severity, message, gate="harness", **kw))
+
+
+def _pick(backends: dict[str, Backend], claimed_ref: str | None, claimed_cand: str | None
+          ) -> tuple[Backend | None, Backend | None, list[Backend]]:
+    """The claimed (else the rig's) reference, the claimed (else fastest other) candidate, the rig's references."""
     refs = [b for b in backends.values() if b.is_reference]
     ref = backends.get(claimed_ref) if claimed_ref else (refs[0] if refs else None)
     cand = backends.get(claimed_cand) if claimed_cand else None
     if cand is None:
         others = [b for b in backends.values() if b is not ref]
         cand = min(others, key=lambda b: np.median([b.median_ms(s) or np.inf for s in b.shapes()]), default=None)
-    if ref is None or cand is None:
-        add("EVIDENCE_MISSING", severity, f"op bench of {op!r} lacks a reference or candidate backend "
-            f"(backends: {sorted(backends)!r})")
-        return GateResult(out, value=result)
-    result.reference, result.candidate = ref.name, cand.name
-    first = [line_evidence(run, cand.rows[0][0])]
+    return ref, cand, refs
 
-    # Self comparison: same backend name, same implementation digest, or a reference that is not one.
+
+def _check_self_compare(r: _Rig, ref: Backend, cand: Backend, refs: list[Backend], claimed_ref: str | None,
+                        claimed_cand: str | None, first: list) -> None:
+    """Same backend name, same implementation digest, or a claimed reference that is not the rig's."""
     same_digest = ref.digests() & cand.digests()
     if ref.name == cand.name or same_digest or (claimed_ref and claimed_ref == claimed_cand):
-        add("HARNESS_SELF_COMPARE", severity, f"the rig compares {cand.name!r} against {ref.name!r}, the same "
-            "implementation" + (" (same source digest)" if same_digest else ""), measured=[ref.name, cand.name],
-            threshold="different implementations", evidence=first, action=action)
+        r.add("HARNESS_SELF_COMPARE", f"the rig compares {cand.name!r} against {ref.name!r}, the same implementation"
+              + (" (same source digest)" if same_digest else ""), measured=[ref.name, cand.name],
+              threshold="different implementations", evidence=first)
     elif refs and ref.name not in {b.name for b in refs}:
-        add("HARNESS_SELF_COMPARE", severity, f"the claimed baseline {ref.name!r} is not the rig's reference "
-            f"implementation {refs[0].name!r}", evidence=first, action=action)
+        r.add("HARNESS_SELF_COMPARE", f"the claimed baseline {ref.name!r} is not the rig's reference "
+              f"implementation {refs[0].name!r}", evidence=first)
 
-    # Correctness over seeds, with dtype-aware tolerance.
-    seeds = {r.seed for _, r in cand.rows if r.seed is not None}
+
+def _check_correctness(r: _Rig, ref: Backend, cand: Backend, first: list) -> None:
+    """Correct over enough seeds with dtype-aware tolerance, fresh inputs, warm-up discarded, L2 flushed."""
+    seeds = {row.seed for _, row in cand.rows if row.seed is not None}
     for ref_line, row in cand.rows:
         rtol = row.rtol if row.rtol is not None else DEFAULT_RTOL.get((row.dtype or "float32").lower(), 1e-4)
         bad = row.raised or row.correct is False or (row.max_rel_err is not None and row.max_rel_err > rtol)
         if row.correct is None and row.max_rel_err is None and not row.raised:
-            add("HARNESS_INCORRECT", severity, f"{cand.name!r} shape {shape_key(row.shape)}: no correctness result "
-                "recorded", evidence=[line_evidence(run, ref_line)], action=action)
+            r.add("HARNESS_INCORRECT", f"{cand.name!r} shape {shape_key(row.shape)}: no correctness result recorded",
+                  evidence=[line_evidence(r.run, ref_line)])
             break
         if bad:
-            add("HARNESS_INCORRECT", severity, f"{cand.name!r} shape {shape_key(row.shape)} seed {row.seed}: "
-                + (f"raised {row.raised!r}" if row.raised else f"max_rel_err {row.max_rel_err!r} > rtol {rtol!r}"),
-                measured=row.max_rel_err, threshold=rtol, evidence=[line_evidence(run, ref_line)], action=action)
+            r.add("HARNESS_INCORRECT", f"{cand.name!r} shape {shape_key(row.shape)} seed {row.seed}: "
+                  + (f"raised {row.raised!r}" if row.raised else f"max_rel_err {row.max_rel_err!r} > rtol {rtol!r}"),
+                  measured=row.max_rel_err, threshold=rtol, evidence=[line_evidence(r.run, ref_line)])
             break
     if len(seeds) < MIN_SEEDS:
-        add("HARNESS_INCORRECT", severity, f"{cand.name!r} was checked on {len(seeds)} input seed(s); need >= "
-            f"{MIN_SEEDS}", measured=len(seeds), threshold=MIN_SEEDS, evidence=first, action=action)
-    stale = [(lr, r) for lr, r in cand.rows + ref.rows if r.fresh_inputs is False or r.warmup_discarded == 0]
+        r.add("HARNESS_INCORRECT", f"{cand.name!r} was checked on {len(seeds)} input seed(s); need >= {MIN_SEEDS}",
+              measured=len(seeds), threshold=MIN_SEEDS, evidence=first)
+    stale = [(lr, row) for lr, row in cand.rows + ref.rows if row.fresh_inputs is False or row.warmup_discarded == 0]
     if stale:
-        lr, r = stale[0]
-        add("HARNESS_INCORRECT", severity, f"{r.backend!r} timed " + (
-            "the same inputs every iteration (cache-warm)" if r.fresh_inputs is False else
-            "without discarding warm-up"), evidence=[line_evidence(run, lr)], action=action)
-    warm_l2 = [(lr, r) for lr, r in cand.rows + ref.rows if device_kind(r.device) == "cuda" and r.l2_flushed is False]
+        lr, row = stale[0]
+        r.add("HARNESS_INCORRECT", f"{row.backend!r} timed " + (
+            "the same inputs every iteration (cache-warm)" if row.fresh_inputs is False else
+            "without discarding warm-up"), evidence=[line_evidence(r.run, lr)])
+    warm_l2 = [(lr, row) for lr, row in cand.rows + ref.rows
+               if device_kind(row.device) == "cuda" and row.l2_flushed is False]
     if warm_l2:
-        lr, r = warm_l2[0]
-        add("HARNESS_INCORRECT", severity, f"{r.backend!r} was timed on the GPU without flushing the L2 cache between "
-            "calls: its inputs stay cache-resident, a server's fresh activations do not", measured=False,
-            threshold="l2_flushed true", evidence=[line_evidence(run, lr)], action=action)
+        lr, row = warm_l2[0]
+        r.add("HARNESS_INCORRECT", f"{row.backend!r} was timed on the GPU without flushing the L2 cache between "
+              "calls: its inputs stay cache-resident, a server's fresh activations do not", measured=False,
+              threshold="l2_flushed true", evidence=[line_evidence(r.run, lr)])
 
-    # Device, dispatch path and shapes must be what the server runs.
+
+def _check_served(r: _Rig, ref: Backend, cand: Backend, server_info: dict | None, profile_rows, op: str,
+                  first: list) -> TimingPath:
+    """Device, dispatch path and shapes must be what the server runs; returns the timing path it pays."""
     device = served_device(server_info)
     rig_devices = ref.devices() | cand.devices()
     if device and rig_devices != {device}:
-        add("HARNESS_DISPATCH_MISMATCH", severity, f"the rig ran on {sorted(rig_devices)!r}, the server serves on "
-            f"{device!r}", measured=sorted(rig_devices), threshold=device, evidence=first, action=action)
+        r.add("HARNESS_DISPATCH_MISMATCH", f"the rig ran on {sorted(rig_devices)!r}, the server serves on {device!r}",
+              measured=sorted(rig_devices), threshold=device, evidence=first)
     dispatch = served_dispatch(server_info)
-    path: TimingPath = "graph" if dispatch == "graph_replay" else "call"
-    result.timing_path = path
     timed = cand.timed_dispatch()
-    raised = next(((lr, r) for lr, r in cand.rows if r.graph_raised), None)
+    raised = next(((lr, row) for lr, row in cand.rows if row.graph_raised), None)
     if dispatch == "graph_replay" and raised is not None:
-        lr, r = raised
-        add("HARNESS_INCORRECT", severity, f"{cand.name!r} could not be captured in a CUDA graph "
-            f"({r.graph_raised!r}) and the server replays graphs: it would not run as served",
-            measured=r.graph_raised, threshold="capturable", evidence=[line_evidence(run, lr)], action=action)
+        lr, row = raised
+        r.add("HARNESS_INCORRECT", f"{cand.name!r} could not be captured in a CUDA graph ({row.graph_raised!r}) and "
+              "the server replays graphs: it would not run as served", measured=row.graph_raised,
+              threshold="capturable", evidence=[line_evidence(r.run, lr)])
     elif dispatch and timed and dispatch not in timed:
-        add("HARNESS_DISPATCH_MISMATCH", severity, f"the rig timed {sorted(timed)!r}, the server runs {dispatch!r}",
-            measured=sorted(timed), threshold=dispatch, evidence=first, action=action)
+        r.add("HARNESS_DISPATCH_MISMATCH", f"the rig timed {sorted(timed)!r}, the server runs {dispatch!r}",
+              measured=sorted(timed), threshold=dispatch, evidence=first)
     served = served_shapes(profile_rows, op)
     benched = cand.shapes()
     if served is not None:
         unserved = sorted(benched - served)
         if unserved and not (benched & served):
-            add("HARNESS_UNSERVED_SHAPES", severity, f"benchmarked shapes {unserved!r} are not among the served "
-                f"shapes {sorted(served)!r}", measured=unserved, threshold=sorted(served), evidence=first,
-                action=action)
+            r.add("HARNESS_UNSERVED_SHAPES", f"benchmarked shapes {unserved!r} are not among the served shapes "
+                  f"{sorted(served)!r}", measured=unserved, threshold=sorted(served), evidence=first)
         elif unserved:
-            add("HARNESS_UNSERVED_SHAPES", "FLAG", f"some benchmarked shapes are not served: {unserved!r}",
-                measured=unserved, threshold=sorted(served), evidence=first, action="flag")
+            r.add("HARNESS_UNSERVED_SHAPES", f"some benchmarked shapes are not served: {unserved!r}", severity="FLAG",
+                  measured=unserved, threshold=sorted(served), evidence=first, action="flag")
+    return "graph" if dispatch == "graph_replay" else "call"
 
+
+def audit_rig(run: Path, rows: list[tuple[LineRef, OpBenchLine]], claimed_ref: str | None, claimed_cand: str | None,
+              server_info: dict | None, profile_rows, op: str, severity: str = "FAIL",
+              action: str = "redo_harness", claimed_speedup: float | None = None,
+              rig: RigFigures | None = None) -> GateResult[RigResult]:
+    """Every harness gate over one op benchmark; its value is the re-derived speedup on the timing path
+    of the dispatch the server runs. ``rig``: what ``rig.json`` says about the rig's memory roofline
+    (None: a rig that recorded none, judged by the fixed ceiling and said so)."""
+    r = _Rig(run, severity, action)
+    backends = group_backends(rows)
+    result = RigResult()
+    ref, cand, refs = _pick(backends, claimed_ref, claimed_cand)
+    if ref is None or cand is None:
+        r.add("EVIDENCE_MISSING", f"op bench of {op!r} lacks a reference or candidate backend "
+              f"(backends: {sorted(backends)!r})", action=None)
+        return GateResult(r.out, value=result)
+    result.reference, result.candidate = ref.name, cand.name
+    first = [line_evidence(run, cand.rows[0][0])]
+    _check_self_compare(r, ref, cand, refs, claimed_ref, claimed_cand, first)
+    _check_correctness(r, ref, cand, first)
+    path = result.timing_path = _check_served(r, ref, cand, server_info, profile_rows, op, first)
+    benched = cand.shapes()
     # Re-derived speedup on the served path (Triton on CPU is recorded unmeasured, never as a number).
     result.per_shape = geomean_speedup(ref, cand, benched & ref.shapes(), path)
     if result.per_shape:
         result.speedup = _geomean(result.per_shape.values())
-        if result.speedup > PLAUSIBLE_SPEEDUP:
-            add("IMPLAUSIBLE_SPEEDUP", "FLAG", f"re-derived isolated speedup {result.speedup:.2f}x exceeds "
-                f"{PLAUSIBLE_SPEEDUP}x without extra proof", measured=round(result.speedup, 3),
-                threshold=PLAUSIBLE_SPEEDUP, evidence=first, action="redo_harness")
+        _check_plausible(r, ref, cand, result, rig or RigFigures(), first)
         other = geomean_speedup(ref, cand, benched & ref.shapes(), "call" if path == "graph" else "graph")
         if claimed_speedup is not None and other and _claims_other_path(claimed_speedup, result.speedup,
                                                                        _geomean(other.values())):
-            add("HARNESS_DISPATCH_MISMATCH", severity, f"the claimed {claimed_speedup:.3g}x is the "
-                f"{'CUDA-graph' if path == 'call' else 'call-by-call'} figure; the server runs {dispatch!r}, where "
-                f"the rig measured {result.speedup:.3g}x", measured=round(result.speedup, 4),
-                threshold={"claimed": claimed_speedup, "served_path": path}, evidence=first, action=action)
-    elif any(r.measured is False for _, r in cand.rows):
-        add("EVIDENCE_MISSING", severity, f"{cand.name!r} timing was not measured on this device; no speedup can be "
-            "derived", evidence=first, action=action)
+            r.add("HARNESS_DISPATCH_MISMATCH", f"the claimed {claimed_speedup:.3g}x is the "
+                  f"{'CUDA-graph' if path == 'call' else 'call-by-call'} figure; the server runs "
+                  f"{served_dispatch(server_info)!r}, where the rig measured {result.speedup:.3g}x",
+                  measured=round(result.speedup, 4), threshold={"claimed": claimed_speedup, "served_path": path},
+                  evidence=first)
+    elif any(row.measured is False for _, row in cand.rows):
+        r.add("EVIDENCE_MISSING", f"{cand.name!r} timing was not measured on this device; no speedup can be derived",
+              evidence=first)
     else:
         figure = "graph_times_ms (the server replays CUDA graphs)" if path == "graph" else "times_ms"
-        add("EVIDENCE_MISSING", severity, f"no shape has {figure} for both {ref.name!r} and {cand.name!r}: no "
-            "speedup can be derived", threshold=figure, evidence=first, action=action)
-    return GateResult(out, value=result)
+        r.add("EVIDENCE_MISSING", f"no shape has {figure} for both {ref.name!r} and {cand.name!r}: no speedup can be "
+              "derived", threshold=figure, evidence=first)
+    return GateResult(r.out, r.not_checked, value=result)
+
+
+# ------------------------------------------------------------------ the plausibility bound (issue 17 §7)
+
+ROOFLINE_MARGIN = 0.5
+"""A candidate's median call may be at most this far under the rig's floor (the time its measured bandwidth
+needs to move the op's bytes) before it is implausible. The floor is a best-of copy; a tuned kernel can
+beat the library copy's bandwidth somewhat, never by 2x. The op bench refuses at the same margin."""
+ITEMSIZE = {"float32": 4, "fp32": 4, "float16": 2, "fp16": 2, "bfloat16": 2, "bf16": 2, "float64": 8}
+
+
+@dataclass(frozen=True)
+class RigFigures:
+    """``rig.json``'s memory roofline as the auditor reads it: per shape key, bytes moved per call and the
+    rig's measured bandwidth (GB/s). ``recorded``: the rig wrote a roofline at all; ``required``: the run
+    is one the harness sealed, so a missing figure fails closed instead of falling back."""
+
+    per_shape: dict[str, tuple[object, object]] = field(default_factory=dict)
+    recorded: bool = False
+    required: bool = False
+    dtype: str | None = None
+
+
+def rig_figures(rig_json: dict | None, required: bool) -> RigFigures:
+    """Read ``rig.json``'s ``roofline`` (``{shape: {bytes_moved, bandwidth_gb_s, floor_ms}}``), values unjudged."""
+    roof = rig_json.get("roofline") if isinstance(rig_json, dict) else None
+    if not isinstance(roof, dict):
+        return RigFigures(required=required)
+    per_shape = {str(k): (v.get("bytes_moved"), v.get("bandwidth_gb_s")) for k, v in roof.items() if isinstance(v, dict)}
+    dtype = rig_json.get("dtype") if isinstance(rig_json.get("dtype"), str) else None
+    return RigFigures(per_shape, recorded=True, required=required, dtype=dtype)
+
+
+def _positive(value: object) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    value = float(value)
+    return value if np.isfinite(value) and value > 0 else None
+
+
+def floor_ms(figures: RigFigures, shape: str) -> float | None:
+    """The time this rig needs to move the op's bytes at ``shape`` (bytes / measured bandwidth), or None when
+    the figure is absent, not a positive number, or fewer bytes than the shape's own input and output
+    (a figure shrunk to admit a faster time is no floor)."""
+    nbytes, bandwidth = (_positive(v) for v in figures.per_shape.get(shape, (None, None)))
+    if nbytes is None or bandwidth is None:
+        return None
+    dims = [int(d) for d in shape.split("x") if d.isdigit()]
+    least = 2 * int(np.prod(dims)) * ITEMSIZE.get((figures.dtype or "float32").lower(), 2) if dims else 0
+    if nbytes < least:
+        return None
+    return nbytes / (bandwidth * 1e6)
+
+
+def _check_plausible(r: _Rig, ref: Backend, cand: Backend, result: RigResult, figures: RigFigures,
+                     first: list) -> None:
+    """A speedup is implausible when the candidate's time is under what the rig's measured bandwidth allows
+    for the op's bytes. Where the rig recorded no roofline: the fixed ceiling, FLAG, and said so -- unless
+    the harness sealed the run, which always records one (then an absent figure is itself a FLAG)."""
+    if not figures.recorded and not figures.required:
+        r.not_checked.append("isolated speedup plausibility: rig.json records no memory roofline (bytes moved, "
+                             f"bandwidth); the fixed {PLAUSIBLE_SPEEDUP:g}x ceiling was used instead")
+        if result.speedup is not None and result.speedup > PLAUSIBLE_SPEEDUP:
+            r.add("IMPLAUSIBLE_SPEEDUP", f"re-derived isolated speedup {result.speedup:.2f}x exceeds "
+                  f"{PLAUSIBLE_SPEEDUP}x without extra proof (the rig recorded no roofline)", severity="FLAG",
+                  measured=round(result.speedup, 3), threshold=PLAUSIBLE_SPEEDUP, evidence=first, action="redo_harness")
+        return
+    path = result.timing_path
+    missing, under = [], []
+    for shape in sorted(result.per_shape):
+        floor, mine = floor_ms(figures, shape), cand.median_ms(shape, path)
+        if floor is None:
+            missing.append(shape)
+        elif mine is not None and mine < ROOFLINE_MARGIN * floor:
+            under.append((shape, mine, floor, ref.median_ms(shape, path)))
+    if missing:
+        r.add("EVIDENCE_MISSING", f"rig.json gives no usable memory roofline (bytes moved and measured bandwidth) for "
+              f"shape(s) {missing!r}: the speedup's plausibility cannot be bounded", severity="FLAG",
+              measured=missing, threshold="bytes_moved and bandwidth_gb_s per benched shape", evidence=first,
+              action="redo_harness")
+    for shape, mine, floor, ref_ms in under[:3]:
+        bound = ref_ms / (ROOFLINE_MARGIN * floor) if ref_ms else None
+        r.add("IMPLAUSIBLE_SPEEDUP", f"{cand.name!r} at {shape}: {mine * 1e3:.3g} us per call, under "
+              f"{ROOFLINE_MARGIN:g}x the {floor * 1e3:.3g} us this rig needs to move the op's bytes at its measured "
+              f"bandwidth" + (f" (the most it allows is {bound:.3g}x)" if bound else ""), severity="FLAG",
+              measured=round(mine, 6), threshold={"floor_ms": round(floor, 6), "margin": ROOFLINE_MARGIN,
+                                                  "max_plausible_speedup": round(bound, 3) if bound else None},
+              evidence=first, action="redo_harness")
 
 
 def _claims_other_path(claimed: float, served: float, other: float) -> bool:
