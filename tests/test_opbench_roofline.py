@@ -11,7 +11,7 @@ from pathlib import Path
 
 from perfwarden.auditor.gates import opbench
 from perfwarden.harness.jsonl import read_jsonl, OpBenchLine
-from perfwarden.proof.synth import write_claim, write_jsonl
+from perfwarden.orchestrator.synth import write_claim, write_jsonl
 
 from auditor_cases import audit, build, codes
 
@@ -86,7 +86,7 @@ def test_a_rig_that_recorded_no_roofline_keeps_the_fixed_ceiling_and_says_so(tmp
 
 def test_a_sealed_run_without_the_figure_fails_closed(tmp_path):
     _case(tmp_path, 2.0, 1.0, None)
-    rows = read_jsonl(tmp_path / "opbench" / "rmsnorm" / "opbench.jsonl", OpBenchLine).records
+    rows = read_jsonl(tmp_path / "opbench" / "rmsnorm" / "opbench.jsonl", OpBenchLine, cite=True).records
     res = opbench.audit_rig(tmp_path, rows, "torch_ref", "fused", None, None, "rmsnorm",
                             rig=opbench.RigFigures(required=True))
     assert {(f.code, f.severity) for f in res.findings} == {("EVIDENCE_MISSING", "FLAG")}
