@@ -12,6 +12,7 @@ import gc
 import hashlib
 import math
 import os
+import posixpath
 from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -611,19 +612,22 @@ def check_named_folders(run: Path, legs: list[LegEvidence], sealed: bool) -> Gat
     removed (EVIDENCE_MISSING, FAIL). The harness keeps LoadGen's logs of every rep it writes a line
     for, so a harness line's folder is always decided, sealed run or not. A foreign line naming one is
     decided where the run shows it keeps them (sealed, or another named folder exists); otherwise it is
-    listed as not checked."""
+    listed as not checked. Each named folder lies under its own leg's and is named once (EVIDENCE_CORRUPT,
+    FAIL); a harness line of a leg LoadGen scheduled names one (EVIDENCE_MISSING, FLAG)."""
+    legs = list({leg.name: leg for leg in legs}.values())
     named: list[tuple[LegEvidence, RepMetrics, bool]] = []
     for leg in legs:
         for rep in leg.reps:
             if rep.loadgen_dir is not None:
                 named.append((leg, rep, _folder_inside(run, rep.loadgen_dir)))
     absent = [(leg, rep) for leg, rep, there in named if not there]
+    found = _misplaced_folders(run, legs) + _unnamed_folders(run, legs)
     if not absent:
-        return GateResult()
+        return GateResult(findings=found)
     if not sealed and len(absent) == len(named) and all(rep.schema_version is None for _, rep in absent):
-        return GateResult(not_checked=[f"LoadGen logs: the {len(named)} folder(s) the reps name are all absent from "
-                                       "this unsealed run, so LoadGen's own logs cannot be held against the lines"])
-    found = []
+        return GateResult(findings=found, not_checked=[
+            f"LoadGen logs: the {len(named)} folder(s) the reps name are all absent from this unsealed run, so "
+            "LoadGen's own logs cannot be held against the lines"])
     for leg, rep in absent[:MAX_NAMED]:
         found.append(finding("EVIDENCE_MISSING", "FAIL", f"leg {leg.name!r} rep {rep.rep} names LoadGen folder "
                              f"{rep.loadgen_dir!r}, which is not in the run" + (" (the run is sealed)" if sealed else
@@ -635,6 +639,54 @@ def check_named_folders(run: Path, legs: list[LegEvidence], sealed: bool) -> Gat
 
 
 MAX_NAMED = 25
+
+
+def _misplaced_folders(run: Path, legs: list[LegEvidence]) -> list:
+    """A rep's LoadGen folder lies under its own leg's folder (``legs/<leg>/loadgen/...``) and no other rep
+    names it: a line naming another leg's (or rep's) logs borrows a witness that never saw its requests
+    (EVIDENCE_CORRUPT, FAIL; found by the field explorer)."""
+    owners: dict[str, tuple[LegEvidence, RepMetrics]] = {}
+    found = []
+    for leg in legs:
+        for rep in leg.reps:
+            if rep.loadgen_dir is None:
+                continue
+            name = posixpath.normpath(rep.loadgen_dir)
+            first = owners.setdefault(name, (leg, rep))
+            shared = first[1] is not rep
+            if not shared and name.startswith(f"legs/{leg.name}/loadgen/"):
+                continue
+            why = (f"rep {first[1].rep} of leg {first[0].name!r} names it too" if shared
+                   else f"it is not under the leg's own folder legs/{leg.name}/loadgen/")
+            found.append(finding("EVIDENCE_CORRUPT", "FAIL", f"leg {leg.name!r} rep {rep.rep} names LoadGen folder "
+                                 f"{rep.loadgen_dir!r}, but {why}: its LoadGen logs are not this rep's witness",
+                                 measured=rep.loadgen_dir, threshold=f"a folder under legs/{leg.name}/loadgen/ "
+                                 "named by one rep", evidence=[line_evidence(run, rep.ref)], action="eject",
+                                 gate="evidence"))
+    return found[:MAX_NAMED]
+
+
+def _scheduled_by_loadgen(leg: LegEvidence) -> bool:
+    """The leg's lines show LoadGen scheduled its reps: a rep names a LoadGen folder or records LoadGen's
+    settings. A ``loadgen/`` folder alone does not: harness lines of an earlier version kept the logs without
+    naming them (proof/fixtures/int-wl-loadgen-log-agrees)."""
+    return any(r.loadgen_dir is not None or any(k.startswith("loadgen.") for k in r.workload) for r in leg.reps)
+
+
+def _unnamed_folders(run: Path, legs: list[LegEvidence]) -> list:
+    """A harness line in a leg LoadGen scheduled names its rep's LoadGen folder: the harness writes it for
+    every such rep, so a line without one hides its second witness (EVIDENCE_MISSING, FLAG; found by the
+    field explorer)."""
+    found = []
+    for leg in legs:
+        unnamed = [r for r in leg.reps if r.schema_version is not None and r.loadgen_dir is None]
+        if unnamed and _scheduled_by_loadgen(leg):
+            found.append(finding("EVIDENCE_MISSING", "FLAG", f"leg {leg.name!r}: {len(unnamed)} harness rep(s) "
+                                 f"(lines {', '.join(str(r.ref.line) for r in unnamed[:5])}) name no LoadGen folder "
+                                 "in a leg LoadGen scheduled: their lines cannot be held against LoadGen's logs",
+                                 measured=[r.rep for r in unnamed[:MAX_NAMED]], threshold="loadgen.dir on every rep",
+                                 evidence=[line_evidence(run, unnamed[0].ref)], action="remeasure", gate="evidence"))
+    return found
 
 
 def _folder_inside(run: Path, name: str) -> bool:

@@ -343,6 +343,19 @@ def _unjudgeable(sample: dict) -> bool:
     return any(v is not None for v in figures) and machine_cores(sample) is None
 
 
+HARNESS_FIGURES = {"load average": ("loadavg", "loadavg_1m"), "core count": ("ncpu",)}
+"""The machine-wide figures the harness writes together: in every error-free sample of a version-2 line, and in a
+flat (earlier) sample wherever it states either (one of those holds only the busy list)."""
+
+
+def _harness_gap(sample: dict, version: int) -> list[str]:
+    """The judged machine-wide figures a harness-written sample lacks: the harness writes them together, so one
+    missing was removed, and the sample cannot show a quiet machine (found by the field explorer: a dropped load
+    average left the rep judged quiet)."""
+    missing = [what for what, keys in HARNESS_FIGURES.items() if all(sample.get(k) is None for k in keys)]
+    return missing if version >= 2 or len(missing) < len(HARNESS_FIGURES) else []
+
+
 def _number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
@@ -402,7 +415,8 @@ def check_contention(run: Path, leg: LegEvidence, severity: str = "FLAG") -> Gat
             if rep.schema_version is not None:
                 validate_sample_fields(rep.contention, rep.schema_version)
             usable = [x for x in samples if x.get("error") is None and any(k in x for k in _SAMPLE_KEYS)]
-            if any(_unjudgeable(x) for x in usable):  # a load figure with no cores to hold it against
+            version = rep.schema_version
+            if any(_unjudgeable(x) or (version is not None and _harness_gap(x, version)) for x in usable):
                 unsampled.append(rep)
                 continue
             if not usable:
@@ -423,8 +437,8 @@ def check_contention(run: Path, leg: LegEvidence, severity: str = "FLAG") -> Gat
     if unsampled:
         findings.append(finding("EVIDENCE_MISSING", "FLAG", f"leg {leg.name!r}: {len(unsampled)} rep(s) written by "
                                 f"perfwarden's harness (lines {', '.join(str(r.ref.line) for r in unsampled[:5])}) "
-                                "carry no contention sample that can be judged (none, or a load figure without the "
-                                "core count it is judged against): whether the machine was quiet cannot be shown",
+                                "carry no contention sample that can be judged (none, a load figure without the core "
+                                "count it is judged against, or a harness sample missing a figure it always writes): whether the machine was quiet cannot be shown",
                                 evidence=[line_evidence(run, unsampled[0].ref)], action="remeasure",
                                 gate="contention"))
     if not_checked:

@@ -92,6 +92,11 @@ def loadgen_findings(rep: RepMetrics, line: Stated, logs: LoadgenRep, leg: str) 
                            "writes it, results included, at the end of every test, so it was removed",
                            evidence=[e for e in (line.evidence, logs.issued[1] if logs.issued else None) if e],
                            action="eject", gate=GATE))
+    if rep.loadgen_dir is not None and rep.schema_version is not None and logs.detail_read and logs.issued is None:
+        out.append(finding("EVIDENCE_MISSING", "FLAG", f"{where}LoadGen's detail log of the rep states no usable "
+                           "result_query_count (samples issued), which LoadGen writes at the end of every test: the "
+                           "line's request count has no second witness", evidence=[e for e in (line.evidence,) if e],
+                           action="remeasure", gate=GATE))
     for name in sorted(set(logs.detail) & set(logs.summary)):
         printed = Tolerance(abs=logs.summary_resolution.get(name, 0.0), rel=1e-5, why="the summary's printed digits")
         out.append(compare(name, logs.summary[name], logs.detail[name], printed, gate=GATE, context=where))
