@@ -159,6 +159,7 @@ class SyntheticLab:
                 rows.append(_row(op, c, 0.5 if wrong else 1.0, False, seed, t, 0.3 if wrong else 1e-7))
         path = RunDir(run).opbench(op)
         write_jsonl(path, rows)
+        seal.write_json(path.parent / "rig.json", SYNTHETIC_RIG)  # the roofline the auditor bounds a speedup by
         return path
 
     def quality(self, run: Path, leg: LegPlan, baseline: LegPlan) -> str:
@@ -206,6 +207,12 @@ def _rep_start(paths: RunDir, k: int, position: int, n_legs: int) -> float:
 
 def _at(effect: float | dict, value: Any) -> float:
     return effect.get(value, 1.0) if isinstance(effect, dict) else effect
+
+
+SYNTHETIC_RIG = {"dtype": "float32", "device": {"device": "synthetic"},
+                 "roofline": {"8x576": {"bytes_moved": 1_000_000, "bandwidth_gb_s": 10.0, "floor_ms": 0.1}}}
+"""The simulated rig's memory roofline: 1 MB per call at 10 GB/s, a 0.1 ms floor (the fastest simulated call
+is 0.5 ms), as the op bench's ``rig.json`` states it."""
 
 
 def _row(op, backend, ms, ref, seed, trial, err):

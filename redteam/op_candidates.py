@@ -1,7 +1,7 @@
 """The op-level exploit catalogue as the red team's op-bench candidates (issue 17 §7, §9).
 
 Every file of ``proof/op_exploits`` (each named after the public catalogue entry it comes from) and every
-shipped honest alternative is benchmarked by the op bench (``proof/op_catalogue.run``, in its sandbox). An
+shipped honest alternative is benchmarked by the op bench (``redteam/op_catalogue.run``, in its sandbox). An
 exploit the op bench does not refuse, or an honest alternative it refuses, is a success of the red team.
 """
 
@@ -13,7 +13,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from perfwarden.proof import op_catalogue
+from perfwarden.redteam import op_catalogue
 
 
 def op_bench_candidates(run_dir: Path | None = None) -> dict[str, Any]:

@@ -211,7 +211,7 @@ def test_parity_dumps_over_different_prompts_are_missing_evidence(tmp_path):
 
 
 def test_op_catalogue_candidates_count_an_unrefused_exploit_and_a_refused_honest_alternative(monkeypatch):
-    from perfwarden.proof import op_catalogue
+    from perfwarden.redteam import op_catalogue
     from perfwarden.redteam import op_candidates
 
     rows = [op_catalogue.Row("clock_patch", "rmsnorm", "exploit", True, "clock", 0.1, "KernelGuard"),

@@ -290,8 +290,6 @@ def test_perplexity_from_endpoint_logprobs_and_fallback():
 
 
 def test_quality_pair_for_the_lab_runs_baseline_then_candidate_and_reuses_the_baseline(tmp_path, monkeypatch):
-    import perfwarden.harness.targets as targets
-
     started: list[tuple[str, dict]] = []
 
     class FakeTarget:
@@ -309,7 +307,7 @@ def test_quality_pair_for_the_lab_runs_baseline_then_candidate_and_reuses_the_ba
         def __exit__(self, *exc):
             self.srv.stop()
 
-    monkeypatch.setattr(targets, "EmbeddedTarget", FakeTarget)
+    monkeypatch.setattr(Q, "EmbeddedTarget", FakeTarget)  # quality.py imports it by name
     items = ITEMS.subset(20)
     assert Q.run_quality_pair(tmp_path, "cand", {"quantization": "int8_dynamic"}, "base", {"quantization": "none"},
                               items=items, timeout_s=TIMEOUT_S) == Q.QA_EVAL_ID

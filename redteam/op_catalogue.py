@@ -18,7 +18,8 @@ from pathlib import Path
 from perfwarden.harness.opbench import run_opbench
 from perfwarden.harness.ops.alternatives import for_op
 
-CATALOGUE = Path(__file__).resolve().parent / "op_exploits"
+CATALOGUE = Path(__file__).resolve().parents[1] / "proof" / "op_exploits"
+"""The exploit candidates: data in proof/ (located, never imported: the running system imports nothing of proof/)."""
 SHAPES = {"rmsnorm": [[16, 576]], "silu_mul": [[16, 1536]], "rotary": [[1, 9, 16, 64]]}
 REQUIRED_REFUSED = 15
 SETTINGS = {"trials": 3, "iters": 20, "warmup": 5, "threads": 1, "timeout_s": 60.0}
