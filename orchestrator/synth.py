@@ -298,6 +298,15 @@ def write_fixture(out: Path, name: str, build, answer: dict[str, Any], *, frozen
     return name
 
 
+def write_case_table(out: Path, cases: dict[str, tuple], *, frozen: str, builder: str) -> list[str]:
+    """Every fixture of a builder's case table, ``{name: (build, verdict, action, must_include, must_exclude,
+    rationale)}``, through :func:`write_fixture` (the builders' one shape of answer key)."""
+    return [write_fixture(out, name, build, {"verdict": verdict, "action": action, "must_include": include,
+                                             "must_exclude": exclude},
+                          frozen=frozen, provenance=f"hand-built by {builder} (synthetic raw evidence)", rationale=why)
+            for name, (build, verdict, action, include, exclude, why) in cases.items()]
+
+
 def fixture_builder_main(doc: str, build_all, default_out: Path) -> None:
     """The command line every fixture builder shares: ``--out DIR``, then one line per fixture built."""
     import argparse

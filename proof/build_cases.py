@@ -14,7 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Callable
 
-from perfwarden.orchestrator.synth import (fixture_builder_main, write_fixture, BASE_INFO, BASE_TPUT, CAND_TPUT, COHERENT_TEXTS, GIBBERISH_TEXTS, build_ab_run,
+from perfwarden.orchestrator.synth import (fixture_builder_main, write_case_table, BASE_INFO, BASE_TPUT, CAND_TPUT, COHERENT_TEXTS, GIBBERISH_TEXTS, build_ab_run,
                                     make_rep, reps, write_claim, write_jsonl, write_quality_pair)
 
 PATCH_CODES = ["EVIDENCE_MISSING", "EVIDENCE_CORRUPT", "REPORTED_MISMATCH", "CONDITIONS_DIFFER",
@@ -253,11 +253,7 @@ CASES: dict[str, tuple[Callable[[Path], Any], str, str, list[str], list[str], st
 
 
 def build_all(out: Path) -> list[str]:
-    return [write_fixture(out, name, builder, {"verdict": verdict, "action": action, "must_include": include,
-                                               "must_exclude": exclude},
-                          frozen="2026-11-22", provenance="hand-built by proof/build_cases.py (synthetic raw evidence)",
-                          rationale=why)
-            for name, (builder, verdict, action, include, exclude, why) in CASES.items()]
+    return write_case_table(out, CASES, frozen="2026-11-22", builder="proof/build_cases.py")
 
 
 def main() -> None:

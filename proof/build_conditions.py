@@ -21,7 +21,7 @@ from typing import Any, Callable
 
 from perfwarden.proof.build_integrity import QUIET
 from perfwarden.proof.build_witness import build_infos, infos
-from perfwarden.orchestrator.synth import fixture_builder_main, write_fixture
+from perfwarden.orchestrator.synth import fixture_builder_main, write_case_table
 
 def case(**kw: Any) -> Callable[[Path], None]:
     return lambda run: build_infos(run, *infos(**kw))
@@ -71,11 +71,7 @@ CASES: dict[str, tuple[Callable[[Path], Any], str, str, list[str], list[str], st
 
 
 def build_all(out: Path) -> list[str]:
-    return [write_fixture(out, name, builder, {"verdict": verdict, "action": action, "must_include": include,
-                                               "must_exclude": exclude},
-                          frozen="2026-11-26", provenance="hand-built by proof/build_conditions.py (synthetic raw evidence)",
-                          rationale=why)
-            for name, (builder, verdict, action, include, exclude, why) in CASES.items()]
+    return write_case_table(out, CASES, frozen="2026-11-26", builder="proof/build_conditions.py")
 
 
 def main() -> None:

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from perfwarden.harness.records import write_json_atomic
-from perfwarden.orchestrator.synth import (BASE_INFO, BASE_TPUT, CAND_TPUT, COHERENT_TEXTS, build_ab_run, fixture_builder_main, write_fixture,
+from perfwarden.orchestrator.synth import (BASE_INFO, BASE_TPUT, CAND_TPUT, COHERENT_TEXTS, build_ab_run, fixture_builder_main, write_case_table,
                                     reps)
 
 CAND_INFO = {**BASE_INFO, "max_batch_size": 8, "port": 8101}
@@ -713,11 +713,7 @@ CASES: dict[str, tuple[Callable[[Path], Any], str, str, list[str], list[str], st
 
 
 def build_all(out: Path) -> list[str]:
-    return [write_fixture(out, name, builder, {"verdict": verdict, "action": action, "must_include": include,
-                                               "must_exclude": exclude},
-                          frozen="2026-11-23", provenance="hand-built by proof/build_integrity.py (synthetic raw evidence)",
-                          rationale=why)
-            for name, (builder, verdict, action, include, exclude, why) in CASES.items()]
+    return write_case_table(out, CASES, frozen="2026-11-23", builder="proof/build_integrity.py")
 
 
 def main() -> None:

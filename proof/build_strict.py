@@ -21,7 +21,7 @@ from typing import Any, Callable
 from perfwarden.harness.records import write_json_atomic
 from perfwarden.proof.build_integrity import (QUIET, RUN_T0, edit_lines, foreign, harness_ab, harness_reps, light,
                                               ab)
-from perfwarden.orchestrator.synth import BASE_TPUT, CAND_TPUT, fixture_builder_main, write_fixture
+from perfwarden.orchestrator.synth import BASE_TPUT, CAND_TPUT, fixture_builder_main, write_case_table
 
 STEP_S = 10.0
 """Seconds between the starts of consecutive rep slots (a rep here lasts ~1.3 s)."""
@@ -288,11 +288,7 @@ CASES: dict[str, tuple[Callable[[Path], Any], str, str, list[str], list[str], st
 
 
 def build_all(out: Path) -> list[str]:
-    return [write_fixture(out, name, builder, {"verdict": verdict, "action": action, "must_include": include,
-                                               "must_exclude": exclude},
-                          frozen="2026-11-26", provenance="hand-built by proof/build_strict.py (synthetic raw evidence)",
-                          rationale=why)
-            for name, (builder, verdict, action, include, exclude, why) in CASES.items()]
+    return write_case_table(out, CASES, frozen="2026-11-26", builder="proof/build_strict.py")
 
 
 def main() -> None:

@@ -24,7 +24,7 @@ from perfwarden.proof.build_integrity import (QUIET, RUN_T0, ab, edit_lines, har
                                               sample)
 from perfwarden.proof.build_judgement_cases import int8_case
 from perfwarden.proof.build_strict import STEP_S, timed
-from perfwarden.orchestrator.synth import BASE_INFO, BASE_TPUT, CAND_TPUT, fixture_builder_main, write_fixture
+from perfwarden.orchestrator.synth import BASE_INFO, BASE_TPUT, CAND_TPUT, fixture_builder_main, write_case_table
 
 BENCH_V2 = 2
 COUNTERS_BEFORE = {"requests_admitted": 400, "requests_completed": 400, "requests_failed": 0,
@@ -277,11 +277,7 @@ CASES: dict[str, tuple[Callable[[Path], Any], str, str, list[str], list[str], st
 
 
 def build_all(out: Path) -> list[str]:
-    return [write_fixture(out, name, builder, {"verdict": verdict, "action": action, "must_include": include,
-                                               "must_exclude": exclude},
-                          frozen="2026-11-26", provenance="hand-built by proof/build_witness.py (synthetic raw evidence)",
-                          rationale=why)
-            for name, (builder, verdict, action, include, exclude, why) in CASES.items()]
+    return write_case_table(out, CASES, frozen="2026-11-26", builder="proof/build_witness.py")
 
 
 def main() -> None:
