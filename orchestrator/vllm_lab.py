@@ -52,7 +52,7 @@ class VLLMLab(ServerLab):
         self.python = python
         """The vLLM environment's interpreter (checked by ``find_vllm_python`` before the lab exists)."""
         self.model_name = model_path
-        self.servers_at_once = self.base_config().get("device", "cpu") == "cpu"
+        self.servers_at_once = self.base_config().device == "cpu"
 
     @classmethod
     def from_settings(cls, settings, python: str | None = None, on_rep=None) -> "VLLMLab":
