@@ -34,6 +34,7 @@ import traceback
 from typing import Any
 
 from perfwarden.harness.model import MODEL_NAME, DeviceError
+from perfwarden.harness.node_identity import cpu_model
 from perfwarden.harness.ops import OverrideError, install_override, load_function
 from perfwarden.harness.target_config import (EMBEDDED_OPS, ConfigError, EmbeddedConfig, parse_overrides,  # noqa: F401
                                               parse_set_args)
@@ -287,7 +288,7 @@ def device_report(device: str) -> dict[str, Any]:
     import torch
 
     if device != "cuda":
-        return {"device_name": _cpu_name()}
+        return {"device_name": cpu_model()}
     index = torch.cuda.current_device()
     props = torch.cuda.get_device_properties(index)
     return {"device_name": torch.cuda.get_device_name(index), "device_detail": {
@@ -296,18 +297,6 @@ def device_report(device: str) -> dict[str, Any]:
         "sdpa_flash_enabled": torch.backends.cuda.flash_sdp_enabled(),
         "sdpa_mem_efficient_enabled": torch.backends.cuda.mem_efficient_sdp_enabled(),
         "float32_matmul_precision": torch.get_float32_matmul_precision()}}
-
-
-def _cpu_name() -> str:
-    """The CPU's model name (``/proc/cpuinfo``), else what ``platform`` knows."""
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as handle:
-            for line in handle:
-                if line.lower().startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine() or "unknown"
 
 
 def _perfwarden_version() -> str:

@@ -41,7 +41,8 @@ def _host_id() -> str:
     return hashlib.sha256(socket.gethostname().encode()).hexdigest()[:32]
 
 
-def _cpu_model() -> str:
+def cpu_model() -> str:
+    """The CPU's model name (``/proc/cpuinfo``), else what ``platform`` knows."""
     try:
         with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as handle:
             for line in handle:
@@ -74,7 +75,7 @@ def _gpus() -> list[dict[str, str]]:
 @functools.lru_cache(maxsize=1)
 def _machine() -> dict[str, Any]:
     gpus = _gpus()
-    return {"host_id": _host_id(), "cpu_model": _cpu_model(), "cpu_cores": os.cpu_count(),
+    return {"host_id": _host_id(), "cpu_model": cpu_model(), "cpu_cores": os.cpu_count(),
             "gpu_name": ",".join(g["name"] for g in gpus) or None,
             "gpu_uuid": ",".join(g["uuid"] for g in gpus) or None,
             "driver": ",".join(sorted({g["driver"] for g in gpus})) or None}
