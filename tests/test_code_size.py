@@ -11,6 +11,14 @@ ROOT = Path(__file__).resolve().parents[1]
 MODULE_LINES = 900
 FUNCTION_LINES = 100
 SKIPPED = {".git", ".shim", ".venv", "__pycache__", "node_modules", "build", "dist", ".hypothesis", ".pytest_cache"}
+
+
+def skipped(parts: tuple[str, ...]) -> bool:
+    """Hidden folders (``.git``, ``.venv``, ``.venv-vllm`` -- CI installs vLLM's venv inside the checkout --,
+    ``.shim``, caches) and build output are not the project's code."""
+    return any(part.startswith(".") for part in parts[:-1]) or bool(SKIPPED & set(parts))
+
+
 GENERATED = ("proof/fixtures/", "proof/mlperf_fixtures/")
 """Generated data: fixtures written by the builders, never edited by hand."""
 
@@ -26,7 +34,7 @@ def project_files() -> list[Path]:
     out = []
     for path in sorted(ROOT.rglob("*.py")):
         rel = path.relative_to(ROOT).as_posix()
-        if SKIPPED & set(path.relative_to(ROOT).parts) or rel.startswith(GENERATED):
+        if skipped(path.relative_to(ROOT).parts) or rel.startswith(GENERATED):
             continue
         out.append(path)
     return out
