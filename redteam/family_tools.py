@@ -163,6 +163,9 @@ def copy_leg(ctx: AttackContext, src: str, dst: str, role: str, offset: float) -
     for line in lines:
         line["leg"] = dst
         line["started_at"] = (line.get("started_at") or 0.0) + offset
+        loadgen = line.get("loadgen")
+        if isinstance(loadgen, dict) and isinstance(loadgen.get("dir"), str):  # the copied leg's own folder
+            loadgen["dir"] = loadgen["dir"].replace(f"legs/{src}/", f"legs/{dst}/", 1)
         n = len(line.get("ttfts") or [])
         factors = [noise.uniform(0.99, 1.01) for _ in range(n)]
         for key in ("ttfts", "latencies"):

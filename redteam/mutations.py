@@ -233,10 +233,10 @@ def smaller_output_budget(run: Path, claim: Claim) -> Claim:
 
 
 def more_concurrency(run: Path, claim: Claim) -> Claim:
-    """Workload: the candidate's reps ran at twice the baseline's concurrency limit (64 where the
+    """Workload: the candidate's reps ran at twice the baseline's concurrency limit (4096 where the
     baseline had none)."""
     base = _bench_lines(run, claim.legs.baseline)[0].get("max_concurrency")
-    _edit_cand(run, claim, lambda line: {**line, "max_concurrency": 2 * base if base else 64})
+    _edit_cand(run, claim, lambda line: {**line, "max_concurrency": 2 * base if base else 4096})
     return claim
 
 

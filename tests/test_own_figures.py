@@ -65,9 +65,10 @@ def test_every_patch_and_bundle_claim_states_the_producers_own_figure(tmp_path):
 
 
 @pytest.mark.slow
-def test_an_llm_brain_that_overstates_its_figure_gets_reported_mismatch_then_states_the_code_figure(tmp_path):
-    """The LLM brain's stated figure goes into the claim; overstated, the auditor flags it, and the
-    producer restates it from its own reading on the same legs (no re-measure) and banks."""
+def test_an_llm_brain_that_overstates_its_figure_gets_reported_mismatch_and_banks_the_auditors_figure(tmp_path):
+    """The LLM brain's stated figure goes into the claim; overstated, the auditor flags it
+    (REPORTED_MISMATCH, downgrade_headline) and the change banks under the auditor's figure, never the
+    stated one."""
     asked: list[str] = []
 
     def reply(payload):
@@ -87,12 +88,17 @@ def test_an_llm_brain_that_overstates_its_figure_gets_reported_mismatch_then_sta
         settings = RunSettings(target="synthetic", levers=["max_batch_size=2"], kernels=False, llm_model="scripted-model")
         state = run_graph(tmp_path / "run", settings, SyntheticLab(), llm=client)
     patches = [v for v in state["verdicts"] if v.scope == "patch"]
-    first, second = patches[0], patches[1]
+    # One banking rule (auditor/banking.py): a FLAG whose action is downgrade_headline banks the change
+    # under the auditor's re-derived headline at once -- the overstated figure is never banked, and no
+    # restatement is needed to bank.
+    assert len(patches) == 1, [(v.verdict, v.action) for v in patches]
+    first = patches[0]
     assert first.headline_claimed == 250.0 and first.verdict == "FLAG" and "REPORTED_MISMATCH" in first.codes()
-    assert second.headline_claimed == pytest.approx(second.headline_rederived, abs=1.0) and second.verdict == "PASS"
-    assert [c["legs"] for c in claims(tmp_path / "run", ("patch",))][:2] == [
-        claims(tmp_path / "run", ("patch",))[0]["legs"]] * 2  # restated on the same legs, not re-measured
-    assert [b.name for b in state["banked"]] == ["cfg-max_batch_size=2"]
-    assert asked.count("StatedFigure") == 1  # the restated figure is the producer's code's, not asked again
+    assert first.action == "downgrade_headline"
+    banked = state["banked"]
+    assert [b.name for b in banked] == ["cfg-max_batch_size=2"]
+    assert banked[0].headline_rederived_pct == pytest.approx(first.headline_rederived)
+    assert abs(banked[0].headline_rederived_pct - 250.0) > 50
+    assert asked.count("StatedFigure") == 1
     history = next(p for p in state["proposals"] if p.id == "cfg-max_batch_size=2").history
-    assert any("states +250.00% (llm)" in h for h in history) and any("(code)" in h for h in history)
+    assert any("states +250.00% (llm)" in h for h in history)
