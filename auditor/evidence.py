@@ -184,6 +184,11 @@ class RunLoader:
         message = str(exc) if str(exc).startswith(what) else f"{what}: {exc}"
         self.findings.add(code, "FAIL", message, evidence=[EvidenceRef(file=_rel(self.run, exc.path))], gate="evidence")
 
+    def unreadable(self, path: Path, what: str, exc: OSError) -> None:
+        """A file that is there but could not be read (an I/O error): its evidence is missing; fail closed."""
+        self.findings.add("EVIDENCE_MISSING", "FAIL", f"cannot read {what} {_rel(self.run, path)!r}: {exc}",
+                          evidence=[EvidenceRef(file=_rel(self.run, path))], gate="evidence")
+
     def present(self, path: Path, required: bool, what: str, missing: str | None = None) -> bool:
         """Whether ``path`` is a regular file inside the run that may be read. Absent: a finding only
         when ``required`` (``missing`` is its message). Present but not readable evidence -- a link
@@ -212,8 +217,7 @@ class RunLoader:
             self.refused(exc, what)
             return None
         except OSError as exc:
-            self.findings.add("EVIDENCE_MISSING", "FAIL", f"cannot read {what} {_rel(self.run, path)!r}: {exc}",
-                              evidence=[EvidenceRef(file=_rel(self.run, path))], gate="evidence")
+            self.unreadable(path, what, exc)
             return None
         sha = hashlib.sha256(data).hexdigest()
         self._digest(path, sha)
@@ -236,8 +240,7 @@ class RunLoader:
             self.refused(exc, what)
             return None
         except OSError as exc:
-            self.findings.add("EVIDENCE_MISSING", "FAIL", f"cannot read {what} {_rel(self.run, path)!r}: {exc}",
-                              evidence=[EvidenceRef(file=_rel(self.run, path))], gate="evidence")
+            self.unreadable(path, what, exc)
             return None
         self._digest(path, log.sha256)
         long = log.long_line

@@ -264,6 +264,22 @@ class ServerLab:
         seal.seal_file(paths.outputs(leg))
 
 
+class EngineLab(ServerLab):
+    """A ``ServerLab`` over an engine run from its own environment (SGLang, vLLM): one weights directory
+    every leg serves and that environment's interpreter (checked by the target's ``find_*_python`` before
+    the lab exists). Engines have no kernel path in perfwarden."""
+
+    kernels = False
+
+    def __init__(self, *, model_path: str, python: str, start_timeout_s: float = 900.0, **kwargs: Any):
+        super().__init__(start_timeout_s=start_timeout_s, **kwargs)
+        self.model_path = model_path
+        """Weights directory every leg serves."""
+        self.python = python
+        """The engine environment's interpreter."""
+        self.model_name = model_path
+
+
 class EmbeddedLab(ServerLab):
     """Lab protocol over the embedded target (SmolLM2-135M-Instruct on torch, sandboxed per leg)."""
 

@@ -20,23 +20,14 @@ from typing import Any
 from perfwarden.harness.sglang_target import SglangTarget
 from perfwarden.harness.target_config import SGLangConfig
 from perfwarden.harness.targets import ServerTarget
-from perfwarden.orchestrator.embedded_lab import ServerLab
+from perfwarden.orchestrator.embedded_lab import EngineLab
 
 
-class SGLangLab(ServerLab):
+class SGLangLab(EngineLab):
     """Lab protocol over SGLang (GPU hosts; CI drives it with a stand-in server)."""
 
     config_model = SGLangConfig
     servers_at_once = False
-    kernels = False
-
-    def __init__(self, *, model_path: str, python: str, start_timeout_s: float = 900.0, **kwargs: Any):
-        super().__init__(start_timeout_s=start_timeout_s, **kwargs)
-        self.model_path = model_path
-        """Weights directory every leg serves (``--model-path``)."""
-        self.python = python
-        """The SGLang environment's interpreter (checked by ``find_sglang_python`` before the lab exists)."""
-        self.model_name = model_path
 
     @classmethod
     def from_settings(cls, settings, python: str | None = None, on_rep=None) -> "SGLangLab":

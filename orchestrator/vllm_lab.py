@@ -24,7 +24,7 @@ from perfwarden.harness.records import RunDir
 from perfwarden.harness.target_config import VLLMConfig
 from perfwarden.harness.targets import ServerTarget
 from perfwarden.harness.vllm_target import VllmTarget
-from perfwarden.orchestrator.embedded_lab import ServerLab
+from perfwarden.orchestrator.embedded_lab import EngineLab
 from perfwarden.orchestrator.lab import LegPlan
 
 METRICS_TIMEOUT_S = 10.0
@@ -39,19 +39,13 @@ def witness_path(paths: RunDir, leg: str) -> Path:
     return paths.leg_dir(leg) / vllm_metrics.WITNESS_FILE
 
 
-class VLLMLab(ServerLab):
+class VLLMLab(EngineLab):
     """Lab protocol over vLLM (its CPU build here; its CUDA build on a GPU host)."""
 
     config_model = VLLMConfig
-    kernels = False
 
-    def __init__(self, *, model_path: str, python: str, start_timeout_s: float = 900.0, **kwargs: Any):
-        super().__init__(start_timeout_s=start_timeout_s, **kwargs)
-        self.model_path = model_path
-        """Weights directory every leg serves (``--model``)."""
-        self.python = python
-        """The vLLM environment's interpreter (checked by ``find_vllm_python`` before the lab exists)."""
-        self.model_name = model_path
+    def __init__(self, **kwargs: Any):
+        super().__init__(**kwargs)
         self.servers_at_once = self.base_config().device == "cpu"
 
     @classmethod
