@@ -168,8 +168,10 @@ class Cluster:
         if key not in self.inflight:
             manifest = self.run / "run.json"
             data = read_bytes(manifest, self.run, limit=RECORD_BYTES, what="run.json") if manifest.is_file() else None
-            task = _measure_step.options(num_cpus=0, resources={self.resource: 1}) if self.resource != "CPU" \
-                else _measure_step.options(num_cpus=1)
+            slot = {"num_cpus": 0, "resources": {self.resource: 1}} if self.resource != "CPU" else {"num_cpus": 1}
+            # SPREAD, not Ray's default packing: independent steps go to different nodes even when one
+            # finishes before the next is submitted (the default fills one node first).
+            task = _measure_step.options(scheduling_strategy="SPREAD", **slot)
             sealed = ray.get(self.sink.snapshot.remote([p.leg for p in legs]))
             self.inflight[key] = task.remote(lab, [p.model_dump() for p in legs], reps, self.sink, data, sealed)
         return key
@@ -201,7 +203,7 @@ def fan_out(fn: Callable[[Any], Any], items: list[Any], address: str | None) -> 
     if address is None:
         return [fn(x) for x in items]
     connect(address)
-    task = ray.remote(num_cpus=1)(_call)
+    task = ray.remote(num_cpus=1, scheduling_strategy="SPREAD")(_call)
     return ray.get([task.remote(fn, x) for x in items])
 
 
