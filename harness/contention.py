@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -161,6 +161,48 @@ def busy_processes(before: Mapping[int, PidStat], after: Mapping[int, PidStat], 
             busy.append({"pid": pid, "name": end.name, "cpu_pct": round(pct, 1)})
     busy.sort(key=lambda p: (-p["cpu_pct"], p["pid"]))
     return busy
+
+
+def processes_cpu_pct(before: Mapping[int, PidStat], after: Mapping[int, PidStat], pids: Iterable[int],
+                      interval_s: float, clk_tck: int) -> float:
+    """Summed CPU use of ``pids`` over the window (100 = one full core); a pid missing from either reading
+    counts nothing (it started or exited within the window)."""
+    if interval_s <= 0:
+        raise ValueError(f"interval_s={interval_s!r} must be > 0")
+    ticks = sum(after[p].cpu_ticks - before[p].cpu_ticks for p in set(pids)
+                if p in before and p in after and before[p].name == after[p].name)
+    return 100.0 * ticks / clk_tck / interval_s
+
+
+SETTLE_IDLE_PCT = 10.0
+"""The server's own processes below this much CPU together (100 = one core) are idle."""
+SETTLE_WINDOW_S = 0.25
+SETTLE_MAX_S = 6.0
+"""Longest wait for a server to go idle: vLLM's workers busy-poll their queue for 1 s after the last
+request (``shm_broadcast``'s ``busy_loop_s``); a server still busy after this is sampled anyway."""
+
+
+def wait_until_idle(pids: Iterable[int], max_s: float = SETTLE_MAX_S, window_s: float = SETTLE_WINDOW_S,
+                    idle_pct: float = SETTLE_IDLE_PCT, read: Callable[[], Mapping[int, PidStat]] | None = None,
+                    clock: Callable[[], float] = time.perf_counter, sleep: Callable[[float], None] = time.sleep,
+                    ) -> float:
+    """Wait, at most ``max_s``, until the server's own processes (``pids``) stop using CPU; returns the
+    seconds waited. A contention sample judges the whole machine's busy share "while the server idled":
+    taken while the server still spins on its last request, it would blame the machine for the server's own
+    tail. A server that never idles is sampled anyway, and its busy machine is then a finding (fail closed).
+    """
+    pids = sorted(set(pids))
+    if not pids:
+        return 0.0
+    read = read or read_pid_stats
+    clk_tck = os.sysconf("SC_CLK_TCK")
+    start = clock()
+    while True:
+        t0, before = clock(), read()
+        sleep(window_s)
+        t1, after = clock(), read()
+        if processes_cpu_pct(before, after, pids, max(t1 - t0, 1e-6), clk_tck) < idle_pct or t1 - start >= max_s:
+            return t1 - start
 
 
 # --------------------------------------------------------------------------------------- readers

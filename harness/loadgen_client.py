@@ -62,7 +62,7 @@ from perfwarden.harness.bench_writer import (
     rep_exists,
     seal_torn_tail,
 )
-from perfwarden.harness.contention import sample_contention
+from perfwarden.harness.contention import sample_contention, wait_until_idle
 from perfwarden.harness.prompts import Prompt, estimate_tokens
 from perfwarden.harness import safe_write, seal
 from perfwarden.harness.records import RunDir
@@ -734,11 +734,13 @@ def measure_rep(run_dir: Path | RunDir, leg: str, rep: int, base_url: str, promp
         return None
     if server_info is None and run.server_info(leg).is_file():
         server_info = json.loads(run.server_info(leg).read_text(encoding="utf-8"))
+    wait_until_idle(exclude_pids)  # the server's own tail of the last rep is not the machine's contention
     before = sample_contention(contention_interval_s, exclude_pids=exclude_pids)
     counters_before = server_counters(fetch_server_info(base_url))
     result = run_rep(base_url, prompts, settings, run.loadgen_rep(leg, rep))
     # As sglang's bench_serving: read server_info *after* the rep, when its runtime counters (e.g. the
     # speculative accept length) reflect the load; fall back to the copy taken at start-up.
+    wait_until_idle(exclude_pids)
     after = sample_contention(contention_interval_s, exclude_pids=exclude_pids)
     after_info = fetch_server_info(base_url)
     seal.seal_file(*sorted(p for p in result.loadgen_dir.iterdir() if p.is_file()))  # LoadGen's own logs

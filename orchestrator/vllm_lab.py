@@ -13,7 +13,6 @@ What differs from the embedded lab, and why:
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from typing import Any
 
@@ -29,10 +28,6 @@ from perfwarden.orchestrator.lab import LegPlan
 
 METRICS_TIMEOUT_S = 10.0
 """Bound of one ``/metrics`` read (the server is idle when it is sampled)."""
-SETTLE_S = 1.5
-"""Wait before each rep: vLLM's workers busy-poll their message queue for 1 s after their last request
-(``shm_broadcast`` ``busy_loop_s``, not configurable), so the previous rep's server -- another leg's,
-up at the same time -- would still burn a core during this rep's contention sample and start."""
 
 
 def witness_path(paths: RunDir, leg: str) -> Path:
@@ -62,7 +57,8 @@ class VLLMLab(EngineLab):
     def _rep(self, paths: RunDir, plan: LegPlan, k: int, target: ServerTarget, pids: list[int]) -> str | None:
         """The rep between two samples of the engine's counters; the record is appended only for a rep
         that completed (a failed rep has no line to witness)."""
-        time.sleep(SETTLE_S)
+        # vLLM's workers busy-poll for 1 s after their last request: the harness waits for every server of
+        # the step to idle before each contention sample (harness.contention.wait_until_idle).
         try:
             with httpx.Client(timeout=METRICS_TIMEOUT_S) as client:
                 before, before_at = vllm_metrics.sample(client, target.base_url)

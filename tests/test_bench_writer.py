@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import msgspec
@@ -283,3 +287,52 @@ def test_sample_contention_reads_proc_or_says_why_not(tmp_path):
     assert missing["error"] and "cannot sample" in missing["error"]
     json.dumps(sample, allow_nan=False)
     assert not any(isinstance(v, float) and math.isnan(v) for v in sample.values())
+
+
+def test_processes_cpu_pct_sums_only_the_named_processes_seen_twice():
+    before = {2: C.PidStat(2, "engine", "R", 100), 3: C.PidStat(3, "worker", "R", 0), 7: C.PidStat(7, "other", "R", 0)}
+    after = {2: C.PidStat(2, "engine", "R", 125), 3: C.PidStat(3, "worker", "R", 50),
+             7: C.PidStat(7, "other", "R", 90), 8: C.PidStat(8, "newborn", "R", 900)}
+    assert C.processes_cpu_pct(before, after, [2, 3, 8], interval_s=0.5, clk_tck=100) == pytest.approx(150.0)
+    with pytest.raises(ValueError):
+        C.processes_cpu_pct(before, after, [2], interval_s=0.0, clk_tck=100)
+
+
+def _scripted_reads(ticks_per_window: list[int]):
+    """A /proc reader whose server process (pid 9) burns the given ticks in each successive window."""
+    state = {"ticks": 0, "reads": 0}
+
+    def read():
+        if state["reads"] % 2 == 1:  # the second reading of a window
+            state["ticks"] += ticks_per_window[min(state["reads"] // 2, len(ticks_per_window) - 1)]
+        state["reads"] += 1
+        return {9: C.PidStat(9, "VLLM::Worker", "R", state["ticks"])}
+    return read
+
+
+def test_wait_until_idle_waits_out_a_servers_busy_tail_and_gives_up_at_its_bound():
+    """vLLM's worker spins for ~1 s after a request: a contention sample taken in that second charges the
+    server's own tail to the machine ("busy while the server idled"), and every rep of the run comes back
+    CONTENDED_LEG. The harness waits until the server's own processes idle -- and not forever."""
+    clock = {"t": 0.0}
+    tick = os.sysconf("SC_CLK_TCK")
+    spin = int(tick * 0.25)  # a full core over a 0.25 s window
+    waited = C.wait_until_idle([9], read=_scripted_reads([spin, spin, spin, spin, 0]),
+                               clock=lambda: clock["t"], sleep=lambda s: clock.__setitem__("t", clock["t"] + s))
+    assert waited == pytest.approx(1.25)  # four busy windows, then the idle one
+    clock["t"] = 0.0
+    waited = C.wait_until_idle([9], max_s=1.0, read=_scripted_reads([spin]),
+                               clock=lambda: clock["t"], sleep=lambda s: clock.__setitem__("t", clock["t"] + s))
+    assert waited == pytest.approx(1.0)  # a server that never idles is sampled after the bound
+    assert C.wait_until_idle([]) == 0.0
+
+
+@pytest.mark.slow
+def test_wait_until_idle_on_a_real_spinning_child():
+    spinner = subprocess.Popen([sys.executable, "-c", "import time\nt=time.time()\nwhile time.time()-t<1.2: pass"])
+    try:
+        time.sleep(0.2)
+        waited = C.wait_until_idle([spinner.pid], max_s=5.0)
+        assert 0.5 <= waited < 5.0  # it waited for the spin to end, not for the bound
+    finally:
+        spinner.wait(5)

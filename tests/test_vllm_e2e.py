@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from machine_quiet import skip_if_contended
 
 from perfwarden.auditor.evidence import RunLoader
 from perfwarden.auditor.findings import Findings
@@ -73,6 +74,8 @@ def test_measure_records_a_leg_whose_engine_counters_agree_with_its_bench_lines(
 
 @pytest.mark.timeout(2400)
 def test_run_banks_a_batching_change_and_refuses_a_starved_scheduler(tmp_path):
+    vllm_python()
+    skip_if_contended("a fifteen-minute vLLM run")
     run = tmp_path / "run"
     done = cli("run", "--target", "vllm", "--out", str(run), "--set", "enforce_eager=true", "--set", "max_num_seqs=1",
                "--levers", "max_num_seqs=4,max_num_batched_tokens=16", "--budget-minutes", "30", timeout=2350)
