@@ -16,8 +16,8 @@ torch = pytest.importorskip("torch")
 from perfwarden.harness import sandbox  # noqa: E402
 from perfwarden.harness.jsonl import OpBenchLine, read_jsonl  # noqa: E402
 from perfwarden.harness.opbench import alternatives_for, run_opbench, summarize  # noqa: E402
+from perfwarden.harness.opbench.backend import read_output_file  # noqa: E402
 from perfwarden.harness.opbench.rig import describe_device  # noqa: E402
-from perfwarden.harness.opbench.runner import read_output_file  # noqa: E402
 from perfwarden.harness.opbench.timing import HostClockApi, time_trial  # noqa: E402
 from perfwarden.harness.ops.alternatives import for_op  # noqa: E402
 

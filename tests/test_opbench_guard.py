@@ -106,7 +106,7 @@ def test_a_patched_clock_or_tensor_method_is_seen_and_an_untouched_worker_is_not
 def test_an_output_file_replaced_by_a_fifo_or_a_link_is_refused_without_blocking(tmp_path):
     import os
 
-    from perfwarden.harness.opbench.runner import read_output_file
+    from perfwarden.harness.opbench.backend import read_output_file
 
     os.mkfifo(tmp_path / "fifo.pt")
     os.symlink("/proc/self/environ", tmp_path / "link.pt")
@@ -135,7 +135,7 @@ def _client(reply):
     """A WorkerClient without a sandbox: ``reply(request)`` is what the 'worker' answers."""
     import queue
 
-    from perfwarden.harness.opbench.runner import WorkerClient
+    from perfwarden.harness.opbench.backend import WorkerClient
 
     c = WorkerClient.__new__(WorkerClient)
     c.failure, c.violations, c._count, c._secret = None, [], 0, guard.new_secret()

@@ -41,8 +41,9 @@ Modules: ``inputs`` (shapes, seeded inputs, tolerances, which inputs an op may m
 code digests, reaching the reference), ``correctness`` (output comparison), ``guard`` (what keeps the
 verdict out of the candidate's reach), ``phases`` (correctness, timing and roofline, in the parent),
 ``timing`` (the device interface: flush, graphs; ``time_trial`` is the in-process timer, kept for the
-device benchmarks, never the op bench's verdict), ``worker`` (inside the sandbox), ``runner`` (the
-benchmark), ``rig`` (device description), ``summary``, ``cli``.
+device benchmarks, never the op bench's verdict), ``worker`` (inside the sandbox), ``backend`` (a
+backend and the parent's client of its worker), ``runner`` (the benchmark), ``rig`` (device description),
+``summary``, ``cli``.
 """
 
 from perfwarden.harness.opbench.correctness import Check, compare

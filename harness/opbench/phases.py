@@ -9,16 +9,13 @@ from __future__ import annotations
 import statistics
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from perfwarden.harness.opbench import guard
+from perfwarden.harness.opbench.backend import Backend, WorkerFailed, read_output_file
 from perfwarden.harness.opbench.correctness import Check, compare
 from perfwarden.harness.opbench.inputs import OPS, as_tensors, clone_args, make_inputs, stable_seed
 from perfwarden.harness.opbench.worker import describe
-
-if TYPE_CHECKING:
-    from perfwarden.harness.opbench.runner import Backend
-
 
 SAMPLE_SLACK = 1.5
 """Reading a trial's outputs back may cost a candidate's worker this times the reference's before it is charged."""
@@ -65,8 +62,6 @@ class Bench:
 
 def judge_files(bench: Bench, path, args: tuple, ref: list) -> Check:
     """Correctness of one output file a worker wrote (outputs, and the inputs as the call left them)."""
-    from perfwarden.harness.opbench.runner import read_output_file  # lazy: cycle: runner imports this module
-
     try:
         saved = read_output_file(path)
         outs, after = as_tensors(saved["outs"]), as_tensors(saved["inputs"])
@@ -88,8 +83,6 @@ def judge_files(bench: Bench, path, args: tuple, ref: list) -> Check:
 
 def check(bench: Bench, b: Backend, shape: tuple[int, ...], gen_seed: int) -> Check:
     """One correctness check of ``b`` at ``shape`` on the inputs of ``gen_seed``."""
-    from perfwarden.harness.opbench.runner import WorkerFailed  # lazy: cycle: runner imports this module
-
     assert b.worker is not None
     args = bench.inputs(shape, gen_seed)
     ref = bench.truth(args)
@@ -133,8 +126,6 @@ def time_trial(bench: Bench, b: Backend, shape: tuple[int, ...], trial: int, flo
     """Prepare the trial's input sets (untimed), time the run of its ``iters`` calls from outside, then
     check a sample of the timed calls' outputs and inputs chosen after the run, and the sandbox's CPU time
     over the whole window. Returns the figures, or why there are none; refusals go on ``b``."""
-    from perfwarden.harness.opbench.runner import WorkerFailed  # lazy: cycle: runner imports this module
-
     w = b.worker
     assert w is not None
     n, gen = bench.warmup + bench.iters, bench.trial_gen(shape, trial)
@@ -222,8 +213,6 @@ def request_floor(bench: Bench, reference: Backend, pings: int = 7) -> Floor:
     """The least wall and CPU time of ``pings`` timed runs of ``iters`` calls of an op that does nothing
     (cache flushes included on a GPU) on the reference's worker. Never measured on a candidate's worker
     (it could inflate its own floor)."""
-    from perfwarden.harness.opbench.runner import WorkerFailed  # lazy: cycle: runner imports this module
-
     w = reference.worker
     if w is None:
         return Floor()
