@@ -24,35 +24,45 @@ from perfwarden.skills import fence, load_skill, render_prompt
 
 EXCERPT_LINES = 40
 """Raw lines shown to the persona per file (the tail of server logs, the first outputs)."""
+EXCERPT_LINE_CHARS = 240
+EXCERPT_CHARS = 3000
+"""Characters of raw excerpts in one prompt, shared by the files shown (the newest log lines, the first
+outputs kept): with the skill, the code catalog and the verdict, the prompt stays inside a small local
+model's context (SmolLM2's 8,192 tokens, answer included; measured by benchmarks/brain_validity.py: a
+27k-character prompt, 8,429 tokens, was refused before this bound)."""
+NOT_CHECKED_SHOWN = 12
+"""Entries of the verdict's not-checked list shown to the persona (the count of the rest is said)."""
 EXCERPT_BYTES = 512 << 10
 """Bytes read per file for those lines: the end of a server log, the start of the outputs (a log at its
 256 MiB bound is read once, by the audit, not a second time whole for 40 lines)."""
 
 
 # Bounds below are the schema's only (``json_schema_extra``): structured output stops a model's loop at
-# them; validation is unchanged, and codes outside the catalog are still ignored by ``apply_persona``.
+# them; validation is unchanged, and codes outside the catalog are still ignored by ``apply_persona``. The
+# bounds keep the longest answer (about 700 characters) inside a small model's answer budget: with four
+# findings of 160 characters SmolLM2 was cut at 384 tokens in both modes (benchmarks/brain_validity.py).
 
 
 class PersonaEvidence(BaseModel):
-    file: str = Field(json_schema_extra={"maxLength": 80})
+    file: str = Field(json_schema_extra={"maxLength": 60})
     line: int | None = None
 
 
 class PersonaFinding(BaseModel):
     code: str = Field(json_schema_extra={"enum": sorted(CATALOG)})
     severity: Literal["FLAG", "FAIL"]
-    message: str = Field(json_schema_extra={"maxLength": 160})
-    evidence: list[PersonaEvidence] = Field(default_factory=list, json_schema_extra={"maxItems": 2})
+    message: str = Field(json_schema_extra={"maxLength": 100})
+    evidence: list[PersonaEvidence] = Field(default_factory=list, json_schema_extra={"maxItems": 1})
 
 
 class PersonaAnswer(BaseModel):
-    findings: list[PersonaFinding] = Field(default_factory=list, json_schema_extra={"maxItems": 4})
-    notes: str = Field("", json_schema_extra={"maxLength": 200})
+    findings: list[PersonaFinding] = Field(default_factory=list, json_schema_extra={"maxItems": 2})
+    notes: str = Field("", json_schema_extra={"maxLength": 100})
 
 
 def raw_excerpts(run: Path, verdict: Verdict) -> str:
     """Tails of server logs and first outputs of the legs the verdict covers (all untrusted)."""
-    parts = []
+    shown: list[tuple[str, list[str]]] = []
     for leg in sorted(verdict.legs):
         for name in ("server.log", "outputs.jsonl"):
             path = Path(run) / "legs" / leg / name
@@ -64,8 +74,25 @@ def raw_excerpts(run: Path, verdict: Verdict) -> str:
             if cut:  # the window starts (tail) or ends (head) inside a line: that partial line is not shown
                 lines = lines[1:] if name == "server.log" else lines[:-1]
             chosen = lines[-EXCERPT_LINES:] if name == "server.log" else lines[:EXCERPT_LINES]
-            parts.append(f"--- legs/{leg}/{name} ---\n" + "\n".join(line[:2000] for line in chosen))
+            shown.append((f"legs/{leg}/{name}", chosen))
+    budget = EXCERPT_CHARS // max(len(shown), 1)
+    parts = [f"--- {what} ---\n" + "\n".join(within(lines, budget, newest_last=what.endswith("server.log")))
+             for what, lines in shown]
     return fence("\n".join(parts)) or "(none)"
+
+
+def within(lines: list[str], budget: int, newest_last: bool) -> list[str]:
+    """Lines (each cut to ``EXCERPT_LINE_CHARS``) that fit ``budget`` characters: a log's last ones, an
+    output file's first ones."""
+    out: list[str] = []
+    used = 0
+    for line in (reversed(lines) if newest_last else lines):
+        line = line[:EXCERPT_LINE_CHARS]
+        if used + len(line) + 1 > budget:
+            break
+        out.append(line)
+        used += len(line) + 1
+    return out[::-1] if newest_last else out
 
 
 def _read_end(path: Path, run: Path, what: str, tail: bool) -> tuple[bytes, bool]:
@@ -78,6 +105,11 @@ def _read_end(path: Path, run: Path, what: str, tail: bool) -> tuple[bytes, bool
         return handle.read(EXCERPT_BYTES), size > EXCERPT_BYTES
 
 
+def shortened(items: list, shown: int) -> list:
+    """The first ``shown`` items, and how many more there are."""
+    return items[:shown] + ([f"... and {len(items) - shown} more"] if len(items) > shown else [])
+
+
 def build_prompt(run: Path, claim_json: str, verdict: Verdict) -> str:
     findings = "\n".join(f"- {f.severity} {f.code}: {f.message}" for f in verdict.findings) or "- (none)"
     rederived = json.dumps({"legs": {leg: {m: round(s.median, 4) for m, s in ms.items()}
@@ -86,7 +118,7 @@ def build_prompt(run: Path, claim_json: str, verdict: Verdict) -> str:
                                              "p_value": c.p_value, "noise_band_pct": round(c.noise_band_pct, 3),
                                              "significant": c.significant} for c in verdict.comparisons],
                             "server_info_diff": verdict.server_info_diff, "lever_detected": verdict.lever_detected,
-                            "not_checked": verdict.not_checked}, indent=1, default=str)
+                            "not_checked": shortened(verdict.not_checked, NOT_CHECKED_SHOWN)}, indent=1, default=str)
     codes = "\n".join(f"- `{code}`: {text}" for code, text in CATALOG.items())
     return render_prompt(load_skill("patch_auditor"), codes=codes, scope=verdict.scope, claim_json=fence(claim_json),
                          verdict=verdict.verdict, action=verdict.action, findings=findings,

@@ -37,7 +37,7 @@ from pathlib import Path
 
 import httpx
 
-from perfwarden.agents import config_tuner, own_figures
+from perfwarden.agents import config_tuner, integrator, own_figures
 from perfwarden.agents.brains import Brains
 from perfwarden.harness.llm_client import LLMClient
 from perfwarden.auditor.gates.measurement import HEADLINE_TOLERANCE_PTS
@@ -81,14 +81,14 @@ def questions(m: Material, n: int) -> dict[str, list[Callable[[Brains, LLMClient
     """Per brain, ``n`` questions; each asks once and returns whether the deterministic checks accept it."""
     proposals, verdicts = m.state["proposals"], m.state["verdicts"]
     space = config_tuner.parse_levers(EmbeddedConfig, None)
-    base = SyntheticLab().base_config()
+    base = SyntheticLab().base_config().model_dump()
     patches = [(v, next(p for p in proposals if p.id == v.proposal)) for v in verdicts if v.scope == "patch"]
     refused = [(v, p) for v, p in patches if v.verdict != "PASS"] or patches
 
     def config_q(i: int):
         def ask(brains: Brains, client: LLMClient) -> bool:
             tried = config_tuner.tried_steps(proposals[:i], m.state["banked"][:i])
-            best = graph.integrator.final_changes(m.state["banked"][:i])
+            best = integrator.final_changes(m.state["banked"][:i])
             brains.next_config_step(EmbeddedConfig, space, base, best, tried)
             return not brains.fallbacks
         return ask
@@ -132,6 +132,7 @@ def questions(m: Material, n: int) -> dict[str, list[Callable[[Brains, LLMClient
 
         def ask(brains: Brains, client: LLMClient) -> bool:
             out = apply_persona(m.run, claim, verdict, client)
+            brains.notes.extend(out.degraded_reasons[len(verdict.degraded_reasons):])  # why, in the table
             return not out.degraded and not (out.model_extra or {}).get("persona_ignored")
         return ask
 

@@ -236,3 +236,19 @@ def test_the_config_tuner_asks_for_a_searched_knob_and_an_allowed_value():
     assert (step.knob, step.value) == ("max_batch_size", 2)
     assert schema["knob"]["enum"] == sorted(space)
     assert set(schema["value"]["enum"]) == {v for allowed in space.values() for v in allowed}
+
+
+def test_the_persona_prompt_fits_a_small_models_context_whatever_the_logs_hold(tmp_path):
+    """SmolLM2 (8,192 tokens) refused the persona's 27k-character prompt as too long (benchmarks/
+    brain_validity.py, 8,429 tokens), so the persona never judged anything. Raw excerpts share one character
+    budget: long log lines and many of them cannot push the prompt out of the model's context."""
+    from perfwarden.auditor import persona
+
+    noisy = [f"line {i:04d} " + "x" * 5000 for i in range(200)] + ["the newest line"]
+    claim = build(tmp_path, cand_info={**BASE_INFO, "max_batch_size": 8}, cand_log=noisy, cand_outputs=None)
+    verdict = audit_path(tmp_path, claim)
+    excerpts = persona.raw_excerpts(tmp_path, verdict)
+    assert "the newest line" in excerpts and "line 0000" not in excerpts  # the log's tail, not its head
+    assert len(excerpts) <= persona.EXCERPT_CHARS + 400  # + the fence and per-file headers
+    prompt = persona.build_prompt(tmp_path, claim.read_text(), verdict)
+    assert len(prompt) <= 24_000, len(prompt)  # ~7.3k SmolLM2 tokens at the 3.2 characters a token measured
