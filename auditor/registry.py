@@ -228,3 +228,12 @@ def _segment_match(key: str, pattern: str) -> bool:
 def target_reports(target: str, key: str) -> bool:
     """Whether ``target``'s server reports the flattened key ``key`` (exact, case-sensitive)."""
     return any(_segment_match(key, pattern) for pattern in target_patterns(target))
+
+
+def target_engines(target: str) -> frozenset[str]:
+    """The ``process_conditions.engine`` values the harness writes for ``target`` (and those it stands in for)."""
+    entry = targets().get(target, {})
+    own = set(entry.get("engines", []))
+    for other in entry.get("stands_in_for", []):
+        own |= target_engines(other)
+    return frozenset(own)

@@ -20,8 +20,10 @@ from perfwarden.auditor.gates.process import FIELD_TYPES
 from perfwarden.auditor.gates.target_keys import check_target_keys
 from perfwarden.harness import node_identity, vllm_metrics
 from perfwarden.harness.process_conditions import THREAD_ENV
+from perfwarden.harness.sglang_target import SglangTarget
 from perfwarden.harness.target_config import EMBEDDED_OPS, EmbeddedConfig, SGLangConfig, VLLMConfig
-from perfwarden.harness.vllm_target import engine_report, parse_log
+from perfwarden.harness.targets import EmbeddedTarget
+from perfwarden.harness.vllm_target import VllmTarget, engine_report, parse_log
 from perfwarden.orchestrator.synth import BASE_INFO, write_manifest
 from perfwarden.proof.transcribe_geak import SGLANG_INFO
 
@@ -62,7 +64,9 @@ def _stray(target: str | None, info: dict) -> list[str]:
 
 @pytest.mark.parametrize("target", sorted(HONEST))
 def test_an_honest_leg_of_every_target_reports_only_its_own_keys(target):
-    info = {**HONEST[target](), **HARNESS_ADDED}
+    engine = {"sglang": "SglangTarget", "vllm": "VllmTarget"}.get(target, "perfwarden.harness.embedded_server")
+    added = {**HARNESS_ADDED, "process_conditions": {**HARNESS_ADDED["process_conditions"], "engine": engine}}
+    info = {**HONEST[target](), **added}
     assert _stray(target, info) == []
     assert _stray(target, dict(reversed(list(info.items())))) == []  # keys reordered
 
@@ -77,6 +81,9 @@ def test_every_knob_and_record_the_harness_writes_is_listed():
         assert all(registry.target_reports(target, f"process_conditions.thread_env.{v}") for v in THREAD_ENV)
         assert all(registry.target_reports(target, f"node.{k}") for k in node_identity.identity(None))
     assert all(registry.target_reports("embedded", f"op_overrides_detail.{op}.sha256") for op in EMBEDDED_OPS)
+    for target, cls in (("embedded", EmbeddedTarget), ("sglang", SglangTarget), ("vllm", VllmTarget)):
+        # what ServerTarget.start records as process_conditions.engine
+        assert registry.target_engines(target) == {getattr(cls, "module", None) or cls.__name__}, target
 
 
 # ------------------------------------------------------------------------------- the attacks (gate)
@@ -102,6 +109,13 @@ def test_a_run_that_names_no_listed_target_cannot_attribute_any_key():
     assert _stray(None, {"threads": 2}) == ["threads"]
     assert _stray("tgi", {"threads": 2}) == ["threads"]
     assert _stray(None, {}) == []  # nothing to attribute
+
+
+def test_a_leg_whose_recorded_engine_is_another_target_s_cannot_be_attributed():
+    sglang_launched = {**HARNESS_ADDED["process_conditions"], "engine": "SglangTarget"}
+    assert _stray("embedded", {**_recorded_embedded(), "process_conditions": sglang_launched})
+    assert _stray("sglang", {**SGLANG_INFO, "process_conditions": sglang_launched}) == []
+    assert _stray("synthetic", {**BASE_INFO, "process_conditions": sglang_launched}) == []  # it stands in for sglang
 
 
 # ------------------------------------------------------------------------------- end to end

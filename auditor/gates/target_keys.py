@@ -58,22 +58,35 @@ def _finding(leg: LegEvidence, keys: list[str], why: str, evidence: list[Evidenc
                    "leg's target", evidence=evidence, action="flag", gate=GATE)
 
 
+def unattributable(target: str | None, leg: LegEvidence) -> str | None:
+    """Why ``leg``'s target cannot be told (None when it can): run.json names no listed target, or the
+    engine the harness recorded launching is not one of that target's."""
+    if target is None:
+        return "cannot be attributed: run.json names no target"
+    if target not in registry.targets():
+        return f"cannot be attributed: run.json names target {target!r}, which the registry does not list"
+    conditions = (leg.server_info or {}).get("process_conditions")
+    engine = conditions.get("engine") if isinstance(conditions, dict) else None
+    if isinstance(engine, str) and registry.target_engines(target) and engine not in registry.target_engines(target):
+        return (f"cannot be attributed: run.json names target {target!r} but the harness recorded launching "
+                f"engine {engine!r} (process_conditions.engine)")
+    return None
+
+
 def check_target_keys(run: Path, target: str | None, legs: list[LegEvidence],
                       reported: Iterable[str] = ()) -> GateResult:
     """One UNKNOWN_KNOB FLAG per leg whose server_info holds keys its target does not report; ``reported``:
     keys the knobs gate already flagged (a changed unclassified knob), not named twice."""
     already = set(reported)
-    listed = target is not None and target in registry.targets()
     findings = []
     for leg in legs:
         keys = leg_keys(run, leg)
-        if not listed:
-            stray = sorted(keys)
-            why = (f"cannot be attributed: run.json names target {target!r}, which the registry does not list"
-                   if target is not None else "cannot be attributed: run.json names no target")
-        else:
+        why = unattributable(target, leg)
+        if why is None and target is not None:
             stray = [k for k in sorted(keys) if k not in already and not registry.target_reports(target, k)]
             why = f"are not keys the {target!r} target reports"
-        if stray:
+        else:
+            stray = sorted(keys)
+        if stray and why:
             findings.append(_finding(leg, stray, why, _evidence(run, leg, stray[0], keys[stray[0]])))
     return GateResult(findings=findings)
