@@ -18,7 +18,7 @@ from perfwarden.auditor.evidence import LegEvidence
 from perfwarden.auditor.gates.conditions import flatten
 from perfwarden.auditor.gates.process import FIELD_TYPES
 from perfwarden.auditor.gates.target_keys import check_target_keys
-from perfwarden.harness import node_identity, vllm_metrics
+from perfwarden.harness import node_identity, sandbox, vllm_metrics
 from perfwarden.harness.process_conditions import THREAD_ENV
 from perfwarden.harness.sglang_target import SglangTarget
 from perfwarden.harness.target_config import EMBEDDED_OPS, EmbeddedConfig, SGLangConfig, VLLMConfig
@@ -84,6 +84,23 @@ def test_every_knob_and_record_the_harness_writes_is_listed():
     for target, cls in (("embedded", EmbeddedTarget), ("sglang", SglangTarget), ("vllm", VllmTarget)):
         # what ServerTarget.start records as process_conditions.engine
         assert registry.target_engines(target) == {getattr(cls, "module", None) or cls.__name__}, target
+
+
+@pytest.mark.integration
+@pytest.mark.skipif(sandbox.available() is not None, reason=f"sandbox unavailable: {sandbox.available()}")
+def test_a_real_embedded_server_reports_only_listed_keys(tmp_path, monkeypatch):
+    """What the embedded server really writes (sandboxed, with an op override engaged), measured: 57 keys on
+    2026-11-26, all listed. The server imports perfwarden from the installed package, not a test's path."""
+    monkeypatch.delenv("PYTHONPATH", raising=False)
+    override = Path(__file__).resolve().parents[1] / "harness" / "ops" / "rmsnorm_alt.py"
+    target = EmbeddedTarget(tmp_path / "run" / "legs" / "base", {"threads": 1, "op_overrides": {
+        "rmsnorm": f"{override}:rmsnorm"}}, start_timeout_s=300)
+    try:
+        info = target.start()
+    finally:
+        target.stop()
+    assert "op_overrides_detail.rmsnorm.modules_patched" in flatten(info)
+    assert [k for k in flatten(info) if not registry.target_reports("embedded", k)] == []
 
 
 # ------------------------------------------------------------------------------- the attacks (gate)
