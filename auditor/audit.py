@@ -23,7 +23,7 @@ from perfwarden.auditor.evidence import (LegEvidence, QualityRecords, RunLoader,
 from perfwarden.auditor.findings import Findings, GateResult, decide
 from perfwarden.auditor.gates import (caching, conditions, correctness, engine_witness, explain, integrity,
                                       knobs, lever, measurement, opbench, process, profile, prose, rep_witnesses,
-                                      same_config, served, timeline, workload)
+                                      same_config, served, target_keys, timeline, workload)
 from perfwarden.auditor.manifest import (KeyChoice, KeyFileError, Manifest, chain_seal_id, observe,
                                          read_manifest, resolve_key)
 from perfwarden.auditor.rederive import METRICS
@@ -137,6 +137,7 @@ def audit_baseline(a: Audit) -> None:
     a.gate("condition_copies", lambda: conditions.check_condition_copies(a.run, base))
     a.gate("witness", lambda: rep_witnesses.check_witnesses(a.run, base))
     a.gate("process_conditions", lambda: process.check_process_conditions(a.run, [base]))
+    a.gate("target_keys", lambda: target_keys.check_target_keys(a.run, a.loader.run_target(), [base]))
     band, _ = measurement.calibrate_band(metric, base, aa, len(base.reps), len(base.reps))
     a.gate("drift", lambda: measurement.check_drift(a.run, claim, base, band))
     random_weights = a.gate("random_weights", lambda: correctness.check_random_weights(a.run, [base]))
@@ -237,6 +238,7 @@ def audit_patch(a: Audit, bundle: bool = False) -> None:
 
     a.diff = a.gate("conditions", lambda: conditions.check_conditions(a.run, claim, base, cand)) or {}
     unknown = a.gate("knobs", lambda: knobs.check_unknown_knobs(a.run, claim, a.diff, base, cand)) or []
+    a.gate("target_keys", lambda: target_keys.check_target_keys(a.run, a.loader.run_target(), [base, cand], unknown))
     a.gate("reported_conditions", lambda: conditions.check_reported_conditions(a.run, claim, legs))
     if bundle:
         a.gate("bundle", lambda: _bundle_gates(a, base, cand))

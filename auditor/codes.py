@@ -31,7 +31,8 @@ CATALOG: dict[str, str] = {
     "NOT_ENGAGED": "The declared kernel/override never engaged according to the server log.",
     "UNKNOWN_KNOB": "A changed server knob the lever registry does not know: unclassified, it takes no class or "
                     "losslessness from the producer and needs exact parity or a passing registered quality eval "
-                    "(added).",
+                    "(added). Also a server_info key, equal in both legs or not, that the leg's target does not "
+                    "report or that no listed target can be attributed (auditor/data/target_keys.json; issue 17 §2).",
     # do no harm
     "REQUEST_ERRORS": "Requests failed or errored.",
     "SERVER_CRASH": "The server crashed or a leg died.",

@@ -165,6 +165,8 @@ class RunLoader:
         in one leg or across legs, is duplicated evidence (constant memory per rep)."""
         self._run_started: float | None | bool = False
         """Unix time the run started (run.json), None when unknown; False until read."""
+        self._manifest: dict | None | bool = False
+        """run.json as an object (None when absent or unreadable: the loader reported why); False until read."""
         self.notes: list[str] = []
         """What the loader read but did not check (a foreign file's fields perfwarden does not know)."""
         self.line_sealed: frozenset[str] = frozenset()
@@ -356,13 +358,25 @@ class RunLoader:
         return leg
 
     # ---------------------------------------------------------------- consistency across reps
+    def manifest(self) -> dict | None:
+        """run.json as an object, read once (None when absent or unreadable; an unreadable one is reported)."""
+        if self._manifest is False:
+            self._manifest = self.json_object(self.paths.manifest, False, "run manifest")[0] \
+                if exists(self.paths.manifest) else None
+        return self._manifest
+
+    def run_target(self) -> str | None:
+        """The serving target run.json names (the harness writes it in every run); None when it names none."""
+        target = (self.manifest() or {}).get("target")
+        return target if isinstance(target, str) else None
+
     def run_started(self) -> float | None:
         """Unix time the run started, from run.json's ``started_at`` (None when absent or unreadable)."""
         if self._run_started is False:
             self._run_started = None
-            if exists(self.paths.manifest):
-                obj, _ = self.json_object(self.paths.manifest, False, "run manifest")
-                stamp = obj.get("started_at") if obj else None
+            obj = self.manifest()
+            if obj is not None:
+                stamp = obj.get("started_at")
                 if isinstance(stamp, str):
                     try:
                         parsed = datetime.fromisoformat(stamp.replace("Z", "+00:00"))

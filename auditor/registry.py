@@ -197,3 +197,43 @@ def is_spec_decode_key(key: str) -> bool:
 
 def is_response_cache_key(key: str) -> bool:
     return _match(top_key(key), levers()["response_cache_keys"]) is not None
+
+
+# ------------------------------------------------------------------ keys each target reports
+
+
+def targets() -> dict[str, Any]:
+    """Target name -> its entry in ``target_keys.json`` (what that target's server_info holds, and why)."""
+    return load("target_keys.json")["targets"]
+
+
+@lru_cache(maxsize=None)
+def target_patterns(target: str) -> tuple[str, ...]:
+    """Every key pattern ``target`` reports: its own, those of the targets it stands in for, and what the
+    harness adds to every server it launches. Empty for a target the registry does not list."""
+    entry = targets().get(target)
+    if entry is None:
+        return ()
+    own = [*entry["keys"], *load("target_keys.json")["every_target"]["keys"]]
+    for other in entry.get("stands_in_for", []):
+        own += target_patterns(other)
+    return tuple(dict.fromkeys(own))
+
+
+def _segment_match(key: str, pattern: str) -> bool:
+    """fnmatch where ``*`` stays inside one dotted segment (``op_overrides.*`` is one op, never deeper)."""
+    return key.count(".") == pattern.count(".") and fnmatch.fnmatchcase(key, pattern)
+
+
+def target_reports(target: str, key: str) -> bool:
+    """Whether ``target``'s server reports the flattened key ``key`` (exact, case-sensitive)."""
+    return any(_segment_match(key, pattern) for pattern in target_patterns(target))
+
+
+def target_engines(target: str) -> frozenset[str]:
+    """The ``process_conditions.engine`` values the harness writes for ``target`` (and those it stands in for)."""
+    entry = targets().get(target, {})
+    own = set(entry.get("engines", []))
+    for other in entry.get("stands_in_for", []):
+        own |= target_engines(other)
+    return frozenset(own)

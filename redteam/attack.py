@@ -96,6 +96,14 @@ class AttackContext:
     def write_bench(self, leg: str, lines: list[dict[str, Any]]) -> None:
         self.leg_path(leg, "bench_runs.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines), "utf-8")
 
+    def target(self) -> str | None:
+        """The serving target run.json names (None when it names none)."""
+        try:
+            target = json.loads((self.run / "run.json").read_text("utf-8")).get("target")
+        except (OSError, ValueError, AttributeError):
+            return None
+        return target if isinstance(target, str) else None
+
     def info(self, leg: str) -> dict[str, Any]:
         return json.loads(self.leg_path(leg, "server_info.json").read_text("utf-8"))
 

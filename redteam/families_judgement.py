@@ -175,6 +175,8 @@ def acceptance_misreported(ctx: AttackContext, rng: random.Random) -> Expectatio
 def honest_spec_paperwork(ctx: AttackContext, rng: random.Random) -> Expectation | None:
     if _spec_declared(ctx) or lossy_claim(ctx) or (ctx.claim.get("lever") or {}).get("kernel_ops"):
         return None
+    if ctx.target() == "embedded":
+        return None  # an honest embedded server never reports SGLang's speculative_* keys (it has prompt_lookup)
     _declare_spec(ctx, rng, rng.randint(2, 6))
     ctx.claim["mechanism"] = {"name": "speculative_decoding", "variant": "ngram"}
     as_class_b_e2e(ctx)
@@ -433,23 +435,29 @@ def honest_prose(ctx: AttackContext, rng: random.Random) -> Expectation | None:
 # ------------------------------------------------------------------ rule 7: unexplained deltas
 
 
+KERNEL_OP = "rmsnorm"
+"""The op a re-presented kernel claim overrides: one the embedded server can override (it refuses any
+other, so its server_info never names another: ``auditor/data/target_keys.json``), so a near miss on a
+recorded base stays what a real server could report."""
+
+
 def _as_kernel_claim(ctx: AttackContext, share: float) -> None:
     """Re-present the change as one kernel override whose op takes ``share`` of the profile."""
     info = dict(ctx.info(ctx.base_leg))
-    info["op_overrides"] = {"rt_fused_op": "kernels/rt_fused_op.py"}
+    info["op_overrides"] = {KERNEL_OP: f"kernels/rt_{KERNEL_OP}.py"}
     for key in ("port", "pid"):
         if key in ctx.info(ctx.cand_leg):
             info[key] = ctx.info(ctx.cand_leg)[key]
     ctx.write_info(ctx.cand_leg, info)
     base_log = ctx.leg_path(ctx.base_leg, "server.log")
     ctx.leg_path(ctx.cand_leg, "server.log").write_text(base_log.read_text("utf-8") if base_log.is_file() else "")
-    ctx.append_log(ctx.cand_leg, ["INFO override rt_fused_op engaged on 30 modules"])
-    ctx.set_overlay(ctx.cand_leg, {}, [{"op": "rt_fused_op", "impl": "kernels/rt_fused_op.py"}])
-    ctx.claim["lever"] = {"name": "rt_fused_op", "lever_class": "A", "kernel_ops": ["rt_fused_op"]}
+    ctx.append_log(ctx.cand_leg, [f"INFO override {KERNEL_OP} engaged on 30 modules"])
+    ctx.set_overlay(ctx.cand_leg, {}, [{"op": KERNEL_OP, "impl": f"kernels/rt_{KERNEL_OP}.py"}])
+    ctx.claim["lever"] = {"name": KERNEL_OP, "lever_class": "A", "kernel_ops": [KERNEL_OP]}
     ctx.claim["mechanism"] = {"name": "baseline"}
     ctx.headline().update({"kind": "kernel", "value": round(measured_delta(ctx), 2), "disclosed_regressions":
                            truthful_disclosures(ctx)})
-    rows = [{"name": "rt_fused_op", "op": "rt_fused_op", "self_time_us": 10000.0 * share},
+    rows = [{"name": KERNEL_OP, "op": KERNEL_OP, "self_time_us": 10000.0 * share},
             {"name": "aten::linear", "op": "linear", "self_time_us": 10000.0 * (1 - share)}]
     ctx.write_text("profile/profile.jsonl", "".join(json.dumps(r) + "\n" for r in rows))
 

@@ -70,12 +70,14 @@ def test_combining_takes_the_stricter_verdict_and_never_mixes_honest():
 
 
 def test_a_planted_weakness_is_found_and_becomes_a_fixture(tmp_path, monkeypatch):
-    """Blind the unknown-knob gate: the unknown_knob_declared attack must then succeed, be written as a
-    fixture whose answer is the attack's own, and the CLI must exit 1."""
+    """Blind the unknown-knob gates (a changed unknown knob; a key the target does not report): the
+    unknown_knob_declared attack must then succeed, be written as a fixture whose answer is the attack's
+    own, and the CLI must exit 1."""
     from perfwarden.auditor.findings import GateResult
-    from perfwarden.auditor.gates import knobs
+    from perfwarden.auditor.gates import knobs, target_keys
 
     monkeypatch.setattr(knobs, "check_unknown_knobs", lambda *a, **k: GateResult(value=[]))
+    monkeypatch.setattr(target_keys, "check_target_keys", lambda *a, **k: GateResult())
     monkeypatch.setattr(knobs, "lossy_reasons", lambda *a, **k: [])
     out = tmp_path / "found"
     result = CliRunner().invoke(app, ["redteam", str(CLEAN), "--families", "unknown_knob_declared", "--out",

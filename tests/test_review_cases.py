@@ -36,7 +36,9 @@ def build_demo_run(run: Path, *, save: bool = True, cand_tput: list[float] | Non
     through the harness's seal like a recorded run (else an unsealed, imported-looking run)."""
     if sealed:
         seal.begin(run, key_file=demo_key(run))
-    write_manifest(run, run_id=run_id, target="embedded", model="SmolLM2-135M-Instruct")
+    # target 'synthetic': the legs hold the fixture builder's server_info (top-level host/port), which the
+    # embedded server never writes (auditor/data/target_keys.json)
+    write_manifest(run, run_id=run_id, target="synthetic", model="SmolLM2-135M-Instruct")
     write_leg(run, "base", "baseline", BASE_INFO, reps("base", BASE_TPUT, 0), outputs=COHERENT_TEXTS)
     write_leg(run, "cand", "candidate", CAND_INFO, reps("cand", cand_tput or CAND_TPUT, 1), outputs=COHERENT_TEXTS,
               overlay={"config": {"max_batch_size": 8}}, parent="base")

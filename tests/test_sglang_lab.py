@@ -25,6 +25,7 @@ from perfwarden.auditor.audit import audit_claim
 from perfwarden.agents.base import Proposal
 from perfwarden.harness import seal
 from perfwarden.harness.prompts import parity_prompts
+from perfwarden.harness.records import RunManifest, write_json_atomic
 from perfwarden.harness.sglang_target import SGLangEnvError, check_model_path, find_sglang_python
 from perfwarden.harness.target_config import SGLangConfig
 from perfwarden.orchestrator.cli import app
@@ -253,6 +254,8 @@ def test_the_auditor_audits_an_sglang_ab_from_the_raw(tmp_path, model_dir, sglan
     """An honest class-B step measured on the stand-in: the auditor reads the legs the SGLang lab wrote
     (sealed), finds the declared knob in server_info, and does not call the evidence missing or forged."""
     run = tmp_path / "run"
+    run.mkdir()  # run.json first, as the graph writes it: it names the target the auditor holds each key to
+    write_json_atomic(run / "run.json", RunManifest(id="run", target="sglang", model=model_dir))
     legs = [plan("base"), plan("aa", "aa"), plan("cand", "candidate", "base", mem_fraction_static=0.9)]
     assert lab(model_dir, sglang_python).measure(run, legs, reps=3) == {"base": "ok", "aa": "ok", "cand": "ok"}
     proposal = Proposal(id="cfg-mem_fraction_static=0.9", kind="config", producer="config_tuner",
