@@ -98,3 +98,18 @@ def test_a_long_line_that_does_not_decode_still_cites_its_sha256(tmp_path):
     out = list(jsonl.iter_jsonl(path, jsonl.BenchRunLine, issues, hashlib.sha256(), cite=True))
     assert [i.kind for i in issues] == ["corrupt"] and issues[0].ref.digest == hashlib.sha256(bad).hexdigest()
     assert [ref.digest for ref, _ in out] == [hashlib.sha256(good).hexdigest()]
+
+
+def test_segment_sums_without_a_terminator_copy():
+    """Per-request gap sums: empty requests first, between and last (the last one once needed a copy
+    of every gap with a terminator appended)."""
+    import numpy as np
+
+    from perfwarden.auditor.rederive import _segment_sums
+
+    lists = [[], [0.5, 0.25], [], [], [1.0], [0.125, 0.125, 0.25], [], []]
+    lens = np.array([len(g) for g in lists], dtype=np.intp)
+    gaps = np.array([x for g in lists for x in g])
+    assert _segment_sums(gaps, lens).tolist() == [sum(g) for g in lists]
+    assert _segment_sums(np.zeros(0), np.zeros(3, dtype=np.intp)).tolist() == [0.0, 0.0, 0.0]
+    assert _segment_sums(np.zeros(0), np.zeros(0, dtype=np.intp)).tolist() == []
