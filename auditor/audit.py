@@ -18,8 +18,7 @@ from typing import Any, Callable
 
 from perfwarden.auditor import banking, registry, stats
 from perfwarden.auditor.claim_file import ClaimError, load_claim  # noqa: F401 - re-exported
-from perfwarden.auditor.evidence import (LegEvidence, QualityRecords, RunLoader, _plain_name, check_named_folders,
-                                        read_served)
+from perfwarden.auditor.evidence import LegEvidence, QualityRecords, RunLoader, _plain_name, check_named_folders
 from perfwarden.auditor.findings import Findings, GateResult, decide
 from perfwarden.auditor.gates import (caching, conditions, correctness, engine_witness, explain, integrity,
                                       knobs, lever, measurement, opbench, process, profile, prose, rep_witnesses,
@@ -315,7 +314,7 @@ def _profile_rows(a: Audit):
 def _served_gates(a: Audit, base: LegEvidence, cand: LegEvidence, lossy: bool, unknown_knob: bool) -> None:
     """Parity from what was served: each leg's dump against its own served texts, then served texts
     across legs (exact for an unclassified knob)."""
-    base_served, cand_served = read_served(base.bench_path), read_served(cand.bench_path)
+    base_served, cand_served = base.served, cand.served
     results = [served.check_dump_matches_served(a.run, base, base_served),
                served.check_dump_matches_served(a.run, cand, cand_served),
                served.check_served_parity(a.run, base, cand, base_served, cand_served, lossy,

@@ -19,7 +19,6 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-import msgspec
 from pydantic import ValidationError
 
 from perfwarden.auditor.findings import Findings, GateResult, finding
@@ -134,6 +133,8 @@ class LegEvidence:
     """Rep -> what LoadGen's own logs of it state (the witnesses of the line), where they exist."""
     loadgen_problems: list[str] = field(default_factory=list)
     """LoadGen logs that exist but could not be read (their cross-check is not made)."""
+    served: "Served | None" = None
+    """Texts its server returned per prompt id, from the bench lines as loaded (None: no prompt ids)."""
 
 
 def _finite_json(obj: Any) -> bool:
@@ -350,7 +351,9 @@ class RunLoader:
         leg.log = self.server_log(self.paths.server_log(name), f"server log of {name!r}")
         leg.bench_path = self.paths.bench_runs(name)
         lines_before = self._lines_seen
-        leg.reps = self._load_reps(name, leg.bench_path)
+        served = ServedReader()
+        leg.reps = self._load_reps(name, leg.bench_path, served)
+        leg.served = served.result()
         leg.torn_tail = self._legs_torn.get(name, False)
         leg.corrupt_reps = max(self._lines_seen - lines_before - len(leg.reps), 0)
         leg.loadgen, leg.loadgen_problems = self._loadgen_counts(name, leg.reps)
@@ -431,8 +434,9 @@ class RunLoader:
                 logs[rep.rep] = record
         return logs, problems
 
-    def _load_reps(self, name: str, path: Path) -> list[RepMetrics]:
-        """Stream bench_runs.jsonl, re-deriving each rep and dropping its arrays (memory stays flat)."""
+    def _load_reps(self, name: str, path: Path, served: "ServedReader") -> list[RepMetrics]:
+        """Stream bench_runs.jsonl, re-deriving each rep and dropping its arrays (memory stays flat);
+        ``served`` takes each decoded line's served texts in the same pass."""
         if not self.present(path, True, f"bench_runs of leg {name!r}", f"leg {name!r} has no bench_runs.jsonl"):
             return []
         issues: list[LineIssue] = []
@@ -454,6 +458,7 @@ class RunLoader:
                                         check_keys=_rel(self.run, path) not in self.line_sealed, cite=True):
                 index += 1
                 self._lines_seen += 1
+                served.add(ref, line)
                 claimed_leg, rep, error = line.leg, None, None
                 if claimed_leg is None or claimed_leg == name:
                     try:
@@ -780,14 +785,6 @@ MAX_PROMPT_IDS = 4096
 """Distinct prompt ids remembered per leg (memory stays bounded on million-request files)."""
 
 
-class ServedLine(msgspec.Struct, kw_only=True):
-    """The fields of a bench line that say what was served (everything else is skipped)."""
-
-    prompt_ids: list[str | int | None] | None = None
-    generated_texts: list[str | None] | None = None
-    errors: list[str | None] | None = None
-
-
 @dataclass
 class Served:
     """What one leg's server returned, per prompt id: the texts and the first line serving each."""
@@ -800,29 +797,41 @@ class Served:
         return self.texts[pid].most_common(1)[0][0]
 
 
-def read_served(path: Path | None) -> Served | None:
-    """Texts served per prompt id, from successful requests; None when no line names its prompts."""
-    if path is None or not path.is_file():
-        return None
-    served = Served()
-    keyed = False
-    issues: list[LineIssue] = []  # torn/corrupt lines are reported by the evidence loader
-    # A partial view of lines the evidence loader already decoded strictly and scanned for repeated keys.
-    for ref, line in iter_jsonl(path, ServedLine, issues, check_keys=False, cite=True):
+@dataclass
+class ServedReader:
+    """Texts served per prompt id, taken from each bench line as the evidence loader decodes it.
+
+    Why in the loader's pass: a second read of the file (the former ``read_served``) cost a full pass
+    over a million-request file, judged bytes that could have changed since the loader hashed them, and
+    skipped every line over the generic line bound (a 100k-request rep), so served parity went unchecked
+    on exactly the large runs. A writer names its prompts on every line or on none: once a first line
+    names none, later lines are not looked at."""
+
+    served: Served = field(default_factory=Served)
+    keyed: bool = False
+    closed: bool = False
+
+    def add(self, ref: LineRef, line: BenchRunLine) -> None:
+        """Count the successful requests' texts of one decoded line."""
+        if self.closed:
+            return
         if line.prompt_ids is None or line.generated_texts is None:
-            if not keyed:
-                return None  # a writer names its prompts on every line or on none: no second pass over a
-            continue         # million-request file that has none (plain sglang/vLLM output)
-        keyed = True
+            self.closed = not self.keyed
+            return
+        self.keyed = True
+        texts, first_ref = self.served.texts, self.served.first_ref
         errors = line.errors or [None] * len(line.prompt_ids)
         for pid, text, err in zip(line.prompt_ids, line.generated_texts, errors):
             if pid is None or text is None or err:
                 continue
             key = str(pid)
-            if key not in served.texts:
-                if len(served.texts) >= MAX_PROMPT_IDS:
+            if key not in texts:
+                if len(texts) >= MAX_PROMPT_IDS:
                     continue
-                served.texts[key] = Counter()
-                served.first_ref[key] = ref
-            served.texts[key][text] += 1
-    return served if keyed else None
+                texts[key] = Counter()
+                first_ref[key] = ref
+            texts[key][text] += 1
+
+    def result(self) -> Served | None:
+        """The served texts, or None when no line names its prompts."""
+        return self.served if self.keyed else None

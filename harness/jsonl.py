@@ -22,8 +22,9 @@ import json
 import os
 import queue
 import threading
-from collections.abc import Iterator
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Generic, Literal, TypeVar
 
@@ -94,7 +95,8 @@ class ReadReport(Generic[T]):
 
 def iter_raw_lines(path: Path, issues: list[LineIssue], digest: "hashlib._Hash | None" = None,
                    root: Path | None = None, max_line: int = LINE_BYTES,
-                   cite: bool = False, keep_tail: bool = False) -> Iterator[tuple[LineRef, bytes]]:
+                   cite: bool = False, keep_tail: bool = False,
+                   taken: "list[Callable[[], str]] | None" = None) -> Iterator[tuple[LineRef, bytes]]:
     """Yield complete (newline-terminated) lines with their location; report a torn tail.
 
     The file is opened with :func:`perfwarden.harness.safe_read.open_regular`: it must be a regular
@@ -107,6 +109,9 @@ def iter_raw_lines(path: Path, issues: list[LineIssue], digest: "hashlib._Hash |
     size); one longer than ``max_line`` is never held: hashed while skipped, reported ``corrupt``.
     ``cite``: each ``LineRef`` carries the line's sha256 and first bytes. ``keep_tail``: a torn tail within
     the bound is reported *and* yielded, so :func:`iter_jsonl` may take back a finished foreign record.
+    ``taken`` (with ``cite``): a long line's sha256 is taken on a worker thread while the consumer decodes
+    the line (:func:`sha256_meanwhile`): the ref is yielded without its digest and a callable that waits
+    for it is appended to ``taken`` (the consumer puts it in the ref, :func:`iter_jsonl`).
     """
     path = Path(path)
     line_no = 0
@@ -154,7 +159,10 @@ def iter_raw_lines(path: Path, issues: list[LineIssue], digest: "hashlib._Hash |
                         # Hand the line over without keeping a reference in this frame: a rep's line
                         # can be tens of MB, and it must be freed as soon as the consumer decoded it.
                         ref = LineRef(path, line_no, line_offset, len(line))
-                        if cite:
+                        if cite and taken is not None and len(line) >= LINE_HASH_THREAD_BYTES:
+                            taken.append(sha256_meanwhile(line))
+                            ref = LineRef(path, line_no, line_offset, len(line), None, line[:CITE_HEAD_BYTES])
+                        elif cite:
                             ref = LineRef(path, line_no, line_offset, len(line), hashlib.sha256(line).hexdigest(),
                                           line[:CITE_HEAD_BYTES])
                         slot = [(ref, line)]
@@ -244,6 +252,33 @@ class _Hasher:
             self._queue.put(None)
             self._thread.join()
             self._thread = None
+
+
+LINE_HASH_THREAD_BYTES = 4 << 20
+"""Cited lines at least this long are hashed by :func:`sha256_meanwhile` (shorter ones inline: starting
+a thread would cost more than it saves)."""
+
+
+def sha256_meanwhile(line: bytes) -> Callable[[], str]:
+    """Start hashing ``line`` on a thread of its own; the returned callable waits for the hex digest.
+
+    Why: a cited bench line's own sha256 (~0.4 s per 700 MB) would otherwise run on the decoding thread
+    after or before a decode that holds the GIL for its whole length, so no worker could overlap it.
+    ``hashlib`` hashes a long buffer with the GIL released; this returns only once the thread has begun
+    (``started``), so the hash runs while the caller decodes the very same bytes object."""
+    future: Future[str] = Future()
+    started = threading.Event()
+
+    def run() -> None:
+        started.set()
+        try:
+            future.set_result(hashlib.sha256(line).hexdigest())
+        except BaseException as exc:  # never leave the reader waiting on a digest
+            future.set_exception(exc)
+
+    threading.Thread(target=run, name="perfwarden-line-sha256", daemon=True).start()
+    started.wait()
+    return future.result
 
 
 # What decoding one hostile line can raise besides msgspec's own errors: invalid UTF-8 inside a string
@@ -423,8 +458,9 @@ def iter_jsonl(path: Path, schema: type[T], issues: list[LineIssue], digest: "ha
     the nesting before decoding (small records; the bench schema bounds its own nesting)."""
     decoder = msgspec.json.Decoder(schema)
     foreign = msgspec.json.Decoder(FOREIGN_SCHEMAS[schema]) if schema in FOREIGN_SCHEMAS else None
+    taken: list[Callable[[], str]] = []  # a long line's sha256, taken on the hashing worker meanwhile
     for ref, line in iter_raw_lines(path, issues, digest, root, max_line, cite,
-                                    keep_tail=foreign is not None):
+                                    keep_tail=foreign is not None, taken=taken):
         if issues and issues[-1].kind == "torn_tail" and issues[-1].ref.line == ref.line:
             record = _finished_foreign_tail(line, decoder, foreign, check_keys)
             if record is None:
@@ -446,16 +482,24 @@ def iter_jsonl(path: Path, schema: type[T], issues: list[LineIssue], digest: "ha
                 record = decode_line(foreign, line, check_keys)
                 if getattr(record, "schema_version", None) is not None:
                     raise  # the harness wrote it: its schema is the whole line
+                ref = _with_digest(ref, taken)
                 issues.append(LineIssue("foreign_fields", ref, ", ".join(sorted(
                     set(_TOP.decode(line)) - set(schema.__struct_fields__)))))
         except (*DECODE_ERRORS, JsonTooDeep) as exc:
-            issues.append(LineIssue(_issue_kind(exc, line), ref, f"line {ref.line} of {Path(path).name!r} does not "
-                                    f"decode as {schema.__name__}: {_describe(exc)}"))
+            issues.append(LineIssue(_issue_kind(exc, line), _with_digest(ref, taken), f"line {ref.line} of "
+                                    f"{Path(path).name!r} does not decode as {schema.__name__}: {_describe(exc)}"))
             continue
         finally:
             line = None  # the raw bytes are not needed once decoded (memory stays one line)
-        yield ref, record
+        yield _with_digest(ref, taken), record
         record = None  # the consumer decides how long the decoded record lives
+
+
+def _with_digest(ref: LineRef, taken: list[Callable[[], str]]) -> LineRef:
+    """``ref`` with the sha256 the hashing worker took of its line (waits for it), if one is pending."""
+    if not taken:
+        return ref
+    return replace(ref, digest=taken.pop()())
 
 
 # ------------------------------------------------------------------------------------ line schemas
