@@ -158,14 +158,7 @@ def iter_raw_lines(path: Path, issues: list[LineIssue], digest: "hashlib._Hash |
                     if line.strip():
                         # Hand the line over without keeping a reference in this frame: a rep's line
                         # can be tens of MB, and it must be freed as soon as the consumer decoded it.
-                        ref = LineRef(path, line_no, line_offset, len(line))
-                        if cite and taken is not None and len(line) >= LINE_HASH_THREAD_BYTES:
-                            taken.append(sha256_meanwhile(line))
-                            ref = LineRef(path, line_no, line_offset, len(line), None, line[:CITE_HEAD_BYTES])
-                        elif cite:
-                            ref = LineRef(path, line_no, line_offset, len(line), hashlib.sha256(line).hexdigest(),
-                                          line[:CITE_HEAD_BYTES])
-                        slot = [(ref, line)]
+                        slot = [(_line_ref(path, line_no, line_offset, line, cite, taken), line)]
                         line = None
                         yield slot.pop()
                 if start < len(chunk):
@@ -197,6 +190,18 @@ def iter_raw_lines(path: Path, issues: list[LineIssue], digest: "hashlib._Hash |
             yield ref, tail[:-1] if tail.endswith(b"\r") else tail
     elif line_no == 0:
         issues.append(LineIssue("empty_file", LineRef(path, 0, 0, 0), f"{path.name!r} is empty"))
+
+
+def _line_ref(path: Path, line_no: int, offset: int, line: bytes, cite: bool,
+              taken: "list[Callable[[], str]] | None") -> LineRef:
+    """A line's location; with ``cite`` its sha256 (taken beside the decode for a long line when the
+    consumer collects ``taken``) and first bytes."""
+    if not cite:
+        return LineRef(path, line_no, offset, len(line))
+    if taken is not None and len(line) >= LINE_HASH_THREAD_BYTES:
+        taken.append(sha256_meanwhile(line))
+        return LineRef(path, line_no, offset, len(line), None, line[:CITE_HEAD_BYTES])
+    return LineRef(path, line_no, offset, len(line), hashlib.sha256(line).hexdigest(), line[:CITE_HEAD_BYTES])
 
 
 def _start_oversize(pieces: list[bytes]) -> "hashlib._Hash":
