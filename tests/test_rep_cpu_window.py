@@ -104,3 +104,12 @@ def test_a_real_window_tells_the_servers_cpu_from_a_neighbours():
             assert figures["server_cpu_s"] >= 0.4, figures  # the spinner's CPU is the server's
         else:
             assert figures["server_cpu_s"] == 0 and others >= 0.4, figures  # and here a neighbour's
+
+
+def test_a_version3_line_whose_window_was_removed_cannot_show_a_quiet_machine(tmp_path):
+    """Drop the window of a rep where a neighbour ran only between the samples: judged on its quiet samples
+    and load average alone, the rep would look quiet. The harness writes the window wherever it took both
+    samples, so from version 3 its absence is evidence removed; earlier lines are judged as before."""
+    quiet = {"start": sample(0.5), "end": sample(0.5)}
+    assert ("EVIDENCE_MISSING", "FLAG") in _codes(check_contention(tmp_path, leg_with(tmp_path, quiet, version=3)))
+    assert _codes(check_contention(tmp_path, leg_with(tmp_path, quiet, version=2))) == []

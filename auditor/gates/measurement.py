@@ -387,6 +387,19 @@ def _harness_gap(sample: dict, version: int) -> list[str]:
     return missing if version >= 2 or len(missing) < len(HARNESS_FIGURES) else []
 
 
+WINDOW_VERSION = 3
+"""The bench line version from which the harness writes the rep's CPU window beside its samples."""
+
+
+def _window_removed(contention: dict, version: int | None) -> bool:
+    """A line of version 3 or later whose two samples were both taken carries its window (the harness reads
+    the same /proc for both): without it the window was removed, and the load average it replaces would
+    judge a neighbour that ran between the samples as absent."""
+    samples = [contention.get(k) for k in ("start", "end")]
+    return (version is not None and version >= WINDOW_VERSION and "window" not in contention
+            and all(isinstance(x, dict) and x.get("error") is None for x in samples))
+
+
 def _number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
@@ -454,6 +467,9 @@ def check_contention(run: Path, leg: LegEvidence, severity: str = "FLAG") -> Gat
                 (errored if any(x.get("error") for x in samples) else unsampled).append(rep)
                 continue
             window = rep.contention.get("window") if version is not None else None
+            if window is None and _window_removed(rep.contention, version):
+                unsampled.append(rep)
+                continue
             reasons = [r for x in usable for r in sample_contention(x, judge_load=window is None)]
             if window is not None:
                 reasons += window_contention(window, min(filter(None, map(machine_cores, usable)), default=None))
