@@ -47,10 +47,11 @@ import numpy as np
 from perfwarden.harness.jsonl import DECODE_ERRORS, LineIssue, iter_raw_lines
 from perfwarden.harness import safe_write, seal
 
-BENCH_LINE_VERSION = 2
-"""The bench line's own version (``schema_version`` of a line). 2 adds ``ended_at`` and
-``server_counters`` and makes both required (the auditor holds a line of version 2 without them as
-evidence removed); 1 had neither."""
+BENCH_LINE_VERSION = 3
+"""The bench line's own version (``schema_version`` of a line). 3 adds the rep's CPU window
+(``contention.window``), required wherever both samples were taken; 2 added ``ended_at`` and
+``server_counters`` and made both required (the auditor holds a line without them as evidence removed);
+1 had neither."""
 
 InputLenSource = Literal["usage", "estimate"]
 OutputLenSource = Literal["usage", "stream_chunks"]

@@ -205,6 +205,59 @@ def wait_until_idle(pids: Iterable[int], max_s: float = SETTLE_MAX_S, window_s: 
             return t1 - start
 
 
+@dataclass(frozen=True)
+class CpuWindow:
+    """The readings a rep's CPU window starts from (:func:`open_cpu_window`)."""
+
+    t: float
+    machine: CpuTimes
+    server: dict[int, PidStat]
+    harness: PidStat
+
+
+def window_figures(start: CpuWindow, end: CpuWindow, clk_tck: int) -> dict[str, float]:
+    """CPU seconds over the window: the whole machine's busy time, the server's processes' (those seen at
+    both ends) and the harness's own process (LoadGen and the client run in it)."""
+    server = sum(end.server[p].cpu_ticks - st.cpu_ticks for p, st in start.server.items()
+                 if p in end.server and end.server[p].name == st.name) / clk_tck
+    harness = (end.harness.cpu_ticks - start.harness.cpu_ticks) / clk_tck
+    busy = (end.machine.total - end.machine.idle) - (start.machine.total - start.machine.idle)
+    return {"wall_s": round(end.t - start.t, 4), "machine_cpu_s": round(busy / clk_tck, 3),
+            "server_cpu_s": round(server, 3), "harness_cpu_s": round(harness, 3)}
+
+
+def _read_window(pids: Iterable[int], proc: Path) -> CpuWindow:
+    t = time.perf_counter()
+    machine = parse_cpu_times((proc / "stat").read_text())
+    wanted = set(pids)
+    stats = read_pid_stats(proc)
+    return CpuWindow(t, machine, {p: st for p, st in stats.items() if p in wanted},
+                     parse_pid_stat((proc / "self" / "stat").read_text()))
+
+
+def open_cpu_window(pids: Iterable[int], proc: Path = PROC) -> CpuWindow | None:
+    """Start a rep's CPU window over the server's processes ``pids`` (None where /proc cannot be read:
+    the line then carries no window, and the auditor judges the load average instead)."""
+    try:
+        return _read_window(pids, proc)
+    except (OSError, ValueError):
+        return None
+
+
+def close_cpu_window(start: CpuWindow | None, proc: Path = PROC) -> dict[str, float] | None:
+    """The rep's CPU window (``contention.window`` of a bench line): what the machine, the server and the
+    harness used over the rep. Samples before and after a rep see a neighbour only while they look; the
+    window sees all of the rep, and unlike the load average it does not count the server's own threads
+    as neighbours (vLLM's engine core, worker and OpenMP threads held a 2-core machine's load above 4)."""
+    if start is None:
+        return None
+    try:
+        end = _read_window(start.server, proc)
+    except (OSError, ValueError):
+        return None
+    return window_figures(start, end, os.sysconf("SC_CLK_TCK"))
+
+
 # --------------------------------------------------------------------------------------- readers
 
 

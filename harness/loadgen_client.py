@@ -62,7 +62,7 @@ from perfwarden.harness.bench_writer import (
     rep_exists,
     seal_torn_tail,
 )
-from perfwarden.harness.contention import sample_contention, wait_until_idle
+from perfwarden.harness.contention import close_cpu_window, open_cpu_window, sample_contention, wait_until_idle
 from perfwarden.harness.prompts import Prompt, estimate_tokens
 from perfwarden.harness import safe_write, seal
 from perfwarden.harness.records import RunDir
@@ -737,7 +737,9 @@ def measure_rep(run_dir: Path | RunDir, leg: str, rep: int, base_url: str, promp
     wait_until_idle(exclude_pids)  # the server's own tail of the last rep is not the machine's contention
     before = sample_contention(contention_interval_s, exclude_pids=exclude_pids)
     counters_before = server_counters(fetch_server_info(base_url))
+    window = open_cpu_window(exclude_pids)
     result = run_rep(base_url, prompts, settings, run.loadgen_rep(leg, rep))
+    window_figures = close_cpu_window(window)
     # As sglang's bench_serving: read server_info *after* the rep, when its runtime counters (e.g. the
     # speculative accept length) reflect the load; fall back to the copy taken at start-up.
     wait_until_idle(exclude_pids)
@@ -751,7 +753,8 @@ def measure_rep(run_dir: Path | RunDir, leg: str, rep: int, base_url: str, promp
         ended_at=result.started_at + result.wall_s,
         request_rate=settings.target_qps if settings.scenario == "Server" else "inf",
         max_concurrency=settings.max_concurrency, backend=backend, dataset_name=dataset_name,
-        server_info=server_info, contention={"start": before, "end": after},
+        server_info=server_info, contention={"start": before, "end": after,
+                                             **({"window": window_figures} if window_figures else {})},
         server_counters={"before": counters_before, "after": counters_after}
         if counters_before is not None and counters_after is not None else None,
         extra={"scenario": settings.scenario, "issued": result.issued, "request_params": request_params(settings),

@@ -120,7 +120,10 @@ def test_server_scenario_rep_writes_a_decodable_sglang_line_and_loadgen_logs(ser
 
     # --- contention sampled at start and end (a raw-JSON field of the line schema)
     contention = msgspec.json.decode(rec.contention)
-    assert set(contention) == {"start", "end"}
+    assert set(contention) == {"start", "end", "window"}
+    window = contention["window"]  # the rep's CPU: the harness's own process ran LoadGen and the client
+    assert window["wall_s"] >= rec.duration * 0.9 and window["harness_cpu_s"] > 0
+    assert window["machine_cpu_s"] + 0.1 >= window["server_cpu_s"] + window["harness_cpu_s"]
     assert len(contention["start"]["loadavg"]) == 3 or contention["start"]["error"]
     assert contention["start"].get("error") or contention["start"]["ncpu_available"] >= 1
 

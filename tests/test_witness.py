@@ -178,7 +178,7 @@ def test_the_harness_writes_version_2_lines_with_the_server_counters():
     line = build_bench_line([record], leg="a", rep=0, started_at=100.0, duration_s=0.3, request_rate="inf",
                             max_concurrency=None, backend="openai", dataset_name="d", ended_at=100.4,
                             server_counters=seen)
-    assert line["schema_version"] == BENCH_LINE_VERSION == 2 and line["server_counters"] == seen
+    assert line["schema_version"] == BENCH_LINE_VERSION == 3 and line["server_counters"] == seen
     decoded = msgspec.json.decode(jsonl_text(line), type=BenchRunLine)
     assert json.loads(bytes(decoded.server_counters)) == seen
 

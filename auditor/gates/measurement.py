@@ -282,11 +282,13 @@ def machine_cores(sample: dict) -> float | None:
     return min(usable) if usable else None
 
 
-def sample_contention(sample: dict) -> list[str]:
+def sample_contention(sample: dict, judge_load: bool = True) -> list[str]:
     """Why one contention sample shows a busy machine (empty when it does not). Judged on the whole
     machine: any one other process past half a core, the summed CPU of every other process, the
     machine's busy share while the server idled (samples are taken just before and after the load),
-    and the load average -- each against the number of cores."""
+    and the load average -- each against the number of cores. ``judge_load=False`` where the rep's CPU
+    window (:func:`window_contention`) measured the other processes over the rep itself: the load
+    average mixes the server's own runnable threads into the neighbours'."""
     reasons = []
     _check_figures(sample)
     cores = machine_cores(sample)
@@ -312,9 +314,38 @@ def sample_contention(sample: dict) -> list[str]:
     if _number(load1) and cores:
         if load1 < 0:
             raise ContentionFormatError(f"contention load average {load1!r} is negative")
-        if load1 >= LOADAVG_PER_CORE * cores:
+        if judge_load and load1 >= LOADAVG_PER_CORE * cores:
             reasons.append(f"1-minute load average {load1:.2f} on {cores:g} cores")
     return reasons
+
+
+WINDOW_FIELDS = frozenset({"wall_s", "machine_cpu_s", "server_cpu_s", "harness_cpu_s"})
+"""The rep's CPU window (``harness/contention.py`` ``close_cpu_window``): CPU seconds of the whole machine,
+of the server's processes and of the harness's own process (LoadGen and the client) over the rep."""
+WINDOW_SLACK_S = 0.05
+"""Clock-tick rounding of the per-process and machine readings (1/100 s each, a few processes)."""
+
+
+def window_contention(window: Any, cores: float | None) -> list[str]:
+    """Why the rep's CPU window shows other work (empty when it does not): everything the machine ran
+    over the rep less the server's and the harness's own processes -- neighbours, and the kernel's work
+    for them -- against the same limit as the samples. Figures the readings cannot produce are corrupt."""
+    if not isinstance(window, dict) or set(window) != WINDOW_FIELDS:
+        raise ContentionFormatError(f"the rep's CPU window holds {sorted(window) if isinstance(window, dict) else window!r}, "
+                                    f"not {sorted(WINDOW_FIELDS)}")
+    if not all(_number(v) and v >= 0 for v in window.values()) or window["wall_s"] <= 0:
+        raise ContentionFormatError(f"the rep's CPU window {window!r} holds a figure that is not a non-negative number")
+    wall, machine = window["wall_s"], window["machine_cpu_s"]
+    own = window["server_cpu_s"] + window["harness_cpu_s"]
+    slack = WINDOW_SLACK_S + 0.02 * machine
+    if own > machine + slack or (cores and machine > cores * wall + slack):
+        raise ContentionFormatError(f"the rep's CPU window is impossible: the server and harness used {own:.3f} s, "
+                                    f"the machine {machine:.3f} s on {cores or '?'} cores in {wall:.3f} s")
+    others_pct = 100.0 * max(machine - own, 0.0) / wall
+    limit = 100.0 * max(OTHERS_MIN_CORES, OTHERS_CORE_SHARE * (cores or 1.0))
+    if others_pct >= limit:
+        return [f"other work used {others_pct:.0f}% of a core over the rep (limit {limit:.0f}% on {cores or 1:g} cores)"]
+    return []
 
 
 _CORE_KEYS = ("ncpu", "ncpu_available", "cpu_quota_cores")
@@ -356,6 +387,19 @@ def _harness_gap(sample: dict, version: int) -> list[str]:
     return missing if version >= 2 or len(missing) < len(HARNESS_FIGURES) else []
 
 
+WINDOW_VERSION = 3
+"""The bench line version from which the harness writes the rep's CPU window beside its samples."""
+
+
+def _window_removed(contention: dict, version: int | None) -> bool:
+    """A line of version 3 or later whose two samples were both taken carries its window (the harness reads
+    the same /proc for both): without it the window was removed, and the load average it replaces would
+    judge a neighbour that ran between the samples as absent."""
+    samples = [contention.get(k) for k in ("start", "end")]
+    return (version is not None and version >= WINDOW_VERSION and "window" not in contention
+            and all(isinstance(x, dict) and x.get("error") is None for x in samples))
+
+
 def _number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
@@ -388,7 +432,7 @@ def validate_sample_fields(contention: dict, version: int) -> None:
         raise ContentionFormatError(f"a version-{version} line's contention holds 'start' and 'end' samples, not "
                                     f"{', '.join(map(repr, sorted(contention)[:5]))}")
     if nested:
-        extra = sorted(set(contention) - {"start", "end"})
+        extra = sorted(set(contention) - {"start", "end", "window"})
         samples, allowed = [contention.get("start"), contention.get("end")], SAMPLE_FIELDS
     else:
         extra, samples, allowed = [], [contention], SAMPLE_FIELDS | LEGACY_FIELDS
@@ -422,7 +466,13 @@ def check_contention(run: Path, leg: LegEvidence, severity: str = "FLAG") -> Gat
             if not usable:
                 (errored if any(x.get("error") for x in samples) else unsampled).append(rep)
                 continue
-            reasons = [r for x in usable for r in sample_contention(x)]
+            window = rep.contention.get("window") if version is not None else None
+            if window is None and _window_removed(rep.contention, version):
+                unsampled.append(rep)
+                continue
+            reasons = [r for x in usable for r in sample_contention(x, judge_load=window is None)]
+            if window is not None:
+                reasons += window_contention(window, min(filter(None, map(machine_cores, usable)), default=None))
         except ContentionFormatError as exc:
             findings.append(finding("EVIDENCE_CORRUPT", "FAIL", f"leg {leg.name!r} rep {rep.rep}: {exc}",
                                     evidence=[line_evidence(run, rep.ref)], gate="contention"))
