@@ -507,6 +507,14 @@ def _run_quality_eval(ctx: RunContext, run: Path, p: Proposal, base: LegPlan, ca
         return p, f"{p.id}: quality eval failed: {exc}"
 
 
+def _aa_for(state: RunState, ctx: RunContext, p: Proposal) -> list[str]:
+    """The run's A/A legs ran the true baseline: A/A evidence for a step measured against it, none for a step
+    measured against a banked configuration (declared there, they would be another configuration's noise,
+    and its 'handicapped baseline' check would compare the step's baseline with a different server)."""
+    base = _base_knobs(ctx)
+    return list(state.get("aa_legs") or []) if integrator_agent.baseline_config(base, p) == base else []
+
+
 def _submit_patch(state: RunState, ctx: RunContext, p: Proposal, what: str) -> dict:
     """Write the proposal's patch claim over its current legs, stating the headline figure the producer
     read from its own legs (or its LLM brain stated from them); the auditor node answers it."""
@@ -515,7 +523,7 @@ def _submit_patch(state: RunState, ctx: RunContext, p: Proposal, what: str) -> d
     reading = own_figures.read_ab(_run(state), p.legs)
     p.stated_pct, p.stated_by = ctx.brains.state_figure(p, reading) if reading is not None else (None, None)
     opbench_rel = f"opbench/{p.op}/opbench.jsonl" if p.kind == "kernel" else None
-    submitted = _submit(state, integrator_agent.patch_claim(p, base_leg, cand_leg, opbench_rel, state.get("aa_legs")))
+    submitted = _submit(state, integrator_agent.patch_claim(p, base_leg, cand_leg, opbench_rel, _aa_for(state, ctx, p)))
     stated = f"states {p.stated_pct:+.2f}% ({p.stated_by})" if p.stated_pct is not None else "states no figure"
     p.history.append(f"{what}; claim {submitted['pending_claim']} {stated}")
     return {**submitted, "proposals": [p], **_brain_notes(ctx)}

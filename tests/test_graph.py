@@ -57,6 +57,8 @@ def test_coordinate_descent_climbs_the_ladder_from_the_best_banked_configuration
     cand_info = json.loads((run / "legs" / claim["legs"]["candidate"] / "server_info.json").read_text())
     assert (base_info["max_batch_size"], cand_info["max_batch_size"]) == (2, 4)  # the step, and only the step
     assert claim["lever"]["config_keys"] == ["max_batch_size"]
+    # the run's A/A legs ran max_batch_size=1: A/A evidence for the first step, not for one measured against 2
+    assert claim["legs"]["aa"] == [] and claim_of(run, next(v for v in state["verdicts"] if v.lever == "cfg-max_batch_size=2"))["legs"]["aa"] == ["baseline", "baseline-aa"]
     assert banked["krn-rmsnorm"].lever_class == "A" and banked["krn-rmsnorm"].against["max_batch_size"] == 4
     refused = {r.name for r in state["rejected"]}
     assert "cfg-max_batch_size=8" in refused
