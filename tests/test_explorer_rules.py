@@ -114,3 +114,13 @@ def test_harness_detail_log_without_query_count_is_evidence_missing(tmp_path):
 
 def test_detail_log_with_query_count_is_not_flagged(tmp_path):
     assert _witnessed(tmp_path, _logs(8)) == []
+
+
+def test_a_harness_sample_whose_busy_list_was_dropped_or_nulled_is_evidence_missing(tmp_path):
+    """Found by the field explorer (explore-bench_line-contention-drop/retype): a sample without its list of
+    busy processes was judged quiet; an empty list says 'nothing busy', no list says 'not looked at'."""
+    for sample in ({"loadavg_1m": 0.5, "ncpu": 2}, {"loadavg_1m": 0.5, "ncpu": 2, "busy": None}):
+        leg = LegEvidence("base", reps=[_rep(tmp_path, "base", 0, contention=sample)])
+        assert ("EVIDENCE_MISSING", "FLAG") in _codes(check_contention(tmp_path, leg))
+    leg = LegEvidence("base", reps=[_rep(tmp_path, "base", 0, contention={"loadavg_1m": 0.5, "ncpu": 2, "busy": []})])
+    assert _codes(check_contention(tmp_path, leg)) == []

@@ -374,6 +374,8 @@ def _unjudgeable(sample: dict) -> bool:
     return any(v is not None for v in figures) and machine_cores(sample) is None
 
 
+BUSY_LISTS = ("busy", "busy_processes", "other_busy")
+"""Where a sample lists the other busy processes (the harness's key, and the earlier format's)."""
 HARNESS_FIGURES = {"load average": ("loadavg", "loadavg_1m"), "core count": ("ncpu",)}
 """The machine-wide figures the harness writes together: in every error-free sample of a version-2 line, and in a
 flat (earlier) sample wherever it states either (one of those holds only the busy list)."""
@@ -384,7 +386,10 @@ def _harness_gap(sample: dict, version: int) -> list[str]:
     missing was removed, and the sample cannot show a quiet machine (found by the field explorer: a dropped load
     average left the rep judged quiet)."""
     missing = [what for what, keys in HARNESS_FIGURES.items() if all(sample.get(k) is None for k in keys)]
-    return missing if version >= 2 or len(missing) < len(HARNESS_FIGURES) else []
+    judged = version >= 2 or len(missing) < len(HARNESS_FIGURES)
+    if judged and all(sample.get(k) is None for k in BUSY_LISTS):
+        missing.append("busy processes")  # "nothing busy" is an empty list; no list is "not looked at"
+    return missing if judged else []
 
 
 WINDOW_VERSION = 3
