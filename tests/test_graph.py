@@ -523,3 +523,17 @@ def test_the_terminal_shows_one_budget_figure_the_runs_own(tmp_path):
     figures = [float(x) for x in re.findall(r"(\d+\.\d) min left", out)]
     assert "measuring" in out and "cfg-max_batch_size=2" in out and len(figures) >= 2, out
     assert all(6.5 <= f <= 7.0 for f in figures), out
+
+
+def test_the_state_version_is_read_across_the_checkpoints_pending_writes(tmp_path):
+    """Killed while the input was written, a checkpoint holds ``run_dir`` and ``state_version`` as separate
+    pending writes; read one write at a time, ``run_dir`` alone looked like a version-1 state and the
+    resume was refused (the clean-clone CI's resume test, crash point before-setup-1)."""
+    from perfwarden.orchestrator.runner import RunUsageError, check_state_version, merged_values
+    from perfwarden.orchestrator.state import STATE_VERSION
+
+    parts = [{}, {"run_dir": str(tmp_path)}, {"state_version": STATE_VERSION}]
+    check_state_version(tmp_path, merged_values(parts))
+    with pytest.raises(RunUsageError):
+        check_state_version(tmp_path, merged_values([{"run_dir": str(tmp_path), "state_version": 1}]))
+    check_state_version(tmp_path, merged_values([{}]))  # checkpointed before the input: no state yet
