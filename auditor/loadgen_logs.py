@@ -51,6 +51,8 @@ class LoadgenRep:
     """Half a unit of the last digit each summary figure is printed to (Server's rates: 2 decimals)."""
     detail_read: bool = False
     """A detail log was there and read."""
+    scenario: str | None = None
+    """The detail log's ``effective_scenario`` (what it must state depends on it)."""
     digests: dict[Path, str] = field(default_factory=dict)
     """sha256 of each log read (the verdict's input digests)."""
     problems: list[str] = field(default_factory=list)
@@ -118,6 +120,8 @@ def _read_detail(out: LoadgenRep, log: Any, rel: str) -> None:
         issued = int(queries.value) * (int(per_query.value) if per_query is not None else 1)
         out.issued = (issued, _evidence(rel, queries.ref))
     out.detail_read = True
+    scenario = log.record("effective_scenario")
+    out.scenario = scenario.value if scenario is not None and isinstance(scenario.value, str) else None
     for name, (keys, factor) in DETAIL_KEYS.items():
         record = next((r for r in map(log.record, keys) if r is not None), None)
         value = _number(record.value) if record is not None else None

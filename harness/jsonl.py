@@ -26,11 +26,11 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Annotated, Any, ClassVar, Generic, Literal, TypeVar
+from typing import Annotated, Any, Generic, Literal, TypeVar
 
 import msgspec
 
-from perfwarden.harness.safe_read import LINE_BYTES, MAX_DEPTH, RefusedInput, open_regular, size_text, too_deep
+from perfwarden.harness.safe_read import LINE_BYTES, RefusedInput, open_regular, size_text
 from perfwarden.harness.json_limits import JsonTooDeep, RepeatedKey, check_depth, no_repeats
 
 T = TypeVar("T")
@@ -313,9 +313,6 @@ def decode_line(decoder: "msgspec.json.Decoder[T]", line: bytes, check_keys: boo
     if not line.isascii():
         line.decode("utf-8")
     record = decoder.decode(line)
-    for name in getattr(record, "FREE_FORM", ()):  # untyped values: nesting is not bounded by the schema
-        if too_deep(getattr(record, name)):
-            raise msgspec.ValidationError(f"{name!r} nests deeper than {MAX_DEPTH} levels")
     if check_keys:
         _refuse_repeats(line)
     return record
@@ -622,7 +619,8 @@ class OpBenchLine(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
 
     op: str
     backend: str
-    shape: list[int] | str
+    shape: list[int]
+    """The shape timed, as the harness writes it (``list(shape)``): a string is not a shape."""
     trial: int = 0
     dtype: str | None = None
     times_ms: list[Millis] | None = None
@@ -672,13 +670,11 @@ class ProfileLine(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     count: int | None = None
     op: str | None = None
     """Logical op this kernel belongs to, if the profiler/harness mapped it."""
-    shapes: list | None = None
+    shapes: list[list[int]] | None = None
+    """The input shapes the op was served at, one integer list each (``harness/profiling.py``)."""
     device: str | None = None
     total_time_us: OptFloat = None
     """Total wall time of the profiled window, microseconds (same on every line)."""
-
-    FREE_FORM: ClassVar[tuple[str, ...]] = ("shapes",)
-    """Fields whose values the schema does not type (their nesting is bounded when decoded)."""
 
 SealKind = Literal["open", "line", "file", "cut", "gone"]
 

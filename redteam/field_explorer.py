@@ -518,10 +518,33 @@ WRITER_CANNOT = ("repeat_key",)
 they are not sealed again -- only a forger of sealed bytes writes them, and the seal must catch that."""
 
 
-def is_structural(edit: Edit) -> bool:
+def is_structural(edit: Edit, written: bytes | None = None) -> bool:
     """A harness record no longer shaped as its schema: a field renamed, moved, repeated or of another type
     (null is absent: judged by what the field feeds). Records without a schema (``server_info``, LoadGen's
-    text logs, ``rig.json``) are judged by what they feed only."""
+    text logs, ``rig.json``) are judged by what they feed only. A retype is of "another type" only where the
+    schema rejects the file it wrote (``written``): ``[]`` made ``[[]]`` in a field typed as a list of shapes
+    is still a list of shapes, judged by what it feeds (found by the field explorer: a profile's free-form
+    ``shapes`` counted as retyped)."""
     rt = next(r for r in RECORD_TYPES if r.name == edit.record)
-    return rt.harness and typed_parent(rt.schema, edit.path) and declared(rt.schema, edit.path) and (
-        edit.op.split(":")[0] in ("rename", "move_in", "move_out", "repeat_key") or edit.op in ("retype:str", "retype:list"))
+    if not (rt.harness and typed_parent(rt.schema, edit.path) and declared(rt.schema, edit.path)):
+        return False
+    if edit.op.split(":")[0] in ("rename", "move_in", "move_out", "repeat_key"):
+        return True
+    return edit.op in ("retype:str", "retype:list") and (written is None or not conforms(rt, written))
+
+
+def conforms(rt: RecordType, data: bytes) -> bool:
+    """Whether every record of one file (``data``) decodes under its record type's schema, strictly (a string
+    is not a number): the harness's record formats are the definition of a field's type."""
+    try:
+        if rt.layout == "jsonl" and isinstance(rt.schema, type) and issubclass(rt.schema, msgspec.Struct):
+            for line in data.splitlines():
+                if line.strip():
+                    msgspec.json.decode(line, type=rt.schema)
+        elif isinstance(rt.schema, type) and issubclass(rt.schema, BaseModel):
+            rt.schema.model_validate_json(data, strict=True)
+        else:
+            return False
+    except (msgspec.ValidationError, msgspec.DecodeError, ValueError):
+        return False
+    return True

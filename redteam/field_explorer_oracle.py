@@ -351,7 +351,9 @@ def witnesses(run: Path, legs: list[str]) -> tuple:
 
 def correctness(run: Path, legs: list[str], parity_kind: Any = "exact_text") -> tuple:
     """Whether the legs' greedy outputs agree prompt by prompt (parity; not for a claim that declares none,
-    a lossy change judged by its quality eval), and every quality eval's figures."""
+    a lossy change judged by its quality eval), and every quality eval's figures. Parity is None where it is
+    not asked or holds: a claim whose waiver is dropped and whose outputs agree asks for more and gets it
+    (found by the field explorer: a dropped ``parity: none`` counted as a change)."""
     outputs = []
     for leg in legs:
         rows = {}
@@ -364,6 +366,8 @@ def correctness(run: Path, legs: list[str], parity_kind: Any = "exact_text") -> 
         shared = set(outputs[0]) & set(outputs[1])
         differ = sum(outputs[0][k] != outputs[1][k] for k in shared)
         parity = (set(outputs[0]) == set(outputs[1]), differ > PARITY_ALLOWANCE * max(1, len(shared)))
+        if parity == (True, False):
+            parity = None  # a parity that holds is a parity not asked: asking for it only makes the claim stricter
     quality = []
     for path in sorted((run / "quality").glob("*.json")) if (run / "quality").is_dir() else []:
         q = _json(path)

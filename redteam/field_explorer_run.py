@@ -191,7 +191,7 @@ class Worker:
                 changed = oracle.Judged.changed(self.before, oracle.judge_run(self.run, self._claim(edit)))
             except (TypeError, ValueError, KeyError, AttributeError, IndexError, RecursionError):
                 return "unjudged", None  # the oracle cannot read what the edit made: counted, not audited
-            structural = fx.is_structural(edit) and fx.rests_on(self.base.claim, edit.rel)
+            structural = fx.is_structural(edit, self._bytes(edit.rel)) and fx.rests_on(self.base.claim, edit.rel)
             if (structural or (edit.record == "seal_entry" and self.key)) and "evidence" not in changed:
                 changed.append("evidence")  # strict evidence: not the schema's record; the chain is the evidence set
             if not changed:
@@ -201,6 +201,10 @@ class Worker:
             return digest, outcome
         finally:
             self._restore(touched)
+
+    def _bytes(self, rel: str) -> bytes | None:
+        path = self.run / rel
+        return path.read_bytes() if path.is_file() else None
 
     def _claim(self, edit: fx.Edit) -> dict[str, Any]:
         if edit.record != "claim":

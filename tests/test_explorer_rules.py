@@ -124,3 +124,76 @@ def test_a_harness_sample_whose_busy_list_was_dropped_or_nulled_is_evidence_miss
         assert ("EVIDENCE_MISSING", "FLAG") in _codes(check_contention(tmp_path, leg))
     leg = LegEvidence("base", reps=[_rep(tmp_path, "base", 0, contention={"loadavg_1m": 0.5, "ncpu": 2, "busy": []})])
     assert _codes(check_contention(tmp_path, leg)) == []
+
+
+# 5. A start/end sample pair the harness took: both there, every judged figure set (explore-bench_line-contention-*).
+
+FULL_V1 = {"t": 1.0, "interval_s": 0.25, "ncpu": 2, "loadavg": [0.1, 0.1, 0.1], "procs_running": 1, "procs_total": 90,
+           "cpu_busy_pct": 2.0, "busy": [], "threshold_pct": 5.0, "self_pid": 10, "excluded_pids": [10], "error": None}
+FULL_V2 = {**FULL_V1, "ncpu_available": 2, "cpu_quota_cores": None}
+
+
+def _pair(tmp_path: Path, contention: dict, version: int = 1):
+    leg = LegEvidence("base", reps=[_rep(tmp_path, "base", 0, version=version, contention=contention, ended_at=3.0)])
+    return _codes(check_contention(tmp_path, leg))
+
+
+def test_a_sample_pair_missing_its_end_or_a_judged_figure_is_evidence_missing(tmp_path):
+    """Found by the field explorer (explore-bench_line-contention-drop-faf16f6f, -retype-1845b005): a rep whose end
+    sample, or its busy share, was dropped or nulled was judged on what was left, and passed as quiet."""
+    no_busy = {k: v for k, v in FULL_V1.items() if k != "cpu_busy_pct"}
+    for contention in ({"start": FULL_V1}, {"start": FULL_V1, "end": no_busy},
+                       {"start": FULL_V1, "end": {**FULL_V1, "cpu_busy_pct": None}},
+                       {"start": {**FULL_V1, "loadavg": None}, "end": FULL_V1}):
+        assert ("EVIDENCE_MISSING", "FLAG") in _pair(tmp_path, contention), contention
+
+
+def test_a_version2_sample_missing_any_field_the_harness_writes_is_evidence_missing(tmp_path):
+    for field in sorted(FULL_V2):
+        if field != "error":
+            sample = {k: v for k, v in FULL_V2.items() if k != field}
+            assert ("EVIDENCE_MISSING", "FLAG") in _pair(tmp_path, {"start": FULL_V2, "end": sample}, 2), field
+
+
+def test_complete_sample_pairs_of_each_era_and_an_errored_sample_stay_quiet(tmp_path):
+    """Near misses: a version-1 pair without the later fields, a complete version-2 pair, and a sample the
+    harness could not take (an error, nothing else) beside a complete one."""
+    errored = {"t": 1.0, "error": "cannot sample contention from '/proc'", "self_pid": 10, "excluded_pids": [10]}
+    assert _pair(tmp_path, {"start": FULL_V1, "end": FULL_V1}) == []
+    assert _pair(tmp_path, {"start": FULL_V2, "end": FULL_V2}, 2) == []
+    assert ("EVIDENCE_MISSING", "FLAG") not in _pair(tmp_path, {"start": errored, "end": FULL_V2}, 2)
+
+
+# 6. A harness rep's detail log states what LoadGen writes in its scenario
+#    (explore-loadgen_detail-result_samples_per_second-drop-f4d19fe5).
+
+def _scenario_logs(scenario: str | None, *drop: str) -> LoadgenRep:
+    logs = _logs(8)
+    logs.scenario = scenario
+    logs.detail["samples_per_second"] = Stated("LoadGen's detail log", 4.0, None)
+    for name in drop:
+        logs.detail.pop(name)
+    return logs
+
+
+def _results_missing(tmp_path: Path, logs: LoadgenRep) -> list:
+    rep = _rep(tmp_path, "b", 0, loadgen_dir="legs/b/loadgen/rep-0")
+    return [f for f in loadgen_findings(rep, Stated("bench line 1", None, None), logs, "b")
+            if f.code == "EVIDENCE_MISSING" and "result_query_count" not in f.message]
+
+
+def test_an_offline_detail_log_without_its_samples_per_second_is_evidence_missing(tmp_path):
+    """Found by the field explorer: the dropped rate left the summary its only witness, and the rep passed."""
+    found = _results_missing(tmp_path, _scenario_logs("Offline", "samples_per_second"))
+    assert [(f.severity, f.action) for f in found] == [("FAIL", "eject")] and "samples_per_second" in found[0].message
+
+
+def test_a_detail_log_of_no_scenario_the_harness_runs_is_evidence_missing(tmp_path):
+    for scenario in (None, "SingleStream", "offline"):
+        assert _results_missing(tmp_path, _scenario_logs(scenario)), scenario
+
+
+def test_server_logs_need_no_samples_per_second_and_complete_offline_logs_pass(tmp_path):
+    """Near misses: Server's completed rate is not read (its span is not the rep's), so its absence is honest."""
+    assert _results_missing(tmp_path, _scenario_logs("Server", "samples_per_second")) == []
+    assert _results_missing(tmp_path, _scenario_logs("Offline")) == []

@@ -280,3 +280,39 @@ def test_a_load_figure_without_its_core_count_is_not_a_quiet_machine(tmp_path, e
     bench.write_text("".join(json.dumps(x) + "\n" for x in lines))
     v = _audit(tmp_path / "f")
     assert v.verdict == "FLAG" and "EVIDENCE_MISSING" in _codes(v), [f.message for f in v.findings]
+
+
+def test_a_retype_the_schema_still_accepts_is_judged_by_what_it_feeds():
+    """Found by the field explorer (explore-profile_line-shapes-retype-768556e2, not kept: a false success): an
+    op's empty shape list made ``[[]]`` is still a list of shapes; only a value the schema rejects is retyped."""
+    edit = fx.Edit("profile_line", "profile/profile.jsonl", 0, ("shapes",), "retype:list")
+    ok = b'{"name":"aten::mm","op":null,"self_time_us":1.0,"count":1,"shapes":[[]],"device":"cpu"}\n'
+    bad = b'{"name":"aten::mm","op":null,"self_time_us":1.0,"count":1,"shapes":[[[1,2]]],"device":"cpu"}\n'
+    assert not fx.is_structural(edit, ok) and fx.is_structural(edit, bad) and fx.is_structural(edit)
+    shape = fx.Edit("op_bench_line", "opbench/rmsnorm/opbench.jsonl", 0, ("shape",), "retype:str")
+    assert fx.is_structural(shape, b'{"op":"rmsnorm","backend":"reference","shape":"[1, 5, 576]"}\n')
+
+
+def test_an_op_bench_shape_written_as_a_string_is_corrupt(tmp_path):
+    """Found by the field explorer (explore-op_bench_line-shape-retype-85a30c7c): the schema took a string shape,
+    which the harness never writes; the harness claim passed on it."""
+    fixture = _copy(FIXTURES / "rec-harness-clean", tmp_path / "f")
+    path = fixture / "run" / "opbench" / "rmsnorm" / "opbench.jsonl"
+    lines = path.read_text().splitlines()
+    row = json.loads(lines[0])
+    lines[0] = json.dumps({**row, "shape": json.dumps(row["shape"])})
+    path.write_text("\n".join(lines) + "\n")
+    v = _audit(fixture)
+    assert v.verdict == "FAIL" and "EVIDENCE_CORRUPT" in _codes(v), [f.message for f in v.findings]
+
+
+def test_a_parity_that_holds_is_as_one_not_asked_and_a_broken_one_is_a_change(tmp_path):
+    """Found by the field explorer (explore-claim-correctness-drop-7a01bab3, not kept: a false success): dropping
+    ``parity: none`` asks for exact parity, which the agreeing outputs meet; only a parity that breaks changed."""
+    run = EVAL / "run"
+    assert oracle.correctness(run, ["base", "cand"], "none") == oracle.correctness(run, ["base", "cand"], "exact_text")
+    fixture = _copy(EVAL, tmp_path / "f")
+    out = fixture / "run" / "legs" / "cand" / "outputs.jsonl"
+    rows = [json.loads(x) for x in out.read_text().splitlines()]
+    out.write_text("".join(json.dumps({**r, "text": r["text"] + " x"}) + "\n" for r in rows))
+    assert oracle.correctness(fixture / "run", ["base", "cand"], "exact_text")[0] == (True, True)

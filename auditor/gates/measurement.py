@@ -381,10 +381,19 @@ HARNESS_FIGURES = {"load average": ("loadavg", "loadavg_1m"), "core count": ("nc
 flat (earlier) sample wherever it states either (one of those holds only the busy list)."""
 
 
-def _harness_gap(sample: dict, version: int) -> list[str]:
+JUDGED_FIGURES = ("ncpu", "loadavg", "cpu_busy_pct", "busy")
+"""Figures every start/end sample the harness took holds (every version): one absent or null was removed."""
+
+
+def _harness_gap(sample: dict, version: int, nested: bool) -> list[str]:
     """The judged machine-wide figures a harness-written sample lacks: the harness writes them together, so one
     missing was removed, and the sample cannot show a quiet machine (found by the field explorer: a dropped load
-    average left the rep judged quiet)."""
+    average left the rep judged quiet). A start/end sample without an error holds every judged figure set, and
+    from version 2 every field the harness writes (``SAMPLE_FIELDS``) (found by the field explorer: a dropped or
+    nulled busy share)."""
+    if nested:
+        return [k for k in JUDGED_FIGURES if sample.get(k) is None] + (
+            sorted(SAMPLE_FIELDS - set(sample)) if version >= 2 else [])
     missing = [what for what, keys in HARNESS_FIGURES.items() if all(sample.get(k) is None for k in keys)]
     judged = version >= 2 or len(missing) < len(HARNESS_FIGURES)
     if judged and all(sample.get(k) is None for k in BUSY_LISTS):
@@ -465,7 +474,11 @@ def check_contention(run: Path, leg: LegEvidence, severity: str = "FLAG") -> Gat
                 validate_sample_fields(rep.contention, rep.schema_version)
             usable = [x for x in samples if x.get("error") is None and any(k in x for k in _SAMPLE_KEYS)]
             version = rep.schema_version
-            if any(_unjudgeable(x) or (version is not None and _harness_gap(x, version)) for x in usable):
+            nested = "start" in rep.contention or "end" in rep.contention
+            if version is not None and nested and not all(k in rep.contention for k in ("start", "end")):
+                unsampled.append(rep)  # the harness writes both samples, an error in one it could not take
+                continue
+            if any(_unjudgeable(x) or (version is not None and _harness_gap(x, version, nested)) for x in usable):
                 unsampled.append(rep)
                 continue
             if not usable:
