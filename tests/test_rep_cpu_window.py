@@ -20,8 +20,10 @@ from perfwarden.harness import contention as C
 
 from test_explorer_rules import _codes, _rep
 
-QUIET = {"t": 1.0, "interval_s": 0.25, "ncpu": 2, "ncpu_available": 2, "cpu_quota_cores": None,
-         "cpu_busy_pct": 3.0, "busy": [], "error": None}
+QUIET = {"t": 1.0, "interval_s": 0.25, "ncpu": 2, "ncpu_available": 2, "cpu_quota_cores": None, "procs_running": 1,
+         "procs_total": 90, "cpu_busy_pct": 3.0, "busy": [], "threshold_pct": 5.0, "self_pid": 10, "excluded_pids": [10],
+         "error": None}
+"""A sample as ``harness/contention.py`` writes it (every field: a version-2 sample missing one was edited)."""
 
 
 def sample(load1: float) -> dict:
