@@ -11,7 +11,7 @@ import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BaseModel, Field, create_model
 
@@ -60,6 +60,10 @@ def proposals_for(space: dict[str, tuple[Any, ...]]) -> type[ConfigProposals]:
 class KernelCode(BaseModel):
     code: str = Field(**bounded(4000))
     rationale: str = Field("", **bounded(120))
+
+    ANSWER_TOKENS: ClassVar[int] = 1536
+    """Tokens the longest answer needs (the run's ``llm_max_tokens`` is raised to it for this schema): SmolLM2 on
+    vLLM wrote the 4,000-character code in 834 to 1,173 tokens, and was cut at 768 (``benchmarks/brain_validity.py``)."""
 
 
 class StatedFigure(BaseModel):

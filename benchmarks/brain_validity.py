@@ -13,7 +13,8 @@ pydantic model's strict JSON schema) and once without, and prints side by side p
 Endpoints: the embedded SmolLM2 server (started here from this checkout, unsandboxed, on 127.0.0.1), and
 any OpenAI-compatible endpoint given with ``--url`` (vLLM -- started by ``--target vllm`` or by hand as
 issue 18 describes --, SGLang, a hosted API; ``--model`` names the model). The run is bounded: ``--prompts`` questions per brain (default 1, at most 3) x 5 brains x 2 modes,
-each answer at most ``--max-tokens`` tokens (the kernel-extractor's ``--kernel-max-tokens``).
+each answer at most ``--max-tokens`` tokens, raised as in a run to what a schema's longest answer needs
+(``ANSWER_TOKENS``: the kernel-extractor's ``KernelCode``).
 
 Usage::
 
@@ -38,7 +39,7 @@ from pathlib import Path
 import httpx
 
 from perfwarden.agents import config_tuner, integrator, own_figures
-from perfwarden.agents.brains import Brains
+from perfwarden.agents.brains import Brains, KernelCode
 from perfwarden.harness.llm_client import LLMClient
 from perfwarden.auditor.gates.measurement import HEADLINE_TOLERANCE_PTS
 from perfwarden.auditor.persona import apply_persona
@@ -142,7 +143,7 @@ def questions(m: Material, n: int) -> dict[str, list[Callable[[Brains, LLMClient
 
 
 def measure(base_url: str, model: str, m: Material, n: int, structured: bool, max_tokens: int,
-            kernel_max_tokens: int, timeout_s: float, chosen: list[str]) -> dict[str, Tally]:
+            timeout_s: float, chosen: list[str]) -> dict[str, Tally]:
     """Ask every chosen brain's questions once against one endpoint, in one mode."""
     out: dict[str, Tally] = {}
     for brain, asks in questions(m, n).items():
@@ -150,9 +151,8 @@ def measure(base_url: str, model: str, m: Material, n: int, structured: bool, ma
             continue
         tally = out[brain] = Tally()
         for ask in asks:
-            cap = kernel_max_tokens if brain == "kernel_extractor" else max_tokens
             client = LLMClient(model=model, base_url=base_url, api_key=os.environ.get("OPENAI_API_KEY"),
-                               timeout_s=timeout_s, max_retries=0, max_tokens=cap, structured=structured)
+                               timeout_s=timeout_s, max_retries=0, max_tokens=max_tokens, structured=structured)
             brains = Brains(llm=client)
             started = time.monotonic()
             accepted = ask(brains, client)
@@ -240,12 +240,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-embedded", action="store_true", help="do not start the embedded server")
     parser.add_argument("--prompts", type=int, default=1, help=f"questions per brain (1..{MAX_PROMPTS})")
     parser.add_argument("--max-tokens", type=int, default=384)
-    parser.add_argument("--kernel-max-tokens", type=int, default=768)
     parser.add_argument("--threads", type=int, default=2, help="the embedded server's threads")
     parser.add_argument("--brains", default=",".join(BRAINS), help=f"which brains to ask (comma-separated: {', '.join(BRAINS)})")
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds per ask")
     args = parser.parse_args(argv)
-    if not 1 <= args.prompts <= MAX_PROMPTS or args.max_tokens < 1 or args.kernel_max_tokens < 1:
+    if not 1 <= args.prompts <= MAX_PROMPTS or args.max_tokens < 1:
         print(f"--prompts must be 1..{MAX_PROMPTS} and the token caps positive", file=sys.stderr)
         return 3
     chosen = [b for b in args.brains.split(",") if b]
@@ -262,15 +261,15 @@ def main(argv: list[str] | None = None) -> int:
             with EmbeddedEndpoint(Path(tmp) / "server.log", args.threads) as url:
                 print(f"embedded server {url} (this checkout)", flush=True)
                 rows = [measure(url, "SmolLM2-135M-Instruct", m, args.prompts, mode, args.max_tokens,
-                                args.kernel_max_tokens, args.timeout, chosen) for mode in (True, False)]
+                                args.timeout, chosen) for mode in (True, False)]
             print_table("embedded (SmolLM2-135M-Instruct, CPU)", *rows)
         for url in args.url:
             print(f"endpoint {url} model {args.model!r}", flush=True)
-            rows = [measure(url, args.model, m, args.prompts, mode, args.max_tokens, args.kernel_max_tokens,
+            rows = [measure(url, args.model, m, args.prompts, mode, args.max_tokens,
                             args.timeout, chosen) for mode in (True, False)]
             print_table(f"{url} ({args.model})", *rows)
     print(f"\n{args.prompts} question(s) per brain x {len(chosen)} brains x 2 modes per endpoint; max_tokens "
-          f"{args.max_tokens} (kernel {args.kernel_max_tokens}); {time.monotonic() - started:.0f} s in all")
+          f"{args.max_tokens} (kernel-extractor {KernelCode.ANSWER_TOKENS}); {time.monotonic() - started:.0f} s in all")
     return 0
 
 

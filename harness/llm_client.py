@@ -91,7 +91,8 @@ class LLMClient:
 
     def _ask(self, messages: list[dict[str, str]], schema: type[T]) -> tuple[str, T | None, str]:
         """One chat completion: (the answer's text, the parsed object or None, why it is invalid)."""
-        extra: dict[str, Any] = {"max_completion_tokens": self.max_tokens} if self.max_tokens else {}
+        budget = answer_budget(self.max_tokens, schema)
+        extra: dict[str, Any] = {"max_completion_tokens": budget} if budget else {}
         if self.structured:
             extra["response_format"] = response_format(schema)
         started = time.monotonic()
@@ -118,6 +119,14 @@ class LLMClient:
         except (ValueError, KeyError, IndexError, TypeError, AttributeError) as exc:
             return "", None, f"the endpoint's body is not a chat completion ({type(exc).__name__})"
         return (text, *parse_answer(text, message.get("refusal"), choice.get("finish_reason"), schema))
+
+
+def answer_budget(cap: int | None, schema: type[BaseModel]) -> int | None:
+    """One answer's token budget: the configured cap (None: the endpoint's default), raised to the tokens the
+    schema's longest answer needs where it states them (``ANSWER_TOKENS``): below that a valid answer is cut,
+    and a cut answer is invalid."""
+    need = getattr(schema, "ANSWER_TOKENS", None)
+    return max(cap, need) if cap and isinstance(need, int) else cap
 
 
 def response_format(schema: type[BaseModel]) -> dict[str, Any]:

@@ -252,3 +252,20 @@ def test_the_persona_prompt_fits_a_small_models_context_whatever_the_logs_hold(t
     assert len(excerpts) <= persona.EXCERPT_CHARS + 400  # + the fence and per-file headers
     prompt = persona.build_prompt(tmp_path, claim.read_text(), verdict)
     assert len(prompt) <= 24_000, len(prompt)  # ~7.3k SmolLM2 tokens at the 3.2 characters a token measured
+
+
+def test_the_kernel_answer_gets_the_tokens_its_longest_answer_needs_and_others_keep_the_cap():
+    """A cap below what the schema's longest answer needs cuts every answer of a model that writes to the bound
+    (brain_validity on vLLM: the 4,000-character kernel was cut at 768 tokens, valid at 1,536)."""
+    from perfwarden.agents.brains import KernelCode, StatedFigure
+    from perfwarden.harness.llm_client import answer_budget
+
+    assert answer_budget(512, KernelCode) == KernelCode.ANSWER_TOKENS > 512
+    assert answer_budget(4096, KernelCode) == 4096 and answer_budget(512, StatedFigure) == 512
+    assert answer_budget(None, KernelCode) is None  # the endpoint's own default: no cap to raise
+    with ScriptedLLM(['{"code": "x", "rationale": ""}', '{"delta_pct": 1, "rationale": ""}']) as llm:
+        capped = LLMClient(model="m", base_url=llm.base_url, api_key="k", timeout_s=5, max_tokens=512)
+        capped.complete_json("s", "u", KernelCode)
+        capped.complete_json("s", "u", StatedFigure)
+        sent = llm.requests
+    assert [p["max_completion_tokens"] for p in sent] == [KernelCode.ANSWER_TOKENS, 512]
