@@ -281,8 +281,8 @@ def sample_contention(interval_s: float = 0.25, threshold_pct: float = 5.0, excl
     """Take one contention sample (format in the module docstring).
 
     Blocks for ``interval_s`` (CPU use needs two readings). Never raises for an unreadable ``/proc``
-    (e.g. not Linux): the sample then carries ``error`` so the auditor reports "not checked" instead
-    of the harness crashing a rep or pretending the machine was idle.
+    (e.g. not Linux): the sample then carries ``error`` instead of the harness crashing a rep or pretending
+    the machine was idle; the auditor judges such a rep EVIDENCE_MISSING (it cannot show a quiet machine).
     """
     self_pid = os.getpid()
     excluded = sorted({self_pid, *exclude_pids})

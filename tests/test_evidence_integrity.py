@@ -233,12 +233,17 @@ def test_missing_samples_flag_harness_lines_and_note_foreign_ones(tmp_path):
     assert not result.findings and "foreign bench file" in result.not_checked[0]
 
 
-def test_an_unreadable_sample_is_not_checked_and_a_malformed_one_is_corrupt(tmp_path):
+def test_an_unreadable_sample_shows_no_quiet_machine_and_a_malformed_one_is_corrupt(tmp_path):
+    """A harness line whose samples state an error (no /proc) cannot show a quiet machine: EVIDENCE_MISSING
+    (FLAG, remeasure), never a PASS on an unchecked rep; a foreign file's is listed as not checked."""
     err = [make_rep("cand", k, throughput=t, started_at=1001.0 + 2 * k,
                     contention={"start": {"error": "no /proc"}, "end": {"error": "no /proc"}})
            for k, t in enumerate(CAND_TPUT)]
     v = audit(tmp_path, build(tmp_path, cand_reps=err))
-    assert v.verdict == "PASS" and any("could not sample" in n for n in v.not_checked)
+    assert v.verdict == "FLAG" and "EVIDENCE_MISSING" in codes(v, "FLAG")
+    foreign = [{k: x for k, x in r.items() if k != "schema_version"} for r in err]
+    v = audit(tmp_path, build(tmp_path, cand_reps=foreign))
+    assert any("states an error" in n for n in v.not_checked) and "EVIDENCE_MISSING" not in codes(v, "FLAG")
     bad = [{**r, "contention": {"busy": [{"name": "x", "cpu_pct": -5}]}} for r in err]
     assert "EVIDENCE_CORRUPT" in codes(audit(tmp_path, build(tmp_path, cand_reps=bad)), "FAIL")
 

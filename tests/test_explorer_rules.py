@@ -155,13 +155,21 @@ def test_a_version2_sample_missing_any_field_the_harness_writes_is_evidence_miss
             assert ("EVIDENCE_MISSING", "FLAG") in _pair(tmp_path, {"start": FULL_V2, "end": sample}, 2), field
 
 
-def test_complete_sample_pairs_of_each_era_and_an_errored_sample_stay_quiet(tmp_path):
-    """Near misses: a version-1 pair without the later fields, a complete version-2 pair, and a sample the
-    harness could not take (an error, nothing else) beside a complete one."""
-    errored = {"t": 1.0, "error": "cannot sample contention from '/proc'", "self_pid": 10, "excluded_pids": [10]}
+def test_complete_sample_pairs_of_each_era_stay_quiet(tmp_path):
+    """Near misses: a version-1 pair without the later fields, and a complete version-2 pair."""
     assert _pair(tmp_path, {"start": FULL_V1, "end": FULL_V1}) == []
     assert _pair(tmp_path, {"start": FULL_V2, "end": FULL_V2}, 2) == []
-    assert ("EVIDENCE_MISSING", "FLAG") not in _pair(tmp_path, {"start": errored, "end": FULL_V2}, 2)
+
+
+def test_a_sample_stripped_of_every_figure_or_stating_an_error_shows_no_quiet_machine(tmp_path):
+    """A sample emptied of every judged figure was skipped as "not a sample" and the rep judged on the other one;
+    a sample stating an error (what the harness writes when it cannot read /proc) hid a busy end the same way.
+    Neither shows a quiet machine: EVIDENCE_MISSING (FLAG, remeasure), on one sample or both."""
+    stripped = {"t": 1.0, "error": None}
+    errored = {"t": 1.0, "error": "cannot sample contention from '/proc'", "self_pid": 10, "excluded_pids": [10]}
+    for contention in ({"start": FULL_V2, "end": stripped}, {"start": errored, "end": FULL_V2},
+                       {"start": errored, "end": errored}):
+        assert ("EVIDENCE_MISSING", "FLAG") in _pair(tmp_path, contention, 2), contention
 
 
 # 6. A harness rep's detail log states what LoadGen writes in its scenario

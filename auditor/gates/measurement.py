@@ -478,7 +478,12 @@ def check_contention(run: Path, leg: LegEvidence, severity: str = "FLAG") -> Gat
             if version is not None and nested and not all(k in rep.contention for k in ("start", "end")):
                 unsampled.append(rep)  # the harness writes both samples, an error in one it could not take
                 continue
-            if any(_unjudgeable(x) or (version is not None and _harness_gap(x, version, nested)) for x in usable):
+            if version is not None and any(x.get("error") is not None for x in samples):
+                unsampled.append(rep)  # a sample the harness could not take shows no quiet machine
+                continue
+            taken = [x for x in samples if x.get("error") is None] if nested else usable
+            if any(map(_unjudgeable, usable)) or (version is not None and any(
+                    _harness_gap(x, version, nested) for x in taken)):
                 unsampled.append(rep)
                 continue
             if not usable:
@@ -506,7 +511,8 @@ def check_contention(run: Path, leg: LegEvidence, severity: str = "FLAG") -> Gat
         findings.append(finding("EVIDENCE_MISSING", "FLAG", f"leg {leg.name!r}: {len(unsampled)} rep(s) written by "
                                 f"perfwarden's harness (lines {', '.join(str(r.ref.line) for r in unsampled[:5])}) "
                                 "carry no contention sample that can be judged (none, a load figure without the core "
-                                "count it is judged against, or a harness sample missing a figure it always writes): whether the machine was quiet cannot be shown",
+                                "count it is judged against, a harness sample missing a figure it always writes, or one "
+                                "the harness could not take): whether the machine was quiet cannot be shown",
                                 evidence=[line_evidence(run, unsampled[0].ref)], action="remeasure",
                                 gate="contention"))
     if not_checked:
@@ -515,8 +521,8 @@ def check_contention(run: Path, leg: LegEvidence, severity: str = "FLAG") -> Gat
     else:
         notes = []
     if errored:
-        notes.append(f"contention of leg {leg.name!r}: the harness could not sample {len(errored)} rep(s) "
-                     "(its sample carries an error)")
+        notes.append(f"contention of leg {leg.name!r}: {len(errored)} rep(s) of a foreign bench file carry a sample "
+                     "that states an error")
     return GateResult(findings=findings, not_checked=notes)
 
 
