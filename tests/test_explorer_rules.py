@@ -205,3 +205,15 @@ def test_server_logs_need_no_samples_per_second_and_complete_offline_logs_pass(t
     """Near misses: Server's completed rate is not read (its span is not the rep's), so its absence is honest."""
     assert _results_missing(tmp_path, _scenario_logs("Server", "samples_per_second")) == []
     assert _results_missing(tmp_path, _scenario_logs("Offline")) == []
+
+
+def test_a_line_whose_scenario_its_detail_log_contradicts_is_corrupt(tmp_path):
+    """A number (here a label) with one source is trusted: the line's scenario is held against the scenario LoadGen
+    itself logged, so a Server rep relabelled Offline (or back) is caught; the same scenario stays clean."""
+    def found(line_scenario: str) -> list:
+        rep = _rep(tmp_path, "b", 0, loadgen_dir="legs/b/loadgen/rep-0",
+                   workload={"scenario": line_scenario, "loadgen.settings.scenario": line_scenario})
+        return [f for f in loadgen_findings(rep, Stated("bench line 1", None, None), _scenario_logs("Server"), "b")
+                if f.code == "EVIDENCE_CORRUPT" and "scenario" in f.message]
+    assert [(f.severity, f.action) for f in found("Offline")] == [("FAIL", "eject")]
+    assert found("Server") == []

@@ -47,6 +47,10 @@ NEEDED_BY_SCENARIO = {"Offline": ("samples_per_second",), "Server": ()}
 second; Server's completed rate is not read). A harness rep's log of another scenario, or of none, was edited."""
 
 
+SCENARIO_KEYS = ("scenario", "loadgen.settings.scenario")
+"""Where a bench line states its rep's LoadGen scenario; the detail log's ``effective_scenario`` witnesses it."""
+
+
 def missing_results(logs: LoadgenRep) -> list[str]:
     """What a harness rep's detail log lacks of what LoadGen always writes there (found by the field explorer: a
     dropped ``result_samples_per_second`` left the summary the rate's only witness)."""
@@ -108,6 +112,11 @@ def loadgen_findings(rep: RepMetrics, line: Stated, logs: LoadgenRep, leg: str) 
                            "result_query_count (samples issued), which LoadGen writes at the end of every test: the "
                            "line's request count has no second witness", evidence=[e for e in (line.evidence,) if e],
                            action="remeasure", gate=GATE))
+    stated = {v for v in (rep.workload.get(k) for k in SCENARIO_KEYS) if isinstance(v, str)}
+    if logs.scenario is not None and stated and stated != {logs.scenario}:
+        out.append(finding("EVIDENCE_CORRUPT", "FAIL", f"{where}the bench line states LoadGen scenario "
+                           f"{', '.join(map(repr, sorted(stated)))}, LoadGen's detail log of the rep ran "
+                           f"{logs.scenario!r}: one of them was edited", action="eject", gate=GATE))
     for name in sorted(set(logs.detail) & set(logs.summary)):
         printed = Tolerance(abs=logs.summary_resolution.get(name, 0.0), rel=1e-5, why="the summary's printed digits")
         out.append(compare(name, logs.summary[name], logs.detail[name], printed, gate=GATE, context=where))
