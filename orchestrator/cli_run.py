@@ -285,6 +285,9 @@ def run(
     no_kernels: bool = typer.Option(False, "--no-kernels", help="Skip profile, op bench and kernel changes."),
     red_team: bool = typer.Option(False, "--red-team", help="Add the red-team producer; its claims must all be refused."),
     reps: int = typer.Option(None, "--reps", help="Reps per leg on a first measurement (default 3)."),
+    baseline_remeasures: int = typer.Option(None, "--baseline-remeasures", help="Baseline re-measures after a "
+                                            "FLAG/FAIL baseline audit (default 2; 0 on a machine known to be "
+                                            "noisier than the limit: a noise-only FLAG lets the search go on)."),
     checkpointer: str = typer.Option(None, "--checkpointer", help="postgresql://… for shared deployments "
                                      "(default: SQLite inside the run directory)."),
     cluster: str = typer.Option(None, "--cluster", help="Ray address whose nodes measure A/B steps concurrently, "
@@ -306,6 +309,8 @@ def run(
         settings_kw["red_team"] = True
     if reps is not None:
         settings_kw["reps"] = reps
+    if baseline_remeasures is not None:
+        settings_kw["max_baseline_remeasures"] = baseline_remeasures
     if llm:
         settings_kw["llm_model"] = llm
     if sampler is not None:

@@ -14,12 +14,24 @@ def _private_key_store(tmp_path_factory, monkeypatch):
     monkeypatch.setenv("PERFWARDEN_KEY_DIR", str(tmp_path_factory.mktemp("keys")))
 
 
-TIER_MARKERS = ("integration", "e2e")
+TIER_MARKERS = ("integration", "e2e", "quiet")
 """Markers that put a test in the slow tier: ``pytest -m "not slow"`` (the developer's fast tier)
-leaves them out; ``python -m pytest`` runs every tier."""
+leaves them out; ``python -m pytest`` and ``scripts/test.sh`` run every tier. ``quiet`` tests judge
+real timings: ``scripts/test.sh`` runs them alone, after every other test."""
+
+
+HEAVIEST_FIRST = ("e2e", "integration", "slow")
+"""Files holding a test with these markers run first, in this order: xdist hands out files in collection
+order, so the long ones start at once instead of ending the run on one busy worker (longest first)."""
 
 
 def pytest_collection_modifyitems(config, items):
     for item in items:
         if any(item.get_closest_marker(name) for name in TIER_MARKERS) and not item.get_closest_marker("slow"):
             item.add_marker(pytest.mark.slow)
+    weight: dict[str, int] = {}
+    for item in items:
+        rank = next((i for i, name in enumerate(HEAVIEST_FIRST) if item.get_closest_marker(name)), len(HEAVIEST_FIRST))
+        weight[item.nodeid.split("::")[0]] = min(rank, weight.get(item.nodeid.split("::")[0], rank))
+    # stable: a file's tests stay together and in their order (its module fixtures are set up once)
+    items.sort(key=lambda item: weight[item.nodeid.split("::")[0]])

@@ -7,6 +7,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 MODULE_LINES = 900
 FUNCTION_LINES = 100
@@ -64,12 +66,14 @@ def all_offenders() -> dict[str, int]:
             for key, lines in offenders(path, path.relative_to(ROOT).as_posix())}
 
 
+@pytest.mark.slow  # over 2 s on a 2-core machine: the full suite runs it
 def test_no_module_over_900_lines_and_no_function_over_100():
     found = {k: n for k, n in all_offenders().items() if allowed(k) is None}
     assert not found, ("split these into small named steps (design §8): "
                        + ", ".join(f"{k} ({n} lines)" for k, n in sorted(found.items())))
 
 
+@pytest.mark.slow  # over 2 s on a 2-core machine: the full suite runs it
 def test_the_allow_list_names_only_current_offenders():
     current = all_offenders()
     stale = [entry for entry in ALLOWED if not any(k.endswith(entry) for k in current)]

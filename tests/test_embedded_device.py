@@ -163,6 +163,7 @@ def test_cuda_without_a_gpu_is_a_clean_start_error(tmp_path):
 
 @NO_CUDA
 @pytest.mark.timeout(300)
+@pytest.mark.slow  # over 2 s on a 2-core machine: the full suite runs it
 def test_measure_with_device_cuda_without_a_gpu_fails_the_leg_cleanly(tmp_path):
     run = tmp_path / "run"
     done = subprocess.run([sys.executable, "-m", "perfwarden.orchestrator.cli", "measure", "--out", str(run), "--leg",

@@ -6,7 +6,9 @@ empty weights cache, as a new user's first run does (issue 18): the weights are 
 
 The machine is sampled for contention before the run (``machine_quiet``): on a busy machine the run's
 reps would come back CONTENDED_LEG and nothing could be judged, so the test skips before it spends its
-ten minutes, not after."""
+ten minutes, not after. A baseline noisier than the documented limit is measured once
+(``--baseline-remeasures 0``): the re-measure loop is the graph's (``test_graph``), each re-measure costs
+over a minute here, and the steps are judged on their own interleaved legs either way."""
 
 from __future__ import annotations
 
@@ -19,14 +21,15 @@ import pytest
 
 from machine_quiet import skip_if_contended
 
-pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(900)]
+pytestmark = [pytest.mark.e2e, pytest.mark.quiet, pytest.mark.slow, pytest.mark.timeout(900)]
 
 
 def test_embedded_run_banks_batching_and_refuses_the_response_cache(tmp_path):
     skip_if_contended("a ten-minute embedded run")
     run = tmp_path / "run"
     cmd = [sys.executable, "-m", "perfwarden.orchestrator.cli", "run", "--target", "embedded", "--out", str(run),
-           "--levers", "max_batch_size=4,response_cache", "--no-kernels", "--budget-minutes", "12"]
+           "--levers", "max_batch_size=4,response_cache", "--no-kernels", "--budget-minutes", "12",
+           "--baseline-remeasures", "0"]
     cache = tmp_path / "cache"  # empty: the first-run path, every time
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=880,
                           env={**os.environ, "PERFWARDEN_CACHE": str(cache)})

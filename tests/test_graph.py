@@ -556,6 +556,16 @@ def test_a_baseline_noisy_after_every_remeasure_lets_the_search_go_on_judging_ea
     assert small["banked"] == [] and [r.name for r in small["rejected"]] == ["cfg-max_batch_size=4"]
 
 
+def test_no_baseline_remeasure_measures_a_noisy_baseline_once_and_the_search_goes_on(tmp_path):
+    """``--baseline-remeasures 0`` (a machine known to be noisier than the limit): one baseline, FLAGged for
+    its noise and kept in the trail; the steps are still judged on their own legs."""
+    state = run_graph(tmp_path / "run", settings(levers=["max_batch_size=4"], kernels=False, max_baseline_remeasures=0),
+                      SyntheticLab(cv=0.06))
+    baselines = [v for v in state["verdicts"] if v.scope == "baseline"]
+    assert [(v.verdict, v.codes()) for v in baselines] == [("FLAG", {"NOISY_BASELINE"})]
+    assert [b.name for b in state["banked"]] == ["cfg-max_batch_size=4"]
+
+
 def test_a_baseline_with_another_finding_still_stops_the_run(tmp_path):
     """Near miss: contention (or any finding beside the noise) still stops the search after the re-measures."""
     state = run_graph(tmp_path / "run", settings(kernels=False), SyntheticLab(contended=True, cv=0.06))

@@ -155,6 +155,7 @@ class ChatServer(FakeOpenAIServer):
                                           "logprobs": {"token_logprobs": self.logprobs}}]})
 
 
+@pytest.mark.slow  # over 2 s on a 2-core machine: the full suite runs it
 def test_qa_eval_end_to_end_against_a_scripted_server(tmp_path):
     base = QualityEval(eval_id=Q.QA_EVAL_ID, leg="base", n=40, score=0.9, item_set_sha256=ITEMS.sha256)
     with ChatServer(model="served-model") as srv:

@@ -69,6 +69,7 @@ def test_combining_takes_the_stricter_verdict_and_never_mixes_honest():
     assert rt.combine([fail, rt.Expectation.honest("h")]) is None
 
 
+@pytest.mark.slow  # over 2 s on a 2-core machine: the full suite runs it
 def test_a_planted_weakness_is_found_and_becomes_a_fixture(tmp_path, monkeypatch):
     """Blind the unknown-knob gates (a changed unknown knob; a key the target does not report): the
     unknown_knob_declared attack must then succeed, be written as a fixture whose answer is the attack's

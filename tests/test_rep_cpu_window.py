@@ -89,7 +89,7 @@ def test_window_figures_from_readings():
     assert C.close_cpu_window(None) is None
 
 
-@pytest.mark.slow
+@pytest.mark.quiet  # a spinner must get its CPU: a test beside it takes it (scripts/test.sh runs it alone)
 def test_a_real_window_tells_the_servers_cpu_from_a_neighbours():
     spin = "import time\nt=time.time()\nwhile time.time()-t<1.0: pass"
     for excluded in (True, False):

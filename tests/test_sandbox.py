@@ -398,6 +398,7 @@ def test_ctypes_and_main_rebinding_gain_nothing(box):
             listener.accept()
 
 
+@pytest.mark.slow  # over 2 s on a 2-core machine: the full suite runs it
 def test_fork_bomb_is_bounded_and_dies_with_the_sandbox(box):
     marker = box["work"] / "forks.txt"
     started = time.monotonic()
@@ -410,6 +411,7 @@ def test_fork_bomb_is_bounded_and_dies_with_the_sandbox(box):
     assert r.confinement.pids in ("cgroup_v1", "cgroup_v2") or sys.platform != "linux"
 
 
+@pytest.mark.slow  # over 2 s on a 2-core machine: the full suite runs it
 def test_setsid_orphan_does_not_outlive_the_limit(box):
     marker = box["work"] / "heartbeat.txt"
     started = time.monotonic()

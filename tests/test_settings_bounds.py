@@ -72,3 +72,14 @@ def test_resuming_a_run_whose_settings_hold_huge_reps_is_exit_3(tmp_path):
         signal.alarm(0)
     assert result.exit_code == 3, result.output
     assert "'reps'" in " ".join(result.output.split())
+
+
+def test_baseline_remeasures_is_an_option_of_run_and_bounded(tmp_path):
+    run = tmp_path / "run"
+    done = CliRunner().invoke(app, ["run", "--target", "synthetic", "--out", str(run), "--levers", "max_batch_size=2",
+                                    "--no-kernels", "--baseline-remeasures", "0"])
+    assert done.exit_code == 0, done.output
+    assert json.loads((run / "settings.json").read_text())["max_baseline_remeasures"] == 0
+    refused = CliRunner().invoke(app, ["run", "--target", "synthetic", "--out", str(tmp_path / "bad"),
+                                       "--baseline-remeasures", "-1"])
+    assert refused.exit_code == 3 and "max_baseline_remeasures" in " ".join(refused.output.split())

@@ -286,6 +286,7 @@ def test_the_auditor_audits_an_sglang_ab_from_the_raw(tmp_path, model_dir, sglan
 # ------------------------------------------------------------------------------------------ the CLI
 
 
+@pytest.mark.slow  # over 2 s on a 2-core machine: the full suite runs it
 def test_measure_writes_an_sglang_leg(tmp_path, model_dir, sglang_python):
     out = tmp_path / "m"
     result = runner.invoke(app, ["measure", "--target", "sglang", "--model", model_dir, "--sglang-python", sglang_python,

@@ -4,6 +4,7 @@ alone by its id."""
 
 from __future__ import annotations
 
+import ast
 import os
 import shutil
 import subprocess
@@ -46,3 +47,84 @@ def test_the_long_real_path_tests_are_in_the_slow_tier():
 def test_one_crash_point_of_the_resume_test_runs_alone_by_its_id():
     assert collect("tests/test_resume_anywhere.py", "-k", "rep_unsealed-9") == [
         "tests/test_resume_anywhere.py::test_a_run_killed_here_resumes_to_the_same_result[rep_unsealed-9]"]
+
+
+def contention_judging_tests() -> set[str]:
+    """``file::test`` of every test function that asks ``machine_quiet`` whether it may spend its minutes:
+    those judge real timings, so they must run alone."""
+    found = set()
+    for path in sorted(TESTS.glob("test_*.py")):
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.FunctionDef) and node.name.startswith("test_") and any(
+                    isinstance(call, ast.Call) and getattr(call.func, "id", None) == "skip_if_contended"
+                    for call in ast.walk(node)):
+                found.add(f"tests/{path.name}::{node.name}")
+    return found
+
+
+@pytest.mark.slow  # collecting the e2e modules imports the model stack
+def test_every_test_that_judges_real_timings_runs_alone():
+    judging = contention_judging_tests()
+    assert len(judging) >= 2  # the embedded run and the vLLM run
+    quiet = {test.split("[")[0] for test in collect("-m", "quiet", *sorted({t.split("::")[0] for t in judging}))}
+    assert judging <= quiet, f"mark these @pytest.mark.quiet (scripts/test.sh runs them alone): {judging - quiet}"
+
+
+RUNNER_PROBE = '''
+import os, time, pytest
+
+def note(what):
+    with open(os.environ["PROBE_LOG"], "a") as f:
+        f.write(f"{what} {os.environ.get('PYTEST_XDIST_WORKER', 'main')} {time.time():.3f}\\n")
+
+@pytest.mark.parametrize("n", range(4))
+def test_busy(n):
+    note(f"busy-start-{n}")
+    time.sleep(0.5)
+    note(f"busy-end-{n}")
+
+@pytest.mark.quiet
+def test_judges_timings():
+    note("quiet-start")
+    note("quiet-end")
+'''
+
+
+def runner_env() -> dict[str, str]:
+    """This environment for ``scripts/test.sh``, less what xdist set for this very test (run on a worker,
+    it would make the runner's own phase 2 look like a worker)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_XDIST")}
+    return {**env, "PYTHON": sys.executable}
+
+
+@pytest.mark.integration  # starts pytest with xdist workers, twice
+def test_the_runner_runs_the_quiet_tests_alone_after_every_other_test(tmp_path):
+    (tmp_path / "pytest.ini").write_text("[pytest]\nmarkers =\n    quiet: judges real timings\n")
+    (tmp_path / "test_probe.py").write_text(RUNNER_PROBE)
+    log = tmp_path / "probe.log"
+    env = {**runner_env(), "PROBE_LOG": str(log), "PERFWARDEN_TEST_WORKERS": "2"}
+    done = subprocess.run(["bash", str(ROOT / "scripts" / "test.sh"), "-p", "no:cacheprovider", str(tmp_path)],
+                          env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    events = [line.split() for line in log.read_text().splitlines()]
+    assert all(worker.startswith("gw") for what, worker, _ in events if what.startswith("busy"))  # on xdist workers
+    quiet = {what: (worker, float(t)) for what, worker, t in events if what.startswith("quiet")}
+    assert quiet["quiet-start"][0] == "main"  # not on an xdist worker: nothing runs beside it
+    assert quiet["quiet-start"][1] >= max(float(t) for what, _, t in events if what.startswith("busy-end"))
+    assert len(events) == 10
+
+
+@pytest.mark.integration  # starts pytest four times
+def test_the_runner_fails_when_a_phase_fails_and_when_nothing_ran(tmp_path):
+    env = {**runner_env(), "PERFWARDEN_TEST_WORKERS": "1"}
+    (tmp_path / "pytest.ini").write_text("[pytest]\nmarkers =\n    quiet: judges real timings\n")
+    (tmp_path / "test_fails.py").write_text("import pytest\n\n@pytest.mark.quiet\ndef test_quiet():\n    assert False\n")
+    failed = subprocess.run(["bash", str(ROOT / "scripts" / "test.sh"), "-p", "no:cacheprovider", "-q",
+                             str(tmp_path / "test_fails.py")], env=env, capture_output=True, text=True, timeout=300)
+    assert failed.returncode == 1, failed.stdout[-2000:]
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    nothing = subprocess.run(["bash", str(ROOT / "scripts" / "test.sh"), "-p", "no:cacheprovider", "-q", str(empty)],
+                             env=env, capture_output=True, text=True, timeout=300)
+    assert nothing.returncode == 5, nothing.stdout[-2000:]
