@@ -128,3 +128,12 @@ def test_the_runner_fails_when_a_phase_fails_and_when_nothing_ran(tmp_path):
     nothing = subprocess.run(["bash", str(ROOT / "scripts" / "test.sh"), "-p", "no:cacheprovider", "-q", str(empty)],
                              env=env, capture_output=True, text=True, timeout=300)
     assert nothing.returncode == 5, nothing.stdout[-2000:]
+
+
+@pytest.mark.slow  # collects every test module
+def test_the_runner_finds_every_file_that_holds_a_quiet_test():
+    """``scripts/test.sh`` collects phase 2 from the files that name ``mark.quiet`` (grep): a quiet test
+    anywhere else would never run."""
+    collected = {test.split("::")[0] for test in collect("-m", "quiet")}
+    named = {f"tests/{path.name}" for path in TESTS.glob("test_*.py") if "mark.quiet" in path.read_text()}
+    assert collected and collected <= named
