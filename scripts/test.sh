@@ -21,7 +21,7 @@ rc1=$?
 mid=$(date +%s)
 echo "== phase 2: the quiet tests, alone (they judge real timings)"
 # Without arguments, only the files naming the marker are collected: importing every other test module
-# again costs seconds and finds no quiet test (tests/test_tiers.py holds the two sets equal).
+# again costs seconds and finds no quiet test (tests/test_tiers.py checks every quiet test's file is named).
 quiet_files=()
 if [ "$#" -eq 0 ]; then
     mapfile -t quiet_files < <(grep -l "mark\.quiet" tests/test_*.py)

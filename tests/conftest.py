@@ -29,9 +29,9 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if any(item.get_closest_marker(name) for name in TIER_MARKERS) and not item.get_closest_marker("slow"):
             item.add_marker(pytest.mark.slow)
-    weight: dict[str, int] = {}
+    rank: dict[object, int] = {}  # a file's rank: that of its heaviest test
     for item in items:
-        rank = next((i for i, name in enumerate(HEAVIEST_FIRST) if item.get_closest_marker(name)), len(HEAVIEST_FIRST))
-        weight[item.nodeid.split("::")[0]] = min(rank, weight.get(item.nodeid.split("::")[0], rank))
+        mine = next((i for i, name in enumerate(HEAVIEST_FIRST) if item.get_closest_marker(name)), len(HEAVIEST_FIRST))
+        rank[item.path] = min(mine, rank.get(item.path, mine))
     # stable: a file's tests stay together and in their order (its module fixtures are set up once)
-    items.sort(key=lambda item: weight[item.nodeid.split("::")[0]])
+    items.sort(key=lambda item: rank[item.path])
