@@ -17,6 +17,7 @@ from __future__ import annotations
 import io
 import json
 import re
+import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -183,3 +184,31 @@ def test_audit_mlperf_findings_read_as_blocks_at_80_columns():
     render_mlperf(verdict, console)
     order = {"FAIL": 0, "FLAG": 1, "INFO": 2}
     check_rendering(console.export_text(), sorted(verdict.findings, key=lambda f: order[f.severity]))
+
+
+def test_backtest_results_read_at_80_columns_with_disagreements_as_paragraphs(tmp_path):
+    """A real fixture copied under a 200-character hostile name, its answer changed so that the auditor
+    disagrees: the result's names take at most two lines, each disagreement is shown whole."""
+    from perfwarden.orchestrator.backtest import run_backtest
+    from perfwarden.orchestrator.cli_backtest import print_report
+
+    name = "fx-" + "long-fixture-name-" * 11 + "\x1b[2J"
+    fixture = tmp_path / name
+    shutil.copytree(FIXTURES / "geak-i1-specdecode", fixture)
+    key = json.loads((fixture / "answer_key.json").read_text())
+    key["answers"][0].update(verdict="FAIL", action="eject", must_include=["ORTHOGONAL_LEVER", "UNKNOWN_KNOB"])
+    (fixture / "answer_key.json").write_text(json.dumps(key))
+    report = run_backtest([tmp_path])
+    (result,) = report.results
+    assert len(result.problems) >= 2
+    console = Console(file=io.StringIO(), width=WIDTH, record=True, color_system=None)
+    print_report(report, console)
+    text = console.export_text()
+    assert not [line for line in text.splitlines() if len(line) > WIDTH]
+    assert "\x1b" not in text and "\\x1b[2J" in text
+    lines = text.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("  no   fx-long-fixture-name-"))
+    assert lines[start + 2].startswith("       expected FAIL  actual FLAG"), "the names took more than two lines"
+    problems = " ".join(line.strip() for line in lines[start + 3:] if line.startswith("       "))
+    for problem in result.problems:
+        assert squeeze(printable(problem)) in squeeze(problems)
