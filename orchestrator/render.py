@@ -119,6 +119,7 @@ class Clipped:
         yield from self.lines(console, max(1, options.max_width))
 
     def __rich_measure__(self, console: Console, options: ConsoleOptions) -> Measurement:
+        # at least 12 cells when it can: a grid squeezing a long value to a sliver would clip it to nothing
         return Measurement(min(self.text.cell_len, options.max_width, 12), min(self.text.cell_len, options.max_width))
 
     def lines(self, console: Console, width: int) -> list[Text]:
