@@ -59,7 +59,8 @@ def planted_run():
             parents=True)
         body = "\n".join(f"    x{i} = {i}" for i in range(FUNCTION_LINES + 5))
         (run / "generated").mkdir()
-        (run / "generated" / "kernel.py").write_text(f'"""see design §99"""\n\n\ndef long():\n{body}\n')
+        dangling = "design " + "§99"  # split: this file is scanned too, and must not cite it itself
+        (run / "generated" / "kernel.py").write_text(f'"""see {dangling}"""\n\n\ndef long():\n{body}\n')
         yield run
     finally:
         shutil.rmtree(run, ignore_errors=True)
