@@ -9,17 +9,19 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import typer
-from rich.console import Console
+from rich.console import Console, Group
+from rich.padding import Padding
 from rich.table import Table
+from rich.text import Text
 
 from perfwarden.orchestrator.cli_audit import use_quality_registry
 from perfwarden.orchestrator.cli_review import write_text_atomic
 from perfwarden.orchestrator.exit_codes import ExitCode
 from perfwarden.orchestrator.paths import default_fixture_roots, shared_corpus
-from perfwarden.orchestrator.render import print_error, safe_text
+from perfwarden.orchestrator.render import Clipped, hanging, print_error, safe_text
 
 if TYPE_CHECKING:
-    from perfwarden.orchestrator.backtest import Report
+    from perfwarden.orchestrator.backtest import CaseResult, Report
 
 MLPERF_CORPORA = ("mlperf", "mlperf-more")
 """Shared MLPerf compliance corpora folded into the backtest (beside the shipped fixtures)."""
@@ -113,17 +115,28 @@ def write_html(report: Report, roots: list[Path], path: Path) -> None:
     err.print(safe_text(f"wrote {str(path)!r} ({len(page.encode('utf-8')) / 1024:.0f} KiB)"))
 
 
+def result_block(result: CaseResult) -> Table:
+    """One audited claim, readable at 80 columns: whether it agrees, then beside it the fixture and claim
+    (untrusted names, at most two lines), expected against actual, and each disagreement as a paragraph."""
+    mark = Text("yes", style="green") if result.agrees else Text("no", style="red")
+    names = Clipped(safe_text((result.fixture, "bold"), "  ", result.claim), max_lines=2)
+    outcome = safe_text(("expected ", "dim"), result.expected_verdict or "-", ("  actual ", "dim"), result.verdict,
+                        ("  action ", "dim"), result.action)
+    problems = [hanging("- ", safe_text(problem), indent=0) for problem in result.problems]
+    block = Table.grid(padding=(0, 2))
+    block.add_column(no_wrap=True, width=3)
+    block.add_column(ratio=1)
+    block.add_row(mark, Group(names, Clipped(outcome), *problems))
+    return block
+
+
 def print_report(report: Report, console: Console) -> None:
     from perfwarden.orchestrator.backtest import LABELS  # lazy: scipy: the auditor, only for this command
 
-    table = Table(title="fixtures", pad_edge=False)
-    for col in ("fixture", "claim", "expected", "actual", "action", "ok"):
-        table.add_column(col, overflow="fold")
-    for r in report.results:  # fixture and claim names, problems (which quote answers) are untrusted text
-        table.add_row(safe_text(r.fixture), safe_text(r.claim), safe_text(r.expected_verdict or "-"),
-                      safe_text(r.verdict), safe_text(r.action),
-                      safe_text(("yes", "green")) if r.agrees else safe_text(("no", "red"), f" {'; '.join(r.problems)}"))
-    console.print(table)
+    n_ok = sum(r.agrees for r in report.results)
+    console.print(Text(f"fixtures: {len(report.results)}, {n_ok} agree with their answer key", style="bold"))
+    for r in report.results:
+        console.print(Padding(result_block(r), (0, 0, 0, 2), expand=False))
     conf = report.confusion()
     matrix = Table(title="confusion (rows expected, columns actual)", pad_edge=False)
     matrix.add_column("")
@@ -140,6 +153,5 @@ def print_report(report: Report, console: Console) -> None:
         fmt = lambda v: "-" if v is None else f"{v:.2f}"  # noqa: E731
         codes.add_row(safe_text(code), str(s["tp"]), str(s["fn"]), str(s["fp"]), fmt(s["precision"]), fmt(s["recall"]))
     console.print(codes)
-    n_ok = sum(r.agrees for r in report.results)
     console.print(f"agreement {n_ok}/{len(report.results)} = {report.agreement:.1%}; action agreement "
                   f"{report.action_agreement():.1%}")

@@ -25,12 +25,14 @@ from typing import NoReturn
 
 import typer
 from rich.console import Console
+from rich.padding import Padding
 from rich.table import Table
+from rich.text import Text
 
 from perfwarden.auditor import mlperf
 from perfwarden.harness.records import MlperfCompliance, Verdict
 from perfwarden.orchestrator.exit_codes import EXIT_BY_VERDICT, ExitCode
-from perfwarden.orchestrator.render import print_error, safe_text
+from perfwarden.orchestrator.render import finding_block, print_error, print_notes, safe_text
 
 _STYLE = {"PASS": "bold green", "FLAG": "bold yellow", "FAIL": "bold red", "error": "bold red",
           "INFO": "dim", }
@@ -49,7 +51,7 @@ def render(verdict: Verdict, console: Console) -> None:
     """Human-readable report: verdict line, scores, findings, what was not checked. Everything read
     from the logs (scenario names, messages, file names) is shown through ``safe_text``."""
     result = verdict.mlperf or MlperfCompliance()
-    head = [("perfwarden audit-mlperf: ", ""), (verdict.shown, _STYLE.get(verdict.verdict, "bold"))]
+    head: list[str | tuple[str, str]] = [("perfwarden audit-mlperf: ", ""), (verdict.shown, _STYLE.get(verdict.verdict, "bold"))]
     if result.test or result.scenario:
         src = f", test from {result.test_source}" if result.test_source else ""
         head.append(f"  {result.test or 'test unknown'} {result.scenario or ''}{src}")
@@ -59,7 +61,8 @@ def render(verdict: Verdict, console: Console) -> None:
     if result.reference_score is not None:
         scores = Table(title="Scores (re-derived from the detail logs)", show_lines=False)
         for col in ("run", "scenario", "detail", "summary", "unit"):
-            scores.add_column(col)
+            # scenario and unit are read from the logs: one line each, however long a forged one is
+            scores.add_column(col, no_wrap=True, overflow="ellipsis", max_width=24)
         scores.add_row("reference", safe_text(result.scenario or "-"), _fmt(result.reference_score),
                        _fmt(result.summary_scores.get("reference")), safe_text(result.score_unit or ""))
         scores.add_row("compliance", safe_text(result.compliance_scenario or "-"), _fmt(result.compliance_score),
@@ -69,17 +72,11 @@ def render(verdict: Verdict, console: Console) -> None:
             console.print(safe_text(f"ratio compliance/reference = {result.ratio:.4f}; threshold "
                                     f"{result.threshold:g}; rule: {result.rule or ''}"))
     if verdict.findings:
-        table = Table(title="Findings")
-        for col in ("severity", "code", "message", "evidence"):
-            table.add_column(col, overflow="fold")
-        for f in sorted(verdict.findings, key=lambda f: {"FAIL": 0, "FLAG": 1, "INFO": 2}[f.severity]):
-            ev = ", ".join(f"{_short(e.file)}:{e.line}" if e.line else _short(e.file)
-                           for e in f.evidence[:3])
-            table.add_row(safe_text((f.severity, _STYLE.get(f.severity, ""))), safe_text(f.code),
-                          safe_text(f.message), safe_text(ev))
-        console.print(table)
-    for item in verdict.not_checked:
-        console.print(safe_text((f"not checked: {item}", "yellow")))
+        console.print(Text("Findings", style="bold"))
+    for f in sorted(verdict.findings, key=lambda f: {"FAIL": 0, "FLAG": 1, "INFO": 2}[f.severity]):
+        evidence = [safe_text(f"{_short(e.file)}:{e.line}" if e.line else _short(e.file)) for e in f.evidence]
+        console.print(Padding(finding_block(f, evidence), (0, 0, 0, 2), expand=False))
+    print_notes(console, "not checked", verdict.not_checked, "yellow")
 
 
 def audit_mlperf(

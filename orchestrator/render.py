@@ -9,15 +9,20 @@ the terminal) and through rich ``Text`` objects, never markup (a ``[/red]`` in a
 from __future__ import annotations
 
 import html
+import json
 import re
 import unicodedata
+from collections.abc import Sequence
 from typing import Any
 
-from rich.console import Console
+from rich.cells import cell_len, chop_cells
+from rich.console import Console, ConsoleOptions, Group, RenderableType, RenderResult
+from rich.measure import Measurement
+from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 
-from perfwarden.harness.records import Verdict, shown_verdict
+from perfwarden.harness.records import Finding, Verdict, shown_verdict
 
 VERDICT_STYLE = {"PASS": "bold green", "FLAG": "bold yellow", "FAIL": "bold red"}
 SEVERITY_STYLE = {"INFO": "dim", "FLAG": "yellow", "FAIL": "red"}
@@ -76,26 +81,125 @@ def short(value: Any, width: int = 28) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
-def findings_table(verdict: Verdict) -> Table:
-    table = Table(show_lines=False, expand=False, title=None, pad_edge=False)
-    table.add_column("sev", no_wrap=True)
-    table.add_column("code", no_wrap=True)
-    table.add_column("measured / threshold", overflow="fold")
-    table.add_column("evidence", overflow="fold")
-    table.add_column("message", overflow="fold", ratio=1)
-    for f in verdict.findings:
-        ev = ", ".join(f"{e.file}:{e.line}" if e.line else e.file for e in f.evidence[:2]) or "-"
-        table.add_row(Text(f.severity, style=SEVERITY_STYLE[f.severity]), safe_text(f.code),
-                      Text(f"{short(f.measured)} / {short(f.threshold)}"), safe_text(ev), safe_text(f.message))
-    return table
+def fmt_value(value: Any, width: int = 40, spaced: bool = False) -> str:
+    """A measured value or threshold in one short line (dicts and lists as compact JSON; ``spaced`` puts
+    a space after each separator, so a terminal wraps a long value between items, not inside one)."""
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        text = str(value).lower()
+    elif isinstance(value, float):
+        text = f"{value:.4g}"
+    elif isinstance(value, (dict, list)):
+        try:
+            text = json.dumps(value, separators=(", ", ": ") if spaced else (",", ":"), sort_keys=True, default=str)
+        except (TypeError, ValueError):
+            text = repr(value)
+    else:
+        text = str(value)
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+class Clipped:
+    """``text`` laid out in the width rich gives it, in at most ``max_lines`` lines.
+
+    A text that needs more lines keeps its start and its end around an ellipsis and is folded at
+    character boundaries (word wrapping could spill the cut text onto one more line): the end of a path
+    holds the file name and line number, the start of a JSON value its first keys. Every field of a
+    finding but its message is shown this way, so a hostile 10,000-character file name or threshold
+    costs a reader three lines, never a screenful.
+    """
+
+    def __init__(self, text: Text, max_lines: int = 3, tail_share: float = 0.5) -> None:
+        self.text = text
+        self.max_lines = max_lines
+        self.tail_share = tail_share
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        yield from self.lines(console, max(1, options.max_width))
+
+    def __rich_measure__(self, console: Console, options: ConsoleOptions) -> Measurement:
+        # at least 12 cells when it can: a grid squeezing a long value to a sliver would clip it to nothing
+        return Measurement(min(self.text.cell_len, options.max_width, 12), min(self.text.cell_len, options.max_width))
+
+    def lines(self, console: Console, width: int) -> list[Text]:
+        wrapped = list(self.text.wrap(console, width, overflow="fold"))
+        if len(wrapped) <= self.max_lines:
+            return wrapped
+        return fold_cells(clip_middle(self.text, self.max_lines * width - 1, self.tail_share), width)
+
+
+def clip_middle(text: Text, cells: int, tail_share: float = 0.5) -> Text:
+    """``text`` cut to at most ``cells`` cells plus one for the ellipsis: its start and its end, the end
+    taking ``tail_share`` of the cells."""
+    head_budget = cells - round(cells * tail_share)
+    head = _prefix_chars(text.plain, head_budget)
+    tail = _prefix_chars(text.plain[::-1], cells - head_budget)
+    return Text.assemble(text[:head], ("…", "dim"), text[len(text.plain) - tail:] if tail else "")
+
+
+def _prefix_chars(plain: str, cells: int) -> int:
+    """How many leading characters of ``plain`` fit in ``cells`` terminal cells."""
+    used = 0
+    for count, ch in enumerate(plain):
+        used += cell_len(ch)
+        if used > cells:
+            return count
+    return len(plain)
+
+
+def fold_cells(text: Text, width: int) -> list[Text]:
+    """``text`` cut into lines of at most ``width`` cells at character boundaries (wide characters kept
+    whole)."""
+    offsets, at = [], 0
+    for chunk in chop_cells(text.plain, width)[:-1]:
+        at += len(chunk)
+        offsets.append(at)
+    return list(text.divide(offsets))
+
+
+MAX_VALUE_CHARS = 2000
+"""Characters of a measured value or threshold formatted before ``Clipped`` cuts it to the screen: a
+bound on the work a hostile value costs, far above three lines of any terminal."""
+
+
+EVIDENCE_LINES = 3
+"""Evidence lines a finding block shows: all of them up to this many, else the first ones and a count."""
+
+
+def evidence_lines(finding: Finding) -> list[Text]:
+    """``file:line`` of each evidence reference a finding cites."""
+    return [safe_text(f"{e.file}:{e.line}" if e.line else e.file) for e in finding.evidence]
+
+
+def finding_block(finding: Finding, evidence: Sequence[Text]) -> Group:
+    """One finding as a block a person reads at 80 columns: severity, code, gate and the action it asks
+    on one line; the message as a paragraph; then measured, threshold and evidence, each in at most
+    three lines (``Clipped``) under a label. ``evidence`` is one line per reference (the review adds
+    whether each line still hashes as the auditor read it)."""
+    head = safe_text((finding.severity, SEVERITY_STYLE[finding.severity]), " ", (finding.code, "bold"),
+                     (f"  gate {finding.gate}" if finding.gate else "", "dim"),
+                     (f"  asks {finding.action}" if finding.action else "", "dim"))
+    fields = Table.grid(padding=(0, 1))
+    fields.add_column(style="dim", no_wrap=True)
+    fields.add_column(ratio=1)
+    if finding.measured is not None or finding.threshold is not None:
+        fields.add_row("measured", Clipped(safe_text(fmt_value(finding.measured, MAX_VALUE_CHARS, spaced=True))))
+        fields.add_row("threshold", Clipped(safe_text(fmt_value(finding.threshold, MAX_VALUE_CHARS, spaced=True))))
+    shown = list(evidence) if len(evidence) <= EVIDENCE_LINES else [
+        *evidence[:EVIDENCE_LINES - 1], Text(f"… and {len(evidence) - EVIDENCE_LINES + 1} more", style="dim")]
+    for i, line in enumerate(shown):
+        fields.add_row("evidence" if i == 0 else "", Clipped(line, max_lines=1, tail_share=0.75))
+    return Group(Clipped(head), Padding(Group(safe_text(finding.message), fields), (0, 0, 0, 4), expand=False))
 
 
 def print_verdict(verdict: Verdict, console: Console | None = None) -> None:
+    """``perfwarden audit``'s human view: the verdict line, headline and lever, each finding as a block
+    (``finding_block``), then what was not checked and why the verdict is degraded, as indented
+    paragraphs."""
     console = console or Console()
-    head = safe_text((shown_verdict(verdict.verdict, verdict.seal), VERDICT_STYLE[verdict.verdict]),
-                     f"  action={verdict.action}",
-                     f"  scope={verdict.scope}  claim={verdict.claim}")
-    console.print(head)
+    console.print(Clipped(safe_text((shown_verdict(verdict.verdict, verdict.seal), VERDICT_STYLE[verdict.verdict]),
+                                    f"  action={verdict.action}", f"  scope={verdict.scope}  claim={verdict.claim}")))
     if verdict.headline_rederived is not None or verdict.headline_claimed is not None:
         console.print(Text(f"headline: claimed {short(verdict.headline_claimed)}  re-derived "
                            f"{short(verdict.headline_rederived)}"))
@@ -103,8 +207,27 @@ def print_verdict(verdict: Verdict, console: Console | None = None) -> None:
         console.print(safe_text(f"lever: declared {verdict.lever_declared or '-'}  detected "
                                 f"{verdict.lever_detected or '-'}"))
     if verdict.findings:
-        console.print(findings_table(verdict))
-    for item in verdict.not_checked:
-        console.print(safe_text((f"not checked: {item}", "dim")))
+        console.print(Text(f"findings ({len(verdict.findings)}):", style="bold"))
+    for finding in verdict.findings:
+        console.print(Padding(finding_block(finding, evidence_lines(finding)), (0, 0, 0, 2), expand=False))
+    print_notes(console, "not checked", verdict.not_checked, "dim")
     if verdict.degraded:
-        console.print(safe_text((f"degraded: {'; '.join(verdict.degraded_reasons)}", "yellow")))
+        print_notes(console, "degraded", verdict.degraded_reasons, "yellow")
+
+
+def print_notes(console: Console, label: str, notes: Sequence[str], style: str) -> None:
+    """``label:`` then each note as a paragraph under a dash, its wrapped lines indented under its first."""
+    if not notes:
+        return
+    console.print(Text(f"{label}:", style=style))
+    for note in notes:
+        console.print(hanging("- ", safe_text((note, style)), indent=2))
+
+
+def hanging(marker: str, body: Text, indent: int) -> RenderableType:
+    """``marker`` then ``body`` wrapped so that every line after the first starts under the body."""
+    grid = Table.grid()
+    grid.add_column(width=len(marker) + indent, no_wrap=True)
+    grid.add_column(ratio=1)
+    grid.add_row(Text(" " * indent + marker), body)
+    return grid

@@ -1,4 +1,4 @@
-"""Modules under 900 lines, functions under 100 (issue 19): an AST scan of every package and test of the
+"""Modules under 900 lines, functions under 100: an AST scan of every Python file git tracks in the
 project, generated data left out. A newcomer reads a function in one screenful and a module in one
 sitting; a longer one is split into named steps."""
 
@@ -9,17 +9,10 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from source_tree import ROOT, source_files
+
 MODULE_LINES = 900
 FUNCTION_LINES = 100
-SKIPPED = {".git", ".shim", ".venv", "__pycache__", "node_modules", "build", "dist", ".hypothesis", ".pytest_cache"}
-
-
-def skipped(parts: tuple[str, ...]) -> bool:
-    """Hidden folders (``.git``, ``.venv``, ``.venv-vllm`` -- CI installs vLLM's venv inside the checkout --,
-    ``.shim``, caches) and build output are not the project's code."""
-    return any(part.startswith(".") for part in parts[:-1]) or bool(SKIPPED & set(parts))
-
 
 GENERATED = ("proof/fixtures/", "proof/mlperf_fixtures/")
 """Generated data: fixtures written by the builders, never edited by hand."""
@@ -32,14 +25,9 @@ module's ``<path suffix>``. The lead empties this at merge; an entry that no lon
 
 
 def project_files() -> list[Path]:
-    """Every Python file of the project's packages, tests, benchmarks and scripts (not generated data)."""
-    out = []
-    for path in sorted(ROOT.rglob("*.py")):
-        rel = path.relative_to(ROOT).as_posix()
-        if skipped(path.relative_to(ROOT).parts) or rel.startswith(GENERATED):
-            continue
-        out.append(path)
-    return out
+    """Every Python file of the project's source (what git tracks: tests/source_tree.py), generated data
+    left out."""
+    return [path for path in source_files(".py") if not path.relative_to(ROOT).as_posix().startswith(GENERATED)]
 
 
 def offenders(path: Path, rel: str) -> list[tuple[str, int]]:

@@ -7,16 +7,10 @@ import re
 import tomllib
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from source_tree import ROOT, source_files
+
 DESIGN = ROOT / "docs" / "design.md"
 SCANNED = (".py", ".md", ".toml")
-SKIPPED = {".git", ".shim", ".venv", "node_modules", "__pycache__", ".hypothesis", ".pytest_cache"}
-
-
-def skipped(parts: tuple[str, ...]) -> bool:
-    """Hidden folders (``.git``, ``.venv``, ``.venv-vllm`` -- CI installs vLLM's venv inside the checkout --,
-    ``.shim``, caches) and build output are not the project's code."""
-    return any(part.startswith(".") for part in parts[:-1]) or bool(SKIPPED & set(parts))
 
 
 CITATION = re.compile(r"design (§\d+(?:\s*(?:[-/,]|and)\s*§?\d+)*)")
@@ -35,8 +29,8 @@ def doc_sections(text: str) -> set[int]:
 def citations() -> dict[str, list[int]]:
     """Every file of the project that cites the design, with the sections it cites."""
     out = {}
-    for path in ROOT.rglob("*"):
-        if path.suffix not in SCANNED or skipped(path.relative_to(ROOT).parts) or path == DESIGN:
+    for path in source_files(*SCANNED):  # what git tracks: a run's output in the checkout is not the project's
+        if path == DESIGN:
             continue
         found = cited_sections(path.read_text("utf-8", errors="replace"))
         if found:

@@ -19,7 +19,8 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from source_tree import ROOT, source_files
+
 PACKAGES = ("agents", "auditor", "harness", "orchestrator", "proof", "redteam", "skills")
 LINT = ("import sys; from importlinter.cli import lint_imports_command; "
         "sys.argv[0] = 'lint-imports'; sys.exit(lint_imports_command())")
@@ -60,7 +61,7 @@ def _copy_tree(dst: Path) -> Path:
     """The packages' Python files and pyproject.toml, under a ``perfwarden`` namespace folder of their own."""
     ns = dst / "perfwarden"
     for pkg in PACKAGES:
-        for src in (ROOT / pkg).rglob("*.py"):
+        for src in source_files(".py", under=pkg):
             rel = src.relative_to(ROOT)
             if "fixtures" in rel.parts or "__pycache__" in rel.parts:
                 continue

@@ -17,6 +17,8 @@ from perfwarden.harness.records import SealedEvidenceWrite, append_unsealed_json
 from perfwarden.proof.seal_cases import sealed_clean
 from perfwarden.orchestrator.synth import make_rep
 
+from source_tree import source_files
+
 ROOT = Path(__file__).resolve().parents[1]
 CLAIM = "claims/001-patch.json"
 
@@ -36,7 +38,7 @@ def _audit(fixture: Path):
 def test_one_function_named_append_jsonl_in_the_code():
     found = []
     for path in sorted(p for folder in ("harness", "orchestrator", "agents", "auditor", "redteam", "proof")
-                       for p in (ROOT / folder).rglob("*.py") if "fixtures" not in p.parts):
+                       for p in source_files(".py", under=folder) if "fixtures" not in p.parts):
         text = path.read_text("utf-8")
         if "append_jsonl" not in text:
             continue

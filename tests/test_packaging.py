@@ -3,15 +3,13 @@
 from __future__ import annotations
 
 import tomllib
-from pathlib import Path
-
-ROOT = Path(__file__).resolve().parents[1]
+from source_tree import ROOT, source_files
 
 
 def test_every_package_folder_is_listed_in_pyproject():
     listed = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
     found = set()
     for top in ("agents", "auditor", "harness", "orchestrator", "proof", "redteam", "skills"):
-        for init in (ROOT / top).rglob("__init__.py"):
+        for init in source_files("/__init__.py", under=top):
             found.add("perfwarden." + ".".join(init.parent.relative_to(ROOT).parts))
     assert found == listed

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 from rich.console import Console
+from test_audit_terminal import check_rendering
 from test_report_record import banked_entry, unversioned_report
 from test_review_cases import EVIL, add_bundle, build_demo_run, build_variant
 from typer.testing import CliRunner
@@ -71,9 +72,16 @@ def test_review_stays_within_80_columns_for_long_untrusted_text(tmp_path):
     verdict["findings"][0]["gate"] = "a-very-long-gate-name-" * 5
     verdict["findings"][0]["evidence"][0]["file"] = "legs/" + "deep/" * 30 + "server.log"
     path.write_text(json.dumps(verdict))
-    text = render(print_review, load_review(run))
+    review = load_review(run)
+    text = render(print_review, review)
     assert_fits(text)
     assert "[bold]not markup[/]" in text, "run data must be printed literally, never parsed as rich markup"
+    # the details read as the audit's finding blocks: message whole, every other field in at most 3 lines
+    details = text[text.index("FLAG and FAIL, with findings"):]
+    check_rendering(details, [f for e in review.entries if e.verdict.verdict != "PASS" for f in e.verdict.findings])
+    table = text[text.index("findings by gate and scope"):text.index("banked results by lever class")]
+    gate_rows = [line for line in table.splitlines() if "a-very-long-gate" in line]
+    assert len(gate_rows) == 1 and "…" in gate_rows[0], gate_rows  # the forged gate's row does not wrap
     raw = io.StringIO()
     print_review(load_review(run), Console(file=raw, width=WIDTH, force_terminal=True))
     assert "\x1b]0;pwned" not in raw.getvalue(), "an escape sequence from run data reached the terminal"

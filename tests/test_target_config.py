@@ -10,6 +10,8 @@ from perfwarden.harness.target_config import (TARGET_CONFIGS, ConfigError, Embed
 from perfwarden.orchestrator.embedded_lab import EmbeddedLab
 from perfwarden.orchestrator.simlab import SyntheticLab
 
+from source_tree import ROOT, source_files
+
 # Knobs the auditor's registry (auditor/data/levers.json) does not know. Empty: the registry
 # classifies every knob of every target model; a new knob must be added to the registry, or listed here
 # with why, before this test passes.
@@ -80,13 +82,11 @@ def test_validation_names_the_knob():
 def _restated_defaults() -> list[str]:
     """``<config>.get("<knob>", <default>)`` in the producer side: a reader restating a knob's default."""
     import re
-    from pathlib import Path
 
     knobs = "|".join(sorted({k for model in TARGET_CONFIGS.values() for k in model.model_fields}))
     pattern = re.compile(r"\b\w*(?:config|knobs|cfg|base)\w*\.get\(\s*[\"'](?:" + knobs + r")[\"']\s*,")
-    root = Path(__file__).resolve().parents[1]
-    return [f"{path.relative_to(root)}:{i}" for folder in ("agents", "orchestrator", "harness")
-            for path in sorted((root / folder).rglob("*.py"))
+    return [f"{path.relative_to(ROOT)}:{i}" for folder in ("agents", "orchestrator", "harness")
+            for path in source_files(".py", under=folder)
             for i, line in enumerate(path.read_text("utf-8").splitlines(), 1) if pattern.search(line)]
 
 

@@ -13,8 +13,15 @@ from pathlib import Path
 
 import pytest
 
+from source_tree import source_files
+
 TESTS = Path(__file__).resolve().parent
 ROOT = TESTS.parent
+
+
+def tracked_test_files() -> list[Path]:
+    """The test modules, ``tests/test_*.py``, that git tracks (tests/source_tree.py)."""
+    return [path for path in source_files(".py", under="tests") if path.parent == TESTS and path.name.startswith("test_")]
 
 
 def collect(*args: str, cwd: Path = ROOT) -> list[str]:
@@ -53,7 +60,7 @@ def contention_judging_tests() -> set[str]:
     """``file::test`` of every test function that asks ``machine_quiet`` whether it may spend its minutes:
     those judge real timings, so they must run alone."""
     found = set()
-    for path in sorted(TESTS.glob("test_*.py")):
+    for path in tracked_test_files():
         tree = ast.parse(path.read_text())
         for node in ast.walk(tree):
             if isinstance(node, ast.FunctionDef) and node.name.startswith("test_") and any(
@@ -135,5 +142,5 @@ def test_the_runner_finds_every_file_that_holds_a_quiet_test():
     """``scripts/test.sh`` collects phase 2 from the files that name ``mark.quiet`` (grep): a quiet test
     anywhere else would never run."""
     collected = {test.split("::")[0] for test in collect("-m", "quiet")}
-    named = {f"tests/{path.name}" for path in TESTS.glob("test_*.py") if "mark.quiet" in path.read_text()}
+    named = {f"tests/{path.name}" for path in tracked_test_files() if "mark.quiet" in path.read_text()}
     assert collected and collected <= named

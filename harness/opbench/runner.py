@@ -60,8 +60,19 @@ def backend_names(specs: Sequence[str]) -> list[str]:
     return out
 
 
-def _safe(name: str) -> str:
-    return re.sub(r"[^A-Za-z0-9_.-]", "_", name)[:60]
+WORK_STEM_CHARS = 40
+"""Longest stem of a worker's folder name: the folder is known by its index, the stem only helps a reader."""
+
+
+def work_folder_name(index: int, backend: str) -> str:
+    """A worker's folder under ``work/``: its index and a stem from the backend's name, in letters, digits,
+    ``_`` and ``-`` only. A backend is often named by its spec, an absolute ``path.py:function``: a name
+    cut to a fixed length from such a path ends in ``.py`` for some clone paths, and a folder with a
+    source suffix breaks every tool that takes ``*.py`` to be a file. Without a dot the name has no suffix
+    at all; without the path the stem is the file and function, whatever the clone's path."""
+    tail = re.split(r"[/\\]", backend)[-1]
+    stem = re.sub(r"[^A-Za-z0-9_-]+", "_", tail).strip("_-")[:WORK_STEM_CHARS].rstrip("_-")
+    return f"{index:02d}-{stem}" if stem else f"{index:02d}"
 
 
 def _validate(op: str, dtype: str, dispatch: str, device: str, seeds: list[int], trials: int, warmup: int,
@@ -238,7 +249,7 @@ def _start_workers(backends: list[Backend], job: dict[str, Any], work_root: Path
     confinement: dict[str, Any] | None = None
     for i, b in enumerate(backends):
         if b.unavailable is None:
-            b.worker = WorkerClient(b.name, b.spec, work_root / f"{i:02d}-{_safe(b.name)}",
+            b.worker = WorkerClient(b.name, b.spec, work_root / work_folder_name(i, b.name),
                                     {**job, "guard_reference": not b.is_reference}, threads=threads,
                                     triton=b.triton, device=device, limits=limits)
             confinement = confinement or b.worker.confinement.as_dict()

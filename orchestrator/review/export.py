@@ -19,10 +19,10 @@ import json
 import textwrap
 from typing import Any, Iterator
 
-from perfwarden.orchestrator.render import md_cell, printable
+from perfwarden.orchestrator.render import fmt_value, md_cell, printable
 from perfwarden.orchestrator.review.compare import Comparison, metric_rows
 from perfwarden.orchestrator.review.model import RunReview, VerdictEntry
-from perfwarden.orchestrator.review.summary import LEVER_CLASSES, banked, fmt_pct, fmt_value, is_banked
+from perfwarden.orchestrator.review.summary import LEVER_CLASSES, banked, fmt_pct, is_banked
 
 FORMATS = ("md", "json", "csv")
 

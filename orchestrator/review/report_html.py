@@ -24,8 +24,8 @@ from perfwarden.orchestrator.review.compare import PLOT_METRICS, Comparison, Pai
 from perfwarden.orchestrator.review.evidence import STATUS_TEXT, LineReader
 from perfwarden.orchestrator.review.model import (KEEP, RunReview, VerdictEntry,
                                                   read_server_info)
-from perfwarden.orchestrator.review.summary import (LEVER_CLASSES, SEVERITIES, banked, fmt_pct, fmt_value, gates_of,
-                                                    is_banked)
+from perfwarden.orchestrator.render import fmt_value
+from perfwarden.orchestrator.review.summary import LEVER_CLASSES, SEVERITIES, banked, fmt_pct, gates_of, is_banked
 from perfwarden.orchestrator.review import search_plot
 from perfwarden.orchestrator.review.svg import Row, TimelineNode, esc, strip_plot, timeline
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any
 
 from perfwarden.agents.base import BankedChange
 from perfwarden.orchestrator.review.model import (HEADLINE_KEEPING_ACTIONS, RunReview, TrailRow,  # noqa: F401
@@ -114,26 +113,6 @@ def gates_of(entry: VerdictEntry) -> list[tuple[str, str, int]]:
         if gate not in worst or rank[f.severity] < rank[worst[gate]]:
             worst[gate] = f.severity
     return [(g, worst[g], count[g]) for g in worst]
-
-
-def fmt_value(value: Any, width: int = 40) -> str:
-    """A measured value or threshold in one short line (dicts and lists as compact JSON)."""
-    import json
-
-    if value is None:
-        return "-"
-    if isinstance(value, bool):
-        text = str(value).lower()
-    elif isinstance(value, float):
-        text = f"{value:.4g}"
-    elif isinstance(value, (dict, list)):
-        try:
-            text = json.dumps(value, separators=(",", ":"), sort_keys=True, default=str)
-        except (TypeError, ValueError):
-            text = repr(value)
-    else:
-        text = str(value)
-    return text if len(text) <= width else text[: width - 1] + "…"
 
 
 def fmt_pct(value: float | None) -> str:

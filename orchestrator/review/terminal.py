@@ -15,11 +15,12 @@ from rich.table import Table
 from rich.text import Text
 
 from perfwarden.auditor import banking
-from perfwarden.orchestrator.render import printable, safe_text  # noqa: F401 - printable is re-exported
+from perfwarden.harness.records import Finding
+from perfwarden.orchestrator.render import Clipped, finding_block, fmt_value, printable, safe_text  # noqa: F401 - printable is re-exported
 from perfwarden.orchestrator.review.compare import PLOT_METRICS, Comparison, Pair, metric_rows
 from perfwarden.orchestrator.review.evidence import LineReader
 from perfwarden.orchestrator.review.model import AUDITED_NOW, KEEP, RunReview, VerdictEntry
-from perfwarden.orchestrator.review.summary import LEVER_CLASSES, SEVERITIES, banked, fmt_pct, fmt_value, gates_of
+from perfwarden.orchestrator.review.summary import LEVER_CLASSES, SEVERITIES, banked, fmt_pct, gates_of
 
 VERDICT_STYLE = {"PASS": "bold green", "FLAG": "bold yellow", "FAIL": "bold red"}
 SEVERITY_STYLE = {"INFO": "dim", "FLAG": "yellow", "FAIL": "red"}
@@ -74,7 +75,7 @@ def trail_block(entry: VerdictEntry) -> Group:
         parts: list[str | tuple[str, str]] = ["gates: "]
         for i, (gate, severity, count) in enumerate(gates):
             parts += [" · " if i else "", gate, " ", (f"{severity}×{count}", SEVERITY_STYLE[severity])]
-        lines.append(t(*parts))
+        lines.append(Clipped(t(*parts)))
     else:
         lines.append(t(("gates: no finding", "dim")))
     return Group(verdict_head(entry), indent(Group(*lines), 4))
@@ -105,8 +106,9 @@ def gates_section(review: RunReview) -> RenderableType:
     if not rows:
         return t(("No gate raised a finding.", "dim"))
     table = Table(pad_edge=False, box=None, show_edge=False)
-    table.add_column("gate", overflow="fold")
-    table.add_column("scope", overflow="fold")
+    # a gate name comes from a verdict file: one line however long a forged one is
+    table.add_column("gate", no_wrap=True, overflow="ellipsis", max_width=40)
+    table.add_column("scope", no_wrap=True, overflow="ellipsis", max_width=12)
     for sev in SEVERITIES:
         table.add_column(sev, justify="right", style=SEVERITY_STYLE[sev])
     for gate, scope, counts in rows:
@@ -134,22 +136,13 @@ def banked_section(review: RunReview) -> Group:
     return Group(*lines)
 
 
-def finding_block(finding, reader: LineReader) -> Group:
-    """One finding: severity and code, then message, measured vs threshold and evidence, indented."""
-    body: list[RenderableType] = [t(finding.message)]
-    if finding.measured is not None or finding.threshold is not None:
-        body.append(t(("measured ", "dim"), fmt_value(finding.measured, 60), ("  threshold ", "dim"),
-                      fmt_value(finding.threshold, 60)))
-    for ref in finding.evidence[:4]:
+def quoted_evidence(finding: Finding, reader: LineReader) -> list[Text]:
+    """Each evidence reference as ``file:line`` and whether the line still hashes as the auditor read it."""
+    lines = []
+    for ref in finding.evidence:
         quote = reader.quote(ref)
-        body.append(t(("evidence ", "dim"), quote.location,
-                      (f"  ({STATUS_MARK[quote.status]})", "red" if quote.status == "changed" else "dim")))
-    if len(finding.evidence) > 4:
-        body.append(t((f"… and {len(finding.evidence) - 4} more evidence line(s)", "dim")))
-    extra = f"  gate {finding.gate}" if finding.gate else ""
-    head = t((finding.severity, SEVERITY_STYLE[finding.severity]), " ", (finding.code, "bold"), (extra, "dim"),
-             (f"  asks {finding.action}" if finding.action else "", "dim"))
-    return Group(head, indent(Group(*body), 5))
+        lines.append(t(quote.location, (f"  ({STATUS_MARK[quote.status]})", "red" if quote.status == "changed" else "dim")))
+    return lines
 
 
 def details_section(review: RunReview, reader: LineReader) -> Group:
@@ -161,7 +154,7 @@ def details_section(review: RunReview, reader: LineReader) -> Group:
         v = entry.verdict
         parts.append(t((entry.key, "bold"), "  ", (v.shown, VERDICT_STYLE[v.verdict]), "  ", v.action,
                        "  ", v.claim))
-        inner: list[RenderableType] = [finding_block(f, reader) for f in v.findings]
+        inner: list[RenderableType] = [finding_block(f, quoted_evidence(f, reader)) for f in v.findings]
         inner += [t(("not checked: ", "dim"), item) for item in v.not_checked]
         if v.degraded:
             inner.append(t(("degraded: ", "yellow"), "; ".join(v.degraded_reasons)))
