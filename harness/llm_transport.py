@@ -40,9 +40,11 @@ MAX_BACKOFF_S = 4.0
 """Pause before retry ``n``: ``BACKOFF_S * 2**n``, at most ``MAX_BACKOFF_S``. A ``Retry-After`` is not
 honoured: an endpoint asking for a day's pause gets the deadline's remainder at most, which is the same
 as giving up, so the back-off stays ours."""
-TRANSPORT_ERRORS: tuple[type[BaseException], ...] = (httpx.HTTPError, OSError, ValueError, UnicodeError)
+TRANSPORT_ERRORS: tuple[type[BaseException], ...] = (httpx.HTTPError, httpx.InvalidURL, OSError, ValueError,
+                                                     UnicodeError)
 """What a hostile or broken endpoint can make the HTTP stack raise: connection errors, protocol errors
-(a header line over h11's limit, a bad chunk size: httpx wraps them), a malformed header value."""
+(a header line over h11's limit, a bad chunk size: httpx wraps them), a malformed header value; and a
+base URL httpx cannot use (an unusable endpoint like any other: the asks fail, the run goes on)."""
 
 
 class EndpointUnavailable(RuntimeError):
