@@ -111,7 +111,12 @@ def run_mode(mode: str, work: Path, budget_minutes: float, deadline_s: float, dr
                                   "--llm", "hostile-model", "--budget-minutes", f"{budget_minutes:g}", "--out", str(run)],
                                  env=env, stdout=log, stderr=subprocess.STDOUT, cwd=work)
         killed = threading.Event()
-        killer = threading.Timer(bound + KILL_AFTER_S, lambda: (killed.set(), child.kill()))
+
+        def kill() -> None:
+            killed.set()
+            child.kill()
+
+        killer = threading.Timer(bound + KILL_AFTER_S, kill)
         killer.start()
         _, status, usage = os.wait4(child.pid, 0)
         wall = time.monotonic() - started
@@ -146,7 +151,7 @@ def main(argv: list[str]) -> int:
     unknown = [m for m in modes if m not in MODES]
     if unknown:
         parser.error(f"unknown mode {unknown[0]!r}; modes: {', '.join(MODES)}")
-    deadline_s = RunSettings().llm_timeout_s
+    deadline_s = float(RunSettings.model_fields["llm_timeout_s"].default)  # what a run asks with (no --set for it)
     work = Path(tempfile.mkdtemp(prefix="pw-fuzz-llm-"))
     print(f"{len(modes)} mode(s), budget {args.budget_minutes:g} min, one ask's deadline {deadline_s:g} s, drip "
           f"{args.drip_s:g} s/byte, huge answers {args.huge_bytes / (1 << 20):.0f} MiB; load average "

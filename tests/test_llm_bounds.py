@@ -142,6 +142,7 @@ def run_against_the_stub(tmp_path: Path, mode: str, budget_minutes: float) -> tu
     stub = subprocess.Popen([sys.executable, str(TESTS / "hostile_openai.py"), "--mode", mode, "--drip-s", "5"],
                             stdout=subprocess.PIPE, text=True)
     try:
+        assert stub.stdout is not None
         port = int(stub.stdout.readline().split()[1])
         env = {**os.environ, "OPENAI_BASE_URL": f"http://127.0.0.1:{port}/v1", "OPENAI_API_KEY": "k"}
         started = time.monotonic()
@@ -166,3 +167,30 @@ def test_a_run_against_a_hostile_endpoint_ends_0_degraded_within_budget(tmp_path
     llm = json.loads((tmp_path / "run" / "report.json").read_text())["llm"]
     assert llm["model"] == "hostile-model" and llm["invalid_outputs"] + llm["unavailable"] > 0
     assert wall < budget_minutes * 60 + 60 + 30, f"{mode}: {wall:.0f} s on a {budget_minutes} min budget"
+
+
+def test_a_flood_of_persona_findings_is_capped_and_keeps_its_worst_severity(tmp_path):
+    """A schema-valid answer of 2 MiB: 2,000 findings of one code (the last a FAIL), 1,000 unknown codes, a
+    file name of 100,000 characters. The verdict lists at most MAX_LISTED of the code plus one summary that
+    keeps the FAIL, and stays small."""
+    from perfwarden.auditor.findings import MAX_LISTED
+    from scripted_llm import ScriptedLLM
+
+    claim = build(tmp_path)
+    verdict = audit_path(tmp_path, claim)
+    flood = [{"code": "OUTPUT_LENGTH_SHIFT", "severity": "FLAG", "message": "m",
+              "evidence": [{"file": "x" * 100_000, "line": 1}]}]
+    flood += [{"code": "OUTPUT_LENGTH_SHIFT", "severity": "FLAG", "message": "m", "evidence": []}] * 1998
+    flood += [{"code": "OUTPUT_LENGTH_SHIFT", "severity": "FAIL", "message": "the worst", "evidence": []}]
+    flood += [{"code": f"MADE_UP_{i}", "severity": "FAIL", "message": "m", "evidence": []} for i in range(1000)]
+    with ScriptedLLM([json.dumps({"findings": flood, "notes": "n"})]) as llm:
+        out = apply_persona(tmp_path, claim.read_text(), verdict,
+                            LLMClient(model="scripted-model", base_url=llm.base_url, api_key="k", timeout_s=10,
+                                      max_retries=0))
+        assert llm.requests[0]["response_format"]["json_schema"]["name"] == "PersonaAnswer"
+    persona = [f for f in out.findings if f.gate == "llm_persona"]
+    assert len(persona) == MAX_LISTED + 1 and persona[-1].omitted == 2000 - MAX_LISTED
+    assert out.verdict == "FAIL" and not out.degraded
+    assert max(len(e.file) for f in persona for e in f.evidence) <= 200
+    assert len(out.model_extra["persona_ignored"]) <= 12
+    assert len(out.model_dump_json()) < 64 << 10
