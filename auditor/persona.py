@@ -16,7 +16,7 @@ from typing import Literal
 from pydantic import BaseModel, Field
 
 from perfwarden.auditor.codes import CATALOG
-from perfwarden.auditor.findings import choose_action, verdict_label
+from perfwarden.auditor.findings import Findings, choose_action, verdict_label
 from perfwarden.harness.llm_client import LLMClient, LLMOutputError, LLMUnavailable
 from perfwarden.harness.records import EvidenceRef, Finding, Verdict
 from perfwarden.harness.safe_read import TEXT_BYTES, open_regular
@@ -32,6 +32,9 @@ model's context (SmolLM2's 8,192 tokens, answer included; measured by benchmarks
 27k-character prompt, 8,429 tokens, was refused before this bound)."""
 NOT_CHECKED_SHOWN = 12
 """Entries of the verdict's not-checked list shown to the persona (the count of the rest is said)."""
+EVIDENCE_FILE_CHARS = 200
+"""Characters of a file name the persona's evidence keeps (its schema asks for 60; validation does not
+enforce a schema-only bound, and an answer of 2 MiB must not become a 2 MiB name in the verdict)."""
 EXCERPT_BYTES = 512 << 10
 """Bytes read per file for those lines: the end of a server log, the start of the outputs (a log at its
 256 MiB bound is read once, by the audit, not a second time whole for 40 lines)."""
@@ -136,14 +139,17 @@ def apply_persona(run: Path, claim_json: str, verdict: Verdict, client: LLMClien
     except (LLMUnavailable, LLMOutputError) as exc:
         return verdict.model_copy(update={"degraded": True,
                                           "degraded_reasons": verdict.degraded_reasons + [f"LLM persona: {exc}"]})
-    added: list[Finding] = []
+    persona = Findings()  # at most MAX_LISTED per code, the rest one summary with their worst severity (design §3)
     ignored: list[str] = []
     for pf in answer.findings:
         if pf.code not in CATALOG:
-            ignored.append(f"unknown code {pf.code!r}")
+            if len(ignored) < NOT_CHECKED_SHOWN:
+                ignored.append(f"unknown code {pf.code[:60]!r}")
             continue
-        added.append(Finding(code=pf.code, severity=pf.severity, message=pf.message[:300], gate="llm_persona",
-                             source="llm", evidence=[EvidenceRef(file=e.file, line=e.line) for e in pf.evidence[:3]]))
+        persona.extend([Finding(code=pf.code, severity=pf.severity, message=pf.message[:300], gate="llm_persona",
+                                source="llm", evidence=[EvidenceRef(file=e.file[:EVIDENCE_FILE_CHARS], line=e.line)
+                                                        for e in pf.evidence[:3]])])
+    added = persona.items
     findings = verdict.findings + added
     label = verdict_label(findings)
     action = choose_action(findings, label)

@@ -1,6 +1,6 @@
 """How often the LLM brains' answers are usable, with and without structured output (issue 18 item 4).
 
-Every brain and the auditor persona ask through ``agents/llm.py``; this script asks each of them a fixed,
+Every brain and the auditor persona ask through ``harness/llm_client.py``; this script asks each of them a fixed,
 bounded set of questions built from a real (synthetic-target) run, once with ``response_format`` (the
 pydantic model's strict JSON schema) and once without, and prints side by side per brain:
 

@@ -3,6 +3,7 @@
     .venv/bin/python benchmarks/fuzz.py [--inputs 10000] [--workers N] [--seed 0] [--timeout 30]
     .venv/bin/python benchmarks/fuzz.py --replay 1234          # one input, verbosely
     .venv/bin/python benchmarks/fuzz.py --rundir [--inputs 10000]   # run directories as input (issue 16)
+    .venv/bin/python benchmarks/fuzz.py --llm-stub [--budget-minutes 1]  # runs against a hostile LLM endpoint
 
 The engine and its oracle are ``perfwarden.redteam.fuzz`` (read its docstring for what counts as damaged
 evidence, and why a mutation no gate reads may legitimately PASS); the test suite runs a bounded
@@ -127,6 +128,10 @@ def _scratch_root(rundir: bool) -> str | None:
 
 
 def main() -> int:
+    if "--llm-stub" in sys.argv[1:]:  # lazy: its own options and imports (benchmarks/fuzz_llm.py)
+        from fuzz_llm import main as llm_stub
+
+        return llm_stub([arg for arg in sys.argv[1:] if arg != "--llm-stub"])
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--inputs", type=int, default=10_000)
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 2)

@@ -166,6 +166,8 @@ def step(fn: Node) -> Node:
     @functools.wraps(fn)
     def wrapper(state: RunState, runtime: Runtime[RunContext]) -> dict:
         state = _in_run(state, runtime.context)
+        if runtime.context.llm is not None:  # every LLM ask of this step ends by the run's budget
+            runtime.context.llm.time_left = functools.partial(runtime.context.remaining_s, state)
         crash_point(f"before:{name}")
         started = time.time()
         runtime.context.watcher.node(name, state.get("current") or "", runtime.context.remaining_s(state))

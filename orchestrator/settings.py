@@ -109,9 +109,10 @@ class RunSettings(BaseModel):
     llm_model: str | None = None
     """Model name for the LLM brains and the auditor persona (None: deterministic only)."""
     llm_timeout_s: float = Field(60.0, gt=0, le=3600)
-    """Timeout of one LLM call. An hour at most."""
+    """Deadline of one LLM ask: connect, every read and every retry (the run's remaining budget shortens
+    it; with none left there is no ask). An hour at most."""
     llm_max_retries: int = Field(2, ge=0, le=MAX_RETRIES)
-    """Retries of an LLM call whose output fails validation or whose request fails."""
+    """Retries of an LLM call whose output fails validation or whose request fails, within its deadline."""
     llm_max_tokens: int | None = Field(512, ge=1, le=131_072)
     """Cap on one LLM answer's length (None: the endpoint's default). At most 128k."""
 
