@@ -222,6 +222,9 @@ class BankedChange(BaseModel):
     """Mechanism the claim declared."""
     disclosed_regressions: dict[str, float] = Field(default_factory=dict)
     """Latency trade-offs the claim disclosed (percent)."""
+    superseded_by: str | None = None
+    """Set in the run's report: the later banked step that overwrote every knob this one set, so nothing of
+    it is in the final configuration (``agents/integrator.superseded_by``); None while it survives."""
 
     def overlay(self) -> dict[str, Any]:
         """This change as knob changes (a kernel is an ``op_overrides`` entry)."""

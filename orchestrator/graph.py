@@ -641,12 +641,16 @@ def resubmit(state: RunState, runtime: Runtime[RunContext]) -> dict:
 
 @step
 def bundle(state: RunState, runtime: Runtime[RunContext]) -> dict:
-    """The final configuration against the true no-overlay baseline, with a TEST04 caching pair."""
+    """The net change (the final configuration's difference from the true baseline) against the true
+    no-overlay baseline, with a TEST04 caching pair; its components are the banked steps that survive in it."""
     ctx = runtime.context
     run = _run(state)
-    banked = state["banked"]
-    changes = integrator_agent.final_changes(banked)
     base = _base_knobs(ctx)
+    changes = integrator_agent.net_changes(state["banked"], base)
+    if not changes:  # later steps set every banked knob back to its baseline value: there is nothing to bundle
+        return {"bundle_done": True, "pending_claim": None,
+                "notes": ["bundle: the banked steps end at the true baseline configuration; nothing to measure"]}
+    banked = integrator_agent.components(state["banked"], base)
     final = apply_overlay(base, changes)
     legs = [LegPlan(leg="bundle-base", role="baseline", config=base, purpose="true no-overlay baseline"),
             LegPlan(leg="bundle", role="validation", config=final, overlay=integrator_agent.overlay(changes).model_dump(),
@@ -671,8 +675,8 @@ def bundle(state: RunState, runtime: Runtime[RunContext]) -> dict:
                 eval_id = ctx.lab.quality(run, legs[1], legs[0])
         except LabError as exc:
             notes.append(f"bundle quality eval failed: {exc}")
-    claim = integrator_agent.bundle_claim(banked, "bundle-base", "bundle", "bundle-test04", disclosed, eval_id,
-                                          reading.delta_pct if reading is not None else None)
+    claim = integrator_agent.bundle_claim(state["banked"], base, "bundle-base", "bundle", "bundle-test04", disclosed,
+                                          eval_id, reading.delta_pct if reading is not None else None)
     return {**_submit(state, claim), "bundle_done": True, "current": None, "notes": notes, "stage": "bundle"}
 
 

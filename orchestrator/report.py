@@ -12,7 +12,7 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
-from perfwarden.agents import search
+from perfwarden.agents import integrator, search
 from perfwarden.agents.base import BankedChange, Proposal, VerdictSummary
 from perfwarden.harness import safe_write
 from perfwarden.harness.records import shown_verdict, write_json_atomic
@@ -75,7 +75,9 @@ def search_path(proposals: list[Proposal], verdicts: list[VerdictSummary]) -> li
 
 def build_report(state: dict[str, Any], base_config: TargetConfig,
                  llm_usage: dict[str, Any] | None = None) -> ReportRecord:
-    banked: list[BankedChange] = state.get("banked", [])
+    base = base_config.model_dump()
+    marks = integrator.superseded_by(state.get("banked", []), base)
+    banked = [b.model_copy(update={"superseded_by": marks.get(b.name)}) for b in state.get("banked", [])]
     verdicts: list[VerdictSummary] = state.get("verdicts", [])
     proposals: list[Proposal] = state.get("proposals", [])
     bundle = next((v for v in reversed(verdicts) if v.scope == "bundle"), None)
@@ -83,12 +85,9 @@ def build_report(state: dict[str, Any], base_config: TargetConfig,
     for b in banked:
         headlines[b.lever_class].append(Headline(change=b.name, against=b.against,
                                                  output_throughput_delta_pct=b.headline_rederived_pct,
-                                                 verdict=b.verdict, disclosed_regressions=b.disclosed_regressions))
-    final: dict[str, Any] = {}
-    for b in banked:
-        final.update({k: v for k, v in b.overlay().items() if k != "op_overrides"})
-        if b.kind == "kernel":
-            final.setdefault("op_overrides", {})[b.op] = b.impl
+                                                 verdict=b.verdict, disclosed_regressions=b.disclosed_regressions,
+                                                 superseded_by=b.superseded_by))
+    final = integrator.net_changes(banked, base)
     specs = base_config.specs()
     knobs = [FinalKnob(knob=k, baseline=getattr(base_config, k) if k in specs else None, final=v,
                        lever_class=specs[k].lever_class if k in specs else None,
@@ -140,7 +139,8 @@ def render_markdown(report: dict[str, Any]) -> str:
                   f"Verdict **{md(_shown(b))}** (action {md(b['action'])})" + (
                       f", output throughput {delta} for every banked change together." if delta else "."), ""]
     if report["final_configuration"]:
-        lines += ["Final configuration:", "", "| knob | baseline | final | class | lossless |", "|---|---|---|---|---|"]
+        lines += ["Final configuration: what differs from the true baseline (a knob a later step set back to its "
+                  "baseline value is not listed).", "", "| knob | baseline | final | class | lossless |", "|---|---|---|---|---|"]
         for k in report["final_configuration"]:
             lines.append(f"| {md(k['knob'])} | {md(repr(k['baseline']))} | {md(repr(k['final']))} | "
                          f"{md(k['lever_class'] or '-')} | {md(k['lossless'] if k['lossless'] is not None else '-')} |")
@@ -199,10 +199,13 @@ def _banked_lines(entries: list[dict[str, Any]]) -> list[str]:
     for e in entries:
         delta = _pct(e["output_throughput_delta_pct"])
         traded = ", ".join(f"{md(m)} {_pct(v, 1) or md(v)}" for m, v in e["disclosed_regressions"].items())
+        superseded = e.get("superseded_by")
         out.append((f"- {md(e['change'])}: output throughput {delta} against {_change_text(e['against'])} "
                     f"(re-derived; verdict {md(e['verdict'])})" if delta else
                     f"- {md(e['change'])} (verdict {md(e['verdict'])})") + (f"; trade-off disclosed: {traded}"
-                                                                           if traded else ""))
+                                                                           if traded else "")
+                   + (f"; **superseded by {md(superseded)}**: nothing it set is in the final configuration"
+                      if superseded else ""))
     return out
 
 

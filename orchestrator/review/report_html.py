@@ -539,11 +539,16 @@ def banked_html(review: RunReview) -> str:
     for cls, items in b.by_class().items():
         rows = [[td(it.label, cls="problem" if it.problem else ""),
                  f"<td>{badge(it.entry.verdict, it.entry.shown) if it.entry else '-'}</td>", td(it.headline),
+                 td(it.standing or "in the final configuration"),
                  td(it.problem or "", cls="problem" if it.problem else "")] for it in items[:KEEP]]
         more = f'<p class="kv">… and {len(items) - KEEP:,} more</p>' if len(items) > KEEP else ""
         parts.append(f"<h3>{esc(LEVER_CLASSES.get(cls, str(cls)))}</h3>"
-                     + (table(["claim", "verdict", "banked headline", "problem"], rows) + more if rows
+                     + (table(["claim", "verdict", "banked headline", "standing", "problem"], rows) + more if rows
                         else '<p class="kv">none</p>'))
+    if review.report_final is not None:
+        net = [[td(k.knob), td(repr(k.baseline)), td(repr(k.final))] for k in review.report_final]
+        parts.append("<h3>final configuration: what differs from the true baseline</h3>"
+                     + (table(["knob", "baseline", "final"], net) if net else '<p class="kv">the baseline</p>'))
     if b.unreported:
         more = f" … and {len(b.unreported) - KEEP:,} more" if len(b.unreported) > KEEP else ""
         parts.append('<p class="kv">bankable but not in report.json: '

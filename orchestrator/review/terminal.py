@@ -122,9 +122,13 @@ def banked_section(review: RunReview) -> Group:
         lines.append(t((LEVER_CLASSES.get(cls, str(cls)) + ":", "bold"), "" if items else " none"))
         for item in items[:KEEP]:
             style = "red" if item.problem else ""
-            lines.append(indent(t((item.label, style), "  ", item.headline), 2))
+            lines.append(indent(t((item.label, style), "  ", item.headline,
+                                  (f"  ({item.standing})" if item.standing else "", "yellow")), 2))
         if len(items) > KEEP:
             lines.append(indent(t((f"… and {len(items) - KEEP:,} more", "dim")), 2))
+    if review.report_final is not None:
+        net = ", ".join(f"{k.knob} {k.baseline!r} -> {k.final!r}" for k in review.report_final)
+        lines.append(t(("final configuration (what differs from the true baseline): ", "bold"), net or "the baseline"))
     for problem in b.problems:
         lines.append(t(("! report banks ", "bold red"), problem))
     for entry in b.unreported[:KEEP]:

@@ -1,0 +1,101 @@
+"""The bundle states the net change: the final configuration's difference from the true baseline.
+
+Replays the search path of the README's embedded run on the synthetic target: the study banked
+``max_batch_size=16 + prompt_lookup=True`` (+160%), then ``max_batch_size=8 + prompt_lookup=False``
+(+30% against it). ``prompt_lookup`` ends at its baseline value, so the bundle must neither declare it
+(the auditor would rightly find it identical in both legs: NOT_ENGAGED) nor the speculative decoding the
+first step engaged, and the first step is superseded: no knob it set survives in the final configuration.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from perfwarden.agents import integrator
+from perfwarden.agents.base import BankedChange, Proposal
+from perfwarden.harness.records import Mechanism
+from perfwarden.orchestrator import study
+from perfwarden.orchestrator.runner import run_graph
+from perfwarden.orchestrator.settings import RunSettings
+from perfwarden.orchestrator.simlab import BASE, SyntheticLab
+
+STEPS: list[dict[str, Any]] = [{"max_batch_size": 16, "prompt_lookup": True},
+                               {"max_batch_size": 8, "prompt_lookup": False}]
+"""The README run's banked steps, in order."""
+
+SURFACE = {(1, False): 1.0, (16, True): 2.6, (8, False): 3.39, (16, False): 3.0, (8, True): 2.4}
+"""Throughput factor over the true baseline by (max_batch_size, prompt_lookup): prompt lookup helps a small
+batch and costs a large one (its drafts take batch slots), as on the embedded target."""
+
+
+def _surface(config: dict[str, Any]) -> float:
+    return SURFACE.get((config["max_batch_size"], bool(config["prompt_lookup"])), 1.0)
+
+
+def _scripted_steps(state: dict[str, Any], ctx: Any, run: Path, base: dict[str, Any], best: dict[str, Any],
+                    room: int) -> list[Proposal]:
+    """The study's next step is the README run's next step (then the search has converged)."""
+    done = len(state.get("proposals", []))
+    if done >= len(STEPS) or room <= 0:
+        return []
+    change = STEPS[done]
+    text = "+".join(f"{k}={v}" for k, v in sorted(change.items()))
+    spec = "speculative_decoding" if change.get("prompt_lookup") else "baseline"
+    return [Proposal(id=f"cfg-s{done}-{text}", kind="config", producer="config_tuner", config=dict(change),
+                     against=dict(best), believed_class="B", mechanism=spec, reps=ctx.settings.reps)]
+
+
+@pytest.mark.integration
+def test_a_knob_turned_back_to_its_baseline_value_is_not_part_of_the_bundle(tmp_path, monkeypatch):
+    monkeypatch.setattr(study, "next_proposals", _scripted_steps)
+    run = tmp_path / "run"
+    state = run_graph(run, RunSettings(target="synthetic", kernels=False), SyntheticLab(surface=_surface))
+    first, second = (f"cfg-s0-max_batch_size=16+prompt_lookup=True", f"cfg-s1-max_batch_size=8+prompt_lookup=False")
+    assert [b.name for b in state["banked"]] == [first, second]
+    bundle = next(v for v in state["verdicts"] if v.scope == "bundle")
+    claim = json.loads((run / bundle.claim).read_text())
+    # The net change: only max_batch_size differs from the true baseline; prompt_lookup is back at False.
+    assert claim["lever"]["config_keys"] == ["max_batch_size"]
+    assert claim["mechanism"]["name"] != "speculative_decoding"
+    assert claim["lever"]["components"] == [second]
+    assert "NOT_ENGAGED" not in bundle.codes() and bundle.verdict == "PASS", bundle.findings
+    info = json.loads((run / "legs" / "bundle" / "server_info.json").read_text())
+    assert (info["max_batch_size"], info["prompt_lookup"]) == (8, False)
+    report = json.loads((run / "report.json").read_text())
+    assert [(k["knob"], k["baseline"], k["final"]) for k in report["final_configuration"]] == [("max_batch_size", 1, 8)]
+    marks = {b["name"]: b["superseded_by"] for b in report["banked"]}
+    assert marks == {first: second, second: None}
+    md = (run / "report.md").read_text()
+    assert "prompt_lookup" not in md.split("Final configuration:")[1].split("## Search path")[0]
+    assert f"superseded by {second}" in md
+
+
+def _banked(name: str, config: dict[str, Any], mechanism: str = "baseline") -> BankedChange:
+    return BankedChange(name=name, kind="config", lever_class="B", config=config, verdict=f"verdicts/{name}.json",
+                        claim=f"claims/{name}.json", mechanism=Mechanism(name=mechanism, variant="prompt_lookup"
+                                                                        if mechanism != "baseline" else None))
+
+
+def test_the_net_change_drops_knobs_at_their_baseline_value_and_keeps_what_survives():
+    base = dict(BASE)
+    spec = _banked("a", {"max_batch_size": 16, "prompt_lookup": True}, "speculative_decoding")
+    back = _banked("b", {"max_batch_size": 8, "prompt_lookup": False})
+    assert integrator.net_changes([spec, back], base) == {"max_batch_size": 8}
+    assert integrator.superseded_by([spec, back], base) == {"a": "b", "b": None}
+    claim = integrator.bundle_claim([spec, back], base, "bundle-base", "bundle", "bundle-test04", {}, None)
+    assert claim.lever.components == ["b"] and claim.lever.config_keys == ["max_batch_size"]
+    assert claim.mechanism.name == "baseline"
+    # A later step that leaves prompt lookup on keeps the first step (and its mechanism) in the bundle.
+    bigger = _banked("c", {"max_batch_size": 32})
+    assert integrator.net_changes([spec, bigger], base) == {"max_batch_size": 32, "prompt_lookup": True}
+    assert integrator.superseded_by([spec, bigger], base) == {"a": None, "c": None}
+    kept = integrator.bundle_claim([spec, bigger], base, "bundle-base", "bundle", "bundle-test04", {}, None)
+    assert kept.mechanism.name == "speculative_decoding" and kept.lever.components == ["a", "c"]
+    # A step whose only knob a later step set back to the baseline leaves nothing: the bundle is the baseline.
+    undo = _banked("d", {"max_batch_size": 1, "prompt_lookup": False})
+    assert integrator.net_changes([spec, undo], base) == {}
+    assert integrator.superseded_by([spec, undo], base) == {"a": "d", "d": None}
