@@ -122,6 +122,8 @@ class FindingSummary(BaseModel):
     """One line for humans (never parsed: decisions read ``code`` and ``measured``)."""
     measured: Any = None
     """The re-derived value."""
+    action: Action | None = None
+    """What this finding asks for (None: its severity's default)."""
 
 
 class VerdictSummary(BaseModel):
@@ -136,7 +138,10 @@ class VerdictSummary(BaseModel):
     verdict: VerdictLabel
     """PASS, FLAG or FAIL."""
     action: Action
-    """What should happen to the claim."""
+    """What should happen to the claim: the most decisive of ``actions``."""
+    actions: list[Action] = Field(default_factory=list)
+    """``Verdict.actions``: every action the deciding findings ask for; banking asks all of them (a summary
+    without them, from an older checkpoint, banks nothing but a PASS)."""
     path: str
     """The verdict file, relative to the run directory."""
     claim: str
@@ -154,7 +159,10 @@ class VerdictSummary(BaseModel):
     headline_claimed: float | None = None
     """Headline delta the claim stated (the producer's own figure; None: it stated none)."""
     headline_rederived: float | None = None
-    """Headline delta re-derived from raw (percent; a speedup factor for harness claims)."""
+    """Headline delta re-derived from raw (percent; a speedup factor for harness claims): the figure banked
+    and shown, the less favourable one where a fairer reference was re-derived too."""
+    headline_note: str | None = None
+    """``Verdict.headline_note``: why the headline is not the delta against the claim's own baseline."""
     lever_detected: LeverClass | None = None
     """Lever class the auditor detected."""
     degraded: bool = False
@@ -165,12 +173,12 @@ class VerdictSummary(BaseModel):
     @classmethod
     def of(cls, verdict: Verdict, claim: Claim, path: str, proposal: str | None) -> VerdictSummary:
         return cls(seq=verdict.claim_seq, scope=verdict.scope, verdict=verdict.verdict, action=verdict.action,
-                   path=path, claim=verdict.claim, lever=claim.lever.name if claim.lever else None,
-                   proposal=proposal, producer=claim.producer,
-                   findings=[FindingSummary(code=f.code, severity=f.severity, message=f.message, measured=f.measured)
-                             for f in verdict.findings],
+                   actions=list(verdict.actions), path=path, claim=verdict.claim,
+                   lever=claim.lever.name if claim.lever else None, proposal=proposal, producer=claim.producer,
+                   findings=[FindingSummary(code=f.code, severity=f.severity, message=f.message, measured=f.measured,
+                                            action=f.action) for f in verdict.findings],
                    headline_metric=claim.headline.metric, headline_claimed=claimed_headline(claim),
-                   headline_rederived=verdict.headline_rederived,
+                   headline_rederived=verdict.headline_rederived, headline_note=verdict.headline_note,
                    lever_detected=verdict.lever_detected, degraded=verdict.degraded, seal=verdict.seal)
 
     @property

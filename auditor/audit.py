@@ -19,7 +19,7 @@ from typing import Any, Callable
 from perfwarden.auditor import banking, registry, stats
 from perfwarden.auditor.claim_file import ClaimError, load_claim  # noqa: F401 - re-exported
 from perfwarden.auditor.evidence import LegEvidence, QualityRecords, RunLoader, _plain_name, check_named_folders
-from perfwarden.auditor.findings import Findings, GateResult, decide
+from perfwarden.auditor.findings import Findings, GateResult, decide, deciding_actions
 from perfwarden.auditor.gates import (caching, conditions, correctness, engine_witness, explain, integrity,
                                       knobs, lever, measurement, opbench, process, profile, prose, rep_witnesses,
                                       same_config, served, target_keys, timeline, workload)
@@ -52,6 +52,9 @@ class Audit:
     seal: str = "unsealed"
     """Set by the integrity gate; a gate that could not run leaves it unsealed (fail closed)."""
     headline_rederived: float | None = None
+    """The headline delta against the claim's own baseline (what the claim's figure is checked against)."""
+    fairer: same_config.FairerReference | None = None
+    """The same-config legs a handicapped baseline was held against, when it was (the representative gate)."""
     extra_values: list[float] = field(default_factory=list)
     extra_kind: str = "ratio"
     """What ``extra_values`` are, for prose tracing: ``share`` (profile scope) or ``ratio`` (speedups)."""
@@ -251,10 +254,12 @@ def audit_patch(a: Audit, bundle: bool = False) -> None:
         a.headline_rederived = head.delta_pct if head else None
         contended = a.findings.has("CONTENDED_LEG", "FLAG")
         a.gate("significance", lambda: measurement.check_headline(
-            a.run, claim, head, (len(base.reps), len(cand.reps)), contended))
-        a.gate("representative", lambda: same_config.check_representative_baseline(a.run, claim, base, cand, aa))
-        a.gate("latency", lambda: measurement.check_hidden_regressions(
-            a.comparisons, claim.headline.metric, base, cand, claim.headline.disclosed_regressions))
+            a.run, claim, head, (len(base.reps), len(cand.reps)), contended,
+            worse=head is not None and measurement.significant_worse(head, base, cand),
+            changed=any(not registry.is_inert(key) for key in a.diff)))
+        a.fairer = a.gate("representative", lambda: same_config.check_representative_baseline(
+            a.run, claim, base, cand, aa))
+        a.gate("latency", lambda: _latency(a, base, cand))
         a.gate("explain", lambda: explain.check_unexplained_delta(claim, head, _profile_rows(a)))
         a.gate("output_length", lambda: correctness.check_output_length(a.run, base, cand))
     else:
@@ -337,6 +342,23 @@ def _errors(a: Audit, base: LegEvidence, cand: LegEvidence) -> GateResult:
     return GateResult([f for r in results for f in r.findings])
 
 
+def _latency(a: Audit, base: LegEvidence, cand: LegEvidence) -> GateResult:
+    """Latency regressions behind the headline, against the claim's baseline and, where that baseline is
+    handicapped, against its same-config legs too: a baseline slow in its latencies as well would otherwise
+    hide a regression the candidate shows against the level its configuration really serves at."""
+    metric, disclosed = a.claim.headline.metric, a.claim.headline.disclosed_regressions
+    own = measurement.check_hidden_regressions(a.comparisons, metric, base, cand, disclosed)
+    if a.fairer is None:
+        return own
+    pool = a.fairer.pool
+    comparisons = {m: c for m in METRICS if (c := measurement.compare(m, pool, cand, [])) is not None}
+    against = measurement.check_hidden_regressions(comparisons, metric, pool, cand, disclosed,
+                                                   reference=f"the same-config leg(s) {pool.name!r}")
+    flagged = {f.measured["metric"] for f in own.findings if f.severity == "FLAG"}
+    more = [f for f in against.findings if f.severity == "FLAG" and f.measured["metric"] not in flagged]
+    return GateResult(findings=own.findings + more)
+
+
 def _isolated_vs_e2e(a: Audit, base: LegEvidence, cand: LegEvidence) -> None:
     """An isolated speedup must come from an honest rig and be consistent with the e2e delta."""
     iso = a.claim.isolated_speedup
@@ -416,7 +438,7 @@ def accepted_changes(run: Path, names: list[str], key: Path | None = None) -> di
             continue
         # ``kept_as``, not ``banks``: a component's evidence is the bundle's own run, sealed or not alike, and
         # an unsealed bundle keeps its verdict (shown "(unsealed)", never banked) rather than a FAIL.
-        if banking.kept_as(verdict.verdict, verdict.action) is not None:
+        if banking.kept_as(verdict.verdict, banking.verdict_actions(verdict)) is not None:
             out[claim.lever.name] = claim.lever.config_keys
     return out
 
@@ -561,12 +583,18 @@ def _quality_values(a: Audit) -> list[prose.Traceable]:
 def build_verdict(a: Audit, claim_ref: str, claim_sha: str) -> Verdict:
     items = a.findings.items
     label, action = decide(items, degraded=bool(a.degraded))
+    headline, references, note = a.headline_rederived, [], None
+    if a.claim.scope in ("patch", "bundle"):
+        headline, references, note = same_config.conservative_headline(
+            a.claim.legs.baseline or "", a.comparisons.get(a.claim.headline.metric), a.fairer)
     digests = dict(sorted(a.loader.digests.items()))
     digest_src = json.dumps({"claim": claim_sha, "inputs": digests, "auditor": AUDITOR_VERSION}, sort_keys=True)
     return Verdict(
         scope=a.claim.scope, claim=claim_ref, claim_seq=a.claim.seq, verdict=label, action=action,
+        actions=(deciding_actions(items, label) or [action]) if label != "PASS" else [],
         findings=items, legs=a.legs_stats, comparisons=list(a.comparisons.values()),
-        headline_claimed=a.claim.headline.value, headline_rederived=_finite(a.headline_rederived),
+        headline_claimed=a.claim.headline.value, headline_rederived=_finite(headline),
+        headline_references=references, headline_note=note,
         lever_declared=a.claim.lever.lever_class if a.claim.lever else None,
         lever_detected=a.lever_detected, lever_signals=a.lever_signals, server_info_diff=a.diff,
         correctness=a.correctness, not_checked=a.not_checked + a.loader.notes, seal=a.seal, degraded=bool(a.degraded),

@@ -590,6 +590,26 @@ class MlperfCompliance(Record):
     """The pass rule applied, in words."""
 
 
+class HeadlineReference(BaseModel):
+    """One reference a verdict's headline was re-derived against."""
+
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
+
+    reference: Literal["claim_baseline", "same_config_legs"]
+    """``claim_baseline``: the baseline leg the claim cites; ``same_config_legs``: every other leg of the run
+    measured with the baseline's configuration and load, pooled rep by rep."""
+    legs: list[str]
+    """The legs whose reps make the reference."""
+    delta_pct: float
+    """The candidate's headline delta against this reference (percent)."""
+    p_value: float | None = None
+    """One-sided Welch p-value of the candidate being better, at the rep level."""
+    noise_band_pct: float | None = None
+    """The noise band the delta was judged against (percent)."""
+    banked: bool = False
+    """Whether this is the figure ``headline_rederived`` states (the least favourable)."""
+
+
 class Verdict(Record):
     """``<run>/verdicts/<seq>-<scope>.json``: the auditor's answer to one claim (or, scope ``mlperf``, to
     one MLPerf compliance pair: ``audit-mlperf``)."""
@@ -606,7 +626,10 @@ class Verdict(Record):
     verdict: VerdictLabel
     """PASS, FLAG or FAIL."""
     action: Action
-    """What should happen to the claim."""
+    """What should happen to the claim: the most decisive of ``actions``."""
+    actions: list[Action] = Field(default_factory=list)
+    """Every action the findings that decide the label ask for, most decisive first (empty for a PASS, and
+    in a verdict written before this field: its findings state them). Banking asks all of them."""
     findings: list[Finding] = Field(default_factory=list)
     """Every finding raised, INFO included."""
     legs: dict[str, dict[str, MetricStats]] = Field(default_factory=dict)
@@ -616,7 +639,13 @@ class Verdict(Record):
     headline_claimed: float | None = None
     """Headline delta the producer claimed (percent)."""
     headline_rederived: float | None = None
-    """Headline delta re-derived from raw (percent)."""
+    """Headline delta re-derived from raw (percent): the figure that is banked and shown. Where the auditor
+    re-derived it against a fairer reference as well (``headline_references``), the less favourable one."""
+    headline_references: list[HeadlineReference] = Field(default_factory=list)
+    """Every reference the headline was re-derived against, the claim's own baseline first; empty when
+    that baseline is the only one."""
+    headline_note: str | None = None
+    """Why ``headline_rederived`` is not the delta against the claim's own baseline (None when it is)."""
     lever_declared: LeverClass | None = None
     """Lever class the producer declared."""
     lever_detected: LeverClass | None = None

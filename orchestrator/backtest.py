@@ -122,7 +122,7 @@ def _compare(res: CaseResult, answer: Answer) -> None:
     res.must_exclude = list(answer.must_exclude)
     res.must_note = list(answer.must_note)
     v = res.verdict_record
-    banks = banking.kept_as(v.verdict, v.action) is not None if v is not None else None
+    banks = banking.kept_as(v.verdict, banking.verdict_actions(v)) is not None if v is not None else None
     headline = v.headline_rederived if v is not None else None
     res.problems.extend(answer_problems(answer, res.verdict, res.action, set(res.codes), res.not_checked,
                                         banks, headline))

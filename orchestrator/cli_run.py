@@ -118,6 +118,8 @@ class TerminalWatcher:
         if summary.headline_rederived is not None:
             head = (f"{summary.headline_rederived:.2f}x op time" if summary.scope == "harness"
                     else f"{summary.headline_rederived:+.2f}% {summary.headline_metric or ''}".rstrip())
+            if summary.headline_note:  # the conservative figure: against same-config legs, not the cited baseline
+                head += " (vs same-config legs: the baseline was handicapped)"
         codes = ", ".join(sorted(summary.codes())) or "-"
         self.console.print(safe_text(
             (f"{time.time() - self.started:6.0f}s ", "dim"), (f"[{summary.seq:03d}] ", "dim"),

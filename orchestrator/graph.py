@@ -553,7 +553,7 @@ def fix(state: RunState, runtime: Runtime[RunContext]) -> dict:
         p.history.append(f"patch audit {v.shown} ({v.action}): refused -- {unsealed}")
         return {"proposals": [p], "fix_action": "done",
                 "rejected": [Rejection(name=p.id, verdict=v.path, reason=unsealed)]}
-    banked_as = banking.banked_as(v.verdict, v.action, v.seal, v.scope)
+    banked_as = banking.banked_as(v.verdict, v.actions, v.seal, v.scope)
     if banked_as is not None and p.trial is not None and study.superseded(p, _best(state)):
         p.status = "rejected"
         why = "superseded: another step was banked while this one was measured against the older best"

@@ -82,11 +82,12 @@ def build_report(state: dict[str, Any], base_config: TargetConfig,
     proposals: list[Proposal] = state.get("proposals", [])
     bundle = next((v for v in reversed(verdicts) if v.scope == "bundle"), None)
     headlines: dict[str, list[Headline]] = {"A": [], "B": []}
+    notes = {v.path: v.headline_note for v in verdicts}
     for b in banked:
         headlines[b.lever_class].append(Headline(change=b.name, against=b.against,
                                                  output_throughput_delta_pct=b.headline_rederived_pct,
                                                  verdict=b.verdict, disclosed_regressions=b.disclosed_regressions,
-                                                 superseded_by=b.superseded_by))
+                                                 superseded_by=b.superseded_by, headline_note=notes.get(b.verdict)))
     final = integrator.net_changes(banked, base)
     specs = base_config.specs()
     knobs = [FinalKnob(knob=k, baseline=getattr(base_config, k) if k in specs else None, final=v,
@@ -170,6 +171,10 @@ def render_markdown(report: dict[str, Any]) -> str:
         lines.append(f"| {md(v['seq'])} | {md(v['scope'])} | {md(v['lever'] or '-')} | {md(_shown(v))} | "
                      f"{md(v['action'])} | {_num(v.get('headline_claimed'))} | {_num(v.get('headline_rederived'))} | "
                      f"{md(v['path'])} |")
+    fairer = [v for v in report["verdicts"] if v.get("headline_note")]
+    if fairer:
+        lines += ["", "Re-derived headlines that are not the delta against the claim's own baseline:", ""]
+        lines += [f"- {md(v['seq'])} {md(v['lever'] or v['scope'])}: {md(v['headline_note'])}" for v in fairer]
     lines += ["", "## What each producer tried", ""]
     for p in report["proposals"]:
         lines.append(f"- {md(p['id'])} ({md(p['status'])})")
@@ -199,13 +204,14 @@ def _banked_lines(entries: list[dict[str, Any]]) -> list[str]:
     for e in entries:
         delta = _pct(e["output_throughput_delta_pct"])
         traded = ", ".join(f"{md(m)} {_pct(v, 1) or md(v)}" for m, v in e["disclosed_regressions"].items())
-        superseded = e.get("superseded_by")
+        superseded, note = e.get("superseded_by"), e.get("headline_note")
         out.append((f"- {md(e['change'])}: output throughput {delta} against {_change_text(e['against'])} "
                     f"(re-derived; verdict {md(e['verdict'])})" if delta else
                     f"- {md(e['change'])} (verdict {md(e['verdict'])})") + (f"; trade-off disclosed: {traded}"
                                                                            if traded else "")
                    + (f"; **superseded by {md(superseded)}**: nothing it set is in the final configuration"
-                      if superseded else ""))
+                      if superseded else "")
+                   + (f"; the figure banked is the conservative one: {md(note)}" if note else ""))
     return out
 
 

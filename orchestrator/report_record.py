@@ -64,6 +64,8 @@ class Headline(_Strict):
     disclosed_regressions: dict[str, float]
     superseded_by: str | None = None
     """The later banked step that overwrote everything this one set (None: it is in the final configuration)."""
+    headline_note: str | None = None
+    """Why the banked figure is not the delta against the step's own baseline (its verdict's note)."""
 
 
 class SearchHistoryRow(_Strict):

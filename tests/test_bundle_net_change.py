@@ -99,3 +99,39 @@ def test_the_net_change_drops_knobs_at_their_baseline_value_and_keeps_what_survi
     undo = _banked("d", {"max_batch_size": 1, "prompt_lookup": False})
     assert integrator.net_changes([spec, undo], base) == {}
     assert integrator.superseded_by([spec, undo], base) == {"a": "d", "d": None}
+
+
+# ------------------------------------------------------------------ the number banked is the conservative one
+
+
+@pytest.mark.integration
+def test_a_step_measured_against_a_handicapped_baseline_banks_the_twin_figure(tmp_path):
+    """The step's baseline leg is 18% slow (how it was measured, not its configuration); the run's
+    baseline and A/A legs ran the same configuration: the step banks its delta against them, and the
+    report says why."""
+    lab = SyntheticLab(handicap={"-a0-base": 0.82})
+    state = run_graph(tmp_path / "run", RunSettings(target="synthetic", levers=["max_batch_size=4"], kernels=False,
+                                                    sampler="coordinate"), lab)
+    (step,) = [b for b in state["banked"] if b.name == "cfg-max_batch_size=4"]
+    verdict = next(v for v in state["verdicts"] if v.lever == step.name)
+    assert "UNREPRESENTATIVE_BASELINE" in verdict.codes() and verdict.actions == ["downgrade_headline"]
+    assert step.headline_rederived_pct == pytest.approx(60.0, abs=4.0)  # not the +95% against the slow leg
+    assert verdict.headline_note and "same-config" in verdict.headline_note
+    md = (tmp_path / "run" / "report.md").read_text()
+    assert "the figure banked is the conservative one" in md
+
+
+@pytest.mark.integration
+def test_a_latency_trade_off_beside_a_handicapped_baseline_is_disclosed_before_it_banks(tmp_path):
+    """batch_wait_ms trades TTFT for throughput. Against a handicapped baseline the verdict asks both to
+    downgrade the headline and to disclose the trade-off; it banks only once the resubmitted claim
+    discloses it, and at the twin figure."""
+    lab = SyntheticLab(handicap={"-a0-base": 0.82})
+    state = run_graph(tmp_path / "run", RunSettings(target="synthetic", levers=["batch_wait_ms=40"], kernels=False,
+                                                    sampler="coordinate"), lab)
+    trail = [v for v in state["verdicts"] if v.proposal == "cfg-batch_wait_ms=40.0"]
+    assert trail[0].actions == ["downgrade_headline", "flag"] and "HIDDEN_LATENCY_REGRESSION" in trail[0].codes()
+    (step,) = [b for b in state["banked"] if b.name == "cfg-batch_wait_ms=40.0"]
+    assert step.verdict == trail[-1].path and len(trail) == 2 and trail[-1].actions == ["downgrade_headline"]
+    assert step.disclosed_regressions["median_ttft_ms"] == pytest.approx(150.0, abs=5.0)
+    assert step.headline_rederived_pct == pytest.approx(10.0, abs=3.0)

@@ -100,7 +100,7 @@ class VerdictEntry:
 def is_banked(entry: VerdictEntry) -> bool:
     """Whether the verdict banks its change, by the auditor's one banking rule (``auditor/banking.py``)."""
     v = entry.verdict
-    return banking.banks(v.verdict, v.action, v.seal, v.scope)
+    return banking.banks(v.verdict, banking.verdict_actions(v), v.seal, v.scope)
 
 
 def banked_headline(entry: VerdictEntry) -> str:

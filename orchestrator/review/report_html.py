@@ -437,6 +437,8 @@ def verdict_body(entry: VerdictEntry, review: RunReview, reader: LineReader) -> 
              [td("headline metric"), td(entry.headline_metric)],
              [td("headline claimed"), td(fmt_pct(v.headline_claimed))],
              [td("headline re-derived"), f"<td><b>{esc(fmt_pct(v.headline_rederived))}</b></td>"],
+             *([[td("why that figure"), td(v.headline_note)]] if v.headline_note else []),
+             *([[td("asks"), td(" + ".join(v.actions))]] if len(v.actions) > 1 else []),
              [td("correctness"), td(v.correctness)],
              [td("auditor"), td(f"{v.auditor_version or '-'} · digest {v.digest or '-'}")]]
     if entry.claim_note:

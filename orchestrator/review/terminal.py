@@ -69,6 +69,10 @@ def trail_block(entry: VerdictEntry) -> Group:
     for line in (headline_line(entry), lever_line(entry)):
         if line is not None:
             lines.append(line)
+    if v.headline_note:
+        lines.append(t(("why that figure: ", "dim"), v.headline_note))
+    if len(v.actions) > 1:
+        lines.append(t(("asks: ", "dim"), " + ".join(v.actions)))
     gates = gates_of(entry)
     if gates:
         parts: list[str | tuple[str, str]] = ["gates: "]
