@@ -12,8 +12,8 @@ from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from perfwarden.harness.records import (Action, Claim, LeverClass, Mechanism, Scope, Seal, Severity, Verdict,
-                                        VerdictLabel, shown_verdict)
+from perfwarden.harness.records import (Action, Claim, LegWitnesses, LeverClass, Mechanism, Scope, Seal, Severity,
+                                        Verdict, VerdictLabel, shown_verdict)
 
 ProposalKind = Literal["config", "kernel"]
 ProposalStatus = Literal["pending", "benchmarked", "measuring", "banked", "rejected", "skipped"]
@@ -124,6 +124,8 @@ class FindingSummary(BaseModel):
     """The re-derived value."""
     action: Action | None = None
     """What this finding asks for (None: its severity's default)."""
+    gate: str = ""
+    """The gate that raised it (one code can come from gates that judge different things)."""
 
 
 class VerdictSummary(BaseModel):
@@ -163,6 +165,8 @@ class VerdictSummary(BaseModel):
     and shown, the less favourable one where a fairer reference was re-derived too."""
     headline_note: str | None = None
     """``Verdict.headline_note``: why the headline is not the delta against the claim's own baseline."""
+    witnesses: list[LegWitnesses] = Field(default_factory=list)
+    """``Verdict.witnesses``: per leg, the second witnesses its reps were held against."""
     lever_detected: LeverClass | None = None
     """Lever class the auditor detected."""
     degraded: bool = False
@@ -176,9 +180,10 @@ class VerdictSummary(BaseModel):
                    actions=list(verdict.actions), path=path, claim=verdict.claim,
                    lever=claim.lever.name if claim.lever else None, proposal=proposal, producer=claim.producer,
                    findings=[FindingSummary(code=f.code, severity=f.severity, message=f.message, measured=f.measured,
-                                            action=f.action) for f in verdict.findings],
+                                            action=f.action, gate=f.gate) for f in verdict.findings],
                    headline_metric=claim.headline.metric, headline_claimed=claimed_headline(claim),
                    headline_rederived=verdict.headline_rederived, headline_note=verdict.headline_note,
+                   witnesses=list(verdict.witnesses),
                    lever_detected=verdict.lever_detected, degraded=verdict.degraded, seal=verdict.seal)
 
     @property

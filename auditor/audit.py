@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 
-from perfwarden.auditor import banking, registry, stats
+from perfwarden.auditor import banking, registry, stats, witnesses
 from perfwarden.auditor.claim_file import ClaimError, load_claim  # noqa: F401 - re-exported
 from perfwarden.auditor.evidence import LegEvidence, QualityRecords, RunLoader, _plain_name, check_named_folders
 from perfwarden.auditor.findings import Findings, GateResult, decide, deciding_actions
@@ -26,7 +26,8 @@ from perfwarden.auditor.gates import (caching, conditions, correctness, engine_w
 from perfwarden.auditor.manifest import (KeyChoice, KeyFileError, Manifest, chain_seal_id, observe,
                                          read_manifest, resolve_key)
 from perfwarden.auditor.rederive import METRICS
-from perfwarden.harness.records import Claim, Comparison, Finding, MetricStats, RunDir, Verdict, write_json_atomic
+from perfwarden.harness.records import (Claim, Comparison, Finding, LegWitnesses, MetricStats, RunDir, Verdict,
+                                        write_json_atomic)
 from perfwarden.harness.safe_read import REPORT_BYTES, exists
 from perfwarden.harness.safe_write import check_name
 
@@ -55,6 +56,9 @@ class Audit:
     """The headline delta against the claim's own baseline (what the claim's figure is checked against)."""
     fairer: same_config.FairerReference | None = None
     """The same-config legs a handicapped baseline was held against, when it was (the representative gate)."""
+    engine_held: dict[str, int | None] = field(default_factory=dict)
+    """Leg -> reps the engine-witness gate held against the engine's counters (None: not a vLLM leg)."""
+    witnesses: list[LegWitnesses] = field(default_factory=list)
     extra_values: list[float] = field(default_factory=list)
     extra_kind: str = "ratio"
     """What ``extra_values`` are, for prose tracing: ``share`` (profile scope) or ``ratio`` (speedups)."""
@@ -132,8 +136,7 @@ def audit_baseline(a: Audit) -> None:
     a.gate("crash", lambda: measurement.check_crash(a.run, base, None))
     a.gate("errors", lambda: measurement.check_errors(a.run, base, "FLAG", "remeasure"))
     a.gate("contention", lambda: measurement.check_contention(a.run, base))
-    a.gate("engine_witness", lambda: engine_witness.check_engine_witness(
-        a.run, engine_witness.load_engine_witness(a.loader, base), base))
+    _engine_witness(a, base)
     a.gate("noise", lambda: measurement.check_noisy_baseline(a.run, base, aa, metric))
     a.gate("aggregates", lambda: measurement.check_line_aggregates(a.run, base))
     a.gate("condition_copies", lambda: conditions.check_condition_copies(a.run, base))
@@ -151,6 +154,24 @@ def audit_baseline(a: Audit) -> None:
         coherent = a.gate("coherence", lambda: correctness.check_reference_coherence(a.run, base))
         a.correctness = "verified" if coherent else "unverifiable"
     a.gate("reported", lambda: measurement.check_reported_numbers(claim, a.legs_stats, None))
+
+
+def _engine_witness(a: Audit, leg: LegEvidence) -> None:
+    """The leg's reps against the engine's own counters; how many were held is kept for the witnesses."""
+    a.engine_held[leg.name] = a.gate("engine_witness", lambda: engine_witness.check_engine_witness(
+        a.run, engine_witness.load_engine_witness(a.loader, leg), leg))
+
+
+def _witnesses(a: Audit) -> None:
+    """Per leg the witness gates ran on: what its reps were held against, and the reps no server-side
+    account covered (the one not-checked line about server counters)."""
+    for name in a.engine_held:
+        leg = a.loader.leg(name)
+        held = witnesses.leg_witnesses(leg, a.engine_held[name], a.seal == "sealed")
+        a.witnesses.append(held)
+        note = witnesses.unwitnessed_note(held)
+        if note is not None:
+            a.not_checked.append(note)
 
 
 def audit_profile(a: Audit) -> None:
@@ -226,8 +247,7 @@ def audit_patch(a: Audit, bundle: bool = False) -> None:
     a.gate("errors", lambda: _errors(a, base, cand))
     for leg in (base, cand):
         a.gate("contention", lambda leg=leg: measurement.check_contention(a.run, leg))
-        a.gate("engine_witness", lambda leg=leg: engine_witness.check_engine_witness(
-            a.run, engine_witness.load_engine_witness(a.loader, leg), leg))
+        _engine_witness(a, leg)
         a.gate("aggregates", lambda leg=leg: measurement.check_line_aggregates(a.run, leg))
         a.gate("condition_copies", lambda leg=leg: conditions.check_condition_copies(a.run, leg))
         a.gate("witness", lambda leg=leg: rep_witnesses.check_witnesses(a.run, leg))
@@ -476,6 +496,7 @@ def audit_claim(run: Path, claim: Claim, claim_ref: str, claim_sha: str, key: Pa
         if claim.report:
             a.gate("prose", lambda: _prose(a))
         a.seal = a.gate("integrity", lambda: _integrity(a, key_choice)) or "unsealed"
+        _witnesses(a)
     return build_verdict(a, claim_ref, claim_sha)
 
 
@@ -597,7 +618,8 @@ def build_verdict(a: Audit, claim_ref: str, claim_sha: str) -> Verdict:
         headline_references=references, headline_note=note,
         lever_declared=a.claim.lever.lever_class if a.claim.lever else None,
         lever_detected=a.lever_detected, lever_signals=a.lever_signals, server_info_diff=a.diff,
-        correctness=a.correctness, not_checked=a.not_checked + a.loader.notes, seal=a.seal, degraded=bool(a.degraded),
+        correctness=a.correctness, not_checked=a.not_checked + a.loader.notes, witnesses=a.witnesses, seal=a.seal,
+        degraded=bool(a.degraded),
         degraded_reasons=a.degraded, auditor_version=AUDITOR_VERSION, input_digests=digests,
         digest=hashlib.sha256(digest_src.encode()).hexdigest(),
     )

@@ -8,7 +8,7 @@ gate's FAIL (eject) outranks a headline FLAG (downgrade).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, Protocol, Sequence, TypeVar
 
 from perfwarden.auditor.codes import known
 from perfwarden.harness.records import Action, EvidenceRef, Finding, Seal, Severity, VerdictLabel, shown_verdict
@@ -156,7 +156,7 @@ class Findings:
         return any(f.code == code and (severity is None or f.severity == severity) for f in self.items)
 
 
-def verdict_label(findings: list[Finding]) -> VerdictLabel:
+def verdict_label(findings: Sequence[Asking]) -> VerdictLabel:
     severities = {f.severity for f in findings}
     if "FAIL" in severities:
         return "FAIL"
@@ -165,7 +165,17 @@ def verdict_label(findings: list[Finding]) -> VerdictLabel:
     return "PASS"
 
 
-def deciding_actions(findings: list[Finding], label: VerdictLabel | str) -> list[Action]:
+class Asking(Protocol):
+    """What deciding a verdict reads of a finding (a ``Finding``, or the graph's summary of one)."""
+
+    @property
+    def severity(self) -> Severity: ...
+
+    @property
+    def action(self) -> Action | None: ...
+
+
+def deciding_actions(findings: Sequence[Asking], label: VerdictLabel | str) -> list[Action]:
     """Every action the findings that decide the label ask for, most decisive first (none for a PASS).
 
     The verdict's one ``action`` is the first of them; banking asks all of them (``auditor/banking.py``),

@@ -590,6 +590,40 @@ class MlperfCompliance(Record):
     """The pass rule applied, in words."""
 
 
+class LegWitnesses(BaseModel):
+    """Which second witnesses a verdict held one leg's reps against (counts of reps; ``None``: that
+    witness does not apply to the leg's server)."""
+
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
+
+    leg: str
+    """The leg."""
+    reps: int
+    """Reps of the leg the audit read."""
+    loadgen_logs: int = 0
+    """Reps held against LoadGen's own detail and summary logs of them."""
+    server_counters: int = 0
+    """Reps held against the server's own counters sampled before and after them (the embedded engine's
+    ``server_counters`` on the bench line)."""
+    engine_counters: int | None = None
+    """Reps held against the engine's own ``/metrics`` counters (vLLM); None: the server is not vLLM."""
+    cpu_window: int = 0
+    """Reps whose CPU window (every process's CPU time over the rep) was read for contention."""
+    sealed: bool = False
+    """The leg's files were read from a seal chain that verified with the run's key."""
+
+    def held(self) -> list[str]:
+        """The witnesses held, each as ``name n/reps`` (the seal last), for every surface that shows them."""
+        out = [f"LoadGen logs {self.loadgen_logs}/{self.reps}"]
+        if self.engine_counters is not None:
+            out.append(f"engine /metrics {self.engine_counters}/{self.reps}")
+        if self.server_counters or self.engine_counters is None:
+            out.append(f"server counters {self.server_counters}/{self.reps}")
+        out.append(f"CPU window {self.cpu_window}/{self.reps}")
+        out.append("sealed" if self.sealed else "not sealed")
+        return out
+
+
 class HeadlineReference(BaseModel):
     """One reference a verdict's headline was re-derived against."""
 
@@ -606,6 +640,8 @@ class HeadlineReference(BaseModel):
     """One-sided Welch p-value of the candidate being better, at the rep level."""
     noise_band_pct: float | None = None
     """The noise band the delta was judged against (percent)."""
+    values: list[float] = Field(default_factory=list)
+    """The reference's reps on the headline metric (the same-config legs pooled), for the review's plot."""
     banked: bool = False
     """Whether this is the figure ``headline_rederived`` states (the least favourable)."""
 
@@ -658,6 +694,8 @@ class Verdict(Record):
     """Correctness status."""
     not_checked: list[str] = Field(default_factory=list)
     """Checks that could not be made, with the reason (never reported as passed)."""
+    witnesses: list[LegWitnesses] = Field(default_factory=list)
+    """Per leg the claim cites: the second witnesses its reps were held against (what was checked)."""
     seal: Seal = "unsealed"
     """``sealed`` only when the run's seal chain exists and verified with its key; else ``unsealed`` (an
     imported file, a run recorded before sealing, no key): audited as it is, never banked, shown as

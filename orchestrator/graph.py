@@ -45,9 +45,9 @@ from perfwarden.agents import integrator as integrator_agent
 from perfwarden.agents import op_benchmarker as op_benchmarker_agent
 from perfwarden.auditor import banking
 from perfwarden.auditor.audit import audit_path, load_claim, write_verdict
-from perfwarden.auditor.findings import unsealed_refusal
+from perfwarden.auditor.findings import deciding_actions, unsealed_refusal, verdict_label
 from perfwarden.auditor.persona import apply_persona
-from perfwarden.agents.base import BankedChange, Proposal, Rejection, VerdictSummary, apply_overlay
+from perfwarden.agents.base import BankedChange, FindingSummary, Proposal, Rejection, VerdictSummary, apply_overlay
 from perfwarden.harness.jsonl import ProfileLine, read_jsonl
 from perfwarden.harness.profile_ops import rank_ops
 from perfwarden.harness import safe_write, seal
@@ -572,6 +572,12 @@ def fix(state: RunState, runtime: Runtime[RunContext]) -> dict:
     decision = ctx.brains.fix(p, v, settings.max_reps)
     p.history.append(f"patch audit {v.shown} ({v.action}): {decision.action} -- {decision.reason}")
     action = decision.action
+    if action in config_tuner.CLAIM_FIXES and not _resubmission_can_bank(v):
+        action = "remeasure" if v.action == "remeasure" and p.reps < settings.max_reps else "drop"
+        raw = sorted({f.code for f in _not_claim_fixable(v)})
+        decision = decision.model_copy(update={"reason": f"{raw}: a resubmission on the same legs cannot change "
+                                                         "the verdict"})
+        p.history.append(f"{action} instead -- {decision.reason}")
     if p.attempts > settings.max_fix_attempts + 1 and action != "drop":
         action = "drop"
         p.history.append(f"gave up after {p.attempts} audits (max_fix_attempts={settings.max_fix_attempts})")
@@ -600,6 +606,20 @@ def fix(state: RunState, runtime: Runtime[RunContext]) -> dict:
     elif action == "resubmit" and "REPORTED_MISMATCH" in v.codes():
         p.figure_by = "code"  # the brain's figure was refused: the producer's own reading states the next one
     return {**update, "proposals": [p]}
+
+
+def _resubmission_can_bank(v: VerdictSummary) -> bool:
+    """Whether a claim resubmitted on the same legs could bank: once every finding a resubmission can
+    answer (``config_tuner.CLAIM_FIXABLE``) is gone, what is left must bank by the one banking rule. A
+    refused claim is not resubmitted only to disclose a trade-off of a change the raw already refused."""
+    left = _not_claim_fixable(v)
+    label = verdict_label(left)
+    return banking.kept_as(label, deciding_actions(left, label)) is not None
+
+
+def _not_claim_fixable(v: VerdictSummary) -> list[FindingSummary]:
+    """The findings that count and that no resubmission on the same legs can answer."""
+    return [f for f in v.findings if f.severity != "INFO" and not config_tuner.claim_fixable(f.code, f.gate)]
 
 
 FIX_ROUTES: dict[FixStep, str] = {"done": "pick", "drop": "pick", "run_quality_eval": "quality_eval",

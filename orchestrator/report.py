@@ -15,7 +15,7 @@ from typing import Any
 from perfwarden.agents import integrator, search
 from perfwarden.agents.base import BankedChange, Proposal, VerdictSummary
 from perfwarden.harness import safe_write
-from perfwarden.harness.records import shown_verdict, write_json_atomic
+from perfwarden.harness.records import LegWitnesses, shown_verdict, write_json_atomic
 from perfwarden.harness.target_config import TargetConfig
 from perfwarden.orchestrator.crashpoints import crash_point
 from perfwarden.orchestrator.render import md_cell as md
@@ -171,6 +171,7 @@ def render_markdown(report: dict[str, Any]) -> str:
         lines.append(f"| {md(v['seq'])} | {md(v['scope'])} | {md(v['lever'] or '-')} | {md(_shown(v))} | "
                      f"{md(v['action'])} | {_num(v.get('headline_claimed'))} | {_num(v.get('headline_rederived'))} | "
                      f"{md(v['path'])} |")
+    lines += _witness_lines(report["verdicts"])
     fairer = [v for v in report["verdicts"] if v.get("headline_note")]
     if fairer:
         lines += ["", "Re-derived headlines that are not the delta against the claim's own baseline:", ""]
@@ -213,6 +214,22 @@ def _banked_lines(entries: list[dict[str, Any]]) -> list[str]:
                       if superseded else "")
                    + (f"; the figure banked is the conservative one: {md(note)}" if note else ""))
     return out
+
+
+def _witness_lines(verdicts: list[dict[str, Any]]) -> list[str]:
+    """What each verdict held each leg's reps against (its second witnesses), one row per leg."""
+    rows = [(v, w) for v in verdicts for w in v.get("witnesses") or []]
+    if not rows:
+        return []
+    lines = ["", "### What each verdict checked", "",
+             "Each leg's reps held against a second account of the same requests: LoadGen's logs, the server's "
+             "own counters (the embedded engine's, or vLLM's /metrics), the rep's CPU window; sealed: read "
+             "from a seal chain that verified with the run's key.", "",
+             "| seq | leg | held against |", "|---|---|---|"]
+    for v, w in rows:
+        held = LegWitnesses.model_validate(w).held()
+        lines.append(f"| {md(v['seq'])} | {md(w['leg'])} | {md(' · '.join(held))} |")
+    return lines
 
 
 def _search_lines(steps: list[dict[str, Any]]) -> list[str]:

@@ -149,7 +149,8 @@ def conservative_headline(base: str, direct: Comparison | None,
     refs = [HeadlineReference(reference="claim_baseline", legs=[base], delta_pct=direct.delta_pct,
                               p_value=direct.p_value, noise_band_pct=direct.noise_band_pct, banked=not fairer_wins),
             HeadlineReference(reference="same_config_legs", legs=list(fairer.legs), delta_pct=fairer.delta_pct,
-                              p_value=fairer.p_value, noise_band_pct=fairer.noise_band_pct, banked=fairer_wins)]
+                              p_value=fairer.p_value, noise_band_pct=fairer.noise_band_pct,
+                              values=_values(fairer.pool, fairer.metric), banked=fairer_wins)]
     if not fairer_wins:
         return direct.delta_pct, refs, None
     note = (f"{direct.metric} {fairer.delta_pct:+.2f}% against the same-config leg(s) "

@@ -23,6 +23,8 @@ from perfwarden.orchestrator.review.summary import LEVER_CLASSES, SEVERITIES, ba
 
 VERDICT_STYLE = {"PASS": "bold green", "FLAG": "bold yellow", "FAIL": "bold red"}
 SEVERITY_STYLE = {"INFO": "dim", "FLAG": "yellow", "FAIL": "red"}
+KEEP_LEGS = 8
+"""Legs whose witnesses a verdict's block lists (a verdict cites two or three)."""
 STATUS_MARK = {"verified": "sha256 ok", "changed": "CHANGED since audit", "no_hash": "no sha256 recorded",
                "missing": "not in run", "whole_file": "whole file", "outside": "outside run, not read",
                "unreadable": "unreadable"}
@@ -73,6 +75,8 @@ def trail_block(entry: VerdictEntry) -> Group:
         lines.append(t(("why that figure: ", "dim"), v.headline_note))
     if len(v.actions) > 1:
         lines.append(t(("asks: ", "dim"), " + ".join(v.actions)))
+    for w in v.witnesses[:KEEP_LEGS]:
+        lines.append(t(("witnesses ", "dim"), w.leg, ": ", " · ".join(w.held())))
     gates = gates_of(entry)
     if gates:
         parts: list[str | tuple[str, str]] = ["gates: "]

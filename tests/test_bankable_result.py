@@ -1,6 +1,8 @@
-"""The bundle states the net change: the final configuration's difference from the true baseline.
+"""A result you can bank, on the run graph: the bundle states the net change, the number banked is the
+conservative one, a refused claim is resubmitted only when that can change its verdict, and the terminal
+shows one line per step.
 
-Replays the search path of the README's embedded run on the synthetic target: the study banked
+The bundle's net change (the final configuration's difference from the true baseline): the first test replays the search path of the README's embedded run on the synthetic target: the study banked
 ``max_batch_size=16 + prompt_lookup=True`` (+160%), then ``max_batch_size=8 + prompt_lookup=False``
 (+30% against it). ``prompt_lookup`` ends at its baseline value, so the bundle must neither declare it
 (the auditor would rightly find it identical in both legs: NOT_ENGAGED) nor the speculative decoding the
@@ -119,6 +121,12 @@ def test_a_step_measured_against_a_handicapped_baseline_banks_the_twin_figure(tm
     assert verdict.headline_note and "same-config" in verdict.headline_note
     md = (tmp_path / "run" / "report.md").read_text()
     assert "the figure banked is the conservative one" in md
+    # What each verdict checked, per leg (the synthetic target writes no LoadGen logs: the report says 0/3).
+    report = json.loads((tmp_path / "run" / "report.json").read_text())
+    held = {w["leg"]: w for v in report["verdicts"] if v["path"] == step.verdict for w in v["witnesses"]}
+    assert set(held) == {"cfg-max_batch_size-4-a0-base", "cfg-max_batch_size-4-a0-cand"}
+    assert all(w["reps"] == 3 and w["loadgen_logs"] == 0 and w["sealed"] for w in held.values())
+    assert "### What each verdict checked" in md and "| cfg-max_batch_size-4-a0-base | LoadGen logs 0/3 ·" in md
 
 
 @pytest.mark.integration
@@ -135,3 +143,48 @@ def test_a_latency_trade_off_beside_a_handicapped_baseline_is_disclosed_before_i
     assert step.verdict == trail[-1].path and len(trail) == 2 and trail[-1].actions == ["downgrade_headline"]
     assert step.disclosed_regressions["median_ttft_ms"] == pytest.approx(150.0, abs=5.0)
     assert step.headline_rederived_pct == pytest.approx(10.0, abs=3.0)
+
+
+# ------------------------------------------------------------------------ codes and lines that read right
+
+
+def _regressing_wait() -> SyntheticLab:
+    """batch_wait_ms=40 costs throughput (x0.85) and first tokens (x2.5): a regression with a trade-off."""
+    return SyntheticLab(effects={"batch_wait_ms": {"tput": 0.85, "ttft": 2.5}})
+
+
+@pytest.mark.integration
+def test_a_refused_regression_is_not_resubmitted_to_disclose_its_latency(tmp_path):
+    """DELTA_REGRESSION (FAIL eject) beside HIDDEN_LATENCY_REGRESSION (FLAG): a disclosure cannot change a
+    verdict the raw already refused, so the step ends after one audit."""
+    state = run_graph(tmp_path / "run", RunSettings(target="synthetic", levers=["batch_wait_ms=40"], kernels=False,
+                                                    sampler="coordinate"), _regressing_wait())
+    trail = [v for v in state["verdicts"] if v.proposal == "cfg-batch_wait_ms=40.0"]
+    assert len(trail) == 1 and trail[0].verdict == "FAIL"
+    assert {"DELTA_REGRESSION", "HIDDEN_LATENCY_REGRESSION"} <= trail[0].codes()
+    assert "DELTA_NOT_SIGNIFICANT" not in trail[0].codes()
+    (rejected,) = [r for r in state["rejected"] if r.name == "cfg-batch_wait_ms=40.0"]
+    assert "cannot change the verdict" in rejected.reason
+
+
+@pytest.mark.integration
+def test_the_terminal_shows_one_line_per_step_with_its_audits(tmp_path):
+    """A step disclosed and resubmitted on the same legs is audited twice: one line, its last verdict,
+    '[2 audits]'; a step audited once has no count."""
+    import io
+    import re
+
+    from rich.console import Console
+
+    from perfwarden.orchestrator.cli_run import TerminalWatcher
+
+    console = Console(file=io.StringIO(), width=250)
+    run_graph(tmp_path / "run", RunSettings(target="synthetic", levers=["batch_wait_ms=40", "max_batch_size=4"],
+                                            kernels=False, sampler="coordinate"),
+              SyntheticLab(), watcher=TerminalWatcher(console, started=0.0))
+    out = console.file.getvalue()
+    wait = [line for line in out.splitlines() if re.search(r"\] patch\s+cfg-batch_wait_ms=40.0", line)]
+    batch = [line for line in out.splitlines() if re.search(r"\] patch\s+cfg-max_batch_size=4", line)]
+    assert len(wait) == 1 and "[2 audits]" in wait[0] and " PASS " in wait[0], out
+    assert len(batch) == 1 and "audits]" not in batch[0], out
+    assert re.search(r"\] bundle", out), out
