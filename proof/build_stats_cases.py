@@ -112,6 +112,7 @@ REPLAY_BASE = [82.0, 82.5, 81.6]
 """22% slower than the twin: the twin's median is 1.22x the baseline's (100.0 / 82.0)."""
 REPLAY_CAND = [141.9, 142.6, 141.3]
 """+73.1% over the baseline's median (141.9 / 82.0), +41.9% over the twin's (141.9 / 100.0)."""
+REPLAY_LEGS = {"base": REPLAY_BASE, "cand": REPLAY_CAND, "twin": REPLAY_TWIN}
 REPLAY_TWIN_FIGURE = (40.4, 43.4)
 """The twin figure, +41.9%, give or take 1.5 points for how the reps are pooled; never the +73.1%."""
 LATENCY_METRICS = ("median_tpot_ms", "p99_tpot_ms", "median_itl_ms", "p99_itl_ms", "median_e2e_latency_ms",
@@ -177,7 +178,7 @@ CASES: dict[str, Case] = {
         exclude=["DELTA_NOT_SIGNIFICANT", "UNREPRESENTATIVE_BASELINE"]),
     # ---- the number banked is the conservative one; one finding never masks another's action
     "sta-replay-handicapped-baseline": Case(
-        {"base": REPLAY_BASE, "cand": REPLAY_CAND, "twin": REPLAY_TWIN}, (), 73.1,
+        REPLAY_LEGS, (), 73.1,
         "FLAG", "downgrade_headline",
         "Replays a --target vllm step (max_num_seqs=4): its baseline ran 22% slower than a same-config twin of "
         "the same run; the candidate is +73.1% against that baseline and +41.9% against the twin. The win is real "
@@ -186,7 +187,7 @@ CASES: dict[str, Case] = {
         include=["UNREPRESENTATIVE_BASELINE"], exclude=["HIDDEN_LATENCY_REGRESSION"], banks=True,
         banked_headline=REPLAY_TWIN_FIGURE, frozen="2026-11-28"),
     "sta-replay-handicapped-baseline-hidden-latency": Case(
-        {"base": REPLAY_BASE, "cand": REPLAY_CAND, "twin": REPLAY_TWIN}, (), 73.1,
+        REPLAY_LEGS, (), 73.1,
         "FLAG", ["downgrade_headline", "flag"],
         "The same step with the candidate's time per output token 9% worse, undisclosed (as the vLLM run's p99 "
         "TPOT +9.1% and median ITL +4.6% were). The handicapped baseline's downgrade_headline banks; the hidden "
@@ -195,14 +196,14 @@ CASES: dict[str, Case] = {
         include=["UNREPRESENTATIVE_BASELINE", "HIDDEN_LATENCY_REGRESSION"], tpot={"cand": 1.09}, banks=False,
         banked_headline=REPLAY_TWIN_FIGURE, frozen="2026-11-28"),
     "sta-replay-handicapped-baseline-latency-disclosed": Case(
-        {"base": REPLAY_BASE, "cand": REPLAY_CAND, "twin": REPLAY_TWIN}, (), 73.1,
+        REPLAY_LEGS, (), 73.1,
         "FLAG", "downgrade_headline",
         "Near miss: the same 9% TPOT trade-off, disclosed at the size the producer's own legs show. Nothing is "
         "hidden; the step banks at the twin figure.",
         include=["UNREPRESENTATIVE_BASELINE"], exclude=["HIDDEN_LATENCY_REGRESSION"], tpot={"cand": 1.09},
         disclose=LATENCY_METRICS, banks=True, banked_headline=REPLAY_TWIN_FIGURE, frozen="2026-11-28"),
     "sta-handicap-masks-latency": Case(
-        {"base": REPLAY_BASE, "cand": REPLAY_CAND, "twin": REPLAY_TWIN}, (), 73.1,
+        REPLAY_LEGS, (), 73.1,
         "FLAG", ["downgrade_headline", "flag"],
         "The adversary's version: the baseline is handicapped in its latencies too (TPOT 10% over its twin's), and "
         "the candidate's TPOT matches the handicapped baseline's. Against its own baseline nothing regressed; "
