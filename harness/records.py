@@ -23,6 +23,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_serializer, model_validator
 
 from perfwarden.harness import safe_write
+from perfwarden.harness.verdict_parts import HeadlineReference, LegWitnesses  # noqa: F401 - re-exported
 
 SCHEMA_VERSION = 1
 """Major version of the persisted record schemas written by this perfwarden. A record of a newer major
@@ -588,62 +589,6 @@ class MlperfCompliance(Record):
     """Pass band in the raw unit: low/high and whether they are inclusive."""
     rule: str | None = None
     """The pass rule applied, in words."""
-
-
-class LegWitnesses(BaseModel):
-    """Which second witnesses a verdict held one leg's reps against (counts of reps; ``None``: that
-    witness does not apply to the leg's server)."""
-
-    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
-
-    leg: str
-    """The leg."""
-    reps: int
-    """Reps of the leg the audit read."""
-    loadgen_logs: int = 0
-    """Reps held against LoadGen's own detail and summary logs of them."""
-    server_counters: int = 0
-    """Reps held against the server's own counters sampled before and after them (the embedded engine's
-    ``server_counters`` on the bench line)."""
-    engine_counters: int | None = None
-    """Reps held against the engine's own ``/metrics`` counters (vLLM); None: the server is not vLLM."""
-    cpu_window: int = 0
-    """Reps whose CPU window (every process's CPU time over the rep) was read for contention."""
-    sealed: bool = False
-    """The leg's files were read from a seal chain that verified with the run's key."""
-
-    def held(self) -> list[str]:
-        """The witnesses held, each as ``name n/reps`` (the seal last), for every surface that shows them."""
-        out = [f"LoadGen logs {self.loadgen_logs}/{self.reps}"]
-        if self.engine_counters is not None:
-            out.append(f"engine /metrics {self.engine_counters}/{self.reps}")
-        if self.server_counters or self.engine_counters is None:
-            out.append(f"server counters {self.server_counters}/{self.reps}")
-        out.append(f"CPU window {self.cpu_window}/{self.reps}")
-        out.append("sealed" if self.sealed else "not sealed")
-        return out
-
-
-class HeadlineReference(BaseModel):
-    """One reference a verdict's headline was re-derived against."""
-
-    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
-
-    reference: Literal["claim_baseline", "same_config_legs"]
-    """``claim_baseline``: the baseline leg the claim cites; ``same_config_legs``: every other leg of the run
-    measured with the baseline's configuration and load, pooled rep by rep."""
-    legs: list[str]
-    """The legs whose reps make the reference."""
-    delta_pct: float
-    """The candidate's headline delta against this reference (percent)."""
-    p_value: float | None = None
-    """One-sided Welch p-value of the candidate being better, at the rep level."""
-    noise_band_pct: float | None = None
-    """The noise band the delta was judged against (percent)."""
-    values: list[float] = Field(default_factory=list)
-    """The reference's reps on the headline metric (the same-config legs pooled), for the review's plot."""
-    banked: bool = False
-    """Whether this is the figure ``headline_rederived`` states (the least favourable)."""
 
 
 class Verdict(Record):
