@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from typing import Literal, Sequence, Union
 
-from perfwarden.auditor.findings import deciding_actions, unsealed_refusal
+from perfwarden.auditor.findings import ACTION_PRECEDENCE, deciding_actions, unsealed_refusal
 from perfwarden.harness.records import Action, Scope, Seal, Verdict, VerdictLabel
 
 BankedAs = Literal["as_claimed", "downgraded"]
@@ -48,10 +48,13 @@ def _all(actions: Asked) -> tuple[str, ...]:
 
 
 def verdict_actions(verdict: Verdict) -> list[Action]:
-    """Every action a verdict's deciding findings ask for: its ``actions``, or, in a verdict file written
-    before that field, the actions its findings state (never its one ``action`` alone: that is the most
-    decisive, which could hide a less decisive ask that banks nothing)."""
-    return list(verdict.actions) or deciding_actions(verdict.findings, verdict.verdict)
+    """Every action a verdict file says its deciding findings ask for: its ``actions`` together with what
+    its findings state, most decisive first. A verdict file is input: one written before ``actions``
+    existed has only its findings to say it, and an edited one whose ``actions`` dropped an ask its
+    findings still make keeps that ask (its one ``action`` alone is never enough: the most decisive can
+    hide a less decisive ask that banks nothing)."""
+    asked = set(verdict.actions) | set(deciding_actions(verdict.findings, verdict.verdict))
+    return [a for a in ACTION_PRECEDENCE if a in asked]
 
 
 def kept_as(verdict: VerdictLabel | str, actions: Asked) -> BankedAs | None:

@@ -518,6 +518,22 @@ def test_a_handicapped_baseline_banks_the_twin_figure_and_masks_no_other_ask(tmp
         assert v.actions == ["downgrade_headline", "flag"]
 
 
+def test_the_conservative_headline_is_the_less_favourable_in_the_metric_s_direction():
+    """On a lower-is-better headline (TTFT) the less favourable delta is the less negative one."""
+    from perfwarden.auditor.gates.same_config import FairerReference, conservative_headline, pooled
+    from perfwarden.harness.records import Comparison
+
+    direct = Comparison(metric="median_ttft_ms", higher_is_better=False, delta_pct=-20.0, p_value=0.001,
+                        noise_band_pct=2.0, noise_band_source="x", worst_candidate_vs_best_baseline_pct=15.0)
+    fairer = FairerReference(("twin",), pooled([_leg("twin", [1.0, 1.0])]), "median_ttft_ms", False, -10.0, 10.0,
+                             0.002, 2.5, 11.1)
+    delta, refs, note = conservative_headline("base", direct, fairer)
+    assert delta == -10.0 and [r.banked for r in refs] == [False, True] and "not -20.00%" in note
+    kinder = FairerReference(("twin",), fairer.pool, "median_ttft_ms", False, -30.0, 30.0, 0.001, 2.5, 11.1)
+    delta, refs, note = conservative_headline("base", direct, kinder)  # never the kinder figure
+    assert delta == -20.0 and [r.banked for r in refs] == [True, False] and note is None
+
+
 def test_a_significant_regression_is_named_one_and_an_undecided_delta_is_not(tmp_path):
     from perfwarden.proof.build_stats_cases import CASES, build as build_case
 

@@ -110,9 +110,9 @@ def test_a_flag_banks_only_when_every_deciding_finding_asks_what_banks(actions, 
     assert review_banks("FLAG", actions, "sealed") is rule
 
 
-def test_a_verdict_file_without_actions_is_judged_by_its_findings():
+def test_a_verdict_file_is_judged_by_its_findings_too():
     """A verdict written before ``actions`` existed states its one most decisive action; the review reads
-    every deciding finding's action instead, so ``downgrade_headline`` cannot hide a ``flag``."""
+    every deciding finding's action as well, so ``downgrade_headline`` cannot hide a ``flag``."""
     from perfwarden.harness.records import Finding
 
     findings = [Finding(code="UNREPRESENTATIVE_BASELINE", severity="FLAG", message="m", action="downgrade_headline"),
@@ -123,6 +123,10 @@ def test_a_verdict_file_without_actions_is_judged_by_its_findings():
     assert not is_banked(VerdictEntry(old, "verdicts/001-patch.json"))
     alone = old.model_copy(update={"findings": findings[:1]})
     assert is_banked(VerdictEntry(alone, "verdicts/001-patch.json"))
+    # A verdict file edited to drop the ask from ``actions`` keeps the ask its findings still make.
+    edited = old.model_copy(update={"actions": ["downgrade_headline"]})
+    assert banking.verdict_actions(edited) == ["downgrade_headline", "flag"]
+    assert not is_banked(VerdictEntry(edited, "verdicts/001-patch.json"))
 
 
 def test_the_rule_fails_closed():
