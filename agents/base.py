@@ -12,8 +12,8 @@ from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from perfwarden.harness.records import (Action, Claim, LeverClass, Mechanism, Scope, Seal, Severity, Verdict,
-                                        VerdictLabel, shown_verdict)
+from perfwarden.harness.records import (Action, Claim, LegWitnesses, LeverClass, Mechanism, Scope, Seal, Severity,
+                                        Verdict, VerdictLabel, shown_verdict)
 
 ProposalKind = Literal["config", "kernel"]
 ProposalStatus = Literal["pending", "benchmarked", "measuring", "banked", "rejected", "skipped"]
@@ -122,6 +122,10 @@ class FindingSummary(BaseModel):
     """One line for humans (never parsed: decisions read ``code`` and ``measured``)."""
     measured: Any = None
     """The re-derived value."""
+    action: Action | None = None
+    """What this finding asks for (None: its severity's default)."""
+    gate: str = ""
+    """The gate that raised it (one code can come from gates that judge different things)."""
 
 
 class VerdictSummary(BaseModel):
@@ -136,7 +140,10 @@ class VerdictSummary(BaseModel):
     verdict: VerdictLabel
     """PASS, FLAG or FAIL."""
     action: Action
-    """What should happen to the claim."""
+    """What should happen to the claim: the most decisive of ``actions``."""
+    actions: list[Action] = Field(default_factory=list)
+    """``Verdict.actions``: every action the deciding findings ask for; banking asks all of them (a summary
+    without them, from an older checkpoint, banks nothing but a PASS)."""
     path: str
     """The verdict file, relative to the run directory."""
     claim: str
@@ -154,7 +161,12 @@ class VerdictSummary(BaseModel):
     headline_claimed: float | None = None
     """Headline delta the claim stated (the producer's own figure; None: it stated none)."""
     headline_rederived: float | None = None
-    """Headline delta re-derived from raw (percent; a speedup factor for harness claims)."""
+    """Headline delta re-derived from raw (percent; a speedup factor for harness claims): the figure banked
+    and shown, the less favourable one where a fairer reference was re-derived too."""
+    headline_note: str | None = None
+    """``Verdict.headline_note``: why the headline is not the delta against the claim's own baseline."""
+    witnesses: list[LegWitnesses] = Field(default_factory=list)
+    """``Verdict.witnesses``: per leg, the second witnesses its reps were held against."""
     lever_detected: LeverClass | None = None
     """Lever class the auditor detected."""
     degraded: bool = False
@@ -165,12 +177,13 @@ class VerdictSummary(BaseModel):
     @classmethod
     def of(cls, verdict: Verdict, claim: Claim, path: str, proposal: str | None) -> VerdictSummary:
         return cls(seq=verdict.claim_seq, scope=verdict.scope, verdict=verdict.verdict, action=verdict.action,
-                   path=path, claim=verdict.claim, lever=claim.lever.name if claim.lever else None,
-                   proposal=proposal, producer=claim.producer,
-                   findings=[FindingSummary(code=f.code, severity=f.severity, message=f.message, measured=f.measured)
-                             for f in verdict.findings],
+                   actions=list(verdict.actions), path=path, claim=verdict.claim,
+                   lever=claim.lever.name if claim.lever else None, proposal=proposal, producer=claim.producer,
+                   findings=[FindingSummary(code=f.code, severity=f.severity, message=f.message, measured=f.measured,
+                                            action=f.action, gate=f.gate) for f in verdict.findings],
                    headline_metric=claim.headline.metric, headline_claimed=claimed_headline(claim),
-                   headline_rederived=verdict.headline_rederived,
+                   headline_rederived=verdict.headline_rederived, headline_note=verdict.headline_note,
+                   witnesses=list(verdict.witnesses),
                    lever_detected=verdict.lever_detected, degraded=verdict.degraded, seal=verdict.seal)
 
     @property
@@ -222,6 +235,9 @@ class BankedChange(BaseModel):
     """Mechanism the claim declared."""
     disclosed_regressions: dict[str, float] = Field(default_factory=dict)
     """Latency trade-offs the claim disclosed (percent)."""
+    superseded_by: str | None = None
+    """Set in the run's report: the later banked step that overwrote every knob this one set, so nothing of
+    it is in the final configuration (``agents/integrator.superseded_by``); None while it survives."""
 
     def overlay(self) -> dict[str, Any]:
         """This change as knob changes (a kernel is an ``op_overrides`` entry)."""

@@ -177,6 +177,26 @@ def disclose(proposal: Proposal, verdict: VerdictSummary, run: Path) -> Proposal
     return proposal.model_copy(update={"disclosed_regressions": own_regressions(run, proposal.legs or [], metrics)})
 
 
+CLAIM_FIXES: dict[str, frozenset[tuple[str, str | None]]] = {
+    "disclose": frozenset({("HIDDEN_LATENCY_REGRESSION", None)}),
+    "reclassify": frozenset({("ORTHOGONAL_LEVER", None), ("ISOLATED_E2E_GAP", None), ("IMPLAUSIBLE_SPEEDUP", None),
+                             ("CONDITIONS_DIFFER", "lever")}),
+    "resubmit": frozenset({("REPORTED_MISMATCH", None)}),
+    "run_quality_eval": frozenset({("QUALITY_EVAL_MISSING", None)}),
+}
+"""The fixes that change the claim, not its legs, and the findings each can answer, as (code, gate; None:
+any gate): a disclosure, a class-B headline without the isolated figure that documents the mechanism the
+raw shows (the lever gate's undeclared-mechanism confound), a restated figure, a completed quality eval.
+Every other finding is about the raw evidence, which a resubmission on the same legs leaves as it was."""
+CLAIM_FIXABLE = frozenset().union(*CLAIM_FIXES.values())
+"""Every finding some resubmission on the same legs can answer."""
+
+
+def claim_fixable(code: str, gate: str) -> bool:
+    """Whether some resubmission on the same legs can answer a finding of ``code`` raised by ``gate``."""
+    return (code, None) in CLAIM_FIXABLE or (code, gate) in CLAIM_FIXABLE
+
+
 DROP_CODES = {
     "CACHING_SUSPECTED": "the change is a cache, not a speedup",
     "SERVER_CRASH": "the change crashed the server",

@@ -75,28 +75,85 @@ def patch_claim(proposal: Proposal, base_leg: str, cand_leg: str, opbench_rel: s
 
 
 def final_changes(banked: list[BankedChange]) -> dict[str, Any]:
-    """The best configuration: every banked step applied in order (knob changes over the true baseline)."""
+    """The best configuration: every banked step applied in order (knob changes over the true baseline).
+    A knob a later step set back to its baseline value is still listed here; ``net_changes`` drops it."""
     out: dict[str, Any] = {}
     for b in banked:
         out = apply_overlay(out, b.overlay())
     return out
 
 
-def bundle_claim(banked: list[BankedChange], base_leg: str, bundle_leg: str, caching_leg: str,
-                 disclosed: dict[str, float], quality_eval_id: str | None, stated_pct: float | None = None) -> Claim:
-    """Every banked step together against the true no-overlay baseline; the components are the steps
-    (each has its own passing patch verdict), the config keys the knobs that end up changed.
+def net_changes(banked: list[BankedChange], base: dict[str, Any]) -> dict[str, Any]:
+    """The final configuration's difference from the true baseline ``base``: every banked step applied in
+    order, less each knob (and op override) whose final value is its baseline value -- a knob a later step
+    turned back is no change, and a bundle that declared it would declare a difference its legs cannot show."""
+    out: dict[str, Any] = {}
+    for key, value in final_changes(banked).items():
+        if key == "op_overrides":
+            base_ops = base.get("op_overrides") or {}
+            ops = {op: impl for op, impl in (value or {}).items() if base_ops.get(op) != impl}
+            if ops:
+                out[key] = ops
+        elif key not in base or repr(base[key]) != repr(value):
+            out[key] = value
+    return out
+
+
+def _survives(change: BankedChange, net: dict[str, Any]) -> bool:
+    """Whether some knob (or op override) ``change`` set still holds its value in the net change."""
+    if change.kind == "kernel":
+        return (net.get("op_overrides") or {}).get(change.op) == change.impl
+    return any(key in net and repr(net[key]) == repr(value) for key, value in change.config.items())
+
+
+def superseded_by(banked: list[BankedChange], base: dict[str, Any]) -> dict[str, str | None]:
+    """Banked step -> the last later step that overwrote what it set, when nothing it set survives in the
+    net change (None: it is part of the final configuration, or no later step touched it)."""
+    net = net_changes(banked, base)
+    out: dict[str, str | None] = {}
+    for i, change in enumerate(banked):
+        later = [b for b in banked[i + 1:] if set(b.overlay()) & set(change.overlay())
+                 and (change.kind != "kernel" or change.op in (b.overlay().get("op_overrides") or {}))]
+        out[change.name] = later[-1].name if later and not _survives(change, net) else None
+    return out
+
+
+def components(banked: list[BankedChange], base: dict[str, Any]) -> list[BankedChange]:
+    """The banked steps that survive in the net change, in order: the bundle's components."""
+    net = net_changes(banked, base)
+    return [b for b in banked if _survives(b, net)]
+
+
+def _engaged_mechanism(kept: list[BankedChange], net: dict[str, Any]) -> Mechanism | None:
+    """The speculative decoding a surviving step engaged, when the knob that engages it (the mechanism's
+    variant) still holds that step's value in the net change; None when the final configuration engages none."""
+    for b in kept:
+        m = b.mechanism
+        if m.name != "speculative_decoding":
+            continue
+        knob = m.variant if m.variant in b.config else None
+        if knob is None or (knob in net and repr(net[knob]) == repr(b.config[knob])):
+            return m
+    return None
+
+
+def bundle_claim(banked: list[BankedChange], base: dict[str, Any], base_leg: str, bundle_leg: str,
+                 caching_leg: str, disclosed: dict[str, float], quality_eval_id: str | None,
+                 stated_pct: float | None = None) -> Claim:
+    """The net change (``net_changes``) against the true no-overlay baseline ``base``: the components are
+    the banked steps that survive in it (each has its own passing patch verdict), the config keys the knobs
+    that differ from the baseline, the mechanism one the final configuration engages.
     ``stated_pct``: the bundle's delta from the producer's own reading of the two legs."""
-    changes = final_changes(banked)
-    spec = next((b.mechanism for b in banked if b.mechanism.name == "speculative_decoding"), None)
+    changes = net_changes(banked, base)
+    kept = components(banked, base)
     return Claim(
         scope="bundle", producer="integrator",
         legs=LegRefs(baseline=base_leg, candidate=bundle_leg, validation=bundle_leg, caching_audit=caching_leg,
                      caching_control=f"{caching_leg}-control"),
-        lever=DeclaredLever(name="bundle", lever_class="B" if any(b.lever_class == "B" for b in banked) else "A",
+        lever=DeclaredLever(name="bundle", lever_class="B" if any(b.lever_class == "B" for b in kept) else "A",
                             config_keys=sorted(k for k in changes if k != "op_overrides"),
                             kernel_ops=sorted(changes.get("op_overrides") or {}),
-                            components=[b.name for b in banked]),
+                            components=[b.name for b in kept]),
         headline=Headline(metric="output_throughput", kind="e2e", value=stated_pct, disclosed_regressions=disclosed),
         correctness=Correctness(parity="exact_text", quality_eval_id=quality_eval_id),
-        mechanism=spec or Mechanism())
+        mechanism=_engaged_mechanism(kept, changes) or Mechanism())

@@ -16,17 +16,18 @@ from pathlib import Path
 from typing import Any, Callable
 
 
-from perfwarden.auditor import banking, registry, stats
+from perfwarden.auditor import banking, registry, stats, witnesses
 from perfwarden.auditor.claim_file import ClaimError, load_claim  # noqa: F401 - re-exported
 from perfwarden.auditor.evidence import LegEvidence, QualityRecords, RunLoader, _plain_name, check_named_folders
-from perfwarden.auditor.findings import Findings, GateResult, decide
+from perfwarden.auditor.findings import Findings, GateResult, decide, deciding_actions
 from perfwarden.auditor.gates import (caching, conditions, correctness, engine_witness, explain, integrity,
                                       knobs, lever, measurement, opbench, process, profile, prose, rep_witnesses,
                                       same_config, served, target_keys, timeline, workload)
 from perfwarden.auditor.manifest import (KeyChoice, KeyFileError, Manifest, chain_seal_id, observe,
                                          read_manifest, resolve_key)
 from perfwarden.auditor.rederive import METRICS
-from perfwarden.harness.records import Claim, Comparison, Finding, MetricStats, RunDir, Verdict, write_json_atomic
+from perfwarden.harness.records import (Claim, Comparison, Finding, LegWitnesses, MetricStats, RunDir, Verdict,
+                                        write_json_atomic)
 from perfwarden.harness.safe_read import REPORT_BYTES, exists
 from perfwarden.harness.safe_write import check_name
 
@@ -52,6 +53,12 @@ class Audit:
     seal: str = "unsealed"
     """Set by the integrity gate; a gate that could not run leaves it unsealed (fail closed)."""
     headline_rederived: float | None = None
+    """The headline delta against the claim's own baseline (what the claim's figure is checked against)."""
+    fairer: same_config.FairerReference | None = None
+    """The same-config legs a handicapped baseline was held against, when it was (the representative gate)."""
+    engine_held: dict[str, int | None] = field(default_factory=dict)
+    """Leg -> reps the engine-witness gate held against the engine's counters (None: not a vLLM leg)."""
+    witnesses: list[LegWitnesses] = field(default_factory=list)
     extra_values: list[float] = field(default_factory=list)
     extra_kind: str = "ratio"
     """What ``extra_values`` are, for prose tracing: ``share`` (profile scope) or ``ratio`` (speedups)."""
@@ -129,8 +136,7 @@ def audit_baseline(a: Audit) -> None:
     a.gate("crash", lambda: measurement.check_crash(a.run, base, None))
     a.gate("errors", lambda: measurement.check_errors(a.run, base, "FLAG", "remeasure"))
     a.gate("contention", lambda: measurement.check_contention(a.run, base))
-    a.gate("engine_witness", lambda: engine_witness.check_engine_witness(
-        a.run, engine_witness.load_engine_witness(a.loader, base), base))
+    _engine_witness(a, base)
     a.gate("noise", lambda: measurement.check_noisy_baseline(a.run, base, aa, metric))
     a.gate("aggregates", lambda: measurement.check_line_aggregates(a.run, base))
     a.gate("condition_copies", lambda: conditions.check_condition_copies(a.run, base))
@@ -148,6 +154,24 @@ def audit_baseline(a: Audit) -> None:
         coherent = a.gate("coherence", lambda: correctness.check_reference_coherence(a.run, base))
         a.correctness = "verified" if coherent else "unverifiable"
     a.gate("reported", lambda: measurement.check_reported_numbers(claim, a.legs_stats, None))
+
+
+def _engine_witness(a: Audit, leg: LegEvidence) -> None:
+    """The leg's reps against the engine's own counters; how many were held is kept for the witnesses."""
+    a.engine_held[leg.name] = a.gate("engine_witness", lambda: engine_witness.check_engine_witness(
+        a.run, engine_witness.load_engine_witness(a.loader, leg), leg))
+
+
+def _witnesses(a: Audit) -> None:
+    """Per leg the witness gates ran on: what its reps were held against, and the reps no server-side
+    account covered (the one not-checked line about server counters)."""
+    for name in a.engine_held:
+        leg = a.loader.leg(name)
+        held = witnesses.leg_witnesses(leg, a.engine_held[name], a.seal == "sealed")
+        a.witnesses.append(held)
+        note = witnesses.unwitnessed_note(held)
+        if note is not None:
+            a.not_checked.append(note)
 
 
 def audit_profile(a: Audit) -> None:
@@ -223,8 +247,7 @@ def audit_patch(a: Audit, bundle: bool = False) -> None:
     a.gate("errors", lambda: _errors(a, base, cand))
     for leg in (base, cand):
         a.gate("contention", lambda leg=leg: measurement.check_contention(a.run, leg))
-        a.gate("engine_witness", lambda leg=leg: engine_witness.check_engine_witness(
-            a.run, engine_witness.load_engine_witness(a.loader, leg), leg))
+        _engine_witness(a, leg)
         a.gate("aggregates", lambda leg=leg: measurement.check_line_aggregates(a.run, leg))
         a.gate("condition_copies", lambda leg=leg: conditions.check_condition_copies(a.run, leg))
         a.gate("witness", lambda leg=leg: rep_witnesses.check_witnesses(a.run, leg))
@@ -251,10 +274,12 @@ def audit_patch(a: Audit, bundle: bool = False) -> None:
         a.headline_rederived = head.delta_pct if head else None
         contended = a.findings.has("CONTENDED_LEG", "FLAG")
         a.gate("significance", lambda: measurement.check_headline(
-            a.run, claim, head, (len(base.reps), len(cand.reps)), contended))
-        a.gate("representative", lambda: same_config.check_representative_baseline(a.run, claim, base, cand, aa))
-        a.gate("latency", lambda: measurement.check_hidden_regressions(
-            a.comparisons, claim.headline.metric, base, cand, claim.headline.disclosed_regressions))
+            a.run, claim, head, (len(base.reps), len(cand.reps)), contended,
+            worse=head is not None and measurement.significant_worse(head, base, cand),
+            changed=any(not registry.is_inert(key) for key in a.diff)))
+        a.fairer = a.gate("representative", lambda: same_config.check_representative_baseline(
+            a.run, claim, base, cand, aa))
+        a.gate("latency", lambda: _latency(a, base, cand))
         a.gate("explain", lambda: explain.check_unexplained_delta(claim, head, _profile_rows(a)))
         a.gate("output_length", lambda: correctness.check_output_length(a.run, base, cand))
     else:
@@ -337,6 +362,23 @@ def _errors(a: Audit, base: LegEvidence, cand: LegEvidence) -> GateResult:
     return GateResult([f for r in results for f in r.findings])
 
 
+def _latency(a: Audit, base: LegEvidence, cand: LegEvidence) -> GateResult:
+    """Latency regressions behind the headline, against the claim's baseline and, where that baseline is
+    handicapped, against its same-config legs too: a baseline slow in its latencies as well would otherwise
+    hide a regression the candidate shows against the level its configuration really serves at."""
+    metric, disclosed = a.claim.headline.metric, a.claim.headline.disclosed_regressions
+    own = measurement.check_hidden_regressions(a.comparisons, metric, base, cand, disclosed)
+    if a.fairer is None:
+        return own
+    pool = a.fairer.pool
+    comparisons = {m: c for m in METRICS if (c := measurement.compare(m, pool, cand, [])) is not None}
+    against = measurement.check_hidden_regressions(comparisons, metric, pool, cand, disclosed,
+                                                   reference=f"the same-config leg(s) {pool.name!r}")
+    flagged = {f.measured["metric"] for f in own.findings if f.severity == "FLAG"}
+    more = [f for f in against.findings if f.severity == "FLAG" and f.measured["metric"] not in flagged]
+    return GateResult(findings=own.findings + more)
+
+
 def _isolated_vs_e2e(a: Audit, base: LegEvidence, cand: LegEvidence) -> None:
     """An isolated speedup must come from an honest rig and be consistent with the e2e delta."""
     iso = a.claim.isolated_speedup
@@ -416,7 +458,7 @@ def accepted_changes(run: Path, names: list[str], key: Path | None = None) -> di
             continue
         # ``kept_as``, not ``banks``: a component's evidence is the bundle's own run, sealed or not alike, and
         # an unsealed bundle keeps its verdict (shown "(unsealed)", never banked) rather than a FAIL.
-        if banking.kept_as(verdict.verdict, verdict.action) is not None:
+        if banking.kept_as(verdict.verdict, banking.verdict_actions(verdict)) is not None:
             out[claim.lever.name] = claim.lever.config_keys
     return out
 
@@ -454,6 +496,7 @@ def audit_claim(run: Path, claim: Claim, claim_ref: str, claim_sha: str, key: Pa
         if claim.report:
             a.gate("prose", lambda: _prose(a))
         a.seal = a.gate("integrity", lambda: _integrity(a, key_choice)) or "unsealed"
+        _witnesses(a)
     return build_verdict(a, claim_ref, claim_sha)
 
 
@@ -561,15 +604,22 @@ def _quality_values(a: Audit) -> list[prose.Traceable]:
 def build_verdict(a: Audit, claim_ref: str, claim_sha: str) -> Verdict:
     items = a.findings.items
     label, action = decide(items, degraded=bool(a.degraded))
+    headline, references, note = a.headline_rederived, [], None
+    if a.claim.scope in ("patch", "bundle"):
+        headline, references, note = same_config.conservative_headline(
+            a.claim.legs.baseline or "", a.comparisons.get(a.claim.headline.metric), a.fairer)
     digests = dict(sorted(a.loader.digests.items()))
     digest_src = json.dumps({"claim": claim_sha, "inputs": digests, "auditor": AUDITOR_VERSION}, sort_keys=True)
     return Verdict(
         scope=a.claim.scope, claim=claim_ref, claim_seq=a.claim.seq, verdict=label, action=action,
+        actions=(deciding_actions(items, label) or [action]) if label != "PASS" else [],
         findings=items, legs=a.legs_stats, comparisons=list(a.comparisons.values()),
-        headline_claimed=a.claim.headline.value, headline_rederived=_finite(a.headline_rederived),
+        headline_claimed=a.claim.headline.value, headline_rederived=_finite(headline),
+        headline_references=references, headline_note=note,
         lever_declared=a.claim.lever.lever_class if a.claim.lever else None,
         lever_detected=a.lever_detected, lever_signals=a.lever_signals, server_info_diff=a.diff,
-        correctness=a.correctness, not_checked=a.not_checked + a.loader.notes, seal=a.seal, degraded=bool(a.degraded),
+        correctness=a.correctness, not_checked=a.not_checked + a.loader.notes, witnesses=a.witnesses, seal=a.seal,
+        degraded=bool(a.degraded),
         degraded_reasons=a.degraded, auditor_version=AUDITOR_VERSION, input_digests=digests,
         digest=hashlib.sha256(digest_src.encode()).hexdigest(),
     )

@@ -22,6 +22,8 @@ CATALOG: dict[str, str] = {
     "NOISY_BASELINE": "Baseline rep spread exceeds the noise band; re-measure.",
     "BASELINE_DRIFT": "The re-derived baseline disagrees with a previously provided baseline number.",
     "DELTA_NOT_SIGNIFICANT": "The claimed delta is inside the noise band or not significant at the rep level.",
+    "DELTA_REGRESSION": "The headline got worse: the candidate is worse than the baseline outside the noise band and "
+                        "significantly at the rep level -- a regression, not an undecided delta (added).",
     "UNREPRESENTATIVE_BASELINE": "The claim's baseline is significantly slower than the other legs of the run measured "
                                  "with its configuration and load: the delta rests on a handicapped baseline (added, "
                                  "issue 17 §5).",

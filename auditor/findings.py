@@ -8,7 +8,7 @@ gate's FAIL (eject) outranks a headline FLAG (downgrade).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, Protocol, Sequence, TypeVar
 
 from perfwarden.auditor.codes import known
 from perfwarden.harness.records import Action, EvidenceRef, Finding, Seal, Severity, VerdictLabel, shown_verdict
@@ -156,7 +156,7 @@ class Findings:
         return any(f.code == code and (severity is None or f.severity == severity) for f in self.items)
 
 
-def verdict_label(findings: list[Finding]) -> VerdictLabel:
+def verdict_label(findings: Sequence[Asking]) -> VerdictLabel:
     severities = {f.severity for f in findings}
     if "FAIL" in severities:
         return "FAIL"
@@ -165,16 +165,33 @@ def verdict_label(findings: list[Finding]) -> VerdictLabel:
     return "PASS"
 
 
+class Asking(Protocol):
+    """What deciding a verdict reads of a finding (a ``Finding``, or the graph's summary of one)."""
+
+    @property
+    def severity(self) -> Severity: ...
+
+    @property
+    def action(self) -> Action | None: ...
+
+
+def deciding_actions(findings: Sequence[Asking], label: VerdictLabel | str) -> list[Action]:
+    """Every action the findings that decide the label ask for, most decisive first (none for a PASS).
+
+    The verdict's one ``action`` is the first of them; banking asks all of them (``auditor/banking.py``),
+    so that no finding's ask is swallowed by another's: a downgraded headline beside an undisclosed
+    latency regression still asks for the disclosure."""
+    if label == "PASS":
+        return []
+    asked = {f.action or _DEFAULT_ACTION[f.severity] for f in findings if f.severity == label}
+    return [a for a in ACTION_PRECEDENCE if a in asked]
+
+
 def choose_action(findings: list[Finding], label: VerdictLabel) -> Action:
     """Most decisive action among the findings that decide the label."""
     if label == "PASS":
         return "pass"
-    deciding = [f for f in findings if f.severity == label]
-    actions = {f.action or _DEFAULT_ACTION[f.severity] for f in deciding}
-    for action in ACTION_PRECEDENCE:
-        if action in actions:
-            return action
-    return _DEFAULT_ACTION[label]
+    return next(iter(deciding_actions(findings, label)), _DEFAULT_ACTION[label])
 
 
 def decide(findings: list[Finding], degraded: bool = False) -> tuple[VerdictLabel, Action]:

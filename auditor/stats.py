@@ -209,6 +209,28 @@ class Decision:
     band_pct: float
     significant_better: bool
     significant_worse: bool
+    p_worse: float | None = None
+    """One-sided p-value of the candidate being worse (``p_value`` is that of it being better)."""
+
+    def described(self, alpha: float = ALPHA) -> str:
+        """This comparison in words that are true of it (``describe_change``)."""
+        return describe_change(self.improvement_pct, self.band_pct, self.p_value, self.p_worse, alpha)
+
+
+def describe_change(improvement: float, band_pct: float, p_better: float | None, p_worse: float | None,
+                    alpha: float = ALPHA) -> str:
+    """A change stated as it is: its direction and size, whether it is inside the noise band, and, outside
+    it, whether it is significant in its direction. A message never calls a change "within the noise" that
+    the band does not hold, nor "not significant" a change that is significant the other way."""
+    direction = "better" if improvement > 0 else "worse" if improvement < 0 else "unchanged"
+    size = f"{abs(improvement):.2f}% {direction}"
+    if abs(improvement) <= band_pct:
+        return f"{size}, inside the ±{band_pct:.2f}% noise band"
+    p = p_better if improvement > 0 else p_worse
+    if p is None:
+        return f"{size}, outside the ±{band_pct:.2f}% noise band, untested at the rep level (under 2 reps a side)"
+    verdict = f"significant (p={p:.3g} < {alpha})" if p < alpha else f"not significant at the rep level (p={p:.3g})"
+    return f"{size}, outside the ±{band_pct:.2f}% noise band and {verdict}"
 
 
 def decide(base: list[float], cand: list[float], higher_is_better: bool, band_pct: float,
@@ -223,7 +245,7 @@ def decide(base: list[float], cand: list[float], higher_is_better: bool, band_pc
         p_worse = welch_one_sided_p(list(b), list(c), not higher_is_better)
     better = p_better is not None and p_better < alpha and imp > band_pct
     worse = p_worse is not None and p_worse < alpha and -imp > band_pct
-    return Decision(delta, imp, p_better, band_pct, better, worse)
+    return Decision(delta, imp, p_better, band_pct, better, worse, p_worse)
 
 
 @dataclass(frozen=True)

@@ -23,6 +23,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_serializer, model_validator
 
 from perfwarden.harness import safe_write
+from perfwarden.harness.verdict_parts import HeadlineReference, LegWitnesses  # noqa: F401 - re-exported
 
 SCHEMA_VERSION = 1
 """Major version of the persisted record schemas written by this perfwarden. A record of a newer major
@@ -606,7 +607,10 @@ class Verdict(Record):
     verdict: VerdictLabel
     """PASS, FLAG or FAIL."""
     action: Action
-    """What should happen to the claim."""
+    """What should happen to the claim: the most decisive of ``actions``."""
+    actions: list[Action] = Field(default_factory=list)
+    """Every action the findings that decide the label ask for, most decisive first (empty for a PASS, and
+    in a verdict written before this field: its findings state them). Banking asks all of them."""
     findings: list[Finding] = Field(default_factory=list)
     """Every finding raised, INFO included."""
     legs: dict[str, dict[str, MetricStats]] = Field(default_factory=dict)
@@ -616,7 +620,13 @@ class Verdict(Record):
     headline_claimed: float | None = None
     """Headline delta the producer claimed (percent)."""
     headline_rederived: float | None = None
-    """Headline delta re-derived from raw (percent)."""
+    """Headline delta re-derived from raw (percent): the figure that is banked and shown. Where the auditor
+    re-derived it against a fairer reference as well (``headline_references``), the less favourable one."""
+    headline_references: list[HeadlineReference] = Field(default_factory=list)
+    """Every reference the headline was re-derived against, the claim's own baseline first; empty when
+    that baseline is the only one."""
+    headline_note: str | None = None
+    """Why ``headline_rederived`` is not the delta against the claim's own baseline (None when it is)."""
     lever_declared: LeverClass | None = None
     """Lever class the producer declared."""
     lever_detected: LeverClass | None = None
@@ -629,6 +639,8 @@ class Verdict(Record):
     """Correctness status."""
     not_checked: list[str] = Field(default_factory=list)
     """Checks that could not be made, with the reason (never reported as passed)."""
+    witnesses: list[LegWitnesses] = Field(default_factory=list)
+    """Per leg the claim cites: the second witnesses its reps were held against (what was checked)."""
     seal: Seal = "unsealed"
     """``sealed`` only when the run's seal chain exists and verified with its key; else ``unsealed`` (an
     imported file, a run recorded before sealing, no key): audited as it is, never banked, shown as

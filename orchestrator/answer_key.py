@@ -13,6 +13,7 @@ catalog is an input error (:class:`AnswerKeyError`), never a quiet disagreement 
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any, Literal
 
@@ -61,6 +62,12 @@ class Answer(BaseModel):
     must_note: list[str] = Field(default_factory=list)
     """Text that must appear in one of the verdict's ``not_checked`` entries: a check the auditor must say
     it could not make (e.g. ``"unsealed"`` for a run whose evidence carries no seal)."""
+    banks: bool | None = None
+    """Whether the verdict keeps the change by the one banking rule (``auditor/banking.py``), its seal aside
+    (a fixture's evidence may be unsealed); omitted: not scored."""
+    headline_rederived: tuple[float, float] | None = None
+    """The range [low, high] (percent) the verdict's re-derived headline -- the figure that is banked and
+    shown -- must lie in; omitted: not scored."""
 
     @field_validator("verdict", "action", mode="before")
     @classmethod
@@ -89,6 +96,14 @@ class Answer(BaseModel):
             raise ValueError(f"codes {clash!r} are both required and excluded")
         if self.verdict == ["PASS"] and (self.must_include or self.must_include_any):
             raise ValueError("a PASS answer cannot require FLAG/FAIL findings")
+        if self.verdict == ["PASS"] and self.banks is False:
+            raise ValueError("a PASS answer cannot refuse banking: a PASS keeps its change")
+        if self.verdict == ["FAIL"] and self.banks is True:
+            raise ValueError("a FAIL answer cannot bank: a FAIL keeps nothing")
+        low_high = self.headline_rederived
+        if low_high is not None and not (math.isfinite(low_high[0]) and math.isfinite(low_high[1])
+                                         and low_high[0] <= low_high[1]):
+            raise ValueError(f"headline_rederived {list(low_high)!r} is not a finite range [low, high]")
         return self
 
 
@@ -146,10 +161,12 @@ def load_answer_key(path: Path, root: Path | None = None) -> AnswerKey:
 
 
 def answer_problems(answer: Answer, verdict: str, action: str, codes: set[str],
-                    not_checked: list[str] | None = None) -> list[str]:
+                    not_checked: list[str] | None = None, banks: bool | None = None,
+                    headline: float | None = None) -> list[str]:
     """Why an audited claim disagrees with its answer (empty when it agrees). ``codes`` are the codes
-    raised at FLAG or FAIL; ``not_checked`` the verdict's list of checks it could not make."""
-    problems = []
+    raised at FLAG or FAIL; ``not_checked`` the verdict's list of checks it could not make; ``banks``
+    whether the verdict keeps the change (seal aside); ``headline`` its re-derived headline."""
+    problems = _headline_problems(answer, banks, headline)
     if verdict not in answer.verdict:
         expected = answer.verdict[0] if len(answer.verdict) == 1 else answer.verdict
         problems.append(f"verdict {verdict} != expected {expected}")
@@ -167,4 +184,17 @@ def answer_problems(answer: Answer, verdict: str, action: str, codes: set[str],
     unsaid = [n for n in answer.must_note if not any(n in item for item in not_checked or [])]
     if unsaid:
         problems.append(f"not_checked does not say {unsaid}")
+    return problems
+
+
+def _headline_problems(answer: Answer, banks: bool | None, headline: float | None) -> list[str]:
+    """What is wrong with what the verdict banks and the figure it banks, against the answer."""
+    problems = []
+    if answer.banks is not None and banks is not answer.banks:
+        problems.append(f"banks {banks} != expected {answer.banks}")
+    if answer.headline_rederived is not None:
+        low, high = answer.headline_rederived
+        if headline is None or not low <= headline <= high:
+            shown = "none" if headline is None else f"{headline:+.2f}%"
+            problems.append(f"re-derived headline {shown} outside the expected [{low:+.2f}%, {high:+.2f}%]")
     return problems

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from perfwarden.auditor import banking
 from perfwarden.auditor.audit import ClaimError, audit_path
 from perfwarden.orchestrator.answer_key import (ANSWER_KEY_NAME, Answer, AnswerKeyError, answer_problems,
                                                  load_answer_key)
@@ -120,7 +121,11 @@ def _compare(res: CaseResult, answer: Answer) -> None:
     res.must_include_any = [list(g) for g in answer.must_include_any]
     res.must_exclude = list(answer.must_exclude)
     res.must_note = list(answer.must_note)
-    res.problems.extend(answer_problems(answer, res.verdict, res.action, set(res.codes), res.not_checked))
+    v = res.verdict_record
+    banks = banking.kept_as(v.verdict, banking.verdict_actions(v)) is not None if v is not None else None
+    headline = v.headline_rederived if v is not None else None
+    res.problems.extend(answer_problems(answer, res.verdict, res.action, set(res.codes), res.not_checked,
+                                        banks, headline))
 
 
 @dataclass

@@ -1,7 +1,7 @@
 """``perfwarden run``: the autonomous optimization run, shown as it happens, with a resumable checkpoint.
 
 The terminal shows each verdict as it lands (claim, verdict, the headline the auditor re-derived, the
-finding codes), a progress bar while reps are measured, and the budget left. Output of the in-process
+finding codes; a step's audits folded into one line once the step is over), a progress bar while reps are measured, and the budget left. Output of the in-process
 lab work (torch's profiler, weight loading, LoadGen) goes to RUN/logs/lab.log, not to the terminal.
 """
 
@@ -27,6 +27,7 @@ from perfwarden.orchestrator.exit_codes import ExitCode
 from perfwarden.orchestrator.render import VERDICT_STYLE, print_error, safe_text
 from perfwarden.orchestrator.settings import RunSettings, settings_error
 from perfwarden.orchestrator.simlab import SyntheticLab
+from perfwarden.orchestrator.step_lines import StepLine, StepLines
 
 if TYPE_CHECKING:  # the run's machinery is imported only when a run starts (other commands stay fast)
     from perfwarden.agents.base import VerdictSummary
@@ -72,7 +73,8 @@ def budget_text(remaining_s: float) -> str:
 
 
 class TerminalWatcher:
-    """The run as a person watches it: one line per verdict, a progress bar per measurement.
+    """The run as a person watches it: one line per step (its audits folded, ``orchestrator/step_lines.py``)
+    and per other verdict, a progress bar per measurement.
 
     The budget left comes from the run itself (``RunContext.remaining_s``, counted from the run's start
     in its checkpoint, across resumes), handed over at every node: the terminal never counts its own."""
@@ -86,12 +88,18 @@ class TerminalWatcher:
                                  TimeElapsedColumn(), TextColumn("[dim]{task.fields[budget]}"),
                                  console=console, transient=True, redirect_stdout=False, redirect_stderr=False)
         self.task = None
+        self.steps = StepLines()
+        """A step's audits are folded into one line, printed when the step is over."""
+        self.remaining_s = 0.0
 
     def _budget(self) -> str:
         return budget_text(self.deadline - time.time()) if self.deadline is not None else "budget -"
 
     def node(self, name: str, detail: str, remaining_s: float) -> None:
         self.deadline = time.time() + remaining_s
+        self.remaining_s = remaining_s
+        for line in self.steps.node(name):
+            self._print_verdict(line)
         if name in ("baseline", "profile", "op_benchmarker", "bundle", "quality_eval", "red_team"):
             self.console.print(safe_text((f"{time.time() - self.started:6.0f}s ", "dim"), (name, "cyan"),
                                              f" {detail}" if detail else ""))
@@ -113,17 +121,27 @@ class TerminalWatcher:
 
     def verdict(self, summary: VerdictSummary, claim: Claim, remaining_s: float) -> None:
         self._stop()
-        what = summary.lever or claim.op or summary.scope
+        self.remaining_s = remaining_s
+        for line in self.steps.verdict(summary, summary.lever or claim.op or summary.scope):
+            self._print_verdict(line)
+
+    def _print_verdict(self, line: StepLine) -> None:
+        """One line per step: its last verdict, and how many audits the step took when more than one."""
+        self._stop()
+        summary, what = line.verdict, line.what
         head = ""
         if summary.headline_rederived is not None:
             head = (f"{summary.headline_rederived:.2f}x op time" if summary.scope == "harness"
                     else f"{summary.headline_rederived:+.2f}% {summary.headline_metric or ''}".rstrip())
+            if summary.headline_note:  # the conservative figure: against same-config legs, not the cited baseline
+                head += " (vs same-config legs: the baseline was handicapped)"
         codes = ", ".join(sorted(summary.codes())) or "-"
         self.console.print(safe_text(
             (f"{time.time() - self.started:6.0f}s ", "dim"), (f"[{summary.seq:03d}] ", "dim"),
             (f"{summary.scope:<8}", "bold"), f" {what}  ", (summary.shown, VERDICT_STYLE[summary.verdict]),
             f" {summary.action}", f"  {head}" if head else "", ("  codes: ", "dim"), codes,
-            (f"  ({budget_text(remaining_s)})", "dim")))
+            (f"  [{line.audits} audits]" if line.audits > 1 else "", "dim"),
+            (f"  ({budget_text(self.remaining_s)})", "dim")))
 
     def _stop(self) -> None:
         if self.task is not None:

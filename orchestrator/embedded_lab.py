@@ -1,8 +1,9 @@
 """The real labs: a serving target started as one server per leg, measured by mlcommons-loadgen.
 
 ``ServerLab`` is the one lab over any ``ServerTarget``: a ``measure`` call writes each leg's spec,
-server_info (what the server reported), server log and parity dump, then runs the reps interleaved
-(A B A B …) so slow drift of the machine cannot masquerade as a delta. Reps already on disk are
+server_info (what the server reported), server log and parity dump, then runs the reps interleaved,
+the order alternating each round (A B, B A, …: ``round_order``), so slow drift of the machine cannot
+masquerade as a delta nor favour the leg that runs second. Reps already on disk are
 skipped (resume never duplicates one). Two small instances: ``EmbeddedLab`` (SmolLM2-135M on torch,
 every leg's server up at once) and ``SGLangLab`` (orchestrator/sglang_lab.py: one server on the GPU at
 a time, started for each rep).
@@ -36,6 +37,13 @@ OPS_DIR = Path(__file__).resolve().parents[1] / "harness" / "ops"
 # The untuned starting point of a run: every knob at the config model's default (one sequence at a
 # time, no batching window, no tricks). Every knob is passed explicitly so server_info shows it set.
 EMBEDDED_BASE: dict[str, Any] = EmbeddedConfig.defaults()
+
+
+def round_order(legs: list[LegPlan], k: int) -> list[LegPlan]:
+    """The order the legs run in round ``k``: as planned in even rounds, reversed in odd ones (A B, B A, A B,
+    ...). With a fixed order the baseline always ran first, right after the other servers' requests, and
+    slow drift favoured whichever leg ran second by half a slot; alternating balances both over the rounds."""
+    return list(legs) if k % 2 == 0 else list(reversed(legs))
 
 
 class ServerLab:
@@ -145,7 +153,7 @@ class ServerLab:
                     self._parity_dump(paths, plan.leg, target.base_url)
             pids = [pid for t in targets.values() for pid in t.pids()]  # every process of each (sandboxed) server
             for k in range(reps):
-                for plan in legs:
+                for plan in round_order(legs, k):
                     target = targets.get(plan.leg)
                     if target is None or rep_exists(paths.bench_runs(plan.leg), plan.leg, k):
                         continue
@@ -159,13 +167,13 @@ class ServerLab:
         return status
 
     def _measure_one_at_a_time(self, paths: RunDir, legs: list[LegPlan], reps: int) -> dict[str, str]:
-        """A B A B …, each rep on its leg's server started for it and stopped after it: only one server
+        """A B, B A, …, each rep on its leg's server started for it and stopped after it: only one server
         holds the device at any time. The parity dump is taken from the leg's first server."""
         status = {plan.leg: "ok" for plan in legs}
         for plan in legs:
             self._write_spec(paths, plan)
         for k in range(reps):
-            for plan in legs:
+            for plan in round_order(legs, k):
                 parity_due = not seal.is_current(paths.outputs(plan.leg))
                 if status[plan.leg] != "ok" or (rep_exists(paths.bench_runs(plan.leg), plan.leg, k) and not parity_due):
                     continue

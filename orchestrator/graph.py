@@ -45,9 +45,9 @@ from perfwarden.agents import integrator as integrator_agent
 from perfwarden.agents import op_benchmarker as op_benchmarker_agent
 from perfwarden.auditor import banking
 from perfwarden.auditor.audit import audit_path, load_claim, write_verdict
-from perfwarden.auditor.findings import unsealed_refusal
+from perfwarden.auditor.findings import deciding_actions, unsealed_refusal, verdict_label
 from perfwarden.auditor.persona import apply_persona
-from perfwarden.agents.base import BankedChange, Proposal, Rejection, VerdictSummary, apply_overlay
+from perfwarden.agents.base import BankedChange, FindingSummary, Proposal, Rejection, VerdictSummary, apply_overlay
 from perfwarden.harness.jsonl import ProfileLine, read_jsonl
 from perfwarden.harness.profile_ops import rank_ops
 from perfwarden.harness import safe_write, seal
@@ -555,7 +555,7 @@ def fix(state: RunState, runtime: Runtime[RunContext]) -> dict:
         p.history.append(f"patch audit {v.shown} ({v.action}): refused -- {unsealed}")
         return {"proposals": [p], "fix_action": "done",
                 "rejected": [Rejection(name=p.id, verdict=v.path, reason=unsealed)]}
-    banked_as = banking.banked_as(v.verdict, v.action, v.seal, v.scope)
+    banked_as = banking.banked_as(v.verdict, v.actions, v.seal, v.scope)
     if banked_as is not None and p.trial is not None and study.superseded(p, _best(state)):
         p.status = "rejected"
         why = "superseded: another step was banked while this one was measured against the older best"
@@ -574,6 +574,12 @@ def fix(state: RunState, runtime: Runtime[RunContext]) -> dict:
     decision = ctx.brains.fix(p, v, settings.max_reps)
     p.history.append(f"patch audit {v.shown} ({v.action}): {decision.action} -- {decision.reason}")
     action = decision.action
+    if action in config_tuner.CLAIM_FIXES and not _resubmission_can_bank(v):
+        action = "remeasure" if v.action == "remeasure" and p.reps < settings.max_reps else "drop"
+        raw = sorted({f.code for f in _not_claim_fixable(v)})
+        decision = decision.model_copy(update={"reason": f"{raw}: a resubmission on the same legs cannot change "
+                                                         "the verdict"})
+        p.history.append(f"{action} instead -- {decision.reason}")
     if p.attempts > settings.max_fix_attempts + 1 and action != "drop":
         action = "drop"
         p.history.append(f"gave up after {p.attempts} audits (max_fix_attempts={settings.max_fix_attempts})")
@@ -602,6 +608,20 @@ def fix(state: RunState, runtime: Runtime[RunContext]) -> dict:
     elif action == "resubmit" and "REPORTED_MISMATCH" in v.codes():
         p.figure_by = "code"  # the brain's figure was refused: the producer's own reading states the next one
     return {**update, "proposals": [p]}
+
+
+def _resubmission_can_bank(v: VerdictSummary) -> bool:
+    """Whether a claim resubmitted on the same legs could bank: once every finding a resubmission can
+    answer (``config_tuner.CLAIM_FIXABLE``) is gone, what is left must bank by the one banking rule. A
+    refused claim is not resubmitted only to disclose a trade-off of a change the raw already refused."""
+    left = _not_claim_fixable(v)
+    label = verdict_label(left)
+    return banking.kept_as(label, deciding_actions(left, label)) is not None
+
+
+def _not_claim_fixable(v: VerdictSummary) -> list[FindingSummary]:
+    """The findings that count and that no resubmission on the same legs can answer."""
+    return [f for f in v.findings if f.severity != "INFO" and not config_tuner.claim_fixable(f.code, f.gate)]
 
 
 FIX_ROUTES: dict[FixStep, str] = {"done": "pick", "drop": "pick", "run_quality_eval": "quality_eval",
@@ -643,12 +663,16 @@ def resubmit(state: RunState, runtime: Runtime[RunContext]) -> dict:
 
 @step
 def bundle(state: RunState, runtime: Runtime[RunContext]) -> dict:
-    """The final configuration against the true no-overlay baseline, with a TEST04 caching pair."""
+    """The net change (the final configuration's difference from the true baseline) against the true
+    no-overlay baseline, with a TEST04 caching pair; its components are the banked steps that survive in it."""
     ctx = runtime.context
     run = _run(state)
-    banked = state["banked"]
-    changes = integrator_agent.final_changes(banked)
     base = _base_knobs(ctx)
+    changes = integrator_agent.net_changes(state["banked"], base)
+    if not changes:  # later steps set every banked knob back to its baseline value: there is nothing to bundle
+        return {"bundle_done": True, "pending_claim": None,
+                "notes": ["bundle: the banked steps end at the true baseline configuration; nothing to measure"]}
+    banked = integrator_agent.components(state["banked"], base)
     final = apply_overlay(base, changes)
     legs = [LegPlan(leg="bundle-base", role="baseline", config=base, purpose="true no-overlay baseline"),
             LegPlan(leg="bundle", role="validation", config=final, overlay=integrator_agent.overlay(changes).model_dump(),
@@ -673,8 +697,8 @@ def bundle(state: RunState, runtime: Runtime[RunContext]) -> dict:
                 eval_id = ctx.lab.quality(run, legs[1], legs[0])
         except LabError as exc:
             notes.append(f"bundle quality eval failed: {exc}")
-    claim = integrator_agent.bundle_claim(banked, "bundle-base", "bundle", "bundle-test04", disclosed, eval_id,
-                                          reading.delta_pct if reading is not None else None)
+    claim = integrator_agent.bundle_claim(state["banked"], base, "bundle-base", "bundle", "bundle-test04", disclosed,
+                                          eval_id, reading.delta_pct if reading is not None else None)
     return {**_submit(state, claim), "bundle_done": True, "current": None, "notes": notes, "stage": "bundle"}
 
 

@@ -71,8 +71,8 @@ class Lab(Protocol):
     """The model served, as run.json records it (a name, or the weights path)."""
 
     def measure(self, run: Path, legs: list[LegPlan], reps: int) -> dict[str, str]:
-        """Measure ``reps`` reps of every leg, interleaved (A B A B …), skipping reps already written.
-        Returns leg -> "ok" | "failed: <why>"."""
+        """Measure ``reps`` reps of every leg, interleaved (A B, B A, … in a server lab), skipping reps
+        already written. Returns leg -> "ok" | "failed: <why>"."""
 
     def profile(self, run: Path, config: TargetConfig) -> Path:
         """Profile the target under a short load; write profile/profile.jsonl."""

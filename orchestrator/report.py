@@ -12,10 +12,10 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
-from perfwarden.agents import search
+from perfwarden.agents import integrator, search
 from perfwarden.agents.base import BankedChange, Proposal, VerdictSummary
 from perfwarden.harness import safe_write
-from perfwarden.harness.records import shown_verdict, write_json_atomic
+from perfwarden.harness.records import LegWitnesses, shown_verdict, write_json_atomic
 from perfwarden.harness.target_config import TargetConfig
 from perfwarden.orchestrator.crashpoints import crash_point
 from perfwarden.orchestrator.render import md_cell as md
@@ -75,20 +75,20 @@ def search_path(proposals: list[Proposal], verdicts: list[VerdictSummary]) -> li
 
 def build_report(state: dict[str, Any], base_config: TargetConfig,
                  llm_usage: dict[str, Any] | None = None) -> ReportRecord:
-    banked: list[BankedChange] = state.get("banked", [])
+    base = base_config.model_dump()
+    marks = integrator.superseded_by(state.get("banked", []), base)
+    banked = [b.model_copy(update={"superseded_by": marks.get(b.name)}) for b in state.get("banked", [])]
     verdicts: list[VerdictSummary] = state.get("verdicts", [])
     proposals: list[Proposal] = state.get("proposals", [])
     bundle = next((v for v in reversed(verdicts) if v.scope == "bundle"), None)
     headlines: dict[str, list[Headline]] = {"A": [], "B": []}
+    notes = {v.path: v.headline_note for v in verdicts}
     for b in banked:
         headlines[b.lever_class].append(Headline(change=b.name, against=b.against,
                                                  output_throughput_delta_pct=b.headline_rederived_pct,
-                                                 verdict=b.verdict, disclosed_regressions=b.disclosed_regressions))
-    final: dict[str, Any] = {}
-    for b in banked:
-        final.update({k: v for k, v in b.overlay().items() if k != "op_overrides"})
-        if b.kind == "kernel":
-            final.setdefault("op_overrides", {})[b.op] = b.impl
+                                                 verdict=b.verdict, disclosed_regressions=b.disclosed_regressions,
+                                                 superseded_by=b.superseded_by, headline_note=notes.get(b.verdict)))
+    final = integrator.net_changes(banked, base)
     specs = base_config.specs()
     knobs = [FinalKnob(knob=k, baseline=getattr(base_config, k) if k in specs else None, final=v,
                        lever_class=specs[k].lever_class if k in specs else None,
@@ -140,7 +140,8 @@ def render_markdown(report: dict[str, Any]) -> str:
                   f"Verdict **{md(_shown(b))}** (action {md(b['action'])})" + (
                       f", output throughput {delta} for every banked change together." if delta else "."), ""]
     if report["final_configuration"]:
-        lines += ["Final configuration:", "", "| knob | baseline | final | class | lossless |", "|---|---|---|---|---|"]
+        lines += ["Final configuration: what differs from the true baseline (a knob a later step set back to its "
+                  "baseline value is not listed).", "", "| knob | baseline | final | class | lossless |", "|---|---|---|---|---|"]
         for k in report["final_configuration"]:
             lines.append(f"| {md(k['knob'])} | {md(repr(k['baseline']))} | {md(repr(k['final']))} | "
                          f"{md(k['lever_class'] or '-')} | {md(k['lossless'] if k['lossless'] is not None else '-')} |")
@@ -170,6 +171,11 @@ def render_markdown(report: dict[str, Any]) -> str:
         lines.append(f"| {md(v['seq'])} | {md(v['scope'])} | {md(v['lever'] or '-')} | {md(_shown(v))} | "
                      f"{md(v['action'])} | {_num(v.get('headline_claimed'))} | {_num(v.get('headline_rederived'))} | "
                      f"{md(v['path'])} |")
+    lines += _witness_lines(report["verdicts"])
+    fairer = [v for v in report["verdicts"] if v.get("headline_note")]
+    if fairer:
+        lines += ["", "Re-derived headlines that are not the delta against the claim's own baseline:", ""]
+        lines += [f"- {md(v['seq'])} {md(v['lever'] or v['scope'])}: {md(v['headline_note'])}" for v in fairer]
     lines += ["", "## What each producer tried", ""]
     for p in report["proposals"]:
         lines.append(f"- {md(p['id'])} ({md(p['status'])})")
@@ -199,11 +205,31 @@ def _banked_lines(entries: list[dict[str, Any]]) -> list[str]:
     for e in entries:
         delta = _pct(e["output_throughput_delta_pct"])
         traded = ", ".join(f"{md(m)} {_pct(v, 1) or md(v)}" for m, v in e["disclosed_regressions"].items())
+        superseded, note = e.get("superseded_by"), e.get("headline_note")
         out.append((f"- {md(e['change'])}: output throughput {delta} against {_change_text(e['against'])} "
                     f"(re-derived; verdict {md(e['verdict'])})" if delta else
                     f"- {md(e['change'])} (verdict {md(e['verdict'])})") + (f"; trade-off disclosed: {traded}"
-                                                                           if traded else ""))
+                                                                           if traded else "")
+                   + (f"; **superseded by {md(superseded)}**: nothing it set is in the final configuration"
+                      if superseded else "")
+                   + (f"; the figure banked is the conservative one: {md(note)}" if note else ""))
     return out
+
+
+def _witness_lines(verdicts: list[dict[str, Any]]) -> list[str]:
+    """What each verdict held each leg's reps against (its second witnesses), one row per leg."""
+    rows = [(v, w) for v in verdicts for w in v.get("witnesses") or []]
+    if not rows:
+        return []
+    lines = ["", "### What each verdict checked", "",
+             "Each leg's reps held against a second account of the same requests: LoadGen's logs, the server's "
+             "own counters (the embedded engine's, or vLLM's /metrics), the rep's CPU window; sealed: read "
+             "from a seal chain that verified with the run's key.", "",
+             "| seq | leg | held against |", "|---|---|---|"]
+    for v, w in rows:
+        held = LegWitnesses.model_validate(w).held()
+        lines.append(f"| {md(v['seq'])} | {md(w['leg'])} | {md(' · '.join(held))} |")
+    return lines
 
 
 def _search_lines(steps: list[dict[str, Any]]) -> list[str]:

@@ -6,7 +6,10 @@ an older one forward through the same migration chain as the harness records (``
 
 - version 1: the unversioned report written before (no ``report_version`` key): the same fields as
   version 2 -- the absence of the key is the one thing that says "version 1";
-- version 2: this record.
+- version 2: the same fields, named with their version;
+- version 3: this record. A banked step says when a later step superseded it (``superseded_by``), and the
+  final configuration lists only what differs from the true baseline; a version-2 report reads with
+  every step standing (``superseded_by`` None) and its final configuration as written.
 
 A newer version, or a report that is not this record (a missing field, a field of the wrong type, a field
 the record does not have), is a ``ReportError`` naming what is wrong; the review exits 3 on it.
@@ -25,7 +28,7 @@ from perfwarden.harness.jsonl import repeated_key
 from perfwarden.harness.records import LeverClass, Migration, SchemaVersionError, migrate
 from perfwarden.harness.safe_read import MAX_DEPTH, VERDICT_BYTES, read_bytes, too_deep
 
-REPORT_VERSION = 2
+REPORT_VERSION = 3
 """Version of ``report.json`` this perfwarden writes (the history is in the module docstring)."""
 
 
@@ -34,7 +37,12 @@ def _from_unversioned(record_type: str, data: dict[str, Any]) -> dict[str, Any]:
     return data
 
 
-REPORT_MIGRATIONS: dict[int, Migration] = {1: _from_unversioned}
+def _from_v2(record_type: str, data: dict[str, Any]) -> dict[str, Any]:
+    """2 -> 3: the fields version 3 adds have defaults that read a version-2 report as it was written."""
+    return data
+
+
+REPORT_MIGRATIONS: dict[int, Migration] = {1: _from_unversioned, 2: _from_v2}
 """``REPORT_MIGRATIONS[n]`` turns a version-``n`` report into version n+1."""
 
 
@@ -54,6 +62,10 @@ class Headline(_Strict):
     output_throughput_delta_pct: float | None
     verdict: str
     disclosed_regressions: dict[str, float]
+    superseded_by: str | None = None
+    """The later banked step that overwrote everything this one set (None: it is in the final configuration)."""
+    headline_note: str | None = None
+    """Why the banked figure is not the delta against the step's own baseline (its verdict's note)."""
 
 
 class SearchHistoryRow(_Strict):
@@ -140,7 +152,7 @@ class LLMUsage(_Strict):
 class ReportRecord(_Strict):
     """``RUN/report.json``: every number copied from a verdict (re-derived by the auditor)."""
 
-    report_version: Literal[2] = REPORT_VERSION
+    report_version: Literal[3] = REPORT_VERSION
     run_dir: str | None
     banked: list[BankedChange]
     """What the run banked, in order (the graph's one banking rule decided it)."""
@@ -150,6 +162,8 @@ class ReportRecord(_Strict):
     search_history: list[SearchHistoryRow] = Field(default_factory=list)
     """The study's trials for the plot (reports written before the study have none)."""
     final_configuration: list[FinalKnob]
+    """The final configuration's difference from the true baseline: a knob a later step set back to its
+    baseline value is not listed (``agents/integrator.net_changes``)."""
     bundle: VerdictSummary | None
     refused_or_reclassified: list[Refusal]
     red_team: RedTeam | None

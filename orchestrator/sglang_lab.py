@@ -4,7 +4,7 @@ What differs from the embedded lab, and why:
 
 - one server at a time (``servers_at_once = False``): each SGLang server takes ``mem_fraction_static``
   of the *whole* GPU for weights and KV pool, so a baseline and a candidate server cannot share one GPU.
-  Each rep starts its leg's server and stops it after the rep, keeping the reps interleaved (A B A B …)
+  Each rep starts its leg's server and stops it after the rep, keeping the reps interleaved (A B, B A, …)
   and every rep on a server started the same way; the price is one server start per rep.
 - no kernel path: perfwarden has no profiler or op overrides inside SGLang, so a run on this target
   runs with ``--no-kernels`` (the CLI says so) and ``profile``/``opbench`` refuse with a ``LabError``.

@@ -36,7 +36,8 @@ class SyntheticLab:
     model_name = MODEL
     def __init__(self, effects: dict[str, dict[str, Any]] | None = None, cv: float = 0.01, seed: int = 0,
                  crash_after: int | None = None, contended: bool | str = False, on_rep=None,
-                 fail_first_quality: bool = False, surface: Callable[[dict[str, Any]], float] | None = None):
+                 fail_first_quality: bool = False, surface: Callable[[dict[str, Any]], float] | None = None,
+                 handicap: dict[str, float] | None = None):
         self.effects = effects if effects is not None else {
             "max_batch_size": {"tput": {2: 1.35, 4: 1.6, 8: 1.6, 16: 1.6}},
             "response_cache": {"tput": 2.0, "log": "response cache hit for request 3"},
@@ -45,6 +46,9 @@ class SyntheticLab:
             "batch_wait_ms": {"tput": 1.1, "ttft": 2.5},
             "op_overrides": {"tput": 1.07},
         }
+        self.handicap = dict(handicap or {})
+        """Leg-name fragment -> throughput factor for the legs whose name contains it: a leg handicapped by how
+        it was measured rather than by its configuration (the auditor's same-config legs must expose it)."""
         self.surface = surface
         """Throughput factor of a whole configuration (knobs that interact), replacing the per-knob product
         (benchmarks/search_quality.py: a surface where one knob at a time stalls)."""
@@ -122,7 +126,8 @@ class SyntheticLab:
                 # Noise is a function of (seed, leg, rep), not of call order: a resumed run re-draws the
                 # same numbers for the reps it still has to measure.
                 rng = random.Random(f"{self.seed}:{plan.leg}:{k}")
-                tput = 100.0 * eff["tput"] * math.exp(rng.gauss(0, self.cv))
+                slowed = math.prod(f for part, f in self.handicap.items() if part in plan.leg)
+                tput = 100.0 * eff["tput"] * slowed * math.exp(rng.gauss(0, self.cv))
                 line = make_rep(plan.leg, k, throughput=tput, ttft_ms=80.0 * eff["ttft"],
                                 accept_length=eff.get("accept_length"), n_requests=16, output_len=16,
                                 start_step_s=0.0,

@@ -497,6 +497,75 @@ def test_same_config_legs_are_aa_evidence_and_the_baseline_must_represent_them(t
         assert v.action in ([case.action] if isinstance(case.action, str) else case.action)
 
 
+@pytest.mark.parametrize("name", ["sta-replay-handicapped-baseline", "sta-replay-handicapped-baseline-hidden-latency",
+                                  "sta-replay-handicapped-baseline-latency-disclosed", "sta-handicap-masks-latency"])
+def test_a_handicapped_baseline_banks_the_twin_figure_and_masks_no_other_ask(tmp_path, name):
+    """The verdict's headline (banked and shown) is the less favourable figure, the twin's, and says why;
+    a latency regression beside UNREPRESENTATIVE_BASELINE keeps its ask (the verdict banks only when no
+    FLAG asks for anything but the downgrade)."""
+    from perfwarden.auditor import banking
+    from perfwarden.proof.build_stats_cases import CASES, build as build_case
+
+    case = CASES[name]
+    v = audit(tmp_path, build_case(case)(tmp_path))
+    low, high = case.banked_headline
+    assert low <= v.headline_rederived <= high and v.headline_note and "same-config" in v.headline_note
+    refs = {r.reference: r for r in v.headline_references}
+    assert refs["claim_baseline"].delta_pct == pytest.approx(73.1, abs=0.3) and not refs["claim_baseline"].banked
+    assert refs["same_config_legs"].banked and refs["same_config_legs"].legs == ["twin"]
+    assert (banking.kept_as(v.verdict, v.actions) is not None) is case.banks
+    if "HIDDEN_LATENCY_REGRESSION" in case.include:
+        assert v.actions == ["downgrade_headline", "flag"]
+
+
+def test_the_conservative_headline_is_the_less_favourable_in_the_metric_s_direction():
+    """On a lower-is-better headline (TTFT) the less favourable delta is the less negative one."""
+    from perfwarden.auditor.gates.same_config import FairerReference, conservative_headline, pooled
+    from perfwarden.harness.records import Comparison
+
+    direct = Comparison(metric="median_ttft_ms", higher_is_better=False, delta_pct=-20.0, p_value=0.001,
+                        noise_band_pct=2.0, noise_band_source="x", worst_candidate_vs_best_baseline_pct=15.0)
+    fairer = FairerReference(("twin",), pooled([_leg("twin", [1.0, 1.0])]), "median_ttft_ms", False, -10.0, 10.0,
+                             0.002, 2.5, 11.1)
+    delta, refs, note = conservative_headline("base", direct, fairer)
+    assert delta == -10.0 and [r.banked for r in refs] == [False, True] and "not -20.00%" in note
+    kinder = FairerReference(("twin",), fairer.pool, "median_ttft_ms", False, -30.0, 30.0, 0.001, 2.5, 11.1)
+    delta, refs, note = conservative_headline("base", direct, kinder)  # never the kinder figure
+    assert delta == -20.0 and [r.banked for r in refs] == [True, False] and note is None
+
+
+def test_a_significant_regression_is_named_one_and_an_undecided_delta_is_not(tmp_path):
+    from perfwarden.proof.build_stats_cases import CASES, build as build_case
+
+    v = audit(tmp_path / "r", build_case(CASES["sta-significant-regression"])(tmp_path / "r"))
+    f = next(f for f in v.findings if f.code == "DELTA_REGRESSION")
+    assert (v.verdict, v.action, f.severity) == ("FAIL", "eject", "FAIL")
+    assert "worse in the candidate" in f.message and "regression" in f.message and "DELTA_NOT_SIGNIFICANT" not in codes(v)
+    u = audit(tmp_path / "u", build_case(CASES["sta-undecided-negative"])(tmp_path / "u"))
+    f = next(f for f in u.findings if f.code == "DELTA_NOT_SIGNIFICANT")
+    assert "inside the noise band" in f.message and "DELTA_REGRESSION" not in codes(u)
+
+
+@pytest.mark.parametrize("values,says,never", [
+    # The twins are 7.39% slower than the baseline: outside a ±5.36% band, and in the baseline's favour.
+    ([100.0, 100.4, 99.7], "worse, outside the", "within the noise"),
+    # Within the band: that is what it says.
+    ([107.7, 108.1, 107.4], "inside the", "outside the"),
+])
+def test_a_baseline_that_is_not_handicapped_is_described_truly(values, says, never):
+    """The message states the comparison that is true of the numbers: -7.39% is never "within the noise" of
+    a ±5.36% band (the twins are simply worse than the baseline, which is no handicap)."""
+    from perfwarden.auditor.gates.same_config import check_representative_baseline
+    from perfwarden.harness.records import Claim
+
+    base, cand = _leg("base", [108.0, 107.6, 108.3]), _leg("cand", [120.0, 120.4, 119.8])
+    claim = Claim(scope="patch", legs={"baseline": "base", "candidate": "cand"})
+    result = check_representative_baseline(Path("."), claim, base, cand, [_leg("twin", values)])
+    (f,) = result.findings
+    assert f.code == "UNREPRESENTATIVE_BASELINE" and f.severity == "INFO" and result.value is None
+    assert says in f.message and never not in f.message, f.message
+
+
 def test_noisy_aa_legs_cannot_excuse_a_noisy_baseline(tmp_path):
     """The A/A limit on a baseline's spread may tighten the documented default, never loosen it."""
     from perfwarden.orchestrator.synth import write_claim

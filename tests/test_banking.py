@@ -1,9 +1,8 @@
 """One banking rule (issue 19): the graph's patch step, the bundle audit and the review agree on what every
 verdict x action banks, and the review of a run shows what the run banked.
 
-Before, each had its own rule: the graph banked only PASS, the bundle audit kept PASS or any
-``downgrade_headline`` without looking at the verdict, and the review also counted
-``replace_headline_with_e2e`` -- a FLAG with it was shown banked by the review, not banked by the run.
+A FLAG banks only when every action its deciding findings ask for banks, so no combination of findings
+launders one of them.
 """
 
 from __future__ import annotations
@@ -41,10 +40,17 @@ class _Brains:
         return FixDecision(action="drop", reason="the banking test drops what does not bank")
 
 
-def graph_banks(run: Path, verdict: str, action: str, seal: str) -> bool:
+def asked(verdict: str, actions: str | list[str]) -> list[str]:
+    """What the auditor writes as a verdict's ``actions``: the deciding findings' (none for a PASS)."""
+    return [] if verdict == "PASS" else ([actions] if isinstance(actions, str) else list(actions))
+
+
+def graph_banks(run: Path, verdict: str, action: str | list[str], seal: str) -> bool:
     """What the graph's patch step (the ``fix`` node, undecorated) banks for this verdict."""
-    summary = VerdictSummary(seq=1, scope="patch", verdict=verdict, action=action, path="verdicts/001-patch.json",
-                             claim="claims/001-patch.json", lever=LEVER, proposal=LEVER, seal=seal)
+    actions = asked(verdict, action)
+    summary = VerdictSummary(seq=1, scope="patch", verdict=verdict, action=actions[0] if actions else "pass",
+                             actions=actions, path="verdicts/001-patch.json", claim="claims/001-patch.json",
+                             lever=LEVER, proposal=LEVER, seal=seal)
     proposal = Proposal(id=LEVER, kind="config", producer="config_tuner", config={"max_batch_size": 8})
     state = {"run_dir": str(run), "current": LEVER, "proposals": [proposal], "last_verdict": summary}
     runtime = SimpleNamespace(context=SimpleNamespace(settings=RunSettings(), brains=_Brains()))
@@ -52,18 +58,21 @@ def graph_banks(run: Path, verdict: str, action: str, seal: str) -> bool:
     return bool(update.get("banked"))
 
 
-def bundle_keeps(run: Path, monkeypatch, verdict: str, action: str) -> bool:
+def bundle_keeps(run: Path, monkeypatch, verdict: str, action: str | list[str]) -> bool:
     """Whether the bundle audit accepts the patch claim as a component when it is audited again to this
     verdict (the audit itself is stubbed: no fixture answers every verdict x action pair)."""
     claim, _ = audit.load_claim(run / "claims" / "001-patch.json", root=run)
-    answer = Verdict(scope="patch", claim="claims/001-patch.json", claim_seq=1, verdict=verdict, action=action,
-                     seal="sealed")
+    actions = asked(verdict, action)
+    answer = Verdict(scope="patch", claim="claims/001-patch.json", claim_seq=1, verdict=verdict,
+                     action=actions[0] if actions else "pass", actions=actions, seal="sealed")
     monkeypatch.setattr(audit, "audit_path", lambda *a, **k: answer)
     return claim.lever.name in audit.accepted_changes(run, [claim.lever.name])
 
 
-def review_banks(verdict: str, action: str, seal: str) -> bool:
-    v = Verdict(scope="patch", claim="claims/001-patch.json", claim_seq=1, verdict=verdict, action=action, seal=seal)
+def review_banks(verdict: str, action: str | list[str], seal: str) -> bool:
+    actions = asked(verdict, action)
+    v = Verdict(scope="patch", claim="claims/001-patch.json", claim_seq=1, verdict=verdict,
+                action=actions[0] if actions else "pass", actions=actions, seal=seal)
     return is_banked(VerdictEntry(v, "verdicts/001-patch.json"))
 
 
@@ -84,6 +93,40 @@ def test_graph_bundle_and_review_agree_on_every_verdict_and_action(verdict, acti
     # components on the bundle's own run, sealed or not: it asks ``kept_as``, which is the same rule).
     assert graph_banks(clean_run, verdict, action, "unsealed") is False
     assert review_banks(verdict, action, "unsealed") is False
+
+
+COMBINED = [["downgrade_headline", "flag"], ["remeasure", "downgrade_headline"],
+            ["replace_headline_with_e2e", "downgrade_headline"], ["downgrade_headline", "downgrade_headline"]]
+
+
+@pytest.mark.parametrize("actions", COMBINED)
+def test_a_flag_banks_only_when_every_deciding_finding_asks_what_banks(actions, clean_run, monkeypatch):
+    """No combination of findings launders one: a downgraded headline beside an undisclosed latency
+    trade-off (``flag``), a re-measure or an e2e headline swap banks nowhere -- graph, bundle or review."""
+    rule = all(a == "downgrade_headline" for a in actions)
+    assert banking.banks("FLAG", actions, "sealed") is rule
+    assert graph_banks(clean_run, "FLAG", actions, "sealed") is rule
+    assert bundle_keeps(clean_run, monkeypatch, "FLAG", actions) is rule
+    assert review_banks("FLAG", actions, "sealed") is rule
+
+
+def test_a_verdict_file_is_judged_by_its_findings_too():
+    """A verdict written before ``actions`` existed states its one most decisive action; the review reads
+    every deciding finding's action as well, so ``downgrade_headline`` cannot hide a ``flag``."""
+    from perfwarden.harness.records import Finding
+
+    findings = [Finding(code="UNREPRESENTATIVE_BASELINE", severity="FLAG", message="m", action="downgrade_headline"),
+                Finding(code="HIDDEN_LATENCY_REGRESSION", severity="FLAG", message="m", action="flag")]
+    old = Verdict(scope="patch", claim="claims/001-patch.json", claim_seq=1, verdict="FLAG",
+                  action="downgrade_headline", findings=findings, seal="sealed")
+    assert banking.verdict_actions(old) == ["downgrade_headline", "flag"]
+    assert not is_banked(VerdictEntry(old, "verdicts/001-patch.json"))
+    alone = old.model_copy(update={"findings": findings[:1]})
+    assert is_banked(VerdictEntry(alone, "verdicts/001-patch.json"))
+    # A verdict file edited to drop the ask from ``actions`` keeps the ask its findings still make.
+    edited = old.model_copy(update={"actions": ["downgrade_headline"]})
+    assert banking.verdict_actions(edited) == ["downgrade_headline", "flag"]
+    assert not is_banked(VerdictEntry(edited, "verdicts/001-patch.json"))
 
 
 def test_the_rule_fails_closed():

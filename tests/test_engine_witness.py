@@ -136,3 +136,18 @@ def test_vllms_logged_arguments_are_a_copy_of_the_conditions(run):
     misreported = [f for f in verdict.findings if f.code == "CONDITIONS_MISREPORTED"]
     assert misreported and "max_num_seqs" in misreported[0].message and verdict.verdict == "FAIL"
     assert any("server.log" in (e.file or "") for f in misreported for e in f.evidence)
+
+
+def test_the_verdict_says_the_engines_counters_witnessed_every_rep(run):
+    """What was checked is typed data on the verdict; a rep held against vLLM's /metrics is not listed as
+    one that 'carries no server counters' (it has the engine's own account instead)."""
+    verdict = audit_path(run, run / "claims" / "base.json")
+    (held,) = verdict.witnesses
+    assert (held.leg, held.engine_counters, held.server_counters) == ("base", held.reps, 0) and held.reps >= 2
+    assert f"engine /metrics {held.reps}/{held.reps}" in held.held()
+    assert not any("server counters" in n for n in verdict.not_checked), verdict.not_checked
+    # Without the witness file, every harness rep is unwitnessed, and the verdict says so.
+    (run / "legs" / "base" / vllm_metrics.WITNESS_FILE).unlink()
+    verdict = audit_path(run, run / "claims" / "base.json")
+    assert verdict.witnesses[0].engine_counters == 0
+    assert any("no engine /metrics record" in n for n in verdict.not_checked), verdict.not_checked

@@ -68,7 +68,9 @@ def test_coordinate_descent_climbs_the_ladder_from_the_best_banked_configuration
     # the bundle: the true no-overlay baseline against every banked step together
     bundle = next(v for v in state["verdicts"] if v.scope == "bundle")
     bclaim = claim_of(run, bundle)
-    assert bundle.verdict == "PASS" and bclaim["lever"]["components"] == [b.name for b in state["banked"]]
+    # its components: the banked steps that survive in the final configuration (4 superseded 2)
+    assert bundle.verdict == "PASS" and bclaim["lever"]["components"] == [
+        b.name for b in state["banked"] if b.name != "cfg-max_batch_size=2"]
     assert json.loads((run / "legs" / "bundle-base" / "leg.json").read_text())["overlay"]["config"] == {}
     assert json.loads((run / "legs" / "bundle" / "server_info.json").read_text())["max_batch_size"] == 4
     assert bundle.headline_rederived > banked["cfg-max_batch_size=2"].headline_rederived_pct
@@ -76,6 +78,7 @@ def test_coordinate_descent_climbs_the_ladder_from_the_best_banked_configuration
     assert [s["change"] for s in report["search_path"]][:3] == ["cfg-max_batch_size=2", "cfg-max_batch_size=4",
                                                                "cfg-max_batch_size=8"]
     assert {k["knob"]: k["final"] for k in report["final_configuration"]}["max_batch_size"] == 4
+    assert {b["name"]: b["superseded_by"] for b in report["banked"]}["cfg-max_batch_size=2"] == "cfg-max_batch_size=4"
     md = (run / "report.md").read_text()
     assert "## Search path" in md and "| 2 | cfg-max_batch_size=4 | max_batch_size=2 | banked | PASS |" in md
     trail = state["verdicts"]

@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 from perfwarden.auditor import registry
 from perfwarden.auditor.gates import prose
 from perfwarden.orchestrator.cli import app
-from perfwarden.orchestrator.answer_key import AnswerKeyError, load_answer_key, parse_answer_key
+from perfwarden.orchestrator.answer_key import AnswerKeyError, answer_problems, load_answer_key, parse_answer_key
 from perfwarden.orchestrator.synth import BASE_INFO, COHERENT_TEXTS, write_json_atomic
 
 from auditor_cases import audit, build, codes
@@ -136,9 +136,23 @@ def test_answer_keys_allow_sets_and_groups_and_refuse_typos():
                           (_key(verdict="FAIL", must_include=["UNKNOWN_KNOB"], must_exclude=["UNKNOWN_KNOB"]),
                            "both required and excluded"),
                           ({**_key(verdict="FAIL"), "answer": []}, "answer"),
+                          (_key(verdict="PASS", banks=False), "PASS answer cannot refuse banking"),
+                          (_key(verdict="FAIL", banks=True), "FAIL answer cannot bank"),
+                          (_key(verdict="FLAG", headline_rederived=[5.0, 1.0]), "not a finite range"),
+                          (_key(verdict="FLAG", headline_rederived=[1.0]), "headline_rederived"),
                           (_key(verdict="FAIL", must_inclde=["X"]), "must_inclde")]:
         with pytest.raises(AnswerKeyError, match=fragment):
             parse_answer_key(bad)
+
+
+def test_an_answer_scores_what_is_banked_and_at_what_size():
+    answer = parse_answer_key(_key(verdict="FLAG", banks=True, headline_rederived=[40.0, 44.0])).answers[0]
+    assert answer_problems(answer, "FLAG", "downgrade_headline", set(), [], True, 41.9) == []
+    assert answer_problems(answer, "FLAG", "downgrade_headline", set(), [], False, 41.9) == ["banks False != expected True"]
+    assert answer_problems(answer, "FLAG", "downgrade_headline", set(), [], True, 73.1) == [
+        "re-derived headline +73.10% outside the expected [+40.00%, +44.00%]"]
+    assert answer_problems(answer, "FLAG", "downgrade_headline", set(), [], True, None) == [
+        "re-derived headline none outside the expected [+40.00%, +44.00%]"]
 
 
 def test_backtest_scores_groups_and_exits_3_on_a_damaged_key(tmp_path):

@@ -46,7 +46,7 @@ def _state() -> dict:
 def test_the_written_report_is_the_versioned_record_and_reads_back():
     record = build_report(_state(), EmbeddedConfig())
     written = json.loads(json.dumps(record.model_dump(mode="json")))
-    assert written["report_version"] == REPORT_VERSION == 2
+    assert written["report_version"] == REPORT_VERSION == 3
     assert parse_report(written) == record
     assert written["final_configuration"] == [{"knob": "max_batch_size", "baseline": 1, "final": 2,
                                                "lever_class": "B", "lossless": True}]
@@ -60,7 +60,7 @@ def test_an_unversioned_report_is_migrated():
 
 
 @pytest.mark.parametrize("change,message", [
-    ({"report_version": 3}, "newer than the 2"),
+    ({"report_version": 4}, "newer than the 3"),
     ({"report_version": "two"}, "not a version number"),
     ({"report_version": 0}, "no migration from it"),
     ({"banked": ["claims/002-patch.json"]}, "banked.0"),  # the old guessed shapes: a string names nothing typed

@@ -14,7 +14,7 @@ from test_review_cases import EVIL, add_bundle, build_demo_run
 from typer.testing import CliRunner
 
 from perfwarden.agents.base import BankedChange
-from perfwarden.harness.records import EvidenceRef, Verdict
+from perfwarden.harness.records import EvidenceRef, Finding, Verdict
 from perfwarden.orchestrator.cli import app
 from perfwarden.orchestrator.review.compare import pair_entries
 from perfwarden.orchestrator.review.evidence import LineReader
@@ -82,8 +82,10 @@ def test_a_line_after_multi_mb_lines_is_found_and_excerpted(tmp_path):
 
 
 def entry(verdict: str, action: str, seq: int = 1, scope: str = "patch", seal: str = "sealed") -> VerdictEntry:
+    """A verdict as the auditor writes one: a FLAG or FAIL holds the finding that asks for its action."""
+    asks = [] if verdict == "PASS" else [Finding(code="REPORTED_MISMATCH", severity=verdict, message="m", action=action)]
     return VerdictEntry(Verdict(scope=scope, claim=f"claims/{seq:03d}-{scope}.json", claim_seq=seq, verdict=verdict,
-                                action=action, seal=seal), f"verdicts/{seq:03d}-{scope}.json")
+                                action=action, findings=asks, seal=seal), f"verdicts/{seq:03d}-{scope}.json")
 
 
 @pytest.mark.parametrize("verdict,action,banked", [

@@ -188,3 +188,24 @@ def test_orchestrator_steps_are_listed_escaped(demo, tmp_path):
     assert "&lt;img src=x onerror=alert(1)&gt;" in page
     assert any("1 line(s) are not JSON" in n for n in review.notes)
     assert_self_contained(page)
+
+
+def test_a_verdict_shows_its_witnesses_and_its_fairer_reference(tmp_path):
+    """A handicapped baseline's verdict: each leg's reps, the noise band, and the same-config legs as the
+    fairer reference (a row of their reps, a dotted level, its band); the witnesses per leg; the why of the
+    banked figure. (A leg name that is not a plain name is never a same-config leg: nothing of it is drawn.)"""
+    from perfwarden.auditor.audit import audit_path, write_verdict
+    from perfwarden.proof.build_stats_cases import CASES, build as build_case
+
+    run = tmp_path / "run"
+    run.mkdir()
+    claim = build_case(CASES["sta-replay-handicapped-baseline-hidden-latency"])(run)
+    write_verdict(run, audit_path(run, claim))
+    page = render_review_html(load_review(run))
+    assert_self_contained(page)
+    card = page[page.index("<details"):]
+    plot = card[card.index("<svg"):card.index("</svg>")]
+    assert 'class="reference"' in plot and 'class="band-ref"' in plot and 'class="band"' in plot
+    assert "same-config legs (fairer ref.)" in plot and plot.count('class="dot"') == 9  # 3 reps x base, cand, twins
+    assert "what was checked: second witnesses per leg" in card and "LoadGen logs" in card
+    assert "why that figure" in card and "downgrade_headline + flag" in card

@@ -207,3 +207,19 @@ def test_a_claim_without_a_verdict_is_noted(demo, tmp_path):
     text = render(print_review, load_review(run))
     assert "note: claim 'claims/003-patch.json' has no verdict yet" in text
     assert "003-patch" not in text.split("verdict trail")[1].split("findings by gate")[0]
+
+
+def test_a_verdict_block_shows_its_witnesses_its_asks_and_why_its_figure(tmp_path):
+    from perfwarden.auditor.audit import audit_path, write_verdict
+    from perfwarden.proof.build_stats_cases import CASES, build as build_case
+
+    run = tmp_path / "run"
+    run.mkdir()
+    claim = build_case(CASES["sta-replay-handicapped-baseline-hidden-latency"])(run)
+    write_verdict(run, audit_path(run, claim))
+    text = render(print_review, load_review(run))
+    assert_fits(text)
+    flat = " ".join(text.split())
+    assert "witnesses base: LoadGen logs" in flat and "witnesses cand: LoadGen logs" in flat
+    assert "asks: downgrade_headline + flag" in flat
+    assert "why that figure: output_throughput +41." in flat and "same-config leg(s) 'twin'" in flat

@@ -206,7 +206,7 @@ def test_legs_are_interleaved_with_one_server_at_a_time(tmp_path, model_dir, sgl
         assert len(outputs) == len(parity_prompts()) and all(o["text"].strip() for o in outputs)
         spec = json.loads((d / "leg.json").read_text())
         assert spec["status"] == "ok" and spec["workload"]["scenario"] == "Offline"
-    assert starts["base"][0] < starts["cand"][0] < starts["base"][1] < starts["cand"][1]  # A B A B
+    assert starts["base"][0] < starts["cand"][0] < starts["cand"][1] < starts["base"][1]  # A B, then B A
     for f in ("legs/base/server_info.json", "legs/cand/outputs.jsonl", "legs/cand/bench_runs.jsonl"):
         assert seal.is_current(run / f), f
 

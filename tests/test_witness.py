@@ -77,6 +77,17 @@ def test_the_clean_case_has_every_witness_and_no_finding(tmp_path):
     assert not result.findings and not result.not_checked
 
 
+def test_the_verdict_records_the_witnesses_it_held_each_leg_against(tmp_path):
+    run, claim = _run(tmp_path)
+    verdict = audit(run, claim)
+    by_leg = {w.leg: w for w in verdict.witnesses}
+    assert set(by_leg) == {"base", "cand"}
+    for w in by_leg.values():
+        assert w.reps >= 2 and w.loadgen_logs == w.server_counters == w.reps and w.engine_counters is None
+        assert f"LoadGen logs {w.reps}/{w.reps}" in w.held() and f"server counters {w.reps}/{w.reps}" in w.held()
+    assert not any("server counters" in n for n in verdict.not_checked), verdict.not_checked
+
+
 def test_a_line_shorter_than_loadgen_s_span_is_corrupt(tmp_path):
     run, _ = _run(tmp_path)
     edit_lines(run, "cand", lambda line: {**line, "duration": line["duration"] * 0.9,

@@ -66,17 +66,21 @@ def load_engine_witness(loader: RunLoader, leg: LegEvidence) -> TextFile | None:
     return loader.text(loader.paths.leg_dir(leg.name) / vllm_metrics.WITNESS_FILE, False, "engine metrics witness")
 
 
-def check_engine_witness(run: Path, tf: TextFile | None, leg: LegEvidence) -> GateResult:
-    """The leg's reps against the engine's counters (module docstring); ``tf``: load_engine_witness's."""
+def check_engine_witness(run: Path, tf: TextFile | None, leg: LegEvidence) -> GateResult[int]:
+    """The leg's reps against the engine's counters (module docstring); ``tf``: load_engine_witness's.
+    Its value: how many reps were held against a witness record (None: the leg's server is not vLLM)."""
     if not is_vllm_leg(leg):
         return GateResult()
     harness = [r for r in leg.reps if r.schema_version is not None]
     if not harness:
         return GateResult(not_checked=[f"engine counters of leg {leg.name!r}: its lines were not written by "
-                                       "perfwarden's harness (a foreign file has no witness record)"])
+                                       "perfwarden's harness (a foreign file has no witness record)"], value=0)
     records, findings = _records(run, tf, leg.name)
+    held = 0
     for rep in harness:
         got = records.get(rep.rep)
+        if got is not None:
+            held += 1
         if got is None:
             findings.append(finding(
                 "EVIDENCE_MISSING", "FLAG", f"rep {rep.rep} of vLLM leg {leg.name!r} has no engine counters in "
@@ -84,7 +88,7 @@ def check_engine_witness(run: Path, tf: TextFile | None, leg: LegEvidence) -> Ga
                 evidence=[line_evidence(run, rep.ref)], action="remeasure", gate=GATE))
             continue
         findings += compare(run, rep, *got)
-    return GateResult(findings=findings)
+    return GateResult(findings=findings, value=held)
 
 
 def _records(run: Path, tf: TextFile | None, leg: str) -> tuple[dict[int, tuple], list]:

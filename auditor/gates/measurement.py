@@ -109,12 +109,16 @@ def significant_worse(comp: Comparison, base: LegEvidence, cand: LegEvidence) ->
 
 
 def check_headline(run: Path, claim: Claim, comp: Comparison | None, n_reps: tuple[int, int],
-                   contended: bool = False) -> GateResult:
+                   contended: bool = False, worse: bool = False, changed: bool = True) -> GateResult:
     """The headline must be a real change: outside the noise band and significant at the rep level.
 
-    When a leg was contended, a missing delta may be the neighbour's doing: the change is neither
-    banked nor ejected on that data -- the check is reported as not made and the verdict (FLAG from
-    CONTENDED_LEG) asks for a re-measure."""
+    ``worse``: the candidate is significantly worse, outside the band -- a regression (DELTA_REGRESSION),
+    named apart from an undecided delta (DELTA_NOT_SIGNIFICANT) so that a clear loss never reads as "not
+    significant". ``changed``: the legs' conditions differ at all; two legs of one configuration (an A/A
+    pair) have no change to regress, so a significant gap between them is the session's drift, said as
+    such under DELTA_NOT_SIGNIFICANT. When a leg was contended, a missing delta may be the neighbour's doing: the change is
+    neither banked nor ejected on that data -- the check is reported as not made and the verdict (FLAG
+    from CONTENDED_LEG) asks for a re-measure."""
     findings = Findings()
     not_checked: list[str] = []
     metric = claim.headline.metric
@@ -135,17 +139,33 @@ def check_headline(run: Path, claim: Claim, comp: Comparison | None, n_reps: tup
                      "on contended legs: not judged", measured=round(improvement, 4), gate="significance")
         not_checked.append("significance: a leg was contended, so the delta cannot be judged; re-measure")
         return GateResult(findings.items, not_checked)
+    threshold = {"noise_band_pct": round(comp.noise_band_pct, 4), "alpha": stats.ALPHA}
+    if worse and not changed:
+        findings.add("DELTA_NOT_SIGNIFICANT", "FAIL",
+                     f"{metric} is {-improvement:.2f}% worse in the candidate, outside the ±{comp.noise_band_pct:.2f}% "
+                     f"noise band [{comp.noise_band_source}] and significant at the rep level, yet both legs ran "
+                     "the same configuration: no change to credit or blame, the gap is the session's drift",
+                     measured={"improvement_pct": round(improvement, 4), "p_value": comp.p_value}, threshold=threshold,
+                     action="eject", gate="significance")
+        return GateResult(findings.items, not_checked)
+    if worse:
+        findings.add("DELTA_REGRESSION", "FAIL",
+                     f"{metric} is {-improvement:.2f}% worse in the candidate, outside the ±{comp.noise_band_pct:.2f}% "
+                     f"noise band [{comp.noise_band_source}] and significant at the rep level: the change is a "
+                     "regression", measured={"improvement_pct": round(improvement, 4)}, threshold=threshold,
+                     action="eject", gate="significance")
+        return GateResult(findings.items, not_checked)
     inside = abs(improvement) <= comp.noise_band_pct
     # The band shrinks with reps: re-measuring can only help if the observed improvement would clear
     # the band at the most reps a comparison may use.
     band_at_max = comp.noise_band_pct * math.sqrt((2.0 / MAX_REPS) / (1.0 / n_reps[0] + 1.0 / n_reps[1]))
     more_reps_could_help = min(n_reps) < MAX_REPS and improvement > band_at_max
     findings.add("DELTA_NOT_SIGNIFICANT", "FAIL",
-                 f"{metric} improves {improvement:+.2f}% (p={comp.p_value:.3g}) against a noise band of "
-                 f"±{comp.noise_band_pct:.2f}% [{comp.noise_band_source}]: "
-                 + ("inside the noise band" if inside else "not significant at the rep level"),
-                 measured={"improvement_pct": round(improvement, 4), "p_value": comp.p_value},
-                 threshold={"noise_band_pct": round(comp.noise_band_pct, 4), "alpha": stats.ALPHA},
+                 f"{metric} changes {improvement:+.2f}% (one-sided p={comp.p_value:.3g} for better) against a noise "
+                 f"band of ±{comp.noise_band_pct:.2f}% [{comp.noise_band_source}]: "
+                 + ("inside the noise band" if inside else "outside the band, yet not significant at the rep level")
+                 + ": undecided",
+                 measured={"improvement_pct": round(improvement, 4), "p_value": comp.p_value}, threshold=threshold,
                  action="remeasure" if more_reps_could_help else "eject", gate="significance")
     return GateResult(findings.items, not_checked)
 
@@ -163,11 +183,14 @@ def disclosure_tolerance_pts(worse_pct: float, band_pct: float) -> float:
 
 
 def check_hidden_regressions(comparisons: dict[str, Comparison], headline_metric: str, base: LegEvidence,
-                             cand: LegEvidence, disclosed: dict[str, float] | None = None) -> GateResult:
+                             cand: LegEvidence, disclosed: dict[str, float] | None = None,
+                             reference: str = "") -> GateResult:
     """No primary metric may regress behind the headline unless the claim states the regression at its
     measured size: a disclosure counts only within the noise band of the measured regression, so a
-    blanket or inflated disclosure covers nothing (INFO for a truthful one, FLAG otherwise)."""
+    blanket or inflated disclosure covers nothing (INFO for a truthful one, FLAG otherwise).
+    ``reference``: what ``base`` is when it is not the claim's baseline (said in each message)."""
     disclosed = disclosed or {}
+    against = f" against {reference}" if reference else ""
     out = []
     for metric in PRIMARY_METRICS:
         if metric == headline_metric:
@@ -180,7 +203,7 @@ def check_hidden_regressions(comparisons: dict[str, Comparison], headline_metric
         tol = disclosure_tolerance_pts(worse, comp.noise_band_pct)
         evidence = [line_evidence_for(cand, 0)]
         if stated is not None and abs(stated - worse) <= tol:
-            out.append(finding("HIDDEN_LATENCY_REGRESSION", "INFO", f"{metric} is {worse:.1f}% worse; disclosed as "
+            out.append(finding("HIDDEN_LATENCY_REGRESSION", "INFO", f"{metric} is {worse:.1f}% worse{against}; disclosed as "
                                f"{stated:.1f}% (within ±{tol:.1f} points)", measured={"metric": metric,
                                                                                        "worse_pct": round(worse, 3)},
                                threshold={"disclosed_pct": stated, "tolerance_pts": round(tol, 3)}, evidence=evidence,
@@ -193,7 +216,7 @@ def check_hidden_regressions(comparisons: dict[str, Comparison], headline_metric
         else:
             what = f"understated: disclosed {stated:.1f}%"
         out.append(finding(
-            "HIDDEN_LATENCY_REGRESSION", "FLAG", f"{metric} is {worse:.1f}% worse in the candidate (p<{stats.ALPHA}), "
+            "HIDDEN_LATENCY_REGRESSION", "FLAG", f"{metric} is {worse:.1f}% worse in the candidate{against} (p<{stats.ALPHA}), "
             f"outside the ±{comp.noise_band_pct:.2f}% band, behind a {headline_metric} headline ({what})",
             measured={"metric": metric, "worse_pct": round(worse, 3)},
             threshold={"noise_band_pct": round(comp.noise_band_pct, 3), "disclosed_pct": stated,

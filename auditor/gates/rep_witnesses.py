@@ -62,7 +62,7 @@ def missing_results(logs: LoadgenRep) -> list[str]:
 def check_witnesses(run: Path, leg: LegEvidence) -> GateResult:
     """Hold every rep of ``leg`` against LoadGen's logs of it and the server's counters around it."""
     findings, notes = [], []
-    no_logs = no_counters = 0
+    no_logs = 0
     spill = False
     for rep in sorted(leg.reps, key=lambda r: (r.started_at or 0.0, r.rep)):
         # The line's evidence (its bytes hashed: a rep's line can be 100 MB) is cited only when found wrong.
@@ -73,9 +73,7 @@ def check_witnesses(run: Path, leg: LegEvidence) -> GateResult:
             no_logs += 1
         else:
             found += loadgen_findings(rep, line, logs, leg.name)
-        if rep.server_counters is None:
-            no_counters += 1
-        else:
+        if rep.server_counters is not None:
             counted, note = counter_findings(rep, line, leg.name, spill)
             found += counted
             notes += note
@@ -86,9 +84,8 @@ def check_witnesses(run: Path, leg: LegEvidence) -> GateResult:
     if no_logs:
         notes.append(f"second witness of leg {leg.name!r}: {no_logs} rep(s) have no LoadGen logs to hold their "
                      "lines against")
-    if no_counters:
-        notes.append(f"second witness of leg {leg.name!r}: {no_counters} rep(s) carry no server counters "
-                     "(server_counters) from before and after the rep")
+    # Reps with no server counters are listed by the audit, which also knows the engine's own witness
+    # (``engine_witness``): a rep held against vLLM's /metrics has a second server-side account.
     return GateResult(findings=findings, not_checked=notes[:5])
 
 

@@ -25,7 +25,7 @@ from perfwarden.harness.records import Claim, RunManifest, Verdict, shown_verdic
 from perfwarden.harness.safe_read import (MAX_DEPTH, MESSAGE_CHARS, RECORD_BYTES, VERDICT_BYTES, check_regular,
                                           exists, long_string, read_bytes, too_deep)
 from perfwarden.agents.base import BankedChange
-from perfwarden.orchestrator.report_record import ReportError, read_report
+from perfwarden.orchestrator.report_record import FinalKnob, ReportError, ReportRecord, read_report
 
 AUDITED_NOW = "(audited now, not saved)"
 """``VerdictEntry.path`` of a verdict the review produced itself because the run had none saved."""
@@ -100,7 +100,7 @@ class VerdictEntry:
 def is_banked(entry: VerdictEntry) -> bool:
     """Whether the verdict banks its change, by the auditor's one banking rule (``auditor/banking.py``)."""
     v = entry.verdict
-    return banking.banks(v.verdict, v.action, v.seal, v.scope)
+    return banking.banks(v.verdict, banking.verdict_actions(v), v.seal, v.scope)
 
 
 def banked_headline(entry: VerdictEntry) -> str:
@@ -214,6 +214,8 @@ class RunReview:
     """True when the run had no saved verdicts and its claims were audited for this review."""
     report_banked: list[BankedChange] | None = None
     """``report.json``'s ``banked`` list, when the run has a report."""
+    report_final: list[FinalKnob] | None = None
+    """``report.json``'s final configuration: the knobs that differ from the true baseline."""
     notes: list[str] = field(default_factory=list)
     """Problems with auxiliary input, shown to the reader (never silently dropped)."""
     events: list[dict[str, Any]] = field(default_factory=list)
@@ -400,16 +402,15 @@ def read_manifest(root: Path, notes: list[str]) -> RunManifest | None:
     return None
 
 
-def read_report_banked(root: Path) -> list[BankedChange] | None:
-    """``report.json``'s ``banked`` list (the typed, versioned ``ReportRecord``; an older report is
-    migrated); None when the run has no report. A report that is not one this perfwarden reads (a newer
-    version, a malformed one) is a ``ReviewError`` (exit 3): what the run says it banked is never guessed
-    from whatever keys a file has."""
+def read_run_report(root: Path) -> ReportRecord | None:
+    """``report.json`` (the typed, versioned ``ReportRecord``; an older report is migrated); None when the run
+    has no report. A report that is not one this perfwarden reads (a newer version, a malformed one) is a
+    ``ReviewError`` (exit 3): what the run says it banked is never guessed from whatever keys a file has."""
     path = root / "report.json"
     if not exists(path):
         return None
     try:
-        return read_report(path, root).banked
+        return read_report(path, root)
     except ReportError as exc:
         raise ReviewError(str(exc)) from None
 
@@ -473,8 +474,10 @@ def load_review(path: Path, audit_if_needed: bool = True) -> RunReview:
             notes.append(f"{summary.total:,} verdicts: the {len(entries):,} most severe (FAIL, then FLAG, then PASS; "
                          f"earliest first) are shown in detail and {summary.total - len(entries):,} are left out of "
                          f"the detail; the counts, gate table and banked results cover all {summary.total:,}")
+    report = read_run_report(root)
     return RunReview(root=root, entries=entries, manifest=read_manifest(root, notes), audited_now=audited_now,
-                     report_banked=read_report_banked(root), notes=notes,
+                     report_banked=report.banked if report else None,
+                     report_final=report.final_configuration if report else None, notes=notes,
                      events=read_events(root, notes), label=str(path), summary=summary)
 
 

@@ -16,10 +16,12 @@ import base64
 import hashlib
 import json
 import math
+import statistics
 from typing import Any, Iterable
 
 from perfwarden.auditor import banking
 from perfwarden.auditor.rederive import METRICS
+from perfwarden.harness.records import Verdict
 from perfwarden.orchestrator.review.compare import PLOT_METRICS, Comparison, Pair, metric_rows
 from perfwarden.orchestrator.review.evidence import STATUS_TEXT, LineReader
 from perfwarden.orchestrator.review.model import (KEEP, RunReview, VerdictEntry,
@@ -27,7 +29,7 @@ from perfwarden.orchestrator.review.model import (KEEP, RunReview, VerdictEntry,
 from perfwarden.orchestrator.render import fmt_value
 from perfwarden.orchestrator.review.summary import LEVER_CLASSES, SEVERITIES, banked, fmt_pct, gates_of, is_banked
 from perfwarden.orchestrator.review import search_plot
-from perfwarden.orchestrator.review.svg import Row, TimelineNode, esc, strip_plot, timeline
+from perfwarden.orchestrator.review.svg import Reference, Row, TimelineNode, esc, strip_plot, timeline
 
 MAX_EVIDENCE_SHOWN = 8
 """Evidence lines quoted per finding (the rest are counted): keeps a pathological verdict small."""
@@ -74,6 +76,8 @@ svg .ptitle{font-size:12px;font-weight:600;fill:#333}
 svg .rlabel,svg .tlabel,svg .psub{font-size:11px;fill:#444}
 svg .band{fill:#7fa8d9;fill-opacity:.22}
 svg .center{stroke:#1f5fa8;stroke-dasharray:4 3;stroke-width:1.2}
+svg .reference{stroke:#b8461b;stroke-dasharray:1 3;stroke-width:2}
+svg .band-ref{fill:#b8461b;fill-opacity:.12}
 svg .median{stroke-width:3}
 svg .axis,svg .tick{stroke:#888}
 svg .dot{fill-opacity:.8}
@@ -253,7 +257,9 @@ def _finite(values: Iterable[Any]) -> list[float]:
 
 
 PLOT_LEGEND = ('<p class="kv">Each dot is one rep; a bar marks each leg\'s median; the dashed line is the baseline '
-               'median and the shaded area the noise band around it. Exact figures are in the table below.</p>')
+               'median and the shaded area the noise band around it. Where the baseline was handicapped, the '
+               'dotted line and its tinted band are the fairer reference (its same-config legs, a row of their '
+               'own), against which the banked figure was re-derived. Exact figures are in the table below.</p>')
 
 
 def rep_plots(entry: VerdictEntry, extra: list[tuple[str, VerdictEntry]] | None = None) -> str:
@@ -289,8 +295,27 @@ def rep_plots(entry: VerdictEntry, extra: list[tuple[str, VerdictEntry]] | None 
             band = (center * (1 - comp.noise_band_pct / 100), center * (1 + comp.noise_band_pct / 100))
         subtitle = (f"noise band ±{comp.noise_band_pct:.2f}% around the baseline median: {comp.noise_band_source}"
                     if band else "no baseline/candidate comparison: no noise band")
-        out.append(strip_plot(title, rows, band, center, subtitle=subtitle))
+        reference, pooled = fairer_reference(v, metric, entry.headline_metric)
+        if reference is not None:
+            rows.append(Row("same-config legs (fairer ref.)", pooled, reference.level))
+            subtitle = f"{subtitle}; dotted: {reference.label}"
+        out.append(strip_plot(title, rows, band, center, subtitle=subtitle, reference=reference))
     return f'<div class="plots">{"".join(out)}</div>' if out else '<p class="kv">No per-rep statistics.</p>'
+
+
+def fairer_reference(v: Verdict, metric: str, headline_metric: str) -> tuple[Reference | None, list[float]]:
+    """The same-config legs' level on the headline metric and their reps, where the verdict re-derived its
+    headline against them ((None, []) otherwise, or when the verdict holds no usable figure of it)."""
+    ref = next((r for r in v.headline_references if r.reference == "same_config_legs"), None)
+    values = _finite(ref.values) if ref is not None and metric == headline_metric else []
+    if ref is None or not values:
+        return None, []
+    level = statistics.median(values)
+    pct = ref.noise_band_pct if ref.noise_band_pct is not None and math.isfinite(ref.noise_band_pct) else None
+    band = (level * (1 - pct / 100), level * (1 + pct / 100)) if pct is not None else None
+    banked = "the banked figure" if ref.banked else "a less favourable figure was banked"
+    return Reference(level, band, f"same-config legs {', '.join(ref.legs)} ({ref.delta_pct:+.2f}% against them: "
+                                  f"{banked})"), values
 
 
 def stats_table(entry: VerdictEntry) -> str:
@@ -437,6 +462,8 @@ def verdict_body(entry: VerdictEntry, review: RunReview, reader: LineReader) -> 
              [td("headline metric"), td(entry.headline_metric)],
              [td("headline claimed"), td(fmt_pct(v.headline_claimed))],
              [td("headline re-derived"), f"<td><b>{esc(fmt_pct(v.headline_rederived))}</b></td>"],
+             *([[td("why that figure"), td(v.headline_note)]] if v.headline_note else []),
+             *([[td("asks"), td(" + ".join(v.actions))]] if len(v.actions) > 1 else []),
              [td("correctness"), td(v.correctness)],
              [td("auditor"), td(f"{v.auditor_version or '-'} · digest {v.digest or '-'}")]]
     if entry.claim_note:
@@ -446,6 +473,9 @@ def verdict_body(entry: VerdictEntry, review: RunReview, reader: LineReader) -> 
     body = [table(["", ""], facts)]
     body.append("<h3>findings</h3>" + ("".join(finding_html(f, reader) for f in v.findings)
                                        or '<p class="kv">No finding.</p>'))
+    if v.witnesses:
+        body.append("<h3>what was checked: second witnesses per leg</h3>"
+                    + table(["leg", "held against"], [[td(w.leg), td(" · ".join(w.held()))] for w in v.witnesses]))
     if v.not_checked:
         body.append("<h3>not checked (never counted as passed)</h3><ul>"
                     + "".join(f"<li>{esc(x)}</li>" for x in v.not_checked) + "</ul>")
@@ -539,11 +569,16 @@ def banked_html(review: RunReview) -> str:
     for cls, items in b.by_class().items():
         rows = [[td(it.label, cls="problem" if it.problem else ""),
                  f"<td>{badge(it.entry.verdict, it.entry.shown) if it.entry else '-'}</td>", td(it.headline),
+                 td(it.standing or "in the final configuration"),
                  td(it.problem or "", cls="problem" if it.problem else "")] for it in items[:KEEP]]
         more = f'<p class="kv">… and {len(items) - KEEP:,} more</p>' if len(items) > KEEP else ""
         parts.append(f"<h3>{esc(LEVER_CLASSES.get(cls, str(cls)))}</h3>"
-                     + (table(["claim", "verdict", "banked headline", "problem"], rows) + more if rows
+                     + (table(["claim", "verdict", "banked headline", "standing", "problem"], rows) + more if rows
                         else '<p class="kv">none</p>'))
+    if review.report_final is not None:
+        net = [[td(k.knob), td(repr(k.baseline)), td(repr(k.final))] for k in review.report_final]
+        parts.append("<h3>final configuration: what differs from the true baseline</h3>"
+                     + (table(["knob", "baseline", "final"], net) if net else '<p class="kv">the baseline</p>'))
     if b.unreported:
         more = f" … and {len(b.unreported) - KEEP:,} more" if len(b.unreported) > KEEP else ""
         parts.append('<p class="kv">bankable but not in report.json: '

@@ -33,11 +33,19 @@ class BankedItem:
     """The verdict backing it (None: a report entry that matches no verdict)."""
     problem: str | None = None
     """Why this banking is not backed by its verdict, when it is not."""
+    superseded_by: str | None = None
+    """The later banked step that overwrote everything this one set (report.json): banked, yet not part of
+    the final configuration."""
 
     @property
     def headline(self) -> str:
         """The number that may be banked: the re-derived one (never the producer's)."""
         return self.entry.headline if self.entry is not None else "-"
+
+    @property
+    def standing(self) -> str:
+        """Whether the banked step is in the final configuration, as one short phrase ("" when it is)."""
+        return f"superseded by {self.superseded_by}: not in the final configuration" if self.superseded_by else ""
 
 
 @dataclass
@@ -97,7 +105,7 @@ def banked(review: RunReview) -> Banked:
             + (" (unsealed evidence is never banked)" if entry.seal != "sealed" else ""))
         if problem is None and _ident(entry)[2] != item.claim:
             problem = f"the report names the claim {item.claim!r}; its verdict answers {_ident(entry)[2]!r}"
-        out.items.append(BankedItem(entry_label(entry), entry.lever_class, entry, problem))
+        out.items.append(BankedItem(entry_label(entry), entry.lever_class, entry, problem, item.superseded_by))
     out.unreported = [e for e in entries if e.banked and id(e) not in matched]
     return out
 

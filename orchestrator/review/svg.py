@@ -90,17 +90,38 @@ def clip(text: str, width_px: float, char_px: float = 6.2) -> str:
     return text if len(text) <= n else text[: n - 1] + "…"
 
 
+@dataclass
+class Reference:
+    """A fairer reference drawn across the rows: its level (a dotted line) and its noise band (hatched)."""
+
+    level: float
+    band: tuple[float, float] | None
+    label: str
+
+
+def _finite_reference(ref: Reference | None) -> Reference | None:
+    if ref is None or not math.isfinite(ref.level):
+        return None
+    band = ref.band if ref.band is not None and all(math.isfinite(b) for b in ref.band) else None
+    return Reference(ref.level, band, ref.label)
+
+
 def strip_plot(title: str, rows: list[Row], band: tuple[float, float] | None = None,
-               center: float | None = None, width: int = 640, css_class: str = "plot", subtitle: str = "") -> str:
+               center: float | None = None, width: int = 640, css_class: str = "plot", subtitle: str = "",
+               reference: Reference | None = None) -> str:
     """Every rep a dot per row, each row's median a bar, and the noise band (shaded) with the
-    baseline median (dashed) drawn across all rows."""
+    baseline median (dashed) drawn across all rows; a fairer reference (``reference``: the level a
+    handicapped baseline's configuration shows in its same-config legs) dotted, its band hatched."""
     left, right, top, row_h, bottom = 150, 16, 42, 30, 30
     # A tampered verdict may hold NaN/inf; a non-finite coordinate is an SVG error in the console.
     center = center if center is not None and math.isfinite(center) else None
     band = band if band is not None and all(math.isfinite(b) for b in band) else None
+    reference = _finite_reference(reference)
     height = top + row_h * max(len(rows), 1) + bottom
     all_values = [v for r in rows for v in r.values]
     markers = [m for m in ([center] if center is not None else []) + (list(band) if band else []) if m is not None]
+    if reference is not None:
+        markers += [reference.level, *(reference.band or ())]
     lo, hi = domain(all_values, markers)
     span = hi - lo
 
@@ -120,6 +141,15 @@ def strip_plot(title: str, rows: list[Row], band: tuple[float, float] | None = N
     if center is not None:
         parts.append(f'<line class="center" x1="{fnum(x(center))}" x2="{fnum(x(center))}" y1="{plot_top}" '
                      f'y2="{plot_bottom}"><title>{esc(f"baseline median {center:.6g}")}</title></line>')
+    if reference is not None:
+        if reference.band is not None:
+            r0, r1 = sorted(reference.band)
+            parts.append(f'<rect class="band-ref" x="{fnum(x(r0))}" y="{plot_top}" width="{fnum(max(x(r1) - x(r0), 1))}" '
+                         f'height="{plot_bottom - plot_top}"><title>{esc(f"{reference.label}: noise band {r0:.4g} .. {r1:.4g}")}'
+                         f'</title></rect>')
+        rx = fnum(x(reference.level))
+        parts.append(f'<line class="reference" x1="{rx}" x2="{rx}" y1="{plot_top}" y2="{plot_bottom}"><title>'
+                     f'{esc(f"{reference.label}: median {reference.level:.6g}")}</title></line>')
     for t in nice_ticks(lo, hi):
         tx = fnum(x(t))
         parts.append(f'<line class="tick" x1="{tx}" x2="{tx}" y1="{plot_bottom}" y2="{plot_bottom + 4}"/>'

@@ -24,6 +24,8 @@ from perfwarden.orchestrator.review.summary import LEVER_CLASSES, SEVERITIES, ba
 
 VERDICT_STYLE = {"PASS": "bold green", "FLAG": "bold yellow", "FAIL": "bold red"}
 SEVERITY_STYLE = {"INFO": "dim", "FLAG": "yellow", "FAIL": "red"}
+KEEP_LEGS = 8
+"""Legs whose witnesses a verdict's block lists (a verdict cites two or three)."""
 STATUS_MARK = {"verified": "sha256 ok", "changed": "CHANGED since audit", "no_hash": "no sha256 recorded",
                "missing": "not in run", "whole_file": "whole file", "outside": "outside run, not read",
                "unreadable": "unreadable"}
@@ -70,6 +72,12 @@ def trail_block(entry: VerdictEntry) -> Group:
     for line in (headline_line(entry), lever_line(entry)):
         if line is not None:
             lines.append(line)
+    if v.headline_note:
+        lines.append(t(("why that figure: ", "dim"), v.headline_note))
+    if len(v.actions) > 1:
+        lines.append(t(("asks: ", "dim"), " + ".join(v.actions)))
+    for w in v.witnesses[:KEEP_LEGS]:
+        lines.append(t(("witnesses ", "dim"), w.leg, ": ", " · ".join(w.held())))
     gates = gates_of(entry)
     if gates:
         parts: list[str | tuple[str, str]] = ["gates: "]
@@ -124,9 +132,13 @@ def banked_section(review: RunReview) -> Group:
         lines.append(t((LEVER_CLASSES.get(cls, str(cls)) + ":", "bold"), "" if items else " none"))
         for item in items[:KEEP]:
             style = "red" if item.problem else ""
-            lines.append(indent(t((item.label, style), "  ", item.headline), 2))
+            lines.append(indent(t((item.label, style), "  ", item.headline,
+                                  (f"  ({item.standing})" if item.standing else "", "yellow")), 2))
         if len(items) > KEEP:
             lines.append(indent(t((f"… and {len(items) - KEEP:,} more", "dim")), 2))
+    if review.report_final is not None:
+        net = ", ".join(f"{k.knob} {k.baseline!r} -> {k.final!r}" for k in review.report_final)
+        lines.append(t(("final configuration (what differs from the true baseline): ", "bold"), net or "the baseline"))
     for problem in b.problems:
         lines.append(t(("! report banks ", "bold red"), problem))
     for entry in b.unreported[:KEEP]:
