@@ -120,14 +120,16 @@ def z_boundaries(horizon: int = HORIZON_REPS, alpha: float = ALPHA) -> tuple[flo
     return tuple(bounds)
 
 
+@lru_cache(maxsize=16)
+def _levels(horizon: int, alpha: float) -> dict[tuple[int, int], float]:
+    """Each look's nominal one-sided level, keyed by (larger leg, smaller leg)."""
+    return {look: float(special.ndtr(-c)) for look, c in zip(canonical_looks(horizon), z_boundaries(horizon, alpha))}
+
+
 def nominal_level(n_base: int, n_cand: int, horizon: int = HORIZON_REPS, alpha: float = ALPHA) -> float | None:
     """One-sided p-value a look at these leg sizes must beat; None where the schedule has no such look
     (legs more than one rep apart, fewer than two reps, or past the horizon: no alpha left)."""
-    looks = canonical_looks(horizon)
-    key = (max(n_base, n_cand), min(n_base, n_cand))
-    if key not in looks:
-        return None
-    return float(sp_stats.norm.sf(z_boundaries(horizon, alpha)[looks.index(key)]))
+    return _levels(horizon, alpha).get((max(n_base, n_cand), min(n_base, n_cand)))
 
 
 def _logs(values: list[float], what: str) -> np.ndarray:
@@ -150,7 +152,7 @@ class WelchLog:
         """One-sided p that the true log ratio exceeds ``shift`` (small: the data say it does)."""
         if self.se == 0.0:
             return 0.5 if self.diff == shift else (0.0 if self.diff > shift else 1.0)
-        return float(sp_stats.t.sf((self.diff - shift) / self.se, self.dof))
+        return float(special.stdtr(self.dof, -(self.diff - shift) / self.se))
 
 
 def welch_log(base: list[float], cand: list[float]) -> WelchLog:
@@ -271,6 +273,8 @@ def run_step(measure_to: Callable[[int], tuple[list[float], list[float]]], plan:
              max_reps: int) -> LookDecision:
     """Measure a step look by look until a look stops it: ``measure_to(n)`` extends both legs, interleaved,
     to ``n`` reps each and returns every rep of each leg so far (baseline, candidate)."""
+    if max_reps < MIN_LOOK_REPS:
+        raise SequentialError(f"a step needs at least {MIN_LOOK_REPS} reps per leg to look at all, not {max_reps!r}")
     n = plan.reps_at_next_look(0, max_reps)
     while True:
         base, cand = measure_to(n)

@@ -148,6 +148,8 @@ def test_reps_from_the_budget() -> None:
     assert producer.max_reps_for_budget(1200.0, 60.0, reps_done=3, reserve_s=120.0) == 12  # capped at the horizon
     assert producer.max_reps_for_budget(300.0, 60.0, reps_done=3, reserve_s=120.0) == 6
     assert producer.max_reps_for_budget(50.0, 60.0, reps_done=3, reserve_s=120.0) == 3  # nothing left: no more
+    with pytest.raises(producer.SequentialError):
+        producer.run_step(lambda n: ([1.0] * n, [1.0] * n), producer.SequentialPlan(), max_reps=1)
     for bad in [(math.nan, 60.0), (600.0, 0.0), (math.inf, 60.0)]:
         with pytest.raises(producer.SequentialError):
             producer.max_reps_for_budget(*bad, reps_done=3)
