@@ -9,7 +9,7 @@ The auditor judges every leg pair on that same schedule because it cannot know w
 computes the same boundary with its own code (``auditor/sequential.py``): a test holds the two equal.
 
 Futility is non-binding: the boundaries are computed as if the producer never stopped for futility, so
-stopping a loser early can only lower the false-win rate.
+stopping early (a clear loser, or a step its noise or budget cannot decide) can only lower the false-win rate.
 
 Everything here is a pure function of the rep values; nothing imports the auditor.
 """
@@ -179,9 +179,11 @@ def band_pct(base: list[float], n_base: int, n_cand: int) -> float:
 class SequentialPlan:
     """How one step measures: when it first looks, how many rounds between looks, when it gives up.
 
-    ``futility_effect_pct`` is the smallest improvement worth more reps: a look stops for futility when the
-    data reject "at least that much better" at ``futility_level`` (one-sided). The trade-off of the defaults
-    (reps saved on losers against wins lost) is measured by ``benchmarks/aa_power.py``."""
+    Two futility rules, both non-binding: a look stops when the data reject "at least
+    ``futility_effect_pct`` better" at ``futility_level`` (one-sided: a clear loser), or when even a true
+    ``target_effect_pct`` would cross by the last look the step may reach with probability under
+    ``min_conditional_power`` (too noisy, or too little budget, to decide). The trade-off of the defaults
+    (reps saved against wins lost) is measured by ``benchmarks/aa_power.py``."""
 
     first_reps: int = 3
     """Reps per leg of the first look (the run's ``reps``)."""
@@ -193,6 +195,12 @@ class SequentialPlan:
     """Smallest improvement, percent, that is worth more reps."""
     futility_level: float = 0.05
     """One-sided level at which the data must reject ``futility_effect_pct`` to stop for futility."""
+    target_effect_pct: float = 10.0
+    """The improvement the rule is powered for: a look stops for futility when even this true effect would
+    cross the boundary by the most reps the step may reach with probability under ``min_conditional_power``
+    (the noise is too high, or the budget too short, for the step to be decided)."""
+    min_conditional_power: float = 0.05
+    """Conditional power under ``target_effect_pct`` below which more reps are not worth their time."""
     alpha: float = ALPHA
     """False-win rate over all looks."""
     higher_is_better: bool = True
@@ -202,6 +210,9 @@ class SequentialPlan:
         if not MIN_LOOK_REPS <= self.first_reps <= self.horizon or self.block_reps < 1:
             raise SequentialError(f"a first look at {self.first_reps!r} reps and blocks of {self.block_reps!r} "
                                   f"rounds must fit {MIN_LOOK_REPS}..{self.horizon} reps per leg")
+        if not 0.0 <= self.min_conditional_power < 1.0 or not self.target_effect_pct > 0.0:
+            raise SequentialError(f"conditional power floor {self.min_conditional_power!r} must lie in [0, 1) and "
+                                  f"the target effect {self.target_effect_pct!r} be positive")
         if not 0.0 < self.futility_level < 0.5 or not math.isfinite(self.futility_effect_pct):
             raise SequentialError(f"futility level {self.futility_level!r} must lie in (0, 0.5) and its effect "
                                   f"{self.futility_effect_pct!r} be finite")
@@ -255,7 +266,32 @@ def decide_look(base: list[float], cand: list[float], plan: SequentialPlan, max_
     if p_enough < plan.futility_level:
         return look("futile", f"{improvement:+.2f}%: +{plan.futility_effect_pct:g}% is rejected at "
                               f"p={p_enough:.3g} < {plan.futility_level:g}")
+    reach = min(max_reps, plan.horizon)
+    power = conditional_power(stat, nb, nc, math.log1p(plan.target_effect_pct / 100.0), reach, plan)
+    if power < plan.min_conditional_power:
+        return look("futile", f"even a true +{plan.target_effect_pct:g}% would win by {reach} reps per leg with "
+                              f"probability {power:.2g} < {plan.min_conditional_power:g} at this noise")
     return look("continue", f"p={p:.3g} not under {level:.3g} yet")
+
+
+def conditional_power(stat: WelchLog, n_base: int, n_cand: int, effect_log: float, reach: int,
+                      plan: SequentialPlan) -> float:
+    """Chance that the look at ``reach`` reps per leg crosses its boundary if the true log ratio is
+    ``effect_log``, given this look's statistic, the noise estimated from its reps, and no look between
+    (which only adds chances: the figure is a lower bound). 1 when the reps show no spread to project."""
+    if stat.se == 0.0:
+        return 1.0
+    info_now, info_end = information(n_base, n_cand), information(reach, reach)
+    if info_end <= info_now:
+        return 0.0
+    sigma = stat.se * math.sqrt(info_now)  # per-rep log sd, the legs pooled by Welch's weights
+    level = nominal_level(reach, reach, plan.horizon, plan.alpha)
+    if level is None:
+        return 0.0
+    bound = -float(special.ndtri(level))
+    score_now = stat.diff / sigma * info_now
+    drift = effect_log / sigma * (info_end - info_now)
+    return float(special.ndtr((score_now + drift - bound * math.sqrt(info_end)) / math.sqrt(info_end - info_now)))
 
 
 def max_reps_for_budget(remaining_s: float, round_s: float, reps_done: int, reserve_s: float = 0.0,

@@ -135,16 +135,21 @@ def load_recorded(path: Path) -> Recorded:
     n = min(a.size, b.size)
     if n < 4 or not (np.all(np.isfinite(a[:n])) and np.all(a[:n] > 0) and np.all(b[:n] > 0)):
         raise SystemExit(f"{path}: need >= 4 positive rounds of two legs")
-    loads = obj.get("load_avg_1m") or [math.nan]
-    shares = [x for leg in obj["legs"] for x in obj.get("server_cpu_share", {}).get(leg, []) if x is not None]
+    def per_rep(key: str) -> list[float]:
+        return [float(x) for leg in obj["legs"] for x in obj.get(key, {}).get(leg, []) if x is not None]
+
+    loads, shares, contended = per_rep("load_avg_1m"), per_rep("server_cpu_share"), per_rep("contended")
     rounds = np.stack([a[:n], b[:n]], axis=1)
     logs = np.log(rounds)
-    label = (f"{path.name}: {n} rounds, {obj['date']}, {obj['machine'].get('cores')} cores "
-             f"({obj['machine'].get('cpu')}), load avg 1m {min(loads):.1f}..{max(loads):.1f}"
+    label = (f"{path.name}: {n} rounds over {obj.get('measured_s', math.nan) / 60:.0f} min, {obj['date']}, "
+             f"{obj['machine'].get('cores')} cores ({obj['machine'].get('cpu')})"
+             + (f", load avg 1m {min(loads):.1f}..{max(loads):.1f}" if loads else "")
              + (f", server CPU share {min(shares):.0%}..{max(shares):.0%}" if shares else "")
+             + (f", {sum(contended):.0f} of {len(contended)} reps flagged CONTENDED_LEG by the auditor"
+                if contended else "")
              + f"\n    rep CV per leg {np.std(logs[:, 0], ddof=1) * 100:.1f}% / {np.std(logs[:, 1], ddof=1) * 100:.1f}%,"
              f" CV of the within-round log difference {np.std(logs[:, 1] - logs[:, 0], ddof=1) * 100:.1f}%"
-             f"\n    recorded by: {obj['command']}")
+             f"\n    recorded by: {obj['command']}" + (f"\n    note: {obj['note']}" if obj.get("note") else ""))
     return Recorded(rounds, label)
 
 

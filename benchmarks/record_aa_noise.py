@@ -64,7 +64,11 @@ class NoiseRecord:
     machine: dict[str, str | int]
     command: str
     load_settings: dict[str, object] = field(default_factory=dict)
-    wall_s: float = 0.0
+    measured_s: float = 0.0
+    """From the first rep's start to the last rep's start, as the harness stamped them (a resumed recording
+    spans its sessions)."""
+    note: str = ""
+    """What the command line does not say (``--note``): e.g. a recording stopped and resumed."""
 
 
 def machine() -> dict[str, str | int]:
@@ -130,6 +134,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--reps", type=int, default=40, help="reps per leg (each a few seconds)")
     parser.add_argument("--keep", type=Path, default=None, help="run directory to keep (default: a temporary one)")
+    parser.add_argument("--note", default="", help="recorded beside the series (e.g. how a resumed recording ran)")
     parser.add_argument("--out", type=Path, default=None, help="data file (default benchmarks/data/aa_noise-DATE.json)")
     args = parser.parse_args()
     if not 2 <= args.reps <= 200:
@@ -147,6 +152,7 @@ def main() -> None:
         if any(s != "ok" for s in status.values()):
             raise SystemExit(f"a leg failed: {status!r}")
         series = {name: rederived(run, name) for name in LEGS}
+    stamps = [t for v in series.values() for t in v.started_at]
     now = dt.datetime.now(dt.timezone.utc)
     record = NoiseRecord(metric=METRIC, legs=list(LEGS), values={k: v.values for k, v in series.items()},
                          started_at={k: v.started_at for k, v in series.items()},
@@ -155,12 +161,14 @@ def main() -> None:
                          contended={k: v.contended for k, v in series.items()},
                          date=now.isoformat(timespec="seconds"), machine=machine(),
                          command=" ".join(shlex.quote(a) for a in ["python", *sys.argv]),
-                         load_settings=lab.load.summary(), wall_s=round(time.perf_counter() - started, 1))
+                         load_settings=lab.load.summary(), note=args.note,
+                         measured_s=round(max(stamps) - min(stamps), 1))
     out = args.out or DATA_DIR / f"aa_noise-{now:%Y-%m-%d}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(asdict(record), indent=1) + "\n", "utf-8")
     loads = [x for v in series.values() for x in v.load_avg_1m if x is not None]
-    print(f"wrote {out}: {args.reps} reps per leg in {record.wall_s:.0f} s, load average "
+    print(f"wrote {out}: {args.reps} reps per leg over {record.measured_s:.0f} s ({time.perf_counter() - started:.0f} s "
+          f"this session), load average "
           f"{min(loads, default=math.nan):.2f}..{max(loads, default=math.nan):.2f}")
 
 

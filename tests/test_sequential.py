@@ -119,6 +119,25 @@ def test_a_latency_loser_stops_for_futility_too() -> None:
     assert decision.action == "futile" and decision.improvement_pct < -15
 
 
+def test_a_step_too_noisy_to_decide_stops_at_the_first_look() -> None:
+    """At 30% rep CV not even a true +10% could cross by the horizon: more reps would only spend budget.
+    At 3% the same observed delta goes on measuring."""
+    rng = np.random.default_rng(12)
+    plan = producer.SequentialPlan()
+    noisy = []
+    for _ in range(60):
+        base, cand = lognormal(rng, 30.0, 12), lognormal(rng, 30.0, 12, 1.1)
+        noisy.append(producer.run_step(lambda n, b=base, c=cand: (b[:n], c[:n]), plan, 12))
+    first = [d for d in noisy if d.n_base == 3]
+    assert len(first) >= 30 and all(d.action == "futile" for d in first)
+    assert sum("would win" in d.reason for d in first) >= 25
+    assert np.mean([d.n_base for d in noisy]) < 6  # against 12 without the rule
+    quiet = producer.decide_look([100.0, 103.0, 97.0], [104.0, 107.0, 101.0], plan, 12)
+    assert quiet.action == "continue"
+    short = producer.decide_look([100.0, 103.0, 97.0], [104.0, 107.0, 101.0], plan, 4)  # the budget pays one round
+    assert short.action == "futile" and "by 4 reps" in short.reason
+
+
 def test_run_step_looks_on_the_plan_and_stops_at_the_most_reps_allowed() -> None:
     base = [100.0, 104.0, 96.0, 101.0, 99.0, 103.0, 97.0, 100.0, 102.0, 98.0]
     cand = base[::-1]  # no difference: never a win
@@ -128,7 +147,7 @@ def test_run_step_looks_on_the_plan_and_stops_at_the_most_reps_allowed() -> None
         asked.append(n)
         return base[:n], cand[:n]
 
-    plan = producer.SequentialPlan(futility_effect_pct=-90.0)  # "at least 90% worse" is never rejected here
+    plan = producer.SequentialPlan(futility_effect_pct=-90.0, min_conditional_power=0.0)  # never futile here
     decision = producer.run_step(measure_to, plan, max_reps=8)
     assert asked == [3, 5, 7, 8] and decision.action == "no_win" and decision.n_base == 8
 
@@ -140,7 +159,8 @@ def test_run_step_ends_when_a_leg_stops_short() -> None:
         calls.append(n)
         return [100.0, 101.0, 99.0], [102.0, 101.0, 103.0]  # the candidate's server died after 3 reps
 
-    decision = producer.run_step(failing, producer.SequentialPlan(futility_effect_pct=-90.0), max_reps=10)
+    decision = producer.run_step(failing, producer.SequentialPlan(futility_effect_pct=-90.0,
+                                                                               min_conditional_power=0.0), max_reps=10)
     assert decision.action == "no_win" and calls == [3, 5]
 
 
@@ -157,7 +177,8 @@ def test_reps_from_the_budget() -> None:
 
 @pytest.mark.parametrize("kwargs", [dict(first_reps=1), dict(first_reps=13), dict(block_reps=0),
                                     dict(futility_level=0.0), dict(futility_level=0.6),
-                                    dict(futility_effect_pct=math.nan)])
+                                    dict(futility_effect_pct=math.nan),
+                                    dict(target_effect_pct=0.0), dict(min_conditional_power=1.0)])
 def test_a_plan_that_cannot_run_is_refused(kwargs: dict[str, Any]) -> None:
     with pytest.raises(producer.SequentialError):
         producer.SequentialPlan(**kwargs)
