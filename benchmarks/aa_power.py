@@ -238,8 +238,8 @@ def main() -> None:
     started = time.perf_counter()
     print(f"ALPHA={stats.ALPHA}; sequential: first look {plan.first_reps} reps, then every {plan.block_reps} rounds, "
           f"horizon {plan.horizon} reps/leg (auditor's {auditor_sequential.HORIZON_REPS}), futility when +"
-          f"{plan.futility_effect_pct:g}% is rejected at {plan.futility_level:g}; {args.trials} steps per cell; "
-          f"seed {args.seed}")
+          f"{plan.futility_effect_pct:g}% is rejected at {plan.futility_level:g} or a true +{plan.target_effect_pct:g}% "
+          f"would win with under {plan.min_conditional_power:g}; {args.trials} steps per cell; seed {args.seed}")
     main_cells = report_noise(f"recorded noise, whole rounds resampled -- {noise.label}",
                               lambda e: recorded_steps(noise, False, e, horizon, rng), rules, args.trials)
     report_noise("recorded noise, consecutive rounds from a random start (keeps drift)",
