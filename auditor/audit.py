@@ -21,8 +21,8 @@ from perfwarden.auditor.claim_file import ClaimError, load_claim  # noqa: F401 -
 from perfwarden.auditor.evidence import LegEvidence, QualityRecords, RunLoader, _plain_name, check_named_folders
 from perfwarden.auditor.findings import Findings, GateResult, decide, deciding_actions
 from perfwarden.auditor.gates import (caching, conditions, correctness, engine_witness, explain, integrity,
-                                      knobs, lever, measurement, opbench, process, profile, prose, rep_witnesses,
-                                      same_config, served, target_keys, timeline, workload)
+                                      knobs, lever, measurement, objective, opbench, process, profile, prose,
+                                      rep_witnesses, same_config, served, target_keys, timeline, workload)
 from perfwarden.auditor.manifest import (KeyChoice, KeyFileError, Manifest, chain_seal_id, observe,
                                          read_manifest, resolve_key)
 from perfwarden.auditor.rederive import METRICS
@@ -234,6 +234,8 @@ def audit_patch(a: Audit, bundle: bool = False) -> None:
     claim = a.claim
     if not (_require(a, "baseline", claim.legs.baseline) and _require(a, "candidate", claim.legs.candidate)):
         return
+    # Before any leg loads: its reps' goodput is re-derived at the SLO the run sealed, never at the claim's.
+    a.loader.slo = a.gate("objective", lambda: objective.check_objective(claim, a.loader.objective()))
     base = a.leg(claim.legs.baseline, need_outputs=True, need_conditions=True)
     cand = a.leg(claim.legs.candidate, need_outputs=True, need_conditions=True)
     legs = {base.name: base, cand.name: cand}
@@ -273,10 +275,17 @@ def audit_patch(a: Audit, bundle: bool = False) -> None:
         head = a.comparisons.get(claim.headline.metric)
         a.headline_rederived = head.delta_pct if head else None
         contended = a.findings.has("CONTENDED_LEG", "FLAG")
-        a.gate("significance", lambda: measurement.check_headline(
-            a.run, claim, head, (len(base.reps), len(cand.reps)), contended,
-            worse=head is not None and measurement.significant_worse(head, base, cand),
-            changed=any(not registry.is_inert(key) for key in a.diff)))
+
+        def significance() -> GateResult:
+            if head is None and claim.headline.metric == objective.GOODPUT:  # a rep where no request met the SLO
+                zero = objective.check_unjudgeable_goodput(a.run, base, cand)
+                if zero.findings:
+                    return zero
+            return measurement.check_headline(
+                a.run, claim, head, (len(base.reps), len(cand.reps)), contended,
+                worse=head is not None and measurement.significant_worse(head, base, cand),
+                changed=any(not registry.is_inert(key) for key in a.diff))
+        a.gate("significance", significance)
         a.fairer = a.gate("representative", lambda: same_config.check_representative_baseline(
             a.run, claim, base, cand, aa))
         a.gate("latency", lambda: _latency(a, base, cand))

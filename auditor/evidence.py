@@ -26,10 +26,12 @@ from perfwarden.auditor.loadgen_logs import LoadgenRep, read_rep_logs
 from perfwarden.auditor.rederive import RepError, RepMetrics, rederive_rep
 from perfwarden.auditor.serverlog import ServerLog, scan_server_log
 from perfwarden.harness.json_limits import loads_bounded, no_repeats
+from perfwarden.harness.objective import RunObjective
 from perfwarden.harness.jsonl import (CITE_HEAD_BYTES, BenchRunLine, LineIssue, LineRef, OpBenchLine, OutputLine,
                                       ProfileLine, iter_jsonl, read_jsonl)
 from perfwarden.harness.records import (QUALITY_ITEMS_FIELDS, EvidenceRef, LegSpec, QualityEval, RunDir,
                                         shadowing_fields, unknown_fields, wrong_types)
+from perfwarden.harness.slo import GoodputSlo
 from perfwarden.harness.safe_read import (BENCH_LINE_BYTES, LOG_LINE_CHARS, RECORD_BYTES, TEXT_BYTES, RefusedInput,
                                           check_regular, exists, iter_chunks, read_bytes)
 
@@ -170,6 +172,8 @@ class RunLoader:
         """run.json as an object (None when absent or unreadable: the loader reported why); False until read."""
         self.notes: list[str] = []
         """What the loader read but did not check (a foreign file's fields perfwarden does not know)."""
+        self.slo: GoodputSlo | None = None
+        """The goodput SLO every rep loaded from now on is re-derived at (the run's sealed objective's)."""
         self.line_sealed: frozenset[str] = frozenset()
         """Files (relative to the run) whose every line a *verified* seal chain says the harness appended
         through its own writer, which cannot write a repeated key: their lines skip that scan. A line
@@ -368,6 +372,27 @@ class RunLoader:
                 if exists(self.paths.manifest) else None
         return self._manifest
 
+    def objective(self) -> RunObjective | None:
+        """``objective.json``, the run's sealed objective (None when absent: the run recorded none; or not a
+        valid record, which is EVIDENCE_CORRUPT, FAIL: an objective nobody can read vouches for no SLO)."""
+        if not exists(self.paths.objective):
+            return None
+        obj, tf = self.json_object(self.paths.objective, False, "run objective")
+        if obj is None or tf is None or self._refuse_wrong_types(RunObjective, obj, "run objective", tf):
+            return None
+        try:
+            record = RunObjective.model_validate(obj)
+        except ValidationError as exc:
+            self.findings.add(_invalid_code(exc), "FAIL", f"run objective is invalid: {exc.errors()[0]['msg']}",
+                              evidence=[tf.evidence(self.run, None)], gate="evidence")
+            return None
+        unknown = unknown_fields(record)
+        if unknown:
+            self.findings.add("EVIDENCE_CORRUPT", "FAIL", f"run objective has field(s) its schema does not have: "
+                              f"{', '.join(unknown[:8])}", evidence=[tf.evidence(self.run, None)], gate="evidence")
+            return None
+        return record
+
     def run_target(self) -> str | None:
         """The serving target run.json names (the harness writes it in every run); None when it names none."""
         target = (self.manifest() or {}).get("target")
@@ -462,7 +487,7 @@ class RunLoader:
                 claimed_leg, rep, error = line.leg, None, None
                 if claimed_leg is None or claimed_leg == name:
                     try:
-                        rep = rederive_rep(line, ref, name, index)
+                        rep = rederive_rep(line, ref, name, index, self.slo)
                     except RepError as exc:
                         error = exc
                     else:

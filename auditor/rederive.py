@@ -33,8 +33,11 @@ import numpy as np
 
 from perfwarden.harness.json_limits import JsonTooDeep, check_depth
 from perfwarden.harness.jsonl import NULL, BenchRunLine, LineRef
+from perfwarden.harness.slo import GoodputSlo
 
 # Metric -> whether higher is better. The one place that says which way each metric improves.
+# ``request_goodput`` is re-derived only at an SLO the audit trusts (the run's sealed objective), so a rep
+# audited without one has no such metric.
 METRICS: dict[str, bool] = {
     "output_throughput": True,
     "request_throughput": True,
@@ -47,6 +50,7 @@ METRICS: dict[str, bool] = {
     "p99_itl_ms": False,
     "median_e2e_latency_ms": False,
     "p99_e2e_latency_ms": False,
+    "request_goodput": True,
 }
 LATENCY_METRICS = ("median_ttft_ms", "median_tpot_ms", "median_itl_ms", "median_e2e_latency_ms",
                    "p99_ttft_ms", "p99_tpot_ms")
@@ -589,8 +593,10 @@ def _check_latencies(ref: LineRef, ok_idx: np.ndarray, ok_ttft: np.ndarray, e2e:
     return problems
 
 
-def rederive_rep(line: BenchRunLine, ref: LineRef, leg: str, rep_index: int) -> RepMetrics:
-    """Re-derive one rep; raise ``RepError`` when a needed array is absent or the rep is inconsistent."""
+def rederive_rep(line: BenchRunLine, ref: LineRef, leg: str, rep_index: int,
+                 slo: GoodputSlo | None = None) -> RepMetrics:
+    """Re-derive one rep; raise ``RepError`` when a needed array is absent or the rep is inconsistent.
+    ``slo``: the goodput SLO the audit trusts, at which ``request_goodput`` is re-derived (none without one)."""
     _check_required(line, ref)
     n = len(line.errors)
     rep = line.rep if line.rep is not None else rep_index
@@ -641,8 +647,31 @@ def rederive_rep(line: BenchRunLine, ref: LineRef, leg: str, rep_index: int) -> 
     result.max_latency_s = float(ends.max()) if ends.size else None
     result.first_start_s = float(starts.min()) if starts is not None and starts.size else None
     _derive_metrics(line, ref, result, ok_idx, all_ok, ok_ttft, ok_out, in_lens, e2e, gaps, problems)
+    if slo is not None:
+        if e2e is None:
+            result.missing.append("request_goodput")
+        else:
+            result.metrics["request_goodput"] = good_requests(ok_ttft, e2e, ok_out, slo) / line.duration
     result.timing_digest = _timing_digest(ttfts, e2e)
     return result
+
+
+def good_requests(ttfts: np.ndarray, latencies: np.ndarray, output_lens: np.ndarray, slo: GoodputSlo) -> int:
+    """How many of these successful requests meet every limit of ``slo`` (arrays in seconds, one entry per
+    successful request): vLLM's ``--goodput`` definition (``vllm/benchmarks/serve.py`` ``calculate_metrics``,
+    DistServe's goodput): TTFT, TPOT -- (latency - TTFT) / (tokens - 1), 0 for a one-token output -- and the
+    end-to-end latency each at most its limit, the limit in ms divided by 1000 and compared as vLLM does."""
+    good = np.ones(ttfts.shape, dtype=bool)
+    if slo.ttft_ms is not None:
+        good &= slo.ttft_ms / 1000.0 >= ttfts
+    if slo.tpot_ms is not None:
+        multi = output_lens > 1
+        tpot = np.zeros(ttfts.shape, dtype=float)
+        tpot[multi] = (latencies[multi] - ttfts[multi]) / (output_lens[multi] - 1)
+        good &= slo.tpot_ms / 1000.0 >= tpot
+    if slo.e2el_ms is not None:
+        good &= slo.e2el_ms / 1000.0 >= latencies
+    return int(good.sum())
 
 
 def _derive_metrics(line: BenchRunLine, ref: LineRef, result: RepMetrics, ok_idx: np.ndarray, all_ok: bool,

@@ -23,6 +23,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_serializer, model_validator
 
 from perfwarden.harness import safe_write
+from perfwarden.harness.slo import GoodputSlo
 from perfwarden.harness.verdict_parts import HeadlineReference, LegWitnesses  # noqa: F401 - re-exported
 
 SCHEMA_VERSION = 1
@@ -375,6 +376,9 @@ class Headline(Record):
     disclosed_regressions: dict[str, float] = Field(default_factory=dict)
     """Latency metrics the producer states got worse, with the regression it states (percent). A
     disclosed trade-off is not hidden: the auditor checks the stated size instead of flagging it."""
+    slo: GoodputSlo | None = None
+    """The SLO a goodput headline (``request_goodput``) is measured at; the auditor holds it against the
+    one the evidence records."""
 
 
 class IsolatedSpeedup(Record):
@@ -812,6 +816,11 @@ class RunDir:
     @property
     def manifest(self) -> Path:
         return self.root / "run.json"
+
+    @property
+    def objective(self) -> Path:
+        """``objective.json``: what the run optimizes and its goodput SLO, sealed at the run's start."""
+        return self.root / "objective.json"
 
     def leg_dir(self, leg: str) -> Path:
         return self.root / "legs" / leg

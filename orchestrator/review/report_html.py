@@ -512,6 +512,8 @@ def header_html(review: RunReview, title: str) -> str:
     sub = [f"run <b>{esc(review.run_id)}</b>"]
     if m is not None:
         sub.append(f"model {esc(m.model)} · target {esc(m.target)}")
+    if review.objective is not None:
+        sub.append(f"objective {esc(review.objective.describe())}")
     sub.append(" · ".join(f"{counts[k]} {k}" for k in ("PASS", "FLAG", "FAIL") if counts[k]))
     return (f'<header class="top"><h1>{esc(title)}</h1><div class="sub">{" · ".join(sub)}</div>'
             f'<div class="sub"><code>{esc(review.root)}</code></div></header>')
