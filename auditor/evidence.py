@@ -10,7 +10,6 @@ from __future__ import annotations
 import functools
 import gc
 import hashlib
-import math
 import os
 import posixpath
 from collections import Counter
@@ -25,13 +24,13 @@ from perfwarden.auditor.findings import Findings, GateResult, finding
 from perfwarden.auditor.loadgen_logs import LoadgenRep, read_rep_logs
 from perfwarden.auditor.rederive import RepError, RepMetrics, rederive_rep
 from perfwarden.auditor.serverlog import ServerLog, scan_server_log
-from perfwarden.harness.json_limits import loads_bounded, no_repeats
 from perfwarden.harness.jsonl import (CITE_HEAD_BYTES, BenchRunLine, LineIssue, LineRef, OpBenchLine, OutputLine,
                                       ProfileLine, iter_jsonl, read_jsonl)
 from perfwarden.harness.records import (QUALITY_ITEMS_FIELDS, EvidenceRef, LegSpec, QualityEval, RunDir,
                                         shadowing_fields, unknown_fields, wrong_types)
 from perfwarden.harness.safe_read import (BENCH_LINE_BYTES, LOG_LINE_CHARS, RECORD_BYTES, TEXT_BYTES, RefusedInput,
                                           check_regular, exists, iter_chunks, read_bytes)
+from perfwarden.harness.strict_json import StrictJsonError, loads
 
 _EXCERPT = 200
 assert _EXCERPT <= CITE_HEAD_BYTES  # an excerpt is cut from the bytes a cited line keeps
@@ -137,16 +136,6 @@ class LegEvidence:
     """Texts its server returned per prompt id, from the bench lines as loaded (None: no prompt ids)."""
 
 
-def _finite_json(obj: Any) -> bool:
-    if isinstance(obj, float):
-        return math.isfinite(obj)
-    if isinstance(obj, dict):
-        return all(_finite_json(v) for v in obj.values())
-    if isinstance(obj, list):
-        return all(_finite_json(v) for v in obj)
-    return True
-
-
 class RunLoader:
     """Reads raw files of one run directory, caching them and recording digests and findings."""
 
@@ -212,23 +201,27 @@ class RunLoader:
     def text(self, path: Path, required: bool, what: str, limit: int = TEXT_BYTES) -> TextFile | None:
         """Read a text file of at most ``limit`` bytes; a missing required file is EVIDENCE_MISSING
         (fail closed), and so is anything ``present`` refuses."""
+        data = self._bytes(path, required, what, limit)
+        return None if data is None else self._text_file(path, data)
+
+    def _bytes(self, path: Path, required: bool, what: str, limit: int) -> bytes | None:
         if not self.present(path, required, what):
             return None
         try:
-            data = read_bytes(path, self.run, limit=limit, what=what)
+            return read_bytes(path, self.run, limit=limit, what=what)
         except RefusedInput as exc:
             self.refused(exc, what)
-            return None
         except OSError as exc:
             self.unreadable(path, what, exc)
-            return None
+        return None
+
+    def _text_file(self, path: Path, data: bytes) -> TextFile:
         sha = hashlib.sha256(data).hexdigest()
         self._digest(path, sha)
         try:
-            tf = TextFile(path, data.decode("utf-8").splitlines(), sha)
+            return TextFile(path, data.decode("utf-8").splitlines(), sha)
         except UnicodeDecodeError:
-            tf = TextFile(path, data.decode("utf-8", "replace").splitlines(), sha, utf8=False)
-        return tf
+            return TextFile(path, data.decode("utf-8", "replace").splitlines(), sha, utf8=False)
 
     def server_log(self, path: Path, what: str) -> ServerLog | None:
         """Read a server log once, streaming, into what every gate needs from it (never its lines).
@@ -257,19 +250,18 @@ class RunLoader:
 
     def json_object(self, path: Path, required: bool, what: str,
                     limit: int = RECORD_BYTES) -> tuple[dict | None, TextFile | None]:
-        tf = self.text(path, required, what, limit)
-        if tf is None:
+        data = self._bytes(path, required, what, limit)
+        if data is None:
             return None, None
+        tf = self._text_file(path, data)
         if not tf.utf8:
             # Replacement characters would make two different damaged values compare equal.
             self.findings.add("EVIDENCE_CORRUPT", "FAIL", f"{what} {_rel(self.run, path)!r} is not valid UTF-8",
                               evidence=[tf.evidence(self.run, None)], gate="evidence")
             return None, tf
-        try:
-            obj = loads_bounded("\n".join(tf.lines), what=f"{what} {_rel(self.run, path)!r}",
-                                parse_constant=_reject_constant, parse_float=_finite_float,
-                                object_pairs_hook=no_repeats)
-        except (ValueError, RecursionError) as exc:
+        try:  # the bytes as written: lines re-joined would be a copy, and lose a raw U+2028 in a string
+            obj = loads(data, what=f"{what} {_rel(self.run, path)!r}")
+        except StrictJsonError as exc:
             self.findings.add("EVIDENCE_CORRUPT", "FAIL", f"{what} {_rel(self.run, path)!r} is not valid JSON: {exc}",
                               evidence=[tf.evidence(self.run, None)], gate="evidence")
             return None, tf
@@ -752,17 +744,6 @@ def _line_list(lines: list[int]) -> str:
 def _plain_name(name: str) -> bool:
     """A single path component that stays inside its parent (no separators, no '..', no NUL)."""
     return bool(name) and name not in (".", "..") and not any(c in name for c in ("/", "\\", "\x00"))
-
-
-def _reject_constant(name: str) -> Any:
-    raise ValueError(f"non-finite JSON constant {name!r}")
-
-
-def _finite_float(text: str) -> float:
-    value = float(text)
-    if not math.isfinite(value):
-        raise ValueError(f"number {text[:40]!r} is out of range (not a finite float)")
-    return value
 
 
 # ------------------------------------------------------------------ quality evals

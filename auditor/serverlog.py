@@ -35,7 +35,8 @@ from typing import Any, Iterable, Literal, NamedTuple
 
 from perfwarden.auditor import registry
 from perfwarden.auditor.rederive import flatten_json
-from perfwarden.harness.json_limits import check_depth, loads_bounded
+from perfwarden.harness.strict_json import check_depth, loads
+from perfwarden.harness.vllm_log import NON_DEFAULT_ARGS, parse_args, speculative_fields
 from perfwarden.harness.records import EvidenceRef
 
 CopySource = Literal["effective_config", "server_args", "vllm_args", "engaged"]
@@ -49,10 +50,6 @@ _EFFECTIVE = re.compile(r"\beffective_config (\{.*)$")
 _SERVER_ARGS = re.compile(r"\bserver_args=(ServerArgs\(.*\))\s*$")
 _ENGAGED = re.compile(r"\bENGAGED (\w+)(?:=(\S+))?(?:\s+op=['\"]([^'\"]+)['\"])?")
 _ENGAGED_KNOB = {"op_override": "op_overrides"}
-_VLLM_ARGS = re.compile(r"\bnon-default args: (\{.*\})\s*$")
-_ENUM_REPR = re.compile(r"<[A-Za-z_][\w.]*: [^<>]*>")
-_VLLM_SPECULATIVE = {"method": "speculative_method", "num_speculative_tokens": "num_speculative_tokens",
-                     "prompt_lookup_max": "prompt_lookup_max", "prompt_lookup_min": "prompt_lookup_min"}
 
 
 @dataclass(frozen=True)
@@ -84,14 +81,14 @@ def parse_server_log(lines: list[str]) -> tuple[list[LogCopy], list[str]]:
 def _parse_line(i: int, text: str) -> LogCopy | None:
     m = _EFFECTIVE.search(text)
     if m:
-        obj = loads_bounded(m.group(1), what="effective_config")
+        obj = loads(m.group(1), what="effective_config")
         if not isinstance(obj, dict):
             raise ValueError("effective_config is not a JSON object")
         return LogCopy(i, "effective_config", flatten_json(obj))
     m = _SERVER_ARGS.search(text)
     if m:
         return LogCopy(i, "server_args", flatten_json(_server_args(m.group(1))))
-    m = _VLLM_ARGS.search(text)
+    m = NON_DEFAULT_ARGS.search(text)
     if m:
         return LogCopy(i, "vllm_args", flatten_json(_vllm_args(m.group(1))))
     m = _ENGAGED.search(text)
@@ -122,22 +119,10 @@ def _server_args(expr: str) -> dict[str, Any]:
 
 
 def _vllm_args(expr: str) -> dict[str, Any]:
-    """The literal entries of vLLM's ``non-default args`` dict (an enum's repr is not Python: skipped)."""
-    check_depth(expr, what="vLLM non-default args")
-    node = ast.parse(_ENUM_REPR.sub("_not_a_literal_", expr), mode="eval").body
-    if not isinstance(node, ast.Dict):
-        raise ValueError("not a dict")
-    out: dict[str, Any] = {}
-    for key, value in zip(node.keys, node.values):
-        if not (isinstance(key, ast.Constant) and isinstance(key.value, str)):
-            continue
-        try:
-            out[key.value] = ast.literal_eval(value)
-        except (ValueError, SyntaxError, TypeError):
-            continue
-    spec = out.pop("speculative_config", None)
-    if isinstance(spec, dict):
-        out.update({_VLLM_SPECULATIVE[k]: v for k, v in spec.items() if k in _VLLM_SPECULATIVE})
+    """The literal entries of vLLM's ``non-default args`` dict (``harness/vllm_log.py``, the parser the
+    harness reads the same line with), ``speculative_config`` under server_info's names."""
+    out = parse_args(expr)
+    out.update(speculative_fields(out.pop("speculative_config", None)))
     return out
 
 
