@@ -191,13 +191,19 @@ def _guard(*alternatives: str | tuple[str, ...]) -> Guard:
 _NOT_ENGAGED_GUARD = _guard("engaged", "0 calls")
 _CONDITION_GUARD = _guard("effective_config", "serverargs(", "engaged", "non-default args")
 SIGNAL_GUARDS: list[Guard] = [
-    _guard("engaged"), _guard("prompt_lookup rid="), _guard("accept len:"), _guard("specdecoding metrics:"),
-    _guard('"avg_spec_accept_length"'), _guard("speculative_algorithm="),
-    _guard("engaged"), _guard(("response", "cache", "hit")), _guard('"response_cache_hits"'),
-    _guard("engaged"), _guard("engaged"), _guard('"op_override_calls"'), _guard("op_override final calls"),
+    _guard(("engaged", "prompt_lookup"), ("engaged", "speculative")), _guard("prompt_lookup rid="),
+    _guard("accept len:"), _guard("specdecoding metrics:"), _guard('"avg_spec_accept_length"'),
+    _guard("speculative_algorithm="),
+    _guard(("engaged", "response", "cache")), _guard(("response", "cache", "hit")), _guard('"response_cache_hits"'),
+    _guard(("engaged", "op_override", "op=")), _guard(("override", "engaged")), _guard('"op_override_calls"'),
+    _guard("op_override final calls"),
 ]
-"""One guard per ``SIGNAL_PATTERNS`` entry, in order (a pattern added there needs its guard here)."""
+"""One guard per ``SIGNAL_PATTERNS`` entry, in order (a pattern added there needs its guard here). Each
+holds every literal its pattern needs, so a line that names one mechanism runs that mechanism's pattern
+only: a log of millions of distinct ``ENGAGED`` lines costs one pattern a line, not four."""
 _ACCEPT_GUARD = _guard("prompt_lookup rid=", "accepted: ", "accept rate:")
+_SIGNAL_ANCHORS = {0: ("engaged",), 6: ("engaged",), 7: ("response",), 9: ("engaged",), 10: ("override",)}
+"""For each ``re.IGNORECASE`` entry of ``SIGNAL_PATTERNS``: the literals every match of it starts with."""
 _FATAL_GUARD = _guard("segmentation fault", "core dumped", "killed", "out of memory", "illegal memory access",
                       "server crashed", "server died", "server exited", "fatal", "sigabrt", "sigsegv",
                       ("worker", "died"), "scheduler crash", "exited with")
@@ -212,6 +218,40 @@ def fold(text: str) -> bytes:
     """``text`` as UTF-8 with ASCII letters lower-cased, the way guards compare it (bytes: ``str.lower``
     of non-ASCII text allocates 12 bytes a character; line breaks are untouched, so lines stay aligned)."""
     return (text.translate(_FOLD_SPECIAL) if _FOLD_SPECIAL_RX.search(text) else text).encode("utf-8").lower()
+
+
+def fold_text(text: str) -> str:
+    """``text`` lower-cased the way ``re.IGNORECASE`` compares it with an ASCII pattern, character for
+    character (the four letters ``_FOLD_SPECIAL`` names first: ``str.lower`` alone would give ``İ`` two
+    characters and leave the others): a pattern's :class:`_Anchored` twin matches here at the same
+    positions where the pattern matches ``text``."""
+    return (text.translate(_FOLD_SPECIAL) if _FOLD_SPECIAL_RX.search(text) else text).lower()
+
+
+class _Anchored:
+    """An ``re.IGNORECASE`` pattern with an ASCII source, run on ``fold_text(line)``: its twin (the source
+    lower-cased, matched case-sensitively) is tried only where a literal that every match starts with
+    occurs (the search starts at the first). The same first match as ``pattern.search(line)``, without
+    trying the pattern with case folding at every position of the line (a few microseconds a line: most of
+    the cost of a log of millions of ``ENGAGED`` lines)."""
+
+    def __init__(self, pattern: re.Pattern, anchors: tuple[str, ...]):
+        if not pattern.flags & re.IGNORECASE or re.search(r"\\[A-Z]", pattern.pattern):
+            raise ValueError(f"{pattern.pattern!r}: no twin (not IGNORECASE, or an upper-case escape)")
+        self.twin = re.compile(pattern.pattern.lower(), pattern.flags & ~re.IGNORECASE)
+        self.anchors = anchors
+
+    def search(self, folded: str) -> re.Match | None:
+        # No match starts before the first anchor: the search begins there (``\b`` still sees the
+        # character before it), and the timestamp and logger name in front are never tried.
+        starts = [at for at in map(folded.find, self.anchors) if at >= 0]
+        return self.twin.search(folded, min(starts)) if starts else None
+
+
+_NOT_ENGAGED_FOLDED = _Anchored(NOT_ENGAGED_RX, ("not engaged", "engaged", "0 calls"))
+_ENGAGED_WORD_FOLDED = _Anchored(_ENGAGED_WORD, ("engaged",))
+_SIGNALS_FOLDED: list[_Anchored | None] = [
+    _Anchored(rx, _SIGNAL_ANCHORS[k]) if rx.flags & re.IGNORECASE else None for k, (_, rx) in enumerate(SIGNAL_PATTERNS)]
 
 
 def _holds(present: frozenset[bytes], guard: Guard) -> bool:
@@ -378,6 +418,9 @@ class _LineScan:
     def __init__(self, log: ServerLog, ops: Iterable[str], usage: Iterable[str]):
         self.log = log
         self.ops = [(op, re.compile(rf"\b{re.escape(op)}\b", re.IGNORECASE), op.lower()) for op in dict.fromkeys(ops)]
+        self.op_needles = [fold(op) if op.isascii() else b"" for op in dict.fromkeys(ops)]
+        """Each op's name as ``fold`` writes it: a line without it can match neither of the op's patterns."""
+        self.op_folded = [_Anchored(rx, (op.lower(),)) if op.isascii() else None for op, rx, _ in self.ops]
         self.usage = [(p, re.compile(p), (frozenset({fold(_literal_prefix(p))}),)) for p in usage]
         self.every_line = not all(_literal_prefix(p) for p, _, _ in self.usage)
         guards = [_NOT_ENGAGED_GUARD, _CONDITION_GUARD, *SIGNAL_GUARDS, _ACCEPT_GUARD, _FATAL_GUARD, _ERROR_GUARD,
@@ -411,7 +454,7 @@ class _LineScan:
                 chosen.update(compress(count(), map(bytes.__contains__, folded, repeat(max(need, key=len)))))
         for k in sorted(chosen):
             low = folded[k]
-            self.line(first + k, parts[k], self.plan(frozenset(n for n in in_batch if n in low)))
+            self.line(first + k, parts[k], self.plan(frozenset(n for n in in_batch if n in low)), low)
 
     def plan(self, present: frozenset[bytes]) -> _Plan:
         """Which patterns a line holding exactly the literals ``present`` can match (memoized: a log
@@ -427,14 +470,15 @@ class _LineScan:
                 self._plans[present] = plan
         return plan
 
-    def line(self, i: int, text: str, plan: _Plan) -> None:
+    def line(self, i: int, text: str, plan: _Plan, folded: bytes) -> None:
         log = self.log
         if plan.condition and ("effective_config" in text or "ServerArgs(" in text or "ENGAGED" in text
                                or "non-default args" in text):
             self._condition(i, text)
-        refused = plan.not_engaged and NOT_ENGAGED_RX.search(text) is not None
+        folded_text = fold_text(text) if plan.not_engaged or plan.signals or plan.engaged else text
+        refused = plan.not_engaged and _NOT_ENGAGED_FOLDED.search(folded_text) is not None
         if plan.signals and not refused:
-            self._signal(i, text, plan.signals)
+            self._signal(i, text, plan.signals, folded_text)
         if plan.accept:
             self._acceptance(i, text)
         if plan.fatal and log.fatal is None and FATAL_PATTERNS.search(text):
@@ -454,12 +498,15 @@ class _LineScan:
                 peak = log.usage_peaks[pattern]
                 log.usage_peaks[pattern] = value if peak is None else max(peak, value)
         if refused or plan.engaged:
-            self._ops(i, text, refused)
+            self._ops(i, text, refused, folded, folded_text)
 
-    def _ops(self, i: int, text: str, refused: bool) -> None:
+    def _ops(self, i: int, text: str, refused: bool, folded: bytes, folded_text: str) -> None:
         log = self.log
-        for op, rx, name in self.ops:
-            if log.engaged[op] is None and not refused and rx.search(text) and _ENGAGED_WORD.search(text):
+        for (op, rx, name), needle, twin in zip(self.ops, self.op_needles, self.op_folded):
+            if needle not in folded:
+                continue
+            named = twin.search(folded_text) if twin is not None else rx.search(text)
+            if log.engaged[op] is None and not refused and named and _ENGAGED_WORD_FOLDED.search(folded_text):
                 log.engaged[op] = i
                 self.cite(i, text)
             if log.refused[op] is None and refused and name in text.lower():
@@ -483,10 +530,11 @@ class _LineScan:
         self.copy_chars += len(text)
         self.cite(i, text)
 
-    def _signal(self, i: int, text: str, candidates: tuple[int, ...]) -> None:
+    def _signal(self, i: int, text: str, candidates: tuple[int, ...], folded_text: str) -> None:
         for k in candidates:
             family, rx = SIGNAL_PATTERNS[k]
-            m = rx.search(text)
+            twin = _SIGNALS_FOLDED[k]
+            m = twin.search(folded_text) if twin is not None else rx.search(text)
             if not m:
                 continue
             detail = m.group(1).lower() if family == "kernel_override" and m.groups() else None
