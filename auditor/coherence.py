@@ -235,7 +235,7 @@ def entropy_factor(bits: float | None) -> float:
     return min(1.0, max(0.0, (bits - ENTROPY_LOW) / (ENTROPY_HIGH - ENTROPY_LOW)))
 
 
-PIECE_CHARS = 1 << 20
+PIECE_CHARS = 1 << 18
 """Characters of one text read at a time by :class:`_Tally`: a text's statistics cost a few pieces of
 memory beyond the text itself (the word lists, n-gram tuples and character lists of a whole 64 MiB text
 cost 125 times its size), whatever its length."""

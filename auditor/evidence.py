@@ -764,17 +764,28 @@ class QualityRecords:
 
 MAX_PROMPT_IDS = 4096
 """Distinct prompt ids remembered per leg (memory stays bounded on million-request files)."""
+SERVED_TEXT_CHARS = 16 << 20
+"""Characters of served texts held per leg (each distinct text once, for the dump's prefix check); a
+further distinct text is counted by its digest alone, so a file of ever-new texts costs digests, not
+its texts."""
+
+
+def served_digest(text: str) -> bytes:
+    """The digest a served text is counted by once the held texts reach ``SERVED_TEXT_CHARS``."""
+    return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).digest()
 
 
 @dataclass
 class Served:
-    """What one leg's server returned, per prompt id: the texts and the first line serving each."""
+    """What one leg's server returned, per prompt id: the texts (a text held once, or its digest past the
+    bound) and the first line serving each."""
 
     texts: dict[str, Counter] = field(default_factory=dict)
     first_ref: dict[str, LineRef] = field(default_factory=dict)
 
-    def modal(self, pid: str) -> str:
-        """The text most often returned for ``pid`` (greedy: normally the only one)."""
+    def modal(self, pid: str) -> str | bytes:
+        """The text most often returned for ``pid`` (greedy: normally the only one), or its digest when
+        it came past the bound."""
         return self.texts[pid].most_common(1)[0][0]
 
 
@@ -782,15 +793,16 @@ class Served:
 class ServedReader:
     """Texts served per prompt id, taken from each bench line as the evidence loader decodes it.
 
-    Why in the loader's pass: a second read of the file (the former ``read_served``) cost a full pass
-    over a million-request file, judged bytes that could have changed since the loader hashed them, and
-    skipped every line over the generic line bound (a 100k-request rep), so served parity went unchecked
-    on exactly the large runs. A writer names its prompts on every line or on none: once a first line
-    names none, later lines are not looked at."""
+    Why in the loader's pass: a second read of the file cost a full pass over a million-request file,
+    judged bytes that could have changed since the loader hashed them, and skipped every line over the
+    generic line bound (a 100k-request rep), so served parity went unchecked on exactly the large runs.
+    A writer names its prompts on every line or on none: once a first line names none, later lines are
+    not looked at."""
 
     served: Served = field(default_factory=Served)
     keyed: bool = False
     closed: bool = False
+    held_chars: int = 0
 
     def add(self, ref: LineRef, line: BenchRunLine) -> None:
         """Count the successful requests' texts of one decoded line."""
@@ -811,7 +823,14 @@ class ServedReader:
                     continue
                 texts[key] = Counter()
                 first_ref[key] = ref
-            texts[key][text] += 1
+            counter = texts[key]
+            if text in counter:
+                counter[text] += 1
+            elif self.held_chars + len(text) <= SERVED_TEXT_CHARS:
+                counter[text] += 1
+                self.held_chars += len(text)
+            else:
+                counter[served_digest(text)] += 1
 
     def result(self) -> Served | None:
         """The served texts, or None when no line names its prompts."""

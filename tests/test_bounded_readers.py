@@ -1,0 +1,93 @@
+"""Readers whose memory follows the bound, not the input: a long line costs a small multiple of itself,
+and a file of ever-new texts costs digests, not its texts.
+
+Memory is measured with ``tracemalloc`` (Python's own allocations, what these readers hold); the RSS
+figures at the documented 64 MiB line bound are ``benchmarks/big_inputs.py``'s.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tracemalloc
+from pathlib import Path
+
+import pytest
+
+from perfwarden.auditor import coherence
+from perfwarden.auditor.audit import audit_path
+from perfwarden.auditor.evidence import SERVED_TEXT_CHARS, ServedReader
+from perfwarden.auditor.gates.served import consistent, same_text
+from perfwarden.harness.jsonl import BenchRunLine, LineRef
+
+FIXTURES = Path(__file__).resolve().parents[1] / "proof" / "fixtures"
+ENGLISH = "The quick brown fox jumps over the lazy dog, and then it rests in the shade. "
+
+
+def _peak(fn) -> int:
+    tracemalloc.start()
+    try:
+        fn()
+        return tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+def _text(chars: int) -> str:
+    return (ENGLISH * (chars // len(ENGLISH) + 1))[:chars]
+
+
+def test_a_long_texts_statistics_cost_pieces_not_copies():
+    """Word lists, trigram tuples and character lists of a whole text cost over 100 times its size; in
+    pieces, four times the text costs what the text costs."""
+    one = _peak(lambda: coherence.text_stats(0, _text(coherence.PIECE_CHARS)))
+    four = _peak(lambda: coherence.text_stats(0, _text(4 * coherence.PIECE_CHARS)))
+    assert four < one + 4 * coherence.PIECE_CHARS, (one, four)  # the text (made inside) included
+
+
+def test_served_texts_past_the_bound_are_counted_by_digest():
+    """A pid served a new text in every line: the texts held stop at the bound, the count goes on."""
+    reader = ServedReader()
+    size, lines = 1 << 20, SERVED_TEXT_CHARS // (1 << 20) + 32
+    ref = LineRef(Path("bench_runs.jsonl"), 1, 0, 0)
+
+    def feed() -> None:
+        for k in range(lines):
+            text = f"{k:08d}" + "x" * size  # a new text every line
+            reader.add(ref, BenchRunLine(prompt_ids=["p"], generated_texts=[text]))
+
+    peak = _peak(feed)
+    served = reader.result()
+    assert served is not None and sum(served.texts["p"].values()) == lines
+    assert reader.held_chars <= SERVED_TEXT_CHARS
+    assert peak < SERVED_TEXT_CHARS + 8 * size, peak
+
+
+def test_a_text_known_by_its_digest_never_agrees_with_a_dump_but_compares_across_legs():
+    reader = ServedReader(held_chars=SERVED_TEXT_CHARS)  # the bound already reached
+    reader.add(LineRef(Path("b"), 1, 0, 0), BenchRunLine(prompt_ids=["p"], generated_texts=["Paris is"]))
+    modal = reader.result().modal("p")
+    assert isinstance(modal, bytes)
+    assert not consistent("Paris is", modal)  # fail closed: the prefix cannot be shown
+    assert same_text(modal, "Paris is") and not same_text(modal, "Paris was")
+
+
+@pytest.mark.slow
+def test_a_long_output_line_audits_in_a_small_multiple_of_itself(tmp_path):
+    """A text in the reference leg's parity dump, 1 MiB then 3 MiB: the audit's own allocations grow by a
+    few times the text's growth (the decoded dump, the line being read), not the 125 times it cost (the
+    depth scan's regex stack, the coherence statistics' word and trigram lists)."""
+    run = tmp_path / "run"
+    shutil.copytree(FIXTURES / "rec-response-cache" / "run", run)
+    claim = run / "claims" / "001-patch.json"
+    path = run / "legs" / "base" / "outputs.jsonl"
+    lines = path.read_text().splitlines()
+    record = json.loads(lines[3])
+    audit_path(run, claim)  # imports and caches: not the text's cost
+    peaks = []
+    for size in (1 << 20, 3 << 20):
+        record["text"] = _text(size)
+        lines[3] = json.dumps(record)
+        path.write_text("\n".join(lines) + "\n")
+        peaks.append(_peak(lambda: audit_path(run, claim)))
+    assert peaks[1] - peaks[0] < 5 * (2 << 20), peaks
