@@ -28,8 +28,8 @@ from perfwarden.harness.jsonl import (CITE_HEAD_BYTES, BenchRunLine, LineIssue, 
                                       ProfileLine, iter_jsonl, read_jsonl)
 from perfwarden.harness.records import (QUALITY_ITEMS_FIELDS, EvidenceRef, LegSpec, QualityEval, RunDir,
                                         shadowing_fields, unknown_fields, wrong_types)
-from perfwarden.harness.safe_read import (BENCH_LINE_BYTES, LOG_LINE_CHARS, RECORD_BYTES, TEXT_BYTES, RefusedInput,
-                                          check_regular, exists, iter_chunks, read_bytes)
+from perfwarden.harness.safe_read import (BENCH_LINE_BYTES, LINE_BYTES, LOG_LINE_CHARS, PROFILE_LINE_BYTES, RECORD_BYTES,
+                                          TEXT_BYTES, RefusedInput, check_regular, exists, iter_chunks, read_bytes)
 from perfwarden.harness.strict_json import StrictJsonError, loads
 
 _EXCERPT = 200
@@ -561,10 +561,10 @@ class RunLoader:
         return report.records
 
     # ---------------------------------------------------------------- other raw files
-    def jsonl(self, path: Path, schema: type, what: str) -> list | None:
+    def jsonl(self, path: Path, schema: type, what: str, max_line: int = LINE_BYTES) -> list | None:
         if not self.present(path, True, what):
             return None
-        report = read_jsonl(path, schema, root=self.run, cite=True)
+        report = read_jsonl(path, schema, root=self.run, max_line=max_line, cite=True)
         self._digest(path, report.sha256)
         self.report_issues(report.issues, what)
         return report.records
@@ -573,7 +573,7 @@ class RunLoader:
         return self.jsonl(self._inside(rel_path), OpBenchLine, "op benchmark")
 
     def profile(self) -> list[tuple[LineRef, ProfileLine]] | None:
-        return self.jsonl(self.paths.profile, ProfileLine, "profile")
+        return self.jsonl(self.paths.profile, ProfileLine, "profile", PROFILE_LINE_BYTES)
 
     def quality(self, eval_id: str, leg: str | None = None) -> tuple[QualityEval | None, TextFile | None]:
         path = self.paths.quality(eval_id, leg)

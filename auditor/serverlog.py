@@ -225,6 +225,8 @@ def fold_text(text: str) -> str:
     character (the four letters ``_FOLD_SPECIAL`` names first: ``str.lower`` alone would give ``İ`` two
     characters and leave the others): a pattern's :class:`_Anchored` twin matches here at the same
     positions where the pattern matches ``text``."""
+    if text.isascii():
+        return text.lower()
     return (text.translate(_FOLD_SPECIAL) if _FOLD_SPECIAL_RX.search(text) else text).lower()
 
 
@@ -249,6 +251,29 @@ class _Anchored:
 
 
 _NOT_ENGAGED_FOLDED = _Anchored(NOT_ENGAGED_RX, ("not engaged", "engaged", "0 calls"))
+_SIGN_REACH = 256
+"""Characters after ``engaged`` looked at for the ``=``/``:`` of ``engaged = 0`` (a longer run of blanks
+leaves the decision to the pattern)."""
+
+
+def refuses(folded: str) -> bool:
+    """``NOT_ENGAGED_RX.search(line)``, decided on the folded line. Every match holds ``not engaged``,
+    ``0 calls``, or ``engaged`` then blanks then ``=`` or ``:``: without one the line cannot match and
+    the pattern is not run (an ``ENGAGED op_override op=...`` line, millions of times in a flood)."""
+    if "not engaged" in folded or "0 calls" in folded or _engaged_then_sign(folded):
+        return _NOT_ENGAGED_FOLDED.search(folded) is not None
+    return False
+
+
+def _engaged_then_sign(folded: str) -> bool:
+    at = folded.find("engaged")
+    while at >= 0:
+        end = at + 7 + _SIGN_REACH
+        rest = folded[at + 7:end].lstrip()  # str.lstrip strips what the pattern's \s matches
+        if rest[:1] in ("=", ":") or (not rest and end < len(folded)):
+            return True
+        at = folded.find("engaged", at + 1)
+    return False
 _ENGAGED_WORD_FOLDED = _Anchored(_ENGAGED_WORD, ("engaged",))
 _SIGNALS_FOLDED: list[_Anchored | None] = [
     _Anchored(rx, _SIGNAL_ANCHORS[k]) if rx.flags & re.IGNORECASE else None for k, (_, rx) in enumerate(SIGNAL_PATTERNS)]
@@ -476,7 +501,7 @@ class _LineScan:
                                or "non-default args" in text):
             self._condition(i, text)
         folded_text = fold_text(text) if plan.not_engaged or plan.signals or plan.engaged else text
-        refused = plan.not_engaged and _NOT_ENGAGED_FOLDED.search(folded_text) is not None
+        refused = plan.not_engaged and refuses(folded_text)
         if plan.signals and not refused:
             self._signal(i, text, plan.signals, folded_text)
         if plan.accept:

@@ -54,7 +54,11 @@ KEY_BYTES = 64 * KiB
 REPORT_BYTES = 8 * MiB
 """A producer's prose report whose numbers are traced."""
 LINE_BYTES = 64 * MiB
-"""One line of a JSONL or log file (outputs, opbench, profile, events, LoadGen logs)."""
+"""One line of a JSONL or log file (outputs, opbench, events, LoadGen logs)."""
+PROFILE_LINE_BYTES = 4 * MiB
+"""One line of ``profile.jsonl``: one op's time and the distinct shapes it was served at (a few dozen;
+real lines are under 1 KiB). Each shape decodes to a list of integers, ten times its bytes: at the
+generic bound one line would hold over a gigabyte."""
 BENCH_LINE_BYTES = 1 * GiB
 """One ``bench_runs.jsonl`` line: one rep's per-request arrays (a 400k-request rep is ~300 MB)."""
 
