@@ -237,8 +237,8 @@ def entropy_factor(bits: float | None) -> float:
 
 PIECE_CHARS = 1 << 18
 """Characters of one text read at a time by :class:`_Tally`: a text's statistics cost a few pieces of
-memory beyond the text itself (the word lists, n-gram tuples and character lists of a whole 64 MiB text
-cost 125 times its size), whatever its length."""
+memory beyond the text itself, whatever its length (the word lists, n-gram tuples and character lists of
+a whole text would hold over 100 times its size)."""
 _NOT_WORD = re.compile(r"[^A-Za-z'\u2019]")
 _MIX = np.array([0x9E3779B97F4A7C15, 0xC2B2AE3D27D4EB4F, 0x165667B19E3779F9], dtype=np.uint64)
 """Odd multipliers that combine three word digests into one trigram digest (wrapping uint64)."""

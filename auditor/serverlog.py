@@ -30,8 +30,10 @@ import hashlib
 import math
 import re
 from dataclasses import dataclass, field
-from itertools import compress, count, repeat
+from itertools import repeat
 from typing import Any, Iterable, Literal, NamedTuple
+
+import numpy as np
 
 from perfwarden.auditor import registry
 from perfwarden.auditor.rederive import flatten_json
@@ -251,29 +253,20 @@ class _Anchored:
 
 
 _NOT_ENGAGED_FOLDED = _Anchored(NOT_ENGAGED_RX, ("not engaged", "engaged", "0 calls"))
-_SIGN_REACH = 256
-"""Characters after ``engaged`` looked at for the ``=``/``:`` of ``engaged = 0`` (a longer run of blanks
-leaves the decision to the pattern)."""
+_ENGAGED_SIGN = re.compile(r"engaged\s*[=:]")
+"""The start every ``engaged = 0`` match of ``NOT_ENGAGED_RX`` has, on the folded line (a literal first:
+``re`` finds it with a fast search, not a try at every position)."""
 
 
 def refuses(folded: str) -> bool:
     """``NOT_ENGAGED_RX.search(line)``, decided on the folded line. Every match holds ``not engaged``,
     ``0 calls``, or ``engaged`` then blanks then ``=`` or ``:``: without one the line cannot match and
     the pattern is not run (an ``ENGAGED op_override op=...`` line, millions of times in a flood)."""
-    if "not engaged" in folded or "0 calls" in folded or _engaged_then_sign(folded):
+    if "not engaged" in folded or "0 calls" in folded or _ENGAGED_SIGN.search(folded):
         return _NOT_ENGAGED_FOLDED.search(folded) is not None
     return False
 
 
-def _engaged_then_sign(folded: str) -> bool:
-    at = folded.find("engaged")
-    while at >= 0:
-        end = at + 7 + _SIGN_REACH
-        rest = folded[at + 7:end].lstrip()  # str.lstrip strips what the pattern's \s matches
-        if rest[:1] in ("=", ":") or (not rest and end < len(folded)):
-            return True
-        at = folded.find("engaged", at + 1)
-    return False
 _ENGAGED_WORD_FOLDED = _Anchored(_ENGAGED_WORD, ("engaged",))
 _SIGNALS_FOLDED: list[_Anchored | None] = [
     _Anchored(rx, _SIGNAL_ANCHORS[k]) if rx.flags & re.IGNORECASE else None for k, (_, rx) in enumerate(SIGNAL_PATTERNS)]
@@ -453,6 +446,8 @@ class _LineScan:
         self.needs = sorted({need for guard in guards for need in guard}, key=sorted)
         """Every set of literals that makes a line worth reading."""
         self.needles = sorted({n for need in self.needs for n in need})
+        if len(self.needles) > 62:  # a line's literals are bits of one int64 (lines())
+            raise ValueError(f"{len(self.needles)} guard literals: more than a line's 62-bit mask holds")
         self._plans: dict[frozenset[bytes], _Plan] = {}
         self.copies_over = self.problems_over = self.signals_over = self.copy_chars = 0
         log.usage_peaks = {p: None for p, _, _ in self.usage}
@@ -465,21 +460,32 @@ class _LineScan:
 
     def lines(self, first: int, parts: list[str]) -> None:
         """Lines ``first``, ``first + 1``, ...: a literal absent from the whole batch rules its guards out
-        at once; the others select lines with ``in`` run in C, and only those are read."""
+        at once; for the others, which lines hold which literals is found in C (one ``in`` per line and
+        literal, packed into a bit mask per line), and only the lines that hold a guard are read, each with
+        the plan of its mask (a flood of millions of chosen lines costs no Python loop over literals)."""
         folded_text = fold("\n".join(parts))
         folded = folded_text.split(b"\n")
         if len(folded) != len(parts):  # cannot happen (folding keeps line breaks); never misalign
             folded = [fold(p) for p in parts]
-        in_batch = frozenset(n for n in self.needles if n in folded_text)
-        chosen: set[int] = set(range(len(parts))) if self.every_line else set()
+        needles = tuple(n for n in self.needles if n in folded_text)
+        masks = np.zeros(len(folded), dtype=np.int64)
+        for bit, needle in enumerate(needles):
+            held = np.fromiter(map(bytes.__contains__, folded, repeat(needle)), dtype=bool, count=len(folded))
+            masks[held] |= 1 << bit
+        wanted = np.zeros(len(folded), dtype=bool)
         for need in self.needs:
-            if len(chosen) == len(parts):
-                break
-            if need <= in_batch:
-                chosen.update(compress(count(), map(bytes.__contains__, folded, repeat(max(need, key=len)))))
-        for k in sorted(chosen):
-            low = folded[k]
-            self.line(first + k, parts[k], self.plan(frozenset(n for n in in_batch if n in low)), low)
+            if need <= set(needles):
+                need_mask = sum(1 << needles.index(n) for n in need)
+                wanted |= (masks & need_mask) == need_mask
+        chosen = range(len(parts)) if self.every_line else np.flatnonzero(wanted).tolist()
+        plans: dict[int, _Plan] = {}
+        mask_of = masks.tolist()
+        for k in chosen:
+            mask = mask_of[k]
+            plan = plans.get(mask)
+            if plan is None:
+                plan = plans[mask] = self.plan(frozenset(n for bit, n in enumerate(needles) if mask >> bit & 1))
+            self.line(first + k, parts[k], plan, folded[k])
 
     def plan(self, present: frozenset[bytes]) -> _Plan:
         """Which patterns a line holding exactly the literals ``present`` can match (memoized: a log
@@ -562,17 +568,18 @@ class _LineScan:
             m = twin.search(folded_text) if twin is not None else rx.search(text)
             if not m:
                 continue
-            detail = m.group(1).lower() if family == "kernel_override" and m.groups() else None
-            shown = text.strip()[:200]
-            hit = family == "response_cache" and RESPONSE_CACHE_HIT.search(shown) is not None
+            # the op as the line writes it (a twin matched the folded line at the same positions)
+            detail = text[m.start(1):m.end(1)].lower() if family == "kernel_override" and m.re.groups else None
+            hit = family == "response_cache" and RESPONSE_CACHE_HIT.search(text.strip()[:200]) is not None
             kind = (family, detail, hit)
             counts = self.log.signal_counts
-            if kind not in counts and len(counts) >= MAX_SIGNAL_KINDS:
+            seen = counts.get(kind)
+            if seen is None and len(counts) >= MAX_SIGNAL_KINDS:
                 self.signals_over += 1
                 return
-            counts[kind] = counts.get(kind, 0) + 1
+            counts[kind] = (seen or 0) + 1
             if counts[kind] <= MAX_SIGNALS:
-                self.log.signals.append(LogSignal(family, i, shown, detail, hit))
+                self.log.signals.append(LogSignal(family, i, text.strip()[:200], detail, hit))
                 self.cite(i, text)
             return
 

@@ -38,8 +38,8 @@ def _text(chars: int) -> str:
 
 
 def test_a_long_texts_statistics_cost_pieces_not_copies():
-    """Word lists, trigram tuples and character lists of a whole text cost over 100 times its size; in
-    pieces, four times the text costs what the text costs."""
+    """Word lists, trigram tuples and character lists of a whole text would hold over 100 times its size;
+    read in pieces, a text four times as long costs no more scratch."""
     one = _peak(lambda: coherence.text_stats(0, _text(coherence.PIECE_CHARS)))
     four = _peak(lambda: coherence.text_stats(0, _text(4 * coherence.PIECE_CHARS)))
     assert four < one + 4 * coherence.PIECE_CHARS, (one, four)  # the text (made inside) included
@@ -75,8 +75,8 @@ def test_a_text_known_by_its_digest_never_agrees_with_a_dump_but_compares_across
 @pytest.mark.slow
 def test_a_long_output_line_audits_in_a_small_multiple_of_itself(tmp_path):
     """A text in the reference leg's parity dump, 1 MiB then 3 MiB: the audit's own allocations grow by a
-    few times the text's growth (the decoded dump, the line being read), not the 125 times it cost (the
-    depth scan's regex stack, the coherence statistics' word and trigram lists)."""
+    few times the text's growth (the decoded dump, the line being read), not over a hundred times (what a
+    regex's stack over the line or word and trigram lists of the whole text would hold)."""
     run = tmp_path / "run"
     shutil.copytree(FIXTURES / "rec-response-cache" / "run", run)
     claim = run / "claims" / "001-patch.json"

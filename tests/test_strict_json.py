@@ -1,9 +1,9 @@
 """One strict JSON decoder for every reader (``harness/strict_json.py``): each rule refused the same way
 by every file perfwarden reads, and the scans behind it in constant memory.
 
-The regression tests here go through the readers' public entry points (a claim, ``report.json``,
-``outputs.jsonl``, ``settings.json``, a LoadGen log line, the seal chain's first line): each failed
-before the one decoder, where that reader had its own rules.
+The reader tests here go through the readers' public entry points (a claim, ``report.json``,
+``outputs.jsonl``, ``settings.json``, a LoadGen log line, the seal chain's first line): one rule, whichever
+file holds the text.
 """
 
 from __future__ import annotations
