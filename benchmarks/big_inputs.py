@@ -4,10 +4,10 @@ evidence file, and 20,000 saved verdicts.
 Targets: the audit of a run whose server log is 256 MiB takes under 60 s on a 2-core machine, about the
 time of reading the log (one pass serves every gate), and a 256 MiB log of distinct ``ENGAGED
 op_override`` lines audits in under 15 s quiet, timed beside a plain log of the same size (ratio
-printed); a line at its reader's bound in any evidence file (64 MiB in ``bench_runs.jsonl``,
-``outputs.jsonl``, ``opbench.jsonl``, ``profile.jsonl``, a LoadGen detail log; 16 MiB in ``leg.json`` and
-``server_info.json``; 1 MiB in a claim; and 64 MiB in each of those last three, refused) audits in under
-1 GB of peak RSS; ``perfwarden review`` of 20,000 saved verdicts stays under 500 MB peak RSS and writes
+printed); a 64 MiB line in any evidence file audits in under 1 GB of peak RSS: at the reader's bound in
+``bench_runs.jsonl``, ``outputs.jsonl``, ``opbench.jsonl`` and a LoadGen detail log, over it (refused
+unread) in ``profile.jsonl`` (bounded at 4 MiB), ``server_info.json`` and a claim, whose bounds (16 MiB for
+``leg.json`` and ``server_info.json``, 1 MiB for a claim) are audited too; ``perfwarden review`` of 20,000 saved verdicts stays under 500 MB peak RSS and writes
 an HTML page of sane size.
 
 What is printed, all measured in one run of this script, each case in a fresh process (its peak RSS is
