@@ -23,9 +23,9 @@ from perfwarden.auditor.findings import Findings, GateResult, decide, deciding_a
 from perfwarden.auditor.gates import (caching, conditions, correctness, engine_witness, explain, integrity,
                                       knobs, lever, measurement, opbench, process, profile, prose, rep_witnesses,
                                       same_config, served, target_keys, timeline, workload)
-from perfwarden.auditor.manifest import (KeyChoice, KeyFileError, Manifest, chain_seal_id, observe,
-                                         read_manifest, resolve_key)
+from perfwarden.auditor.manifest import KeyChoice, KeyFileError, Manifest, observe, read_manifest, resolve_key
 from perfwarden.auditor.rederive import METRICS
+from perfwarden.harness.jsonl import chain_seal_id
 from perfwarden.harness.records import (Claim, Comparison, Finding, LegWitnesses, MetricStats, RunDir, Verdict,
                                         write_json_atomic)
 from perfwarden.harness.safe_read import REPORT_BYTES, exists

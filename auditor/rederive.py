@@ -31,7 +31,7 @@ from typing import Any
 import msgspec
 import numpy as np
 
-from perfwarden.harness.json_limits import JsonTooDeep, check_depth
+from perfwarden.harness.strict_json import StrictJsonError, loads
 from perfwarden.harness.jsonl import NULL, BenchRunLine, LineRef
 
 # Metric -> whether higher is better. The one place that says which way each metric improves.
@@ -254,9 +254,8 @@ def raw_json(raw: msgspec.Raw, name: str, ref: LineRef) -> Any:
         raise RepError("corrupt", f"line {ref.line}: {name!r} is {len(data)} bytes, more than the limit of "
                        f"{RAW_FIELD_MAX_BYTES}")
     try:
-        check_depth(data, what=f"{name!r}")
-        return msgspec.json.decode(data)
-    except (JsonTooDeep, msgspec.DecodeError, RecursionError, UnicodeDecodeError) as exc:
+        return loads(data, what=f"{name!r}")
+    except StrictJsonError as exc:
         raise RepError("corrupt", f"line {ref.line}: {exc}") from None
 
 

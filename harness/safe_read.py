@@ -27,7 +27,6 @@ import os
 import stat
 from pathlib import Path
 from typing import BinaryIO, Iterator, Literal
-from perfwarden.harness.json_limits import MAX_DEPTH  # noqa: F401 - one nesting bound, re-exported
 
 Reason = Literal["missing", "outside", "not_regular", "too_large", "unreadable"]
 
@@ -55,7 +54,11 @@ KEY_BYTES = 64 * KiB
 REPORT_BYTES = 8 * MiB
 """A producer's prose report whose numbers are traced."""
 LINE_BYTES = 64 * MiB
-"""One line of a JSONL or log file (outputs, opbench, profile, events, LoadGen logs)."""
+"""One line of a JSONL or log file (outputs, opbench, events, LoadGen logs)."""
+PROFILE_LINE_BYTES = 4 * MiB
+"""One line of ``profile.jsonl``: one op's time and the distinct shapes it was served at (a few dozen;
+real lines are under 1 KiB). Each shape decodes to a list of integers, ten times its bytes: at the
+generic bound one line would hold over a gigabyte."""
 BENCH_LINE_BYTES = 1 * GiB
 """One ``bench_runs.jsonl`` line: one rep's per-request arrays (a 400k-request rep is ~300 MB)."""
 
@@ -217,22 +220,6 @@ def iter_chunks(path: Path | str, root: Path | str | None = None, *, limit: int,
                 raise RefusedInput(path, "too_large", f"{what} {_shown(Path(path), root)!r} grew past the "
                                    f"{size_text(limit)} bound while it was read: not read")
             yield piece
-
-
-def too_deep(obj: object, limit: int = MAX_DEPTH) -> bool:
-    """Whether a decoded JSON value nests deeper than ``limit`` (iterative: no recursion limit)."""
-    stack: list[tuple[object, int]] = [(obj, 0)]
-    while stack:
-        value, depth = stack.pop()
-        if isinstance(value, dict):
-            if depth >= limit:
-                return True
-            stack.extend((v, depth + 1) for v in value.values())
-        elif isinstance(value, list):
-            if depth >= limit:
-                return True
-            stack.extend((v, depth + 1) for v in value if isinstance(v, (dict, list)))
-    return False
 
 
 def long_string(obj: object, limit: int = STRING_CHARS) -> tuple[str, int] | None:

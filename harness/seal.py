@@ -58,10 +58,11 @@ from typing import Any
 import msgspec
 
 from perfwarden.harness import safe_write
-from perfwarden.harness.jsonl import SealEntry
+from perfwarden.harness.jsonl import DECODE_ERRORS, SEAL_ENTRY, SealEntry, chain_seal_id, decode_line
 from perfwarden.harness.records import (EVIDENCE_DIRS, EVIDENCE_FILE, RUN_SEARCH_DEPTH, SealHead, SealKey,
                                         is_seal_id, jsonl_text, key_store_dir, key_store_path, write_json_atomic)
-from perfwarden.harness.safe_read import KEY_BYTES, open_regular, read_bytes
+from perfwarden.harness.safe_read import KEY_BYTES, RECORD_BYTES, open_regular, read_bytes
+from perfwarden.harness.strict_json import loads
 
 log = logging.getLogger(__name__)
 
@@ -165,7 +166,7 @@ def head_path(key_file: Path) -> Path:
 def read_key_file(path: Path) -> SealKey:
     """A key file, read like any input: a regular file of at most ``KEY_BYTES``, never blocking."""
     try:
-        return SealKey.model_validate_json(read_bytes(path, limit=KEY_BYTES, what="seal key"))
+        return SealKey.model_validate(loads(read_bytes(path, limit=KEY_BYTES, what="seal key"), what="seal key"))
     except (OSError, ValueError) as exc:
         raise SealError(f"cannot read seal key {str(path)!r}: {exc}") from None
 
@@ -184,7 +185,7 @@ def find_key_file(run: Path | str) -> Path | None:
     if cached is not None:
         return cached.key_file
     store = key_store_dir()
-    by_id = key_store_path(_chain_seal_id(root / EVIDENCE_FILE))  # None for an id that is not one
+    by_id = key_store_path(chain_seal_id(root / EVIDENCE_FILE))  # None for an id that is not one
     if by_id is not None and by_id.is_file():
         return by_id
     if store.is_dir():
@@ -195,16 +196,6 @@ def find_key_file(run: Path | str) -> Path | None:
             except SealError:
                 continue
     return None
-
-
-def _chain_seal_id(path: Path) -> str | None:
-    try:
-        with open_regular(path, what="seal chain") as handle:  # a FIFO here is refused, never waited on
-            first = handle.readline(1 << 16)
-        entry = msgspec.json.decode(first, type=SealEntry)
-    except (OSError, msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError):
-        return None
-    return entry.seal_id if entry.kind == "open" else None
 
 
 # -------------------------------------------------------------------------------------------- chain
@@ -284,8 +275,8 @@ class Chain:
 
     def _accept(self, raw: bytes) -> None:
         try:
-            entry = msgspec.json.decode(raw, type=SealEntry)
-        except (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError) as exc:
+            entry = decode_line(SEAL_ENTRY, raw)
+        except DECODE_ERRORS as exc:
             raise SealError(f"entry {self._seq + 2} of {str(self.path)!r} does not decode: {exc}") from None
         if len(raw) < len(MAC_FIELD) + 66 or raw[-(len(MAC_FIELD) + 66):-66] != MAC_FIELD:
             raise SealError(f"entry {self._seq + 2} of {str(self.path)!r} has no MAC where it belongs")
@@ -336,7 +327,8 @@ class Chain:
                 meta["rep"] = int(rep)
             if parts[2:] == ["leg.json"]:
                 try:
-                    status = json.loads(path.read_text("utf-8")).get("status", "ok")
+                    status = loads(read_bytes(path, self.root, limit=RECORD_BYTES, what="leg spec"),
+                                   what="leg spec").get("status", "ok")
                 except (OSError, ValueError, AttributeError):
                     status = None
                 meta["status"] = status if isinstance(status, str) else "unreadable"
@@ -529,11 +521,14 @@ class _BenchKey(msgspec.Struct):
     contention: dict | None = None
 
 
+_BENCH_KEY = msgspec.json.Decoder(_BenchKey)
+
+
 def bench_meta(line: bytes) -> dict[str, Any]:
     """rep and contention presence of a bench line (for :meth:`Chain.adopt_lines`)."""
     try:
-        key = msgspec.json.decode(line, type=_BenchKey)
-    except (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError):
+        key = decode_line(_BENCH_KEY, line)
+    except DECODE_ERRORS:
         return {}
     return {"rep": key.rep, "contention": key.contention is not None}
 
@@ -576,7 +571,8 @@ def begin(run: Path | str, *, key_file: Path | str | None = None) -> Chain | Non
 
 def _run_id(root: Path) -> str:
     try:
-        value = json.loads((root / "run.json").read_text("utf-8")).get("id")
+        value = loads(read_bytes(root / "run.json", root, limit=RECORD_BYTES, what="run.json"),
+                      what="run.json").get("id")
     except (OSError, ValueError, AttributeError):
         value = None
     return value if isinstance(value, str) and value else root.name
@@ -608,7 +604,7 @@ def _create(root: Path, key_file: Path | None) -> Chain:
 
 def _open_existing(root: Path, key_file: Path | None) -> Chain:
     path = root / EVIDENCE_FILE
-    seal_id = _chain_seal_id(path)
+    seal_id = chain_seal_id(path)
     if seal_id is None:
         raise SealError(f"{str(path)!r} does not start with an 'open' entry; it cannot be continued")
     if not is_seal_id(seal_id):

@@ -13,7 +13,7 @@ from perfwarden.auditor import registry
 from perfwarden.auditor.claim_file import ClaimError, load_claim
 from perfwarden.auditor.manifest import KeyFileError, read_operator_key
 from perfwarden.harness.safe_write import check_dir
-from perfwarden.orchestrator.exit_codes import EXIT_BY_VERDICT, ExitCode
+from perfwarden.orchestrator.exit_codes import EXIT_BY_VERDICT, ExitCode, disk_full
 from perfwarden.orchestrator.render import print_error, print_verdict
 
 
@@ -60,6 +60,8 @@ def audit(
         try:
             write_verdict(run_dir, verdict)
         except OSError as exc:
+            if disk_full(exc) is not None:
+                raise  # named as a full disk by the command's guard (cli.py)
             print_error(err, f"cannot write the verdict into {str(run_dir)!r}: {exc}")
             raise typer.Exit(ExitCode.INVALID) from None
     if json_out:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import typer
@@ -15,6 +14,7 @@ from perfwarden.harness.records import RunDir, RunManifest, write_json_atomic
 from perfwarden.orchestrator.exit_codes import ExitCode
 from perfwarden.harness.safe_write import RefusedWrite
 from perfwarden.harness.seal import SealError
+from perfwarden.harness.strict_json import StrictJsonError, loads
 from perfwarden.orchestrator.lab import LegPlan, check_leg_writes
 from perfwarden.orchestrator.render import print_error, printable, safe_text
 
@@ -98,8 +98,8 @@ def measure(
     out_console.print(safe_text(f"leg {leg!r}: {len(lines)} rep(s) in {paths.bench_runs(leg)}"))
     for line in lines:
         try:
-            d = json.loads(line)
-        except ValueError:
+            d = loads(line, what="a bench line")
+        except StrictJsonError:
             out_console.print(safe_text("  (a line that is not JSON: the auditor will report it)"))
             continue
         if not isinstance(d, dict):

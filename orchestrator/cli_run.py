@@ -23,7 +23,7 @@ from perfwarden.auditor.claim_file import ClaimError
 from perfwarden.harness.safe_write import RefusedWrite
 from perfwarden.harness.seal import SealError
 from perfwarden.harness.target_config import TARGET_CONFIGS, ConfigError, SGLangConfig, parse_set_args
-from perfwarden.orchestrator.exit_codes import ExitCode
+from perfwarden.orchestrator.exit_codes import ExitCode, disk_full, no_space_message
 from perfwarden.orchestrator.render import VERDICT_STYLE, print_error, safe_text
 from perfwarden.orchestrator.settings import RunSettings, settings_error
 from perfwarden.orchestrator.simlab import SyntheticLab
@@ -363,6 +363,7 @@ def run(
                           cluster=cluster)
     except (RunUsageError, ConfigError, RefusedWrite, SealError, ClaimError) as exc:  # all: the run dir is bad input
         watcher._stop()
+        _stop_if_disk_full(err, exc, run_dir)
         print_error(err, exc)
         raise typer.Exit(ExitCode.INVALID) from None
     except KeyboardInterrupt:
@@ -373,8 +374,19 @@ def run(
         watcher._stop()
         if os.environ.get("PERFWARDEN_DEBUG"):
             traceback.print_exc()
+        _stop_if_disk_full(err, exc, run_dir)
         print_error(err, f"the run stopped on {type(exc).__name__}: {exc}; its checkpoint is kept: continue with "
                          f"`perfwarden run --resume {run_dir}` (PERFWARDEN_DEBUG=1 shows the traceback)")
         raise typer.Exit(ExitCode.NOT_OK) from None
     watcher._stop()
     _print_outcome(state, run_dir, started)
+
+
+def _stop_if_disk_full(err: Console, exc: BaseException, run_dir: Path | str) -> None:
+    """Exit ``NO_SPACE`` naming the full disk when ``exc`` comes from one (Optuna words it "invalid data in
+    the commit", SQLite "database or disk is full"): the checkpoint holds every finished step."""
+    full = disk_full(exc)
+    if full is not None:
+        print_error(err, no_space_message(full, "running", f"free space, then `perfwarden run --resume {run_dir}` "
+                                          "continues where it stopped"))
+        raise typer.Exit(ExitCode.NO_SPACE) from None

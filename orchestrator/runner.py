@@ -32,6 +32,7 @@ from perfwarden.harness.llm_client import LLMClient
 from perfwarden.harness import safe_write
 from perfwarden.harness.records import write_json_atomic
 from perfwarden.harness.safe_read import RECORD_BYTES, read_bytes
+from perfwarden.harness.strict_json import StrictJsonError, loads
 from perfwarden.orchestrator.checkpoint_serde import (CheckpointTypeError, StateOnlySerializer, check_names,
                                                       check_state)
 from perfwarden.orchestrator.crashpoints import crash_point
@@ -107,10 +108,14 @@ def read_settings(run: Path) -> RunSettings:
     from pydantic import ValidationError
 
     try:
-        return RunSettings.model_validate_json(read_bytes(settings_path(run), run, limit=RECORD_BYTES,
-                                                          what="settings"))
+        data = loads(read_bytes(settings_path(run), run, limit=RECORD_BYTES, what="settings"),
+                     what=repr(str(settings_path(run))))
     except OSError as exc:
         raise RunUsageError(f"{str(run)!r} is not a perfwarden run directory: {exc}{_empty_hint(run)}") from None
+    except StrictJsonError as exc:
+        raise RunUsageError(f"{exc}: the settings are not read") from None
+    try:
+        return RunSettings.model_validate(data)
     except ValidationError as exc:
         raise RunUsageError(settings_error(exc, f"{str(settings_path(run))!r} is invalid")) from None
 
