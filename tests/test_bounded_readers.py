@@ -40,9 +40,13 @@ def _text(chars: int) -> str:
 def test_a_long_texts_statistics_cost_pieces_not_copies():
     """Word lists, trigram tuples and character lists of a whole text would hold over 100 times its size;
     read in pieces, a text four times as long costs no more scratch."""
-    one = _peak(lambda: coherence.text_stats(0, _text(coherence.PIECE_CHARS)))
-    four = _peak(lambda: coherence.text_stats(0, _text(4 * coherence.PIECE_CHARS)))
-    assert four < one + 4 * coherence.PIECE_CHARS, (one, four)  # the text (made inside) included
+    short, long = _text(coherence.PIECE_CHARS), _text(4 * coherence.PIECE_CHARS)  # built outside the figures
+    coherence.text_stats(0, short)  # one-time costs (imports, caches) out of the figures too
+    one = _peak(lambda: coherence.text_stats(0, short))
+    four = _peak(lambda: coherence.text_stats(0, long))
+    # Whole-text statistics grew about 4x with the text (16.4 -> 64.6 MB); in pieces the scratch stays that of
+    # a piece or two (a long text is cut into piece-sized slices; a one-piece text is used whole), whatever its length.
+    assert four < one + 2 * coherence.PIECE_CHARS, (one, four)
 
 
 def test_served_texts_past_the_bound_are_counted_by_digest():
