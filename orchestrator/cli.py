@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import typer
 
-from perfwarden.orchestrator import cli_audit, cli_backtest, cli_measure, cli_mlperf, cli_redteam, cli_review, cli_run
+from perfwarden.orchestrator import cli_audit, cli_audit_bench, cli_backtest, cli_measure, cli_mlperf, cli_redteam, cli_review, cli_run
 
 
 app = typer.Typer(
@@ -21,6 +21,7 @@ app = typer.Typer(
 app.command("run")(cli_run.run)
 app.command("measure")(cli_measure.measure)
 app.command("audit")(cli_audit.audit)
+app.command("audit-bench")(cli_audit_bench.audit_bench)
 app.command("audit-mlperf")(cli_mlperf.audit_mlperf)
 app.command("backtest")(cli_backtest.backtest)
 app.command("review")(cli_review.review)
