@@ -155,10 +155,11 @@ CASES: dict[str, Case] = {
         "Relabelled as an A/A: the three baseline files as both legs. Each candidate rep has the same per-request "
         "timings as a baseline rep: duplicated evidence.", logs=("baseline", "baseline")),
     "vbench-aa-baseline-reps": Case(
-        recorded("baseline", 1, 3), recorded("baseline", 2), "FAIL", "eject", ["DELTA_NOT_SIGNIFICANT"], [],
+        recorded("baseline", 1, 3), recorded("baseline", 2), "FAIL", "remeasure", ["DELTA_NOT_SIGNIFICANT"], [],
         "Relabelled as an A/A from distinct baseline reps: reps 1 and 3 as the baseline, rep 2 as the candidate "
-        "(the baseline's log for both): one candidate rep cannot show a real delta, and the declared change does "
-        "not differ.", logs=("baseline", "baseline")),
+        "(the baseline's log for both): one candidate rep cannot show a real delta (FAIL), and the declared change "
+        "does not differ (NOT_ENGAGED); both ask for more measurement, the most decisive action asked.",
+        logs=("baseline", "baseline")),
     "vbench-model-differs": Case(
         HONEST_BASE, recorded("candidate", 1, 2, 3, edit=named("model_id", "/models/SmolLM2-360M-Instruct")),
         "FAIL", "eject", ["CONDITIONS_DIFFER"], [],
