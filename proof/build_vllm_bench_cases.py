@@ -207,6 +207,22 @@ CASES: dict[str, Case] = {
         HONEST_BASE, recorded("candidate", 1, 2, 3, edit=without("start_times")), "FLAG", "remeasure",
         ["EVIDENCE_MISSING"], [],
         "The candidate's start_times removed, the baseline's kept: the candidate would escape the order check."),
+    "vbench-blocked-dates-only": Case(
+        recorded("baseline", 1, 2, 3, edit=without("start_times")),
+        recorded("candidate", 1, 2, 3, edit=then_edit(clock_shift(1000.0), without("start_times"))), "FLAG",
+        "remeasure", ["NOT_INTERLEAVED"], ["CONTENDED_LEG", "EVIDENCE_MISSING"],
+        "The blocked A/B with every start_times removed: the dates (each rep's end, to the second) still show every "
+        "baseline rep before every candidate rep. Stripping the finer clock buys nothing."),
+    "vbench-undated": Case(
+        HONEST_BASE, recorded("candidate", 1, 2, 3, edit=without("date")), "FLAG", "remeasure", ["EVIDENCE_MISSING"],
+        [],
+        "The candidate's files lack the date vllm bench serve always writes (they still name their model_id): "
+        "their start_times cannot be shown to share the baseline's clock."),
+    "vbench-near-dates-only": Case(
+        recorded("baseline", 1, 2, 3, edit=without("start_times")),
+        recorded("candidate", 1, 2, 3, edit=without("start_times")), "PASS", "pass", [], QUIET,
+        "Near miss: files from a vLLM that wrote no start_times (both legs alike): their dates show B C B C B C, "
+        "overlap is listed as not shown, and the honest A/B still passes."),
     "vbench-served-other-text": Case(
         HONEST_BASE, recorded("candidate", 1, 2, 3, edit=other_texts(0, 3, 6)), "FAIL", "eject",
         ["PARITY_MISMATCH"], [],
