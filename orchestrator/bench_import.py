@@ -167,10 +167,8 @@ def _check_copy(dest: Path, run: Path, segments: list[_Segment]) -> str | None:
     count = 0
     for _, record in iter_jsonl(dest, BenchRunLine, issues, root=run):
         count += 1
-        named = getattr(record, "model_id", None)
-        if model is None and named is not None:
-            value = json.loads(bytes(named))
-            model = value if isinstance(value, str) else None
+        if model is None:
+            model = _named_model(record)
     bad = [issue for issue in issues if issue.kind != "foreign_fields"]
     if bad:
         source, line = _source_of(segments, bad[0].ref.line)
@@ -179,6 +177,18 @@ def _check_copy(dest: Path, run: Path, segments: list[_Segment]) -> str | None:
     if count == 0:
         raise BenchInputError(f"{', '.join(repr(str(s.source)) for s in segments)}: no benchmark result in the file(s)")
     return model
+
+
+def _named_model(record: BenchRunLine) -> str | None:
+    """The model a foreign record names (``model_id``), when it is a string (read behind the depth bound)."""
+    raw = getattr(record, "model_id", None)
+    if raw is None:
+        return None
+    try:
+        value = loads_bounded(bytes(raw), what="model_id")
+    except (ValueError, RecursionError):
+        return None
+    return value if isinstance(value, str) else None
 
 
 def _source_of(segments: list[_Segment], line: int) -> tuple[Path, int]:
