@@ -215,3 +215,47 @@ def test_without_out_the_run_goes_to_a_new_temporary_directory_that_is_kept_for_
     assert run.name.startswith("perfwarden-audit-bench-") and f"run directory: {run}" in result.stderr
     review = runner.invoke(app, ["review", str(run)])
     assert review.exit_code == 0 and "PASS (unsealed)" in review.stdout
+
+
+def _mutants(seed: int, n: int) -> list[bytes]:
+    """Damaged copies of a recorded result: cut short, a byte changed, a value retyped, a key dropped or
+    repeated, a non-finite number, a deep value."""
+    import random
+
+    rng = random.Random(seed)
+    raw = files("candidate")[0].read_bytes()
+    record = json.loads(raw)
+    keys = sorted(record)
+    out = []
+    for i in range(n):
+        kind, key = i % 7, rng.choice(keys)
+        if kind == 0:
+            out.append(raw[:rng.randrange(1, len(raw))])
+        elif kind == 1:
+            at = rng.randrange(len(raw))
+            out.append(raw[:at] + bytes([rng.randrange(256)]) + raw[at + 1:])
+        elif kind == 2:
+            out.append(json.dumps({**record, key: rng.choice(["x", -1, None, [], {"a": 1}, 1e308])}).encode())
+        elif kind == 3:
+            out.append(json.dumps({k: v for k, v in record.items() if k != key}).encode())
+        elif kind == 4:
+            out.append(raw[:-1] + f', "{key}": 1}}'.encode())
+        elif kind == 5:
+            out.append(json.dumps({**record, key: float("nan")}).encode())
+        else:
+            out.append(json.dumps({**record, key: "[" * 100}).replace('"' + "[" * 100 + '"', "[" * 100 + "]" * 100)
+                       .encode())
+    return out
+
+
+def test_damaged_result_files_never_crash_audit_bench(tmp_path):
+    """Each damaged file as the candidate's third rep: a verdict or bad input, within audit's exit contract,
+    never a traceback."""
+    for i, data in enumerate(_mutants(seed=7, n=21)):
+        bad = tmp_path / f"m{i}.json"
+        bad.write_bytes(data)
+        argv = args(files("baseline"), [*files("candidate", (1, 2)), bad])
+        result = runner.invoke(app, [*argv, "--out", str(tmp_path / f"run{i}")])
+        assert result.exit_code in (0, 10, 20, 3), (i, result.output[-500:])
+        assert isinstance(result.exception, (SystemExit, type(None))), (i, repr(result.exception))
+        assert "Traceback" not in result.output
