@@ -744,9 +744,5 @@ class ForeignBenchRunLine(BenchRunLine, forbid_unknown_fields=False):
     """The SLO itself, where ``--metadata goodput=ttft:500,tpot:100`` recorded it (vLLM writes no SLO field)."""
 
 
-FOREIGN_READ = ("model_id", "tokenizer_id", "start_times", "date", "request_goodput", "goodput")
-"""The fields of a foreign bench line read beyond the harness's schema (``ForeignBenchRunLine``)."""
-
-
 FOREIGN_SCHEMAS: dict[type, type] = {BenchRunLine: ForeignBenchRunLine}
 """The schemas a foreign writer may extend (only the bench line: every other record is perfwarden's)."""
