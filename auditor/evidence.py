@@ -20,6 +20,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from perfwarden.auditor import bench_extras
 from perfwarden.auditor.findings import Findings, GateResult, finding
 from perfwarden.auditor.loadgen_logs import LoadgenRep, read_rep_logs
 from perfwarden.auditor.rederive import RepError, RepMetrics, rederive_rep
@@ -30,6 +31,7 @@ from perfwarden.harness.records import (QUALITY_ITEMS_FIELDS, EvidenceRef, LegSp
                                         shadowing_fields, unknown_fields, wrong_types)
 from perfwarden.harness.safe_read import (BENCH_LINE_BYTES, LINE_BYTES, LOG_LINE_CHARS, PROFILE_LINE_BYTES, RECORD_BYTES,
                                           TEXT_BYTES, RefusedInput, check_regular, exists, iter_chunks, read_bytes)
+from perfwarden.harness.slo import GoodputSlo
 from perfwarden.harness.strict_json import StrictJsonError, loads
 
 _EXCERPT = 200
@@ -139,10 +141,13 @@ class LegEvidence:
 class RunLoader:
     """Reads raw files of one run directory, caching them and recording digests and findings."""
 
-    def __init__(self, run: Path, findings: Findings, log_ops: tuple[str, ...] = ()):
+    def __init__(self, run: Path, findings: Findings, log_ops: tuple[str, ...] = (),
+                 goodput_slo: GoodputSlo | None = None):
         self.run = Path(run)
         self.log_ops = log_ops
         """Kernel ops whose engagement the claim declares: the one pass over each server log looks for them."""
+        self.goodput_slo = goodput_slo
+        """The SLO the claim states goodput at: each rep's good requests at it are counted as the rep streams."""
         self.paths = RunDir(run)
         self.findings = findings
         self.digests: dict[str, str] = {}
@@ -309,6 +314,11 @@ class RunLoader:
                                   " be compared", evidence=[EvidenceRef(file=_rel(self.run, path))], gate="evidence")
         if need_outputs and leg.outputs is None:
             leg.outputs = self._load_outputs(name)
+            if leg.outputs is None and leg.served is not None and leg.served.positional:
+                leg.outputs = served_dump(leg.served)
+                self.notes.append(f"parity dump of {name!r}: no outputs.jsonl; the texts its foreign benchmark "
+                                  "recorded as served (generated_texts, named by request position and input length) "
+                                  "stand in for it")
         return leg
 
     def _load_leg(self, name: str) -> LegEvidence:
@@ -455,6 +465,8 @@ class RunLoader:
                 if claimed_leg is None or claimed_leg == name:
                     try:
                         rep = rederive_rep(line, ref, name, index)
+                        rep.goodput = bench_extras.rep_goodput(line, ref, self.goodput_slo)
+                        rep.stated = bench_extras.stated_run(line, ref)
                     except RepError as exc:
                         error = exc
                     else:
@@ -782,6 +794,10 @@ class Served:
 
     texts: dict[str, Counter] = field(default_factory=dict)
     first_ref: dict[str, LineRef] = field(default_factory=dict)
+    positional: bool = False
+    """Keyed by request position, not prompt id: a foreign file (``vllm bench serve --save-detailed``)
+    names no prompts, but a benchmark re-run with the same dataset and seed sends them in one order, so
+    position and input length name a prompt (a mismatch only makes texts disagree, never agree)."""
 
     def modal(self, pid: str) -> str | bytes:
         """The text most often returned for ``pid`` (greedy: normally the only one), or its digest when
@@ -808,13 +824,17 @@ class ServedReader:
         """Count the successful requests' texts of one decoded line."""
         if self.closed:
             return
-        if line.prompt_ids is None or line.generated_texts is None:
+        prompt_ids: list[str | int] | None = line.prompt_ids
+        if prompt_ids is None and line.schema_version is None and line.generated_texts is not None:
+            prompt_ids = positional_ids(line)
+            self.served.positional = True
+        if prompt_ids is None or line.generated_texts is None:
             self.closed = not self.keyed
             return
         self.keyed = True
         texts, first_ref = self.served.texts, self.served.first_ref
-        errors = line.errors or [None] * len(line.prompt_ids)
-        for pid, text, err in zip(line.prompt_ids, line.generated_texts, errors):
+        errors = line.errors or [None] * len(prompt_ids)
+        for pid, text, err in zip(prompt_ids, line.generated_texts, errors):
             if pid is None or text is None or err:
                 continue
             key = str(pid)
@@ -835,3 +855,16 @@ class ServedReader:
     def result(self) -> Served | None:
         """The served texts, or None when no line names its prompts."""
         return self.served if self.keyed else None
+
+
+def positional_ids(line: BenchRunLine) -> list[str | int]:
+    """Prompt names for a foreign line that has none: each request's position and input length."""
+    lens = line.input_lens
+    n = len(line.generated_texts or [])
+    return [f"#{i}/{lens[i]}" if lens is not None and i < len(lens) else f"#{i}" for i in range(n)]
+
+
+def served_dump(served: Served) -> list[tuple[LineRef, OutputLine]]:
+    """A leg's parity dump from what its server returned (one line per prompt: its most frequent text),
+    each citing the first bench line that served it."""
+    return [(served.first_ref[pid], OutputLine(prompt_id=pid, text=served.modal(pid))) for pid in served.texts]

@@ -186,7 +186,9 @@ def iter_raw_lines(path: Path, issues: list[LineIssue], digest: "hashlib._Hash |
         if keep_tail:
             tail = b"".join(pieces)
             pieces = []
-            yield ref, tail[:-1] if tail.endswith(b"\r") else tail
+            tail = tail[:-1] if tail.endswith(b"\r") else tail
+            # Cited like every other line: a finished foreign tail is evidence a finding may point at.
+            yield _line_ref(path, line_no + 1, offset, tail, cite, None), tail
     elif line_no == 0:
         issues.append(LineIssue("empty_file", LineRef(path, 0, 0, 0), f"{path.name!r} is empty"))
 
@@ -372,7 +374,7 @@ def iter_jsonl(path: Path, schema: type[T], issues: list[LineIssue], digest: "ha
             record = _finished_foreign_tail(line, decoder, foreign, check_keys)
             if record is None:
                 continue  # torn, or the harness's own line (its writer always ends a line): stays torn
-            extra = sorted(set(_TOP.decode(line)) - set(schema.__struct_fields__))
+            extra = sorted(set(_TOP.decode(line)) - set(FOREIGN_SCHEMAS[schema].__struct_fields__))
             issues.pop()
             if extra:
                 issues.append(LineIssue("foreign_fields", ref, ", ".join(extra)))
@@ -388,8 +390,9 @@ def iter_jsonl(path: Path, schema: type[T], issues: list[LineIssue], digest: "ha
                 if getattr(record, "schema_version", None) is not None:
                     raise  # the harness wrote it: its schema is the whole line
                 ref = _with_digest(ref, taken)
-                issues.append(LineIssue("foreign_fields", ref, ", ".join(sorted(
-                    set(_TOP.decode(line)) - set(schema.__struct_fields__)))))
+                extra = sorted(set(_TOP.decode(line)) - set(FOREIGN_SCHEMAS[schema].__struct_fields__))
+                if extra:
+                    issues.append(LineIssue("foreign_fields", ref, ", ".join(extra)))
         except DECODE_ERRORS as exc:
             issues.append(LineIssue(_issue_kind(exc, line), _with_digest(ref, taken), f"line {ref.line} of "
                                     f"{Path(path).name!r} does not decode as {schema.__name__}: {describe(exc)}"))
@@ -644,7 +647,21 @@ def chain_seal_id(path: Path) -> str | None:
 
 class ForeignBenchRunLine(BenchRunLine, forbid_unknown_fields=False):
     """A bench line from a foreign writer (no ``schema_version``): sglang/vLLM add fields perfwarden does
-    not read, which are listed, not refused. Never decoded directly: see :func:`iter_jsonl`."""
+    not read, which are listed, not refused, besides the few below (what ``vllm bench serve --save-result
+    --save-detailed`` states of its run, which the auditor holds across the legs). Never decoded directly:
+    see :func:`iter_jsonl`."""
+
+    model_id: msgspec.Raw = NULL
+    tokenizer_id: msgspec.Raw = NULL
+    """The model and tokenizer ``vllm bench serve`` names."""
+    start_times: list[float] | None = None
+    """Per-request start, on the benchmark process's ``time.perf_counter()`` clock (Linux: seconds since boot)."""
+    date: str | None = None
+    """Local wall time the benchmark wrote its result, ``%Y%m%d-%H%M%S``."""
+    request_goodput: OptFloat = None
+    """Good requests per second at the benchmark's ``--goodput`` SLO (null without ``--goodput``)."""
+    goodput: str | None = None
+    """The SLO itself, where ``--metadata goodput=ttft:500,tpot:100`` recorded it (vLLM writes no SLO field)."""
 
 
 FOREIGN_SCHEMAS: dict[type, type] = {BenchRunLine: ForeignBenchRunLine}

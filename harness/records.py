@@ -23,6 +23,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_serializer, model_validator
 
 from perfwarden.harness import safe_write
+from perfwarden.harness.slo import GoodputBasis, GoodputSlo
 from perfwarden.harness.verdict_parts import HeadlineReference, LegWitnesses  # noqa: F401 - re-exported
 
 SCHEMA_VERSION = 1
@@ -375,6 +376,9 @@ class Headline(Record):
     disclosed_regressions: dict[str, float] = Field(default_factory=dict)
     """Latency metrics the producer states got worse, with the regression it states (percent). A
     disclosed trade-off is not hidden: the auditor checks the stated size instead of flagging it."""
+    slo: GoodputSlo | None = None
+    """The SLO a goodput headline (``request_goodput``) is measured at; the auditor holds it against the
+    one the evidence records."""
 
 
 class IsolatedSpeedup(Record):
@@ -657,13 +661,17 @@ class Verdict(Record):
     """sha256 over the claim and ``input_digests``: same files, same digest, same verdict."""
     mlperf: MlperfCompliance | None = None
     """Scope ``mlperf`` only: the test, scores, ratio and pass band re-derived from the LoadGen logs."""
+    goodput: GoodputBasis | None = None
+    """The SLO ``request_goodput`` was re-derived at and its source; None when no goodput was re-derived."""
 
     @model_serializer(mode="wrap")
-    def _omit_absent_mlperf(self, handler: Any) -> Any:
-        """A claim's verdict file stays as it was before MLPerf audits shared this record: no ``mlperf``."""
+    def _omit_absent_parts(self, handler: Any) -> Any:
+        """A verdict without MLPerf scores or goodput carries neither field (its file reads as before)."""
         data = handler(self)
-        if self.mlperf is None and isinstance(data, dict):
-            data.pop("mlperf", None)
+        if isinstance(data, dict):
+            for name in ("mlperf", "goodput"):
+                if getattr(self, name) is None:
+                    data.pop(name, None)
         return data
 
     @property

@@ -170,6 +170,26 @@ def engine_report(config: dict[str, Any], log: dict[str, Any], version: str | No
     return info, mismatched
 
 
+def reported_info(log: dict[str, Any]) -> dict[str, Any]:
+    """``server_info`` of a vLLM server perfwarden did not launch, from what its own log (``parse_log``)
+    says of the launch: every non-default argument under vLLM's own name -- VLLMConfig's knobs share those
+    names; ``--speculative-config``'s fields are flattened as the knobs name them; any other argument keeps
+    its name, so a key no target reports stays unknown -- then what the engine core logged it chose for
+    what was not passed, and the version. Nothing comes from perfwarden's defaults: an unreported knob is
+    absent, never assumed."""
+    info: dict[str, Any] = {}
+    for key, value in (log.get("args") or {}).items():
+        if key == "speculative_config" and isinstance(value, dict):
+            info.update({("speculative_method" if k == "method" else str(k)): v for k, v in value.items()})
+        else:
+            info[key] = value
+    for key, value in (log.get("engine") or {}).items():
+        info.setdefault(key, value)
+    if log.get("version"):
+        info["vllm_version"] = log["version"]
+    return info
+
+
 class VllmTarget(ServerTarget):
     """Runs vLLM's OpenAI-compatible server from the vLLM environment for one leg."""
 

@@ -12,7 +12,7 @@ from typing import Any
 import typer
 from rich.console import Console
 
-from perfwarden.orchestrator import cli_audit, cli_backtest, cli_measure, cli_mlperf, cli_redteam, cli_review, cli_run
+from perfwarden.orchestrator import cli_audit, cli_audit_bench, cli_backtest, cli_measure, cli_mlperf, cli_redteam, cli_review, cli_run
 from perfwarden.orchestrator.exit_codes import ExitCode, disk_full, no_space_message
 from perfwarden.orchestrator.render import print_error
 
@@ -52,6 +52,7 @@ app.command("run")(cli_run.run)  # names the run to resume itself (cli_run)
 app.command("measure")(stops_on_full_disk(cli_measure.measure, "measuring the leg",
                                           f"{_AGAIN}: a rep whose line was written is not measured twice"))
 app.command("audit")(stops_on_full_disk(cli_audit.audit, "auditing", f"{_AGAIN} (no verdict was saved)"))
+app.command("audit-bench")(stops_on_full_disk(cli_audit_bench.audit_bench, "auditing the bench files", _AGAIN))
 app.command("audit-mlperf")(stops_on_full_disk(cli_mlperf.audit_mlperf, "auditing", _AGAIN))
 app.command("backtest")(stops_on_full_disk(cli_backtest.backtest, "backtesting", _AGAIN))
 app.command("review")(stops_on_full_disk(cli_review.review, "writing the review", _AGAIN))

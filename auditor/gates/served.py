@@ -72,6 +72,11 @@ def check_served_parity(run: Path, base: LegEvidence, cand: LegEvidence, base_se
     """For a lossless change the candidate's server must have returned the baseline's texts."""
     if (base_served is None) != (cand_served is None):
         missing, other = (base, cand) if base_served is None else (cand, base)
+        if (cand_served or base_served or Served()).positional:
+            # Neither leg names its prompts (one foreign file only by position): nothing to join, nothing
+            # withheld. A leg stripped of its served texts has no parity dump either (check_parity fails it).
+            return GateResult(not_checked=[f"served parity: the bench lines of {missing.name!r} carry no served "
+                                           f"texts by prompt, those of {other.name!r} only by request position"])
         return GateResult(findings=[finding(
             "EVIDENCE_MISSING", "FLAG", f"the bench lines of {missing.name!r} name no prompt_ids while those of "
             f"{other.name!r} do: what {missing.name!r} served cannot be checked against its parity dump or the "
