@@ -147,9 +147,12 @@ CASES: dict[str, Case] = {
         "goodput 0.068/0.162/0.129 vs 0.497/0.675/0.332 req/s, p=0.0067 < 0.01. PASS (unsealed).",
         metric="request_goodput"),
     "vbench-swapped": Case(
-        HONEST_CAND, HONEST_BASE, "FAIL", "eject", ["DELTA_NOT_SIGNIFICANT"], [],
+        HONEST_CAND, HONEST_BASE, "FAIL", "eject", ["DELTA_REGRESSION"], [],
         "The honest files with the legs swapped (each leg keeps its own server log): the 'candidate' is the "
-        "max_num_seqs=1 server, 61% slower, which is no improvement.", logs=("candidate", "baseline")),
+        "max_num_seqs=1 server, 61% slower, which is no improvement. Amended when merged beside the catalog's "
+        "DELTA_REGRESSION, written the same day in parallel: a significantly worse headline is now named a "
+        "regression, not 'not significant'; the verdict (FAIL) and action (eject) are as frozen.",
+        logs=("candidate", "baseline")),
     "vbench-aa-same-files": Case(
         HONEST_BASE, HONEST_BASE, "FAIL", "eject", ["EVIDENCE_CORRUPT"], [],
         "Relabelled as an A/A: the three baseline files as both legs. Each candidate rep has the same per-request "

@@ -90,7 +90,8 @@ def test_swapped_or_aa_legs_fail(tmp_path, case):
     code, verdict, _ = audit_bench(tmp_path, argv)
     assert code == 20 and verdict["verdict"] == "FAIL"
     codes = {f["code"] for f in verdict["findings"] if f["severity"] == "FAIL"}
-    assert codes & {"DELTA_NOT_SIGNIFICANT", "EVIDENCE_CORRUPT"}
+    # swapped: the 'candidate' is the significantly slower server, a regression; A/A: no difference to bank
+    assert codes & ({"DELTA_REGRESSION"} if case == "swapped" else {"DELTA_NOT_SIGNIFICANT", "EVIDENCE_CORRUPT"})
 
 
 @pytest.mark.parametrize("field", ["model_id", "tokenizer_id"])
