@@ -3,6 +3,7 @@
     .venv/bin/python benchmarks/fuzz.py [--inputs 10000] [--workers N] [--seed 0] [--timeout 30]
     .venv/bin/python benchmarks/fuzz.py --replay 1234          # one input, verbosely
     .venv/bin/python benchmarks/fuzz.py --rundir [--inputs 10000]   # run directories as input (issue 16)
+    .venv/bin/python benchmarks/fuzz.py --writers [--tries 100]     # concurrent writers on one run
 
 The engine and its oracle are ``perfwarden.redteam.fuzz`` (read its docstring for what counts as damaged
 evidence, and why a mutation no gate reads may legitimately PASS); the test suite runs a bounded
@@ -141,7 +142,15 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=None, help="also write every failure as JSON here")
     parser.add_argument("--cluster", default=None, help="Ray address (`local` starts Ray here): run the chunks on "
                         "its nodes, one task each, instead of --workers processes here")
+    parser.add_argument("--writers", action="store_true", help="concurrent writers on one run instead "
+                        "(tests/writers_fuzz.py): --tries tries of 2-4 of run --resume, measure, audit --save")
+    parser.add_argument("--tries", type=int, default=100, help="--writers: how many tries")
     args = parser.parse_args()
+    if args.writers:  # the engine is a test tool, outside the installed package
+        sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+        import writers_fuzz
+
+        return writers_fuzz.run_tries(args.tries, args.seed, args.out)
     args.timeout = args.timeout or (10 if args.rundir else 30)
     if args.replay is not None:
         replay(args.seed, args.replay, args.timeout, args.rundir)

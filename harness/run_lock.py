@@ -176,7 +176,7 @@ class RunLock:
 
 
 _HELD: dict[tuple[int, int], RunLock] = {}
-_HELD_LOCK = threading.Lock()
+_HELD_LOCK = threading.RLock()
 
 
 def _dir_key(run: Path) -> tuple[int, int]:
@@ -291,23 +291,24 @@ def hold(run: Path | str, command: str | None = None, *, create: bool = False,
 
 
 def _enter(run: Path, command: str | None, create: bool, populate: Callable[[Path], None] | None) -> RunLock:
-    if create and not os.path.lexists(run):
-        made = _create_locked(run, command, populate)
-        if made is not None:
-            return _register(RunLock(run, made[0], made[1], created=True))
-    if not os.path.isdir(run):
-        raise NotARunDirectory(f"{str(run)!r} is not a directory: there is no run to write into")
+    # Under the registry's lock throughout: two threads of this process never both try the flock (the
+    # second would find this process holding it and name it as another writer).
     with _HELD_LOCK:
+        if create and not os.path.lexists(run):
+            made = _create_locked(run, command, populate)
+            if made is not None:
+                return _register(RunLock(run, made[0], made[1], created=True))
+        if not os.path.isdir(run):
+            raise NotARunDirectory(f"{str(run)!r} is not a directory: there is no run to write into")
         mine = _held_here(_dir_key(run))
         if mine is not None:
             mine.depth += 1
             return mine
-    fd, me = _take(run, command)
-    return _register(RunLock(run, fd, me))
+        fd, me = _take(run, command)
+        return _register(RunLock(run, fd, me))
 
 
 def _register(lock: RunLock) -> RunLock:
     lock.key = _dir_key(lock.run)
-    with _HELD_LOCK:
-        _HELD[lock.key] = lock
+    _HELD[lock.key] = lock
     return lock

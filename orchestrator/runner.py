@@ -85,6 +85,19 @@ def _write_settings(folder: Path, settings: RunSettings) -> None:
     write_json_atomic(settings_path(folder), settings, folder)
 
 
+def _enter_lock(stack: ExitStack, run: Path, **kw: Any) -> run_lock.RunLock:
+    """``run_lock.hold(run, **kw)`` entered on ``stack``; a run directory it cannot lock is a usage error
+    (``RunBusy``, and a link or FIFO at the lock file, stay what they are: the CLI names them)."""
+    try:
+        return stack.enter_context(run_lock.hold(run, **kw))
+    except run_lock.NotARunDirectory as exc:
+        raise RunUsageError(str(exc)) from None
+    except OSError as exc:
+        if isinstance(exc, safe_write.RefusedWrite):
+            raise
+        raise RunUsageError(f"cannot take the writer lock of {str(run)!r}: {exc}") from None
+
+
 @contextmanager
 def created_run(run: Path, settings: RunSettings) -> Iterator[run_lock.RunLock]:
     """Make ``run`` with its settings.json and hold its writer lock for the block. A new folder is built
@@ -94,21 +107,19 @@ def created_run(run: Path, settings: RunSettings) -> Iterator[run_lock.RunLock]:
     already exists (the user's ``--out``) is locked, then gets its settings.json written atomically in
     place, unless it already holds a run."""
     with ExitStack() as stack:
-        try:
-            lock = stack.enter_context(run_lock.hold(run, create=True,
-                                                     populate=lambda folder: _write_settings(folder, settings)))
-        except run_lock.NotARunDirectory:
-            raise RunUsageError(f"cannot create the run directory {str(run)!r}: something that is not a folder is "
-                                "there") from None
-        except OSError as exc:
-            if isinstance(exc, safe_write.RefusedWrite):
-                raise
-            raise RunUsageError(f"cannot create the run directory {str(run)!r}: {exc}") from None
+        lock = _enter_lock(stack, run, create=True, populate=lambda folder: _write_settings(folder, settings))
         if not lock.created:
             if checkpoint_path(run).is_file():
                 raise RunUsageError(f"{str(run)!r} already holds a run; use --resume or another directory")
             _write_settings(run, settings)
         yield lock
+
+
+@contextmanager
+def resumed_run(run: Path) -> Iterator[run_lock.RunLock]:
+    """Hold an existing run's writer lock for the block."""
+    with ExitStack() as stack:
+        yield _enter_lock(stack, run)
 
 
 def create_run(run: Path, settings: RunSettings) -> None:
@@ -238,7 +249,7 @@ def run_graph(run: Path, settings: RunSettings, lab: Lab, *, resume: bool = Fals
         if not run.is_dir():
             raise RunUsageError(f"{str(run)!r} is not a directory: nothing to resume")
         settings = read_settings(run)  # a run killed before its settings were written is not a run
-    with run_lock.hold(run) if resume else created_run(run, settings):
+    with resumed_run(run) if resume else created_run(run, settings):
         if not resume:
             crash_point("settings_written")
         return _run_held(run, settings, lab, resume=resume, llm=llm, checkpointer_url=checkpointer_url,

@@ -190,7 +190,7 @@ def plan_writers(rng: random.Random, run: Path) -> list[Writer]:
             "measure": ["measure", "--target", "synthetic", "--out", str(run), "--leg", EXTRA_LEG,
                         "--reps", str(MEASURE_REPS)],
             "audit": ["audit", str(run), "--claim", str(run / CLAIM), "--save"]}
-    return [Writer(kind, args[kind], round(rng.uniform(0.0, 1.5), 3)) for kind in kinds]
+    return [Writer(kind, args[kind], round(rng.uniform(0.0, 3.0), 3)) for kind in kinds]
 
 
 def _start_all(writers: list[Writer], keys: Path) -> None:
@@ -291,3 +291,70 @@ def one_try(base: Base, work: Path, rng: random.Random, index: int) -> TryOutcom
         _judge_run(run, keys, base, measured, outcome)
     outcome.seconds = round(time.monotonic() - started, 2)
     return outcome
+
+
+# ------------------------------------------------------------------------------------------ N tries
+
+
+def run_tries(tries: int, seed: int, out: Path | None = None) -> int:
+    """``benchmarks/fuzz.py --writers``: ``tries`` tries, the counts printed; 0 when every problem count is 0."""
+    import collections
+    import tempfile
+
+    scratch = Path(tempfile.mkdtemp(prefix="pw-writers-", dir="/dev/shm" if os.access("/dev/shm", os.W_OK) else None))
+    load_before = os.getloadavg()
+    started = time.monotonic()
+    print(f"{tries} tries of 2-4 concurrent writers on one synthetic run (seed {seed}); load average "
+          f"{load_before[0]:.2f} {load_before[1]:.2f} {load_before[2]:.2f} on {os.cpu_count()} cpu(s)", flush=True)
+    counts: collections.Counter[str] = collections.Counter()
+    failures: list[dict[str, Any]] = []
+    try:
+        base = build_base(scratch / "base")
+        print(f"  base built in {time.monotonic() - started:.0f} s (reference: {len(base.reference['trail'])} "
+              f"verdicts, {len(base.reference['banked'])} banked)", flush=True)
+        for index in range(tries):
+            work = scratch / f"try-{index}"
+            outcome = one_try(base, work, random.Random(seed * 1_000_003 + index), index)
+            shutil.rmtree(work, ignore_errors=True)
+            _count(counts, outcome)
+            if outcome.problems and len(failures) < 20:
+                failures.append(outcome.__dict__)
+            if (index + 1) % max(1, tries // 10) == 0:
+                print(f"  {index + 1:>4} tries, {time.monotonic() - started:6.0f} s, problems so far: "
+                      f"{sum(counts[p] for p in PROBLEMS)}", flush=True)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    _print_counts(counts, failures, time.monotonic() - started, load_before)
+    if out is not None:
+        out.write_text(json.dumps({"counts": counts, "failures": failures}, indent=1, default=str))
+    return 0 if all(counts[p] == 0 for p in PROBLEMS) and counts["tries"] == tries else 1
+
+
+def _count(counts: Any, outcome: TryOutcome) -> None:
+    counts["tries"] += 1
+    counts[f"writers:{len(outcome.writers)}"] += 1
+    for kind, _delay, code in outcome.writers:
+        counts[f"{kind}:{'exit ' + str(code) if code is not None else 'hung'}"] += 1
+        counts["refused"] += code == 3
+    counts["finished by a later resume"] += outcome.finished_by_extra_resume
+    for problem in set(outcome.problems):
+        counts[problem] += 1
+
+
+def _print_counts(counts: Any, failures: list[dict[str, Any]], wall: float, load_before: tuple[float, ...]) -> None:
+    load = os.getloadavg()
+    print()
+    print(f"tries                              {counts['tries']}")
+    for problem in PROBLEMS:
+        print(f"tries with {problem:<24}{counts[problem]}")
+    print(f"writers refused (exit 3, holder named; a wrong refusal counts as refused_badly) {counts['refused']}")
+    print("writers by command and exit: " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items()) if ":exit" in k
+                                                     or k.endswith(":hung")))
+    print("tries by writer count: " + ", ".join(f"{k[8:]} {v}" for k, v in sorted(counts.items())
+                                               if k.startswith("writers:")))
+    print(f"tries whose run a later resume finished (every resume refused) {counts['finished by a later resume']}")
+    print(f"wall time                          {wall:.0f} s ({wall / max(1, counts['tries']):.1f} s per try); load "
+          f"average before {load_before[0]:.2f}, after {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} "
+          f"(1/5/15 min) on {os.cpu_count()} cpu(s), shared")
+    for f in failures[:10]:
+        print(f"  try {f['index']}: {f['writers']} {f['problems']} {str(f['details'])[:600]}")
