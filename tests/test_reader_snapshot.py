@@ -107,35 +107,84 @@ def test_a_file_replaced_and_sealed_mid_audit_is_not_tampering(run, monkeypatch)
     assert _key(got) == _key(reference), [f.message for f in got.findings]
 
 
-def test_a_writer_between_renaming_a_file_in_and_sealing_it_is_waited_out(run, monkeypatch):
-    """The harness renames a whole file in and seals it inside one hold of the chain's lock: a reader that
-    saw the new bytes before their seal finds the chain changed once that hold ends, and audits again."""
+@pytest.mark.parametrize("what", ["a file renamed in", "half a rep line"])
+def test_a_writer_caught_between_writing_and_sealing_is_waited_out(run, monkeypatch, what):
+    """The harness writes evidence and seals it inside one hold of the chain's lock (a line appended, a whole
+    file renamed in): a reader that saw the bytes before their seal -- a whole new file, or a torn line --
+    finds the chain changed once that hold ends, and audits again."""
     claim = _claim(run)
     reference = audit_module.audit_path(run, claim)
-    info = run / "legs" / _other_leg(run, claim) / "server_info.json"
+    leg = _other_leg(run, claim)
     chain = seal.begin(run)
-    renamed = threading.Event()
+    written = threading.Event()
 
     def slow_writer() -> None:
-        data = (json.dumps({**json.loads(info.read_text()), "note": "slow"}) + "\n").encode()
         with chain._locked() as fd:
-            safe_write.write_bytes(info, data, run)
-            renamed.set()
+            if what == "a file renamed in":
+                path = run / "legs" / leg / "server_info.json"
+                data = (json.dumps({**json.loads(path.read_text()), "note": "slow"}) + "\n").encode()
+                safe_write.write_bytes(path, data, run)
+                fields = {"kind": "file", "sha256": hashlib.sha256(data).hexdigest(), "size": len(data)}
+            else:
+                path = run / "legs" / leg / "bench_runs.jsonl"
+                line = (json.dumps(make_rep(leg, 70, throughput=100.0, n_requests=16, output_len=16)) + "\n").encode()
+                offset = path.stat().st_size
+                with open(path, "ab") as handle:
+                    handle.write(line[:len(line) // 2])
+                    handle.flush()
+                    written.set()
+                    time.sleep(0.5)
+                    handle.write(line[len(line) // 2:])
+                running = hashlib.sha256(path.read_bytes())
+                fields = {"kind": "line", "line": chain._files[chain.rel(path)].lines + 1, "offset": offset,
+                          "length": len(line) - 1, "sha256": hashlib.sha256(line[:-1]).hexdigest(),
+                          "size": offset + len(line), "file_sha256": running.hexdigest()}
+            written.set()
             time.sleep(0.5)  # the seal is not written yet
-            chain._append(fd, {"kind": "file", "file": chain.rel(info), "sha256": hashlib.sha256(data).hexdigest(),
-                               "size": len(data), **chain._meta(chain.rel(info), info)})
+            chain._append(fd, {**fields, "file": chain.rel(path), **chain._meta(chain.rel(path), path)})
+        seal.forget(run)  # this hand-made entry bypassed the chain's own bookkeeping
 
     threads: list[threading.Thread] = []
 
     def start() -> None:
         threads.append(threading.Thread(target=slow_writer))
         threads[0].start()
-        assert renamed.wait(10)
+        assert written.wait(10)
 
     _write_after_the_chain_is_read(monkeypatch, start)
     got = audit_module.audit_path(run, claim)
     threads[0].join()
     assert _key(got) == _key(reference), [f.message for f in got.findings]
+
+
+def test_review_reads_verdicts_being_rewritten_whole(run):
+    """A verdict is replaced by rename (``audit --save``, the graph's auditor): a review sees the old file or
+    the new one, never a part of one."""
+    from perfwarden.auditor.audit import write_verdict
+    from perfwarden.orchestrator.review.model import load_review
+
+    claim = _claim(run)
+    first = audit_module.audit_path(run, claim)
+    second = first.model_copy(update={"verdict": "FAIL", "action": "eject"})
+    stop = threading.Event()
+
+    def rewrite() -> None:
+        while not stop.is_set():
+            for verdict in (first, second):
+                write_verdict(run, verdict)
+
+    writer = threading.Thread(target=rewrite)
+    writer.start()
+    try:
+        seen = set()
+        for _ in range(15):
+            review = load_review(run)
+            seen |= {e.verdict.verdict for e in review.entries if e.verdict.claim_seq == first.claim_seq}
+    finally:
+        stop.set()
+        writer.join()
+        write_verdict(run, first)
+    assert seen <= {first.verdict, "FAIL"} and seen
 
 
 def test_a_writer_faster_than_the_audit_is_held_off_for_one_last_audit(run, monkeypatch):
