@@ -265,3 +265,21 @@ def test_the_study_and_the_checkpoint_open_only_under_the_lock(tmp_path):
     assert not (run / "checkpoints.sqlite").exists()
     with run_lock.hold(run):
         assert search.open_study(run) is not None
+
+
+@pytest.mark.parametrize("planted", ["fifo", "link"])
+def test_the_commands_refuse_a_hostile_lock_file_with_exit_3(base, tmp_path, planted):
+    run, keys = _copy(base, tmp_path)
+    outside = tmp_path / "outside"
+    outside.write_text("keep")
+    (run / "writer.lock").unlink()
+    if planted == "fifo":
+        os.mkfifo(run / "writer.lock")
+    else:
+        (run / "writer.lock").symlink_to(outside)
+    for args in (["audit", str(run), "--claim", str(run / wf.CLAIM), "--save"], ["run", "--resume", str(run)]):
+        done = wf.run_cli(args, keys, timeout=60)
+        assert done.returncode == 3, done.stderr[-2000:]
+        assert "writer.lock" in done.stderr and "nothing is written through it" in done.stderr
+        assert "Traceback" not in done.stderr
+    assert outside.read_text() == "keep"
