@@ -48,7 +48,8 @@ def measure(
     if target not in ("embedded", "sglang", "vllm", "synthetic"):
         print_error(err, f"unknown target {target!r} (embedded, sglang, vllm, synthetic)")
         raise typer.Exit(ExitCode.USAGE)
-    if (target in ("embedded", "synthetic") and model) or (target != "sglang" and sglang_python) or (target != "vllm" and vllm_python):
+    if ((target in ("embedded", "synthetic") and model) or (target != "sglang" and sglang_python)
+            or (target != "vllm" and vllm_python)):
         print_error(err, f"--model and --sglang-python are sglang options (--model and --vllm-python vllm "
                          f"options); target {target!r} serves its own model")
         raise typer.Exit(ExitCode.USAGE)
