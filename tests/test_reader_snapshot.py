@@ -25,6 +25,8 @@ from perfwarden.orchestrator.settings import RunSettings
 from perfwarden.orchestrator.simlab import SyntheticLab
 from perfwarden.orchestrator.synth import make_rep
 
+pytestmark = pytest.mark.slow  # a synthetic run recorded once (seconds), then audits racing writers
+
 
 @pytest.fixture(scope="module")
 def recorded(tmp_path_factory) -> tuple[Path, Path]:
