@@ -107,7 +107,7 @@ def test_a_lock_left_by_a_kill_9_writer_is_taken_over(base, tmp_path):
 def test_readers_do_not_block_while_a_writer_holds_the_run(base, tmp_path):
     run, keys = _copy(base, tmp_path)
     reference = wf.run_cli(["audit", str(base.run), "--claim", str(base.run / wf.CLAIM), "--json"], base.keys)
-    writer = _start(["run", "--resume", str(run)], keys, rep_delay="0.2")
+    writer = _start(["run", "--resume", str(run)], keys, rep_delay="1.0")  # ~36 reps left: outlasts the readers
     try:
         _wait_for_holder(run, writer.pid)
         audit = wf.run_cli(["audit", str(run), "--claim", str(run / wf.CLAIM), "--json"], keys, timeout=120)

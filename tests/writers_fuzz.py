@@ -50,6 +50,9 @@ EXTRA_LEG = "fuzz-extra"
 MEASURE_REPS = 3
 REP_DELAY_S = "0.01"
 """Simulated rep time: a resume takes a few seconds, so writers started at random offsets overlap."""
+BUDGET = ["--budget-minutes", "1440"]
+"""A run's budget counts from its start across resumes: the base is resumed for as long as the tries last
+(an hour for 100), so its budget must outlast them, or late tries would find it spent and stop the search."""
 TIMEOUT_S = 180.0
 PROBLEMS = ("rep_twice", "rep_lost", "seal_broken", "refused_badly", "writer_failed", "report_differs",
             "traceback", "hang")
@@ -83,11 +86,11 @@ def build_base(work: Path) -> Base:
     """The uninterrupted reference run and the interrupted base, each with its own key store."""
     work.mkdir(parents=True, exist_ok=True)
     ref_keys, base_keys = work / "ref-keys", work / "base-keys"
-    done = run_cli(["run", "--target", "synthetic", "--out", str(work / "reference")], ref_keys)
+    done = run_cli(["run", "--target", "synthetic", "--out", str(work / "reference"), *BUDGET], ref_keys)
     if done.returncode != 0:
         raise RuntimeError(f"the reference run failed ({done.returncode}): {done.stderr[-2000:]}")
     audit = run_cli(["audit", str(work / "reference"), "--claim", str(work / "reference" / CLAIM)], ref_keys)
-    killed = run_cli(["run", "--target", "synthetic", "--out", str(work / "base")], base_keys,
+    killed = run_cli(["run", "--target", "synthetic", "--out", str(work / "base"), *BUDGET], base_keys,
                      env={"PERFWARDEN_CRASH_AT": CRASH_AT})
     if killed.returncode != -signal.SIGKILL or not (work / "base" / CLAIM).is_file():
         raise RuntimeError(f"the base run was not killed at {CRASH_AT} ({killed.returncode}): {killed.stderr[-2000:]}")
