@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 
-from perfwarden.auditor import banking, registry, stats, witnesses
+from perfwarden.auditor import banking, registry, snapshot, stats, witnesses
 from perfwarden.auditor.claim_file import ClaimError, load_claim  # noqa: F401 - re-exported
 from perfwarden.auditor.evidence import LegEvidence, QualityRecords, RunLoader, _plain_name, check_named_folders
 from perfwarden.auditor.findings import Findings, GateResult, decide, deciding_actions
@@ -661,7 +661,9 @@ def audit_path(run: Path, claim_path: Path, claim_root: Path | None = None, key:
         ref = str(Path(claim_path).resolve().relative_to(Path(run).resolve()))
     except ValueError:
         ref = str(claim_path)
-    return audit_claim(run, claim, ref, sha, key=key)
+    # Another process may be writing the run: audit one state of it (auditor/snapshot.py).
+    verdict, note = snapshot.consistent(Path(run), lambda: audit_claim(run, claim, ref, sha, key=key))
+    return verdict if note is None else verdict.model_copy(update={"not_checked": [*verdict.not_checked, note]})
 
 
 def write_verdict(run: Path, verdict: Verdict) -> Path:

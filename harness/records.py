@@ -865,6 +865,16 @@ class RunDir:
         return self.root / "events.jsonl"
 
     @property
+    def writer_lock(self) -> Path:
+        """Locked (``flock``) by the one command writing the run (``perfwarden.harness.run_lock``)."""
+        return self.root / "writer.lock"
+
+    @property
+    def writer_holder(self) -> Path:
+        """Who holds ``writer.lock``: pid, host, command, start (``run_lock.LockHolder``)."""
+        return self.root / "writer.json"
+
+    @property
     def evidence(self) -> Path:
         """The seal chain and manifest of everything the harness wrote (``perfwarden.harness.seal``)."""
         return self.root / "evidence.jsonl"

@@ -33,8 +33,15 @@ Crash safety: data is written first, then sealed. A line written but not sealed 
 between) is cut off and kept beside the file (``<file>.unsealed``), with a ``cut`` entry saying so, when a
 process next opens the chain (``run --resume``) or the harness next writes to that file; until then
 readers count only the sealed bytes (:func:`sealed_size`) -- so a resumed run re-measures that rep
-instead of banking bytes nobody sealed. Concurrent writers (threads starting servers together, two processes on
-one run) serialize on a thread lock plus ``flock`` on the chain file.
+instead of banking bytes nobody sealed. Concurrent writers (threads starting servers together, a cluster's
+streams on the head) serialize on a thread lock plus ``flock`` on the chain file; one process at a time
+writes a run at all (``harness/run_lock.py``).
+
+Readers: a line is appended and sealed, and a whole file renamed into place and sealed, inside one hold of
+that ``flock``, so the chain changes whenever evidence it covers does; a reader that finds the chain
+unchanged (after waiting out the operation in flight) across its reads saw one state
+(``auditor/snapshot.py``). Files another program writes (a server's log, LoadGen's logs) are sealed when
+it is done with them.
 """
 
 from __future__ import annotations
@@ -400,6 +407,19 @@ class Chain:
             self._files[rel] = st
             return entry
 
+    def write_file(self, path: Path, data: bytes) -> dict[str, Any]:
+        """Replace ``path`` with ``data`` and seal it, both in one hold of the chain's lock: a reader that
+        finds the chain unchanged across its reads never saw the new bytes without their seal
+        (``auditor/snapshot.py``)."""
+        path = Path(path)
+        with self._locked() as fd:
+            rel = self.rel(path)
+            safe_write.write_bytes(path, data, self.root)
+            entry = self._append(fd, {"kind": "file", "file": rel, "sha256": hashlib.sha256(data).hexdigest(),
+                                      "size": len(data), **self._meta(rel, path)})
+            self._files[rel] = _FileState(whole=True, size=len(data), sha256=entry["sha256"])
+            return entry
+
     def seal_file(self, path: Path) -> dict[str, Any]:
         """Seal ``path`` as a whole, as it is now (supersedes an earlier seal of the same file)."""
         path = Path(path)
@@ -672,21 +692,24 @@ def forget(run: Path | str) -> None:
 
 
 def write_json(path: Path | str, payload: Any, root: Path | str | None = None) -> None:
-    """``write_json_atomic`` + seal the file when it lies in a sealed run. Nothing below the run's root
-    (the chain's, else ``root``) is written through a link (``harness.safe_write``)."""
+    """Write JSON atomically; in a sealed run, replaced and sealed in one hold of the chain's lock
+    (``Chain.write_file``). Nothing below the run's root (the chain's, else ``root``) is written through a
+    link (``harness.safe_write``)."""
     chain = chain_for(path)
-    write_json_atomic(Path(path), payload, chain.root if chain else root)
-    if chain is not None:
-        chain.seal_file(Path(path))
+    if chain is None:
+        write_json_atomic(Path(path), payload, root)
+    else:
+        chain.write_file(Path(path), safe_write.json_text(payload).encode("utf-8"))
 
 
 def write_text(path: Path | str, text: str, root: Path | str | None = None) -> None:
-    """Write a text file atomically + seal it when it lies in a sealed run."""
+    """Write a text file atomically; in a sealed run, replaced and sealed in one hold of the chain's lock."""
     path = Path(path)
     chain = chain_for(path)
-    safe_write.write_text(path, text, chain.root if chain else root)
-    if chain is not None:
-        chain.seal_file(path)
+    if chain is None:
+        safe_write.write_text(path, text, root)
+    else:
+        chain.write_file(path, text.encode("utf-8"))
 
 
 def append_jsonl(path: Path | str, record: dict[str, Any], root: Path | str | None = None) -> None:

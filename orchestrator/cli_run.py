@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 
 from perfwarden.agents.config_tuner import parse_levers
 from perfwarden.auditor.claim_file import ClaimError
+from perfwarden.harness import run_lock
 from perfwarden.harness.safe_write import RefusedWrite
 from perfwarden.harness.seal import SealError
 from perfwarden.harness.target_config import TARGET_CONFIGS, ConfigError, SGLangConfig, parse_set_args
@@ -361,7 +362,8 @@ def run(
         state = run_graph(Path(run_dir), settings, lab, resume=resume is not None, llm=client,
                           checkpointer_url=checkpointer, watcher=watcher, attacker=make_attacker(settings),
                           cluster=cluster)
-    except (RunUsageError, ConfigError, RefusedWrite, SealError, ClaimError) as exc:  # all: the run dir is bad input
+    except (RunUsageError, ConfigError, RefusedWrite, SealError, ClaimError,  # all: the run dir is bad input
+            run_lock.RunBusy) as exc:  # or another command writes it (the message names it)
         watcher._stop()
         _stop_if_disk_full(err, exc, run_dir)
         print_error(err, exc)
