@@ -14,7 +14,7 @@ from statistics import median
 import msgspec
 from pydantic import BaseModel, ConfigDict
 
-from perfwarden.harness.jsonl import BenchRunLine
+from perfwarden.harness.jsonl import DECODE_ERRORS, BenchRunLine, decode_line
 from perfwarden.harness.slo import GoodputSlo
 
 
@@ -32,6 +32,9 @@ class LegReading(BaseModel):
     """Relative change of the candidate's median over the baseline's, in percent."""
 
 
+_BENCH_LINE = msgspec.json.Decoder(BenchRunLine)
+
+
 def read_reps(bench: Path) -> list[BenchRunLine]:
     """The bench lines of one leg that decode (a torn tail is skipped: the auditor judges the file)."""
     out: list[BenchRunLine] = []
@@ -39,8 +42,8 @@ def read_reps(bench: Path) -> list[BenchRunLine]:
         return out
     for line in bench.read_bytes().splitlines():
         try:
-            out.append(msgspec.json.decode(line, type=BenchRunLine))
-        except (msgspec.DecodeError, msgspec.ValidationError):
+            out.append(decode_line(_BENCH_LINE, line))
+        except DECODE_ERRORS:
             continue
     return out
 

@@ -38,6 +38,7 @@ from optuna.trial import TrialState
 
 from perfwarden.agents.base import BankedChange, Proposal, VerdictSummary
 from perfwarden.harness.target_config import TargetConfig
+from perfwarden.harness import run_lock
 
 STUDY_NAME = "perfwarden-config-search"
 SamplerName = Literal["tpe", "coordinate"]
@@ -148,7 +149,11 @@ def make_sampler(name: SamplerName, seed: int, number: int, n_startup: int = 8) 
 
 
 def open_study(run: Path, url: str | None = None, higher_is_better: bool = True) -> optuna.Study:
-    """The run's study (created on first use), in the direction its objective improves."""
+    """The run's study (created on first use), in the direction its objective improves. In the run's SQLite
+    only by the process holding the run's writer lock (design §2): two writers telling one study its trials
+    corrupt it."""
+    if url is None:
+        run_lock.require(run, "the search study")
     return optuna.create_study(study_name=STUDY_NAME, storage=url or storage_url(run),
                                direction="maximize" if higher_is_better else "minimize", load_if_exists=True)
 

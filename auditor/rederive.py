@@ -26,18 +26,20 @@ import itertools
 import math
 import operator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 import numpy as np
 
-from perfwarden.harness.json_limits import JsonTooDeep, check_depth
+from perfwarden.harness.strict_json import StrictJsonError, loads
 from perfwarden.harness.jsonl import NULL, BenchRunLine, LineRef
-from perfwarden.harness.slo import GoodputSlo
+
+if TYPE_CHECKING:  # bench_extras reads lines with this module's helpers: typing only, no import cycle
+    from perfwarden.auditor.bench_extras import RepGoodput, StatedRun
 
 # Metric -> whether higher is better. The one place that says which way each metric improves.
-# ``request_goodput`` is re-derived only at an SLO the audit trusts (the run's sealed objective), so a rep
-# audited without one has no such metric.
+# ``request_goodput`` depends on an SLO, so a rep has it only once the audit decided the SLO
+# (``gates/goodput_slo.py``); every other metric is re-derived here from the rep alone.
 METRICS: dict[str, bool] = {
     "output_throughput": True,
     "request_throughput": True,
@@ -159,6 +161,10 @@ class RepMetrics:
     """The longest request of the rep (any request, failed ones' partial latency included)."""
     first_start_s: float | None = None
     """The first request's start, seconds after the rep's clock started (when the line records starts)."""
+    goodput: "RepGoodput | None" = None
+    """Its goodput evidence where an SLO is in play (``bench_extras.rep_goodput``)."""
+    stated: "StatedRun | None" = None
+    """What a foreign line states of its run: model, tokenizer, clock (``bench_extras.stated_run``)."""
 
 
 def _as_array(values, name: str, n: int) -> np.ndarray:
@@ -258,9 +264,8 @@ def raw_json(raw: msgspec.Raw, name: str, ref: LineRef) -> Any:
         raise RepError("corrupt", f"line {ref.line}: {name!r} is {len(data)} bytes, more than the limit of "
                        f"{RAW_FIELD_MAX_BYTES}")
     try:
-        check_depth(data, what=f"{name!r}")
-        return msgspec.json.decode(data)
-    except (JsonTooDeep, msgspec.DecodeError, RecursionError, UnicodeDecodeError) as exc:
+        return loads(data, what=f"{name!r}")
+    except StrictJsonError as exc:
         raise RepError("corrupt", f"line {ref.line}: {exc}") from None
 
 
@@ -593,10 +598,8 @@ def _check_latencies(ref: LineRef, ok_idx: np.ndarray, ok_ttft: np.ndarray, e2e:
     return problems
 
 
-def rederive_rep(line: BenchRunLine, ref: LineRef, leg: str, rep_index: int,
-                 slo: GoodputSlo | None = None) -> RepMetrics:
-    """Re-derive one rep; raise ``RepError`` when a needed array is absent or the rep is inconsistent.
-    ``slo``: the goodput SLO the audit trusts, at which ``request_goodput`` is re-derived (none without one)."""
+def rederive_rep(line: BenchRunLine, ref: LineRef, leg: str, rep_index: int) -> RepMetrics:
+    """Re-derive one rep; raise ``RepError`` when a needed array is absent or the rep is inconsistent."""
     _check_required(line, ref)
     n = len(line.errors)
     rep = line.rep if line.rep is not None else rep_index
@@ -647,31 +650,8 @@ def rederive_rep(line: BenchRunLine, ref: LineRef, leg: str, rep_index: int,
     result.max_latency_s = float(ends.max()) if ends.size else None
     result.first_start_s = float(starts.min()) if starts is not None and starts.size else None
     _derive_metrics(line, ref, result, ok_idx, all_ok, ok_ttft, ok_out, in_lens, e2e, gaps, problems)
-    if slo is not None:
-        if e2e is None:
-            result.missing.append("request_goodput")
-        else:
-            result.metrics["request_goodput"] = good_requests(ok_ttft, e2e, ok_out, slo) / line.duration
     result.timing_digest = _timing_digest(ttfts, e2e)
     return result
-
-
-def good_requests(ttfts: np.ndarray, latencies: np.ndarray, output_lens: np.ndarray, slo: GoodputSlo) -> int:
-    """How many of these successful requests meet every limit of ``slo`` (arrays in seconds, one entry per
-    successful request): vLLM's ``--goodput`` definition (``vllm/benchmarks/serve.py`` ``calculate_metrics``,
-    DistServe's goodput): TTFT, TPOT -- (latency - TTFT) / (tokens - 1), 0 for a one-token output -- and the
-    end-to-end latency each at most its limit, the limit in ms divided by 1000 and compared as vLLM does."""
-    good = np.ones(ttfts.shape, dtype=bool)
-    if slo.ttft_ms is not None:
-        good &= slo.ttft_ms / 1000.0 >= ttfts
-    if slo.tpot_ms is not None:
-        multi = output_lens > 1
-        tpot = np.zeros(ttfts.shape, dtype=float)
-        tpot[multi] = (latencies[multi] - ttfts[multi]) / (output_lens[multi] - 1)
-        good &= slo.tpot_ms / 1000.0 >= tpot
-    if slo.e2el_ms is not None:
-        good &= slo.e2el_ms / 1000.0 >= latencies
-    return int(good.sum())
 
 
 def _derive_metrics(line: BenchRunLine, ref: LineRef, result: RepMetrics, ok_idx: np.ndarray, all_ok: bool,

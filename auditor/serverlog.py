@@ -30,12 +30,15 @@ import hashlib
 import math
 import re
 from dataclasses import dataclass, field
-from itertools import compress, count, repeat
+from itertools import repeat
 from typing import Any, Iterable, Literal, NamedTuple
+
+import numpy as np
 
 from perfwarden.auditor import registry
 from perfwarden.auditor.rederive import flatten_json
-from perfwarden.harness.json_limits import check_depth, loads_bounded
+from perfwarden.harness.strict_json import check_depth, loads
+from perfwarden.harness.vllm_log import NON_DEFAULT_ARGS, parse_args, speculative_fields
 from perfwarden.harness.records import EvidenceRef
 
 CopySource = Literal["effective_config", "server_args", "vllm_args", "engaged"]
@@ -49,10 +52,6 @@ _EFFECTIVE = re.compile(r"\beffective_config (\{.*)$")
 _SERVER_ARGS = re.compile(r"\bserver_args=(ServerArgs\(.*\))\s*$")
 _ENGAGED = re.compile(r"\bENGAGED (\w+)(?:=(\S+))?(?:\s+op=['\"]([^'\"]+)['\"])?")
 _ENGAGED_KNOB = {"op_override": "op_overrides"}
-_VLLM_ARGS = re.compile(r"\bnon-default args: (\{.*\})\s*$")
-_ENUM_REPR = re.compile(r"<[A-Za-z_][\w.]*: [^<>]*>")
-_VLLM_SPECULATIVE = {"method": "speculative_method", "num_speculative_tokens": "num_speculative_tokens",
-                     "prompt_lookup_max": "prompt_lookup_max", "prompt_lookup_min": "prompt_lookup_min"}
 
 
 @dataclass(frozen=True)
@@ -84,14 +83,14 @@ def parse_server_log(lines: list[str]) -> tuple[list[LogCopy], list[str]]:
 def _parse_line(i: int, text: str) -> LogCopy | None:
     m = _EFFECTIVE.search(text)
     if m:
-        obj = loads_bounded(m.group(1), what="effective_config")
+        obj = loads(m.group(1), what="effective_config")
         if not isinstance(obj, dict):
             raise ValueError("effective_config is not a JSON object")
         return LogCopy(i, "effective_config", flatten_json(obj))
     m = _SERVER_ARGS.search(text)
     if m:
         return LogCopy(i, "server_args", flatten_json(_server_args(m.group(1))))
-    m = _VLLM_ARGS.search(text)
+    m = NON_DEFAULT_ARGS.search(text)
     if m:
         return LogCopy(i, "vllm_args", flatten_json(_vllm_args(m.group(1))))
     m = _ENGAGED.search(text)
@@ -122,22 +121,10 @@ def _server_args(expr: str) -> dict[str, Any]:
 
 
 def _vllm_args(expr: str) -> dict[str, Any]:
-    """The literal entries of vLLM's ``non-default args`` dict (an enum's repr is not Python: skipped)."""
-    check_depth(expr, what="vLLM non-default args")
-    node = ast.parse(_ENUM_REPR.sub("_not_a_literal_", expr), mode="eval").body
-    if not isinstance(node, ast.Dict):
-        raise ValueError("not a dict")
-    out: dict[str, Any] = {}
-    for key, value in zip(node.keys, node.values):
-        if not (isinstance(key, ast.Constant) and isinstance(key.value, str)):
-            continue
-        try:
-            out[key.value] = ast.literal_eval(value)
-        except (ValueError, SyntaxError, TypeError):
-            continue
-    spec = out.pop("speculative_config", None)
-    if isinstance(spec, dict):
-        out.update({_VLLM_SPECULATIVE[k]: v for k, v in spec.items() if k in _VLLM_SPECULATIVE})
+    """The literal entries of vLLM's ``non-default args`` dict (``harness/vllm_log.py``, the parser the
+    harness reads the same line with), ``speculative_config`` under server_info's names."""
+    out = parse_args(expr)
+    out.update(speculative_fields(out.pop("speculative_config", None)))
     return out
 
 
@@ -206,13 +193,19 @@ def _guard(*alternatives: str | tuple[str, ...]) -> Guard:
 _NOT_ENGAGED_GUARD = _guard("engaged", "0 calls")
 _CONDITION_GUARD = _guard("effective_config", "serverargs(", "engaged", "non-default args")
 SIGNAL_GUARDS: list[Guard] = [
-    _guard("engaged"), _guard("prompt_lookup rid="), _guard("accept len:"), _guard("specdecoding metrics:"),
-    _guard('"avg_spec_accept_length"'), _guard("speculative_algorithm="),
-    _guard("engaged"), _guard(("response", "cache", "hit")), _guard('"response_cache_hits"'),
-    _guard("engaged"), _guard("engaged"), _guard('"op_override_calls"'), _guard("op_override final calls"),
+    _guard(("engaged", "prompt_lookup"), ("engaged", "speculative")), _guard("prompt_lookup rid="),
+    _guard("accept len:"), _guard("specdecoding metrics:"), _guard('"avg_spec_accept_length"'),
+    _guard("speculative_algorithm="),
+    _guard(("engaged", "response", "cache")), _guard(("response", "cache", "hit")), _guard('"response_cache_hits"'),
+    _guard(("engaged", "op_override", "op=")), _guard(("override", "engaged")), _guard('"op_override_calls"'),
+    _guard("op_override final calls"),
 ]
-"""One guard per ``SIGNAL_PATTERNS`` entry, in order (a pattern added there needs its guard here)."""
+"""One guard per ``SIGNAL_PATTERNS`` entry, in order (a pattern added there needs its guard here). Each
+holds every literal its pattern needs, so a line that names one mechanism runs that mechanism's pattern
+only: a log of millions of distinct ``ENGAGED`` lines costs one pattern a line, not four."""
 _ACCEPT_GUARD = _guard("prompt_lookup rid=", "accepted: ", "accept rate:")
+_SIGNAL_ANCHORS = {0: ("engaged",), 6: ("engaged",), 7: ("response",), 9: ("engaged",), 10: ("override",)}
+"""For each ``re.IGNORECASE`` entry of ``SIGNAL_PATTERNS``: the literals every match of it starts with."""
 _FATAL_GUARD = _guard("segmentation fault", "core dumped", "killed", "out of memory", "illegal memory access",
                       "server crashed", "server died", "server exited", "fatal", "sigabrt", "sigsegv",
                       ("worker", "died"), "scheduler crash", "exited with")
@@ -227,6 +220,56 @@ def fold(text: str) -> bytes:
     """``text`` as UTF-8 with ASCII letters lower-cased, the way guards compare it (bytes: ``str.lower``
     of non-ASCII text allocates 12 bytes a character; line breaks are untouched, so lines stay aligned)."""
     return (text.translate(_FOLD_SPECIAL) if _FOLD_SPECIAL_RX.search(text) else text).encode("utf-8").lower()
+
+
+def fold_text(text: str) -> str:
+    """``text`` lower-cased the way ``re.IGNORECASE`` compares it with an ASCII pattern, character for
+    character (the four letters ``_FOLD_SPECIAL`` names first: ``str.lower`` alone would give ``İ`` two
+    characters and leave the others): a pattern's :class:`_Anchored` twin matches here at the same
+    positions where the pattern matches ``text``."""
+    if text.isascii():
+        return text.lower()
+    return (text.translate(_FOLD_SPECIAL) if _FOLD_SPECIAL_RX.search(text) else text).lower()
+
+
+class _Anchored:
+    """An ``re.IGNORECASE`` pattern with an ASCII source, run on ``fold_text(line)``: its twin (the source
+    lower-cased, matched case-sensitively) is tried only where a literal that every match starts with
+    occurs (the search starts at the first). The same first match as ``pattern.search(line)``, without
+    trying the pattern with case folding at every position of the line (a few microseconds a line: most of
+    the cost of a log of millions of ``ENGAGED`` lines)."""
+
+    def __init__(self, pattern: re.Pattern, anchors: tuple[str, ...]):
+        if not pattern.flags & re.IGNORECASE or re.search(r"\\[A-Z]", pattern.pattern):
+            raise ValueError(f"{pattern.pattern!r}: no twin (not IGNORECASE, or an upper-case escape)")
+        self.twin = re.compile(pattern.pattern.lower(), pattern.flags & ~re.IGNORECASE)
+        self.anchors = anchors
+
+    def search(self, folded: str) -> re.Match | None:
+        # No match starts before the first anchor: the search begins there (``\b`` still sees the
+        # character before it), and the timestamp and logger name in front are never tried.
+        starts = [at for at in map(folded.find, self.anchors) if at >= 0]
+        return self.twin.search(folded, min(starts)) if starts else None
+
+
+_NOT_ENGAGED_FOLDED = _Anchored(NOT_ENGAGED_RX, ("not engaged", "engaged", "0 calls"))
+_ENGAGED_SIGN = re.compile(r"engaged\s*[=:]")
+"""The start every ``engaged = 0`` match of ``NOT_ENGAGED_RX`` has, on the folded line (a literal first:
+``re`` finds it with a fast search, not a try at every position)."""
+
+
+def refuses(folded: str) -> bool:
+    """``NOT_ENGAGED_RX.search(line)``, decided on the folded line. Every match holds ``not engaged``,
+    ``0 calls``, or ``engaged`` then blanks then ``=`` or ``:``: without one the line cannot match and
+    the pattern is not run (an ``ENGAGED op_override op=...`` line, millions of times in a flood)."""
+    if "not engaged" in folded or "0 calls" in folded or _ENGAGED_SIGN.search(folded):
+        return _NOT_ENGAGED_FOLDED.search(folded) is not None
+    return False
+
+
+_ENGAGED_WORD_FOLDED = _Anchored(_ENGAGED_WORD, ("engaged",))
+_SIGNALS_FOLDED: list[_Anchored | None] = [
+    _Anchored(rx, _SIGNAL_ANCHORS[k]) if rx.flags & re.IGNORECASE else None for k, (_, rx) in enumerate(SIGNAL_PATTERNS)]
 
 
 def _holds(present: frozenset[bytes], guard: Guard) -> bool:
@@ -393,6 +436,9 @@ class _LineScan:
     def __init__(self, log: ServerLog, ops: Iterable[str], usage: Iterable[str]):
         self.log = log
         self.ops = [(op, re.compile(rf"\b{re.escape(op)}\b", re.IGNORECASE), op.lower()) for op in dict.fromkeys(ops)]
+        self.op_needles = [fold(op) if op.isascii() else b"" for op in dict.fromkeys(ops)]
+        """Each op's name as ``fold`` writes it: a line without it can match neither of the op's patterns."""
+        self.op_folded = [_Anchored(rx, (op.lower(),)) if op.isascii() else None for op, rx, _ in self.ops]
         self.usage = [(p, re.compile(p), (frozenset({fold(_literal_prefix(p))}),)) for p in usage]
         self.every_line = not all(_literal_prefix(p) for p, _, _ in self.usage)
         guards = [_NOT_ENGAGED_GUARD, _CONDITION_GUARD, *SIGNAL_GUARDS, _ACCEPT_GUARD, _FATAL_GUARD, _ERROR_GUARD,
@@ -400,6 +446,8 @@ class _LineScan:
         self.needs = sorted({need for guard in guards for need in guard}, key=sorted)
         """Every set of literals that makes a line worth reading."""
         self.needles = sorted({n for need in self.needs for n in need})
+        if len(self.needles) > 62:  # a line's literals are bits of one int64 (lines())
+            raise ValueError(f"{len(self.needles)} guard literals: more than a line's 62-bit mask holds")
         self._plans: dict[frozenset[bytes], _Plan] = {}
         self.copies_over = self.problems_over = self.signals_over = self.copy_chars = 0
         log.usage_peaks = {p: None for p, _, _ in self.usage}
@@ -412,21 +460,32 @@ class _LineScan:
 
     def lines(self, first: int, parts: list[str]) -> None:
         """Lines ``first``, ``first + 1``, ...: a literal absent from the whole batch rules its guards out
-        at once; the others select lines with ``in`` run in C, and only those are read."""
+        at once; for the others, which lines hold which literals is found in C (one ``in`` per line and
+        literal, packed into a bit mask per line), and only the lines that hold a guard are read, each with
+        the plan of its mask (a flood of millions of chosen lines costs no Python loop over literals)."""
         folded_text = fold("\n".join(parts))
         folded = folded_text.split(b"\n")
         if len(folded) != len(parts):  # cannot happen (folding keeps line breaks); never misalign
             folded = [fold(p) for p in parts]
-        in_batch = frozenset(n for n in self.needles if n in folded_text)
-        chosen: set[int] = set(range(len(parts))) if self.every_line else set()
+        needles = tuple(n for n in self.needles if n in folded_text)
+        masks = np.zeros(len(folded), dtype=np.int64)
+        for bit, needle in enumerate(needles):
+            held = np.fromiter(map(bytes.__contains__, folded, repeat(needle)), dtype=bool, count=len(folded))
+            masks[held] |= 1 << bit
+        wanted = np.zeros(len(folded), dtype=bool)
         for need in self.needs:
-            if len(chosen) == len(parts):
-                break
-            if need <= in_batch:
-                chosen.update(compress(count(), map(bytes.__contains__, folded, repeat(max(need, key=len)))))
-        for k in sorted(chosen):
-            low = folded[k]
-            self.line(first + k, parts[k], self.plan(frozenset(n for n in in_batch if n in low)))
+            if need <= set(needles):
+                need_mask = sum(1 << needles.index(n) for n in need)
+                wanted |= (masks & need_mask) == need_mask
+        chosen = range(len(parts)) if self.every_line else np.flatnonzero(wanted).tolist()
+        plans: dict[int, _Plan] = {}
+        mask_of = masks.tolist()
+        for k in chosen:
+            mask = mask_of[k]
+            plan = plans.get(mask)
+            if plan is None:
+                plan = plans[mask] = self.plan(frozenset(n for bit, n in enumerate(needles) if mask >> bit & 1))
+            self.line(first + k, parts[k], plan, folded[k])
 
     def plan(self, present: frozenset[bytes]) -> _Plan:
         """Which patterns a line holding exactly the literals ``present`` can match (memoized: a log
@@ -442,14 +501,15 @@ class _LineScan:
                 self._plans[present] = plan
         return plan
 
-    def line(self, i: int, text: str, plan: _Plan) -> None:
+    def line(self, i: int, text: str, plan: _Plan, folded: bytes) -> None:
         log = self.log
         if plan.condition and ("effective_config" in text or "ServerArgs(" in text or "ENGAGED" in text
                                or "non-default args" in text):
             self._condition(i, text)
-        refused = plan.not_engaged and NOT_ENGAGED_RX.search(text) is not None
+        folded_text = fold_text(text) if plan.not_engaged or plan.signals or plan.engaged else text
+        refused = plan.not_engaged and refuses(folded_text)
         if plan.signals and not refused:
-            self._signal(i, text, plan.signals)
+            self._signal(i, text, plan.signals, folded_text)
         if plan.accept:
             self._acceptance(i, text)
         if plan.fatal and log.fatal is None and FATAL_PATTERNS.search(text):
@@ -469,12 +529,15 @@ class _LineScan:
                 peak = log.usage_peaks[pattern]
                 log.usage_peaks[pattern] = value if peak is None else max(peak, value)
         if refused or plan.engaged:
-            self._ops(i, text, refused)
+            self._ops(i, text, refused, folded, folded_text)
 
-    def _ops(self, i: int, text: str, refused: bool) -> None:
+    def _ops(self, i: int, text: str, refused: bool, folded: bytes, folded_text: str) -> None:
         log = self.log
-        for op, rx, name in self.ops:
-            if log.engaged[op] is None and not refused and rx.search(text) and _ENGAGED_WORD.search(text):
+        for (op, rx, name), needle, twin in zip(self.ops, self.op_needles, self.op_folded):
+            if needle not in folded:
+                continue
+            named = twin.search(folded_text) if twin is not None else rx.search(text)
+            if log.engaged[op] is None and not refused and named and _ENGAGED_WORD_FOLDED.search(folded_text):
                 log.engaged[op] = i
                 self.cite(i, text)
             if log.refused[op] is None and refused and name in text.lower():
@@ -498,23 +561,25 @@ class _LineScan:
         self.copy_chars += len(text)
         self.cite(i, text)
 
-    def _signal(self, i: int, text: str, candidates: tuple[int, ...]) -> None:
+    def _signal(self, i: int, text: str, candidates: tuple[int, ...], folded_text: str) -> None:
         for k in candidates:
             family, rx = SIGNAL_PATTERNS[k]
-            m = rx.search(text)
+            twin = _SIGNALS_FOLDED[k]
+            m = twin.search(folded_text) if twin is not None else rx.search(text)
             if not m:
                 continue
-            detail = m.group(1).lower() if family == "kernel_override" and m.groups() else None
-            shown = text.strip()[:200]
-            hit = family == "response_cache" and RESPONSE_CACHE_HIT.search(shown) is not None
+            # the op as the line writes it (a twin matched the folded line at the same positions)
+            detail = text[m.start(1):m.end(1)].lower() if family == "kernel_override" and m.re.groups else None
+            hit = family == "response_cache" and RESPONSE_CACHE_HIT.search(text.strip()[:200]) is not None
             kind = (family, detail, hit)
             counts = self.log.signal_counts
-            if kind not in counts and len(counts) >= MAX_SIGNAL_KINDS:
+            seen = counts.get(kind)
+            if seen is None and len(counts) >= MAX_SIGNAL_KINDS:
                 self.signals_over += 1
                 return
-            counts[kind] = counts.get(kind, 0) + 1
+            counts[kind] = (seen or 0) + 1
             if counts[kind] <= MAX_SIGNALS:
-                self.log.signals.append(LogSignal(family, i, shown, detail, hit))
+                self.log.signals.append(LogSignal(family, i, text.strip()[:200], detail, hit))
                 self.cite(i, text)
             return
 

@@ -4,6 +4,7 @@
     .venv/bin/python benchmarks/fuzz.py --replay 1234          # one input, verbosely
     .venv/bin/python benchmarks/fuzz.py --rundir [--inputs 10000]   # run directories as input (issue 16)
     .venv/bin/python benchmarks/fuzz.py --llm-stub [--budget-minutes 1]  # runs against a hostile LLM endpoint
+    .venv/bin/python benchmarks/fuzz.py --writers [--tries 100]     # concurrent writers on one run
 
 The engine and its oracle are ``perfwarden.redteam.fuzz`` (read its docstring for what counts as damaged
 evidence, and why a mutation no gate reads may legitimately PASS); the test suite runs a bounded
@@ -146,7 +147,10 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=None, help="also write every failure as JSON here")
     parser.add_argument("--cluster", default=None, help="Ray address (`local` starts Ray here): run the chunks on "
                         "its nodes, one task each, instead of --workers processes here")
+    _writers_arguments(parser)
     args = parser.parse_args()
+    if args.writers:
+        return _writers(args)
     args.timeout = args.timeout or (10 if args.rundir else 30)
     if args.replay is not None:
         replay(args.seed, args.replay, args.timeout, args.rundir)
@@ -228,6 +232,20 @@ def main() -> int:
         args.out.write_text(json.dumps({"counts": counts, "failures": failures, "degraded": degraded}, indent=1,
                                        default=str))
     return 0 if all(counts[k] == 0 for k in PROBLEMS) and counts["inputs"] == args.inputs else 1
+
+
+def _writers_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--writers", action="store_true", help="concurrent writers on one run instead "
+                        "(tests/writers_fuzz.py): --tries tries of 2-4 of run --resume, measure, audit --save")
+    parser.add_argument("--tries", type=int, default=100, help="--writers: how many tries")
+
+
+def _writers(args: argparse.Namespace) -> int:
+    """``--writers``: the engine is a test tool, outside the installed package."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+    import writers_fuzz
+
+    return writers_fuzz.run_tries(args.tries, args.seed, args.out)
 
 
 def _report_rundir(args: argparse.Namespace, counts: collections.Counter, failures: list[dict], peak: int,

@@ -66,6 +66,8 @@ from perfwarden.harness.contention import close_cpu_window, open_cpu_window, sam
 from perfwarden.harness.prompts import Prompt, estimate_tokens
 from perfwarden.harness import safe_write, seal
 from perfwarden.harness.records import RunDir
+from perfwarden.harness.safe_read import RECORD_BYTES, read_bytes
+from perfwarden.harness.strict_json import loads
 
 Scenario = Literal["Server", "Offline"]
 Endpoint = Literal["completions", "chat"]
@@ -733,7 +735,8 @@ def measure_rep(run_dir: Path | RunDir, leg: str, rep: int, base_url: str, promp
     if rep_exists(path, leg, rep):
         return None
     if server_info is None and run.server_info(leg).is_file():
-        server_info = json.loads(run.server_info(leg).read_text(encoding="utf-8"))
+        server_info = loads(read_bytes(run.server_info(leg), run.root, limit=RECORD_BYTES, what="server_info"),
+                            what="server_info")
     wait_until_idle(exclude_pids)  # the server's own tail of the last rep is not the machine's contention
     before = sample_contention(contention_interval_s, exclude_pids=exclude_pids)
     counters_before = server_counters(fetch_server_info(base_url))

@@ -40,6 +40,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from perfwarden.harness.strict_json import loads
+
 # Set before transformers / huggingface_hub are imported anywhere through this module.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -239,7 +241,7 @@ def is_complete(model_dir: Path) -> bool:
     before the rename) parses and the weights file has the size it records: a directory some other tool
     left half-written or half-copied is not converted, whatever files it holds."""
     try:
-        manifest = json.loads((Path(model_dir) / MANIFEST).read_text())
+        manifest = loads((Path(model_dir) / MANIFEST).read_bytes(), what="model manifest")
         size = (Path(model_dir) / WEIGHTS_FILE).stat().st_size
     except (OSError, ValueError):
         return False
@@ -343,7 +345,7 @@ def ensure_converted(
 def read_manifest(model_dir: Path | None = None) -> dict[str, Any]:
     """The conversion manifest of the (converted) model directory."""
     model_dir = ensure_converted() if model_dir is None else Path(model_dir)
-    return json.loads((model_dir / MANIFEST).read_text())
+    return loads((model_dir / MANIFEST).read_bytes(), what="model manifest")  # type: ignore[no-any-return]
 
 
 def weights_digest(model_dir: Path | None = None, verify: bool = False) -> str:
@@ -472,12 +474,11 @@ def byte_level_tokenizer():
     remaining ids up to the vocabulary size decode to ``<id>`` (a random model emits any id). Prompts
     tokenize to several times more tokens than with SmolLM2's BPE, so ``server_info.tokenizer`` says which
     one served: two legs with different tokenizers ran different workloads."""
-    import json as _json
 
     from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
     (PreTrainedTokenizerFast,) = transformers_names("PreTrainedTokenizerFast")
 
-    vocab_size = int(_json.loads(PACKAGED_CONFIG.read_text())["vocab_size"])
+    vocab_size = int(loads(PACKAGED_CONFIG.read_bytes(), what="model config")["vocab_size"])
     vocab = {token: i for i, token in enumerate(SMOLLM2_SPECIAL_TOKENS)}
     for char in sorted(pre_tokenizers.ByteLevel.alphabet()):
         vocab[char] = len(vocab)
@@ -543,7 +544,7 @@ def load_random_model(
         config = AutoConfig.from_pretrained(str(source), local_files_only=True)
         tokenizer, tokenizer_kind = load_tokenizer(source), TOKENIZER_SMOLLM2
     else:
-        config = AutoConfig.for_model(**json.loads(PACKAGED_CONFIG.read_text()))
+        config = AutoConfig.for_model(**loads(PACKAGED_CONFIG.read_bytes(), what="model config"))
         tokenizer, tokenizer_kind = byte_level_tokenizer(), TOKENIZER_BYTES
     config._attn_implementation = attn_implementation
     with torch.random.fork_rng(devices=[]):

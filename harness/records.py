@@ -23,7 +23,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_serializer, model_validator
 
 from perfwarden.harness import safe_write
-from perfwarden.harness.slo import GoodputSlo
+from perfwarden.harness.slo import GoodputBasis, GoodputSlo
 from perfwarden.harness.verdict_parts import HeadlineReference, LegWitnesses  # noqa: F401 - re-exported
 
 SCHEMA_VERSION = 1
@@ -661,13 +661,17 @@ class Verdict(Record):
     """sha256 over the claim and ``input_digests``: same files, same digest, same verdict."""
     mlperf: MlperfCompliance | None = None
     """Scope ``mlperf`` only: the test, scores, ratio and pass band re-derived from the LoadGen logs."""
+    goodput: GoodputBasis | None = None
+    """The SLO ``request_goodput`` was re-derived at and its source; None when no goodput was re-derived."""
 
     @model_serializer(mode="wrap")
-    def _omit_absent_mlperf(self, handler: Any) -> Any:
-        """A claim's verdict file stays as it was before MLPerf audits shared this record: no ``mlperf``."""
+    def _omit_absent_parts(self, handler: Any) -> Any:
+        """A verdict without MLPerf scores or goodput carries neither field (its file reads as before)."""
         data = handler(self)
-        if self.mlperf is None and isinstance(data, dict):
-            data.pop("mlperf", None)
+        if isinstance(data, dict):
+            for name in ("mlperf", "goodput"):
+                if getattr(self, name) is None:
+                    data.pop(name, None)
         return data
 
     @property
@@ -864,6 +868,16 @@ class RunDir:
     @property
     def events(self) -> Path:
         return self.root / "events.jsonl"
+
+    @property
+    def writer_lock(self) -> Path:
+        """Locked (``flock``) by the one command writing the run (``perfwarden.harness.run_lock``)."""
+        return self.root / "writer.lock"
+
+    @property
+    def writer_holder(self) -> Path:
+        """Who holds ``writer.lock``: pid, host, command, start (``run_lock.LockHolder``)."""
+        return self.root / "writer.json"
 
     @property
     def evidence(self) -> Path:

@@ -72,6 +72,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from perfwarden.harness.records import key_store_dir
+from perfwarden.harness.strict_json import StrictJsonError, loads
 from perfwarden.harness.sandbox_limits import (JOIN_CGROUPS, Cgroups, MemoryBound, PidsBound, namespace_pids,
                                                no_sysv_shm_filter, tree_memory_bytes)
 
@@ -604,7 +605,7 @@ class Confined:
             if self.proc.poll() is not None:
                 break
         try:
-            self._init_pid = int(json.loads(buf.decode())["child-pid"])
+            self._init_pid = int(loads(buf, what="bwrap's info")["child-pid"])
             self._pidfd = os.pidfd_open(self._init_pid)
         except (ValueError, KeyError, OSError):
             self._init_pid = None
@@ -773,8 +774,8 @@ def parse_result(raw: bytes, returncode: int | None) -> tuple[bool, Any, str | N
     anything there, so anything but the harness's own ``{"ok": bool, ...}`` is a failure saying so
     (never an exception: nesting too deep for the parser, an error that is not a string, bad UTF-8)."""
     try:
-        body = json.loads(raw.decode("utf-8", "replace"))
-    except (ValueError, RecursionError):
+        body = loads(raw, what="the sandbox's result")
+    except StrictJsonError:
         return False, None, f"no result ({describe_exit(returncode)})"
     if not isinstance(body, dict) or not isinstance(body.get("ok"), bool):
         return False, None, "malformed result"

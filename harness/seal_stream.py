@@ -77,8 +77,7 @@ class EvidenceSink:
                 if path.name == "bench_runs.jsonl":
                     raise StreamRefused(f"{rel!r} is sealed line by line; a worker cannot replace it whole")
                 safe_write.make_dirs(path.parent, self.run)
-                safe_write.write_bytes(path, payload, self.run)
-                self.chain.seal_file(path)
+                self.chain.write_file(path, payload)
             elif op == "gone":
                 self.chain.unlink(path)
             else:
@@ -132,6 +131,11 @@ class StreamChain:
             data = Path(path).read_bytes()
             self._sent[rel] = (len(data), hashlib.sha256(data).hexdigest())
             return {"file": rel}
+
+    def write_file(self, path: Path, data: bytes) -> dict[str, Any]:
+        with self._lock:
+            safe_write.write_bytes(path, data, self.root)
+            return self.seal_file(path)
 
     def seal_file(self, path: Path) -> dict[str, Any]:
         with self._lock:

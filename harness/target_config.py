@@ -22,6 +22,8 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from perfwarden.harness.strict_json import StrictJsonError, loads
+
 LeverClass = Literal["A", "B"]
 MechanismName = Literal["baseline", "kv_quantization", "kv_compression", "compressed_attention",
                         "speculative_decoding"]
@@ -277,16 +279,14 @@ class EmbeddedConfig(TargetConfig):
 
 def parse_overrides(text: str) -> dict[str, str]:
     """``'rmsnorm=a.py:fn,rotary=mod:fn'`` or a JSON object -> ``{op: spec}``."""
-    import json
-
     text = text.strip()
     if not text:
         return {}
     if text.startswith("{"):
-        try:
-            value = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"op_overrides JSON does not parse: {exc}") from exc
+        try:  # strict: an op named twice is refused, as in the comma form below
+            value = loads(text, what="op_overrides JSON")
+        except StrictJsonError as exc:
+            raise ValueError(str(exc)) from exc
         if not isinstance(value, dict):
             raise ValueError("op_overrides JSON must be an object")
         return value

@@ -20,12 +20,13 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from perfwarden.agents.config_tuner import parse_levers
 from perfwarden.auditor.claim_file import ClaimError
+from perfwarden.harness import run_lock
 from perfwarden.harness.objective import OBJECTIVES
 from perfwarden.harness.safe_write import RefusedWrite
 from perfwarden.harness.slo import SloError, parse_slo
 from perfwarden.harness.seal import SealError
 from perfwarden.harness.target_config import TARGET_CONFIGS, ConfigError, SGLangConfig, parse_set_args
-from perfwarden.orchestrator.exit_codes import ExitCode
+from perfwarden.orchestrator.exit_codes import ExitCode, disk_full, no_space_message
 from perfwarden.orchestrator.render import VERDICT_STYLE, print_error, safe_text
 from perfwarden.orchestrator.settings import RunSettings, settings_error
 from perfwarden.orchestrator.simlab import SyntheticLab
@@ -398,8 +399,10 @@ def run(
         state = run_graph(Path(run_dir), settings, lab, resume=resume is not None, llm=client,
                           checkpointer_url=checkpointer, watcher=watcher, attacker=make_attacker(settings),
                           cluster=cluster)
-    except (RunUsageError, ConfigError, RefusedWrite, SealError, ClaimError) as exc:  # all: the run dir is bad input
+    except (RunUsageError, ConfigError, RefusedWrite, SealError, ClaimError,  # all: the run dir is bad input
+            run_lock.RunBusy) as exc:  # or another command writes it (the message names it)
         watcher._stop()
+        _stop_if_disk_full(err, exc, run_dir)
         print_error(err, exc)
         raise typer.Exit(ExitCode.INVALID) from None
     except KeyboardInterrupt:
@@ -410,8 +413,19 @@ def run(
         watcher._stop()
         if os.environ.get("PERFWARDEN_DEBUG"):
             traceback.print_exc()
+        _stop_if_disk_full(err, exc, run_dir)
         print_error(err, f"the run stopped on {type(exc).__name__}: {exc}; its checkpoint is kept: continue with "
                          f"`perfwarden run --resume {run_dir}` (PERFWARDEN_DEBUG=1 shows the traceback)")
         raise typer.Exit(ExitCode.NOT_OK) from None
     watcher._stop()
     _print_outcome(state, run_dir, started, settings.run_objective().metric)
+
+
+def _stop_if_disk_full(err: Console, exc: BaseException, run_dir: Path | str) -> None:
+    """Exit ``NO_SPACE`` naming the full disk when ``exc`` comes from one (Optuna words it "invalid data in
+    the commit", SQLite "database or disk is full"): the checkpoint holds every finished step."""
+    full = disk_full(exc)
+    if full is not None:
+        print_error(err, no_space_message(full, "running", f"free space, then `perfwarden run --resume {run_dir}` "
+                                          "continues where it stopped"))
+        raise typer.Exit(ExitCode.NO_SPACE) from None

@@ -49,6 +49,7 @@ from perfwarden.auditor.findings import deciding_actions, unsealed_refusal, verd
 from perfwarden.auditor.persona import apply_persona
 from perfwarden.agents.base import BankedChange, FindingSummary, Proposal, Rejection, VerdictSummary, apply_overlay
 from perfwarden.harness.jsonl import ProfileLine, read_jsonl
+from perfwarden.harness.safe_read import PROFILE_LINE_BYTES
 from perfwarden.harness.profile_ops import rank_ops
 from perfwarden.harness import safe_write, seal
 from perfwarden.harness.records import Claim, RunDir, RunManifest, append_unsealed_jsonl, write_json_atomic
@@ -293,7 +294,7 @@ def profile(state: RunState, runtime: Runtime[RunContext]) -> dict:
             ctx.lab.profile(run, _base_config(ctx))
     except LabError as exc:
         return {"hot_ops": [], "notes": [f"profile failed: {exc}"], "last_verdict": None, "pending_claim": None}
-    report = read_jsonl(RunDir(run).profile, ProfileLine)
+    report = read_jsonl(RunDir(run).profile, ProfileLine, max_line=PROFILE_LINE_BYTES)
     ranking = rank_ops(report.records)
     shapes: dict[str, list] = {}
     for _, row in report.records:

@@ -20,17 +20,16 @@ the record does not have), is a ``ReportError`` naming what is wrong; the review
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from perfwarden.agents.base import BankedChange, ProposalKind, ProposalStatus, Rejection, VerdictSummary
-from perfwarden.harness.jsonl import repeated_key
 from perfwarden.harness.objective import Objective, RunObjective
 from perfwarden.harness.records import LeverClass, Migration, SchemaVersionError, migrate
-from perfwarden.harness.safe_read import MAX_DEPTH, VERDICT_BYTES, read_bytes, too_deep
+from perfwarden.harness.safe_read import VERDICT_BYTES, read_bytes
+from perfwarden.harness.strict_json import StrictJsonError, loads
 
 REPORT_VERSION = 4
 """Version of ``report.json`` this perfwarden writes (the history is in the module docstring)."""
@@ -234,20 +233,10 @@ def parse_report(data: Any) -> ReportRecord:
                           f"({exc.error_count()} problem(s))") from None
 
 
-def _non_finite(name: str) -> Any:
-    raise ValueError(f"non-finite constant {name!r} (report.json is written without NaN or infinity)")
-
-
 def read_report(path: Path, root: Path) -> ReportRecord:
     """Read ``report.json`` as hostile input (``safe_read``: a regular file inside the run, bounded)."""
     try:
-        raw = read_bytes(path, root, limit=VERDICT_BYTES, what="report.json")
-        obj = json.loads(raw, parse_constant=_non_finite)
-    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
+        obj = loads(read_bytes(path, root, limit=VERDICT_BYTES, what="report.json"), what="report.json")
+    except (OSError, StrictJsonError) as exc:
         raise ReportError(f"report.json is unreadable: {exc}") from None
-    repeated = repeated_key(raw)
-    if repeated is not None:
-        raise ReportError(f"report.json repeats the key {repeated[:100]!r}: which value counts is a guess")
-    if too_deep(obj):
-        raise ReportError(f"report.json nests deeper than {MAX_DEPTH} levels")
     return parse_report(obj)

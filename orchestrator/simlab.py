@@ -25,6 +25,7 @@ from perfwarden.harness.target_config import EmbeddedConfig
 from perfwarden.orchestrator.crashpoints import armed, kill_now
 from perfwarden.orchestrator.lab import LabError, LegPlan, check_leg_writes
 from perfwarden.orchestrator.synth import COHERENT_TEXTS, make_rep, write_jsonl
+from perfwarden.harness.strict_json import loads
 
 # It simulates the embedded target, so its true baseline is that target's defaults (one place).
 BASE = {**EmbeddedConfig.defaults(), "threads": 2}
@@ -191,7 +192,7 @@ def _answered_patch_claim(run: Path, leg: str) -> bool:
     paths = RunDir(run)
     for claim in sorted((paths.root / "claims").glob("*-patch.json")):
         try:
-            candidate = json.loads(claim.read_text("utf-8")).get("legs", {}).get("candidate")
+            candidate = loads(claim.read_bytes(), what="claim").get("legs", {}).get("candidate")
         except (OSError, ValueError, AttributeError):
             continue
         if candidate == leg and (paths.root / "verdicts" / claim.name).is_file():
@@ -203,7 +204,7 @@ def _rep_start(paths: RunDir, k: int, position: int, n_legs: int) -> float:
     """When simulated rep ``k`` of the leg at ``position`` starts: inside the run's clock (after
     run.json's started_at), interleaved A B A B, a function of the plan only (resume reproduces it)."""
     try:
-        stamp = json.loads(paths.manifest.read_text("utf-8")).get("started_at")
+        stamp = loads(paths.manifest.read_bytes(), what="run.json").get("started_at")
         t0 = datetime.fromisoformat(str(stamp).replace("Z", "+00:00")).timestamp()
     except (OSError, ValueError, TypeError, AttributeError):
         t0 = 1_700_000_000.0

@@ -94,15 +94,15 @@ RUN_TARGETS = ["events.jsonl", "checkpoints.sqlite", "checkpoints.sqlite-journal
                "verdicts/001-baseline.json", "claims/", "claims/001-baseline.json", "legs/", "legs/baseline/",
                "legs/baseline/bench_runs.jsonl", "legs/baseline/server_info.json", "legs/baseline/leg.json",
                "legs/baseline/outputs.jsonl", "legs/baseline/server.log", "legs/baseline/.server.log.tmp",
-               "legs/baseline-aa/", "legs/baseline-aa/bench_runs.jsonl"]
+               "legs/baseline-aa/", "legs/baseline-aa/bench_runs.jsonl", "writer.lock", "writer.json"]
 """Every file or directory a resume writes or reads (``/``: a directory)."""
 MEASURE_LEG = "m1"
 MEASURE_TARGETS = ["run.json", "evidence.jsonl", "legs/", f"legs/{MEASURE_LEG}/", f"legs/{MEASURE_LEG}/bench_runs.jsonl",
                    f"legs/{MEASURE_LEG}/server_info.json", f"legs/{MEASURE_LEG}/leg.json",
                    f"legs/{MEASURE_LEG}/outputs.jsonl", f"legs/{MEASURE_LEG}/server.log",
-                   f"legs/{MEASURE_LEG}/.server.log.tmp"]
+                   f"legs/{MEASURE_LEG}/.server.log.tmp", "writer.lock", "writer.json"]
 AUDIT_TARGETS = ["verdicts/", "verdicts/001-baseline.json", "verdicts/002-patch.json", "claims/001-baseline.json",
-                 "claims/002-patch.json", "evidence.jsonl", "legs/baseline/bench_runs.jsonl"]
+                 "claims/002-patch.json", "evidence.jsonl", "legs/baseline/bench_runs.jsonl", "writer.lock", "writer.json"]
 HOSTILE_LEGS = ["../../x", "../../../x", "../x", "a/b", "a/../../../x", "..", ".", "", "<abs>", "x\x00y", "x" * 300,
                 "\x1b[31mred", "legs/../../x", " ", "-rf", "baseline/../../../../x"]
 

@@ -36,7 +36,6 @@ from perfwarden.auditor.evidence import LegEvidence, RunLoader, TextFile, line_e
 from perfwarden.auditor.findings import GateResult, finding
 from perfwarden.auditor.rederive import RepMetrics
 from perfwarden.harness import vllm_metrics
-from perfwarden.harness.jsonl import repeated_key
 from perfwarden.harness.records import EvidenceRef
 
 GATE = "engine_witness"
@@ -101,8 +100,6 @@ def _records(run: Path, tf: TextFile | None, leg: str) -> tuple[dict[int, tuple]
         ref = EvidenceRef(file=str(tf.path.relative_to(run)), line=i, excerpt=text[:120])
         problem = None
         try:
-            if repeated_key(text.encode("utf-8")):
-                raise ValueError("a repeated key")
             record = vllm_metrics.decode_record(text.encode("utf-8"))
             if record.leg != leg:
                 raise ValueError(f"it names leg {record.leg!r}")

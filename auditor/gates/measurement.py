@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -18,7 +18,7 @@ from perfwarden.auditor.findings import Findings, GateResult, finding
 from perfwarden.auditor.rederive import LATENCY_METRICS, METRICS, RepMetrics
 from perfwarden.auditor.sequential import HORIZON_REPS
 from perfwarden.auditor.serverlog import ERROR_PATTERNS, FATAL_PATTERNS  # noqa: F401 - re-exported (moved)
-from perfwarden.harness.records import Claim, Comparison, EvidenceRef, MetricStats, shadows
+from perfwarden.harness.records import Claim, Comparison, EvidenceRef, Finding, MetricStats, shadows
 
 # Tolerance for a line's own aggregates vs our re-derivation. Wider for e2e/TPOT when the file has no
 # per-request latency array (we then rebuild e2e as ttft + sum(itls), ~1% off sglang's own clock).
@@ -596,20 +596,33 @@ def check_interleaving(run: Path, base: LegEvidence, cand: LegEvidence) -> GateR
                 action="remeasure", gate="interleaving")])
         return GateResult(not_checked=["interleaving: rep start times absent (a foreign bench file): A B A B "
                                        "order not verifiable"])
-    order = "".join(tag for _, _, tag in sorted([(r.started_at, i, "B") for i, r in enumerate(base.reps)]
-                                                + [(r.started_at, i, "C") for i, r in enumerate(cand.reps)]))
+    found = order_finding(run, base, cand, _started)
+    return GateResult(findings=[found] if found is not None else [])
+
+
+def _started(rep: RepMetrics) -> float:
+    assert rep.started_at is not None  # check_interleaving orders stamped reps only
+    return rep.started_at
+
+
+def order_finding(run: Path, base: LegEvidence, cand: LegEvidence,
+                  start: Callable[[RepMetrics], float]) -> Finding | None:
+    """NOT_INTERLEAVED when the legs' reps, ordered by ``start`` (one clock for both legs), switch legs at
+    most once: every rep of one leg before every rep of the other."""
+    order = "".join(tag for _, _, tag in sorted([(start(r), i, "B") for i, r in enumerate(base.reps)]
+                                                + [(start(r), i, "C") for i, r in enumerate(cand.reps)]))
     switches = sum(a != b for a, b in zip(order, order[1:]))
-    if switches <= 1:
-        first = min(legs, key=lambda leg: min(r.started_at for r in leg.reps))
-        second = cand if first is base else base
-        return GateResult(findings=[finding(
-            "NOT_INTERLEAVED", "FLAG", f"the legs were measured in separate blocks ({order}: every rep of "
-            f"{first.name!r} before every rep of {second.name!r}), so slow drift of the machine would look like a "
-            "delta; re-measure them interleaved", measured=order, threshold="more than one switch between legs",
-            evidence=[line_evidence(run, max(first.reps, key=lambda r: r.started_at).ref),
-                      line_evidence(run, min(second.reps, key=lambda r: r.started_at).ref)],
-            action="remeasure", gate="interleaving")])
-    return GateResult()
+    if switches > 1:
+        return None
+    first = min((base, cand), key=lambda leg: min(start(r) for r in leg.reps))
+    second = cand if first is base else base
+    return finding(
+        "NOT_INTERLEAVED", "FLAG", f"the legs were measured in separate blocks ({order}: every rep of "
+        f"{first.name!r} before every rep of {second.name!r}), so slow drift of the machine would look like a "
+        "delta; re-measure them interleaved", measured=order, threshold="more than one switch between legs",
+        evidence=[line_evidence(run, max(first.reps, key=start).ref),
+                  line_evidence(run, min(second.reps, key=start).ref)],
+        action="remeasure", gate="interleaving")
 
 
 def check_errors(run: Path, leg: LegEvidence, severity: str, action: str) -> GateResult[int]:

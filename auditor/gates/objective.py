@@ -1,18 +1,10 @@
-"""The run's sealed objective against the claim: which metric a step's headline must state, and the SLO its
-goodput is re-derived at. A pure gate.
+"""The run's sealed objective against the claim's headline, and a goodput headline no ratio can judge.
+A pure gate.
 
-A run seals what it optimizes before its first leg (``objective.json``, ``harness/objective.py``), so:
-
-- **the SLO is the sealed one.** Goodput counts the requests that met an SLO, and the same reps give any
-  goodput one likes at an SLO chosen after they were seen. A goodput headline is judged only at the SLO
-  the run sealed: a claim stating another (or none) is CONDITIONS_MISREPORTED, a run that sealed none
-  (no objective.json, or an objective without an SLO) leaves a goodput figure with nothing to vouch for it,
-  EVIDENCE_MISSING -- both FAIL: no resubmission makes the evidence hold another SLO.
-- **the headline is the objective.** A step of a run that optimizes one metric and claims a win on
-  another (a throughput win in a tail-latency run) is not the win the run looks for: CONDITIONS_MISREPORTED,
-  FLAG (a claim restating the objective's figure may bank).
-
-The value is the SLO every rep's ``request_goodput`` is re-derived at (None: none is re-derived).
+A run seals what it optimizes before its first leg (``objective.json``, ``harness/objective.py``). A step of
+a run that optimizes one metric and claims a win on another (a throughput win in a tail-latency run) is not
+the win the run looks for: CONDITIONS_MISREPORTED, FLAG (a claim restating the objective's figure may bank).
+The SLO a goodput figure is judged at is ``goodput_slo``'s decision, the sealed one first.
 """
 
 from __future__ import annotations
@@ -24,44 +16,22 @@ import numpy as np
 from perfwarden.auditor.evidence import LegEvidence, line_evidence
 from perfwarden.auditor.findings import GateResult, finding
 from perfwarden.harness.objective import OBJECTIVE_FILE, RunObjective
-from perfwarden.harness.records import Claim, EvidenceRef, Finding
-from perfwarden.harness.slo import GoodputSlo
+from perfwarden.harness.records import Claim, EvidenceRef
 
 GATE = "objective"
 GOODPUT = "request_goodput"
 """The goodput metric (vLLM's name: good requests per second)."""
 
 
-def _shown(slo: GoodputSlo | None) -> str:
-    return slo.text() if slo is not None else "none"
-
-
-def check_objective(claim: Claim, sealed: RunObjective | None) -> GateResult[GoodputSlo | None]:
-    """The SLO goodput is re-derived at, and whether the claim's headline is the run's sealed objective."""
-    metric, stated = claim.headline.metric, claim.headline.slo
-    where = [EvidenceRef(file=OBJECTIVE_FILE)]
-    findings: list[Finding] = []
-    if sealed is not None and claim.scope in ("patch", "bundle") and metric != sealed.metric:
-        findings.append(finding(
-            "CONDITIONS_MISREPORTED", "FLAG", f"the run sealed the objective {sealed.describe()}, but the claim's "
-            f"headline is {metric!r}: a step is a win on what the run optimizes", measured=metric,
-            threshold=sealed.metric, evidence=where, action="flag", gate=GATE))
-    slo = sealed.slo if sealed is not None else None
-    if metric != GOODPUT:
-        return GateResult(findings=findings, value=slo)
-    if slo is None:
-        why = "the run sealed no objective.json" if sealed is None else f"the run sealed {sealed.describe()}"
-        findings.append(finding(
-            "EVIDENCE_MISSING", "FAIL", f"a goodput headline needs the SLO it is measured at, recorded with the "
-            f"evidence: {why}, so no SLO vouches for the claim's {_shown(stated)!r}", measured=_shown(stated),
-            threshold="an SLO the run sealed", evidence=where if sealed is not None else [], action="eject", gate=GATE))
-        return GateResult(findings=findings, value=None)
-    if stated != slo:
-        findings.append(finding(
-            "CONDITIONS_MISREPORTED", "FAIL", f"the claim's goodput SLO {_shown(stated)!r} is not the one the run "
-            f"sealed at its start, {slo.text()!r}: goodput is judged at the sealed SLO only", measured=_shown(stated),
-            threshold=slo.text(), evidence=where, action="eject", gate=GATE))
-    return GateResult(findings=findings, value=slo)
+def check_headline_objective(claim: Claim, sealed: RunObjective | None) -> GateResult:
+    """A patch or bundle claim of a run that sealed its objective headlines that objective's metric."""
+    metric = claim.headline.metric
+    if sealed is None or claim.scope not in ("patch", "bundle") or metric == sealed.metric:
+        return GateResult()
+    return GateResult(findings=[finding(
+        "CONDITIONS_MISREPORTED", "FLAG", f"the run sealed the objective {sealed.describe()}, but the claim's "
+        f"headline is {metric!r}: a step is a win on what the run optimizes", measured=metric,
+        threshold=sealed.metric, evidence=[EvidenceRef(file=OBJECTIVE_FILE)], action="flag", gate=GATE)])
 
 
 def check_unjudgeable_goodput(run: Path, base: LegEvidence, cand: LegEvidence) -> GateResult:

@@ -10,6 +10,8 @@ from pathlib import Path
 from perfwarden.harness.opbench.inputs import OPS, TOLERANCES, OpBenchError
 from perfwarden.harness.opbench.runner import alternatives_for, run_opbench
 from perfwarden.harness.opbench.summary import summarize
+from perfwarden.harness.safe_read import RECORD_BYTES, read_bytes
+from perfwarden.harness.strict_json import loads
 
 
 def target_device(run_dir: Path) -> str:
@@ -17,7 +19,7 @@ def target_device(run_dir: Path) -> str:
     ``device``, at the top or under ``server_args``), else ``cpu`` (the embedded target's default)."""
     for info_path in sorted(Path(run_dir).glob("legs/*/server_info.json")):
         try:
-            info = json.loads(info_path.read_text(encoding="utf-8"))
+            info = loads(read_bytes(info_path, run_dir, limit=RECORD_BYTES, what="server_info"), what="server_info")
         except (OSError, ValueError):
             continue
         if not isinstance(info, dict):
