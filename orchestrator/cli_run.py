@@ -369,7 +369,9 @@ def run(
         settings_kw["llm_model"] = llm
     if sampler is not None:
         settings_kw["sampler"] = sampler
-    settings_kw.update(_objective_options(err, objective, slo))
+    asked = _objective_options(err, objective, slo)
+    if resume is None:  # a resume's objective is the one it sealed: what was asked is only compared with it
+        settings_kw.update(asked)
     settings = _new_settings(err, settings_kw, set_)
     # lazy: langgraph (the orchestrator extra): only when a run starts
     from perfwarden.orchestrator.runner import RunUsageError, read_settings, run_graph
@@ -380,7 +382,7 @@ def run(
         except RunUsageError as exc:
             print_error(err, exc)
             raise typer.Exit(ExitCode.INVALID) from None
-        _check_resumed_objective(err, settings, settings_kw)
+        _check_resumed_objective(err, settings, asked)
     settings, python = _engine_interpreter(err, settings, sglang_python or vllm_python, resume)
     run_dir = resume or out or Path("runs") / time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     client = None

@@ -48,7 +48,7 @@ def leg_metric_stats(reps: list[RepMetrics]) -> dict[str, MetricStats]:
         ci = stats.median_ci(values)
         out[metric] = MetricStats(n=len(values), values=values, median=med, min=float(arr.min()),
                                   max=float(arr.max()),
-                                  spread_pct=float((arr.max() - arr.min()) / med * 100.0) if med else math.inf,
+                                  spread_pct=float((arr.max() - arr.min()) / med * 100.0) if med else None,
                                   ci_low=ci[0] if ci else None, ci_high=ci[1] if ci else None)
     return out
 

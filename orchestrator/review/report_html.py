@@ -328,7 +328,8 @@ def stats_table(entry: VerdictEntry) -> str:
                 continue
             ci = "-" if s.ci_low is None else f"{s.ci_low:.6g} .. {s.ci_high:.6g}"
             rows.append([td(leg), td(metric), td(s.n, True), td(f"{s.median:.6g}", True), td(f"{s.min:.6g}", True),
-                         td(f"{s.max:.6g}", True), td(f"{s.spread_pct:.2f}%", True), td(ci, True)])
+                         td(f"{s.max:.6g}", True),
+                         td(f"{s.spread_pct:.2f}%" if s.spread_pct is not None else "-", True), td(ci, True)])
     if not rows:
         return ""
     return table(["leg", "metric", "reps", "median", "min", "max", "spread", "95% CI of median"], rows)
