@@ -285,18 +285,7 @@ def audit_patch(a: Audit, bundle: bool = False) -> None:
                 a.comparisons[metric] = comp
         head = a.comparisons.get(claim.headline.metric)
         a.headline_rederived = head.delta_pct if head else None
-        contended = a.findings.has("CONTENDED_LEG", "FLAG")
-
-        def significance() -> GateResult:
-            if head is None and claim.headline.metric == objective.GOODPUT:  # a rep where no request met the SLO
-                zero = objective.check_unjudgeable_goodput(a.run, base, cand)
-                if zero.findings:
-                    return zero
-            return measurement.check_headline(
-                a.run, claim, head, (len(base.reps), len(cand.reps)), contended,
-                worse=head is not None and measurement.significant_worse(head, base, cand),
-                changed=any(not registry.is_inert(key) for key in a.diff))
-        a.gate("significance", significance)
+        a.gate("significance", lambda: _significance(a, head, base, cand))
         a.fairer = a.gate("representative", lambda: same_config.check_representative_baseline(
             a.run, claim, base, cand, aa))
         a.gate("latency", lambda: _latency(a, base, cand))
@@ -341,6 +330,19 @@ def audit_patch(a: Audit, bundle: bool = False) -> None:
     if claim.isolated_speedup is not None:
         a.gate("isolated_vs_e2e", lambda: _isolated_vs_e2e(a, base, cand))
     a.gate("reported", lambda: measurement.check_reported_numbers(claim, a.legs_stats, a.headline_rederived))
+
+
+def _significance(a: Audit, head: Comparison | None, base: LegEvidence, cand: LegEvidence) -> GateResult:
+    """The headline's significance gate; a goodput headline with a rep where no request met the SLO has no
+    ratio to test and is judged apart (``objective.check_unjudgeable_goodput``)."""
+    if head is None and a.claim.headline.metric == objective.GOODPUT:
+        zero = objective.check_unjudgeable_goodput(a.run, base, cand)
+        if zero.findings:
+            return zero
+    return measurement.check_headline(
+        a.run, a.claim, head, (len(base.reps), len(cand.reps)), a.findings.has("CONTENDED_LEG", "FLAG"),
+        worse=head is not None and measurement.significant_worse(head, base, cand),
+        changed=any(not registry.is_inert(key) for key in a.diff))
 
 
 def _goodput(a: Audit, legs: list[LegEvidence]) -> None:

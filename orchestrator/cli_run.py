@@ -259,6 +259,30 @@ def _objective_options(err: Console, objective: str | None, slo: str | None) -> 
     return out
 
 
+def _resumed_settings(err: Console, resume: Path, asked: dict[str, Any]) -> RunSettings:
+    """The settings the resumed run started with (exit 3 when unreadable), its objective held against what
+    was asked (``_check_resumed_objective``)."""
+    from perfwarden.orchestrator.runner import RunUsageError, read_settings  # lazy: langgraph
+
+    try:
+        settings = read_settings(resume)
+    except RunUsageError as exc:
+        print_error(err, exc)
+        raise typer.Exit(ExitCode.INVALID) from None
+    _check_resumed_objective(err, settings, asked)
+    return settings
+
+
+def _llm_client(settings: RunSettings) -> Any:
+    """The LLM client of ``--llm`` (None without one)."""
+    if not settings.llm_model:
+        return None
+    from perfwarden.harness.llm_client import LLMClient  # lazy: openai: only with --llm
+
+    return LLMClient(model=settings.llm_model, timeout_s=settings.llm_timeout_s,
+                     max_retries=settings.llm_max_retries, max_tokens=settings.llm_max_tokens)
+
+
 def _check_resumed_objective(err: Console, settings: RunSettings, asked: dict[str, Any]) -> None:
     """A resumed run optimizes what it started with: an ``--objective`` or ``--slo`` naming anything else is
     refused (exit 3), since the steps already banked were judged at the objective the run sealed."""
@@ -369,28 +393,16 @@ def run(
         settings_kw["llm_model"] = llm
     if sampler is not None:
         settings_kw["sampler"] = sampler
-    asked = _objective_options(err, objective, slo)
-    if resume is None:  # a resume's objective is the one it sealed: what was asked is only compared with it
-        settings_kw.update(asked)
-    settings = _new_settings(err, settings_kw, set_)
+    asked = _objective_options(err, objective, slo)  # a resume's is the one it sealed: only compared with it
+    settings = _new_settings(err, settings_kw if resume is not None else {**settings_kw, **asked}, set_)
     # lazy: langgraph (the orchestrator extra): only when a run starts
-    from perfwarden.orchestrator.runner import RunUsageError, read_settings, run_graph
+    from perfwarden.orchestrator.runner import RunUsageError, run_graph
 
     if resume is not None:  # a resumed run keeps the settings it started with
-        try:
-            settings = read_settings(resume)
-        except RunUsageError as exc:
-            print_error(err, exc)
-            raise typer.Exit(ExitCode.INVALID) from None
-        _check_resumed_objective(err, settings, asked)
+        settings = _resumed_settings(err, resume, asked)
     settings, python = _engine_interpreter(err, settings, sglang_python or vllm_python, resume)
     run_dir = resume or out or Path("runs") / time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-    client = None
-    if settings.llm_model:
-        from perfwarden.harness.llm_client import LLMClient  # lazy: openai: only with --llm
-
-        client = LLMClient(model=settings.llm_model, timeout_s=settings.llm_timeout_s,
-                           max_retries=settings.llm_max_retries, max_tokens=settings.llm_max_tokens)
+    client = _llm_client(settings)
     started = time.time()
     watcher = TerminalWatcher(err, started)
     err.print(safe_text(("perfwarden run", "bold"), f" target={settings.target} budget={settings.budget_minutes:g} min "
