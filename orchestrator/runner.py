@@ -36,6 +36,7 @@ from perfwarden.harness.strict_json import StrictJsonError, loads
 from perfwarden.orchestrator.checkpoint_serde import (CheckpointTypeError, StateOnlySerializer, check_names,
                                                       check_state)
 from perfwarden.orchestrator.crashpoints import crash_point
+from perfwarden.orchestrator.exit_codes import disk_full
 from perfwarden.orchestrator.graph import build_graph, initial_state
 from perfwarden.orchestrator.lab import Lab, check_leg_writes, run_base_config
 from perfwarden.orchestrator.report import write_report
@@ -94,8 +95,8 @@ def _enter_lock(stack: ExitStack, run: Path, **kw: Any) -> run_lock.RunLock:
     except run_lock.NotARunDirectory as exc:
         raise RunUsageError(str(exc)) from None
     except OSError as exc:
-        if isinstance(exc, safe_write.RefusedWrite):
-            raise
+        if isinstance(exc, safe_write.RefusedWrite) or disk_full(exc) is not None:
+            raise  # a full disk is named as one by the command (exit NO_SPACE), not as a usage error
         raise RunUsageError(f"cannot take the writer lock of {str(run)!r}: {exc}") from None
 
 
