@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import typer
 
-from perfwarden.orchestrator import cli_audit, cli_backtest, cli_measure, cli_mlperf, cli_redteam, cli_review, cli_run
+from perfwarden.orchestrator import (cli_audit, cli_backtest, cli_cluster, cli_measure, cli_mlperf, cli_redteam, cli_review,
+                                     cli_run)
 
 
 app = typer.Typer(
@@ -25,6 +26,7 @@ app.command("audit-mlperf")(cli_mlperf.audit_mlperf)
 app.command("backtest")(cli_backtest.backtest)
 app.command("review")(cli_review.review)
 app.command("redteam")(cli_redteam.redteam)
+app.command("cluster")(cli_cluster.cluster)
 
 
 def main() -> None:

@@ -145,7 +145,7 @@ def _captured(ctx: RunContext, run: Path, what: str) -> Iterator[None]:
 def _measure(ctx: RunContext, run: Path, legs: list[LegPlan], reps: int) -> dict[str, str]:
     ctx.watcher.measuring(legs, reps)
     if ctx.cluster is not None:  # one node measures both legs; its evidence streams here and is sealed here
-        return ctx.cluster.measure(ctx.lab, legs, reps)
+        return ctx.cluster.measure(legs, reps)
     with _captured(ctx, run, f"measure {[p.leg for p in legs]} x{reps}"):
         return ctx.lab.measure(run, legs, reps)
 
@@ -474,10 +474,10 @@ def integrator(state: RunState, runtime: Runtime[RunContext]) -> dict:
     base_leg, cand_leg = p.legs
     legs = _ab_plans(ctx, p, p.legs)
     if ctx.cluster is not None:  # this step first, then the batch's others on free nodes; audited in turn
-        ctx.cluster.submit(ctx.lab, legs, p.reps)
+        ctx.cluster.submit(legs, p.reps)
         for other in state.get("proposals", []):
             if other.trial is not None and other.status == "pending" and other.id != p.id and other.legs is None:
-                ctx.cluster.submit(ctx.lab, _ab_plans(ctx, other, integrator_agent.leg_names(other, other.attempts)),
+                ctx.cluster.submit(_ab_plans(ctx, other, integrator_agent.leg_names(other, other.attempts)),
                                    other.reps)
     try:
         status = _measure(ctx, run, legs, p.reps)

@@ -151,7 +151,11 @@ def _graph(run: Path, checkpointer_url: str | None):
 
 
 def _connect(address: str) -> None:
-    """Join the Ray cluster at ``address`` (imported here: Ray loads only for ``--cluster``)."""
+    """Join the Ray cluster at ``address`` (imported here: Ray loads only for ``--cluster``, and reads its
+    environment, prepared for this address, when it does)."""
+    from perfwarden.orchestrator import ray_env
+
+    ray_env.prepare(address)
     from perfwarden.orchestrator import cluster
 
     try:
@@ -160,12 +164,13 @@ def _connect(address: str) -> None:
         raise RunUsageError(str(exc)) from None
 
 
-def _view(run: Path, settings: RunSettings) -> Any:
-    """The run's view of the joined cluster: its slots and the head's evidence sink."""
+def _view(run: Path, settings: RunSettings, lab: Lab, watcher: Any) -> Any:
+    """The run's view of the joined cluster: its slots, the head's evidence sink, the lab's description the
+    nodes build their labs from, and the terminal the nodes' rep events go to."""
     from perfwarden.orchestrator import cluster
 
     try:
-        return cluster.Cluster(run, cluster.resource_for(settings.target))
+        return cluster.Cluster(run, lab, cluster.resource_for(settings.target), on_rep=watcher.rep)
     except cluster.ClusterError as exc:
         raise RunUsageError(str(exc)) from None
 
@@ -230,7 +235,7 @@ def run_graph(run: Path, settings: RunSettings, lab: Lab, *, resume: bool = Fals
                          watcher=watcher or SilentWatcher(), attacker=attacker, run_dir=run,
                          capture_logs=capture_logs)
     if cluster is not None:
-        context.cluster = _view(run, settings)
+        context.cluster = _view(run, settings, lab, context.watcher)
     graph, handle = _graph(run, checkpointer_url)
     crash_point("checkpointer_opened")
     config = {"configurable": {"thread_id": THREAD_ID}, "recursion_limit": settings.recursion_limit}
