@@ -283,8 +283,9 @@ def run(
     study_batch: int = typer.Option(None, "--study-batch", help="Steps asked of the search at once (default: one "
                                     "per cluster slot with --cluster, else 1); without --cluster they are measured "
                                     "one after another, so a run gives the same steps with and without a cluster."),
-    sampler: str = typer.Option(None, "--sampler", help="tpe (an Optuna study) or coordinate (one knob at a "
-                                "time); default: tpe over the default space, coordinate over named --levers."),
+    sampler: str = typer.Option(None, "--sampler", help="tpe (an Optuna study), random or grid (the same study "
+                                "drawn uniformly or walking the grid: baselines) or coordinate (one knob at a time); "
+                                "default: tpe over the default space, coordinate over named --levers."),
 ) -> None:
     """Optimize the target; bank only what the auditor passes. Writes RUN/report.md and report.json."""
     err = _terminal()

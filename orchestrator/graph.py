@@ -375,7 +375,7 @@ def pick(state: RunState, runtime: Runtime[RunContext]) -> dict:
     nxt = next(iter(active), None)
     if nxt is None and len(state.get("proposals", [])) >= ctx.settings.max_proposals:
         update["notes"] = [f"max_proposals={ctx.settings.max_proposals} changes tried: the search stops here"]
-    elif nxt is None and study.sampler_of(ctx.settings) == "tpe":
+    elif nxt is None and study.sampler_of(ctx.settings) != "coordinate":  # a study sampler asks the study
         room = ctx.settings.max_proposals - len(state.get("proposals", []))
         new = study.next_proposals(state, ctx, _run(state), _base_knobs(ctx), _best(state), room)
         nxt = new[0] if new else None
