@@ -127,3 +127,37 @@ def test_a_lab_with_behaviour_of_its_own_has_no_description():
             describe(lab)
     with pytest.raises(LabError, match="cannot be described"):
         describe(object())  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("ip, loopback", [("127.0.0.1", True), ("::ffff:127.0.0.1", True), ("::1", True),
+                                          ("127.0.1.1", True), ("0.0.0.0", False), ("::", False),
+                                          ("192.0.2.2", False), ("::ffff:192.0.2.2", False), ("fe80::1%eth0", False)])
+def test_the_socket_check_tells_loopback_from_every_other_address(ip, loopback):
+    from ray_sockets import Listener
+
+    assert Listener(1, "raylet", ip, 1, "tcp").loopback is loopback
+
+
+def test_the_socket_check_sees_a_marked_processs_listening_socket(tmp_path):
+    """The check the cluster tests rely on finds what a process they started listens on (here on 127.0.0.1)."""
+    import subprocess
+    import sys
+    import time
+
+    from ray_sockets import MARK, end_marked, listeners, new_mark
+
+    mark = new_mark()
+    code = ("import socket, time; s = socket.socket(); s.bind(('127.0.0.1', 0)); s.listen(); "
+            "print(s.getsockname()[1], flush=True); time.sleep(30)")
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True,
+                            env={**os.environ, MARK: mark})
+    try:
+        port = int(proc.stdout.readline())
+        deadline = time.monotonic() + 10
+        found = []
+        while not found and time.monotonic() < deadline:
+            found = [s for s in listeners(mark) if s.port == port]
+        assert found and found[0].pid == proc.pid and found[0].loopback
+    finally:
+        end_marked(mark)
+        proc.wait(timeout=10)
