@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from machine_quiet import skip_if_contended
 from ray_sockets import MARK, Listener, end_marked, new_mark, stop, watch
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(900)]
@@ -33,8 +34,11 @@ SYNTHETIC = ["run", "--target", "synthetic", "--study-batch", "2", "--budget-min
 def _env(home: Path, mark: str, **extra: str) -> dict[str, str]:
     """A private HOME (Ray's default token file is ~/.ray/auth_token) and the marker; no Ray setting of the
     person running the tests leaks in."""
+    from perfwarden.harness.model import CACHE_ENV, cache_root
+
     env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
-    return {**env, "HOME": str(home), MARK: mark, **extra}
+    # The model cache stays where it is: every run and node loads the weights converted once.
+    return {**env, "HOME": str(home), MARK: mark, CACHE_ENV: str(cache_root()), **extra}
 
 
 @pytest.fixture(scope="module")
@@ -74,12 +78,12 @@ class Ran:
     stderr: str
 
 
-def _run(args: list[str], env: dict[str, str]) -> tuple[Ran, set[Listener]]:
+def _run(args: list[str], env: dict[str, str], timeout_s: float = RUN_TIMEOUT_S) -> tuple[Ran, set[Listener]]:
     """One ``perfwarden`` command, its sockets (and those of every marked process) sampled while it runs."""
     # Files, not pipes: nothing is read while the sockets are sampled, and a full pipe would stall the run.
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
         proc = subprocess.Popen([*CLI, *args], stdout=out, stderr=err, text=True, env=env)
-        seen = watch(proc, env[MARK], RUN_TIMEOUT_S)
+        seen = watch(proc, env[MARK], timeout_s)
         if proc.poll() is None:
             proc.kill()
         proc.wait(timeout=30)
@@ -169,3 +173,33 @@ def test_joining_a_cluster_without_its_token_is_exit_3_and_leaves_no_run(tmp_pat
     assert done.returncode == 3, done.stderr[-3000:]
     assert "token" in done.stderr and "Traceback" not in done.stderr
     assert not (tmp_path / "run").exists()
+
+
+EMBEDDED = ["run", "--target", "embedded", "--levers", "max_batch_size=4", "--no-kernels", "--baseline-remeasures",
+            "0", "--study-batch", "1", "--budget-minutes", "25"]
+"""One real step (batching, a large win on this target), the baseline measured once."""
+
+
+@pytest.mark.e2e
+@pytest.mark.quiet  # it judges real reps: scripts/test.sh runs it alone
+@pytest.mark.timeout(3600)
+def test_the_embedded_target_on_the_cluster_decides_as_it_does_alone(tmp_path, loopback):
+    """The real target's lab is rebuilt on a node from the run's settings: its servers start there, its evidence
+    streams to the head. Real reps are noisy, so what must match is what a clear win gives: the steps, what
+    is banked, and every verdict's label; a run the machine's load made CONTENDED_LEG cannot be judged."""
+    skip_if_contended("two embedded runs")
+    address, env = loopback
+    alone, _ = _run([*EMBEDDED, "--out", str(tmp_path / "alone")], env, timeout_s=1500)
+    assert alone.returncode == 0, alone.stderr[-3000:]
+    spread, seen = _run([*EMBEDDED, "--cluster", address, "--out", str(tmp_path / "spread")], env, timeout_s=1500)
+    assert spread.returncode == 0, spread.stderr[-3000:]
+    assert not _outside(seen), _outside(seen)
+    outcomes = {name: outcome(tmp_path / name) for name in ("alone", "spread")}
+    contended = [(name, v) for name, o in outcomes.items() for v in o["verdicts"] if "CONTENDED_LEG" in v[5]]
+    if contended:
+        assert all(v[2] != "PASS" for _, v in contended)
+        pytest.skip(f"the machine was contended during the runs: {contended}")
+    assert outcomes["spread"]["banked"] == outcomes["alone"]["banked"] != []
+    assert [v[:3] for v in outcomes["spread"]["verdicts"]] == [v[:3] for v in outcomes["alone"]["verdicts"]]
+    info = json.loads((tmp_path / "spread/legs/baseline/server_info.json").read_text())
+    assert info["node"]["ray_node_id"] and info["weights_digest"]  # a real server, on a node
