@@ -63,22 +63,24 @@ def test_joining_never_invents_a_token(ray_vars):
     assert not (ray_vars / ".ray").exists()
 
 
-def test_a_readable_token_of_ours_is_made_private(ray_vars, monkeypatch):
-    """Ray's own ``ray.init`` and ``ray get-auth-token --generate`` write the token with the umask (0644)."""
-    token = ray_vars / "tok"
+def readable_token(folder: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A token file others can read, named by ``RAY_AUTH_TOKEN_PATH``, token auth on."""
+    token = folder / "tok"
     token.write_text("secret")
     token.chmod(0o644)
     monkeypatch.setenv(ray_env.TOKEN_PATH, str(token))
     ray_env.prepare("local")
+    return token
+
+
+def test_a_readable_token_of_ours_is_made_private(ray_vars, monkeypatch):
+    """Ray's own ``ray.init`` and ``ray get-auth-token --generate`` write the token with the umask (0644)."""
+    token = readable_token(ray_vars, monkeypatch)
     assert ray_env.private_token(create=False) == token and mode(token) == 0o600
 
 
 def test_a_readable_token_that_is_not_ours_or_not_a_file_is_refused(ray_vars, monkeypatch):
-    token = ray_vars / "tok"
-    token.write_text("secret")
-    token.chmod(0o644)
-    monkeypatch.setenv(ray_env.TOKEN_PATH, str(token))
-    ray_env.prepare("local")
+    token = readable_token(ray_vars, monkeypatch)
     monkeypatch.setattr(ray_env.os, "getuid", lambda: os.geteuid() + 1)
     with pytest.raises(ray_env.ClusterError, match="not ours"):
         ray_env.private_token(create=False)
