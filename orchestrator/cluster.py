@@ -203,6 +203,18 @@ def connect(address: str) -> None:
     ray_env.private_token(create=False)  # whatever Ray wrote meanwhile is private too
 
 
+REP_STATUSES = ("ok", "failed")
+
+
+def shown_events(events: list[Any], legs: list[LegPlan], reps: int) -> list[RepEvent]:
+    """The rep events of a step the terminal may show: a rep of one of the step's own legs, in range, with a
+    known status. A node's events are its say-so (a name from one reaches the terminal's markup): anything
+    else is dropped."""
+    names = {p.leg for p in legs}
+    return [e for e in events if isinstance(e, RepEvent) and e.leg in names and isinstance(e.rep, int)
+            and 0 <= e.rep < reps and e.status in REP_STATUSES]
+
+
 def _step_name(legs: list[LegPlan], reps: int) -> str:
     return "+".join(p.leg for p in legs) + f"x{reps}"
 
@@ -287,7 +299,7 @@ class Cluster:
     def _report(self, legs: list[LegPlan], reps: int) -> None:
         events: list[RepEvent] = ray.get(self.sink.collect.remote(_step_name(legs, reps)))
         if self.on_rep is not None:
-            for event in events:
+            for event in shown_events(events, legs, reps):
                 self.on_rep(event.leg, event.rep, event.status)
 
     def close(self) -> None:

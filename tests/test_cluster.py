@@ -54,6 +54,17 @@ def test_the_sink_seals_only_evidence_and_never_a_whole_bench_file(tmp_path):
     seal.forget(run)
 
 
+def test_only_a_steps_own_rep_events_reach_the_terminal():
+    """A node's events are its say-so: one naming another leg (or markup), a rep out of range or an unknown
+    status is dropped before the terminal shows it."""
+    from perfwarden.orchestrator.cluster import RepEvent, shown_events
+
+    legs = [LegPlan(leg=n, role=r, config=dict(BASE)) for n, r in (("a", "baseline"), ("b", "candidate"))]
+    sent = [RepEvent("a", 0, "ok"), RepEvent("b", 2, "failed"), RepEvent("[link=x]c[/link]", 0, "ok"),
+            RepEvent("a", 3, "ok"), RepEvent("a", -1, "ok"), RepEvent("b", 1, "[red]ok"), ("a", 1, "ok")]
+    assert shown_events(sent, legs, 3) == [RepEvent("a", 0, "ok"), RepEvent("b", 2, "failed")]
+
+
 @pytest.mark.parametrize("address", ["127.0.0.1:1", "no-port", "local:x"])
 def test_an_unreachable_cluster_is_exit_3_and_leaves_no_run(tmp_path, address):
     # Before the module's cluster fixture starts Ray in this process: a connected Ray would be reused.
