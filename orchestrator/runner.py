@@ -36,7 +36,7 @@ from perfwarden.orchestrator.checkpoint_serde import (CheckpointTypeError, State
                                                       check_state)
 from perfwarden.orchestrator.crashpoints import crash_point
 from perfwarden.orchestrator.graph import build_graph, initial_state
-from perfwarden.orchestrator.lab import Lab, check_leg_writes, run_base_config
+from perfwarden.orchestrator.lab import Lab, LabError, check_leg_writes, run_base_config
 from perfwarden.orchestrator.report import write_report
 from perfwarden.orchestrator.settings import RunSettings, settings_error
 from perfwarden.orchestrator.state import STATE_VERSION, RunContext, RunState, SilentWatcher
@@ -164,6 +164,16 @@ def _connect(address: str) -> None:
         raise RunUsageError(str(exc)) from None
 
 
+def _describable(lab: Lab) -> None:
+    """A lab the nodes can rebuild from its description (orchestrator/lab_spec.py), else a usage error."""
+    from perfwarden.orchestrator.lab_spec import describe
+
+    try:
+        describe(lab)
+    except LabError as exc:
+        raise RunUsageError(f"--cluster: {exc}") from None
+
+
 def _view(run: Path, settings: RunSettings, lab: Lab, watcher: Any) -> Any:
     """The run's view of the joined cluster: its slots, the head's evidence sink, the lab's description the
     nodes build their labs from, and the terminal the nodes' rep events go to."""
@@ -222,6 +232,7 @@ def run_graph(run: Path, settings: RunSettings, lab: Lab, *, resume: bool = Fals
     check_run_writes(run)
     if cluster is not None:  # before anything is written: an unreachable cluster leaves no run behind
         _connect(cluster)
+        _describable(lab)
     if resume:
         if not run.is_dir():
             raise RunUsageError(f"{str(run)!r} is not a directory: nothing to resume")

@@ -13,7 +13,7 @@ import pytest
 from perfwarden.harness import node_identity, seal
 from perfwarden.harness.seal_stream import EvidenceSink, StreamChain, StreamRefused
 from perfwarden.orchestrator.lab import LegPlan
-from perfwarden.orchestrator.runner import run_graph
+from perfwarden.orchestrator.runner import RunUsageError, run_graph
 from perfwarden.orchestrator.settings import RunSettings
 from perfwarden.orchestrator.simlab import BASE, SyntheticLab
 
@@ -156,6 +156,9 @@ def test_a_lab_a_node_could_not_rebuild_is_refused(tmp_path, two_nodes):
     for lab in (OwnLab(), SyntheticLab(surface=lambda config: 2.0)):
         with pytest.raises(cluster.ClusterError, match="cannot be described"):
             cluster.Cluster(tmp_path / "run", lab)
+        with pytest.raises(RunUsageError, match="cannot be described"):  # before the run is created
+            run_graph(tmp_path / "run", settings(), lab, cluster="attached")
+        assert not (tmp_path / "run").exists()
 
 
 @pytest.mark.slow
