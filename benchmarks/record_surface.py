@@ -60,6 +60,14 @@ def where() -> dict[str, Any]:
             "perfwarden_commit": commit + ("+dirty" if dirty else "")}
 
 
+def slim(contention: Any) -> Any:
+    """A rep's contention samples (before, after) as their load figures; the busy-process lists stay in the run."""
+    if not isinstance(contention, dict):
+        return contention
+    keep = ("loadavg", "cpu_busy_pct", "procs_running")
+    return {when: {k: sample.get(k) for k in keep} for when, sample in contention.items() if isinstance(sample, dict)}
+
+
 def measure_config(run: Path, name: str, config: dict[str, Any], reps: int, lab: Any) -> dict[str, Any]:
     """One configuration on its own server: ``reps`` LoadGen reps, their throughputs and contention."""
     from perfwarden.harness.loadgen_client import measure_rep
@@ -78,7 +86,7 @@ def measure_config(run: Path, name: str, config: dict[str, Any], reps: int, lab:
         target.stop()
     tputs = [float(line["output_throughput"]) for line in lines if line is not None]
     return {"leg": name, "config": config, "reps": tputs, "median": statistics.median(tputs),
-            "contention": [line.get("contention") for line in lines if line is not None],
+            "contention": [slim(line.get("contention")) for line in lines if line is not None],
             "loadavg_1m": os.getloadavg()[0], "started_at": started, "seconds": time.time() - started}
 
 
@@ -98,6 +106,7 @@ def record(reps: int, threads: int, witness_every: int, limit: int | None) -> di
     prepare_weights(base)
     load_start = os.getloadavg()
     begun = datetime.now(timezone.utc)
+    machine = where()  # the code as it is when the recording starts (what every server loads)
     rows, witnesses = [], []
     with tempfile.TemporaryDirectory(prefix="pw-surface-") as tmp:
         os.environ.setdefault("PERFWARDEN_KEY_DIR", str(Path(tmp) / "keys"))
@@ -124,7 +133,7 @@ def record(reps: int, threads: int, witness_every: int, limit: int | None) -> di
                 "witness_every": witness_every},
         "when": {"started": begun.isoformat(timespec="seconds"),
                  "ended": datetime.now(timezone.utc).isoformat(timespec="seconds")},
-        "where": where(),
+        "where": machine,
         "load": {"loadavg_at_start": list(load_start), "loadavg_at_end": list(os.getloadavg()),
                  "note": "shared 2-core machine: other engineers' tests ran meanwhile"},
         "drift": {"witness_medians": medians,
