@@ -29,8 +29,8 @@ from perfwarden.harness.target_config import TARGET_CONFIGS, ConfigError, SGLang
 from perfwarden.orchestrator.exit_codes import ExitCode, disk_full, no_space_message
 from perfwarden.orchestrator.render import VERDICT_STYLE, print_error, safe_text
 from perfwarden.orchestrator.settings import RunSettings, settings_error
-from perfwarden.orchestrator.simlab import SyntheticLab
 from perfwarden.orchestrator.step_lines import StepLine, StepLines
+from perfwarden.orchestrator.lab_spec import lab_for
 
 if TYPE_CHECKING:  # the run's machinery is imported only when a run starts (other commands stay fast)
     from perfwarden.agents.base import VerdictSummary
@@ -41,19 +41,7 @@ if TYPE_CHECKING:  # the run's machinery is imported only when a run starts (oth
 def make_lab(settings: RunSettings, on_rep=None, engine_python: str | None = None):
     """The target's lab; ``engine_python`` (from ``check_engine``, never from the run): the interpreter of
     the sglang or vllm target's own environment."""
-    if settings.target == "synthetic":
-        return SyntheticLab(on_rep=on_rep)
-    if settings.target == "sglang":
-        from perfwarden.orchestrator.sglang_lab import SGLangLab  # lazy: httpx: only for an sglang target
-
-        return SGLangLab.from_settings(settings, python=engine_python, on_rep=on_rep)
-    if settings.target == "vllm":
-        from perfwarden.orchestrator.vllm_lab import VLLMLab
-
-        return VLLMLab.from_settings(settings, python=engine_python, on_rep=on_rep)
-    from perfwarden.orchestrator.embedded_lab import EmbeddedLab
-
-    return EmbeddedLab.from_settings(settings, on_rep=on_rep)
+    return lab_for(settings, on_rep=on_rep, engine_python=engine_python)
 
 
 def make_attacker(settings: RunSettings):
@@ -336,6 +324,19 @@ def _print_outcome(state: dict, run_dir: Path | str, started: float, metric: str
     console.print(safe_text(f"report: {Path(run_dir) / 'report.md'}  ({time.time() - started:.0f}s)"))
 
 
+def _settings_options(target: str, model: str | None, budget_minutes: float | None, levers: str | None,
+                      no_kernels: bool, red_team: bool, reps: int | None, baseline_remeasures: int | None,
+                      llm: str | None, sampler: str | None, study_batch: int | None) -> dict[str, Any]:
+    """The settings the command line names (an option left out keeps the settings' default)."""
+    named: dict[str, Any] = {"target": target, "model": model, "budget_minutes": budget_minutes, "reps": reps,
+                             "max_baseline_remeasures": baseline_remeasures, "sampler": sampler,
+                             "study_batch": study_batch, "llm_model": llm or None,
+                             "kernels": False if no_kernels else None, "red_team": True if red_team else None}
+    if levers is not None:
+        named["levers"] = [x.strip() for x in levers.split(",") if x.strip()]
+    return {key: value for key, value in named.items() if value is not None or key in ("target", "model")}
+
+
 def run(
     target: str = typer.Option("embedded", "--target", help="embedded (real SmolLM2 on CPU), sglang (GPU host: "
                                "needs --model), vllm (its own environment: --vllm-python) or synthetic."),
@@ -366,8 +367,12 @@ def run(
                                      "(default: SQLite inside the run directory)."),
     cluster: str = typer.Option(None, "--cluster", help="Ray address whose nodes measure A/B steps concurrently, "
                                 "one step per node slot (`local` starts Ray here); default: this process."),
-    sampler: str = typer.Option(None, "--sampler", help="tpe (an Optuna study) or coordinate (one knob at a "
-                                "time); default: tpe over the default space, coordinate over named --levers."),
+    study_batch: int = typer.Option(None, "--study-batch", help="Steps asked of the search at once (default: one "
+                                    "per cluster slot with --cluster, else 1); without --cluster they are measured "
+                                    "one after another, so a run gives the same steps with and without a cluster."),
+    sampler: str = typer.Option(None, "--sampler", help="tpe (an Optuna study), random or grid (the same study "
+                                "drawn uniformly or walking the grid: baselines) or coordinate (one knob at a time); "
+                                "default: tpe over the default space, coordinate over named --levers."),
     objective: str = typer.Option(None, "--objective", help="What the search optimizes: throughput (default), "
                                   "goodput (requests/s meeting --slo), ttft_p99 or tpot_p99. Fixed for the run."),
     slo: str = typer.Option(None, "--slo", help="The goodput objective's SLO in ms, e.g. ttft_ms=500,tpot_ms=50 "
@@ -376,23 +381,8 @@ def run(
     """Optimize the target; bank only what the auditor passes. Writes RUN/report.md and report.json."""
     err = _terminal()
     _check_options(err, target, model, sglang_python, resume, vllm_python)
-    settings_kw: dict = {"target": target, "model": model}
-    if budget_minutes is not None:
-        settings_kw["budget_minutes"] = budget_minutes
-    if levers is not None:
-        settings_kw["levers"] = [x.strip() for x in levers.split(",") if x.strip()]
-    if no_kernels:
-        settings_kw["kernels"] = False
-    if red_team:
-        settings_kw["red_team"] = True
-    if reps is not None:
-        settings_kw["reps"] = reps
-    if baseline_remeasures is not None:
-        settings_kw["max_baseline_remeasures"] = baseline_remeasures
-    if llm:
-        settings_kw["llm_model"] = llm
-    if sampler is not None:
-        settings_kw["sampler"] = sampler
+    settings_kw = _settings_options(target, model, budget_minutes, levers, no_kernels, red_team, reps,
+                                    baseline_remeasures, llm, sampler, study_batch)
     asked = _objective_options(err, objective, slo)  # a resume's is the one it sealed: only compared with it
     settings = _new_settings(err, settings_kw if resume is not None else {**settings_kw, **asked}, set_)
     # lazy: langgraph (the orchestrator extra): only when a run starts
