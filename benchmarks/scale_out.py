@@ -22,6 +22,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import record
+
 TARGET_SPEEDUP = 1.8
 
 
@@ -74,6 +76,7 @@ def main() -> int:
     parser.add_argument("--nodes", default="1,2,4")
     parser.add_argument("--steps", type=int, default=8)
     parser.add_argument("--rep-delay", type=float, default=1.5)
+    record.add_flag(parser)
     args = parser.parse_args()
     counts = [int(n) for n in args.nodes.split(",") if n.strip()]
     results = []
@@ -94,6 +97,12 @@ def main() -> int:
     two = next((r for r in results if r["nodes"] == 2), None)
     one_node = next((r for r in results if r["nodes"] == 1), None)
     ok = same and (two is None or one_node is None or one_node["study_s"] / two["study_s"] >= TARGET_SPEEDUP)
+    record.record("scale_out.py", [record.Figure(
+        f"study wall time on {r['nodes']} simulated node(s), {args.steps} steps, a rep {args.rep_delay:g} s",
+        f"**{r['study_s']:.1f} s** ({base['study_s'] / r['study_s']:.2f}x {base['nodes']} node(s)); whole run "
+        f"{r['run_s']:.1f} s; every verdict sealed: {'yes' if r['sealed'] else 'NO'}") for r in results]
+        + [record.Figure(f"the same verdicts for the same {len(base['verdicts'])} steps on {args.nodes} nodes",
+                         "yes" if same else "NO")], args.record)
     return 0 if ok else 1
 
 

@@ -24,6 +24,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import record
+
 KNOBS: dict[str, tuple[Any, ...]] = {"max_batch_size": (1, 2, 4, 8, 16), "batch_wait_ms": (0.0, 5.0, 20.0, 40.0),
                                      "prompt_lookup": (False, True), "attn_implementation": ("sdpa", "eager")}
 TARGET_SHARE = 0.95
@@ -66,6 +68,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--budget", type=int, default=24, help="A/B steps per search (max_proposals)")
     parser.add_argument("--seeds", default="0,1,2")
+    record.add_flag(parser)
     args = parser.parse_args()
     seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
     best, where = grid_best()
@@ -86,6 +89,10 @@ def main() -> int:
               f"{sum(values) / len(values):.1%} over seeds {seeds}")
     ok = min(shares["tpe"]) >= TARGET_SHARE
     print(f"default sampler (tpe) >= {TARGET_SHARE:.0%} on every seed: {'yes' if ok else 'NO'}")
+    record.record("search_quality.py", [record.Figure(
+        f"share of the grid's best gain ({best:.3f}x over {grid} configurations) banked within {args.budget} A/B "
+        f"steps, sampler {sampler}, seeds {args.seeds}", ", ".join(f"{v:.1%}" for v in values))
+        for sampler, values in shares.items()], args.record)
     return 0 if ok else 1
 
 
