@@ -241,8 +241,6 @@ def same_measure(text: str) -> str:
 def merged(old: Sequence[Row], new: Sequence[Row]) -> list[Row]:
     """``old`` with every row ``new`` measures again replaced in place, then the rows it adds."""
     by_measure = {same_measure(row.measures): row for row in new}
-    if len(by_measure) != len(new):
-        raise RecordError("two figures of one run measure the same thing: name what differs in 'measures'")
     kept = [by_measure.pop(same_measure(row.measures), row) for row in old]
     return kept + [row for row in new if same_measure(row.measures) in by_measure]
 
@@ -253,6 +251,8 @@ def render_block(script: str, rows: Sequence[Row]) -> list[str]:
 
 def updated(text: str, script: str, rows: Sequence[Row]) -> str:
     """The document with ``script``'s block holding ``rows`` merged into it."""
+    if len({same_measure(row.measures) for row in rows}) != len(rows):
+        raise RecordError("two figures of one run measure the same thing: name what differs in 'measures'")
     lines = text.splitlines()
     span = find_block(lines, script)
     if span is None:

@@ -12,7 +12,8 @@ from typing import Any
 import typer
 from rich.console import Console
 
-from perfwarden.orchestrator import cli_audit, cli_audit_bench, cli_backtest, cli_measure, cli_mlperf, cli_redteam, cli_review, cli_run
+from perfwarden.orchestrator import (cli_audit, cli_audit_bench, cli_backtest, cli_cluster, cli_measure, cli_mlperf,
+                                     cli_redteam, cli_review, cli_run)
 from perfwarden.orchestrator.exit_codes import ExitCode, disk_full, no_space_message
 from perfwarden.orchestrator.render import print_error
 
@@ -57,6 +58,7 @@ app.command("audit-mlperf")(stops_on_full_disk(cli_mlperf.audit_mlperf, "auditin
 app.command("backtest")(stops_on_full_disk(cli_backtest.backtest, "backtesting", _AGAIN))
 app.command("review")(stops_on_full_disk(cli_review.review, "writing the review", _AGAIN))
 app.command("redteam")(stops_on_full_disk(cli_redteam.redteam, "running the red team", _AGAIN))
+app.command("cluster")(cli_cluster.cluster)
 
 
 def main() -> None:

@@ -9,7 +9,7 @@ import typer
 from rich.console import Console
 
 from perfwarden.harness import run_lock
-from perfwarden.orchestrator.exit_codes import ExitCode
+from perfwarden.orchestrator.exit_codes import ExitCode, disk_full
 from perfwarden.orchestrator.render import print_error
 
 
@@ -21,5 +21,7 @@ def hold_or_exit(stack: ExitStack, err: Console, run: Path, *, create: bool) -> 
     except (run_lock.RunBusy, run_lock.NotARunDirectory) as exc:
         print_error(err, exc)
     except OSError as exc:  # a link, FIFO or folder at writer.lock; a read-only folder
+        if disk_full(exc) is not None:
+            raise  # the command's full-disk handler names it and exits NO_SPACE
         print_error(err, f"cannot take the writer lock of the run {str(run)!r}: {exc}")
     raise typer.Exit(ExitCode.INVALID)

@@ -27,8 +27,8 @@ from perfwarden.harness.target_config import TARGET_CONFIGS, ConfigError, SGLang
 from perfwarden.orchestrator.exit_codes import ExitCode, disk_full, no_space_message
 from perfwarden.orchestrator.render import VERDICT_STYLE, print_error, safe_text
 from perfwarden.orchestrator.settings import RunSettings, settings_error
-from perfwarden.orchestrator.simlab import SyntheticLab
 from perfwarden.orchestrator.step_lines import StepLine, StepLines
+from perfwarden.orchestrator.lab_spec import lab_for
 
 if TYPE_CHECKING:  # the run's machinery is imported only when a run starts (other commands stay fast)
     from perfwarden.agents.base import VerdictSummary
@@ -39,19 +39,7 @@ if TYPE_CHECKING:  # the run's machinery is imported only when a run starts (oth
 def make_lab(settings: RunSettings, on_rep=None, engine_python: str | None = None):
     """The target's lab; ``engine_python`` (from ``check_engine``, never from the run): the interpreter of
     the sglang or vllm target's own environment."""
-    if settings.target == "synthetic":
-        return SyntheticLab(on_rep=on_rep)
-    if settings.target == "sglang":
-        from perfwarden.orchestrator.sglang_lab import SGLangLab  # lazy: httpx: only for an sglang target
-
-        return SGLangLab.from_settings(settings, python=engine_python, on_rep=on_rep)
-    if settings.target == "vllm":
-        from perfwarden.orchestrator.vllm_lab import VLLMLab
-
-        return VLLMLab.from_settings(settings, python=engine_python, on_rep=on_rep)
-    from perfwarden.orchestrator.embedded_lab import EmbeddedLab
-
-    return EmbeddedLab.from_settings(settings, on_rep=on_rep)
+    return lab_for(settings, on_rep=on_rep, engine_python=engine_python)
 
 
 def make_attacker(settings: RunSettings):
@@ -311,8 +299,12 @@ def run(
                                      "(default: SQLite inside the run directory)."),
     cluster: str = typer.Option(None, "--cluster", help="Ray address whose nodes measure A/B steps concurrently, "
                                 "one step per node slot (`local` starts Ray here); default: this process."),
-    sampler: str = typer.Option(None, "--sampler", help="tpe (an Optuna study) or coordinate (one knob at a "
-                                "time); default: tpe over the default space, coordinate over named --levers."),
+    study_batch: int = typer.Option(None, "--study-batch", help="Steps asked of the search at once (default: one "
+                                    "per cluster slot with --cluster, else 1); without --cluster they are measured "
+                                    "one after another, so a run gives the same steps with and without a cluster."),
+    sampler: str = typer.Option(None, "--sampler", help="tpe (an Optuna study), random or grid (the same study "
+                                "drawn uniformly or walking the grid: baselines) or coordinate (one knob at a time); "
+                                "default: tpe over the default space, coordinate over named --levers."),
 ) -> None:
     """Optimize the target; bank only what the auditor passes. Writes RUN/report.md and report.json."""
     err = _terminal()
@@ -334,6 +326,8 @@ def run(
         settings_kw["llm_model"] = llm
     if sampler is not None:
         settings_kw["sampler"] = sampler
+    if study_batch is not None:
+        settings_kw["study_batch"] = study_batch
     settings = _new_settings(err, settings_kw, set_)
     # lazy: langgraph (the orchestrator extra): only when a run starts
     from perfwarden.orchestrator.runner import RunUsageError, read_settings, run_graph

@@ -146,7 +146,7 @@ def _captured(ctx: RunContext, run: Path, what: str) -> Iterator[None]:
 def _measure(ctx: RunContext, run: Path, legs: list[LegPlan], reps: int) -> dict[str, str]:
     ctx.watcher.measuring(legs, reps)
     if ctx.cluster is not None:  # one node measures both legs; its evidence streams here and is sealed here
-        return ctx.cluster.measure(ctx.lab, legs, reps)
+        return ctx.cluster.measure(legs, reps)
     with _captured(ctx, run, f"measure {[p.leg for p in legs]} x{reps}"):
         return ctx.lab.measure(run, legs, reps)
 
@@ -378,7 +378,7 @@ def pick(state: RunState, runtime: Runtime[RunContext]) -> dict:
     nxt = next(iter(active), None)
     if nxt is None and len(state.get("proposals", [])) >= ctx.settings.max_proposals:
         update["notes"] = [f"max_proposals={ctx.settings.max_proposals} changes tried: the search stops here"]
-    elif nxt is None and study.sampler_of(ctx.settings) == "tpe":
+    elif nxt is None and study.sampler_of(ctx.settings) != "coordinate":  # a study sampler asks the study
         room = ctx.settings.max_proposals - len(state.get("proposals", []))
         new = study.next_proposals(state, ctx, _run(state), _base_knobs(ctx), _best(state), room)
         nxt = new[0] if new else None
@@ -477,10 +477,10 @@ def integrator(state: RunState, runtime: Runtime[RunContext]) -> dict:
     base_leg, cand_leg = p.legs
     legs = _ab_plans(ctx, p, p.legs)
     if ctx.cluster is not None:  # this step first, then the batch's others on free nodes; audited in turn
-        ctx.cluster.submit(ctx.lab, legs, p.reps)
+        ctx.cluster.submit(legs, p.reps)
         for other in state.get("proposals", []):
             if other.trial is not None and other.status == "pending" and other.id != p.id and other.legs is None:
-                ctx.cluster.submit(ctx.lab, _ab_plans(ctx, other, integrator_agent.leg_names(other, other.attempts)),
+                ctx.cluster.submit(_ab_plans(ctx, other, integrator_agent.leg_names(other, other.attempts)),
                                    other.reps)
     try:
         status = _measure(ctx, run, legs, p.reps)

@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from perfwarden.harness import safe_write
 from perfwarden.harness.records import RunDir
 from perfwarden.harness.target_config import TargetConfig
+from perfwarden.orchestrator.settings import RunSettings
 
 
 class LabError(RuntimeError):
@@ -48,6 +49,34 @@ class LegPlan(BaseModel):
             return safe_write.check_name(value, "leg name")
         except OSError as exc:
             raise ValueError(str(exc)) from None
+
+
+class SyntheticLabSpec(BaseModel):
+    """The synthetic target (orchestrator/simlab.py) by its parameters."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    kind: Literal["synthetic"] = "synthetic"
+    effects: dict[str, dict[str, Any]]
+    """Knob -> its effects (numbers, tables by knob value, log lines): ``SyntheticLab.effects``."""
+    cv: float
+    seed: int
+    rep_delay_s: float
+    contended: bool | str
+    fail_first_quality: bool
+
+
+class TargetLabSpec(BaseModel):
+    """A real target's lab, by the run settings it is built from (``from_settings``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    kind: Literal["target"] = "target"
+    settings: RunSettings
+    engine_python: str | None = None
+    """The sglang or vllm environment's interpreter the person running perfwarden named; it must be the
+    same path on every node."""
+
 
 
 def check_leg_writes(run: Path, legs: list[str]) -> None:

@@ -36,8 +36,9 @@ from perfwarden.harness.strict_json import StrictJsonError, loads
 from perfwarden.orchestrator.checkpoint_serde import (CheckpointTypeError, StateOnlySerializer, check_names,
                                                       check_state)
 from perfwarden.orchestrator.crashpoints import crash_point
+from perfwarden.orchestrator.exit_codes import disk_full
 from perfwarden.orchestrator.graph import build_graph, initial_state
-from perfwarden.orchestrator.lab import Lab, check_leg_writes, run_base_config
+from perfwarden.orchestrator.lab import Lab, LabError, check_leg_writes, run_base_config
 from perfwarden.orchestrator.report import write_report
 from perfwarden.orchestrator.settings import RunSettings, settings_error
 from perfwarden.orchestrator.state import STATE_VERSION, RunContext, RunState, SilentWatcher
@@ -94,8 +95,8 @@ def _enter_lock(stack: ExitStack, run: Path, **kw: Any) -> run_lock.RunLock:
     except run_lock.NotARunDirectory as exc:
         raise RunUsageError(str(exc)) from None
     except OSError as exc:
-        if isinstance(exc, safe_write.RefusedWrite):
-            raise
+        if isinstance(exc, safe_write.RefusedWrite) or disk_full(exc) is not None:
+            raise  # a full disk is named as one by the command (exit NO_SPACE), not as a usage error
         raise RunUsageError(f"cannot take the writer lock of {str(run)!r}: {exc}") from None
 
 
@@ -183,7 +184,11 @@ def _graph(run: Path, checkpointer_url: str | None):
 
 
 def _connect(address: str) -> None:
-    """Join the Ray cluster at ``address`` (imported here: Ray loads only for ``--cluster``)."""
+    """Join the Ray cluster at ``address`` (imported here: Ray loads only for ``--cluster``, and reads its
+    environment, prepared for this address, when it does)."""
+    from perfwarden.orchestrator import ray_env
+
+    ray_env.prepare(address)
     from perfwarden.orchestrator import cluster
 
     try:
@@ -192,12 +197,23 @@ def _connect(address: str) -> None:
         raise RunUsageError(str(exc)) from None
 
 
-def _view(run: Path, settings: RunSettings) -> Any:
-    """The run's view of the joined cluster: its slots and the head's evidence sink."""
+def _describable(lab: Lab) -> None:
+    """A lab the nodes can rebuild from its description (orchestrator/lab_spec.py), else a usage error."""
+    from perfwarden.orchestrator.lab_spec import describe
+
+    try:
+        describe(lab)
+    except LabError as exc:
+        raise RunUsageError(f"--cluster: {exc}") from None
+
+
+def _view(run: Path, settings: RunSettings, lab: Lab, watcher: Any) -> Any:
+    """The run's view of the joined cluster: its slots, the head's evidence sink, the lab's description the
+    nodes build their labs from, and the terminal the nodes' rep events go to."""
     from perfwarden.orchestrator import cluster
 
     try:
-        return cluster.Cluster(run, cluster.resource_for(settings.target))
+        return cluster.Cluster(run, lab, cluster.resource_for(settings.target), on_rep=watcher.rep)
     except cluster.ClusterError as exc:
         raise RunUsageError(str(exc)) from None
 
@@ -250,6 +266,7 @@ def run_graph(run: Path, settings: RunSettings, lab: Lab, *, resume: bool = Fals
     check_run_writes(run)
     if cluster is not None:  # before anything is written: an unreachable cluster leaves no run behind
         _connect(cluster)
+        _describable(lab)
     if resume:
         if not run.is_dir():
             raise RunUsageError(f"{str(run)!r} is not a directory: nothing to resume")
@@ -270,7 +287,7 @@ def _run_held(run: Path, settings: RunSettings, lab: Lab, *, resume: bool, llm: 
                          watcher=watcher or SilentWatcher(), attacker=attacker, run_dir=run,
                          capture_logs=capture_logs)
     if cluster is not None:
-        context.cluster = _view(run, settings)
+        context.cluster = _view(run, settings, lab, context.watcher)
     graph, handle = _graph(run, checkpointer_url)
     crash_point("checkpointer_opened")
     config = {"configurable": {"thread_id": THREAD_ID}, "recursion_limit": settings.recursion_limit}

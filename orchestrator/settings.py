@@ -90,10 +90,10 @@ class RunSettings(BaseModel):
     levers: list[str] | None = None
     """Search exactly these knobs (``knob`` or ``knob=value``; None: the target's default search space,
     from its config model)."""
-    sampler: Literal["auto", "tpe", "coordinate"] = "auto"
-    """How the config-tuner searches (agents/search.py): ``tpe`` an Optuna study over the space, ``coordinate``
-    one knob at a time from the best; ``auto``: the study over the default space, coordinate descent over
-    named levers."""
+    sampler: Literal["auto", "tpe", "random", "grid", "coordinate"] = "auto"
+    """How the config-tuner searches (agents/search.py): ``tpe`` an Optuna study over the space, ``random`` and
+    ``grid`` the same study drawn uniformly or walking the grid (baselines), ``coordinate`` one knob at a time
+    from the best; ``auto``: the study over the default space, coordinate descent over named levers."""
     study_batch: int | None = Field(None, ge=1, le=256)
     """Study trials asked at once, each an A/B against the same best (None: one per ``--cluster`` slot, one
     without a cluster). Fixing it makes the study the same whatever the cluster's size."""

@@ -23,7 +23,7 @@ from perfwarden.harness.quality import load_items
 from perfwarden.harness.records import LegSpec, Overlay, QualityEval, RunDir, jsonl_text
 from perfwarden.harness.target_config import EmbeddedConfig
 from perfwarden.orchestrator.crashpoints import armed, kill_now
-from perfwarden.orchestrator.lab import LabError, LegPlan, check_leg_writes
+from perfwarden.orchestrator.lab import LabError, LegPlan, SyntheticLabSpec, check_leg_writes
 from perfwarden.orchestrator.synth import COHERENT_TEXTS, make_rep, write_jsonl
 from perfwarden.harness.strict_json import loads
 
@@ -67,6 +67,22 @@ class SyntheticLab:
         self.hog = {"loadavg_1m": 2.9, "ncpu": 2, "busy": [{"pid": 4242, "name": "stress-ng", "cpu_pct": 98.0}]}
         self.rep_delay_s = float(os.environ.get("PERFWARDEN_SIM_REP_DELAY", "0"))
         self.on_rep = on_rep or (lambda leg, rep, status: None)
+
+    def describe(self) -> SyntheticLabSpec:
+        """This lab as plain data for a cluster node (orchestrator/lab_spec.py); refused when a node could not
+        rebuild the same lab: a subclass, a response surface given as a function, an in-process crash hook."""
+        if type(self) is not SyntheticLab or self.surface is not None or self.crash_after is not None:
+            raise LabError("this synthetic lab (a subclass, a surface function or a crash hook) cannot be "
+                           "described to a cluster node")
+        return SyntheticLabSpec(effects=self.effects, cv=self.cv, seed=self.seed, rep_delay_s=self.rep_delay_s,
+                                contended=self.contended, fail_first_quality=self.fail_first_quality)
+
+    @classmethod
+    def from_spec(cls, spec: SyntheticLabSpec, on_rep=None) -> "SyntheticLab":
+        lab = cls(effects=spec.effects, cv=spec.cv, seed=spec.seed, contended=spec.contended, on_rep=on_rep,
+                  fail_first_quality=spec.fail_first_quality)
+        lab.rep_delay_s = spec.rep_delay_s
+        return lab
 
     # --- Lab protocol
     def base_config(self) -> EmbeddedConfig:

@@ -74,7 +74,8 @@ def next_proposals(state: dict[str, Any], ctx: Any, run, base: dict[str, Any], b
     current = search.current_values(space, base, best)
     out: list[Proposal] = []
     for _ in range(min(batch_size(ctx.settings, ctx.cluster), room)):
-        asked = search.ask(study, model, space, current, factor, in_state, measured, "tpe", ctx.settings.seed,
+        asked = search.ask(study, model, space, current, factor, in_state, measured, sampler_of(ctx.settings),
+                           ctx.settings.seed,
                            n_startup=ctx.settings.study_startup)
         if asked is None:
             break
