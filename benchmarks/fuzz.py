@@ -264,7 +264,8 @@ def _writers(args: argparse.Namespace) -> int:
     done = writers_fuzz.run_tries(args.tries, args.seed, args.out)
     problems = {p: done.counts.get(p, 0) for p in writers_fuzz.PROBLEMS}
     record.record("fuzz.py", [record.Figure(
-        f"concurrent writers on one run (2-4 of run --resume, measure, audit --save at once), seed {args.seed}",
+        f"concurrent writers on one run (2-4 of run --resume, measure, audit --save at once), {args.tries:,} tries, "
+        f"seed {args.seed}",
         f"{done.counts.get('tries', 0):,} tries in {done.wall_s:.0f} s: {problem_counts(problems)}; writers refused "
         f"(exit 3, the holder named) {done.counts.get('refused', 0):,}")], args.record)
     return done.exit_code
@@ -283,7 +284,7 @@ def fuzz_figure(args: argparse.Namespace, counts: collections.Counter, problems:
     what = ("run directories as input to run --resume, measure and audit --save" if args.rundir
             else "mutated inputs through every command and reader")
     return record.Figure(
-        f"{what}, seed {args.seed}",
+        f"{what}, {args.inputs:,} inputs, seed {args.seed}",
         f"{counts['inputs']:,} inputs in {wall:.0f} s ({args.workers} worker(s)): "
         f"{problem_counts({p: counts[p] for p in problems})}; gate crashes that failed open {counts['degraded']}; "
         f"peak RSS of a worker {peak / (1 << 20):.0f} MiB")
