@@ -188,6 +188,6 @@ def test_a_real_benchmark_run_records_its_figures(tmp_path):
                           cwd=ROOT)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     rows = rows_of(doc.read_text(), "fuzz.py")
-    assert [r.measures for r in rows] == ["mutated inputs through every command and reader, seed 0"]
+    assert [r.measures for r in rows] == ["mutated inputs through every command and reader, 4 inputs, seed 0"]
     assert rows[0].value.startswith("4 inputs in ") and "all **0**" in rows[0].value
     assert rows[0].command == "`python benchmarks/fuzz.py --inputs 4 --workers 1 --chunk 2`"
