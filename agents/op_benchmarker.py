@@ -50,6 +50,8 @@ def pick_winner(opbench: Path) -> tuple[str | None, float | None, str | None]:
 
 def harness_claim(proposal: Proposal, opbench_rel: str, winner: str, speedup: float, ref: str,
                   baseline_leg: str) -> Claim:
+    if proposal.op is None:  # IsolatedSpeedup names the op measured; a proposal without one has no claim
+        raise ValueError("an op-bench claim needs the proposal's op")
     return Claim(scope="harness", producer="op_benchmarker", op=proposal.op, opbench=opbench_rel,
                  legs=LegRefs(baseline=baseline_leg),
                  isolated_speedup=IsolatedSpeedup(value=round(speedup, 4), op=proposal.op, opbench=opbench_rel,

@@ -158,7 +158,7 @@ def iter_raw_lines(path: Path, issues: list[LineIssue], digest: "hashlib._Hash |
                         # Hand the line over without keeping a reference in this frame: a rep's line
                         # can be tens of MB, and it must be freed as soon as the consumer decoded it.
                         slot = [(_line_ref(path, line_no, line_offset, line, cite, taken), line)]
-                        line = None
+                        del line
                         yield slot.pop()
                 if start < len(chunk):
                     rest = chunk[start:] if start else chunk
@@ -237,12 +237,13 @@ class _Hasher:
         self._queue: queue.Queue[bytes | None] | None = None
         self._thread: threading.Thread | None = None
         if size >= self.THREAD_MIN_BYTES:
-            self._queue = queue.Queue(maxsize=self.QUEUE_CHUNKS)
-            self._thread = threading.Thread(target=self._run, name="perfwarden-sha256", daemon=True)
+            chunks: queue.Queue[bytes | None] = queue.Queue(maxsize=self.QUEUE_CHUNKS)
+            self._queue = chunks
+            self._thread = threading.Thread(target=self._run, args=(chunks,), name="perfwarden-sha256", daemon=True)
             self._thread.start()
 
-    def _run(self) -> None:
-        update, get = self._digest.update, self._queue.get
+    def _run(self, chunks: "queue.Queue[bytes | None]") -> None:
+        update, get = self._digest.update, chunks.get
         while (chunk := get()) is not None:
             update(chunk)
 
@@ -254,7 +255,7 @@ class _Hasher:
 
     def close(self) -> None:
         """Wait until every fed chunk is hashed (the digest is complete after this)."""
-        if self._thread is not None:
+        if self._thread is not None and self._queue is not None:  # __init__ sets both or neither
             self._queue.put(None)
             self._thread.join()
             self._thread = None
@@ -366,7 +367,8 @@ def iter_jsonl(path: Path, schema: type[T], issues: list[LineIssue], digest: "ha
     lines a verified seal proves the harness wrote (see :func:`decode_line`). ``depth_first``: measure
     the nesting before decoding (small records; the bench schema bounds its own nesting)."""
     decoder = msgspec.json.Decoder(schema)
-    foreign = msgspec.json.Decoder(FOREIGN_SCHEMAS[schema]) if schema in FOREIGN_SCHEMAS else None
+    foreign: msgspec.json.Decoder[Any] | None = (msgspec.json.Decoder(FOREIGN_SCHEMAS[schema])
+                                                 if schema in FOREIGN_SCHEMAS else None)
     taken: list[Callable[[], str]] = []  # a long line's sha256, taken on the hashing worker meanwhile
     for ref, line in iter_raw_lines(path, issues, digest, root, max_line, cite,
                                     keep_tail=foreign is not None, taken=taken):
@@ -398,7 +400,7 @@ def iter_jsonl(path: Path, schema: type[T], issues: list[LineIssue], digest: "ha
                                     f"{Path(path).name!r} does not decode as {schema.__name__}: {describe(exc)}"))
             continue
         finally:
-            line = None  # the raw bytes are not needed once decoded (memory stays one line)
+            del line  # the raw bytes are not needed once decoded (memory stays one line)
         yield _with_digest(ref, taken), record
         record = None  # the consumer decides how long the decoded record lives
 
@@ -664,5 +666,5 @@ class ForeignBenchRunLine(BenchRunLine, forbid_unknown_fields=False):
     """The SLO itself, where ``--metadata goodput=ttft:500,tpot:100`` recorded it (vLLM writes no SLO field)."""
 
 
-FOREIGN_SCHEMAS: dict[type, type] = {BenchRunLine: ForeignBenchRunLine}
+FOREIGN_SCHEMAS: dict[type, type[msgspec.Struct]] = {BenchRunLine: ForeignBenchRunLine}
 """The schemas a foreign writer may extend (only the bench line: every other record is perfwarden's)."""

@@ -218,7 +218,9 @@ def _decode_mllog(text: str, marker: str, ref: LineRef, path: Path) -> MllogReco
     if not isinstance(key, str) or not key:
         raise MlperfLogError(f"line {ref.line} of {str(path)!r}: {marker} key {key!r} is not a "
                              "non-empty string", path=path, line=ref.line)
-    meta = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
+    meta = obj.get("metadata")
+    if not isinstance(meta, dict):
+        meta = {}
     time_ms = obj.get("time_ms")
     return MllogRecord(
         key=key,
@@ -234,7 +236,7 @@ def _decode_mllog(text: str, marker: str, ref: LineRef, path: Path) -> MllogReco
 def read_detail(path: Path | str, root: Path | str | None = None) -> DetailLog:
     """Parse a LoadGen detail log (a regular file, inside ``root`` when given); raise
     :class:`MlperfLogError` on anything malformed."""
-    path = Path(path)
+    path, root = Path(path), None if root is None else Path(root)
     _open_check(path, "detail log", root)
     lines, issues, sha, size = _read_lines(path, "detail log", root)
     empty = [i for i in issues if i.kind == "empty_file"]
@@ -358,7 +360,7 @@ class SummaryLog:
 def read_summary(path: Path | str, root: Path | str | None = None) -> SummaryLog:
     """Parse a LoadGen summary log (a regular file, inside ``root`` when given); raise
     :class:`MlperfLogError` when it is not one."""
-    path = Path(path)
+    path, root = Path(path), None if root is None else Path(root)
     _open_check(path, "summary log", root)
     lines, issues, sha, size = _read_lines(path, "summary log", root)
     if any(i.kind == "empty_file" for i in issues) or (not lines and not issues):

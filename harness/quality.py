@@ -120,7 +120,7 @@ def render_prompt(template: str, question: str) -> str:
     return template.format_map(_Strict(question=question))
 
 
-class _Strict(dict):
+class _Strict(dict[str, str]):
     def __missing__(self, key: str) -> str:
         raise KeyError(f"prompt template variable {key!r} is not provided")
 
@@ -274,6 +274,8 @@ def evaluate_qa(
         def one(item: QAItem) -> dict[str, Any]:
             messages = item_messages(items, item.question)
             left = deadline - time.monotonic()
+            text: str | None
+            error: str | None
             if left <= 0:
                 text, error = None, f"not sent: eval deadline of {deadline_s:g}s passed"
             else:

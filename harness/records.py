@@ -131,8 +131,8 @@ def _json_kind(annotation: Any) -> tuple[str, Any]:
         kinds = {_json_kind(a) for a in args if a is not type(None)}
         return kinds.pop() if len(kinds) == 1 else ("any", None)
     if origin is typing.Literal:
-        kinds = {type(a) for a in args}
-        return ("str", None) if kinds == {str} else ("any", None)
+        literal_types = {type(a) for a in args}
+        return ("str", None) if literal_types == {str} else ("any", None)
     if origin is typing.Annotated:
         return _json_kind(args[0])
     if origin is list:

@@ -88,7 +88,7 @@ def size_text(n: int) -> str:
     return f"{n:,} bytes"
 
 
-def _shown(path: Path, root: Path | None) -> str:
+def _shown(path: Path | str, root: Path | str | None) -> str:
     if root is not None:
         try:
             return str(Path(os.path.abspath(path)).relative_to(os.path.abspath(root)))

@@ -297,7 +297,8 @@ class PathMap:
         """``text`` (an argument, an environment value, a message) with every host path under a root
         rewritten to where it is inside; other text unchanged."""
         for host, there in sorted(self.roots, key=lambda r: -len(r[0])):
-            text = re.sub(rf"(?<![\w.\-/]){re.escape(host)}(?![\w.\-])", lambda _m, t=there: t, text)
+            # a function, not a replacement string: the path is put in as it is, with no backslash escapes
+            text = re.sub(rf"(?<![\w.\-/]){re.escape(host)}(?![\w.\-])", lambda _m: there, text)
         return text
 
     def translate_value(self, value: Any) -> Any:
@@ -435,7 +436,11 @@ _SPAWNER: concurrent.futures.ThreadPoolExecutor | None = None
 _SPAWNER_LOCK = threading.Lock()
 
 
-def _spawn(cmd: list[str], **kwargs: Any) -> subprocess.Popen:
+def _popen(cmd: list[str], kwargs: dict[str, Any]) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(cmd, **kwargs)
+
+
+def _spawn(cmd: list[str], **kwargs: Any) -> subprocess.Popen[bytes]:
     """``subprocess.Popen`` from a thread that lives as long as the process.
 
     bwrap's ``--die-with-parent`` is ``PR_SET_PDEATHSIG`` in the outer bwrap (and its init), and the
@@ -445,11 +450,11 @@ def _spawn(cmd: list[str], **kwargs: Any) -> subprocess.Popen:
     keeps "dies with its parent" meaning the parent process."""
     global _SPAWNER
     if threading.current_thread() is threading.main_thread():
-        return subprocess.Popen(cmd, **kwargs)
+        return _popen(cmd, kwargs)
     with _SPAWNER_LOCK:
         if _SPAWNER is None:
             _SPAWNER = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="sandbox-spawner")
-    return _SPAWNER.submit(subprocess.Popen, cmd, **kwargs).result()
+    return _SPAWNER.submit(_popen, cmd, kwargs).result()
 
 
 class Confined:
@@ -762,11 +767,12 @@ def call_function(module_path: Path | str, function: str, payload: Mapping[str, 
         os.close(write_fd)
     reader.join(5)
     tail = done.stderr.decode("utf-8", "replace")[-2000:]
-    base = {"seconds": done.seconds, "stderr_tail": tail, "confinement": done.confinement}
     if done.killed_for:
-        return SandboxResult(False, error=done.killed_for, **base)
+        return SandboxResult(False, error=done.killed_for, seconds=done.seconds, stderr_tail=tail,
+                             confinement=done.confinement)
     ok, value, error = parse_result(b"".join(chunks), done.returncode)
-    return SandboxResult(ok, value=value, error=error, **base)
+    return SandboxResult(ok, value=value, error=error, seconds=done.seconds, stderr_tail=tail,
+                         confinement=done.confinement)
 
 
 def parse_result(raw: bytes, returncode: int | None) -> tuple[bool, Any, str | None]:

@@ -67,7 +67,7 @@ import msgspec
 from perfwarden.harness import safe_write
 from perfwarden.harness.jsonl import DECODE_ERRORS, SEAL_ENTRY, SealEntry, chain_seal_id, decode_line
 from perfwarden.harness.records import (EVIDENCE_DIRS, EVIDENCE_FILE, RUN_SEARCH_DEPTH, SealHead, SealKey,
-                                        is_seal_id, jsonl_text, key_store_dir, key_store_path, write_json_atomic)
+                                        jsonl_text, key_store_dir, key_store_path, write_json_atomic)
 from perfwarden.harness.safe_read import KEY_BYTES, RECORD_BYTES, open_regular, read_bytes
 from perfwarden.harness.strict_json import loads
 
@@ -538,7 +538,7 @@ def _raw_lines(path: Path) -> Iterator[tuple[int, bytes]]:
 
 class _BenchKey(msgspec.Struct):
     rep: int | None = None
-    contention: dict | None = None
+    contention: dict[str, Any] | None = None
 
 
 _BENCH_KEY = msgspec.json.Decoder(_BenchKey)
@@ -601,9 +601,10 @@ def _run_id(root: Path) -> str:
 def _create(root: Path, key_file: Path | None) -> Chain:
     run_id = _run_id(root)
     seal_id = f"{_safe(run_id).lstrip('.-')[:60] or 'run'}-{secrets.token_hex(6)}"
-    if not is_seal_id(seal_id):  # cannot happen (``_safe``); the reader refuses any other id
+    stored = key_store_path(seal_id)
+    if stored is None:  # cannot happen (``_safe``); the reader refuses any other id
         raise SealError(f"internal: {seal_id!r} is not a seal id")
-    key_file = Path(os.path.abspath(key_file)) if key_file else key_store_path(seal_id)
+    key_file = Path(os.path.abspath(key_file)) if key_file else stored
     if _inside(key_file, root):
         raise SealError(f"the seal key {str(key_file)!r} would lie inside the run {str(root)!r}: a key beside "
                         "the evidence proves nothing; point PERFWARDEN_KEY_DIR elsewhere")
@@ -627,10 +628,11 @@ def _open_existing(root: Path, key_file: Path | None) -> Chain:
     seal_id = chain_seal_id(path)
     if seal_id is None:
         raise SealError(f"{str(path)!r} does not start with an 'open' entry; it cannot be continued")
-    if not is_seal_id(seal_id):
+    stored = key_store_path(seal_id)  # None for a value that is not a seal id
+    if stored is None:
         raise SealError(f"the seal chain of {str(root)!r} names the seal id {seal_id[:200]!r}, which is not an "
                         "identifier (letters, digits, '_', '.', '-'): no key is looked up by it")
-    key_file = key_file or key_store_path(seal_id)
+    key_file = key_file or stored
     if not key_file.is_file():
         raise SealError(f"cannot continue the seal chain of {str(root)!r}: its key {str(key_file)!r} is not in the "
                         f"key store (set PERFWARDEN_KEY_DIR to the store that holds seal {seal_id!r})")

@@ -24,10 +24,11 @@ from pathlib import Path, PurePosixPath
 from typing import Any, Callable
 
 from perfwarden.harness import safe_write, seal
+from perfwarden.harness.records import EVIDENCE_DIRS, EVIDENCE_FILE
 from perfwarden.harness.records import append_unsealed_jsonl as plain_append_jsonl
 
 Send = Callable[[str, str, Any], None]
-STREAM_DIRS = seal.EVIDENCE_DIRS
+STREAM_DIRS = EVIDENCE_DIRS
 MAX_FILE_BYTES = 256 << 20
 """The largest whole file a worker may stream (a server log's bound)."""
 
@@ -56,10 +57,11 @@ class EvidenceSink:
 
     def __init__(self, run: Path | str):
         self.run = Path(run).resolve()
-        self.chain = seal.begin(self.run)
-        if self.chain is None:
+        chain = seal.begin(self.run)
+        if chain is None:
             raise StreamRefused(f"{str(self.run)!r} holds unsealed evidence: streamed evidence would be sealed "
                                 "beside it")
+        self.chain: seal.Chain = chain
         self._lock = threading.Lock()
 
     def receive(self, op: str, rel: str, payload: Any) -> None:
@@ -107,7 +109,7 @@ class StreamChain:
 
     def __init__(self, root: Path | str, send: Send):
         self.root = Path(root).resolve()
-        self.path = self.root / seal.EVIDENCE_FILE  # never written: the real chain is on the head
+        self.path = self.root / EVIDENCE_FILE  # never written: the real chain is on the head
         self.send = send
         self._sent: dict[str, tuple[int, str]] = {}
         self._lock = threading.RLock()

@@ -89,7 +89,7 @@ class SglangTarget(ServerTarget):
     health_path = "/health"
     info_paths = ("/server_info", "/get_server_info")
 
-    def __init__(self, leg_dir, config: dict[str, Any], **kwargs: Any):
+    def __init__(self, leg_dir: Path | str, config: dict[str, Any], **kwargs: Any):
         if not config.get("model_path"):
             raise ValueError("an SGLang leg needs 'model_path' in its config")
         kwargs.setdefault("python", os.environ.get("PERFWARDEN_SGLANG_PYTHON"))

@@ -122,7 +122,7 @@ class TargetConfig(BaseModel):
         if isinstance(config, cls):
             return config
         raw = config.model_dump() if isinstance(config, TargetConfig) else dict(config)
-        return typing.cast(typing.Self, cls.validate_knobs(raw))
+        return cls.validate_knobs(raw)
 
     @classmethod
     def knob_value(cls, config: typing.Mapping[str, Any], name: str) -> Any:
@@ -148,7 +148,7 @@ class TargetConfig(BaseModel):
         return [k for k in specs if k in wanted and cls.allowed_values(k)]
 
     @classmethod
-    def validate_knobs(cls, raw: dict[str, Any]) -> TargetConfig:
+    def validate_knobs(cls, raw: dict[str, Any]) -> typing.Self:
         """Validate raw knob values; a bad one raises ``ConfigError`` naming the knob, the value and why."""
         try:
             return cls.model_validate(raw)

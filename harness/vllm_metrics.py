@@ -127,4 +127,7 @@ def decode_record(line: bytes) -> WitnessRecord:
 
 def record_dict(record: WitnessRecord) -> dict[str, Any]:
     """The record as the JSON object written (one line of ``engine_metrics.jsonl``)."""
-    return msgspec.to_builtins(record)
+    built = msgspec.to_builtins(record)
+    if not isinstance(built, dict):  # a Struct always becomes an object: anything else is our own bug
+        raise TypeError(f"a witness record encoded as {type(built).__name__}, not an object")
+    return built

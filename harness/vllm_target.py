@@ -197,7 +197,7 @@ class VllmTarget(ServerTarget):
     health_path = "/health"
     info_paths = ("/version",)
 
-    def __init__(self, leg_dir, config: dict[str, Any], **kwargs: Any):
+    def __init__(self, leg_dir: Path | str, config: dict[str, Any], **kwargs: Any):
         if not config.get("model_path"):
             raise ValueError("a vLLM leg needs 'model_path' in its config")
         kwargs.setdefault("python", os.environ.get(PYTHON_ENV))

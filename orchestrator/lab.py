@@ -94,8 +94,9 @@ def check_leg_writes(run: Path, legs: list[str]) -> None:
 
 
 class Lab(Protocol):
-    config_model: type[TargetConfig]
-    """The target's knobs: defaults, allowed values, lever class, losslessness."""
+    @property
+    def config_model(self) -> type[TargetConfig]:
+        """The target's knobs: defaults, allowed values, lever class, losslessness."""
     model_name: str
     """The model served, as run.json records it (a name, or the weights path)."""
 

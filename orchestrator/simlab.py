@@ -21,7 +21,7 @@ from perfwarden.harness import node_identity, safe_write, seal
 from perfwarden.harness.bench_writer import append_bench_line, rep_exists
 from perfwarden.harness.quality import load_items
 from perfwarden.harness.records import LegSpec, Overlay, QualityEval, RunDir, jsonl_text
-from perfwarden.harness.target_config import EmbeddedConfig
+from perfwarden.harness.target_config import EmbeddedConfig, TargetConfig
 from perfwarden.orchestrator.crashpoints import armed, kill_now
 from perfwarden.orchestrator.lab import LabError, LegPlan, SyntheticLabSpec, check_leg_writes
 from perfwarden.orchestrator.synth import COHERENT_TEXTS, make_rep, write_jsonl
@@ -36,10 +36,11 @@ class SyntheticLab:
     config_model = EmbeddedConfig
     model_name = MODEL
     def __init__(self, effects: dict[str, dict[str, Any]] | None = None, cv: float = 0.01, seed: int = 0,
-                 crash_after: int | None = None, contended: bool | str = False, on_rep=None,
+                 crash_after: int | None = None, contended: bool | str = False,
+                 on_rep: Callable[[str, int, str], object] | None = None,
                  fail_first_quality: bool = False, surface: Callable[[dict[str, Any]], float] | None = None,
                  handicap: dict[str, float] | None = None):
-        self.effects = effects if effects is not None else {
+        self.effects: dict[str, dict[str, Any]] = effects if effects is not None else {
             "max_batch_size": {"tput": {2: 1.35, 4: 1.6, 8: 1.6, 16: 1.6}},
             "response_cache": {"tput": 2.0, "log": "response cache hit for request 3"},
             "prompt_lookup": {"tput": 1.2, "accept_length": 1.8},
@@ -60,7 +61,7 @@ class SyntheticLab:
         a patch claim on that leg, so the graph's recovery path (QUALITY_EVAL_MISSING -> quality_eval ->
         resubmit) runs. Decided from the verdicts on disk, not a counter, so a node re-run after a crash
         takes the same path as the uninterrupted run."""
-        self.calls: list[tuple[str, Any]] = []
+        self.calls: list[tuple[Any, ...]] = []  # (what was called, its arguments...)
         self.reps_written = 0
         self.crash_after = crash_after
         self.contended = contended  # True: every leg; a string: legs whose name contains it
@@ -160,7 +161,7 @@ class SyntheticLab:
                 self.on_rep(plan.leg, k, "ok")
         return {plan.leg: "ok" for plan in legs}
 
-    def profile(self, run: Path, config: EmbeddedConfig) -> Path:
+    def profile(self, run: Path, config: TargetConfig) -> Path:
         self.calls.append(("profile", None))
         seal.begin(run)
         path = RunDir(run).profile

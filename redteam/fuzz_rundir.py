@@ -249,7 +249,7 @@ def edit_state(db_path: Path, edit: Callable[[dict[str, Any]], None]) -> bool:
     """Apply ``edit`` to the latest checkpoint's channel values; False when there is no checkpoint."""
     with _database(db_path) as db:
         latest = _latest(db) if db is not None else None
-        if latest is None:
+        if db is None or latest is None:
             return False
         obj = unpack(latest[2])
         edit(obj.setdefault("channel_values", {}))
@@ -261,7 +261,7 @@ def add_write(db_path: Path, type_: str, value: bytes) -> bool:
     """A pending write on the latest checkpoint (loaded with the checkpoint on resume)."""
     with _database(db_path) as db:
         latest = _latest(db) if db is not None else None
-        if latest is None:
+        if db is None or latest is None:
             return False
         db.execute("INSERT OR REPLACE INTO writes (thread_id, checkpoint_ns, checkpoint_id, task_id, task_path, idx, channel, "
                    "type, value) VALUES ('perfwarden-run', '', ?, 'fuzz-task', '', 0, 'notes', ?, ?)",
