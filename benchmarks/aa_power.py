@@ -45,6 +45,7 @@ from types import SimpleNamespace
 from typing import cast
 
 import numpy as np
+import record
 
 from perfwarden.agents import sequential as producer
 from perfwarden.auditor import sequential as auditor_sequential
@@ -214,6 +215,23 @@ def report_noise(label: str, make_steps: Callable[[float], Iterator[Legs]],
     return {name: {e: cells[e][name] for e in cells} for name in rules}
 
 
+def figures(cells: dict[str, dict[float, Tally]], noise: str, trials: int) -> list[record.Figure]:
+    """One figure per rule on recorded noise (whole rounds resampled), for ``--record``."""
+    def reps(t: Tally) -> str:
+        return f"{t.reps / t.trials:.2f} mean, {t.max_reps} max"
+
+    out = []
+    for name, by_effect in cells.items():
+        aa, win, lose = (by_effect[e] for e in (0.0, EFFECT_PCT, -EFFECT_PCT))
+        out.append(record.Figure(
+            f"rule '{name}': A/A false-win rate, power at +{EFFECT_PCT:g}% and reps per leg, on recorded A/A noise "
+            f"({noise}, whole rounds resampled)",
+            f"A/A false win {' '.join(aa.rate().split())}; power {' '.join(win.rate().split())} (95% CIs); reps per "
+            f"leg: A/A {reps(aa)}, +{EFFECT_PCT:g}% {reps(win)}, -{EFFECT_PCT:g}% {reps(lose)}; {trials:,} steps "
+            "per cell"))
+    return out
+
+
 def newest_noise() -> Path | None:
     files = sorted(DATA_DIR.glob("aa_noise-*.json"))
     return files[-1] if files else None
@@ -225,6 +243,7 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=20240601)
     parser.add_argument("--noise", type=Path, default=None, help="recorded A/A series (default: newest in benchmarks/data)")
     parser.add_argument("--cvs", type=float, nargs="*", default=[2.0, 5.0], help="lognormal rep CVs (%%) to add")
+    record.add_flag(parser)
     args = parser.parse_args()
     noise_path = args.noise or newest_noise()
     if noise_path is None:
@@ -254,6 +273,7 @@ def main() -> None:
     if wilson(seq[EFFECT_PCT].banked, seq[EFFECT_PCT].trials)[1] < POWER_TARGET:
         missed.append(f"power {seq[EFFECT_PCT].banked / seq[EFFECT_PCT].trials:.3%} < {POWER_TARGET:.0%}")
     print(f"\n{time.perf_counter() - started:.0f} s")
+    record.record("aa_power.py", figures(main_cells, noise_path.name, args.trials), args.record)
     if missed:
         print("TARGETS MISSED (sequential rule, recorded noise, whole rounds):\n  " + "\n  ".join(missed))
         sys.exit(1)

@@ -48,6 +48,8 @@ import tempfile
 import time
 from pathlib import Path
 
+import record
+
 FIXTURES = Path(__file__).resolve().parents[1] / "proof" / "fixtures"
 FIXTURE = FIXTURES / "rec-response-cache"
 HARNESS_FIXTURE = FIXTURES / "rec-harness-clean"
@@ -237,9 +239,10 @@ def _edit_mllog(path: Path, n_bytes: int) -> None:
     path.write_text("\n".join(lines) + "\n")
 
 
-def run_line_cases(work: Path, mib: int) -> None:
+def run_line_cases(work: Path, mib: int) -> list[record.Figure]:
     print(f"\none line at its reader's bound ({mib} MiB for JSONL lines), each audited in a fresh process "
           f"(target peak RSS < {LINE_TARGET_MIB:.0f} MiB):")
+    peaks: list[tuple[float, str]] = []
     for name, fixture, claim, grow in line_cases(mib):
         run = work / "line-run"
         shutil.copytree(fixture / "run", run)
@@ -248,10 +251,16 @@ def run_line_cases(work: Path, mib: int) -> None:
         ok = result["peak_mib"] < LINE_TARGET_MIB
         print(f"  {name:<52} {result['seconds']:6.1f} s  peak RSS {result['peak_mib']:7.1f} MiB "
               f"({'MET' if ok else 'MISSED'})  -> {result['verdict'][:110]}")
+        peaks.append((result["peak_mib"], name))
         shutil.rmtree(run)
+    worst, where = max(peaks)
+    return [record.Figure(f"one line or record at its reader's bound ({mib} MiB for JSONL lines), {len(peaks)} cases over "
+                          "the evidence files, each audited in a fresh process: the largest peak RSS",
+                          f"**{worst:.1f} MiB** ({where}); every case under {LINE_TARGET_MIB:.0f} MiB: "
+                          f"{'yes' if worst < LINE_TARGET_MIB else 'NO'}")]
 
 
-def run_log_cases(work: Path, mib: int) -> None:
+def run_log_cases(work: Path, mib: int) -> list[record.Figure]:
     """The plain-padded log (the request lines a server writes) and the ENGAGED-padded one, audited."""
     results = {}
     for kind, grow in (("plain", grow_log), ("engaged", grow_engaged_log)):
@@ -265,6 +274,7 @@ def run_log_cases(work: Path, mib: int) -> None:
               f"peak RSS {r['peak_mib']:7.1f} MiB -> {r['verdict'][:100]}")
         if kind == "plain":
             read, lines = child("read", str(log)), child("lines", str(log))
+            results["lines"] = lines
             print(f"  bare read:         {read['seconds']:7.1f} s  peak RSS {read['peak_mib']:7.1f} MiB")
             print(f"  bare read + lines: {lines['seconds']:7.1f} s  peak RSS {lines['peak_mib']:7.1f} MiB  "
                   f"({lines['lines']:,} lines; sha256 + UTF-8 decode + splitlines)")
@@ -276,9 +286,19 @@ def run_log_cases(work: Path, mib: int) -> None:
           f"{engaged['cpu_s'] / plain['cpu_s']:.2f} x CPU; engaged log {engaged['seconds']:.1f} s wall, "
           f"{engaged['cpu_s']:.1f} s CPU (target < {ENGAGED_TARGET_S:.0f} s quiet: "
           f"{'MET' if engaged['seconds'] < ENGAGED_TARGET_S else 'MISSED' + (' (CPU ' + ('met' if engaged['cpu_s'] < ENGAGED_TARGET_S else 'missed') + ')')})")
+    lines = results["lines"]
+    return [record.Figure(f"audit of a recorded run whose server log is {mib} MiB of its own request lines, "
+                          "beside a bare read + sha256 + line split of the same bytes",
+                          f"**{plain['seconds']:.1f} s**, peak RSS {plain['peak_mib']:.1f} MiB "
+                          f"({plain['seconds'] / max(lines['seconds'], 1e-9):.1f}x the bare read's "
+                          f"{lines['seconds']:.1f} s, {lines['peak_mib']:.0f} MiB)"),
+            record.Figure(f"audit of the same run with a {mib} MiB server log of distinct ENGAGED lines",
+                          f"{engaged['seconds']:.1f} s wall, {engaged['cpu_s']:.1f} s CPU, peak RSS "
+                          f"{engaged['peak_mib']:.1f} MiB ({engaged['seconds'] / plain['seconds']:.2f}x the plain "
+                          "log's wall time)")]
 
 
-def run_review_case(work: Path, verdicts: int) -> None:
+def run_review_case(work: Path, verdicts: int) -> list[record.Figure]:
     rrun = work / "review-run"
     shutil.copytree(FIXTURE / "run", rrun)
     t0 = time.perf_counter()
@@ -291,6 +311,9 @@ def run_review_case(work: Path, verdicts: int) -> None:
     print(f"review --html:       {review['seconds']:7.1f} s  peak RSS {review['peak_mib']:7.1f} MiB  HTML "
           f"{html.stat().st_size / 2**20:.2f} MiB  exit {review.get('exit')}  "
           f"(target < {REVIEW_TARGET_MIB:.0f} MB: {'MET' if ok else 'MISSED'})")
+    return [record.Figure(f"perfwarden review --html of {verdicts:,} saved verdicts",
+                          f"**{review['seconds']:.1f} s**, peak RSS **{review['peak_mib']:.1f} MiB**, HTML "
+                          f"{html.stat().st_size / 2**20:.2f} MiB, exit {review.get('exit')}")]
 
 
 def main() -> None:
@@ -300,21 +323,24 @@ def main() -> None:
     parser.add_argument("--verdicts", type=int, default=20_000)
     parser.add_argument("--only", choices=("log", "lines", "review"), action="append",
                         help="run only these parts (repeatable; default: all)")
+    record.add_flag(parser)
     args = parser.parse_args()
     parts = set(args.only or ("log", "lines", "review"))
     work = Path(tempfile.mkdtemp(prefix="perfwarden-big-inputs-"))
     load_before = os.getloadavg()
+    figures: list[record.Figure] = []
     try:
         if "log" in parts:
-            run_log_cases(work, args.log_mib)
+            figures += run_log_cases(work, args.log_mib)
         if "lines" in parts:
-            run_line_cases(work, args.line_mib)
+            figures += run_line_cases(work, args.line_mib)
         if "review" in parts:
-            run_review_case(work, args.verdicts)
+            figures += run_review_case(work, args.verdicts)
     finally:
         shutil.rmtree(work, ignore_errors=True)
         print(f"\nload average (1, 5, 15 min) before {tuple(round(x, 2) for x in load_before)}, after "
               f"{tuple(round(x, 2) for x in os.getloadavg())}; {os.cpu_count()} CPUs")
+    record.record("big_inputs.py", figures, args.record)
 
 
 if __name__ == "__main__":

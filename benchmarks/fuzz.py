@@ -39,6 +39,8 @@ import tempfile
 import time
 from pathlib import Path
 
+import record
+
 _FUZZER = None
 _MEMORY = 0
 _CURRENT: Path | None = None
@@ -144,6 +146,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--cluster", default=None, help="Ray address (`local` starts Ray here): run the chunks on "
                         "its nodes, one task each, instead of --workers processes here")
     _writers_arguments(parser)
+    record.add_flag(parser)
     return parser
 
 
@@ -216,8 +219,11 @@ def main() -> int:
     wall = time.monotonic() - started
     print()
     if args.rundir:
-        return _report_rundir(args, counts, failures, peak, wall, PROBLEMS)
-    return _report_readers(args, counts, failures, degraded, peak, wall, PROBLEMS)
+        code = _report_rundir(args, counts, failures, peak, wall, PROBLEMS)
+    else:
+        code = _report_readers(args, counts, failures, degraded, peak, wall, PROBLEMS)
+    record.record("fuzz.py", [fuzz_figure(args, counts, PROBLEMS, peak, wall)], args.record)
+    return code
 
 
 def _report_readers(args: argparse.Namespace, counts: collections.Counter, failures: list, degraded: list,
@@ -255,7 +261,33 @@ def _writers(args: argparse.Namespace) -> int:
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
     import writers_fuzz
 
-    return writers_fuzz.run_tries(args.tries, args.seed, args.out)
+    done = writers_fuzz.run_tries(args.tries, args.seed, args.out)
+    problems = {p: done.counts.get(p, 0) for p in writers_fuzz.PROBLEMS}
+    record.record("fuzz.py", [record.Figure(
+        f"concurrent writers on one run (2-4 of run --resume, measure, audit --save at once), {args.tries:,} tries, "
+        f"seed {args.seed}",
+        f"{done.counts.get('tries', 0):,} tries in {done.wall_s:.0f} s: {problem_counts(problems)}; writers refused "
+        f"(exit 3, the holder named) {done.counts.get('refused', 0):,}")], args.record)
+    return done.exit_code
+
+
+def problem_counts(counts: dict[str, int]) -> str:
+    """``all **0** (a, b, ...)`` when every count is zero, else each non-zero count named."""
+    if not any(counts.values()):
+        return f"{', '.join(k.replace('_', ' ') for k in counts)}: all **0**"
+    return ", ".join(f"{k.replace('_', ' ')} **{v}**" for k, v in counts.items() if v)
+
+
+def fuzz_figure(args: argparse.Namespace, counts: collections.Counter, problems: tuple[str, ...], peak: int,
+                wall: float) -> record.Figure:
+    """The fuzz's figure for ``--record``: every count that must be zero, the inputs and the time."""
+    what = ("run directories as input to run --resume, measure and audit --save" if args.rundir
+            else "mutated inputs through every command and reader")
+    return record.Figure(
+        f"{what}, {args.inputs:,} inputs, seed {args.seed}",
+        f"{counts['inputs']:,} inputs in {wall:.0f} s ({args.workers} worker(s)): "
+        f"{problem_counts({p: counts[p] for p in problems})}; gate crashes that failed open {counts['degraded']}; "
+        f"peak RSS of a worker {peak / (1 << 20):.0f} MiB")
 
 
 def _report_rundir(args: argparse.Namespace, counts: collections.Counter, failures: list[dict], peak: int,

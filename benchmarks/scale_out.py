@@ -34,6 +34,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import record
+
 TARGET_SPEEDUP = 1.8
 
 
@@ -119,7 +121,7 @@ def real(nodes: int, steps: int, reps: int, root: Path) -> dict[str, Any]:
             "step_s": [b - a for a, b in spans]}
 
 
-def simulated_part(args: argparse.Namespace) -> bool:
+def simulated_part(args: argparse.Namespace, figures: list[record.Figure]) -> bool:
     counts = [int(n) for n in args.nodes.split(",") if n.strip()]
     print(f"SIMULATED scale-out (reps sleep {args.rep_delay} s, no model runs; the study's wall time):")
     results = []
@@ -139,10 +141,16 @@ def simulated_part(args: argparse.Namespace) -> bool:
         print(f"    {lever}: {verdict[0]} {verdict[1]} {list(verdict[2])}")
     two = next((r for r in results if r["nodes"] == 2), None)
     one_node = next((r for r in results if r["nodes"] == 1), None)
+    figures += [record.Figure(
+        f"SIMULATED study wall time on {r['nodes']} node(s), {args.steps} steps, a rep {args.rep_delay:g} s",
+        f"**{r['study_s']:.1f} s** ({base['study_s'] / r['study_s']:.2f}x {base['nodes']} node(s)); whole run "
+        f"{r['run_s']:.1f} s; every verdict sealed: {'yes' if r['sealed'] else 'NO'}") for r in results]
+    figures.append(record.Figure(f"SIMULATED: the same verdicts for the same {len(base['verdicts'])} steps on "
+                                 f"{args.nodes} nodes", "yes" if same else "NO"))
     return same and (two is None or one_node is None or one_node["study_s"] / two["study_s"] >= TARGET_SPEEDUP)
 
 
-def real_part(args: argparse.Namespace) -> None:
+def real_part(args: argparse.Namespace, figures: list[record.Figure]) -> None:
     counts = [int(n) for n in args.real_nodes.split(",") if n.strip()]
     print(f"REAL scale-out ({args.real_steps} embedded A/B steps, {args.real_reps} reps per leg, one torch thread per "
           f"server, 1 CPU per node; {os.cpu_count()} cores here, load average {os.getloadavg()[0]:.1f} at start):")
@@ -157,6 +165,11 @@ def real_part(args: argparse.Namespace) -> None:
                   f"load average now {os.getloadavg()[0]:.1f})", flush=True)
     for r in results[1:]:
         print(f"  REAL {r['nodes']} vs {results[0]['nodes']} node(s): {results[0]['wall_s'] / r['wall_s']:.2f}x faster")
+    figures += [record.Figure(
+        f"REAL wall time of {args.real_steps} embedded A/B steps ({args.real_reps} reps per leg) on {r['nodes']} "
+        f"one-CPU node(s)", f"**{r['wall_s']:.1f} s** ({results[0]['wall_s'] / r['wall_s']:.2f}x "
+        f"{results[0]['nodes']} node(s)); failed legs: "
+        f"{sum(v != 'ok' for st in r['status'] for v in st.values())}") for r in results]
 
 
 def main() -> int:
@@ -169,12 +182,15 @@ def main() -> int:
     parser.add_argument("--real-reps", type=int, default=2)
     parser.add_argument("--skip-simulated", action="store_true")
     parser.add_argument("--skip-real", action="store_true")
+    record.add_flag(parser)
     args = parser.parse_args()
     ok = True
+    figures: list[record.Figure] = []
     if not args.skip_simulated:
-        ok = simulated_part(args)
+        ok = simulated_part(args, figures)
     if not args.skip_real:
-        real_part(args)
+        real_part(args, figures)
+    record.record("scale_out.py", figures, args.record)
     return 0 if ok else 1
 
 

@@ -40,6 +40,8 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
+import record
+
 KNOBS: dict[str, tuple[Any, ...]] = {"max_batch_size": (1, 2, 4, 8, 16), "batch_wait_ms": (0.0, 5.0, 20.0, 40.0),
                                      "prompt_lookup": (False, True), "attn_implementation": ("sdpa", "eager")}
 RECORDED = Path(__file__).resolve().parent / "data" / "embedded_surface.json"
@@ -172,6 +174,7 @@ def main() -> int:
     parser.add_argument("--seeds", default="0-9", help="e.g. 0-9 or 0,1,2")
     parser.add_argument("--surfaces", default="smooth,recorded")
     parser.add_argument("--samplers", default=",".join(SAMPLERS))
+    record.add_flag(parser)
     args = parser.parse_args()
     seeds = _seeds(args.seeds)
     surfaces = [s for s in args.surfaces.split(",") if s]
@@ -180,6 +183,7 @@ def main() -> int:
     if "recorded" in surfaces:
         print(f"recorded surface: {RECORDED.name}: {json.dumps(_recorded_table()[1])}")
     verdict_ok = True
+    figures: list[record.Figure] = []
     with tempfile.TemporaryDirectory(prefix="pw-search-quality-") as tmp:
         for surface_name in surfaces:
             best, where = grid_best(SURFACES[surface_name])
@@ -198,9 +202,14 @@ def main() -> int:
             print(f"-- {surface_name}: share of the grid's best gain banked within {args.budget} steps")
             for line in summary(shares, seeds):
                 print(line)
+            figures += [record.Figure(
+                f"share of the grid's best gain banked within {args.budget} A/B steps, surface {surface_name}, "
+                f"sampler {name}, seeds {args.seeds}",
+                f"median **{statistics.median(v):.1%}**, worst seed {min(v):.1%}") for name, v in shares.items()]
             if surface_name == "recorded" and "tpe" in shares and "random" in shares:
                 verdict_ok = statistics.median(shares["tpe"]) > statistics.median(shares["random"])
                 print(f"TPE beats random search on the recorded surface (median share): {'yes' if verdict_ok else 'NO'}")
+    record.record("search_quality.py", figures, args.record)
     return 0 if verdict_ok else 1
 
 

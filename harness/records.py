@@ -2,7 +2,7 @@
 
 Everything here is a *format*: field names, units and versions. Nothing here computes a number the
 auditor checks -- that stays in ``perfwarden.auditor`` so the auditor remains independent of
-the code paths that produced the measurements (design §3, README "independence").
+the code paths that produced the measurements (design §3).
 
 Small, human-edited records (manifests, leg specs, claims, verdicts, quality evals) are versioned
 pydantic models with a docstring per field. Large line-oriented files (``bench_runs.jsonl``,

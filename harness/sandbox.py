@@ -37,7 +37,7 @@ What every sandbox gets:
 - **devices**: ``/dev/null``, ``zero``, ``random``, ``urandom``, ``tty`` only; the GPU's nodes
   (``/dev/nvidia*``, ``/dev/dri``) and ``/sys`` only when the caller asks for ``device="cuda"``.
 
-What it does not contain (README, "Threat model"): kernel exploits (the namespaces share the host
+What it does not contain (docs/threat-model.md, "The sandbox"): kernel exploits (the namespaces share the host
 kernel; no seccomp filter narrows the system calls, beyond ``shmget`` without a cgroup), other
 processes' GPU memory and the GPU driver's own attack surface, timing and cache side channels, disk
 use summed over many files in the writable directory (each file is bounded, the total only by time),

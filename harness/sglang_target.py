@@ -38,7 +38,7 @@ def find_sglang_python(explicit: str | None) -> tuple[str, str]:
     ``PY -c "import sglang"`` (seconds, no GPU touched) so a wrong environment fails before any leg."""
     return find_engine_python(explicit, EngineProbe(
         label="SGLang", module="sglang", flag="--sglang-python", env=PYTHON_ENV, error=SGLangEnvError,
-        hint="Install SGLang in its own environment (README, 'Running on a GPU host')"))
+        hint="Install SGLang in its own environment (docs/gpu.md, 'SGLang as the target')"))
 
 # Config keys that are not launch flags (bookkeeping the lab adds).
 NOT_FLAGS = {"op_overrides", "kernel_patches"}

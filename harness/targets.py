@@ -439,7 +439,7 @@ class EmbeddedTarget(ServerTarget):
 
     Every leg is started this way when the sandbox works here, not only legs with generated code: a
     baseline started differently from its candidate would be a condition the auditor cannot see
-    (start-up cost of the sandbox: README, "Threat model"). Without a working sandbox, a leg whose
+    (start-up cost of the sandbox: docs/threat-model.md, "The sandbox"). Without a working sandbox, a leg whose
     overlay loads code from outside perfwarden's own package refuses to start (``TargetStartError``
     saying how to install bubblewrap); other legs start unconfined with the same scrubbed environment.
     """

@@ -86,8 +86,8 @@ def private_token(create: bool) -> Path | None:
     except FileNotFoundError:
         if not create:
             raise ClusterError(f"Ray token authentication is on and there is no token at {str(path)!r}: copy the "
-                               f"cluster's token there (mode 0600) or name its file in {TOKEN_PATH} (README, "
-                               "Scaling out)") from None
+                               f"cluster's token there (mode 0600) or name its file in {TOKEN_PATH} "
+                               "(docs/scaling-out.md)") from None
         return _new_token(path)
     except OSError as exc:
         raise ClusterError(f"cannot read the Ray token file {str(path)!r}: {exc}") from None

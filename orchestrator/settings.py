@@ -1,7 +1,7 @@
 """Settings of an autonomous run: every loop bound and budget in one place.
 
 settings.json is written into the run directory and read back on ``--resume``, so it is input like
-any other file of a run (README, "Hostile input"): nothing in it names a program, an interpreter or
+any other file of a run (docs/threat-model.md, "Hostile input"): nothing in it names a program, an interpreter or
 code to load. The SGLang and vLLM interpreters come from the command line or the environment of the
 person running perfwarden (``--sglang-python``, ``PERFWARDEN_SGLANG_PYTHON``, ``--vllm-python``,
 ``PERFWARDEN_VLLM_PYTHON``), every baseline knob is

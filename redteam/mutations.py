@@ -174,8 +174,8 @@ def torn_tail(run: Path, claim: Claim) -> Claim:
 
 # ------------------------------------------------------------------ evidence-integrity families
 # Each edits the candidate leg (unless it says otherwise) the way a sloppy harness or a producer
-# touching its own files would, and its answer follows from the rule it breaks (README "How the
-# auditor decides"), whatever clean fixture it is applied to.
+# touching its own files would, and its answer follows from the rule it breaks (docs/auditing.md, "How
+# the auditor decides"), whatever clean fixture it is applied to.
 
 _PER_REQUEST_SKIP = ("errors",)
 

@@ -2,7 +2,7 @@
 conservative one, a refused claim is resubmitted only when that can change its verdict, and the terminal
 shows one line per step.
 
-The bundle's net change (the final configuration's difference from the true baseline): the first test replays the search path of the README's embedded run on the synthetic target: the study banked
+The bundle's net change (the final configuration's difference from the true baseline): the first test replays the search path of an embedded run on the synthetic target: the study banked
 ``max_batch_size=16 + prompt_lookup=True`` (+160%), then ``max_batch_size=8 + prompt_lookup=False``
 (+30% against it). ``prompt_lookup`` ends at its baseline value, so the bundle must neither declare it
 (the auditor would rightly find it identical in both legs: NOT_ENGAGED) nor the speculative decoding the
@@ -27,7 +27,7 @@ from perfwarden.orchestrator.simlab import BASE, SyntheticLab
 
 STEPS: list[dict[str, Any]] = [{"max_batch_size": 16, "prompt_lookup": True},
                                {"max_batch_size": 8, "prompt_lookup": False}]
-"""The README run's banked steps, in order."""
+"""That run's banked steps, in order."""
 
 SURFACE = {(1, False): 1.0, (16, True): 2.6, (8, False): 3.39, (16, False): 3.0, (8, True): 2.4}
 """Throughput factor over the true baseline by (max_batch_size, prompt_lookup): prompt lookup helps a small
@@ -40,7 +40,7 @@ def _surface(config: dict[str, Any]) -> float:
 
 def _scripted_steps(state: dict[str, Any], ctx: Any, run: Path, base: dict[str, Any], best: dict[str, Any],
                     room: int) -> list[Proposal]:
-    """The study's next step is the README run's next step (then the search has converged)."""
+    """The study's next step is that run's next step (then the search has converged)."""
     done = len(state.get("proposals", []))
     if done >= len(STEPS) or room <= 0:
         return []

@@ -3,7 +3,7 @@
 The fixtures in proof/fixtures/int-* and the mutation families score these rules end to end; the
 tests here pin each rule's edge: its tolerance, what it cites, what it lists as not checked, and that
 hostile sizes are decided without allocating anything in proportion to them. Expected outcomes come
-from the rules as documented (README "How the auditor decides"), not from running the auditor.
+from the rules as documented (docs/auditing.md, "How the auditor decides"), not from running the auditor.
 """
 
 from __future__ import annotations

@@ -300,8 +300,18 @@ def one_try(base: Base, work: Path, rng: random.Random, index: int) -> TryOutcom
 # ------------------------------------------------------------------------------------------ N tries
 
 
-def run_tries(tries: int, seed: int, out: Path | None = None) -> int:
-    """``benchmarks/fuzz.py --writers``: ``tries`` tries, the counts printed; 0 when every problem count is 0."""
+@dataclass(frozen=True)
+class TriesDone:
+    """What ``run_tries`` measured."""
+
+    exit_code: int
+    """0 when every problem count is 0 and every try ran."""
+    counts: dict[str, int]
+    wall_s: float
+
+
+def run_tries(tries: int, seed: int, out: Path | None = None) -> TriesDone:
+    """``benchmarks/fuzz.py --writers``: ``tries`` tries, the counts printed."""
     import collections
     import tempfile
 
@@ -328,10 +338,12 @@ def run_tries(tries: int, seed: int, out: Path | None = None) -> int:
                       f"{sum(counts[p] for p in PROBLEMS)}", flush=True)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
-    _print_counts(counts, failures, time.monotonic() - started, load_before)
+    wall = time.monotonic() - started
+    _print_counts(counts, failures, wall, load_before)
     if out is not None:
         out.write_text(json.dumps({"counts": counts, "failures": failures}, indent=1, default=str))
-    return 0 if all(counts[p] == 0 for p in PROBLEMS) and counts["tries"] == tries else 1
+    ok = all(counts[p] == 0 for p in PROBLEMS) and counts["tries"] == tries
+    return TriesDone(exit_code=0 if ok else 1, counts=dict(counts), wall_s=wall)
 
 
 def _count(counts: Any, outcome: TryOutcome) -> None:

@@ -15,7 +15,8 @@ perfwarden's client, so the bench line must agree with the difference of the two
   can be at most the client's (plus clock slack) and at least the client's less the transport the
   client adds (``TRANSPORT_SHARE`` of it, or ``TRANSPORT_ABS_S`` per request, whichever is larger).
   A line whose times were shrunk (a faster candidate) or stretched (a handicapped baseline) leaves this
-  band; honest reps measured here sit well inside it (README, vLLM section).
+  band; honest reps measured here sit well inside it (docs/benchmarks.md, "vLLM and the embedded
+  target").
 - **the window**: the rep's recorded start and end lie between the two samples, so the samples
   witness this rep and not another.
 
