@@ -11,8 +11,9 @@ Each trial is one A/B step: the current best banked configuration (baseline leg)
 configuration (candidate leg), so the patch claim declares exactly the knobs the trial changes. The
 auditor's verdict is the trial's feasibility: only a PASS banks the trial as the new best; any other
 verdict is told to the study as infeasible, so the sampler learns where the surface lies without ever
-treating a refused win as a result. A trial's value is the configuration's throughput as a factor of
-the true baseline: the best's factor times the auditor's re-derived delta of the step.
+treating a refused win as a result. A trial's value is the configuration's objective metric (throughput,
+goodput or a tail latency: the run's sealed objective) as a factor of the true baseline: the best's factor
+times the auditor's re-derived delta of the step; the study maximizes it, or minimizes it for a latency.
 
 The study lives in the run's SQLite (``checkpoints.sqlite``, beside the LangGraph checkpoint) and is
 replayed idempotently on resume: a trial asked but never recorded in the checkpoint (a crash between
@@ -181,13 +182,14 @@ def make_sampler(name: SamplerName, seed: int, number: int, n_startup: int = 8) 
         return optuna.samplers.TPESampler(seed=sub_seed, multivariate=True, n_startup_trials=n_startup)
 
 
-def open_study(run: Path, url: str | None = None) -> optuna.Study:
-    """The run's study (created on first use). In the run's SQLite only by the process holding the run's
-    writer lock (design §2): two writers telling one study its trials corrupt it."""
+def open_study(run: Path, url: str | None = None, higher_is_better: bool = True) -> optuna.Study:
+    """The run's study (created on first use), in the direction its objective improves. In the run's SQLite
+    only by the process holding the run's writer lock (design §2): two writers telling one study its trials
+    corrupt it."""
     if url is None:
         run_lock.require(run, "the search study")
-    return optuna.create_study(study_name=STUDY_NAME, storage=url or storage_url(run), direction="maximize",
-                               load_if_exists=True)
+    return optuna.create_study(study_name=STUDY_NAME, storage=url or storage_url(run),
+                               direction="maximize" if higher_is_better else "minimize", load_if_exists=True)
 
 
 @dataclass(frozen=True)
@@ -200,7 +202,7 @@ class Asked:
 
 
 def best_factor(banked: list[BankedChange]) -> float:
-    """The current best's throughput as a factor of the true baseline: every banked config step's audited delta
+    """The current best's objective metric as a factor of the true baseline: every banked config step's audited delta
     compounded (a kernel step's delta too: it was measured against the best before it)."""
     factor = 1.0
     for b in banked:
@@ -320,7 +322,7 @@ class HistoryRow:
 
     number: int
     value: float | None
-    """Throughput as a factor of the true baseline (None: no audited number)."""
+    """The objective metric as a factor of the true baseline (None: no audited number)."""
     feasible: bool
     """The auditor passed it and it was banked."""
     best: float

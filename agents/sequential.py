@@ -306,12 +306,13 @@ def max_reps_for_budget(remaining_s: float, round_s: float, reps_done: int, rese
 
 
 def run_step(measure_to: Callable[[int], tuple[list[float], list[float]]], plan: SequentialPlan,
-             max_reps: int) -> LookDecision:
+             max_reps: int, reps_done: int = 0) -> LookDecision:
     """Measure a step look by look until a look stops it: ``measure_to(n)`` extends both legs, interleaved,
-    to ``n`` reps each and returns every rep of each leg so far (baseline, candidate)."""
+    to ``n`` reps each and returns every rep of each leg so far (baseline, candidate). ``reps_done``: reps per
+    leg the legs already hold from an earlier look (the step goes on from there)."""
     if max_reps < MIN_LOOK_REPS:
         raise SequentialError(f"a step needs at least {MIN_LOOK_REPS} reps per leg to look at all, not {max_reps!r}")
-    n = plan.reps_at_next_look(0, max_reps)
+    n = plan.reps_at_next_look(reps_done, max_reps)
     while True:
         base, cand = measure_to(n)
         decision = decide_look(base, cand, plan, max_reps)

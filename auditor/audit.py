@@ -21,11 +21,12 @@ from perfwarden.auditor.claim_file import ClaimError, load_claim  # noqa: F401 -
 from perfwarden.auditor.evidence import LegEvidence, QualityRecords, RunLoader, _plain_name, check_named_folders
 from perfwarden.auditor.findings import Findings, GateResult, decide, deciding_actions
 from perfwarden.auditor.gates import (caching, conditions, correctness, engine_witness, explain, foreign_run,
-                                      goodput_slo, integrity, knobs, lever, measurement, opbench, process, profile,
-                                      prose, rep_witnesses, same_config, served, target_keys, timeline, workload)
+                                      goodput_slo, integrity, knobs, lever, measurement, objective, opbench, process,
+                                      profile, prose, rep_witnesses, same_config, served, target_keys, timeline, workload)
 from perfwarden.auditor.manifest import KeyChoice, KeyFileError, Manifest, observe, read_manifest, resolve_key
 from perfwarden.auditor.rederive import METRICS
 from perfwarden.harness.jsonl import chain_seal_id
+from perfwarden.harness.objective import RunObjective
 from perfwarden.harness.records import (Claim, Comparison, Finding, LegWitnesses, MetricStats, RunDir, Verdict,
                                         write_json_atomic)
 from perfwarden.harness.safe_read import REPORT_BYTES, exists
@@ -66,6 +67,8 @@ class Audit:
     key: Path | None = None
     goodput: GoodputBasis | None = None
     """The SLO the legs' goodput was re-derived at (``goodput_slo``), for the verdict to say so."""
+    objective: RunObjective | None = None
+    """What the run sealed that it optimizes (``objective.json``; None: it sealed nothing)."""
     manifest: tuple[Manifest | None, str | None] | None = None
     """The seal chain as read before the gates (manifest, error reading it); None until read."""
     """The run's seal key file as given (``--key``), for audits this audit runs itself (bundle components)."""
@@ -239,6 +242,7 @@ def audit_patch(a: Audit, bundle: bool = False) -> None:
     claim = a.claim
     if not (_require(a, "baseline", claim.legs.baseline) and _require(a, "candidate", claim.legs.candidate)):
         return
+    a.gate("objective", lambda: objective.check_headline_objective(claim, a.objective))
     base = a.leg(claim.legs.baseline, need_outputs=True, need_conditions=True)
     cand = a.leg(claim.legs.candidate, need_outputs=True, need_conditions=True)
     assert base is not None and cand is not None  # both names are set (_require)
@@ -281,11 +285,7 @@ def audit_patch(a: Audit, bundle: bool = False) -> None:
                 a.comparisons[metric] = comp
         head = a.comparisons.get(claim.headline.metric)
         a.headline_rederived = head.delta_pct if head else None
-        contended = a.findings.has("CONTENDED_LEG", "FLAG")
-        a.gate("significance", lambda: measurement.check_headline(
-            a.run, claim, head, (len(base.reps), len(cand.reps)), contended,
-            worse=head is not None and measurement.significant_worse(head, base, cand),
-            changed=any(not registry.is_inert(key) for key in a.diff)))
+        a.gate("significance", lambda: _significance(a, head, base, cand))
         a.fairer = a.gate("representative", lambda: same_config.check_representative_baseline(
             a.run, claim, base, cand, aa))
         a.gate("latency", lambda: _latency(a, base, cand))
@@ -332,10 +332,23 @@ def audit_patch(a: Audit, bundle: bool = False) -> None:
     a.gate("reported", lambda: measurement.check_reported_numbers(claim, a.legs_stats, a.headline_rederived))
 
 
+def _significance(a: Audit, head: Comparison | None, base: LegEvidence, cand: LegEvidence) -> GateResult:
+    """The headline's significance gate; a goodput headline with a rep where no request met the SLO has no
+    ratio to test and is judged apart (``objective.check_unjudgeable_goodput``)."""
+    if head is None and a.claim.headline.metric == objective.GOODPUT:
+        zero = objective.check_unjudgeable_goodput(a.run, base, cand)
+        if zero.findings:
+            return zero
+    return measurement.check_headline(
+        a.run, a.claim, head, (len(base.reps), len(cand.reps)), a.findings.has("CONTENDED_LEG", "FLAG"),
+        worse=head is not None and measurement.significant_worse(head, base, cand),
+        changed=any(not registry.is_inert(key) for key in a.diff))
+
+
 def _goodput(a: Audit, legs: list[LegEvidence]) -> None:
     """Decide the SLO goodput is re-derived at (``goodput_slo``), then give every rep of ``legs`` its
     goodput at it, from the good requests the loader counted while the rep streamed."""
-    a.goodput = a.gate("goodput_slo", lambda: goodput_slo.check_goodput_slo(a.run, a.claim, legs))
+    a.goodput = a.gate("goodput_slo", lambda: goodput_slo.check_goodput_slo(a.run, a.claim, legs, a.objective))
     if a.goodput is None:
         return
     for leg in legs:
@@ -509,6 +522,9 @@ def audit_claim(run: Path, claim: Claim, claim_ref: str, claim_sha: str, key: Pa
     findings = Findings()
     loader = RunLoader(run, findings, tuple(claim.lever.kernel_ops) if claim.lever else (), claim.headline.slo)
     a = Audit(run=run, claim=claim, loader=loader, findings=findings, key=key)
+    a.objective = loader.objective()
+    if a.objective is not None and a.objective.slo is not None:  # before any leg: reps count good requests at it
+        loader.goodput_slo = a.objective.slo
     a.manifest = _read_chain(a, key_choice)
     if a.manifest[0] is not None and a.manifest[0].verified and a.manifest[0].broken is None:
         loader.line_sealed = frozenset(f.path for f in a.manifest[0].files.values() if f.lines and not f.whole)

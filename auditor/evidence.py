@@ -25,6 +25,7 @@ from perfwarden.auditor.findings import Findings, GateResult, finding
 from perfwarden.auditor.loadgen_logs import LoadgenRep, read_rep_logs
 from perfwarden.auditor.rederive import RepError, RepMetrics, rederive_rep
 from perfwarden.auditor.serverlog import ServerLog, scan_server_log
+from perfwarden.harness.objective import RunObjective
 from perfwarden.harness.jsonl import (CITE_HEAD_BYTES, BenchRunLine, LineIssue, LineRef, OpBenchLine, OutputLine,
                                       ProfileLine, iter_jsonl, read_jsonl)
 from perfwarden.harness.records import (QUALITY_ITEMS_FIELDS, EvidenceRef, LegSpec, QualityEval, RunDir,
@@ -369,6 +370,27 @@ class RunLoader:
             self._manifest = self.json_object(self.paths.manifest, False, "run manifest")[0] \
                 if exists(self.paths.manifest) else None
         return self._manifest
+
+    def objective(self) -> RunObjective | None:
+        """``objective.json``, the run's sealed objective (None when absent: the run recorded none; or not a
+        valid record, which is EVIDENCE_CORRUPT, FAIL: an objective nobody can read vouches for no SLO)."""
+        if not exists(self.paths.objective):
+            return None
+        obj, tf = self.json_object(self.paths.objective, False, "run objective")
+        if obj is None or tf is None or self._refuse_wrong_types(RunObjective, obj, "run objective", tf):
+            return None
+        try:
+            record = RunObjective.model_validate(obj)
+        except ValidationError as exc:
+            self.findings.add(_invalid_code(exc), "FAIL", f"run objective is invalid: {exc.errors()[0]['msg']}",
+                              evidence=[tf.evidence(self.run, None)], gate="evidence")
+            return None
+        unknown = unknown_fields(record)
+        if unknown:
+            self.findings.add("EVIDENCE_CORRUPT", "FAIL", f"run objective has field(s) its schema does not have: "
+                              f"{', '.join(unknown[:8])}", evidence=[tf.evidence(self.run, None)], gate="evidence")
+            return None
+        return record
 
     def run_target(self) -> str | None:
         """The serving target run.json names (the harness writes it in every run); None when it names none."""

@@ -524,8 +524,9 @@ class MetricStats(Record):
     """Minimum over reps."""
     max: float
     """Maximum over reps."""
-    spread_pct: float
-    """(max - min) / median, in percent."""
+    spread_pct: float | None
+    """(max - min) / median, in percent; None when the median is 0 (a goodput no rep met the SLO in): a
+    spread relative to nothing is no number."""
     ci_low: float | None = None
     """Lower bound of a 95% CI of the median (None with fewer than 3 reps)."""
     ci_high: float | None = None
@@ -820,6 +821,11 @@ class RunDir:
     @property
     def manifest(self) -> Path:
         return self.root / "run.json"
+
+    @property
+    def objective(self) -> Path:
+        """``objective.json``: what the run optimizes and its goodput SLO, sealed at the run's start."""
+        return self.root / "objective.json"
 
     def leg_dir(self, leg: str) -> Path:
         return self.root / "legs" / leg

@@ -83,7 +83,7 @@ def parse_slo(text: str) -> GoodputSlo:
         raise SloError(f"goodput SLO {text.strip()!r}: {exc.errors()[0]['msg']}") from None
 
 
-SloSource = Literal["recorded", "claim_witnessed", "claim"]
+SloSource = Literal["sealed", "recorded", "claim_witnessed", "claim"]
 
 
 class GoodputBasis(BaseModel):
@@ -95,7 +95,8 @@ class GoodputBasis(BaseModel):
     slo: GoodputSlo
     """The SLO every rep's goodput was re-derived at."""
     source: SloSource
-    """``recorded``: the bench lines record it (and each line's own ``request_goodput`` is this SLO's);
+    """``sealed``: the run sealed it at its start (``objective.json``, ``harness/objective.py``), before any rep;
+    ``recorded``: the bench lines record it (and each line's own ``request_goodput`` is this SLO's);
     ``claim_witnessed``: the claim states it, the lines record none, and each line's own
     ``request_goodput`` is reproduced at it; ``claim``: the claim states it and nothing in the lines
     witnesses it (a goodput headline is then refused)."""
@@ -103,7 +104,8 @@ class GoodputBasis(BaseModel):
     def describe(self) -> str:
         """One line for a person: the limits and where they come from."""
         limits = ", ".join(f"{name.removesuffix('_ms')} <= {value:g} ms" for name, value in self.slo.limits().items())
-        where = {"recorded": "the SLO the bench files record",
+        where = {"sealed": "the SLO the run sealed at its start",
+                 "recorded": "the SLO the bench files record",
                  "claim_witnessed": "the claim's SLO, which reproduces the files' own request_goodput",
                  "claim": "the claim's SLO; the files record none"}[self.source]
         return f"goodput re-derived from the per-request arrays at {limits} ({where})"

@@ -25,12 +25,14 @@ from pathlib import Path
 from typing import Any, Callable
 
 from langgraph.checkpoint.sqlite import SqliteSaver
+from pydantic import ValidationError
 
 from perfwarden.agents.base import AttackProducer
 from perfwarden.agents.brains import Brains
 from perfwarden.harness.llm_client import LLMClient
 from perfwarden.harness import run_lock, safe_write
-from perfwarden.harness.records import write_json_atomic
+from perfwarden.harness.objective import RunObjective
+from perfwarden.harness.records import RunDir, write_json_atomic
 from perfwarden.harness.safe_read import RECORD_BYTES, read_bytes
 from perfwarden.harness.strict_json import StrictJsonError, loads
 from perfwarden.orchestrator.checkpoint_serde import (CheckpointTypeError, StateOnlySerializer, check_names,
@@ -58,8 +60,8 @@ def settings_path(run: Path) -> Path:
     return Path(run) / "settings.json"
 
 
-RUN_FILES = ("settings.json", "run.json", "events.jsonl", "evidence.jsonl", "report.json", "report.md",
-             "logs/lab.log")
+RUN_FILES = ("settings.json", "run.json", "objective.json", "events.jsonl", "evidence.jsonl", "report.json",
+             "report.md", "logs/lab.log")
 """Files ``run`` writes at the top of a run directory (legs, claims and verdicts are checked apart)."""
 RUN_DIRS = ("claims", "verdicts", "logs", "legs", "quality", "profile", "opbench", "generated")
 
@@ -132,8 +134,6 @@ def create_run(run: Path, settings: RunSettings) -> None:
 
 def read_settings(run: Path) -> RunSettings:
     """The settings a run started with (a resumed run keeps them); RunUsageError when unreadable."""
-    from pydantic import ValidationError
-
     try:
         data = loads(read_bytes(settings_path(run), run, limit=RECORD_BYTES, what="settings"),
                      what=repr(str(settings_path(run))))
@@ -145,6 +145,24 @@ def read_settings(run: Path) -> RunSettings:
         return RunSettings.model_validate(data)
     except ValidationError as exc:
         raise RunUsageError(settings_error(exc, f"{str(settings_path(run))!r} is invalid")) from None
+
+
+def check_sealed_objective(run: Path, settings: RunSettings) -> None:
+    """A resumed run optimizes the objective it sealed at its start (``objective.json``): settings.json naming
+    another (edited since) would judge the rest of the run against something else. No objective.json yet:
+    the run stopped before its setup sealed one, which the resumed setup does."""
+    path = RunDir(run).objective
+    if not path.is_file():
+        return
+    try:
+        sealed = RunObjective.model_validate_json(read_bytes(path, run, limit=RECORD_BYTES, what="objective"))
+    except OSError as exc:
+        raise RunUsageError(f"{str(path)!r} cannot be read: {exc}") from None
+    except ValidationError as exc:
+        raise RunUsageError(settings_error(exc, f"{str(path)!r} is invalid")) from None
+    if sealed.objective != settings.objective or sealed.slo != settings.slo:
+        raise RunUsageError(f"the run sealed the objective {sealed.describe()} at its start, but its settings.json "
+                            f"now says {settings.run_objective().describe()}: a run keeps its objective")
 
 
 def _empty_hint(run: Path) -> str:
@@ -163,7 +181,8 @@ def ensure_report(run: Path, state: dict[str, Any], context: RunContext) -> dict
         raise RunUsageError(f"the run in {str(run)!r} stopped at stage {state.get('stage')!r} with no step left to "
                             "run and no report; it cannot be resumed (start a new run)")
     if not (Path(run) / "report.json").is_file() or not (Path(run) / "report.md").is_file():
-        write_report(Path(run), state, run_base_config(context.lab, context.settings))
+        write_report(Path(run), state, run_base_config(context.lab, context.settings),
+                     objective=context.settings.run_objective())
     return state
 
 
@@ -271,6 +290,7 @@ def run_graph(run: Path, settings: RunSettings, lab: Lab, *, resume: bool = Fals
         if not run.is_dir():
             raise RunUsageError(f"{str(run)!r} is not a directory: nothing to resume")
         settings = read_settings(run)  # a run killed before its settings were written is not a run
+        check_sealed_objective(run, settings)
     with resumed_run(run) if resume else created_run(run, settings):
         if not resume:
             crash_point("settings_written")

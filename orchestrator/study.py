@@ -33,7 +33,7 @@ def batch_size(settings: RunSettings, cluster: Any) -> int:
 def study_of(ctx: Any, run) -> Any:
     """The run's study, opened once per process (the runtime context caches it)."""
     if ctx.study is None:
-        ctx.study = search.open_study(run)
+        ctx.study = search.open_study(run, higher_is_better=ctx.settings.run_objective().higher_is_better)
     return ctx.study
 
 

@@ -4,6 +4,12 @@ Goodput counts the requests that met a latency SLO, so the same reps give any go
 chosen after the fact. The SLO must therefore be the one the evidence was recorded under, held equal
 across every rep of the compared legs:
 
+- **Sealed**: perfwarden's own run seals its objective before its first leg (``objective.json``); its
+  goodput is judged at that SLO and no other, whatever the claim says: a claim stating another SLO, or a
+  goodput headline stating none, is CONDITIONS_MISREPORTED; a line recording or reporting a goodput at
+  another SLO is EVIDENCE_CORRUPT; a goodput headline of a run whose sealed objective sets no SLO is
+  EVIDENCE_MISSING (all FAIL). The sealed file is evidence like a leg's: the integrity gate holds it to
+  the seal chain.
 - **Recorded**: a line records its SLO (a foreign line's ``goodput`` field: ``vllm bench serve
   --metadata goodput=ttft:X,tpot:Y``, since vLLM writes ``request_goodput`` but not the SLO it used).
   Every rep must record the same one (a difference, or a rep recording none beside one that does, is
@@ -29,7 +35,8 @@ from perfwarden.auditor.bench_extras import RepGoodput
 from perfwarden.auditor.evidence import LegEvidence, line_evidence
 from perfwarden.auditor.findings import GateResult, finding
 from perfwarden.auditor.rederive import RepMetrics
-from perfwarden.harness.records import Claim, Finding
+from perfwarden.harness.objective import OBJECTIVE_FILE, RunObjective
+from perfwarden.harness.records import Claim, EvidenceRef, Finding
 from perfwarden.harness.slo import GoodputBasis, GoodputSlo
 
 GATE = "goodput_slo"
@@ -43,8 +50,10 @@ def _shown(slo: GoodputSlo | None) -> str:
     return slo.text() if slo is not None else "none"
 
 
-def check_goodput_slo(run: Path, claim: Claim, legs: list[LegEvidence]) -> GateResult[GoodputBasis | None]:
-    """Decide the SLO the legs' goodput is re-derived at (module docstring)."""
+def check_goodput_slo(run: Path, claim: Claim, legs: list[LegEvidence],
+                      sealed: RunObjective | None = None) -> GateResult[GoodputBasis | None]:
+    """Decide the SLO the legs' goodput is re-derived at (module docstring); ``sealed``: the objective the run
+    sealed at its start (``objective.json``), whose SLO the loader counted good requests at."""
     reps: list[Rep] = [(leg, rep) for leg in legs for rep in leg.reps]
     evidence = [(leg, rep, rep.goodput) for leg, rep in reps if rep.goodput is not None]
     claimed = claim.headline.slo
@@ -60,6 +69,8 @@ def check_goodput_slo(run: Path, claim: Claim, legs: list[LegEvidence]) -> GateR
         return _missing(run, rep, headline, f"leg {leg.name!r} rep {rep.rep} has no per-request 'latencies', so its "
                         "goodput cannot be re-derived")
     recorded = evidence[0][2].recorded if evidence else None
+    if sealed is not None:
+        return _judge_sealed(run, claimed, sealed, recorded, evidence, headline)
     if recorded is not None:
         return _judge_recorded(run, claimed, recorded, evidence)
     if claimed is None:
@@ -123,6 +134,32 @@ def _judge_recorded(run: Path, claimed: GoodputSlo | None, recorded: GoodputSlo,
     if found:
         return GateResult(findings=found)
     return GateResult(value=GoodputBasis(slo=recorded, source="recorded"))
+
+
+def _judge_sealed(run: Path, claimed: GoodputSlo | None, sealed: RunObjective, recorded: GoodputSlo | None,
+                  evidence: list[tuple[LegEvidence, RepMetrics, RepGoodput]],
+                  headline: bool) -> GateResult[GoodputBasis | None]:
+    """The run sealed its objective before its first leg: goodput is judged at that SLO and no other. Lines
+    that record or report a goodput must be at it (EVIDENCE_CORRUPT otherwise); a claim stating another SLO,
+    or a goodput headline stating none, is CONDITIONS_MISREPORTED; a goodput headline of a run whose sealed
+    objective has no SLO has none to be judged at (EVIDENCE_MISSING). All FAIL."""
+    slo = sealed.slo
+    where = [EvidenceRef(file=OBJECTIVE_FILE)]
+    if slo is None:
+        return _no_slo(headline, f"the run sealed the objective {sealed.describe()}, which sets no SLO", note=False)
+    found = _not_reproduced(run, slo, evidence, "EVIDENCE_CORRUPT", "belongs to a run sealed at goodput SLO")
+    if recorded is not None and recorded != slo:
+        found.append(finding("EVIDENCE_CORRUPT", "FAIL", f"the bench lines record the goodput SLO {recorded.text()!r} "
+                             f"but the run sealed {slo.text()!r} at its start", measured=recorded.text(),
+                             threshold=slo.text(), evidence=where, action="eject", gate=GATE))
+    if claimed != slo and (claimed is not None or headline):
+        found.append(finding("CONDITIONS_MISREPORTED", "FAIL", f"the claim's goodput SLO {_shown(claimed)!r} is not "
+                             f"the one the run sealed at its start, {slo.text()!r}: goodput is judged at the sealed "
+                             "SLO only", measured=_shown(claimed), threshold=slo.text(), evidence=where,
+                             action="eject", gate=GATE))
+    if found:
+        return GateResult(findings=found)
+    return GateResult(value=GoodputBasis(slo=slo, source="sealed"))
 
 
 def _judge_claimed(run: Path, claimed: GoodputSlo, evidence: list[tuple[LegEvidence, RepMetrics, RepGoodput]],

@@ -16,6 +16,7 @@ from perfwarden.auditor import stats
 from perfwarden.auditor.evidence import LegEvidence, line_evidence
 from perfwarden.auditor.findings import Findings, GateResult, finding
 from perfwarden.auditor.rederive import LATENCY_METRICS, METRICS, RepMetrics
+from perfwarden.auditor.sequential import HORIZON_REPS
 from perfwarden.auditor.serverlog import ERROR_PATTERNS, FATAL_PATTERNS  # noqa: F401 - re-exported (moved)
 from perfwarden.harness.records import Claim, Comparison, EvidenceRef, Finding, MetricStats, shadows
 
@@ -28,8 +29,9 @@ HEADLINE_TOLERANCE_PTS = 1.0
 """Claimed headline delta vs re-derived, in percentage points, before it is a mismatch."""
 BUSY_PROCESS_CPU_PCT = 50.0
 """Another process using this much CPU during a rep contends with the measurement."""
-MAX_REPS = 7
-"""Most reps per leg a comparison may use (the power target assumes <= 7)."""
+MAX_REPS = HORIZON_REPS
+"""Most reps per leg a comparison may use: the sequential rule's horizon (design §4), past which no alpha is
+left; an undecided delta that could clear the band by then asks for a re-measure, else it is ejected."""
 DRIFT_FLOOR_PCT = 2.0
 """Smallest drift reported, even when the band is narrower."""
 
@@ -46,7 +48,7 @@ def leg_metric_stats(reps: list[RepMetrics]) -> dict[str, MetricStats]:
         ci = stats.median_ci(values)
         out[metric] = MetricStats(n=len(values), values=values, median=med, min=float(arr.min()),
                                   max=float(arr.max()),
-                                  spread_pct=float((arr.max() - arr.min()) / med * 100.0) if med else math.inf,
+                                  spread_pct=float((arr.max() - arr.min()) / med * 100.0) if med else None,
                                   ci_low=ci[0] if ci else None, ci_high=ci[1] if ci else None)
     return out
 

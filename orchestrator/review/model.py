@@ -25,6 +25,7 @@ from perfwarden.harness.safe_read import (MESSAGE_CHARS, RECORD_BYTES, VERDICT_B
                                           long_string, read_bytes)
 from perfwarden.harness.strict_json import StrictJsonError, loads
 from perfwarden.agents.base import BankedChange
+from perfwarden.harness.objective import OBJECTIVE_FILE, RunObjective
 from perfwarden.orchestrator.report_record import FinalKnob, ReportError, ReportRecord, read_report
 
 AUDITED_NOW = "(audited now, not saved)"
@@ -210,6 +211,8 @@ class RunReview:
     entries: list[VerdictEntry]
     """The verdicts held whole, in seq order: all of them, or the ``KEEP`` most severe of a longer trail."""
     manifest: RunManifest | None = None
+    objective: RunObjective | None = None
+    """What the run optimized, as it sealed it (``objective.json``; None: the run recorded none)."""
     audited_now: bool = False
     """True when the run had no saved verdicts and its claims were audited for this review."""
     report_banked: list[BankedChange] | None = None
@@ -397,6 +400,21 @@ def read_manifest(root: Path, notes: list[str]) -> RunManifest | None:
     return None
 
 
+def read_objective(root: Path, notes: list[str]) -> RunObjective | None:
+    """``objective.json``: what the run optimized and its goodput SLO (None when absent or unreadable, which
+    the notes say: a review never guesses an SLO)."""
+    path = root / OBJECTIVE_FILE
+    if not exists(path):
+        return None
+    try:
+        return RunObjective.model_validate_json(read_bytes(path, root, limit=RECORD_BYTES, what=OBJECTIVE_FILE))
+    except OSError as exc:
+        notes.append(f"{OBJECTIVE_FILE} is unreadable ({exc}); the run's objective is not shown")
+    except (UnicodeDecodeError, ValidationError) as exc:
+        notes.append(f"{OBJECTIVE_FILE} is not a run objective ({type(exc).__name__}); the run's objective is not shown")
+    return None
+
+
 def read_run_report(root: Path) -> ReportRecord | None:
     """``report.json`` (the typed, versioned ``ReportRecord``; an older report is migrated); None when the run
     has no report. A report that is not one this perfwarden reads (a newer version, a malformed one) is a
@@ -470,7 +488,8 @@ def load_review(path: Path, audit_if_needed: bool = True) -> RunReview:
                          f"earliest first) are shown in detail and {summary.total - len(entries):,} are left out of "
                          f"the detail; the counts, gate table and banked results cover all {summary.total:,}")
     report = read_run_report(root)
-    return RunReview(root=root, entries=entries, manifest=read_manifest(root, notes), audited_now=audited_now,
+    return RunReview(root=root, entries=entries, manifest=read_manifest(root, notes),
+                     objective=read_objective(root, notes), audited_now=audited_now,
                      report_banked=report.banked if report else None,
                      report_final=report.final_configuration if report else None, notes=notes,
                      events=read_events(root, notes), label=str(path), summary=summary)
