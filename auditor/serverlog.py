@@ -36,6 +36,7 @@ from typing import Any, Iterable, Literal, NamedTuple
 import numpy as np
 
 from perfwarden.auditor import registry
+from perfwarden.auditor.batch_lines import BatchLines, Lines, confined
 from perfwarden.auditor.rederive import flatten_json
 from perfwarden.harness.strict_json import check_depth, loads
 from perfwarden.harness.vllm_log import NON_DEFAULT_ARGS, parse_args, speculative_fields
@@ -272,6 +273,32 @@ _SIGNALS_FOLDED: list[_Anchored | None] = [
     _Anchored(rx, _SIGNAL_ANCHORS[k]) if rx.flags & re.IGNORECASE else None for k, (_, rx) in enumerate(SIGNAL_PATTERNS)]
 
 
+def _confined(pattern: re.Pattern[str]) -> re.Pattern[str]:
+    out = confined(pattern)
+    if out is None:  # every pattern a batch runs at once must have a form that stays in one line
+        raise ValueError(f"{pattern.pattern!r} has no form confined to one line")
+    return out
+
+
+_SIGNALS_CONFINED = [(_confined(twin.twin), True) if twin is not None else (_confined(rx), False)
+                     for twin, (_, rx) in zip(_SIGNALS_FOLDED, SIGNAL_PATTERNS)]
+"""Each signal pattern as a batch runs it (on the folded text when it has a twin)."""
+_CONDITION_WORDS = [_confined(re.compile(re.escape(w))) for w in ("effective_config", "ServerArgs(", "ENGAGED",
+                                                                     "non-default args")]
+"""The case-sensitive words :meth:`_LineScan.line` asks of a line before reading it as a configuration."""
+_REFUSAL_SIGN = [_confined(re.compile(p)) for p in ("not engaged", "0 calls", _ENGAGED_SIGN.pattern)]
+"""What :func:`refuses` asks of a folded line before it runs ``NOT_ENGAGED_RX``."""
+
+
+def _aligned(found: tuple[Lines, list[re.Match[str]]], lines: Lines) -> list[re.Match[str] | None]:
+    """For each of ``lines`` (ascending), its match among ``found`` (the lines matched, ascending, and the
+    first match in each), or None."""
+    matched, matches = found
+    at = np.minimum(np.searchsorted(matched, lines), max(len(matched) - 1, 0))
+    hit = (at < len(matched)) & (matched[at] == lines) if len(matched) else np.zeros(len(lines), dtype=bool)
+    return [matches[a] if h else None for a, h in zip(at.tolist(), hit.tolist())]
+
+
 def _holds(present: frozenset[bytes], guard: Guard) -> bool:
     return any(need <= present for need in guard)
 
@@ -458,11 +485,15 @@ class _LineScan:
         if i not in self.log.cited:
             self.log.cited[i] = (hashlib.sha256(text.encode("utf-8")).hexdigest(), text[:_EXCERPT])
 
+    BULK_MIN = 64
+    """Chosen lines from which a batch is read channel by channel, each hot pattern run once over the
+    batch's text (fewer are read line by line: joining and indexing the batch costs more than they do)."""
+
     def lines(self, first: int, parts: list[str]) -> None:
         """Lines ``first``, ``first + 1``, ...: a literal absent from the whole batch rules its guards out
         at once; for the others, which lines hold which literals is found in C (one ``in`` per line and
-        literal, packed into a bit mask per line), and only the lines that hold a guard are read, each with
-        the plan of its mask (a flood of millions of chosen lines costs no Python loop over literals)."""
+        literal, packed into a bit mask per line), and only the lines that hold a guard are read, with
+        the plan of their mask (a flood of millions of chosen lines costs no Python loop over literals)."""
         folded_text = fold("\n".join(parts))
         folded = folded_text.split(b"\n")
         if len(folded) != len(parts):  # cannot happen (folding keeps line breaks); never misalign
@@ -477,15 +508,85 @@ class _LineScan:
             if need <= set(needles):
                 need_mask = sum(1 << needles.index(n) for n in need)
                 wanted |= (masks & need_mask) == need_mask
-        chosen = range(len(parts)) if self.every_line else np.flatnonzero(wanted).tolist()
-        plans: dict[int, _Plan] = {}
-        mask_of = masks.tolist()
-        for k in chosen:
-            mask = mask_of[k]
-            plan = plans.get(mask)
-            if plan is None:
-                plan = plans[mask] = self.plan(frozenset(n for bit, n in enumerate(needles) if mask >> bit & 1))
-            self.line(first + k, parts[k], plan, folded[k])
+        chosen = np.arange(len(parts)) if self.every_line else np.flatnonzero(wanted)
+        shapes, shape_of = np.unique(masks[chosen], return_inverse=True)
+        plans = [self.plan(frozenset(n for bit, n in enumerate(needles) if mask >> bit & 1))
+                 for mask in shapes.tolist()]
+        if len(chosen) < self.BULK_MIN:
+            for k, shape in zip(chosen.tolist(), shape_of.tolist()):
+                self.line(first + k, parts[k], plans[shape], folded[k])
+            return
+        self._bulk(first, BatchLines(parts, fold_text), folded, chosen, [plans[s] for s in shape_of.tolist()])
+
+    def _bulk(self, first: int, batch: BatchLines, folded: list[bytes], chosen: Lines, plan_of: list[_Plan]) -> None:
+        """What :meth:`line` does to each chosen line, done one channel at a time (each channel's state is
+        its own, so only the order of lines within a channel matters, and it is kept): the literals that
+        decide a channel are found once over the batch, and past a channel's bound a line only counts."""
+        parts = batch.parts
+        flags = np.array([(p.condition, p.not_engaged, bool(p.signals), p.engaged,
+                           p.accept or p.fatal or p.error or bool(p.usage)) for p in plan_of], dtype=bool)
+        self._bulk_conditions(first, batch, np.intersect1d(chosen[flags[:, 0]], batch.holding(_CONDITION_WORDS, False)))
+        refused = np.array([j for j in np.intersect1d(chosen[flags[:, 1]], batch.holding(_REFUSAL_SIGN, True)).tolist()
+                            if refuses(fold_text(parts[j]))], dtype=np.int64)
+        is_refused = np.isin(chosen, refused)
+        signalled = np.flatnonzero(flags[:, 2] & ~is_refused)
+        self._bulk_signals(first, batch, chosen[signalled], [plan_of[n].signals for n in signalled.tolist()])
+        for n in np.flatnonzero(flags[:, 4]).tolist():
+            self._others(first + int(chosen[n]), parts[int(chosen[n])], plan_of[n])
+        self._bulk_ops(first, batch, folded, chosen[is_refused | flags[:, 3]], refused)
+
+    def _bulk_conditions(self, first: int, batch: BatchLines, lines: Lines) -> None:
+        for n, j in enumerate(lines.tolist()):
+            if len(self.log.copies) >= MAX_COPIES or self.copy_chars >= MAX_COPY_CHARS:
+                self.copies_over += len(lines) - n  # what _condition does to each line past the bound
+                return
+            self._condition(first + j, batch.parts[j])
+
+    def _bulk_signals(self, first: int, batch: BatchLines, lines: Lines, candidates: list[tuple[int, ...]]) -> None:
+        """Each line's first matching candidate (candidates ascend, so the lowest index that matches), counted
+        in line order as :meth:`_signal` counts it."""
+        found: dict[int, tuple[int, re.Match[str]]] = {}
+        pending = np.ones(len(lines), dtype=bool)
+        for k in sorted({k for ks in candidates for k in ks}):
+            tried = np.flatnonzero(pending & np.fromiter((k in ks for ks in candidates), dtype=bool, count=len(lines)))
+            pattern, on_folded = _SIGNALS_CONFINED[k]
+            for n, m in zip(tried.tolist(), _aligned(batch.first_matches(pattern, on_folded), lines[tried])):
+                if m is not None:
+                    found[n] = (k, m)
+                    pending[n] = False
+        parts, text = batch.parts, batch.text
+        for n in sorted(found):
+            k, m = found[n]
+            j = int(lines[n])
+            family = SIGNAL_PATTERNS[k][0]
+            # the op as the line writes it (positions in the joined text are the folded text's)
+            detail = text[m.start(1):m.end(1)].lower() if family == "kernel_override" and m.re.groups else None
+            hit = family == "response_cache" and RESPONSE_CACHE_HIT.search(parts[j].strip()[:200]) is not None
+            self._count_signal(first + j, parts[j], family, detail, hit)
+
+    def _bulk_ops(self, first: int, batch: BatchLines, folded: list[bytes], lines: Lines, refused: Lines) -> None:
+        """:meth:`_ops` for each op: its first engaged line and its first refused line, each read only up
+        to the line that settles it (once both are known the op costs nothing)."""
+        log, parts = self.log, batch.parts
+        is_refused = np.isin(lines, refused)
+        for (op, rx, name), needle, twin in zip(self.ops, self.op_needles, self.op_folded):
+            for want_refused in (False, True):
+                if (log.refused if want_refused else log.engaged)[op] is not None:
+                    continue
+                for j in lines[is_refused == want_refused].tolist():
+                    if needle not in folded[j]:
+                        continue
+                    text = parts[j]
+                    if want_refused:
+                        hit = name in text.lower()
+                    else:
+                        folded_text = fold_text(text)
+                        named = twin.search(folded_text) if twin is not None else rx.search(text)
+                        hit = bool(named and _ENGAGED_WORD_FOLDED.search(folded_text))
+                    if hit:
+                        (log.refused if want_refused else log.engaged)[op] = first + j
+                        self.cite(first + j, text)
+                        break
 
     def plan(self, present: frozenset[bytes]) -> _Plan:
         """Which patterns a line holding exactly the literals ``present`` can match (memoized: a log
@@ -510,6 +611,13 @@ class _LineScan:
         refused = plan.not_engaged and refuses(folded_text)
         if plan.signals and not refused:
             self._signal(i, text, plan.signals, folded_text)
+        self._others(i, text, plan)
+        if refused or plan.engaged:
+            self._ops(i, text, refused, folded, folded_text)
+
+    def _others(self, i: int, text: str, plan: _Plan) -> None:
+        """Acceptance counts, crash lines and usage peaks of one line."""
+        log = self.log
         if plan.accept:
             self._acceptance(i, text)
         if plan.fatal and log.fatal is None and FATAL_PATTERNS.search(text):
@@ -528,8 +636,6 @@ class _LineScan:
                     continue
                 peak = log.usage_peaks[pattern]
                 log.usage_peaks[pattern] = value if peak is None else max(peak, value)
-        if refused or plan.engaged:
-            self._ops(i, text, refused, folded, folded_text)
 
     def _ops(self, i: int, text: str, refused: bool, folded: bytes, folded_text: str) -> None:
         log = self.log
@@ -571,17 +677,20 @@ class _LineScan:
             # the op as the line writes it (a twin matched the folded line at the same positions)
             detail = text[m.start(1):m.end(1)].lower() if family == "kernel_override" and m.re.groups else None
             hit = family == "response_cache" and RESPONSE_CACHE_HIT.search(text.strip()[:200]) is not None
-            kind = (family, detail, hit)
-            counts = self.log.signal_counts
-            seen = counts.get(kind)
-            if seen is None and len(counts) >= MAX_SIGNAL_KINDS:
-                self.signals_over += 1
-                return
-            counts[kind] = (seen or 0) + 1
-            if counts[kind] <= MAX_SIGNALS:
-                self.log.signals.append(LogSignal(family, i, text.strip()[:200], detail, hit))
-                self.cite(i, text)
+            self._count_signal(i, text, family, detail, hit)
             return
+
+    def _count_signal(self, i: int, text: str, family: Family, detail: str | None, hit: bool) -> None:
+        kind = (family, detail, hit)
+        counts = self.log.signal_counts
+        seen = counts.get(kind)
+        if seen is None and len(counts) >= MAX_SIGNAL_KINDS:
+            self.signals_over += 1
+            return
+        counts[kind] = (seen or 0) + 1
+        if counts[kind] <= MAX_SIGNALS:
+            self.log.signals.append(LogSignal(family, i, text.strip()[:200], detail, hit))
+            self.cite(i, text)
 
     def _acceptance(self, i: int, text: str) -> None:
         log = self.log
