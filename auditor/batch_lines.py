@@ -11,7 +11,7 @@ first match ``search`` gives on that line.
 from __future__ import annotations
 
 import re
-from typing import Callable
+from typing import Callable, Sequence
 
 import numpy as np
 import numpy.typing as npt
@@ -83,7 +83,7 @@ class BatchLines:
         matches = list(pattern.finditer(self.folded if folded else self.text))
         if not matches:
             return np.zeros(0, dtype=np.int64), []
-        lines = self.line_of(np.fromiter((m.start() for m in matches), dtype=np.int64, count=len(matches)))
+        lines = self.line_of(np.fromiter(map(re.Match.start, matches), dtype=np.int64, count=len(matches)))
         first = np.flatnonzero(np.diff(lines, prepend=-1))
         return lines[first], [matches[j] for j in first.tolist()]
 
@@ -92,3 +92,18 @@ class BatchLines:
         or starting with one each: an alternation of literals makes ``re`` try every position)."""
         return np.unique(np.concatenate([np.zeros(0, dtype=np.int64)]
                                         + [self.first_matches(p, folded)[0] for p in patterns]))
+
+
+def bigrams(data: bytes) -> npt.NDArray[np.uint16]:
+    """Each pair of adjacent bytes of ``data`` as one number."""
+    raw = np.frombuffer(data, dtype=np.uint8)
+    return (raw[:-1].astype(np.uint16) << 8) | raw[1:]
+
+
+def present_literals(text: bytes, literals: Sequence[bytes]) -> tuple[bytes, ...]:
+    """The ``literals`` that occur in ``text``. A literal one of whose byte pairs ``text`` lacks cannot
+    occur, and is ruled out without a search: a batch of a few line shapes has a few hundred of the 65,536
+    pairs, so most of dozens of literals cost one table lookup instead of a scan of the batch each."""
+    seen = np.zeros(1 << 16, dtype=bool)
+    seen[bigrams(text)] = True
+    return tuple(n for n in literals if seen[bigrams(n)].all() and n in text)

@@ -30,13 +30,15 @@ import hashlib
 import math
 import re
 from dataclasses import dataclass, field
+from collections import Counter
 from itertools import repeat
-from typing import Any, Iterable, Literal, NamedTuple
+from typing import Any, Callable, Iterable, Literal, NamedTuple
 
 import numpy as np
+import numpy.typing as npt
 
 from perfwarden.auditor import registry
-from perfwarden.auditor.batch_lines import BatchLines, Lines, confined
+from perfwarden.auditor.batch_lines import BatchLines, Lines, confined, present_literals
 from perfwarden.auditor.rederive import flatten_json
 from perfwarden.harness.strict_json import check_depth, loads
 from perfwarden.harness.vllm_log import NON_DEFAULT_ARGS, parse_args, speculative_fields
@@ -150,6 +152,8 @@ NOT_ENGAGED_RX = re.compile(r"not engaged|engaged\s*[=:]\s*(0|false|no)\b|\b0 ca
 _ENGAGED_WORD = re.compile(r"\bengaged\b", re.IGNORECASE)
 
 Family = Literal["spec_decode", "response_cache", "kernel_override"]
+SignalKind = tuple[Family, str | None, bool]
+"""(family, op, hit): what mechanism lines are counted and held by."""
 
 # (family, pattern) -- each pattern means the mechanism *ran*, not merely that a flag was printed.
 SIGNAL_PATTERNS: list[tuple[Family, re.Pattern]] = [
@@ -220,6 +224,8 @@ _FOLD_SPECIAL_RX = re.compile("[\u0130\u0131\u017f\u212a]")
 def fold(text: str) -> bytes:
     """``text`` as UTF-8 with ASCII letters lower-cased, the way guards compare it (bytes: ``str.lower``
     of non-ASCII text allocates 12 bytes a character; line breaks are untouched, so lines stay aligned)."""
+    if text.isascii():
+        return text.encode("ascii").lower()
     return (text.translate(_FOLD_SPECIAL) if _FOLD_SPECIAL_RX.search(text) else text).encode("utf-8").lower()
 
 
@@ -283,20 +289,21 @@ def _confined(pattern: re.Pattern[str]) -> re.Pattern[str]:
 _SIGNALS_CONFINED = [(_confined(twin.twin), True) if twin is not None else (_confined(rx), False)
                      for twin, (_, rx) in zip(_SIGNALS_FOLDED, SIGNAL_PATTERNS)]
 """Each signal pattern as a batch runs it (on the folded text when it has a twin)."""
-_CONDITION_WORDS = [_confined(re.compile(re.escape(w))) for w in ("effective_config", "ServerArgs(", "ENGAGED",
-                                                                     "non-default args")]
+_CONDITION_WORDS = ("ENGAGED", "effective_config", "ServerArgs(", "non-default args")
 """The case-sensitive words :meth:`_LineScan.line` asks of a line before reading it as a configuration."""
 _REFUSAL_SIGN = [_confined(re.compile(p)) for p in ("not engaged", "0 calls", _ENGAGED_SIGN.pattern)]
 """What :func:`refuses` asks of a folded line before it runs ``NOT_ENGAGED_RX``."""
 
 
-def _aligned(found: tuple[Lines, list[re.Match[str]]], lines: Lines) -> list[re.Match[str] | None]:
-    """For each of ``lines`` (ascending), its match among ``found`` (the lines matched, ascending, and the
-    first match in each), or None."""
+def _aligned(found: tuple[Lines, list[re.Match[str]]], lines: Lines) -> tuple[Lines, list[re.Match[str]]]:
+    """Which of ``lines`` (ascending; positions in it) ``found`` matched (the lines matched, ascending, and
+    the first match in each), and those matches."""
     matched, matches = found
-    at = np.minimum(np.searchsorted(matched, lines), max(len(matched) - 1, 0))
-    hit = (at < len(matched)) & (matched[at] == lines) if len(matched) else np.zeros(len(lines), dtype=bool)
-    return [matches[a] if h else None for a, h in zip(at.tolist(), hit.tolist())]
+    if not len(matched):
+        return np.zeros(0, dtype=np.int64), []
+    at = np.minimum(np.searchsorted(matched, lines), len(matched) - 1)
+    hit = np.flatnonzero(matched[at] == lines)
+    return hit, [matches[a] for a in at[hit].tolist()]
 
 
 def _holds(present: frozenset[bytes], guard: Guard) -> bool:
@@ -498,7 +505,7 @@ class _LineScan:
         folded = folded_text.split(b"\n")
         if len(folded) != len(parts):  # cannot happen (folding keeps line breaks); never misalign
             folded = [fold(p) for p in parts]
-        needles = tuple(n for n in self.needles if n in folded_text)
+        needles = present_literals(folded_text, self.needles)
         masks = np.zeros(len(folded), dtype=np.int64)
         for bit, needle in enumerate(needles):
             held = np.fromiter(map(bytes.__contains__, folded, repeat(needle)), dtype=bool, count=len(folded))
@@ -516,53 +523,104 @@ class _LineScan:
             for k, shape in zip(chosen.tolist(), shape_of.tolist()):
                 self.line(first + k, parts[k], plans[shape], folded[k])
             return
-        self._bulk(first, BatchLines(parts, fold_text), folded, chosen, [plans[s] for s in shape_of.tolist()])
+        self._bulk(first, BatchLines(parts, fold_text), folded, chosen, shape_of, plans)
 
-    def _bulk(self, first: int, batch: BatchLines, folded: list[bytes], chosen: Lines, plan_of: list[_Plan]) -> None:
-        """What :meth:`line` does to each chosen line, done one channel at a time (each channel's state is
-        its own, so only the order of lines within a channel matters, and it is kept): the literals that
-        decide a channel are found once over the batch, and past a channel's bound a line only counts."""
+    def _bulk(self, first: int, batch: BatchLines, folded: list[bytes], chosen: Lines, shape_of: Lines,
+              plans: list[_Plan]) -> None:
+        """What :meth:`line` does to each chosen line (the plan of line ``chosen[n]`` is
+        ``plans[shape_of[n]]``), done one channel at a time (each channel's state is its own, so only the
+        order of lines within a channel matters, and it is kept): the literals that decide a channel are
+        found once over the batch, and past a channel's bound a line only counts."""
         parts = batch.parts
-        flags = np.array([(p.condition, p.not_engaged, bool(p.signals), p.engaged,
-                           p.accept or p.fatal or p.error or bool(p.usage)) for p in plan_of], dtype=bool)
-        self._bulk_conditions(first, batch, np.intersect1d(chosen[flags[:, 0]], batch.holding(_CONDITION_WORDS, False)))
-        refused = np.array([j for j in np.intersect1d(chosen[flags[:, 1]], batch.holding(_REFUSAL_SIGN, True)).tolist()
-                            if refuses(fold_text(parts[j]))], dtype=np.int64)
+
+        def having(flag: Callable[[_Plan], object]) -> npt.NDArray[np.bool_]:
+            return np.array([bool(flag(p)) for p in plans], dtype=bool)[shape_of]
+
+        self._bulk_conditions(first, batch, chosen[having(lambda p: p.condition)])
+        maybe = np.intersect1d(chosen[having(lambda p: p.not_engaged)], batch.holding(_REFUSAL_SIGN, True))
+        refused = np.array([j for j in maybe.tolist() if refuses(fold_text(parts[j]))], dtype=np.int64)
         is_refused = np.isin(chosen, refused)
-        signalled = np.flatnonzero(flags[:, 2] & ~is_refused)
-        self._bulk_signals(first, batch, chosen[signalled], [plan_of[n].signals for n in signalled.tolist()])
-        for n in np.flatnonzero(flags[:, 4]).tolist():
-            self._others(first + int(chosen[n]), parts[int(chosen[n])], plan_of[n])
-        self._bulk_ops(first, batch, folded, chosen[is_refused | flags[:, 3]], refused)
+        signalled = having(lambda p: p.signals) & ~is_refused
+        self._bulk_signals(first, batch, chosen[signalled], shape_of[signalled], [p.signals for p in plans])
+        for n in np.flatnonzero(having(lambda p: p.accept or p.fatal or p.error or p.usage)).tolist():
+            self._others(first + int(chosen[n]), parts[int(chosen[n])], plans[int(shape_of[n])])
+        self._bulk_ops(first, batch, folded, chosen[is_refused | having(lambda p: p.engaged)], refused)
 
     def _bulk_conditions(self, first: int, batch: BatchLines, lines: Lines) -> None:
+        """:meth:`_condition` for each of ``lines`` that holds one of the words :meth:`line` asks for."""
+        texts = [batch.parts[j] for j in lines.tolist()]
+        worded = np.zeros(len(texts), dtype=bool)
+        for word in _CONDITION_WORDS:
+            worded |= np.fromiter(map(str.__contains__, texts, repeat(word)), dtype=bool, count=len(texts))
+        lines = lines[worded]
         for n, j in enumerate(lines.tolist()):
             if len(self.log.copies) >= MAX_COPIES or self.copy_chars >= MAX_COPY_CHARS:
                 self.copies_over += len(lines) - n  # what _condition does to each line past the bound
                 return
             self._condition(first + j, batch.parts[j])
 
-    def _bulk_signals(self, first: int, batch: BatchLines, lines: Lines, candidates: list[tuple[int, ...]]) -> None:
-        """Each line's first matching candidate (candidates ascend, so the lowest index that matches), counted
-        in line order as :meth:`_signal` counts it."""
-        found: dict[int, tuple[int, re.Match[str]]] = {}
+    def _bulk_signals(self, first: int, batch: BatchLines, lines: Lines, shape_of: Lines,
+                      candidates: list[tuple[int, ...]]) -> None:
+        """Each line's first matching candidate (line ``lines[n]``'s are ``candidates[shape_of[n]]``, which
+        ascend: the lowest index that matches), its kind told as :meth:`_signal` tells it, counted in line
+        order (:meth:`_count_signals`)."""
         pending = np.ones(len(lines), dtype=bool)
+        found: list[tuple[Lines, list[SignalKind]]] = []
         for k in sorted({k for ks in candidates for k in ks}):
-            tried = np.flatnonzero(pending & np.fromiter((k in ks for ks in candidates), dtype=bool, count=len(lines)))
+            tried = np.flatnonzero(pending & np.array([k in ks for ks in candidates], dtype=bool)[shape_of])
             pattern, on_folded = _SIGNALS_CONFINED[k]
-            for n, m in zip(tried.tolist(), _aligned(batch.first_matches(pattern, on_folded), lines[tried])):
-                if m is not None:
-                    found[n] = (k, m)
-                    pending[n] = False
-        parts, text = batch.parts, batch.text
-        for n in sorted(found):
-            k, m = found[n]
-            j = int(lines[n])
-            family = SIGNAL_PATTERNS[k][0]
-            # the op as the line writes it (positions in the joined text are the folded text's)
-            detail = text[m.start(1):m.end(1)].lower() if family == "kernel_override" and m.re.groups else None
-            hit = family == "response_cache" and RESPONSE_CACHE_HIT.search(parts[j].strip()[:200]) is not None
-            self._count_signal(first + j, parts[j], family, detail, hit)
+            at, matches = _aligned(batch.first_matches(pattern, on_folded), lines[tried])
+            pending[tried[at]] = False
+            found.append((lines[tried[at]], self._kinds(batch, k, lines[tried[at]], matches, on_folded)))
+        if not found:
+            return
+        signalled = np.concatenate([f[0] for f in found])
+        kinds = [kind for _, ks in found for kind in ks]
+        if len(found) > 1:
+            order = np.argsort(signalled, kind="stable")
+            signalled, kinds = signalled[order], [kinds[n] for n in order.tolist()]
+        self._count_signals(first, batch.parts, signalled, kinds)
+
+    @staticmethod
+    def _kinds(batch: BatchLines, k: int, lines: Lines, matches: list[re.Match[str]], on_folded: bool) -> list[SignalKind]:
+        family = SIGNAL_PATTERNS[k][0]
+        if family == "kernel_override" and SIGNAL_PATTERNS[k][1].groups:
+            # the op as the line writes it, lower-cased (an ASCII batch's folded text is exactly that)
+            details: list[str | None] = (
+                [m.group(1) for m in matches] if on_folded and batch.text.isascii()
+                else [batch.text[m.start(1):m.end(1)].lower() for m in matches])
+        else:
+            details = [None] * len(matches)
+        if family == "response_cache":
+            hits = [RESPONSE_CACHE_HIT.search(batch.parts[j].strip()[:200]) is not None for j in lines.tolist()]
+        else:
+            hits = [False] * len(matches)
+        return list(zip(repeat(family), details, hits))
+
+    def _count_signals(self, first: int, parts: list[str], lines: Lines, kinds: list[SignalKind]) -> None:
+        """:meth:`_count_signal` for each line in order, in C where the outcome is a count: new kinds are
+        admitted in the order first seen while there is room, and only lines of a kind with held lines to
+        spare are looked at one by one."""
+        counts = self.log.signal_counts
+        new = [kind for kind in dict.fromkeys(kinds) if kind not in counts]
+        rejected = set(new[max(0, MAX_SIGNAL_KINDS - len(counts)):])
+        in_batch = Counter(kinds)
+        room = {kind: MAX_SIGNALS - counts.get(kind, 0) for kind in in_batch
+                if kind not in rejected and counts.get(kind, 0) < MAX_SIGNALS}
+        for kind, n in in_batch.items():
+            if kind in rejected:
+                self.signals_over += n
+            else:
+                counts[kind] = counts.get(kind, 0) + n
+        if not room:
+            return
+        for n in np.flatnonzero(np.fromiter(map(room.__contains__, kinds), dtype=bool, count=len(kinds))).tolist():
+            kind = kinds[n]
+            if room[kind] > 0:
+                room[kind] -= 1
+                i, text = first + int(lines[n]), parts[int(lines[n])]
+                self.log.signals.append(LogSignal(kind[0], i, text.strip()[:200], kind[1], kind[2]))
+                self.cite(i, text)
 
     def _bulk_ops(self, first: int, batch: BatchLines, folded: list[bytes], lines: Lines, refused: Lines) -> None:
         """:meth:`_ops` for each op: its first engaged line and its first refused line, each read only up
