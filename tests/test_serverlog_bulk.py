@@ -23,7 +23,8 @@ OPS = ("rmsnorm", "silu_and_mul", "op00000001", "Rmsnorm")
 
 _op = st.one_of(st.sampled_from(OPS), st.from_regex(r"op[0-9]{1,3}", fullmatch=True),
                 st.sampled_from(["rms\u0130norm", "\u212aernel", "op\u017f", "\u03a3igma"]))
-_word = st.sampled_from(["ENGAGED", "engaged", "EnGaGeD", "ENGAGED:", "engaged =", "not engaged", "ENGA GED"])
+_word = st.sampled_from(["ENGAGED", "engaged", "EnGaGeD", "ENGAGED:", "engaged =", "not engaged", "ENGA GED",
+                        "DISENGAGED", "engaged_x"])
 _shape = st.one_of(
     st.builds(lambda w, op, q: f"{STAMP}{w} op_override op={q}{op}{q} first call", _word, _op,
               st.sampled_from(["'", '"', ""])),
@@ -106,3 +107,13 @@ def test_a_literal_is_ruled_out_only_when_it_is_absent():
     text = b"engaged op_override op='x'\nkv_usage=1"
     literals = [b"engaged", b"op=", b"not engaged", b"kv_usage=", b"x", b"q", b"usage=1\n", b"'x'"]
     assert present_literals(text, literals) == tuple(n for n in literals if n in text)
+
+
+@pytest.mark.parametrize("op", ["rms\u0130norm", "op\u017f", "\u212aernel", "\u03a3igma\u03a3", "RMSNORM"])
+def test_an_op_written_with_letters_case_folding_changes_is_told_as_the_line_writes_it(op, monkeypatch):
+    lines = [f"{STAMP}ENGAGED op_override op='op{k}' first call" for k in range(200)]
+    lines[50] = f"{STAMP}ENGAGED op_override op='{op}' first call"
+    text = "\n".join(lines) + "\n"
+    bulk = _read(text, [], 0, monkeypatch)
+    assert ("kernel_override", op.lower(), False) in bulk.signal_counts
+    _same(bulk, _read(text, [], 10**9, monkeypatch))
