@@ -97,7 +97,7 @@ class BatchLines:
 def bigrams(data: bytes) -> npt.NDArray[np.uint16]:
     """Each pair of adjacent bytes of ``data`` as one number."""
     raw = np.frombuffer(data, dtype=np.uint8)
-    return (raw[:-1].astype(np.uint16) << 8) | raw[1:]
+    return ((raw[:-1].astype(np.uint16) << 8) | raw[1:]).astype(np.uint16, copy=False)
 
 
 def present_literals(text: bytes, literals: Sequence[bytes]) -> tuple[bytes, ...]:

@@ -29,8 +29,8 @@ import codecs
 import hashlib
 import math
 import re
-from dataclasses import dataclass, field
 from collections import Counter
+from dataclasses import dataclass, field
 from itertools import repeat
 from typing import Any, Callable, Iterable, Literal, NamedTuple
 
@@ -626,14 +626,16 @@ class _LineScan:
         """:meth:`_ops` for each op: its first engaged line and its first refused line, each read only up
         to the line that settles it (once both are known the op costs nothing)."""
         log, parts = self.log, batch.parts
-        is_refused = np.isin(lines, refused)
         for (op, rx, name), needle, twin in zip(self.ops, self.op_needles, self.op_folded):
+            if log.refused[op] is not None and log.engaged[op] is not None:
+                continue
+            candidates = [folded[j] for j in lines.tolist()]
+            named_here = lines[np.fromiter(map(bytes.__contains__, candidates, repeat(needle)), dtype=bool,
+                                           count=len(candidates))]
             for want_refused in (False, True):
                 if (log.refused if want_refused else log.engaged)[op] is not None:
                     continue
-                for j in lines[is_refused == want_refused].tolist():
-                    if needle not in folded[j]:
-                        continue
+                for j in named_here[np.isin(named_here, refused) == want_refused].tolist():
                     text = parts[j]
                     if want_refused:
                         hit = name in text.lower()

@@ -65,7 +65,8 @@ def _same(bulk: ServerLog, reference: ServerLog) -> None:
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(lines=st.lists(_shape, min_size=1, max_size=120), pieces=st.lists(st.integers(0, 12000), max_size=4),
        bounds=st.tuples(st.integers(1, 6), st.integers(1, 4), st.integers(1, 5)))
-def test_the_batch_reading_leaves_the_record_the_per_line_reading_does(lines, pieces, bounds, monkeypatch):
+def test_the_batch_reading_leaves_the_record_the_per_line_reading_does(
+        lines: list[str], pieces: list[int], bounds: tuple[int, int, int], monkeypatch: pytest.MonkeyPatch) -> None:
     kinds, per_kind, copies = bounds  # small bounds, so each is reached inside one batch
     monkeypatch.setattr(serverlog, "MAX_SIGNAL_KINDS", kinds)
     monkeypatch.setattr(serverlog, "MAX_SIGNALS", per_kind)
@@ -74,7 +75,7 @@ def test_the_batch_reading_leaves_the_record_the_per_line_reading_does(lines, pi
     _same(_read(text, pieces, 0, monkeypatch), _read(text, pieces, 10**9, monkeypatch))
 
 
-def test_a_forged_engaged_line_among_a_flood_is_found_by_the_batch_reading(monkeypatch):
+def test_a_forged_engaged_line_among_a_flood_is_found_by_the_batch_reading(monkeypatch: pytest.MonkeyPatch) -> None:
     """The declared op's one ENGAGED line, in a different case, behind thousands of distinct ones."""
     flood = [f"{STAMP}ENGAGED op_override op='op{k:08d}' first call" for k in range(5000)]
     flood.insert(4321, f"{STAMP}engaged op_override op='RMSNORM' first call")
@@ -86,14 +87,14 @@ def test_a_forged_engaged_line_among_a_flood_is_found_by_the_batch_reading(monke
 
 
 @pytest.mark.parametrize("pattern", [r"a\Wb", r"^x", r"x$", r"(?<=a)b", r"[^a]b", r"[\s,]x", r"a\nb", r"a\Db"])
-def test_a_pattern_that_could_match_across_lines_has_no_confined_form(pattern):
+def test_a_pattern_that_could_match_across_lines_has_no_confined_form(pattern: str) -> None:
     assert confined(re.compile(pattern)) is None
 
 
 @pytest.mark.parametrize("pattern", [r"\bengaged\s+op=(\w+)", r"\bab?c\s*:", r"\bx\b", r"res[^\n]*\bhit\b"])
 @pytest.mark.parametrize("text", ["engaged  op=rms", "xengaged op=a", "ab c:", "ac:", "a x b", "zabc :",
                                   "res hit", "a\u2028b", "engaged\top=_"])
-def test_a_confined_pattern_finds_on_joined_lines_what_it_finds_on_each(pattern, text):
+def test_a_confined_pattern_finds_on_joined_lines_what_it_finds_on_each(pattern: str, text: str) -> None:
     rx, narrow = re.compile(pattern), confined(re.compile(pattern))
     assert narrow is not None
     lines = [text, text.upper(), "x " + text, text + " x", ""]
@@ -103,14 +104,15 @@ def test_a_confined_pattern_finds_on_joined_lines_what_it_finds_on_each(pattern,
     assert [(int(n), m.group()) for n, m in zip(found, matches)] == expect
 
 
-def test_a_literal_is_ruled_out_only_when_it_is_absent():
+def test_a_literal_is_ruled_out_only_when_it_is_absent() -> None:
     text = b"engaged op_override op='x'\nkv_usage=1"
     literals = [b"engaged", b"op=", b"not engaged", b"kv_usage=", b"x", b"q", b"usage=1\n", b"'x'"]
     assert present_literals(text, literals) == tuple(n for n in literals if n in text)
 
 
 @pytest.mark.parametrize("op", ["rms\u0130norm", "op\u017f", "\u212aernel", "\u03a3igma\u03a3", "RMSNORM"])
-def test_an_op_written_with_letters_case_folding_changes_is_told_as_the_line_writes_it(op, monkeypatch):
+def test_an_op_written_with_letters_case_folding_changes_is_told_as_the_line_writes_it(
+        op: str, monkeypatch: pytest.MonkeyPatch) -> None:
     lines = [f"{STAMP}ENGAGED op_override op='op{k}' first call" for k in range(200)]
     lines[50] = f"{STAMP}ENGAGED op_override op='{op}' first call"
     text = "\n".join(lines) + "\n"
