@@ -41,6 +41,7 @@ import numpy.typing as npt
 
 from perfwarden.auditor import registry
 from perfwarden.auditor.batch_lines import BatchLines, Lines, confined, present_literals
+from perfwarden.auditor.log_splitter import LongLine, Splitter
 from perfwarden.auditor.rederive import flatten_json
 from perfwarden.harness.strict_json import check_depth, loads
 from perfwarden.harness.vllm_log import NON_DEFAULT_ARGS, parse_args, speculative_fields
@@ -324,10 +325,6 @@ MAX_SIGNALS = 100
 MAX_SIGNAL_KINDS = 100
 """Distinct (family, op, hit) kinds held; lines of further kinds are counted in a note."""
 _EXCERPT = 200
-_LINE_BREAKS = "\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"
-"""What ``str.splitlines`` breaks at (``\r\n`` is one break): line numbers are the ones the gates
-always cited."""
-_BREAK = re.compile(f"[{re.escape(_LINE_BREAKS)}]")
 
 
 @dataclass(frozen=True)
@@ -341,16 +338,6 @@ class LogSignal:
     """The op a kernel-override line names, when it names one."""
     hit: bool = False
     """A response-cache line that reports a hit."""
-
-
-@dataclass(frozen=True)
-class LongLine:
-    """The first line over the per-line bound: the log is not read past it."""
-
-    line: int
-    chars: int
-    sha256: str
-    excerpt: str
 
 
 @dataclass
@@ -803,82 +790,13 @@ def _condition_line(i: int, text: str) -> tuple[LogCopy | None, str | None]:
         return None, f"line {i} does not parse ({type(exc).__name__}: {str(exc)[:80]})"
 
 
-class _Splitter:
-    """Cuts decoded text, fed in pieces, into the lines ``str.splitlines`` gives for the whole text, and
-    stops at the first line over ``bound`` characters (kept cut at the bound, as the gates always saw
-    it), hashing that line whole without holding it."""
-
-    def __init__(self, scan: _LineScan, bound: int):
-        self.scan, self.bound = scan, bound
-        self.carry = ""
-        self.skip_lf = False
-        self.line_no = 0
-        self.long: tuple[int, str, Any, int] | None = None
-        """(line, first ``bound`` characters, sha256 so far, characters so far) of an over-long line."""
-        self.done = False
-
-    def feed(self, text: str, final: bool = False) -> None:
-        if self.done:
-            return
-        if self.long is not None:
-            self._long_tail(text, final)
-            return
-        if self.skip_lf and text:
-            self.skip_lf = False
-            text = text[1:] if text[0] == "\n" else text
-        text = self.carry + text if self.carry else text
-        parts = text.splitlines()
-        if text and text[-1] in _LINE_BREAKS:
-            self.carry, self.skip_lf = "", text[-1] == "\r"
-        elif parts and not final:
-            self.carry = parts.pop()
-        else:
-            self.carry = ""
-        if self.bound and parts and max(map(len, parts)) > self.bound:
-            k = next(k for k, p in enumerate(parts) if len(p) > self.bound)
-            self._emit(parts[:k])
-            line = parts[k]
-            self._long_start(line)
-            self._long_end()
-            return
-        self._emit(parts)
-        if self.bound and len(self.carry) > self.bound:
-            self._long_start(self.carry)
-            self.carry = ""
-            if final:
-                self._long_end()
-
-    def _emit(self, parts: list[str]) -> None:
-        self.scan.lines(self.line_no + 1, parts)
-        self.line_no += len(parts)
-
-    def _long_start(self, text: str) -> None:
-        self.long = (self.line_no + 1, text[:self.bound], hashlib.sha256(text.encode("utf-8")), len(text))
-
-    def _long_tail(self, text: str, final: bool) -> None:
-        line, head, digest, chars = self.long
-        m = _BREAK.search(text)
-        piece = text if m is None else text[:m.start()]
-        digest.update(piece.encode("utf-8"))
-        self.long = (line, head, digest, chars + len(piece))
-        if m is not None or final:
-            self._long_end()
-
-    def _long_end(self) -> None:
-        line, head, digest, chars = self.long
-        self.scan.log.long_line = LongLine(line, chars, digest.hexdigest(), head[:_EXCERPT])
-        self.scan.lines(line, [head])
-        self.line_no = line
-        self.done = True
-
-
 def scan_server_log(chunks: Iterable[bytes], file: str, ops: Iterable[str] = (), bound: int = 0) -> ServerLog:
     """Read a server log once, from its bytes in pieces, into the record every gate consumes. ``ops``:
     the kernel ops whose engagement a claim declares; ``bound``: the longest line read (0: none). The
     bytes are hashed whole; lines are decoded as one UTF-8 text would be (invalid bytes replaced)."""
     log = ServerLog(file)
     scan = _LineScan(log, ops, usage_patterns())
-    splitter = _Splitter(scan, bound)
+    splitter = Splitter(scan.lines, bound, _EXCERPT)
     digest = hashlib.sha256()
     decoder = codecs.getincrementaldecoder("utf-8")("replace")
     for piece in chunks:
@@ -888,5 +806,6 @@ def scan_server_log(chunks: Iterable[bytes], file: str, ops: Iterable[str] = (),
     splitter.feed(decoder.decode(b"", final=True), final=True)
     log.sha256 = digest.hexdigest()
     log.n_lines = splitter.line_no
+    log.long_line = splitter.long_line
     scan.finish()
     return log
