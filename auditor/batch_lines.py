@@ -58,9 +58,9 @@ class BatchLines:
     """Lines joined by ``\\n``, with the offset each starts at; ``fold`` gives the text a case-folded
     twin pattern runs on (character for character the same positions, line breaks untouched)."""
 
-    def __init__(self, parts: list[str], fold: Callable[[str], str]):
+    def __init__(self, parts: list[str], fold: Callable[[str], str], text: str | None = None):
         self.parts = parts
-        self.text = "\n".join(parts)
+        self.text = "\n".join(parts) if text is None else text
         lengths = np.fromiter(map(len, parts), dtype=np.int64, count=len(parts))
         self.starts = np.zeros(len(parts), dtype=np.int64)
         np.cumsum(lengths[:-1] + 1, out=self.starts[1:])
@@ -100,10 +100,12 @@ def bigrams(data: bytes) -> npt.NDArray[np.uint16]:
     return ((raw[:-1].astype(np.uint16) << 8) | raw[1:]).astype(np.uint16, copy=False)
 
 
-def present_literals(text: bytes, literals: Sequence[bytes]) -> tuple[bytes, ...]:
+def present_literals(text: bytes, literals: Sequence[bytes],
+                     pairs: Sequence[npt.NDArray[np.uint16]] | None = None) -> tuple[bytes, ...]:
     """The ``literals`` that occur in ``text``. A literal one of whose byte pairs ``text`` lacks cannot
     occur, and is ruled out without a search: a batch of a few line shapes has a few hundred of the 65,536
     pairs, so most of dozens of literals cost one table lookup instead of a scan of the batch each."""
     seen = np.zeros(1 << 16, dtype=bool)
     seen[bigrams(text)] = True
-    return tuple(n for n in literals if seen[bigrams(n)].all() and n in text)
+    pairs = [bigrams(n) for n in literals] if pairs is None else pairs  # ``bigrams`` of each literal
+    return tuple(n for n, p in zip(literals, pairs) if seen[p].all() and n in text)

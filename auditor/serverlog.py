@@ -40,7 +40,7 @@ import numpy as np
 import numpy.typing as npt
 
 from perfwarden.auditor import registry
-from perfwarden.auditor.batch_lines import BatchLines, Lines, confined, present_literals
+from perfwarden.auditor.batch_lines import BatchLines, Lines, bigrams, confined, present_literals
 from perfwarden.auditor.log_splitter import LongLine, Splitter
 from perfwarden.auditor.rederive import flatten_json
 from perfwarden.harness.strict_json import check_depth, loads
@@ -469,6 +469,7 @@ class _LineScan:
         self.needs = sorted({need for guard in guards for need in guard}, key=sorted)
         """Every set of literals that makes a line worth reading."""
         self.needles = sorted({n for need in self.needs for n in need})
+        self.needle_pairs = [bigrams(n) for n in self.needles]
         if len(self.needles) > 62:  # a line's literals are bits of one int64 (lines())
             raise ValueError(f"{len(self.needles)} guard literals: more than a line's 62-bit mask holds")
         self._plans: dict[frozenset[bytes], _Plan] = {}
@@ -490,11 +491,12 @@ class _LineScan:
         at once; for the others, which lines hold which literals is found in C (one ``in`` per line and
         literal, packed into a bit mask per line), and only the lines that hold a guard are read, with
         the plan of their mask (a flood of millions of chosen lines costs no Python loop over literals)."""
-        folded_text = fold("\n".join(parts))
+        joined = "\n".join(parts)
+        folded_text = fold(joined)
         folded = folded_text.split(b"\n")
         if len(folded) != len(parts):  # cannot happen (folding keeps line breaks); never misalign
             folded = [fold(p) for p in parts]
-        needles = present_literals(folded_text, self.needles)
+        needles = present_literals(folded_text, self.needles, self.needle_pairs)
         masks = np.zeros(len(folded), dtype=np.int64)
         for bit, needle in enumerate(needles):
             held = np.fromiter(map(bytes.__contains__, folded, repeat(needle)), dtype=bool, count=len(folded))
@@ -512,7 +514,7 @@ class _LineScan:
             for k, shape in zip(chosen.tolist(), shape_of.tolist()):
                 self.line(first + k, parts[k], plans[shape], folded[k])
             return
-        self._bulk(first, BatchLines(parts, fold_text), folded, chosen, shape_of, plans)
+        self._bulk(first, BatchLines(parts, fold_text, joined), folded, chosen, shape_of, plans)
 
     def _bulk(self, first: int, batch: BatchLines, folded: list[bytes], chosen: Lines, shape_of: Lines,
               plans: list[_Plan]) -> None:
@@ -537,11 +539,13 @@ class _LineScan:
 
     def _bulk_conditions(self, first: int, batch: BatchLines, lines: Lines) -> None:
         """:meth:`_condition` for each of ``lines`` that holds one of the words :meth:`line` asks for."""
-        texts = [batch.parts[j] for j in lines.tolist()]
-        worded = np.zeros(len(texts), dtype=bool)
-        for word in _CONDITION_WORDS:
-            worded |= np.fromiter(map(str.__contains__, texts, repeat(word)), dtype=bool, count=len(texts))
-        lines = lines[worded]
+        unworded, worded = lines, []
+        for word in _CONDITION_WORDS:  # each word asked only of the lines no earlier word is in
+            texts = [batch.parts[j] for j in unworded.tolist()]
+            held = np.fromiter(map(str.__contains__, texts, repeat(word)), dtype=bool, count=len(texts))
+            worded.append(unworded[held])
+            unworded = unworded[~held]
+        lines = np.sort(np.concatenate(worded))
         for n, j in enumerate(lines.tolist()):
             if len(self.log.copies) >= MAX_COPIES or self.copy_chars >= MAX_COPY_CHARS:
                 self.copies_over += len(lines) - n  # what _condition does to each line past the bound
