@@ -11,7 +11,7 @@ first match ``search`` gives on that line.
 from __future__ import annotations
 
 import re
-from typing import Callable, Sequence
+from typing import AnyStr, Callable, Sequence
 
 import numpy as np
 import numpy.typing as npt
@@ -61,9 +61,7 @@ class BatchLines:
     def __init__(self, parts: list[str], fold: Callable[[str], str], text: str | None = None):
         self.parts = parts
         self.text = "\n".join(parts) if text is None else text
-        lengths = np.fromiter(map(len, parts), dtype=np.int64, count=len(parts))
-        self.starts = np.zeros(len(parts), dtype=np.int64)
-        np.cumsum(lengths[:-1] + 1, out=self.starts[1:])
+        self.starts = line_starts(np.fromiter(map(len, parts), dtype=np.int64, count=len(parts)))
         self._fold = fold
         self._folded: str | None = None
 
@@ -109,3 +107,24 @@ def present_literals(text: bytes, literals: Sequence[bytes],
     seen[bigrams(text)] = True
     pairs = [bigrams(n) for n in literals] if pairs is None else pairs  # ``bigrams`` of each literal
     return tuple(n for n, p in zip(literals, pairs) if seen[p].all() and n in text)
+
+
+def line_starts(lengths: npt.NDArray[np.int64]) -> Lines:
+    """Where each line starts in the lines of these lengths joined by one separator each."""
+    starts = np.zeros(len(lengths), dtype=np.int64)
+    np.cumsum(lengths[:-1] + 1, out=starts[1:])
+    return starts
+
+
+def holding_literal(text: AnyStr, starts: Lines, literal: AnyStr) -> npt.NDArray[np.bool_]:
+    """Which lines of ``text`` (lines joined by ``\\n``, starting at ``starts``) hold ``literal`` (which
+    holds no ``\\n``). ``split`` finds the occurrences left to right in C and the lengths of the pieces
+    between them say where each starts: the cost follows the occurrences, not the lines. An occurrence
+    the scan steps over overlaps one found just before it, in the same line."""
+    held = np.zeros(len(starts), dtype=bool)
+    pieces = text.split(literal)
+    if len(pieces) > 1:
+        gaps = np.fromiter(map(len, pieces[:-1]), dtype=np.int64, count=len(pieces) - 1)
+        at = np.cumsum(gaps + len(literal)) - len(literal)
+        held[np.searchsorted(starts, at, side="right") - 1] = True
+    return held

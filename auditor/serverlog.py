@@ -40,7 +40,8 @@ import numpy as np
 import numpy.typing as npt
 
 from perfwarden.auditor import registry
-from perfwarden.auditor.batch_lines import BatchLines, Lines, bigrams, confined, present_literals
+from perfwarden.auditor.batch_lines import (BatchLines, Lines, bigrams, confined, holding_literal, line_starts,
+                                           present_literals)
 from perfwarden.auditor.log_splitter import LongLine, Splitter
 from perfwarden.auditor.rederive import flatten_json
 from perfwarden.harness.strict_json import check_depth, loads
@@ -470,6 +471,8 @@ class _LineScan:
         """Every set of literals that makes a line worth reading."""
         self.needles = sorted({n for need in self.needs for n in need})
         self.needle_pairs = [bigrams(n) for n in self.needles]
+        if any(b"\n" in n for n in self.needles):  # holding_literal finds a literal within one line
+            raise ValueError("a guard literal holds a line break")
         if len(self.needles) > 62:  # a line's literals are bits of one int64 (lines())
             raise ValueError(f"{len(self.needles)} guard literals: more than a line's 62-bit mask holds")
         self._plans: dict[frozenset[bytes], _Plan] = {}
@@ -496,11 +499,12 @@ class _LineScan:
         folded = folded_text.split(b"\n")
         if len(folded) != len(parts):  # cannot happen (folding keeps line breaks); never misalign
             folded = [fold(p) for p in parts]
+            folded_text = b"\n".join(folded)
         needles = present_literals(folded_text, self.needles, self.needle_pairs)
         masks = np.zeros(len(folded), dtype=np.int64)
+        starts = line_starts(np.fromiter(map(len, folded), dtype=np.int64, count=len(folded)))
         for bit, needle in enumerate(needles):
-            held = np.fromiter(map(bytes.__contains__, folded, repeat(needle)), dtype=bool, count=len(folded))
-            masks[held] |= 1 << bit
+            masks[holding_literal(folded_text, starts, needle)] |= 1 << bit
         wanted = np.zeros(len(folded), dtype=bool)
         for need in self.needs:
             if need <= set(needles):
@@ -539,13 +543,10 @@ class _LineScan:
 
     def _bulk_conditions(self, first: int, batch: BatchLines, lines: Lines) -> None:
         """:meth:`_condition` for each of ``lines`` that holds one of the words :meth:`line` asks for."""
-        unworded, worded = lines, []
-        for word in _CONDITION_WORDS:  # each word asked only of the lines no earlier word is in
-            texts = [batch.parts[j] for j in unworded.tolist()]
-            held = np.fromiter(map(str.__contains__, texts, repeat(word)), dtype=bool, count=len(texts))
-            worded.append(unworded[held])
-            unworded = unworded[~held]
-        lines = np.sort(np.concatenate(worded))
+        worded = np.zeros(len(batch.parts), dtype=bool)
+        for word in _CONDITION_WORDS:
+            worded |= holding_literal(batch.text, batch.starts, word)
+        lines = lines[worded[lines]]
         for n, j in enumerate(lines.tolist()):
             if len(self.log.copies) >= MAX_COPIES or self.copy_chars >= MAX_COPY_CHARS:
                 self.copies_over += len(lines) - n  # what _condition does to each line past the bound

@@ -10,12 +10,13 @@ from __future__ import annotations
 import dataclasses
 import re
 
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from perfwarden.auditor import serverlog
-from perfwarden.auditor.batch_lines import BatchLines, confined, present_literals
+from perfwarden.auditor.batch_lines import BatchLines, confined, holding_literal, line_starts, present_literals
 from perfwarden.auditor.serverlog import ServerLog, _LineScan, scan_server_log
 
 STAMP = "2026-11-22T02:28:42.626 INFO perfwarden.embedded: "
@@ -119,3 +120,16 @@ def test_an_op_written_with_letters_case_folding_changes_is_told_as_the_line_wri
     bulk = _read(text, [], 0, monkeypatch)
     assert ("kernel_override", op.lower(), False) in bulk.signal_counts
     _same(bulk, _read(text, [], 10**9, monkeypatch))
+
+
+@settings(max_examples=200, deadline=None)
+@given(lines=st.lists(st.text(alphabet="ab\u00e9 ", max_size=8), min_size=1, max_size=30),
+       literal=st.text(alphabet="ab\u00e9 ", min_size=1, max_size=3))
+def test_the_lines_that_hold_a_literal_are_found_from_its_occurrences(lines: list[str], literal: str) -> None:
+    text = "\n".join(lines)
+    starts = line_starts(np.array([len(line) for line in lines], dtype=np.int64))
+    assert holding_literal(text, starts, literal).tolist() == [literal in line for line in lines]
+    data = [line.encode() for line in lines]
+    byte_starts = line_starts(np.array([len(line) for line in data], dtype=np.int64))
+    assert holding_literal(b"\n".join(data), byte_starts, literal.encode()).tolist() == [literal.encode() in line
+                                                                                          for line in data]
