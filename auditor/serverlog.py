@@ -576,7 +576,10 @@ class _LineScan:
         self._count_signals(first, batch.parts, signalled, kinds)
 
     @staticmethod
-    def _kinds(batch: BatchLines, k: int, lines: Lines, matches: list[re.Match[str]], on_folded: bool) -> list[SignalKind]:
+    def _kinds(batch: BatchLines, k: int, lines: Lines, matches: list[re.Match[str]],
+               on_folded: bool) -> list[SignalKind]:
+        """The kind of each of ``lines``, matched by ``SIGNAL_PATTERNS[k]`` (``matches``: its first match in
+        each, on the joined text or, ``on_folded``, its folded twin)."""
         family = SIGNAL_PATTERNS[k][0]
         if family == "kernel_override" and SIGNAL_PATTERNS[k][1].groups:
             # the op as the line writes it, lower-cased (an ASCII batch's folded text is exactly that)
