@@ -294,7 +294,8 @@ _SIGNALS_CONFINED = [(_confined(twin.twin), True) if twin is not None else (_con
                      for twin, (_, rx) in zip(_SIGNALS_FOLDED, SIGNAL_PATTERNS)]
 """Each signal pattern as a batch runs it (on the folded text when it has a twin)."""
 _CONDITION_WORDS = ("ENGAGED", "effective_config", "ServerArgs(", "non-default args")
-"""The case-sensitive words :meth:`_LineScan.line` asks of a line before reading it as a configuration."""
+"""The case-sensitive words a line must hold to be read as a configuration (both readings ask them:
+one list, so a new configuration line is added to both)."""
 _REFUSAL_SIGN = [_confined(re.compile(p)) for p in ("not engaged", "0 calls", _ENGAGED_SIGN.pattern)]
 """What :func:`refuses` asks of a folded line before it runs ``NOT_ENGAGED_RX``."""
 
@@ -661,8 +662,7 @@ class _LineScan:
 
     def line(self, i: int, text: str, plan: _Plan, folded: bytes) -> None:
         log = self.log
-        if plan.condition and ("effective_config" in text or "ServerArgs(" in text or "ENGAGED" in text
-                               or "non-default args" in text):
+        if plan.condition and any(word in text for word in _CONDITION_WORDS):
             self._condition(i, text)
         folded_text = fold_text(text) if plan.not_engaged or plan.signals or plan.engaged else text
         refused = plan.not_engaged and refuses(folded_text)
