@@ -125,8 +125,11 @@ def test_a_step_measured_against_a_handicapped_baseline_banks_the_twin_figure(tm
     report = json.loads((tmp_path / "run" / "report.json").read_text())
     held = {w["leg"]: w for v in report["verdicts"] if v["path"] == step.verdict for w in v["witnesses"]}
     assert set(held) == {"cfg-max_batch_size-4-a0-base", "cfg-max_batch_size-4-a0-cand"}
-    assert all(w["reps"] == 3 and w["loadgen_logs"] == 0 and w["sealed"] for w in held.values())
-    assert "### What each verdict checked" in md and "| cfg-max_batch_size-4-a0-base | LoadGen logs 0/3 ·" in md
+    # The sequential rule may take more looks than the first (3, 5, 7 reps): both legs take each look.
+    reps = {w["reps"] for w in held.values()}
+    assert len(reps) == 1 and min(reps) >= 3, held
+    assert all(w["loadgen_logs"] == 0 and w["sealed"] for w in held.values())
+    assert "### What each verdict checked" in md and f"| cfg-max_batch_size-4-a0-base | LoadGen logs 0/{min(reps)} ·" in md
 
 
 @pytest.mark.integration
@@ -164,7 +167,8 @@ def test_a_refused_regression_is_not_resubmitted_to_disclose_its_latency(tmp_pat
     assert {"DELTA_REGRESSION", "HIDDEN_LATENCY_REGRESSION"} <= trail[0].codes()
     assert "DELTA_NOT_SIGNIFICANT" not in trail[0].codes()
     (rejected,) = [r for r in state["rejected"] if r.name == "cfg-batch_wait_ms=40.0"]
-    assert "cannot change the verdict" in rejected.reason
+    # Either the sequential rule ended the step (futile) or the resubmission was judged futile: never resubmitted.
+    assert "cannot change the verdict" in rejected.reason or "ended the step without a win" in rejected.reason
 
 
 @pytest.mark.integration
