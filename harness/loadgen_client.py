@@ -327,6 +327,11 @@ def classify_exception(exc: BaseException, timeout_s: float) -> str:
 _JSON_HEADERS = {"content-type": "application/json"}
 
 
+def auth_headers(settings: LoadSettings) -> dict[str, str]:
+    """The bearer token a server asks for, on every request the harness sends it (none without a key)."""
+    return {"Authorization": f"Bearer {settings.api_key}"} if settings.api_key else {}
+
+
 class _CallbackFailed(Exception):
     """``on_first_token`` raised: that is our bug, not a failed request, so it must propagate."""
 
@@ -492,7 +497,7 @@ class _LoopThread:
     async def _open(self) -> None:
         s = self.settings
         limit = s.max_concurrency
-        headers = {"Authorization": f"Bearer {s.api_key}"} if s.api_key else None
+        headers = auth_headers(s) or None
         self.client = httpx.AsyncClient(
             timeout=httpx.Timeout(connect=s.connect_timeout_s, read=s.request_timeout_s,
                                   write=s.request_timeout_s, pool=None),

@@ -24,7 +24,7 @@ from typing import Any
 import httpx
 
 from perfwarden.harness import seal, vllm_metrics
-from perfwarden.harness.loadgen_client import completions_url, encode_payload, request_payload
+from perfwarden.harness.loadgen_client import auth_headers, completions_url, encode_payload, request_payload
 from perfwarden.harness.records import RunDir
 from perfwarden.harness.target_config import VLLMConfig
 from perfwarden.harness.targets import ServerTarget
@@ -52,12 +52,6 @@ class VLLMLab(EngineLab):
         self.servers_at_once = self.base_config().device == "cpu"
         self._warmed: weakref.WeakSet[ServerTarget] = weakref.WeakSet()  # a new server process is a new object
 
-    def _warm_up_headers(self) -> dict[str, str]:
-        headers = {"Content-Type": "application/json"}
-        if self.load.api_key:
-            headers["Authorization"] = f"Bearer {self.load.api_key}"
-        return headers
-
     def _warm_up(self, target: ServerTarget) -> None:
         """One streamed request of the reps' own kind, read to its end, once per server process. Any
         failure is left to the rep: a server that cannot answer fails its rep, which records why."""
@@ -68,7 +62,7 @@ class VLLMLab(EngineLab):
         try:
             with httpx.Client(timeout=self.load.request_timeout_s) as client:
                 with client.stream("POST", completions_url(target.base_url, self.load.endpoint), content=body,
-                                   headers=self._warm_up_headers()) as response:
+                                   headers={"content-type": "application/json", **auth_headers(self.load)}) as response:
                     for _ in response.iter_bytes():
                         pass
         except httpx.HTTPError:

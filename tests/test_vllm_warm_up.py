@@ -43,7 +43,6 @@ def test_each_server_is_warmed_once_with_the_reps_own_kind_of_request():
         load = LoadSettings(scenario="Offline", target_qps=1.0, min_duration_s=0.1, endpoint="chat")
         lab = SimpleNamespace(load=load)
         lab._warmed = weakref.WeakSet()
-        lab._warm_up_headers = lambda: VLLMLab._warm_up_headers(lab)
         first = _Server(f"http://127.0.0.1:{server.server_port}")
         second = _Server(first.base_url)  # a restarted server: a new process
         for target in (first, first, second):
@@ -60,5 +59,4 @@ def test_a_server_that_cannot_answer_the_warm_up_is_left_to_its_rep():
     lab = SimpleNamespace(load=LoadSettings(scenario="Offline", target_qps=1.0, min_duration_s=0.1,
                                             request_timeout_s=2.0))
     lab._warmed = weakref.WeakSet()
-    lab._warm_up_headers = lambda: VLLMLab._warm_up_headers(lab)
     VLLMLab._warm_up(lab, _Server("http://127.0.0.1:9"))  # nothing listens: no raise
