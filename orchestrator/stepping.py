@@ -13,6 +13,7 @@ from pathlib import Path
 from perfwarden.agents import integrator as integrator_agent
 from perfwarden.agents import own_figures, sequential
 from perfwarden.agents.base import Proposal, StepLook, VerdictSummary
+from perfwarden.harness.jsonl import BenchRunLine
 from perfwarden.harness.records import RunDir
 from perfwarden.orchestrator.lab import LabError
 from perfwarden.orchestrator.state import RunContext, RunState
@@ -54,7 +55,7 @@ def measure_sequentially(state: RunState, ctx: RunContext, run: Path, p: Proposa
                 status.update(measure(n))
             except LabError as exc:
                 status[cand_leg] = f"failed: {exc}"
-        base, cand = (own_figures.rep_values(own_figures.read_reps(RunDir(run).bench_runs(leg)), objective.metric,
+        base, cand = (own_figures.rep_values(_first_reps(RunDir(run).bench_runs(leg), n), objective.metric,
                                              objective.slo) for leg in p.legs or [])
         return base, cand
 
@@ -62,6 +63,14 @@ def measure_sequentially(state: RunState, ctx: RunContext, run: Path, p: Proposa
     look = integrator_agent.measure_step(measure_to, objective, ctx.settings.reps, step_cap(state, ctx, reps_done),
                                          reps_done)
     return look, status
+
+
+def _first_reps(bench: Path, n: int) -> list[BenchRunLine]:
+    """The leg's reps 0..n-1: what the look at ``n`` judges. A run killed mid-look and resumed replays its
+    looks from the first, and a leg may already hold reps of a later look (one leg of a round was written,
+    the other not): each replayed look must see only what it saw the first time, or the resumed run decides
+    on unequal legs and ends elsewhere than the run that was never interrupted."""
+    return [r for r in own_figures.read_reps(bench) if r.rep is not None and 0 <= r.rep < n]
 
 
 def no_sequential_win(p: Proposal, v: VerdictSummary, banks: bool) -> str | None:
