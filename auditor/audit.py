@@ -18,11 +18,11 @@ from typing import Any, Callable
 
 from perfwarden.auditor import banking, registry, stats
 from perfwarden.auditor.claim_file import ClaimError, load_claim  # noqa: F401 - re-exported
-from perfwarden.auditor.evidence import LegEvidence, QualityRecords, RunLoader, _plain_name, check_named_folders
+from perfwarden.auditor.evidence import LegEvidence, QualityRecords, RunLoader, _plain_name
 from perfwarden.auditor.findings import Findings, GateResult, decide
 from perfwarden.auditor.gates import (caching, conditions, correctness, engine_witness, explain, integrity,
-                                      knobs, lever, measurement, opbench, process, profile, prose, rep_witnesses,
-                                      same_config, served, target_keys, timeline, workload)
+                                      knobs, lever, measurement, opbench, process, profile, prose, reading,
+                                      rep_witnesses, same_config, served, target_keys, timeline, workload)
 from perfwarden.auditor.manifest import (KeyChoice, KeyFileError, Manifest, chain_seal_id, observe,
                                          read_manifest, resolve_key)
 from perfwarden.auditor.rederive import METRICS
@@ -233,7 +233,8 @@ def audit_patch(a: Audit, bundle: bool = False) -> None:
     claimed = [a.leg(n) for n in _claim_legs(claim) if _plain_name(n)]
     a.gate("overlap", lambda: timeline.check_overlap(a.run, claimed, claim.legs.concurrent))
     a.gate("process_conditions", lambda: process.check_process_conditions(a.run, claimed))
-    a.gate("named_files", lambda: check_named_folders(a.run, claimed, a.manifest is not None and a.manifest[0] is not None))
+    a.gate("named_files", lambda: reading.check_named_folders(a.run, claimed, a.manifest is not None
+                                                              and a.manifest[0] is not None))
 
     a.diff = a.gate("conditions", lambda: conditions.check_conditions(a.run, claim, base, cand)) or {}
     unknown = a.gate("knobs", lambda: knobs.check_unknown_knobs(a.run, claim, a.diff, base, cand)) or []
@@ -442,7 +443,7 @@ def audit_claim(run: Path, claim: Claim, claim_ref: str, claim_sha: str, key: Pa
     except KeyFileError as exc:
         raise ClaimError(str(exc)) from None
     findings = Findings()
-    loader = RunLoader(run, findings, tuple(claim.lever.kernel_ops) if claim.lever else ())
+    loader = RunLoader(run, tuple(claim.lever.kernel_ops) if claim.lever else ())
     a = Audit(run=run, claim=claim, loader=loader, findings=findings, key=key)
     a.manifest = _read_chain(a, key_choice)
     if a.manifest[0] is not None and a.manifest[0].verified and a.manifest[0].broken is None:
@@ -454,7 +455,18 @@ def audit_claim(run: Path, claim: Claim, claim_ref: str, claim_sha: str, key: Pa
         if claim.report:
             a.gate("prose", lambda: _prose(a))
         a.seal = a.gate("integrity", lambda: _integrity(a, key_choice)) or "unsealed"
+    a.gate("reading", lambda: _reading(a))
     return build_verdict(a, claim_ref, claim_sha)
+
+
+def _reading(a: Audit) -> GateResult:
+    """What the loader met while reading, and what the legs it loaded show as a whole (``gates/reading.py``),
+    judged after every other gate has read its files."""
+    legs = a.loader.loaded_legs()
+    results = [reading.check_reading(a.loader.problems),
+               reading.check_rep_clock(a.run, legs, a.loader.run_started() if legs else None),
+               reading.check_duplicate_timings(a.run, legs), *(reading.check_rep_set(a.run, leg) for leg in legs)]
+    return GateResult([f for r in results for f in r.findings])
 
 
 def _claim_legs(claim: Claim) -> list[str]:

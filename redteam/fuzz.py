@@ -53,7 +53,6 @@ from pydantic import ValidationError
 
 from perfwarden.auditor.claim_file import ClaimError, load_claim
 from perfwarden.auditor.evidence import RunLoader
-from perfwarden.auditor.findings import Findings
 from perfwarden.harness import jsonl as jsonl_formats
 from perfwarden.harness.records import Claim, LegSpec
 from perfwarden.orchestrator.answer_key import AnswerKeyError, load_answer_key
@@ -785,7 +784,7 @@ class Fuzzer:
             if schema is not None:
                 calls.append((f"read_jsonl {rel}", lambda p=copy / rel, s=schema: jsonl_formats.read_jsonl(p, s, copy), ()))
             elif rel.endswith(".json") and "/legs/" in f"/{rel}":
-                calls.append((f"json_object {rel}", lambda p=copy / rel: RunLoader(run, Findings()).json_object(
+                calls.append((f"json_object {rel}", lambda p=copy / rel: RunLoader(run).json_object(
                     p, True, "record"), ()))
         for name, call, allowed in calls:
             try:

@@ -6,7 +6,8 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
-from perfwarden.auditor.evidence import LegEvidence, check_named_folders
+from perfwarden.auditor.evidence import LegEvidence
+from perfwarden.auditor.gates.reading import check_named_folders
 from perfwarden.auditor.gates.measurement import check_contention
 from perfwarden.auditor.gates.rep_witnesses import loadgen_findings
 from perfwarden.auditor.loadgen_logs import LoadgenRep

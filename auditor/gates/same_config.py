@@ -21,7 +21,8 @@ from pathlib import Path
 
 from perfwarden.auditor import registry, stats
 from perfwarden.auditor.evidence import LegEvidence, RunLoader, _plain_name, line_evidence
-from perfwarden.auditor.findings import Findings, GateResult, finding
+from perfwarden.auditor.findings import GateResult, finding
+from perfwarden.auditor.gates import reading
 from perfwarden.auditor.gates import conditions, workload
 from perfwarden.auditor.gates.measurement import calibrate_band
 from perfwarden.auditor.rederive import METRICS
@@ -52,10 +53,11 @@ def same_config_legs(run: Path, claim: Claim, base: LegEvidence, cited: set[str]
     """Uncited legs measured with the baseline's configuration and load, each read on its own."""
     out = []
     for name in uncited_legs(run, cited):
-        scratch = Findings()
-        leg = RunLoader(run, scratch).leg(name)
+        loader = RunLoader(run)
+        leg = loader.leg(name)
         failed = leg.spec is not None and leg.spec.status == "failed"
-        if failed or any(f.severity == "FAIL" for f in scratch.items) or not is_same_config(run, claim, base, leg):
+        unread = any(f.severity == "FAIL" for f in reading.check_reading(loader.problems).findings)
+        if failed or unread or not is_same_config(run, claim, base, leg):
             continue
         out.append(leg)
     return out

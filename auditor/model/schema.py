@@ -142,7 +142,7 @@ class ReadingRule(_Strict):
 
     code: str
     severity: Literal["INFO", "FLAG", "FAIL"]
-    action: str | None = None
+    action: Literal["flag", "remeasure", "eject"] | None = None
     why: str
 
 
@@ -156,7 +156,7 @@ class EvidenceModel(_Strict):
     records: dict[str, RecordModel]
     witnesses: tuple[WitnessRule, ...]
     mechanisms: dict[str, MechanismModel]
-    reading: dict[str, ReadingRule] = Field(default_factory=dict)
+    reading: dict[str, ReadingRule]
 
     def record(self, name: str) -> RecordModel:
         """The model of record type ``name`` (``KeyError`` for one it does not model: fail closed upstream)."""
