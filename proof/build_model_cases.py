@@ -1,0 +1,342 @@
+"""Fixtures of the evidence model (issue 27): coherent forgeries of a real sealed run, and near misses.
+
+Every case edits a copy of ``seal-rec-clean`` (a real A/B on the embedded target, LoadGen Offline, sealed)
+the way a forger who holds the run's key would -- every file changed consistently, then the seal chain
+rebuilt over the edited bytes with the run's own key (a rigged harness seals what it writes), so only
+the other records the edit did not move can tell. Each answer is in the CASES table below, written from
+the evidence model's rules before the auditor was changed to meet it:
+
+- **identity** (model, weights, tokenizer, generation defaults, engine, hardware) is equal across the
+  legs wherever any file states it, and never the declared change: a model swap stated only in
+  ``served_model_name``, only in the server log's ``model loaded``/``serving`` lines, or declared as the
+  lever, is another experiment (FAIL);
+- **no downgrade buys leniency**: one leg rewritten in a foreign writer's format, or stripped of a
+  witness the other leg keeps, is never judged more kindly than the leg the harness wrote (FLAG or FAIL);
+- **every measurement against each witness**: a rep's duration rescaled with LoadGen's rates moved to
+  agree still disagrees with the records the forger left (the rep's own request timeline, LoadGen's
+  wall time and its power window) (FAIL);
+- **counters witness mechanisms**: a server whose configuration says a mechanism is off while its own
+  counters show it ran misreports itself and hides a lever (FAIL);
+- near misses: the same change in both legs, every file rewritten compact with its keys reordered (PASS).
+
+    python -m perfwarden.proof.build_model_cases [--out proof/fixtures]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from perfwarden.harness.records import write_json_atomic
+from perfwarden.redteam.field_explorer_run import reseal
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+BASE = "seal-rec-clean"
+BASELINE, CANDIDATE = "base", "mbs4"
+FROZEN = "2026-11-28"
+OTHER_MODEL = "SmolLM2-360M-Instruct"
+OTHER_DIGEST = "sha256:" + "5" * 64
+
+
+# ------------------------------------------------------------------------------------- file edits
+
+
+def _lines(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(x) for x in path.read_text("utf-8").splitlines() if x.strip()]
+
+
+def _write_lines(path: Path, lines: list[dict[str, Any]], compact: bool = False) -> None:
+    seps = (",", ":") if compact else None
+    path.write_text("".join(json.dumps(x, separators=seps) + "\n" for x in lines), encoding="utf-8")
+
+
+def _edit_json(path: Path, fn: Callable[[dict[str, Any]], None]) -> None:
+    obj = json.loads(path.read_text("utf-8"))
+    fn(obj)
+    path.write_text(json.dumps(obj, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+
+
+def _edit_lines(path: Path, fn: Callable[[dict[str, Any]], None]) -> None:
+    lines = _lines(path)
+    for line in lines:
+        fn(line)
+    _write_lines(path, lines)
+
+
+def _leg(run: Path, leg: str) -> Path:
+    return run / "legs" / leg
+
+
+def _server_info_everywhere(run: Path, leg: str, fn: Callable[[dict[str, Any]], None]) -> None:
+    """Apply ``fn`` to the leg's server_info.json and to the server_info copy in each of its bench lines."""
+    _edit_json(_leg(run, leg) / "server_info.json", fn)
+    _edit_lines(_leg(run, leg) / "bench_runs.jsonl", lambda line: fn(line["server_info"]))
+
+
+def _detail_edit(path: Path, fn: Callable[[str, Any], Any]) -> None:
+    """LoadGen's detail log with each record's value replaced by ``fn(key, value)``."""
+    out = []
+    for raw in path.read_text("utf-8").splitlines(keepends=True):
+        if raw.startswith(":::MLLOG "):
+            rec = json.loads(raw[len(":::MLLOG "):])
+            rec["value"] = fn(rec["key"], rec["value"])
+            raw = ":::MLLOG " + json.dumps(rec) + "\n"
+        out.append(raw)
+    path.write_text("".join(out), encoding="utf-8")
+
+
+def _summary_edit(path: Path, fn: Callable[[str, str], str]) -> None:
+    out = []
+    for raw in path.read_text("utf-8").splitlines(keepends=True):
+        if ":" in raw and not raw.startswith("="):
+            key, value = raw.split(":", 1)
+            raw = f"{key}: {fn(key.strip(), value.strip())}\n"
+        out.append(raw)
+    path.write_text("".join(out), encoding="utf-8")
+
+
+def _rederive(line: dict[str, Any]) -> None:
+    """A bench line's aggregates recomputed from its arrays, as the harness's writer computes them."""
+    from perfwarden.redteam.field_explorer_oracle import rederivable, rederive
+
+    line.update(rederive(line, rederivable(line) | {"request_throughput", "output_throughput", "total_throughput",
+                                                     "input_throughput"}))
+
+
+# ------------------------------------------------------------------------------------------ cases
+
+
+def served_name_swap(run: Path) -> None:
+    """The candidate's server reports another model only in ``served_model_name`` (an identity field the
+    conditions gate once held inert), in server_info.json and in every bench line's copy."""
+    _server_info_everywhere(run, CANDIDATE, lambda info: info.update(served_model_name=OTHER_MODEL))
+
+
+def log_model_swap(run: Path) -> None:
+    """The candidate's server log says it loaded and serves another model with other weights; its
+    server_info is untouched (the swap is stated only in the log's own lines)."""
+    path = _leg(run, CANDIDATE) / "server.log"
+    text = path.read_text("utf-8")
+    text = re.sub(r"model loaded name='[^']*' dir='[^']*' digest=\S+",
+                  f"model loaded name='{OTHER_MODEL}' dir='/models/{OTHER_MODEL}' digest={OTHER_DIGEST}", text)
+    text = re.sub(r"serving model='[^']*'", f"serving model='{OTHER_MODEL}'", text)
+    path.write_text(text, encoding="utf-8")
+
+
+def declared_tokenizer_swap(run: Path) -> None:
+    """The candidate runs another tokenizer everywhere it is stated, and the claim declares it as its lever:
+    an identity is never the declared change."""
+    _server_info_everywhere(run, CANDIDATE, lambda info: info.update(tokenizer="gpt2"))
+    _edit_json(run / "claims" / "001-patch.json",
+               lambda claim: claim["lever"].update(config_keys=["max_batch_size", "tokenizer"]))
+
+
+def same_alias_both_legs(run: Path) -> None:
+    """Near miss: both legs' servers answer to the same alias (``served_model_name``) everywhere."""
+    for leg in (BASELINE, CANDIDATE):
+        _server_info_everywhere(run, leg, lambda info: info.update(served_model_name="smol"))
+
+
+def compact_reordered(run: Path) -> None:
+    """Near miss: every JSON file of both legs rewritten compact with its keys reversed; nothing else."""
+    for leg in (BASELINE, CANDIDATE):
+        for name in ("server_info.json", "leg.json"):
+            path = _leg(run, leg) / name
+            obj = json.loads(path.read_text("utf-8"))
+            path.write_text(json.dumps(dict(reversed(list(obj.items()))), separators=(",", ":")), encoding="utf-8")
+        path = _leg(run, leg) / "bench_runs.jsonl"
+        _write_lines(path, [dict(reversed(list(x.items()))) for x in _lines(path)], compact=True)
+
+
+def foreign_leg(run: Path) -> None:
+    """The candidate's lines rewritten in a foreign bench tool's format (``schema_version`` and every field
+    only the harness writes dropped), beside a baseline the harness wrote: a downgraded leg is checked less."""
+    harness_only = ("schema_version", "leg", "rep", "started_at", "request_starts", "latencies", "contention",
+                    "issue_delays", "input_lens_source", "output_lens_source", "finish_reasons", "prompt_ids",
+                    "request_params", "loadgen", "scenario", "issued")
+    _edit_lines(_leg(run, CANDIDATE) / "bench_runs.jsonl", lambda line: [line.pop(k, None) for k in harness_only])
+    shutil.rmtree(_leg(run, CANDIDATE) / "loadgen")
+
+
+def loadgen_witness_stripped(run: Path) -> None:
+    """The candidate's LoadGen logs removed and every line's reference to them dropped (its settings
+    kept): one leg without the witness the other keeps."""
+    def strip(line: dict[str, Any]) -> None:
+        line["loadgen"].pop("dir")
+        line["loadgen"].pop("wall_s")
+    _edit_lines(_leg(run, CANDIDATE) / "bench_runs.jsonl", strip)
+    shutil.rmtree(_leg(run, CANDIDATE) / "loadgen")
+
+
+def _stretch(run: Path, leg: str, factor: float, wall: bool) -> None:
+    """Every rep of ``leg`` made ``factor`` times longer in its duration (aggregates re-derived) and in
+    LoadGen's rates (detail and summary), so LoadGen's span agrees; ``wall``: LoadGen's wall time too."""
+    def line_fn(line: dict[str, Any]) -> None:
+        line["duration"] *= factor
+        if wall:
+            line["loadgen"]["wall_s"] *= factor
+        _rederive(line)
+    _edit_lines(_leg(run, leg) / "bench_runs.jsonl", line_fn)
+    rates = ("result_samples_per_second", "result_tokens_per_second")
+    for folder in sorted((_leg(run, leg) / "loadgen").iterdir()):
+        _detail_edit(folder / "mlperf_log_detail.txt",
+                     lambda k, v: round(v / factor, 6) if k in rates else v)
+        _summary_edit(folder / "mlperf_log_summary.txt",
+                      lambda k, v: f"{float(v) / factor:.6g}" if k in ("Samples per second", "Tokens per second")
+                      else v)
+
+
+def duration_rescaled(run: Path) -> None:
+    """The baseline made 10% slower: its duration and LoadGen's rates rescaled together (the held-out
+    Offline forgery); the request timeline, LoadGen's wall time and its power window are left."""
+    _stretch(run, BASELINE, 1.1, wall=False)
+
+
+def duration_and_wall_rescaled(run: Path) -> None:
+    """As duration_rescaled, LoadGen's wall time moved too; the request timeline and power window are left."""
+    _stretch(run, BASELINE, 1.1, wall=True)
+
+
+def _counters(run: Path, leg: str, **grown: int | float | dict[str, int]) -> None:
+    """The leg's server reports, after every rep, counters of a mechanism its configuration says is off."""
+    def fn(line: dict[str, Any]) -> None:
+        state = line["server_info"]["internal_states"][0]
+        for key, value in grown.items():
+            state[key] = value if not isinstance(value, int) or isinstance(value, bool) else value * (line["rep"] + 1)
+    _edit_lines(_leg(run, leg) / "bench_runs.jsonl", fn)
+
+
+def spec_counters_config_off(run: Path) -> None:
+    """The candidate's server says prompt_lookup is off while its counters show draft tokens verified."""
+    _counters(run, CANDIDATE, spec_verify_steps=40, spec_drafted=160, spec_accepted=90, spec_produced=130,
+              avg_spec_accept_length=3.25)
+
+
+def cache_counters_config_off(run: Path) -> None:
+    """The candidate's server says response_cache is off while its counters show cache hits."""
+    _counters(run, CANDIDATE, response_cache_hits=6, response_cache_entries=8)
+
+
+def override_counters_config_off(run: Path) -> None:
+    """The candidate's server reports no op override while its counters show one called."""
+    _counters(run, CANDIDATE, op_override_calls={"rmsnorm": 4096})
+
+
+@dataclass(frozen=True)
+class Case:
+    build: Callable[[Path], None]
+    verdict: str | list[str]
+    why: str
+    include: list[str] = field(default_factory=list)
+    include_any: list[list[str]] = field(default_factory=list)
+    exclude: list[str] = field(default_factory=list)
+    action: str | list[str] | None = None
+
+
+REFUSED = ["FLAG", "FAIL"]
+CASES: dict[str, Case] = {
+    "model-identity-served-name-swap": Case(
+        served_name_swap, "FAIL", "served_model_name is an identity (what model the server says it serves): the "
+        "legs name different models, so they are two experiments", include=["CONDITIONS_DIFFER"], action="eject"),
+    "model-identity-log-model-swap": Case(
+        log_model_swap, "FAIL", "the candidate's own log says it loaded and served another model with other weights; "
+        "identity is compared wherever any file states it", include_any=[["CONDITIONS_MISREPORTED",
+                                                                          "CONDITIONS_DIFFER"]], action="eject"),
+    "model-identity-declared-tokenizer": Case(
+        declared_tokenizer_swap, "FAIL", "the tokenizer is an identity: declaring it as the lever does not make "
+        "two tokenizers one experiment", include=["CONDITIONS_DIFFER"], action="eject"),
+    "model-near-same-alias-both-legs": Case(
+        same_alias_both_legs, "PASS", "the same alias in both legs: identities equal, nothing differs",
+        exclude=["CONDITIONS_DIFFER", "CONDITIONS_MISREPORTED", "UNKNOWN_KNOB", "EVIDENCE_TAMPERED"]),
+    "model-near-compact-reordered": Case(
+        compact_reordered, "PASS", "the same records written compact with their keys reordered: nothing judged "
+        "changed", exclude=["EVIDENCE_CORRUPT", "CONDITIONS_MISREPORTED", "CONDITIONS_DIFFER", "EVIDENCE_TAMPERED"]),
+    "model-downgrade-foreign-leg": Case(
+        foreign_leg, "FAIL", "the legs share one harness version and one kind of writer: a leg rewritten in a "
+        "foreign format beside the harness's is not comparable", action="eject"),
+    "model-downgrade-loadgen-stripped": Case(
+        loadgen_witness_stripped, REFUSED, "the candidate lost the LoadGen witness the baseline keeps: never judged "
+        "more kindly than the leg that has it", include=["EVIDENCE_MISSING"]),
+    "model-witness-duration-rescaled": Case(
+        duration_rescaled, "FAIL", "the baseline's duration and LoadGen's rates were rescaled together; the rep's "
+        "request timeline, LoadGen's wall time and power window still say how long it ran",
+        include=["EVIDENCE_CORRUPT"], action="eject"),
+    "model-witness-duration-wall-rescaled": Case(
+        duration_and_wall_rescaled, "FAIL", "as model-witness-duration-rescaled with LoadGen's wall time moved too: "
+        "the request timeline and LoadGen's power window still disagree", include=["EVIDENCE_CORRUPT"],
+        action="eject"),
+    "model-counters-spec-config-off": Case(
+        spec_counters_config_off, "FAIL", "the server's counters show speculative decoding ran while its "
+        "configuration says it is off: a misreport and an undeclared lever",
+        include_any=[["CONDITIONS_MISREPORTED", "CONDITIONS_DIFFER"]], action="eject"),
+    "model-counters-cache-config-off": Case(
+        cache_counters_config_off, "FAIL", "the server's counters show response-cache hits while its configuration "
+        "says the cache is off", include_any=[["CONDITIONS_MISREPORTED", "CONDITIONS_DIFFER"]], action="eject"),
+    "model-counters-override-config-off": Case(
+        override_counters_config_off, "FAIL", "the server's counters show an op override called while its "
+        "configuration reports none", include_any=[["CONDITIONS_MISREPORTED", "CONDITIONS_DIFFER"]],
+        action="eject"),
+}
+
+
+def _answer(case: Case) -> dict[str, Any]:
+    answer: dict[str, Any] = {"claim": "claims/001-patch.json", "verdict": case.verdict}
+    if case.action is not None:
+        answer["action"] = case.action
+    if case.include:
+        answer["must_include"] = case.include
+    if case.include_any:
+        answer["must_include_any"] = case.include_any
+    if case.exclude:
+        answer["must_exclude"] = case.exclude
+    return answer
+
+
+def build(name: str, case: Case, out: Path, base: Path = FIXTURES / BASE) -> Path:
+    """``out/name``: the answer key first, then a copy of the base with the case's edits, sealed again."""
+    fixture = out / name
+    if fixture.exists():
+        shutil.rmtree(fixture)
+    fixture.mkdir(parents=True)
+    write_json_atomic(fixture / "answer_key.json", {
+        "schema_version": 1, "frozen": FROZEN, "answers": [_answer(case)],
+        "provenance": f"proof/build_model_cases.py: {(case.build.__doc__ or '').strip().splitlines()[0]} "
+                      f"(a copy of {BASE}, sealed again with its key)",
+        "rationale": case.why})
+    shutil.copytree(base / "run", fixture / "run", ignore=shutil.ignore_patterns("verdicts"))
+    for name_ in ("seal.key", "seal.head"):
+        shutil.copyfile(base / name_, fixture / name_)
+    case.build(fixture / "run")
+    _forget_removed(fixture / "run")
+    reseal(fixture / "run", fixture / "seal.key")
+    return fixture
+
+
+def _forget_removed(run: Path) -> None:
+    """The seal chain without the entries of files the case removed (a harness that never wrote them never
+    sealed them), renumbered; ``reseal`` then rebuilds every link with the run's key."""
+    chain = run / "evidence.jsonl"
+    entries = [json.loads(x) for x in chain.read_text("utf-8").splitlines() if x.strip()]
+    kept = [e for e in entries if e.get("kind") not in ("file", "line") or (run / str(e.get("file"))).is_file()]
+    for seq, entry in enumerate(kept):
+        entry["seq"] = seq
+    chain.write_text("".join(json.dumps(e) + "\n" for e in kept), encoding="utf-8")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=FIXTURES)
+    parser.add_argument("--only", nargs="*", default=None)
+    args = parser.parse_args()
+    for name, case in CASES.items():
+        if args.only is None or name in args.only:
+            print(build(name, case, args.out))
+
+
+if __name__ == "__main__":
+    main()
