@@ -16,6 +16,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from perfwarden.auditor.model.schema import evidence_model
+
 QUALITY_REGISTRY_ENV = "PERFWARDEN_QUALITY_REGISTRY"
 """Environment variable naming a user's quality-eval registry file (``--quality-registry`` sets it)."""
 
@@ -145,8 +147,10 @@ def inert_entries() -> dict[str, InertEntry]:
 
 def is_inert(key: str) -> bool:
     """Whether ``key`` (its full dotted name: a parent never makes its children inert) may differ between
-    legs: an inert entry, or a runtime key (a measured outcome, not a condition)."""
-    return key in inert_entries() or key in levers()["runtime"]
+    legs: the evidence model gives it no role that is compared -- bookkeeping (each key's proof is its
+    ``inert`` entry here), a measurement (the server's running counters) or a field not judged."""
+    found = evidence_model().role_of("server_info", key)
+    return found is not None and found.role in ("bookkeeping", "measurement", "not_judged")
 
 
 def lever_class(key: str) -> tuple[str | None, str]:
@@ -161,12 +165,14 @@ def lever_class(key: str) -> tuple[str | None, str]:
 
 
 def is_known(key: str) -> bool:
-    """True when the registry says what a change of ``key`` is: inert, a class-A/B lever, a derived
-    quantity or a report of how a declared knob was applied. Anything else is an unknown knob."""
+    """True when the registry says what a change of ``key`` is: inert, an identity (never a lever), a
+    class-A/B lever, a derived quantity or a report of how a declared knob was applied. Anything else is
+    an unknown knob."""
     data = levers()
     top = top_key(key)
-    return (is_inert(key) or lever_class(key)[0] is not None or top in data["derived"]
-            or top in data.get("reports", {}))
+    found = evidence_model().role_of("server_info", key)
+    return (is_inert(key) or (found is not None and found.role == "identity") or lever_class(key)[0] is not None
+            or top in data["derived"] or top in data.get("reports", {}))
 
 
 def is_lossy_change(key: str, before: Any, after: Any) -> bool:

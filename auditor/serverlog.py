@@ -38,7 +38,7 @@ from perfwarden.auditor.rederive import flatten_json
 from perfwarden.harness.json_limits import check_depth, loads_bounded
 from perfwarden.harness.records import EvidenceRef
 
-CopySource = Literal["effective_config", "server_args", "vllm_args", "engaged"]
+CopySource = Literal["effective_config", "server_args", "vllm_args", "engaged", "model_loaded", "serving"]
 
 MAX_LINE_CHARS = 256 * 1024
 """Longest log line parsed as a configuration (a real ServerArgs line is a few KB)."""
@@ -50,6 +50,12 @@ _SERVER_ARGS = re.compile(r"\bserver_args=(ServerArgs\(.*\))\s*$")
 _ENGAGED = re.compile(r"\bENGAGED (\w+)(?:=(\S+))?(?:\s+op=['\"]([^'\"]+)['\"])?")
 _ENGAGED_KNOB = {"op_override": "op_overrides"}
 _VLLM_ARGS = re.compile(r"\bnon-default args: (\{.*\})\s*$")
+_QUOTED = r"('(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\")"
+_MODEL_LOADED = re.compile(rf"\bmodel loaded name={_QUOTED} dir={_QUOTED} digest=(\S+)")
+_SERVING = re.compile(rf"\bserving model={_QUOTED}")
+IDENTITY_LINES = ("model loaded name=", "serving model=")
+"""What the embedded server logs of the model it loaded and serves (``harness/embedded_server.py``): the
+model's name, directory and weights digest, copies of server_info's identity."""
 _ENUM_REPR = re.compile(r"<[A-Za-z_][\w.]*: [^<>]*>")
 _VLLM_SPECULATIVE = {"method": "speculative_method", "num_speculative_tokens": "num_speculative_tokens",
                      "prompt_lookup_max": "prompt_lookup_max", "prompt_lookup_min": "prompt_lookup_min"}
@@ -73,7 +79,7 @@ def parse_server_log(lines: list[str]) -> tuple[list[LogCopy], list[str]]:
     problems: list[str] = []
     for i, text in enumerate(lines, 1):
         if ("effective_config" not in text and "ServerArgs(" not in text and "ENGAGED" not in text
-                and "non-default args" not in text):
+                and "non-default args" not in text and not any(k in text for k in IDENTITY_LINES)):
             continue
         copy, problem = _condition_line(i, text)
         problems += [problem] if problem is not None else []
@@ -94,6 +100,13 @@ def _parse_line(i: int, text: str) -> LogCopy | None:
     m = _VLLM_ARGS.search(text)
     if m:
         return LogCopy(i, "vllm_args", flatten_json(_vllm_args(m.group(1))))
+    m = _MODEL_LOADED.search(text)
+    if m:
+        name, folder = (ast.literal_eval(g) for g in m.group(1, 2))
+        return LogCopy(i, "model_loaded", {"model": name, "model_path": folder, "weights_digest": m.group(3)})
+    m = _SERVING.search(text)
+    if m:
+        return LogCopy(i, "serving", {"model": ast.literal_eval(m.group(1))})
     m = _ENGAGED.search(text)
     if m:
         knob, value, op = m.group(1), m.group(2), m.group(3)
@@ -204,7 +217,7 @@ def _guard(*alternatives: str | tuple[str, ...]) -> Guard:
 
 
 _NOT_ENGAGED_GUARD = _guard("engaged", "0 calls")
-_CONDITION_GUARD = _guard("effective_config", "serverargs(", "engaged", "non-default args")
+_CONDITION_GUARD = _guard("effective_config", "serverargs(", "engaged", "non-default args", *IDENTITY_LINES)
 SIGNAL_GUARDS: list[Guard] = [
     _guard("engaged"), _guard("prompt_lookup rid="), _guard("accept len:"), _guard("specdecoding metrics:"),
     _guard('"avg_spec_accept_length"'), _guard("speculative_algorithm="),
@@ -445,7 +458,7 @@ class _LineScan:
     def line(self, i: int, text: str, plan: _Plan) -> None:
         log = self.log
         if plan.condition and ("effective_config" in text or "ServerArgs(" in text or "ENGAGED" in text
-                               or "non-default args" in text):
+                               or "non-default args" in text or any(k in text for k in IDENTITY_LINES)):
             self._condition(i, text)
         refused = plan.not_engaged and NOT_ENGAGED_RX.search(text) is not None
         if plan.signals and not refused:

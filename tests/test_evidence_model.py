@@ -268,3 +268,33 @@ def test_a_foreign_bench_tools_statistics_are_listed_not_judged():
         assert MODEL.role_of("bench_line", name, foreign=True).role == "not_judged"
     assert MODEL.role_of("bench_line", "model_id", foreign=True).role == "identity"
     assert MODEL.role_of("bench_line", "std_ttft_ms") is None  # never on a harness line
+
+
+# ------------------------------------------------------------------------------ roles the engine applies
+
+
+def test_every_bookkeeping_key_of_server_info_has_its_proof_and_every_proof_is_bookkeeping():
+    bookkeeping = set(MODEL.fields_with_role("server_info", "bookkeeping"))
+    assert bookkeeping == set(registry.inert_entries())
+
+
+def test_identity_is_known_never_inert_and_never_a_lever_of_its_own():
+    for key in ("model", "served_model_name", "tokenizer", "weights_digest", "device_name", "node.host_id",
+                "stop_token_ids", "default_max_tokens", "vllm_version"):
+        assert MODEL.role_of("server_info", key).role == "identity", key
+        assert registry.is_known(key) and not registry.is_inert(key), key
+    assert registry.is_inert("internal_states") and registry.is_inert("process.port")
+    assert not registry.is_inert("turbo_mode") and not registry.is_known("turbo_mode")
+
+
+def test_the_server_logs_model_lines_are_copies_of_its_identity():
+    from perfwarden.auditor.serverlog import parse_server_log
+
+    copies, problems = parse_server_log([
+        "2026-11-23T13:30:29.764 INFO perfwarden.embedded: model loaded name='SmolLM2-135M-Instruct' "
+        "dir='/m/SmolLM2' digest=sha256:a6 in 3.18s",
+        "2026-11-23T13:30:29.817 INFO perfwarden.embedded: serving model='SmolLM2-135M-Instruct' on http://127.0.0.1:1"])
+    assert problems == []
+    assert [(c.source, c.values) for c in copies] == [
+        ("model_loaded", {"model": "SmolLM2-135M-Instruct", "model_path": "/m/SmolLM2", "weights_digest": "sha256:a6"}),
+        ("serving", {"model": "SmolLM2-135M-Instruct"})]

@@ -20,6 +20,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from perfwarden.auditor.codes import known
+
 Role = Literal["condition", "identity", "measurement", "bookkeeping", "not_judged"]
 Writer = Literal["harness", "judged", "producer", "foreign"]
 Layout = Literal["jsonl", "json", "nested", "text", "mllog", "summary"]
@@ -179,8 +181,6 @@ class EvidenceModel(_Strict):
 
 def _check(model: EvidenceModel) -> None:
     """What pydantic cannot say: one role per field, witness ids unique, reading codes known."""
-    from perfwarden.auditor.codes import known
-
     for name, record in model.records.items():
         for foreign in (False, True):
             seen: dict[str, str] = {}
