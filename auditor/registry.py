@@ -16,7 +16,6 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from perfwarden.auditor.model.schema import evidence_model
 
 QUALITY_REGISTRY_ENV = "PERFWARDEN_QUALITY_REGISTRY"
 """Environment variable naming a user's quality-eval registry file (``--quality-registry`` sets it)."""
@@ -145,14 +144,6 @@ def inert_entries() -> dict[str, InertEntry]:
     return entries
 
 
-def is_inert(key: str) -> bool:
-    """Whether ``key`` (its full dotted name: a parent never makes its children inert) may differ between
-    legs: the evidence model gives it no role that is compared -- bookkeeping (each key's proof is its
-    ``inert`` entry here), a measurement (the server's running counters) or a field not judged."""
-    found = evidence_model().role_of("server_info", key)
-    return found is not None and found.role in ("bookkeeping", "measurement", "not_judged")
-
-
 def lever_class(key: str) -> tuple[str | None, str]:
     """('A'|'B'|None, reason) for one server_info key."""
     data = levers()
@@ -162,17 +153,6 @@ def lever_class(key: str) -> tuple[str | None, str]:
             if hit is not None:
                 return cls, table[hit]
     return None, "unclassified knob"
-
-
-def is_known(key: str) -> bool:
-    """True when the registry says what a change of ``key`` is: inert, an identity (never a lever), a
-    class-A/B lever, a derived quantity or a report of how a declared knob was applied. Anything else is
-    an unknown knob."""
-    data = levers()
-    top = top_key(key)
-    found = evidence_model().role_of("server_info", key)
-    return (is_inert(key) or (found is not None and found.role == "identity") or lever_class(key)[0] is not None
-            or top in data["derived"] or top in data.get("reports", {}))
 
 
 def is_lossy_change(key: str, before: Any, after: Any) -> bool:

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from perfwarden.auditor import registry
+from perfwarden.auditor.model import roles
 from perfwarden.harness.records import Claim, IsolatedSpeedup, write_json_atomic
 from perfwarden.harness.seal import GENESIS_MAC, encode_entry, key_id
 
@@ -331,7 +331,7 @@ def _a_knob(info: dict[str, Any]) -> tuple[str, Any]:
     """A knob of ``info`` (not a runtime or inert key) and a different value for it."""
     for key in sorted(info):
         value = info[key]
-        if registry.is_inert(key) or isinstance(value, (dict, list)) or value is None:
+        if roles.is_inert(key) or isinstance(value, (dict, list)) or value is None:
             continue
         if isinstance(value, bool):
             return key, not value

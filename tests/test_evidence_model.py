@@ -26,6 +26,7 @@ import pytest
 from pydantic import BaseModel
 
 from perfwarden.auditor import registry
+from perfwarden.auditor.model import roles
 from perfwarden.auditor.gates.conditions import flatten
 from perfwarden.auditor.model import doc
 from perfwarden.auditor.model.schema import EvidenceModel, ModelError, _check, evidence_model
@@ -282,9 +283,9 @@ def test_identity_is_known_never_inert_and_never_a_lever_of_its_own():
     for key in ("model", "served_model_name", "tokenizer", "weights_digest", "device_name", "node.host_id",
                 "stop_token_ids", "default_max_tokens", "vllm_version"):
         assert MODEL.role_of("server_info", key).role == "identity", key
-        assert registry.is_known(key) and not registry.is_inert(key), key
-    assert registry.is_inert("internal_states") and registry.is_inert("process.port")
-    assert not registry.is_inert("turbo_mode") and not registry.is_known("turbo_mode")
+        assert roles.is_known(key) and not roles.is_inert(key), key
+    assert roles.is_inert("internal_states") and roles.is_inert("process.port")
+    assert not roles.is_inert("turbo_mode") and not roles.is_known("turbo_mode")
 
 
 def test_the_server_logs_model_lines_are_copies_of_its_identity():

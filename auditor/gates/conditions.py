@@ -20,7 +20,7 @@ from typing import Any
 from perfwarden.auditor import registry
 from perfwarden.auditor.evidence import LegEvidence
 from perfwarden.auditor.findings import Findings, GateResult
-from perfwarden.auditor.model import statements
+from perfwarden.auditor.model import roles, statements
 from perfwarden.auditor.model.statements import (MISSING as _MISSING, ConditionCopy, canonical as _canonical,  # noqa: F401
                                                  diff_server_info, flatten, key_evidence, leg_copies, union_diff)
 from perfwarden.auditor.model.statements import same as _same
@@ -86,13 +86,13 @@ def check_conditions(run: Path, claim: Claim, base: LegEvidence, cand: LegEviden
     declared = declared_keys(claim)
     for key, values in diff.items():
         evidence = key_evidence(run, base, key) + key_evidence(run, cand, key)
-        if statements.role(key) == "identity" and not _reports_declared(key, declared):
+        if roles.role(key) == "identity" and not _reports_declared(key, declared):
             findings.add("CONDITIONS_DIFFER", "FAIL", f"identity {key!r} differs: baseline {values[0]!r} vs candidate "
                          f"{values[1]!r}; the model, weights, tokenizer, generation defaults, engine and hardware are "
                          "what make it one experiment, never the declared change", measured=values,
                          threshold="equal identities", evidence=evidence, action="eject", gate="conditions")
             continue
-        if statements.role(key) in statements.NOT_COMPARED or is_declared(key, declared) \
+        if roles.role(key) in roles.NOT_COMPARED or is_declared(key, declared) \
                 or _reports_declared(key, declared):
             continue
         inert, why = derived_is_inert(key, values, declared, base, cand)

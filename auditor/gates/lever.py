@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from perfwarden.auditor import registry
+from perfwarden.auditor.model import roles
 from perfwarden.auditor.evidence import LegEvidence, line_evidence
 from perfwarden.auditor.findings import Findings, GateResult, finding
 from perfwarden.auditor.gates.conditions import declared_keys, flatten
@@ -71,13 +72,13 @@ def detect_lever(diff: dict[str, list[Any]], base: LegEvidence, cand: LegEvidenc
     signals: list[str] = []
     classes: set[str] = set()
     for key in diff:
-        if registry.is_inert(key):
+        if roles.is_inert(key):
             continue
         cls, why = registry.lever_class(key)
         if cls:
             classes.add(cls)
             signals.append(f"diff {key!r}: class {cls} ({why})")
-        elif not registry.is_known(key):
+        elif not roles.is_known(key):
             signals.append(f"diff {key!r}: unclassified knob (no class)")
     for s in candidate_only(base, cand):
         cls = FAMILY_CLASS[s.family]

@@ -20,6 +20,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from perfwarden.auditor import registry, stats
+from perfwarden.auditor.model import roles
 from perfwarden.auditor.evidence import LegEvidence, RunLoader, _plain_name, line_evidence
 from perfwarden.auditor.findings import GateResult, finding
 from perfwarden.auditor.gates import reading
@@ -35,7 +36,7 @@ def is_same_config(run: Path, claim: Claim, base: LegEvidence, leg: LegEvidence)
         return False
     diff = conditions.diff_server_info(base.server_info, leg.server_info)
     diff.update(conditions.union_diff(run, base, leg))
-    if any(not registry.is_inert(key) for key in diff):
+    if any(not roles.is_inert(key) for key in diff):
         return False
     return workload.same_load(run, claim.model_copy(update={"lever": None}), base, leg)
 

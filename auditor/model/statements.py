@@ -25,14 +25,13 @@ from typing import Any
 from perfwarden.auditor import registry
 from perfwarden.auditor.evidence import LegEvidence, line_evidence
 from perfwarden.auditor.findings import GateResult, finding
-from perfwarden.auditor.model.schema import Role, evidence_model
+from perfwarden.auditor.model.roles import NOT_COMPARED, role
 from perfwarden.auditor.serverlog import PRESENT
 from perfwarden.harness.records import EvidenceRef, Finding
 
 MISSING = "<absent>"
 UNKNOWN = object()
 """A key a copy states that server_info.json does not mention: nothing to compare it with there."""
-NOT_COMPARED: frozenset[Role] = frozenset({"bookkeeping", "measurement", "not_judged"})
 GATE = "conditions"
 
 
@@ -46,12 +45,6 @@ def flatten(info: dict[str, Any], prefix: str = "") -> dict[str, Any]:
         else:
             flat[name] = value
     return flat
-
-
-def role(key: str) -> Role | None:
-    """The evidence model's role of a flattened server_info key (None: a key the model does not know)."""
-    found = evidence_model().role_of("server_info", key)
-    return found.role if found is not None else None
 
 
 def compared(key: str) -> bool:
