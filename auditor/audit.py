@@ -22,9 +22,10 @@ from perfwarden.auditor.evidence import LegEvidence, QualityRecords, RunLoader, 
 from perfwarden.auditor.findings import Findings, GateResult, decide
 from perfwarden.auditor.gates import (caching, conditions, correctness, engine_witness, explain, integrity,
                                       knobs, lever, measurement, opbench, process, profile, prose, reading,
-                                      rep_witnesses, same_config, served, target_keys, timeline, workload)
+                                      same_config, served, target_keys, timeline, workload)
 from perfwarden.auditor.manifest import (KeyChoice, KeyFileError, Manifest, chain_seal_id, observe,
                                          read_manifest, resolve_key)
+from perfwarden.auditor.model import witnesses
 from perfwarden.auditor.rederive import METRICS
 from perfwarden.harness.records import Claim, Comparison, Finding, MetricStats, RunDir, Verdict, write_json_atomic
 from perfwarden.harness.safe_read import REPORT_BYTES, exists
@@ -134,7 +135,7 @@ def audit_baseline(a: Audit) -> None:
     a.gate("noise", lambda: measurement.check_noisy_baseline(a.run, base, aa, metric))
     a.gate("aggregates", lambda: measurement.check_line_aggregates(a.run, base))
     a.gate("condition_copies", lambda: conditions.check_condition_copies(a.run, base))
-    a.gate("witness", lambda: rep_witnesses.check_witnesses(a.run, base))
+    a.gate("witness", lambda: witnesses.check_witnesses(a.run, base, _sealed(a)))
     a.gate("process_conditions", lambda: process.check_process_conditions(a.run, [base]))
     a.gate("target_keys", lambda: target_keys.check_target_keys(a.run, a.loader.run_target(), [base]))
     band, _ = measurement.calibrate_band(metric, base, aa, len(base.reps), len(base.reps))
@@ -227,7 +228,7 @@ def audit_patch(a: Audit, bundle: bool = False) -> None:
             a.run, engine_witness.load_engine_witness(a.loader, leg), leg))
         a.gate("aggregates", lambda leg=leg: measurement.check_line_aggregates(a.run, leg))
         a.gate("condition_copies", lambda leg=leg: conditions.check_condition_copies(a.run, leg))
-        a.gate("witness", lambda leg=leg: rep_witnesses.check_witnesses(a.run, leg))
+        a.gate("witness", lambda leg=leg: witnesses.check_witnesses(a.run, leg, _sealed(a)))
     a.gate("workload", lambda: workload.check_workload(a.run, claim, base, cand))
     a.gate("interleaving", lambda: measurement.check_interleaving(a.run, base, cand))
     claimed = [a.leg(n) for n in _claim_legs(claim) if _plain_name(n)]
@@ -473,6 +474,12 @@ def _claim_legs(claim: Claim) -> list[str]:
     legs = claim.legs
     names = [legs.baseline, legs.candidate, legs.validation, legs.caching_audit, legs.caching_control, *legs.aa]
     return list(dict.fromkeys(n for n in names if n))
+
+
+def _sealed(a: Audit) -> bool:
+    """The run's seal chain was read and verifies with its key (read before any gate)."""
+    manifest = a.manifest[0] if a.manifest is not None else None
+    return manifest is not None and manifest.verified and manifest.broken is None
 
 
 def _integrity(a: Audit, key: KeyChoice) -> GateResult:

@@ -155,6 +155,14 @@ class RepMetrics:
     """The longest request of the rep (any request, failed ones' partial latency included)."""
     first_start_s: float | None = None
     """The first request's start, seconds after the rep's clock started (when the line records starts)."""
+    last_end_s: float | None = None
+    """The last request's end (start plus latency), seconds after the rep's clock started (when the line
+    records starts and latencies): the harness writes it as the rep's duration."""
+    loadgen_latency_s: tuple[float, float, float] | None = None
+    """Shortest, mean and longest issue-to-completion of the rep's requests (issue delay plus latency, every
+    request), when the line records both: what LoadGen measures of the same samples."""
+    loadgen_wall_s: float | None = None
+    """How long LoadGen's test ran, as the line records it (``loadgen.wall_s``)."""
 
 
 def _as_array(values, name: str, n: int) -> np.ndarray:
@@ -640,9 +648,25 @@ def rederive_rep(line: BenchRunLine, ref: LineRef, leg: str, rep_index: int) -> 
         problems += check_concurrency(line, ref, starts, all_latencies)
     result.max_latency_s = float(ends.max()) if ends.size else None
     result.first_start_s = float(starts.min()) if starts is not None and starts.size else None
+    _clock_witnesses(line, result, starts, all_latencies)
     _derive_metrics(line, ref, result, ok_idx, all_ok, ok_ttft, ok_out, in_lens, e2e, gaps, problems)
     result.timing_digest = _timing_digest(ttfts, e2e)
     return result
+
+
+def _clock_witnesses(line: BenchRunLine, result: RepMetrics, starts: np.ndarray | None,
+                     latencies: np.ndarray | None) -> None:
+    """What the line states of its own clock that other records witness: its last request's end, its
+    requests' issue-to-completion times, and LoadGen's wall time."""
+    if starts is not None and latencies is not None and starts.size:
+        result.last_end_s = float((starts + latencies).max())
+    if line.issue_delays is not None and latencies is not None and len(line.issue_delays) == latencies.size > 0:
+        issued = np.fromiter(line.issue_delays, dtype=float, count=latencies.size) + latencies
+        result.loadgen_latency_s = (float(issued.min()), float(issued.mean()), float(issued.max()))
+    value = raw_json(line.loadgen, "loadgen", result.ref)
+    wall = value.get("wall_s") if isinstance(value, dict) else None
+    if isinstance(wall, (int, float)) and not isinstance(wall, bool) and math.isfinite(wall):
+        result.loadgen_wall_s = float(wall)
 
 
 def _derive_metrics(line: BenchRunLine, ref: LineRef, result: RepMetrics, ok_idx: np.ndarray, all_ok: bool,

@@ -16,8 +16,8 @@ import msgspec
 import pytest
 
 from perfwarden.auditor.evidence import RunLoader
-from perfwarden.auditor.gates import rep_witnesses
-from perfwarden.auditor.gates.witness import EXACT, Stated, Tolerance, compare
+from perfwarden.auditor.model import witnesses as rep_witnesses
+from perfwarden.auditor.model.compare import EXACT, Stated, Tolerance, compare
 from perfwarden.auditor.loadgen_logs import _half_unit
 from perfwarden.harness.bench_writer import BENCH_LINE_VERSION, RequestRecord, build_bench_line
 from perfwarden.harness.jsonl import BenchRunLine

@@ -1,5 +1,5 @@
-"""Every number has a second witness (issue 17 §3): a small framework for holding one statement of a
-quantity against another. Pure: it judges values already loaded, it reads nothing.
+"""Holding one statement of a quantity against another: the comparison every witness relation of the
+evidence model uses. Pure: it judges values already loaded, it reads nothing.
 
 A ``Stated`` is one source's statement of a quantity (the bench line's duration, LoadGen's own
 samples-per-second, the server's counter delta), with the evidence that cites it. ``compare`` holds
@@ -8,8 +8,8 @@ two of them to a relation within a stated ``Tolerance`` and returns a finding wh
 one of them was edited), else None. A value that is not a finite number where a number is stated is a
 disagreement too: a witness that cannot be read is not a witness that agrees.
 
-Other gates reuse it (the LoadGen and server-counter witnesses in ``rep_witnesses.py``; an engine's
-metrics endpoint): build two ``Stated`` and a tolerance, call ``compare``.
+The witness engine (``auditor/model/witnesses.py``) and any gate that holds two records of one quantity
+build two ``Stated`` and a tolerance and call ``compare``.
 """
 
 from __future__ import annotations
