@@ -25,7 +25,7 @@ from perfwarden.auditor.gates import (caching, conditions, correctness, engine_w
                                       same_config, served, target_keys, timeline, workload)
 from perfwarden.auditor.manifest import (KeyChoice, KeyFileError, Manifest, chain_seal_id, observe,
                                          read_manifest, resolve_key)
-from perfwarden.auditor.model import witnesses
+from perfwarden.auditor.model import mechanisms, witnesses
 from perfwarden.auditor.rederive import METRICS
 from perfwarden.harness.records import Claim, Comparison, Finding, MetricStats, RunDir, Verdict, write_json_atomic
 from perfwarden.harness.safe_read import REPORT_BYTES, exists
@@ -132,6 +132,7 @@ def audit_baseline(a: Audit) -> None:
     a.gate("contention", lambda: measurement.check_contention(a.run, base))
     a.gate("engine_witness", lambda: engine_witness.check_engine_witness(
         a.run, engine_witness.load_engine_witness(a.loader, base), base))
+    a.gate("mechanisms", lambda: mechanisms.check_mechanisms(a.run, base))
     a.gate("noise", lambda: measurement.check_noisy_baseline(a.run, base, aa, metric))
     a.gate("aggregates", lambda: measurement.check_line_aggregates(a.run, base))
     a.gate("condition_copies", lambda: conditions.check_condition_copies(a.run, base))
@@ -226,6 +227,7 @@ def audit_patch(a: Audit, bundle: bool = False) -> None:
         a.gate("contention", lambda leg=leg: measurement.check_contention(a.run, leg))
         a.gate("engine_witness", lambda leg=leg: engine_witness.check_engine_witness(
             a.run, engine_witness.load_engine_witness(a.loader, leg), leg))
+        a.gate("mechanisms", lambda leg=leg: mechanisms.check_mechanisms(a.run, leg))
         a.gate("aggregates", lambda leg=leg: measurement.check_line_aggregates(a.run, leg))
         a.gate("condition_copies", lambda leg=leg: conditions.check_condition_copies(a.run, leg))
         a.gate("witness", lambda leg=leg: witnesses.check_witnesses(a.run, leg, _sealed(a)))
