@@ -227,6 +227,45 @@ def override_counters_config_off(run: Path) -> None:
     _counters(run, CANDIDATE, op_override_calls={"rmsnorm": 4096})
 
 
+def version_one_leg(run: Path) -> None:
+    """The candidate's lines relabelled as a later harness version (its end stamp written, the server's
+    counters null): the legs were measured by two versions of the harness."""
+    def fn(line: dict[str, Any]) -> None:
+        line.update(schema_version=2, ended_at=line["started_at"] + line["loadgen"]["wall_s"], server_counters=None)
+    _edit_lines(_leg(run, CANDIDATE) / "bench_runs.jsonl", fn)
+
+
+def outputs_one_leg(run: Path) -> None:
+    """The candidate's parity dump removed: one leg without the outputs the other keeps."""
+    (_leg(run, CANDIDATE) / "outputs.jsonl").unlink()
+
+
+def prompt_ids_one_leg(run: Path) -> None:
+    """The candidate's lines lose the prompt each request served (``prompt_ids``): the served-parity witness
+    of one leg stripped."""
+    _edit_lines(_leg(run, CANDIDATE) / "bench_runs.jsonl", lambda line: line.pop("prompt_ids"))
+
+
+FOREIGN_PAIR = "int-foreign-sglang-pair"
+
+
+def _foreign(run: Path, leg: str, **fields: Any) -> None:
+    _edit_lines(_leg(run, leg) / "bench_runs.jsonl", lambda line: line.update(fields))
+
+
+def foreign_model_swap(run: Path) -> None:
+    """Two foreign bench files (no harness fields) that name different models in ``model_id``."""
+    _foreign(run, "base", model_id="/models/SmolLM2-135M-Instruct", tokenizer_id="/models/SmolLM2-135M-Instruct")
+    _foreign(run, "cand", model_id=f"/models/{OTHER_MODEL}", tokenizer_id="/models/SmolLM2-135M-Instruct")
+
+
+def foreign_same_model_statistics(run: Path) -> None:
+    """Near miss: both foreign files name one model and carry the extra statistics such a tool writes."""
+    for leg in ("base", "cand"):
+        _foreign(run, leg, model_id="/models/SmolLM2-135M-Instruct", std_ttft_ms=1.5, p95_ttft_ms=104.0,
+                 max_output_tokens_per_s=130.0, total_output_tokens_retokenized=128)
+
+
 @dataclass(frozen=True)
 class Case:
     build: Callable[[Path], None]
@@ -236,6 +275,7 @@ class Case:
     include_any: list[list[str]] = field(default_factory=list)
     exclude: list[str] = field(default_factory=list)
     action: str | list[str] | None = None
+    base: str = BASE
 
 
 REFUSED = ["FLAG", "FAIL"]
@@ -281,6 +321,22 @@ CASES: dict[str, Case] = {
         override_counters_config_off, "FAIL", "the server's counters show an op override called while its "
         "configuration reports none", include_any=[["CONDITIONS_MISREPORTED", "CONDITIONS_DIFFER"]],
         action="eject"),
+    "model-downgrade-version-one-leg": Case(
+        version_one_leg, "FAIL", "the legs share one harness version: a comparison of two versions' records is "
+        "not one experiment", include=["CONDITIONS_DIFFER"], action="eject"),
+    "model-downgrade-outputs-one-leg": Case(
+        outputs_one_leg, REFUSED, "the candidate lost the parity dump the baseline keeps: one leg checked less is "
+        "never judged more kindly", include=["EVIDENCE_MISSING"]),
+    "model-downgrade-prompt-ids-one-leg": Case(
+        prompt_ids_one_leg, REFUSED, "the candidate's lines lost the prompt ids the baseline's keep (the served-parity "
+        "witness)", include=["EVIDENCE_MISSING"]),
+    "model-identity-foreign-model-id": Case(
+        foreign_model_swap, "FAIL", "two foreign bench files naming different models are two experiments",
+        include=["CONDITIONS_DIFFER"], action="eject", base=FOREIGN_PAIR),
+    "model-near-foreign-statistics": Case(
+        foreign_same_model_statistics, "PASS", "one model named in both foreign files, and the statistics such a "
+        "tool writes beside its per-request arrays, which the model lists as not judged",
+        exclude=["CONDITIONS_DIFFER", "EVIDENCE_CORRUPT", "EVIDENCE_MISSING", "UNKNOWN_KNOB"], base=FOREIGN_PAIR),
 }
 
 
@@ -297,8 +353,10 @@ def _answer(case: Case) -> dict[str, Any]:
     return answer
 
 
-def build(name: str, case: Case, out: Path, base: Path = FIXTURES / BASE) -> Path:
-    """``out/name``: the answer key first, then a copy of the base with the case's edits, sealed again."""
+def build(name: str, case: Case, out: Path) -> Path:
+    """``out/name``: the answer key first, then a copy of the case's base with its edits, sealed again (a
+    sealed base)."""
+    base = FIXTURES / case.base
     fixture = out / name
     if fixture.exists():
         shutil.rmtree(fixture)
@@ -306,14 +364,16 @@ def build(name: str, case: Case, out: Path, base: Path = FIXTURES / BASE) -> Pat
     write_json_atomic(fixture / "answer_key.json", {
         "schema_version": 1, "frozen": FROZEN, "answers": [_answer(case)],
         "provenance": f"proof/build_model_cases.py: {(case.build.__doc__ or '').strip().splitlines()[0]} "
-                      f"(a copy of {BASE}, sealed again with its key)",
+                      f"(a copy of {case.base}" + (", sealed again with its key)" if (base / "seal.key").is_file()
+                                                   else ")"),
         "rationale": case.why})
     shutil.copytree(base / "run", fixture / "run", ignore=shutil.ignore_patterns("verdicts"))
-    for name_ in ("seal.key", "seal.head"):
-        shutil.copyfile(base / name_, fixture / name_)
     case.build(fixture / "run")
-    _forget_removed(fixture / "run")
-    reseal(fixture / "run", fixture / "seal.key")
+    if (base / "seal.key").is_file():
+        for name_ in ("seal.key", "seal.head"):
+            shutil.copyfile(base / name_, fixture / name_)
+        _forget_removed(fixture / "run")
+        reseal(fixture / "run", fixture / "seal.key")
     return fixture
 
 
