@@ -25,7 +25,7 @@ from perfwarden.auditor.gates import (caching, conditions, correctness, engine_w
                                       same_config, served, target_keys, timeline, workload)
 from perfwarden.auditor.manifest import (KeyChoice, KeyFileError, Manifest, chain_seal_id, observe,
                                          read_manifest, resolve_key)
-from perfwarden.auditor.model import mechanisms, witnesses
+from perfwarden.auditor.model import mechanisms, parity, witnesses
 from perfwarden.auditor.rederive import METRICS
 from perfwarden.harness.records import Claim, Comparison, Finding, MetricStats, RunDir, Verdict, write_json_atomic
 from perfwarden.harness.safe_read import REPORT_BYTES, exists
@@ -232,6 +232,7 @@ def audit_patch(a: Audit, bundle: bool = False) -> None:
         a.gate("condition_copies", lambda leg=leg: conditions.check_condition_copies(a.run, leg))
         a.gate("witness", lambda leg=leg: witnesses.check_witnesses(a.run, leg, _sealed(a)))
     a.gate("workload", lambda: workload.check_workload(a.run, claim, base, cand))
+    a.gate("parity", lambda: parity.check_parity(a.run, base, cand, _sealed(a)))
     a.gate("interleaving", lambda: measurement.check_interleaving(a.run, base, cand))
     claimed = [a.leg(n) for n in _claim_legs(claim) if _plain_name(n)]
     a.gate("overlap", lambda: timeline.check_overlap(a.run, claimed, claim.legs.concurrent))

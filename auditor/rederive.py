@@ -32,7 +32,7 @@ import msgspec
 import numpy as np
 
 from perfwarden.harness.json_limits import JsonTooDeep, check_depth
-from perfwarden.harness.jsonl import NULL, BenchRunLine, LineRef
+from perfwarden.harness.jsonl import FOREIGN_STATED, NULL, BenchRunLine, ForeignBenchRunLine, LineRef
 
 # Metric -> whether higher is better. The one place that says which way each metric improves.
 METRICS: dict[str, bool] = {
@@ -163,6 +163,11 @@ class RepMetrics:
     request), when the line records both: what LoadGen measures of the same samples."""
     loadgen_wall_s: float | None = None
     """How long LoadGen's test ran, as the line records it (``loadgen.wall_s``)."""
+    arrays: frozenset[str] = frozenset()
+    """The optional per-request arrays the line carries (which witnesses of its requests it holds)."""
+    foreign_stated: dict[str, Any] = field(default_factory=dict)
+    """What a foreign line states of its run beyond the harness's schema (``jsonl.FOREIGN_STATED``: its
+    model, tokenizer, load shape), only the fields it holds."""
 
 
 def _as_array(values, name: str, n: int) -> np.ndarray:
@@ -554,7 +559,21 @@ def _new_record(line: BenchRunLine, ref: LineRef, leg: str, rep: int, n: int, n_
                       issued=line.issued, workload=_workload(line, ref),
                       server_info=flatten_json(server_info) if server_info is not None else None,
                       server_counters=server_counters(line, ref),
-                      usage_counted=_usage_counted(line))
+                      usage_counted=_usage_counted(line),
+                      arrays=frozenset(name for name in OPTIONAL_ARRAYS if getattr(line, name) is not None),
+                      foreign_stated=_foreign_stated(line, ref))
+
+
+OPTIONAL_ARRAYS = ("input_lens", "itls", "request_starts", "latencies", "issue_delays", "cache_hits", "generated_texts",
+                   "input_lens_source", "output_lens_source", "finish_reasons", "prompt_ids")
+"""Per-request arrays a line may carry beyond the ones re-derivation needs."""
+
+
+def _foreign_stated(line: BenchRunLine, ref: LineRef) -> dict[str, Any]:
+    if not isinstance(line, ForeignBenchRunLine):
+        return {}
+    values = {name: raw_json(getattr(line, name), name, ref) for name in FOREIGN_STATED}
+    return {k: v for k, v in values.items() if v is not None}
 
 
 def _gaps(line: BenchRunLine, ref: LineRef, ok: np.ndarray, all_ok: bool,

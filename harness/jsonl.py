@@ -724,7 +724,24 @@ class SealEntry(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
 
 class ForeignBenchRunLine(BenchRunLine, forbid_unknown_fields=False):
     """A bench line from a foreign writer (no ``schema_version``): sglang/vLLM add fields perfwarden does
-    not read, which are listed, not refused. Never decoded directly: see :func:`iter_jsonl`."""
+    not read, which are listed, not refused, besides the few below that say which run it was (the
+    auditor holds them across the legs). Never decoded directly: see :func:`iter_jsonl`."""
+
+    model_id: msgspec.Raw = NULL
+    tokenizer_id: msgspec.Raw = NULL
+    """The model and tokenizer ``vllm bench serve`` names."""
+    burstiness: msgspec.Raw = NULL
+    num_prompts: msgspec.Raw = NULL
+    endpoint_type: msgspec.Raw = NULL
+    max_concurrent_requests: msgspec.Raw = NULL
+    tag: msgspec.Raw = NULL
+    label: msgspec.Raw = NULL
+    """How a foreign benchmark shaped its load and labelled the run."""
+
+
+FOREIGN_STATED = ("model_id", "tokenizer_id", "burstiness", "num_prompts", "endpoint_type", "max_concurrent_requests",
+                  "tag", "label")
+"""The fields of a foreign bench line read beyond the harness's schema (``ForeignBenchRunLine``)."""
 
 
 FOREIGN_SCHEMAS: dict[type, type] = {BenchRunLine: ForeignBenchRunLine}
