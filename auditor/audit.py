@@ -467,10 +467,10 @@ def _reading(a: Audit) -> GateResult:
     """What the loader met while reading, and what the legs it loaded show as a whole (``gates/reading.py``),
     judged after every other gate has read its files."""
     legs = a.loader.loaded_legs()
-    results = [reading.check_reading(a.loader.problems),
+    results = [reading.check_reading(a.loader.problems), reading.check_foreign_fields(a.loader.foreign_fields),
                reading.check_rep_clock(a.run, legs, a.loader.run_started() if legs else None),
                reading.check_duplicate_timings(a.run, legs), *(reading.check_rep_set(a.run, leg) for leg in legs)]
-    return GateResult([f for r in results for f in r.findings])
+    return GateResult([f for r in results for f in r.findings], [n for r in results for n in r.not_checked])
 
 
 def _claim_legs(claim: Claim) -> list[str]:

@@ -96,6 +96,15 @@ class ReadProblem:
     threshold: Any = None
 
 
+@dataclass(frozen=True)
+class ForeignFields:
+    """The fields a foreign bench file's lines hold beyond the bench schema, and the first line holding one."""
+
+    what: str
+    names: frozenset[str]
+    line: int
+
+
 @dataclass
 class TextFile:
     """A small text file held as lines, with its digest, so findings can cite any line."""
@@ -177,6 +186,8 @@ class RunLoader:
         self.paths = RunDir(run)
         self.problems: list[ReadProblem] = []
         """What reading met, in order (the reading gate judges them)."""
+        self.foreign_fields: dict[str, ForeignFields] = {}
+        """File (relative to the run) -> the fields its foreign lines hold beyond the bench schema."""
         self.digests: dict[str, str] = {}
         self._legs: dict[str, LegEvidence] = {}
         self._conditions_reported: set[str] = set()
@@ -304,12 +315,13 @@ class RunLoader:
         return obj, tf
 
     def report_issues(self, issues: list[LineIssue], what: str) -> None:
-        """Torn tail -> FLAG (the writer was interrupted); anything mid-file -> FAIL. A foreign file's
-        fields perfwarden does not read are listed as not checked (one note per file)."""
-        foreign = sorted({name for issue in issues if issue.kind == "foreign_fields" for name in issue.message.split(", ")})
+        """Each line issue as a fact (torn tail, corrupt, missing); a foreign file's fields beyond the
+        schema are recorded per file (``foreign_fields``: the reading gate asks the model what they are)."""
+        foreign = {name for issue in issues if issue.kind == "foreign_fields" for name in issue.message.split(", ")}
         if foreign:
-            self.notes.append(f"{what}: foreign file ({_rel(self.run, issues[0].ref.path)!r}) fields perfwarden does not "
-                              f"read, not checked: {', '.join(foreign[:40])}" + (" …" if len(foreign) > 40 else ""))
+            rel = _rel(self.run, issues[0].ref.path)
+            first = next(i.ref for i in issues if i.kind == "foreign_fields")
+            self.foreign_fields[rel] = ForeignFields(what, frozenset(foreign), first.line)
         for issue in issues:
             if issue.kind == "foreign_fields":
                 continue

@@ -4,6 +4,7 @@ finding; the reading gate makes each fact a finding by the evidence model's ``re
 from __future__ import annotations
 
 import ast
+import json
 from pathlib import Path
 
 from perfwarden.auditor.audit import audit_path
@@ -66,3 +67,28 @@ def test_a_corrupt_leg_is_stated_by_the_loader_and_judged_by_the_gate():
     assert {f.code for f in judged} == {"EVIDENCE_CORRUPT"} and all(f.gate == "evidence" for f in judged)
     verdict = audit_path(run, run / "claims" / "001-patch.json")
     assert {f.message for f in judged} <= {f.message for f in verdict.findings}
+
+
+def _foreign_leg(tmp_path: Path, extra: dict) -> Path:
+
+    run = tmp_path / "run"
+    (run / "legs" / "a").mkdir(parents=True)
+    src = ROOT / "tests" / "data" / "vllm-bench-serve" / "results.jsonl"
+    lines = [json.loads(x) for x in src.read_text().splitlines() if x.strip()]
+    (run / "legs" / "a" / "bench_runs.jsonl").write_text("".join(json.dumps({**x, **extra}) + "\n" for x in lines))
+    (run / "claims").mkdir()
+    (run / "claims" / "b.json").write_text(json.dumps({"legs": {"baseline": "a"}, "producer": "integrator",
+                                                        "scope": "baseline", "seq": 1}))
+    return run
+
+
+def test_a_foreign_tools_statistics_are_listed_and_a_field_with_no_role_is_fail_closed(tmp_path):
+    run = _foreign_leg(tmp_path / "near", {"p95_ttft_ms": 12.0})
+    verdict = audit_path(run, run / "claims" / "b.json")
+    assert not [f for f in verdict.findings if f.code == "UNKNOWN_KNOB"]
+    assert any("not judged" in n and "p95_ttft_ms" in n for n in verdict.not_checked)
+    run = _foreign_leg(tmp_path / "unknown", {"speculative_accept_rate": 0.7})
+    verdict = audit_path(run, run / "claims" / "b.json")
+    found = [f for f in verdict.findings if f.code == "UNKNOWN_KNOB"]
+    assert [(f.severity, f.measured) for f in found] == [("FLAG", ["speculative_accept_rate"])]
+    assert verdict.verdict != "PASS"

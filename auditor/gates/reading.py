@@ -15,7 +15,7 @@ import os
 import posixpath
 from pathlib import Path
 
-from perfwarden.auditor.evidence import (HARNESS_ARRAYS, STANDARD_ARRAYS, LegEvidence, ReadProblem,
+from perfwarden.auditor.evidence import (HARNESS_ARRAYS, STANDARD_ARRAYS, ForeignFields, LegEvidence, ReadProblem,
                                          line_evidence)
 from perfwarden.auditor.findings import GateResult, finding
 from perfwarden.auditor.model.schema import evidence_model
@@ -35,6 +35,30 @@ def check_reading(problems: list[ReadProblem]) -> GateResult[None]:
                              threshold=problem.threshold, evidence=list(problem.evidence),
                              action=rule.action, gate=GATE))
     return GateResult(findings=found)
+
+
+def check_foreign_fields(files: dict[str, ForeignFields]) -> GateResult[None]:
+    """A foreign bench file's fields beyond the bench schema, judged by the evidence model: one it lists as
+    not judged is named in ``not_checked`` with the reason; one it lists as an identity or a condition is
+    read and compared across the legs (``model/parity.py``); one it gives no role is fail-closed
+    (UNKNOWN_KNOB, FLAG): a field nobody thought about is never trusted by default."""
+    model = evidence_model()
+    findings, notes = [], []
+    for rel, found in sorted(files.items()):
+        roles = {name: model.role_of("bench_line", name, foreign=True) for name in sorted(found.names)}
+        unjudged = [n for n, r in roles.items() if r is not None and r.role == "not_judged"]
+        if unjudged:
+            notes.append(f"{found.what}: foreign file ({rel!r}) fields the evidence model lists as not judged "
+                         f"(statistics a foreign tool writes beside the per-request arrays the verdict re-derives from): "
+                         f"{', '.join(unjudged[:40])}" + (" …" if len(unjudged) > 40 else ""))
+        roleless = [n for n, r in roles.items() if r is None]
+        if roleless:
+            findings.append(finding("UNKNOWN_KNOB", "FLAG", f"{found.what}: foreign file {rel!r} holds field(s) the "
+                                    f"evidence model gives no role: {', '.join(roleless[:8])}; a field nobody thought "
+                                    "about is not trusted by default", measured=roleless[:40],
+                                    threshold="a field the model lists for a foreign bench line",
+                                    evidence=[EvidenceRef(file=rel, line=found.line)], action="flag", gate=GATE))
+    return GateResult(findings=findings, not_checked=notes)
 
 
 RUN_CLOCK_SLACK_S = 60.0
