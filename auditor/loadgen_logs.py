@@ -75,6 +75,10 @@ class LoadgenRep:
 
 
 def _evidence(rel: str, ref: LineRef) -> EvidenceRef:
+    """The line's citation from what the reader took as it read it (no second open of the log)."""
+    if ref.digest is not None and ref.head is not None:
+        return EvidenceRef(file=rel, line=ref.line, sha256=ref.digest,
+                           excerpt=ref.head[:_EXCERPT].decode("utf-8", "replace"))
     raw = ref.raw()
     return EvidenceRef(file=rel, line=ref.line, sha256=hashlib.sha256(raw).hexdigest(),
                        excerpt=raw[:_EXCERPT].decode("utf-8", "replace"))

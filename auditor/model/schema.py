@@ -18,7 +18,7 @@ from functools import lru_cache
 from importlib import resources
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
 
 from perfwarden.auditor.codes import known
 
@@ -28,6 +28,8 @@ Layout = Literal["jsonl", "json", "nested", "text", "mllog", "summary"]
 Relation = Literal["equal", "at_most", "at_least"]
 
 MODEL_FILE = "evidence_model.json"
+MAX_MEMO = 1 << 14
+"""Role answers remembered at once (a run states a few hundred keys)."""
 
 
 class ModelError(ValueError):
@@ -159,14 +161,22 @@ class EvidenceModel(_Strict):
     witnesses: tuple[WitnessRule, ...]
     mechanisms: dict[str, MechanismModel]
     reading: dict[str, ReadingRule]
+    _roles: dict[tuple[str, str, bool], FieldRole | None] = PrivateAttr(default_factory=dict)
+    """Answers already given (at most ``MAX_MEMO``)."""
 
     def record(self, name: str) -> RecordModel:
         """The model of record type ``name`` (``KeyError`` for one it does not model: fail closed upstream)."""
         return self.records[name]
 
     def role_of(self, record: str, path: str, foreign: bool = False) -> FieldRole | None:
-        model = self.records.get(record)
-        return model.role_of(record, path, foreign) if model is not None else None
+        """The role of ``path`` in ``record`` (memoized: the gates ask for the same keys in every copy)."""
+        key = (record, path, foreign)
+        if key not in self._roles:
+            if len(self._roles) >= MAX_MEMO:
+                self._roles.clear()  # keys come from the evidence: the memo never grows with the input
+            found = self.records.get(record)
+            self._roles[key] = found.role_of(record, path, foreign) if found is not None else None
+        return self._roles[key]
 
     def is_container(self, record: str, path: str) -> bool:
         """Whether ``path`` is an object whose own fields have roles (``loadgen`` of a bench line)."""
@@ -177,6 +187,8 @@ class EvidenceModel(_Strict):
         """Entries (names or patterns) of ``record`` whose role is ``role``."""
         model = self.records[record]
         return tuple(name for name, g in model.entries(foreign) if g.role == role)
+
+
 
 
 def _check(model: EvidenceModel) -> None:
