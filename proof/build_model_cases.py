@@ -100,12 +100,13 @@ def _summary_edit(path: Path, fn: Callable[[str, str], str]) -> None:
     path.write_text("".join(out), encoding="utf-8")
 
 
-def _rederive(line: dict[str, Any]) -> None:
-    """A bench line's aggregates recomputed from its arrays, as the harness's writer computes them."""
+def _rederive(line: dict[str, Any], before: dict[str, Any] | None = None) -> None:
+    """A bench line's aggregates recomputed from its arrays, as the harness's writer computes them (the ones
+    its formula reproduced on the line ``before`` the edit, and the throughputs)."""
     from perfwarden.redteam.field_explorer_oracle import rederivable, rederive
 
-    line.update(rederive(line, rederivable(line) | {"request_throughput", "output_throughput", "total_throughput",
-                                                     "input_throughput"}))
+    line.update(rederive(line, rederivable(before or line) | {"request_throughput", "output_throughput",
+                                                               "total_throughput", "input_throughput"}))
 
 
 # ------------------------------------------------------------------------------------------ cases
@@ -246,6 +247,36 @@ def prompt_ids_one_leg(run: Path) -> None:
     _edit_lines(_leg(run, CANDIDATE) / "bench_runs.jsonl", lambda line: line.pop("prompt_ids"))
 
 
+def prompt_ids_both_legs(run: Path) -> None:
+    """Both legs' lines lose the prompt each request served: a field the harness writes on every line of a
+    rep LoadGen scheduled, removed everywhere at once."""
+    for leg in (BASELINE, CANDIDATE):
+        _edit_lines(_leg(run, leg) / "bench_runs.jsonl", lambda line: line.pop("prompt_ids"))
+
+
+def _fewer_tokens(line: dict[str, Any], factor: float) -> None:
+    """Every request's output tokens scaled down, its gaps merged so it has no more gaps than tokens."""
+    before = json.loads(json.dumps(line))
+    lens = [max(1, int(n * factor)) if n else n for n in line["output_lens"]]
+    line["itls"] = [gaps[:max(n - 2, 0)] + [sum(gaps[max(n - 2, 0):])] if n > 1 and len(gaps) > n - 1 else gaps
+                    for gaps, n in zip(line["itls"], lens)]
+    line["output_lens"] = lens
+    _rederive(line, before)
+
+
+def tokens_with_loadgen(run: Path) -> None:
+    """Both legs' output tokens cut by one (16 to 15: the last two gaps merged, aggregates re-derived) with
+    LoadGen's tokens per second (detail and summary) moved to agree; the servers' own running totals after
+    each rep are left."""
+    for leg in (BASELINE, CANDIDATE):
+        _edit_lines(_leg(run, leg) / "bench_runs.jsonl", lambda line: _fewer_tokens(line, 0.9375))
+        for folder in sorted((_leg(run, leg) / "loadgen").iterdir()):
+            _detail_edit(folder / "mlperf_log_detail.txt",
+                         lambda k, v: round(v * 0.9375, 6) if k == "result_tokens_per_second" else v)
+            _summary_edit(folder / "mlperf_log_summary.txt",
+                          lambda k, v: f"{float(v) * 0.9375:.6g}" if k == "Tokens per second" else v)
+
+
 FOREIGN_PAIR = "int-foreign-sglang-pair"
 
 
@@ -330,6 +361,13 @@ CASES: dict[str, Case] = {
     "model-downgrade-prompt-ids-one-leg": Case(
         prompt_ids_one_leg, REFUSED, "the candidate's lines lost the prompt ids the baseline's keep (the served-parity "
         "witness)", include=["EVIDENCE_MISSING"]),
+    "model-downgrade-prompt-ids-both-legs": Case(
+        prompt_ids_both_legs, REFUSED, "the harness writes prompt ids on every line of a rep LoadGen scheduled: "
+        "their absence from both legs is evidence removed, not a lighter format", include=["EVIDENCE_MISSING"]),
+    "model-witness-tokens-with-loadgen": Case(
+        tokens_with_loadgen, "FAIL", "the legs' output tokens and LoadGen's token rate were rescaled together; "
+        "the servers' own running totals after each rep still count every token they generated",
+        include=["EVIDENCE_CORRUPT"], action="eject"),
     "model-identity-foreign-model-id": Case(
         foreign_model_swap, "FAIL", "two foreign bench files naming different models are two experiments",
         include=["CONDITIONS_DIFFER"], action="eject", base=FOREIGN_PAIR),
