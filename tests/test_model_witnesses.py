@@ -95,3 +95,31 @@ def test_a_sealed_runs_log_without_its_version_is_held_as_a_real_one(tmp_path):
     found = _judged(run, sealed=True)
     assert [(f.code, f.severity) for f in found] == [("EVIDENCE_MISSING", "FAIL")]
     assert "loadgen_version" in found[0].message
+
+
+def test_every_field_the_model_says_the_harness_always_writes_has_a_presence_test():
+    assert set(evidence_model().record("bench_line").required) <= set(witnesses.REQUIRED_PRESENT)
+
+
+@pytest.mark.parametrize("field", ["prompt_ids", "issue_delays", "finish_reasons", "contention"])
+def test_a_real_loadgen_reps_line_without_a_field_the_harness_always_writes_lost_it(tmp_path, field):
+    run = _copy(tmp_path)
+    _edit_line(run, lambda line: line.pop(field))
+    found = _judged(run)
+    assert ("EVIDENCE_MISSING", "FAIL") in [(f.code, f.severity) for f in found]
+    assert any(field in f.message for f in found)
+
+
+def test_the_servers_totals_after_each_rep_advance_by_the_next_reps_requests_and_tokens(tmp_path):
+    run = _copy(tmp_path)
+    path = run / "legs" / "base" / "bench_runs.jsonl"
+    lines = [json.loads(x) for x in path.read_text().splitlines()]
+    lines[1]["server_info"]["internal_states"][0]["tokens_generated"] += 5
+    path.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    found = _judged(run)
+    assert [f.code for f in found] == ["EVIDENCE_CORRUPT", "EVIDENCE_CORRUPT"]  # rep 1 over, rep 2 under
+    assert all("tokens_generated" in f.message for f in found)
+    lines[2]["server_info"]["process"]["pid"] = 1  # another server process: its totals start over
+    lines[1]["server_info"]["process"]["pid"] = 2
+    path.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    assert _judged(run) == []

@@ -75,6 +75,9 @@ class RecordModel(_Strict):
     writer: Writer
     written_by: str
     schema_: str | None = Field(alias="schema")
+    required: tuple[str, ...] = ()
+    """Fields the writer always writes (``required_when`` says on which records): one absent was removed."""
+    required_when: str | None = None
     groups: tuple[FieldGroup, ...]
     foreign: tuple[FieldGroup, ...] = ()
     """Fields a foreign writer of the same record adds beside the harness's (a foreign bench tool's extras)."""

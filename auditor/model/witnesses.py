@@ -40,13 +40,16 @@ states about itself.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from perfwarden.auditor.evidence import LegEvidence, line_evidence
 from perfwarden.auditor.findings import GateResult, finding
 from perfwarden.auditor.model.compare import EXACT, Relation, Tolerance, compare
 from perfwarden.auditor.loadgen_logs import LoadgenRep
-from perfwarden.auditor.rederive import RepMetrics
+from perfwarden.auditor.model.schema import evidence_model
+from perfwarden.auditor.rederive import OPTIONAL_ARRAYS, RepMetrics
 from perfwarden.auditor.stated import Stated
 from perfwarden.harness.records import Finding
 
@@ -110,6 +113,7 @@ def check_witnesses(run: Path, leg: LegEvidence, sealed: bool = False) -> GateRe
         if found:
             cited = line_evidence(run, rep.ref)
             findings += [f.model_copy(update={"evidence": [cited, *f.evidence]}) for f in found]
+    findings += between_reps_findings(run, leg)
     if no_logs:
         notes.append(f"second witness of leg {leg.name!r}: {no_logs} rep(s) have no LoadGen logs to hold their "
                      "lines against")
@@ -203,6 +207,19 @@ def _against_line(rep: RepMetrics, line: Stated, stated: dict[str, Stated], wher
     return out
 
 
+def _carries(name: str) -> Callable[[RepMetrics], bool]:
+    return lambda rep: name in rep.arrays
+
+
+REQUIRED_PRESENT: dict[str, Callable[[RepMetrics], bool]] = {
+    **{name: _carries(name) for name in OPTIONAL_ARRAYS},
+    "scenario": lambda rep: "scenario" in rep.workload,
+    "loadgen.settings": lambda rep: any(k.startswith("loadgen.settings.") for k in rep.workload),
+    "loadgen.wall_s": lambda rep: rep.loadgen_wall_s is not None,
+    "contention": lambda rep: rep.contention is not None,
+    "started_at": lambda rep: rep.started_at is not None,
+}
+"""How to tell a rep's line carries each field the evidence model says the harness always writes."""
 REAL_LOADGEN = ("min_latency_s", "mean_latency_s")
 """What a real LoadGen writes besides ``NEEDED`` at the end of every performance test (results.cc)."""
 
@@ -218,8 +235,8 @@ def real_loadgen_findings(rep: RepMetrics, line: Stated, logs: LoadgenRep, leg: 
         return []  # a hand-written log (the synthetic fixtures'): held to what it states only
     lacking = ([] if logs.version is not None else ["loadgen_version"]) + \
         [k for k in REAL_LOADGEN if k not in logs.detail] + ([] if logs.power else ["power_begin/power_end"]) + \
-        ([] if rep.loadgen_latency_s is not None else ["(the line's) issue_delays"]) + \
-        ([] if rep.loadgen_wall_s is not None else ["(the line's) loadgen.wall_s"])
+        [f"(the line's) {name}" for name in evidence_model().record("bench_line").required
+         if not REQUIRED_PRESENT[name](rep)]
     if lacking:
         return [finding("EVIDENCE_MISSING", "FAIL", f"{where}the rep's LoadGen records lack {', '.join(lacking)}: "
                         "LoadGen writes its version, every sample's latencies and its power window in every log, and "
@@ -302,9 +319,9 @@ APPLIED = ("loadgen_span_within_duration", "loadgen_span_after_first_start", "lo
            "loadgen_min_latency", "loadgen_mean_latency", "loadgen_power_window", "loadgen_power_begin",
            "duration_is_last_end", "duration_within_loadgen_wall", "clock_is_loadgen_wall",
            "duration_within_samples", "duration_within_cpu_window", "counters_requests", "counters_tokens",
-           "counters_monotone")
+           "counters_monotone", "counters_between_reps")
 """The model's witness relations this module applies (``loadgen_findings``, ``real_loadgen_findings``,
-``clock_findings``, ``counter_findings``)."""
+``clock_findings``, ``counter_findings``, ``between_reps_findings``)."""
 APPLIED_ELSEWHERE = {
     "timeline_within_duration": "auditor/rederive.py (while the rep is read: an unusable rep)",
     "aggregates_from_arrays": "auditor/rederive.py (counts exactly) and gates/measurement.py check_line_aggregates",
@@ -312,6 +329,51 @@ APPLIED_ELSEWHERE = {
     "engine_counters": "gates/engine_witness.py (vLLM's /metrics around each rep)",
 }
 """The model's witness relations applied where the quantities are read or by their own gate."""
+
+
+PROCESS_KEYS = ("process.pid", "process.started_at")
+"""What names the server process a bench line's server_info copy was read from."""
+BETWEEN = ("requests_admitted", "requests_completed", "tokens_generated", "response_cache_hits")
+
+
+def _after(rep: RepMetrics) -> tuple[tuple[Any, ...], dict[str, float]] | None:
+    """The server process a rep's server_info copy names and its running totals after the rep."""
+    info = rep.server_info or {}
+    states = info.get("internal_states")
+    first = states[0] if isinstance(states, list) and states and isinstance(states[0], dict) else None
+    process = tuple(info.get(k) for k in PROCESS_KEYS)
+    if first is None or None in process:
+        return None
+    totals = {k: float(v) for k, v in first.items()
+              if k in (*BETWEEN, "queued", "running_batch") and isinstance(v, (int, float)) and not isinstance(v, bool)}
+    return process, totals
+
+
+def between_reps_findings(run: Path, leg: LegEvidence) -> list[Finding]:
+    """The server's running totals after each rep against the next rep of the same server process: between
+    two reps nothing but the later rep's requests reaches it, so its totals advance by exactly that rep's
+    requests and (counted from usage, no response-cache hit) tokens; at least by them where the earlier rep
+    left requests in flight."""
+    found: list[Finding | None] = []
+    ordered = sorted((r for r in leg.reps if r.started_at is not None), key=lambda r: (r.started_at, r.rep))
+    for prev, rep in zip(ordered, ordered[1:]):
+        a, b = _after(prev), _after(rep)
+        if a is None or b is None or a[0] != b[0] or not all(k in a[1] and k in b[1] for k in BETWEEN):
+            continue
+        delta = {k: b[1][k] - a[1][k] for k in BETWEEN}
+        exact = rep.n_ok == rep.n_requests and not (a[1].get("queued", 0) or a[1].get("running_batch", 0))
+        relation: Relation = "equal" if exact else "at_least"
+        where = f"leg {leg.name!r} rep {rep.rep}: "
+        line = Stated(f"bench line {rep.ref.line}", None, line_evidence(run, rep.ref))
+        server = f"the server's totals after rep {rep.rep} less after rep {prev.rep}"
+        found.append(compare("requests", Stated(f"{server}: requests_admitted", delta["requests_admitted"]),
+                             _at(line, "requests", rep.n_requests), EXACT, relation=relation, gate=GATE, context=where))
+        total = rep.metrics.get("total_output_tokens")
+        if total is not None and rep.usage_counted and delta["response_cache_hits"] == 0:
+            found.append(compare("output tokens", Stated(f"{server}: tokens_generated", delta["tokens_generated"]),
+                                 _at(line, "total_output_tokens", total), EXACT, relation=relation, gate=GATE,
+                                 context=where))
+    return [f for f in found if f is not None]
 
 
 def _in_flight(rep: RepMetrics) -> bool:
