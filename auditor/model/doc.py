@@ -62,6 +62,16 @@ def render(model: EvidenceModel) -> str:
         off = ", ".join(repr(v) for v in mech.off)
         out.append(f"| {name} | {', '.join(f'`{c}`' for c in mech.config)} | {_cell(off)} | {counters} | "
                    f"{_cell(mech.why)} |")
+    out += ["", "## What each MLPerf compliance test requires of its own audit settings", "",
+            "| test | setting | met when | source |", "|---|---|---|---|"]
+    for test, spec in model.compliance_tests.items():
+        for required in spec.settings:
+            ways = " or ".join(
+                f"`{r.name}` " + ("other than the reference's" if r.differs_from_reference else
+                                  f"= {r.equals!r}" if r.equals is not None else
+                                  f">= {r.at_least:g}" if r.at_least is not None else f"> {r.above:g}")
+                for r in required.any_of)
+            out.append(f"| {test} | {_cell(required.any_of[0].name)} | {_cell(ways)} | {_cell(required.source)} |")
     out += ["", "## What reading finds", "", "The loader only reads: it states what it met, and this table makes "
             "each kind a finding (`auditor/gates/reading.py`).", "", "| kind | code | severity | why |",
             "|---|---|---|---|"]

@@ -144,6 +144,31 @@ class MechanismModel(_Strict):
     counters: tuple[CounterSignal, ...] = Field(min_length=1)
 
 
+class SettingRequirement(_Strict):
+    """One way a compliance run's setting meets its test: equal to a value, at least one, above one, or other
+    than the reference run's."""
+
+    name: str
+    equals: int | bool | None = None
+    at_least: float | None = None
+    above: float | None = None
+    differs_from_reference: bool = False
+
+
+class RequiredSetting(_Strict):
+    """A setting a compliance test's audit.config fixes: met when any of its ways holds."""
+
+    any_of: tuple[SettingRequirement, ...] = Field(min_length=1)
+    source: str
+
+
+class ComplianceTest(_Strict):
+    """What an MLPerf compliance test requires of its run's own audit settings."""
+
+    why: str
+    settings: tuple[RequiredSetting, ...] = Field(min_length=1)
+
+
 class ReadingRule(_Strict):
     """What one kind of thing the loader met while reading becomes in the verdict."""
 
@@ -163,6 +188,7 @@ class EvidenceModel(_Strict):
     records: dict[str, RecordModel]
     witnesses: tuple[WitnessRule, ...]
     mechanisms: dict[str, MechanismModel]
+    compliance_tests: dict[str, ComplianceTest]
     reading: dict[str, ReadingRule]
     _roles: dict[tuple[str, str, bool], FieldRole | None] = PrivateAttr(default_factory=dict)
     """Answers already given (at most ``MAX_MEMO``)."""
