@@ -33,7 +33,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 from perfwarden.harness.records import write_json_atomic
-from perfwarden.redteam.field_explorer_run import reseal
+from perfwarden.redteam.forgery_files import (edit_detail, edit_json, edit_lines, edit_summary, read_lines,
+                                              rederive_aggregates, seal_again, write_lines)
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 BASE = "seal-rec-clean"
@@ -46,26 +47,12 @@ OTHER_DIGEST = "sha256:" + "5" * 64
 # ------------------------------------------------------------------------------------- file edits
 
 
-def _lines(path: Path) -> list[dict[str, Any]]:
-    return [json.loads(x) for x in path.read_text("utf-8").splitlines() if x.strip()]
-
-
-def _write_lines(path: Path, lines: list[dict[str, Any]], compact: bool = False) -> None:
-    seps = (",", ":") if compact else None
-    path.write_text("".join(json.dumps(x, separators=seps) + "\n" for x in lines), encoding="utf-8")
-
-
-def _edit_json(path: Path, fn: Callable[[dict[str, Any]], None]) -> None:
-    obj = json.loads(path.read_text("utf-8"))
-    fn(obj)
-    path.write_text(json.dumps(obj, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-
-
-def _edit_lines(path: Path, fn: Callable[[dict[str, Any]], None]) -> None:
-    lines = _lines(path)
-    for line in lines:
-        fn(line)
-    _write_lines(path, lines)
+_lines = read_lines
+_write_lines = write_lines
+_edit_json = edit_json
+_edit_lines = edit_lines
+_detail_edit = edit_detail
+_summary_edit = edit_summary
 
 
 def _leg(run: Path, leg: str) -> Path:
@@ -78,35 +65,8 @@ def _server_info_everywhere(run: Path, leg: str, fn: Callable[[dict[str, Any]], 
     _edit_lines(_leg(run, leg) / "bench_runs.jsonl", lambda line: fn(line["server_info"]))
 
 
-def _detail_edit(path: Path, fn: Callable[[str, Any], Any]) -> None:
-    """LoadGen's detail log with each record's value replaced by ``fn(key, value)``."""
-    out = []
-    for raw in path.read_text("utf-8").splitlines(keepends=True):
-        if raw.startswith(":::MLLOG "):
-            rec = json.loads(raw[len(":::MLLOG "):])
-            rec["value"] = fn(rec["key"], rec["value"])
-            raw = ":::MLLOG " + json.dumps(rec) + "\n"
-        out.append(raw)
-    path.write_text("".join(out), encoding="utf-8")
-
-
-def _summary_edit(path: Path, fn: Callable[[str, str], str]) -> None:
-    out = []
-    for raw in path.read_text("utf-8").splitlines(keepends=True):
-        if ":" in raw and not raw.startswith("="):
-            key, value = raw.split(":", 1)
-            raw = f"{key}: {fn(key.strip(), value.strip())}\n"
-        out.append(raw)
-    path.write_text("".join(out), encoding="utf-8")
-
-
 def _rederive(line: dict[str, Any], before: dict[str, Any] | None = None) -> None:
-    """A bench line's aggregates recomputed from its arrays, as the harness's writer computes them (the ones
-    its formula reproduced on the line ``before`` the edit, and the throughputs)."""
-    from perfwarden.redteam.field_explorer_oracle import rederivable, rederive
-
-    line.update(rederive(line, rederivable(before or line) | {"request_throughput", "output_throughput",
-                                                               "total_throughput", "input_throughput"}))
+    rederive_aggregates(line, before or line)
 
 
 # ------------------------------------------------------------------------------------------ cases
@@ -410,20 +370,8 @@ def build(name: str, case: Case, out: Path) -> Path:
     if (base / "seal.key").is_file():
         for name_ in ("seal.key", "seal.head"):
             shutil.copyfile(base / name_, fixture / name_)
-        _forget_removed(fixture / "run")
-        reseal(fixture / "run", fixture / "seal.key")
+        seal_again(fixture / "run", fixture / "seal.key")
     return fixture
-
-
-def _forget_removed(run: Path) -> None:
-    """The seal chain without the entries of files the case removed (a harness that never wrote them never
-    sealed them), renumbered; ``reseal`` then rebuilds every link with the run's key."""
-    chain = run / "evidence.jsonl"
-    entries = [json.loads(x) for x in chain.read_text("utf-8").splitlines() if x.strip()]
-    kept = [e for e in entries if e.get("kind") not in ("file", "line") or (run / str(e.get("file"))).is_file()]
-    for seq, entry in enumerate(kept):
-        entry["seq"] = seq
-    chain.write_text("".join(json.dumps(e) + "\n" for e in kept), encoding="utf-8")
 
 
 def main() -> None:
