@@ -65,6 +65,8 @@ class LoadgenRep:
     """The detail log's ``effective_scenario`` (what it must state depends on it)."""
     version: str | None = None
     """The detail log's ``loadgen_version``: a real LoadGen's log (it writes its build in every log)."""
+    requested: dict[str, tuple[Any, EvidenceRef]] = field(default_factory=dict)
+    """The settings the detail log says LoadGen was given (``requested_*``, first value), with their lines."""
     power: tuple[float, float, EvidenceRef] | None = None
     """``power_begin`` and ``power_end`` as unix times read as UTC (the begin may sit a time zone away from
     the rep's clock; the span does not), with the end's line."""
@@ -141,6 +143,8 @@ def _read_detail(out: LoadgenRep, log: Any, rel: str) -> None:
     out.detail_read = True
     scenario = log.record("effective_scenario")
     out.scenario = scenario.value if scenario is not None and isinstance(scenario.value, str) else None
+    out.requested = {key: (record.value, _evidence(rel, record.ref)) for key, record in log.first.items()
+                     if key.startswith("requested_")}
     version = log.record("loadgen_version")
     out.version = version.value if version is not None and isinstance(version.value, str) else None
     begin, end = log.record("power_begin"), log.record("power_end")

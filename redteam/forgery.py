@@ -120,7 +120,8 @@ out of step."""
 
 def _time_groups(run: Path, line: Line) -> frozenset[str]:
     """The witness groups of a rep's clock this line's records carry."""
-    con = line.get("contention") if isinstance(line.get("contention"), dict) else {}
+    raw = line.get("contention")
+    con: dict[str, Any] = raw if isinstance(raw, dict) else {}
     folder = _folder(run, line)
     have = {"arrays": line.get("request_starts") is not None and line.get("latencies") is not None,
             "wall": isinstance(line.get("loadgen"), dict) and "wall_s" in line["loadgen"],

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from perfwarden.harness import seal
+from perfwarden.harness.records import EVIDENCE_DIRS, EVIDENCE_FILE
 from perfwarden.redteam.field_explorer_oracle import rederivable, rederive
 from perfwarden.redteam.field_explorer_run import reseal
 
@@ -109,10 +110,10 @@ def seal_fresh(run: Path, key: Path, unsealed: tuple[str, ...] = ()) -> None:
     run.mkdir()
     for key_file in (key, seal.head_path(key)):
         key_file.unlink(missing_ok=True)
-    files = sorted(p for p in src.rglob("*") if p.is_file() and p.name != seal.EVIDENCE_FILE)
+    files = sorted(p for p in src.rglob("*") if p.is_file() and p.name != EVIDENCE_FILE)
     for path in files:  # the producer's and the orchestrator's files: not sealed
         rel = path.relative_to(src)
-        if rel.parts[0] not in seal.EVIDENCE_DIRS:
+        if rel.parts[0] not in EVIDENCE_DIRS:
             (run / rel).parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(path, run / rel)
     chain = seal.begin(run, key_file=key)
@@ -120,7 +121,7 @@ def seal_fresh(run: Path, key: Path, unsealed: tuple[str, ...] = ()) -> None:
         raise ValueError(f"could not open a seal chain in {str(run)!r}")
     for path in files:
         rel = path.relative_to(src)
-        if rel.parts[0] in seal.EVIDENCE_DIRS:
+        if rel.parts[0] in EVIDENCE_DIRS:
             (run / rel).parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(path, run / rel)
             if str(rel).startswith(unsealed):

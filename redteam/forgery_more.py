@@ -13,12 +13,13 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from perfwarden.auditor.model.schema import evidence_model
 from perfwarden.redteam import forgery_oracle as oracle
 from perfwarden.redteam.forgery import (BaseView, Edit, Forgery, _bench, _folder, _rep_subsets, _write_bench)
 from perfwarden.redteam.forgery_files import Line, edit_detail, edit_json, edit_summary, read_lines, rederive_aggregates
-from perfwarden.redteam.forgery_oracle import Expected
+from perfwarden.redteam.forgery_oracle import Expectation, Expected
 
-REFUSE = "refuse"
+REFUSE: Expectation = "refuse"
 
 
 # -------------------------------------------------------------------------------------------- statements
@@ -147,45 +148,42 @@ def _statement_edit(leg: str, key: str, value: Any, places: list[str]) -> Edit:
 
 def _settings(line: Line) -> dict[str, Any]:
     lg = line.get("loadgen")
-    return lg.get("settings") if isinstance(lg, dict) and isinstance(lg.get("settings"), dict) else {}
-
-
-SETTINGS_IN_DETAIL = {"min_query_count": ("requested_min_query_count", 1), "max_query_count":
-                      ("requested_max_query_count", 1), "target_qps": ("requested_offline_expected_qps", 1),
-                      "min_duration_s": ("requested_min_duration_ms", 1000), "max_duration_s":
-                      ("requested_max_duration_ms", 1000), "seed": ("requested_qsl_rng_seed", 1)}
-"""LoadGen settings the bench line states that LoadGen's detail log states again (its ``requested_*``), with
-the factor from the line's unit to the log's."""
+    settings = lg.get("settings") if isinstance(lg, dict) else None
+    return settings if isinstance(settings, dict) else {}
 
 
 def settings_forgeries(base: BaseView) -> Iterator[Forgery]:
     """A LoadGen setting changed in every line of both legs (the legs agree), with LoadGen's own detail logs
-    moved or left: left, the logs' copy of the setting disagrees with the lines'."""
+    moved or left: left, the logs' copies of the setting (the evidence model's ``stated_again``) disagree."""
     first = _settings(base.lines[base.legs[0]][0])
-    for name, (detail_key, unit) in SETTINGS_IN_DETAIL.items():
+    copies: dict[str, list[tuple[str, float]]] = {}
+    for c in evidence_model().record("loadgen_settings").stated_again:
+        if c.scenario in (None, first.get("scenario")):
+            copies.setdefault(c.field, []).append((c.key, c.factor))
+    for name, keys in copies.items():
         if name not in first or isinstance(first[name], bool) or not isinstance(first[name], (int, float)):
             continue
         for new in variants(first[name]):
             for logs in (False, True):
                 expected = (Expected("consistent", "the setting moved in every line and every LoadGen log") if logs
                             else Expected(REFUSE, f"loadgen.settings.{name} moved in every line of both legs but "
-                                                  f"LoadGen's own logs still state {detail_key}"))
+                                                  f"LoadGen's own logs still state {', '.join(k for k, _ in keys)}"))
                 yield Forgery("statements", f"settings:{name}={new}:logs={logs}",
                               ("bench_line", "loadgen_settings", *(["loadgen_detail"] if logs else [])), expected,
-                              _settings_edit(base.legs, name, new, detail_key if logs else None, unit))
+                              _settings_edit(base.legs, name, new, keys if logs else []))
 
 
-def _settings_edit(legs: tuple[str, ...], name: str, value: Any, detail_key: str | None, unit: float) -> Edit:
+def _settings_edit(legs: tuple[str, ...], name: str, value: Any, keys: list[tuple[str, float]]) -> Edit:
     def edit(run: Path) -> None:
+        logged = {key: value * unit for key, unit in keys}
         for leg in legs:
             lines = read_lines(_bench(run, leg))
             for line in lines:
                 _settings(line)[name] = value
                 folder = _folder(run, line)
-                if detail_key is not None and folder is not None:
-                    logged = value * unit
-                    edit_detail(folder / "mlperf_log_detail.txt",
-                                lambda k, v: (int(logged) if isinstance(v, int) else logged) if k == detail_key else v)
+                if logged and folder is not None:
+                    edit_detail(folder / "mlperf_log_detail.txt", lambda k, v: (
+                        (int(logged[k]) if isinstance(v, int) else logged[k]) if k in logged else v))
             _write_bench(run, leg, lines)
     return edit
 
@@ -196,7 +194,7 @@ def manifest_and_claim_forgeries(base: BaseView) -> Iterator[Forgery]:
     for target in ("sglang", "vllm", "synthetic-x"):
         yield Forgery("statements", f"manifest:target={target}", ("run_manifest",),
                       Expected(REFUSE, "run.json names a target whose servers do not report these keys"),
-                      lambda run, target=target: edit_json(run / "run.json", lambda obj: obj.update(target=target)))
+                      _manifest_target(target))
     cand = base.legs[1]
     for key in ("tokenizer", "model", "weights_digest", "stop_token_ids", "default_max_tokens"):
         value = _flat(base.info[cand]).get(key)
@@ -205,6 +203,12 @@ def manifest_and_claim_forgeries(base: BaseView) -> Iterator[Forgery]:
             yield Forgery("statements", f"claim:declares-identity:{key}", ("claim", "server_info", "bench_line"),
                           Expected(REFUSE, f"identity {key!r} changed in the candidate and declared as the lever"),
                           _declare(cand, key, new, places))
+
+
+def _manifest_target(target: str) -> Edit:
+    def edit(run: Path) -> None:
+        edit_json(run / "run.json", lambda obj: obj.update(target=target))
+    return edit
 
 
 def _declare(leg: str, key: str, value: Any, places: list[str]) -> Edit:

@@ -22,7 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from perfwarden.auditor.audit import ClaimError, audit_path
+from perfwarden.auditor.audit import audit_path
+from perfwarden.auditor.claim_file import ClaimError
 from perfwarden.harness.records import write_json_atomic
 from perfwarden.redteam import forgery as fg
 from perfwarden.redteam import forgery_more
@@ -133,12 +134,13 @@ def _seal(fixture: Path, run: Path, key: Path, forgery: fg.Forgery) -> None:
 
 
 def _audit(base: str, run: Path, claim_rel: str, key: Path, forgery: fg.Forgery) -> dict[str, Any]:
+    codes: list[str] = []
     try:
         verdict = audit_path(run, run / claim_rel, key=key)
     except ClaimError:
-        label, codes, success = "refused_claim", [], False
+        label, success = "refused_claim", False
     except Exception as exc:  # noqa: BLE001 - an auditor crash is a success of the forgery
-        label, codes, success = f"crash: {type(exc).__name__}", [], True
+        label, success = f"crash: {type(exc).__name__}", True
     else:
         codes = sorted({f.code for f in verdict.findings if f.severity != "INFO"})
         label = verdict.verdict + (" degraded" if verdict.degraded else "") + \

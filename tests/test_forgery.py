@@ -65,7 +65,8 @@ def _one(plan, prefix: str) -> forgery.Forgery:
     "tokens:base+mbs4:reps=1:x0.875:moved=detail+summary",      # the server's running totals left
     "requests:base+mbs4:reps=1,2:drop1:moved=counters+detail",   # LoadGen's summary left
     "statement:mbs4:model=", "records:move:base:1:mbs4", "downgrade:strip:mbs4:issue_delays",
-    "settings:min_query_count=9:logs=False", "claim:declares-identity:tokenizer"])
+    "settings:min_query_count=9:logs=False", "claim:declares-identity:model",
+    "downgrade:strip:base:server_info"])
 def test_a_forgery_that_leaves_a_witness_is_refused_on_sealed_evidence(tmp_path, plan, prefix):
     f = _one(plan, prefix)
     assert f.expected.outcome == "refuse"
@@ -90,5 +91,5 @@ def test_a_success_becomes_a_fixture_whose_answer_is_written_first(tmp_path, pla
     (fixture,) = list(tmp_path.iterdir())
     key = json.loads((fixture / "answer_key.json").read_text())
     assert fixture.name.startswith("forge-statements-settings-") and key["answers"][0]["verdict"] == ["FLAG", "FAIL"]
-    assert (fixture / "answer_key.json").stat().st_mtime_ns <= (fixture / "run" / "claims").stat().st_mtime_ns
+    assert (fixture / "answer_key.json").stat().st_ctime_ns <= (fixture / "run" / "claims").stat().st_ctime_ns
     assert (fixture / "seal.key").is_file() and report.successes[0].fixture == fixture.name

@@ -123,3 +123,13 @@ def test_the_servers_totals_after_each_rep_advance_by_the_next_reps_requests_and
     lines[1]["server_info"]["process"]["pid"] = 2
     path.write_text("".join(json.dumps(x) + "\n" for x in lines))
     assert _judged(run) == []
+
+
+def test_the_lines_loadgen_settings_are_held_against_what_loadgen_says_it_was_given(tmp_path):
+    run = _copy(tmp_path)
+    _edit_line(run, lambda line: line["loadgen"]["settings"].update(min_query_count=9))
+    found = _judged(run)
+    assert [(f.code, f.severity) for f in found] == [("EVIDENCE_CORRUPT", "FAIL")]
+    assert "requested_min_query_count" in found[0].message
+    _edit_detail(run, "requested_min_query_count", lambda v: 9)  # LoadGen's copy moved too: agreed
+    assert _judged(run) == []

@@ -108,13 +108,15 @@ WITNESSES: dict[str, Callable[[LegEvidence], bool]] = {
 }
 """Each witness a leg may carry, and how to tell it carries it."""
 SEALED_WITNESSES: dict[str, Callable[[LegEvidence], bool]] = {
+    "the server_info copy in its bench lines": lambda leg: any(r.server_info is not None for r in leg.reps),
     "the configuration the server log states": lambda leg: leg.log is not None and any(
         c.source in LOG_KINDS for c in leg.log.copies),
     "the model the server log says it loaded": lambda leg: leg.log is not None and any(
         c.source == "model_loaded" for c in leg.log.copies),
 }
-"""Witnesses a server's own log carries, compared where the run is sealed: the harness launched both legs'
-servers and sealed their logs as written (a hand-built unsealed log states what its author wrote)."""
+"""Witnesses the harness writes from what a server reports -- its log, the server_info copy in each bench
+line -- compared where the run is sealed: the harness launched both legs' servers and sealed what they
+reported as it was written (a hand-built unsealed run states what its author wrote)."""
 
 
 def _arrays(leg: LegEvidence) -> frozenset[str]:

@@ -67,6 +67,18 @@ class FieldRole(_Strict):
     """Matched among the fields a foreign writer of the record adds."""
 
 
+class StatedAgain(_Strict):
+    """Another record that states one of this record's fields again (a copy of a condition): LoadGen's log
+    of a rep states the settings the harness gave it, ``factor`` times the field's unit."""
+
+    field: str
+    record: str
+    key: str
+    factor: float = 1.0
+    scenario: str | None = None
+    """Only in this LoadGen scenario (the harness passes some settings to one scenario only)."""
+
+
 class RecordModel(_Strict):
     """One record type the auditor reads."""
 
@@ -78,6 +90,7 @@ class RecordModel(_Strict):
     required: tuple[str, ...] = ()
     """Fields the writer always writes (``required_when`` says on which records): one absent was removed."""
     required_when: str | None = None
+    stated_again: tuple[StatedAgain, ...] = ()
     groups: tuple[FieldGroup, ...]
     foreign: tuple[FieldGroup, ...] = ()
     """Fields a foreign writer of the same record adds beside the harness's (a foreign bench tool's extras)."""

@@ -148,10 +148,37 @@ def loadgen_findings(rep: RepMetrics, line: Stated, logs: LoadgenRep, leg: str) 
         out.append(finding("EVIDENCE_CORRUPT", "FAIL", f"{where}the bench line states LoadGen scenario "
                            f"{', '.join(map(repr, sorted(stated)))}, LoadGen's detail log of the rep ran "
                            f"{logs.scenario!r}: one of them was edited", action="eject", gate=GATE))
+    out += settings_findings(rep, logs, where)
     for name in sorted(set(logs.detail) & set(logs.summary)):
         printed = Tolerance(abs=logs.summary_resolution.get(name, 0.0), rel=1e-5, why="the summary's printed digits")
         out.append(compare(name, logs.summary[name], logs.detail[name], printed, gate=GATE, context=where))
     return [f for f in out + _against_line(rep, line, logs.detail, where) if f is not None]
+
+
+def settings_findings(rep: RepMetrics, logs: LoadgenRep, where: str) -> list[Finding]:
+    """The LoadGen settings the line states against the ones LoadGen's own log says it was given (the evidence
+    model's ``loadgen_settings.stated_again``): a copy of the load that disagrees was edited (EVIDENCE_CORRUPT)."""
+    wrong = []
+    for copy in evidence_model().record("loadgen_settings").stated_again:
+        stated = rep.workload.get(f"loadgen.settings.{copy.field}")
+        logged = logs.requested.get(copy.key)
+        if stated is None or logged is None or (copy.scenario is not None and logs.scenario != copy.scenario):
+            continue
+        want = stated * copy.factor if isinstance(stated, (int, float)) and not isinstance(stated, bool) else stated
+        value, cited = logged
+        same = (abs(float(value) - float(want)) <= 1e-6 * max(1.0, abs(float(want)))
+                if isinstance(value, (int, float)) and not isinstance(value, bool)
+                and isinstance(want, (int, float)) and not isinstance(want, bool) else value == want)
+        if not same:
+            wrong.append((copy.field, stated, copy.key, value, cited))
+    if not wrong:
+        return []
+    shown = "; ".join(f"loadgen.settings.{f} {s!r} vs {k} {v!r}" for f, s, k, v, _ in wrong[:5])
+    return [finding("EVIDENCE_CORRUPT", "FAIL", f"{where}the bench line's LoadGen settings disagree with what LoadGen's "
+                    f"own log says it was given: {shown}: one copy of the load was edited",
+                    measured={f"loadgen.settings.{f}": s for f, s, _, _, _ in wrong},
+                    threshold={k: v for _, _, k, v, _ in wrong}, evidence=[w[4] for w in wrong[:3]], action="eject",
+                    gate=GATE)]
 
 
 def _span(rate: Stated | None, count: float, what: str) -> Stated | None:
