@@ -299,3 +299,17 @@ def test_the_server_logs_model_lines_are_copies_of_its_identity():
     assert [(c.source, c.values) for c in copies] == [
         ("model_loaded", {"model": "SmolLM2-135M-Instruct", "model_path": "/m/SmolLM2", "weights_digest": "sha256:a6"}),
         ("serving", {"model": "SmolLM2-135M-Instruct"})]
+
+
+def test_every_record_type_the_auditor_reads_has_a_model():
+    from perfwarden.redteam.field_explorer import RECORD_TYPES
+
+    assert {rt.name for rt in RECORD_TYPES} <= set(MODEL.records)
+
+
+def test_the_load_the_workload_gate_compares_is_what_the_model_calls_conditions_of_a_bench_line():
+    from perfwarden.auditor.rederive import RAW_WORKLOAD_FIELDS, WORKLOAD_FIELDS
+
+    for name in (*WORKLOAD_FIELDS, *RAW_WORKLOAD_FIELDS):
+        found = MODEL.role_of("bench_line", "loadgen.settings" if name == "loadgen" else name)
+        assert found is not None and found.role in ("condition", "identity"), name
