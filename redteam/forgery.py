@@ -90,6 +90,22 @@ def _folder(run: Path, line: Line) -> Path | None:
     return run / lg["dir"] if isinstance(lg, dict) and isinstance(lg.get("dir"), str) else None
 
 
+def moved_subsets(present: frozenset[str]) -> Iterator[frozenset[str]]:
+    """Every subset of the witness groups a base carries (the ones a forgery moves), smallest first."""
+    for k in range(len(present) + 1):
+        yield from map(frozenset, itertools.combinations(sorted(present), k))
+
+
+GROUP_RECORDS = {"detail": "loadgen_detail", "summary": "loadgen_summary", "counters": "server_counters",
+                 "samples": "contention_sample", "window": "cpu_window"}
+"""The record type each witness group's records are (the bench line's own groups are the bench line)."""
+
+
+def records_moved(moved: frozenset[str]) -> tuple[str, ...]:
+    """The record types a witness forgery writes: the bench line, and each moved group's records."""
+    return ("bench_line", *sorted(GROUP_RECORDS[g] for g in moved if g in GROUP_RECORDS))
+
+
 def _rep_subsets(n: int) -> list[tuple[int, ...]]:
     """Every non-empty set of a leg's rep indices (lines), smallest first."""
     return [c for k in range(1, n + 1) for c in itertools.combinations(range(n), k)]
@@ -207,20 +223,14 @@ def time_forgeries(base: BaseView) -> Iterator[Forgery]:
         lines = base.lines[leg]
         present = _time_groups(run, lines[0])
         for reps, factor in itertools.product(_rep_subsets(len(lines)), TIME_FACTORS):
-            for k in range(len(present) + 1):
-                for moved in map(frozenset, itertools.combinations(sorted(present), k)):
-                    left_per_rep = [_time_left(lines[i], present, moved, factor) for i in reps]
-                    if any(x is None for x in left_per_rep):
-                        continue
-                    left = frozenset().union(*left_per_rep)  # type: ignore[arg-type]
-                    expected = oracle.witnesses_left(present, present - left, TIME_RELATIONS)
-                    name = f"time:{leg}:reps={','.join(map(str, reps))}:x{factor}:moved={'+'.join(sorted(moved))}"
-                    records = ("bench_line", *(["loadgen_detail"] if "detail" in moved else []),
-                               *(["loadgen_summary"] if "summary" in moved else []),
-                               *(["contention_sample"] if "samples" in moved else []),
-                               *(["cpu_window"] if "window" in moved else []))
-                    yield Forgery("witnesses", name, records, expected,
-                                  _time_edit(leg, reps, factor, moved))
+            for moved in moved_subsets(present):
+                left_per_rep = [_time_left(lines[i], present, moved, factor) for i in reps]
+                if any(x is None for x in left_per_rep):
+                    continue
+                left = frozenset().union(*left_per_rep)  # type: ignore[arg-type]
+                expected = oracle.witnesses_left(present, present - left, TIME_RELATIONS)
+                name = f"time:{leg}:reps={','.join(map(str, reps))}:x{factor}:moved={'+'.join(sorted(moved))}"
+                yield Forgery("witnesses", name, records_moved(moved), expected, _time_edit(leg, reps, factor, moved))
 
 
 def _time_edit(leg: str, reps: tuple[int, ...], factor: float, moved: frozenset[str]) -> Edit:
@@ -287,14 +297,10 @@ def token_forgeries(base: BaseView) -> Iterator[Forgery]:
     n = min(len(base.lines[leg]) for leg in base.legs)
     for legs, reps, factor in itertools.product(choices, _rep_subsets(n), TOKEN_FACTORS):
         present = frozenset.intersection(*(_token_groups(run, base.lines[leg], reps) for leg in legs))
-        for k in range(len(present) + 1):
-            for moved in map(frozenset, itertools.combinations(sorted(present), k)):
-                expected = oracle.witnesses_left(present, moved, TOKEN_RELATIONS)
-                name = f"tokens:{'+'.join(legs)}:reps={','.join(map(str, reps))}:x{factor}:moved={'+'.join(sorted(moved))}"
-                records = ("bench_line", *(["loadgen_detail"] if "detail" in moved else []),
-                           *(["loadgen_summary"] if "summary" in moved else []),
-                           *(["server_counters"] if "counters" in moved else []))
-                yield Forgery("witnesses", name, records, expected, _token_edit(legs, reps, factor, moved))
+        for moved in moved_subsets(present):
+            expected = oracle.witnesses_left(present, moved, TOKEN_RELATIONS)
+            name = f"tokens:{'+'.join(legs)}:reps={','.join(map(str, reps))}:x{factor}:moved={'+'.join(sorted(moved))}"
+            yield Forgery("witnesses", name, records_moved(moved), expected, _token_edit(legs, reps, factor, moved))
 
 
 def _token_edit(legs: tuple[str, ...], reps: tuple[int, ...], factor: float, moved: frozenset[str]) -> Edit:

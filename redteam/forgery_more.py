@@ -15,7 +15,8 @@ from typing import Any
 
 from perfwarden.auditor.model.schema import evidence_model
 from perfwarden.redteam import forgery_oracle as oracle
-from perfwarden.redteam.forgery import (BaseView, Edit, Forgery, _bench, _folder, _rep_subsets, _write_bench)
+from perfwarden.redteam.forgery import (BaseView, Edit, Forgery, _bench, _folder, _rep_subsets, _write_bench,
+                                        moved_subsets, records_moved)
 from perfwarden.redteam.forgery_files import Line, edit_detail, edit_json, edit_summary, read_lines, rederive_aggregates
 from perfwarden.redteam.forgery_oracle import Expectation, Expected
 
@@ -420,16 +421,12 @@ def request_forgeries(base: BaseView) -> Iterator[Forgery]:
     n = min(len(base.lines[leg]) for leg in base.legs)
     for legs, reps, count in itertools.product(choices, _rep_subsets(n), (1, 2, 3)):
         present = frozenset({"detail", "summary", *(["counters"] if any(i > 0 for i in reps) else [])})
-        for k in range(len(present) + 1):
-            for moved in map(frozenset, itertools.combinations(sorted(present), k)):
-                expected = oracle.witnesses_left(present, moved, REQUEST_RELATIONS)
-                if len(legs) == 1:  # one leg's prompt set no longer the other's: a load difference besides
-                    expected = Expected(REFUSE, expected.why + "; the legs' prompt sets differ")
-                name = f"requests:{'+'.join(legs)}:reps={','.join(map(str, reps))}:drop{count}:moved={'+'.join(sorted(moved))}"
-                records = ("bench_line", *(["loadgen_detail"] if "detail" in moved else []),
-                           *(["loadgen_summary"] if "summary" in moved else []),
-                           *(["server_counters"] if "counters" in moved else []))
-                yield Forgery("witnesses", name, records, expected, _request_edit(legs, reps, count, moved))
+        for moved in moved_subsets(present):
+            expected = oracle.witnesses_left(present, moved, REQUEST_RELATIONS)
+            if len(legs) == 1:  # one leg's prompt set no longer the other's: a load difference besides
+                expected = Expected(REFUSE, expected.why + "; the legs' prompt sets differ")
+            name = f"requests:{'+'.join(legs)}:reps={','.join(map(str, reps))}:drop{count}:moved={'+'.join(sorted(moved))}"
+            yield Forgery("witnesses", name, records_moved(moved), expected, _request_edit(legs, reps, count, moved))
 
 
 def _request_edit(legs: tuple[str, ...], reps: tuple[int, ...], count: int, moved: frozenset[str]) -> Edit:

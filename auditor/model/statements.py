@@ -26,6 +26,7 @@ from perfwarden.auditor import registry
 from perfwarden.auditor.evidence import LegEvidence, line_evidence
 from perfwarden.auditor.findings import GateResult, finding
 from perfwarden.auditor.model.roles import NOT_COMPARED, role
+from perfwarden.auditor.rederive import flatten_json
 from perfwarden.auditor.serverlog import PRESENT
 from perfwarden.harness.records import EvidenceRef, Finding
 
@@ -36,15 +37,8 @@ GATE = "conditions"
 
 
 def flatten(info: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    """Nested dicts become dotted keys; lists and scalars are leaf values."""
-    flat: dict[str, Any] = {}
-    for key, value in info.items():
-        name = f"{prefix}{key}"
-        if isinstance(value, dict) and value:
-            flat.update(flatten(value, name + "."))
-        else:
-            flat[name] = value
-    return flat
+    """Nested dicts become dotted keys; lists, scalars and empty objects are leaf values."""
+    return flatten_json(info, prefix)
 
 
 def compared(key: str) -> bool:
