@@ -28,6 +28,10 @@ from perfwarden.harness.records import Claim
 
 check_condition_copies = statements.check_copies
 
+__all__ = ["ConditionCopy", "check_condition_copies", "check_conditions", "check_reported_conditions", "declared_keys",
+           "derived_is_inert", "diff_server_info", "flatten", "is_declared", "key_evidence", "leg_copies", "union_diff"]
+"""What the gates import from here (the copies and the diff live in ``auditor/model/statements.py``)."""
+
 
 def declared_keys(claim: Claim) -> set[str]:
     """Keys the declared change is allowed to alter."""
