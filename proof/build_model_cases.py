@@ -237,6 +237,30 @@ def tokens_with_loadgen(run: Path) -> None:
                           lambda k, v: f"{float(v) * 0.9375:.6g}" if k == "Tokens per second" else v)
 
 
+QUALITY_BASE = "jdg-eval-comparable"
+
+
+def _quality(run: Path, leg: str, **fields: Any) -> None:
+    edit_json(run / "quality" / f"pw-qa-exact-v1@{leg}.json", lambda obj: obj.update(fields))
+
+
+def quality_other_conditions(run: Path) -> None:
+    """Both legs' quality records state the eval's conditions, as the harness's evals write them, and the
+    candidate's was sampled at another temperature with another prompt template."""
+    shared = {"prompt_template": "Question: {question}\nAnswer:", "few_shot": [], "max_tokens": 32, "method": "exact_match",
+              "model": "SmolLM2-135M-Instruct"}
+    _quality(run, "base", **shared, temperature=0)
+    _quality(run, "cand", **{**shared, "prompt_template": "Q: {question}\nA (one word):"}, temperature=0.7)
+
+
+def quality_same_conditions(run: Path) -> None:
+    """Near miss: both legs' quality records state the same conditions (and their own endpoints)."""
+    shared = {"prompt_template": "Question: {question}\nAnswer:", "few_shot": [], "max_tokens": 32, "method": "exact_match",
+              "model": "SmolLM2-135M-Instruct", "temperature": 0}
+    _quality(run, "base", **shared, endpoint="http://127.0.0.1:8101/v1")
+    _quality(run, "cand", **shared, endpoint="http://127.0.0.1:8102/v1")
+
+
 FOREIGN_PAIR = "int-foreign-sglang-pair"
 
 
@@ -328,6 +352,13 @@ CASES: dict[str, Case] = {
         tokens_with_loadgen, "FAIL", "the legs' output tokens and LoadGen's token rate were rescaled together; "
         "the servers' own running totals after each rep still count every token they generated",
         include=["EVIDENCE_CORRUPT"], action="eject"),
+    "model-quality-other-conditions": Case(
+        quality_other_conditions, "FAIL", "the legs' quality results were taken under different conditions (another "
+        "temperature and prompt template): the comparison a lossy change rests on compares nothing",
+        include=["QUALITY_EVAL_MISSING"], base=QUALITY_BASE),
+    "model-near-quality-same-conditions": Case(
+        quality_same_conditions, "PASS", "the same eval conditions in both legs; each leg's eval reached its own "
+        "server's address", exclude=["QUALITY_EVAL_MISSING", "EVIDENCE_CORRUPT"], base=QUALITY_BASE),
     "model-identity-foreign-model-id": Case(
         foreign_model_swap, "FAIL", "two foreign bench files naming different models are two experiments",
         include=["CONDITIONS_DIFFER"], action="eject", base=FOREIGN_PAIR),
