@@ -230,6 +230,10 @@ _FATAL_GUARD = _guard("segmentation fault", "core dumped", "killed", "out of mem
                       "server crashed", "server died", "server exited", "fatal", "sigabrt", "sigsegv",
                       ("worker", "died"), "scheduler crash", "exited with")
 _ERROR_GUARD = _guard("traceback (most recent call last)", "runtimeerror:", "cuda error")
+_STREAMED_DONE = re.compile(rb"\brequest done rid=\S+ endpoint=\S+ stream=true\b")
+"""``harness/embedded_http.py``'s line for a finished streamed request, on folded text (counted per batch in C)."""
+_START = re.compile(rb"^=== perfwarden \S+ start ", re.MULTILINE)
+"""``harness/targets.py``'s header line as it starts a server, on folded text."""
 _FOLD_SPECIAL = {0x130: "i", 0x131: "i", 0x17F: "s", 0x212A: "k"}
 """The only letters a case-insensitive ``re`` pattern matches to an ASCII letter besides A-Z (dotted and
 dotless i, long s, Kelvin sign): folded first, so a guard never hides a match."""
@@ -318,6 +322,13 @@ class ServerLog:
     engaged: dict[str, int | None] = field(default_factory=dict)
     refused: dict[str, int | None] = field(default_factory=dict)
     long_line: LongLine | None = None
+    streamed_done: int = 0
+    """Lines of perfwarden's embedded server's per-request record of a streamed request (``request done rid=...
+    endpoint=... stream=True``, case folded): one per bench request it answered (the harness's bench requests
+    stream; its quality requests and warm-up do not)."""
+    starts: int = 0
+    """Header lines the harness wrote as it started the server (``=== perfwarden <Target> start``): one per
+    process that wrote to the log (the log is appended to)."""
 
     def evidence(self, run: Any, line_no: int | None) -> EvidenceRef:
         """Evidence for a line a gate found here (``run`` is unused: ``file`` is already relative)."""
@@ -431,6 +442,10 @@ class _LineScan:
         if len(folded) != len(parts):  # cannot happen (folding keeps line breaks); never misalign
             folded = [fold(p) for p in parts]
         in_batch = frozenset(n for n in self.needles if n in folded_text)
+        if b"request done" in folded_text:
+            self.log.streamed_done += sum(1 for _ in _STREAMED_DONE.finditer(folded_text))
+        if b"=== perfwarden" in folded_text:
+            self.log.starts += sum(1 for _ in _START.finditer(folded_text))
         chosen: set[int] = set(range(len(parts))) if self.every_line else set()
         for need in self.needs:
             if len(chosen) == len(parts):

@@ -133,3 +133,35 @@ def test_the_lines_loadgen_settings_are_held_against_what_loadgen_says_it_was_gi
     assert "requested_min_query_count" in found[0].message
     _edit_detail(run, "requested_min_query_count", lambda v: 9)  # LoadGen's copy moved too: agreed
     assert _judged(run) == []
+
+
+def test_the_server_log_counts_its_streamed_requests_and_its_starts():
+    from perfwarden.auditor.serverlog import scan_server_log
+
+    text = ("=== perfwarden EmbeddedTarget start 2026-01-01T00:00:00Z cmd=['x']\n"
+            "t INFO perfwarden.embedded: request done rid=a endpoint=chat stream=True finish=stop prompt_tokens=3\n"
+            "t INFO perfwarden.embedded: request done rid=b endpoint=chat stream=False finish=stop prompt_tokens=3\n"
+            "t INFO perfwarden.embedded: request done rid=c endpoint=completions stream=True finish=length\n"
+            "a client says: === perfwarden X start (not at a line's start)\n")
+    log = scan_server_log([text.encode()], "server.log")
+    assert (log.streamed_done, log.starts) == (2, 1)
+
+
+def test_a_rep_dropped_from_the_lines_is_caught_by_the_requests_the_server_log_counts(tmp_path):
+    """The coherent-forgery explorer's success (proof/fixtures/forge-records-records-2e53874a): the first rep's
+    line dropped, the later ones renumbered. The server's totals after each rep agree with the next rep's, and the
+    first rep has none before it; the log still counts the dropped rep's streamed requests."""
+    run = _copy(tmp_path)
+    log = (run / "legs" / "base" / "server.log").read_text()
+    recorded = [len(json.loads(x)["errors"]) for x in (run / "legs" / "base" / "bench_runs.jsonl").read_text().splitlines()]
+    assert log.count("stream=True") == sum(recorded) == 24  # 3 reps of 8 requests
+    assert _judged(run) == []
+    path = run / "legs" / "base" / "bench_runs.jsonl"
+    lines = [json.loads(x) for x in path.read_text().splitlines()][1:]
+    for k, line in enumerate(lines):
+        line["rep"] = k
+    path.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    found = _judged(run)
+    assert any("streamed requests" in f.message and f.code == "EVIDENCE_CORRUPT" for f in found), found
+    (run / "legs" / "base" / "server.log").write_text(log + "=== perfwarden EmbeddedTarget start (a resume)\n")
+    assert not any("streamed requests" in f.message for f in _judged(run))  # two processes: not held

@@ -114,6 +114,7 @@ def check_witnesses(run: Path, leg: LegEvidence, sealed: bool = False) -> GateRe
             cited = line_evidence(run, rep.ref)
             findings += [f.model_copy(update={"evidence": [cited, *f.evidence]}) for f in found]
     findings += between_reps_findings(run, leg)
+    findings += server_log_findings(run, leg)
     if no_logs:
         notes.append(f"second witness of leg {leg.name!r}: {no_logs} rep(s) have no LoadGen logs to hold their "
                      "lines against")
@@ -346,9 +347,9 @@ APPLIED = ("loadgen_span_within_duration", "loadgen_span_after_first_start", "lo
            "loadgen_min_latency", "loadgen_mean_latency", "loadgen_power_window", "loadgen_power_begin",
            "duration_is_last_end", "duration_within_loadgen_wall", "clock_is_loadgen_wall",
            "duration_within_samples", "duration_within_cpu_window", "counters_requests", "counters_tokens",
-           "counters_monotone", "counters_between_reps")
+           "counters_monotone", "counters_between_reps", "server_log_requests")
 """The model's witness relations this module applies (``loadgen_findings``, ``real_loadgen_findings``,
-``clock_findings``, ``counter_findings``, ``between_reps_findings``)."""
+``clock_findings``, ``counter_findings``, ``between_reps_findings``, ``server_log_findings``)."""
 APPLIED_ELSEWHERE = {
     "timeline_within_duration": "auditor/rederive.py (while the rep is read: an unusable rep)",
     "aggregates_from_arrays": "auditor/rederive.py (counts exactly) and gates/measurement.py check_line_aggregates",
@@ -450,3 +451,26 @@ def counter_findings(rep: RepMetrics, line: Stated, leg: str, spill: bool = Fals
         out.append(compare("output tokens", tokens, _at(line, "total_output_tokens", total), EXACT,
                            relation=relation, gate=GATE, context=where))
     return [f for f in out if f is not None], notes
+
+
+def server_log_findings(run: Path, leg: LegEvidence) -> list[Finding]:
+    """The streamed requests perfwarden's embedded server logged (one line each as it finished one) against the
+    leg's reps: the harness streams every bench request and nothing else, so one server process answered at most
+    the requests its reps' lines record. Held where the log is the embedded server's (it states its
+    ``effective_config``), one process wrote it (a resumed run restarts the server, and a rep interrupted before
+    its line was written is run again), the leg did not fail and every bench line is a usable rep. Not a lower
+    bound: the server writes its line after a request's last chunk, which a client closing at once may cut off.
+    Found by the coherent-forgery explorer: a rep dropped from the lines (the later ones renumbered, sealed afresh)
+    left the server's totals as the only record of it, and the first rep has none before it."""
+    log = leg.log
+    if (log is None or log.starts != 1 or leg.corrupt_reps or leg.torn_tail or not leg.reps
+            or (leg.spec is not None and leg.spec.status != "ok")
+            or not any(c.source == "effective_config" for c in log.copies)):
+        return []
+    requests = sum(rep.n_requests for rep in leg.reps)
+    reps = ", ".join(str(rep.rep) for rep in sorted(leg.reps, key=lambda r: r.rep))
+    served = Stated("the server log's streamed requests ('request done ... stream=True' lines)", log.streamed_done,
+                    log.evidence(run, None))
+    lines = Stated(f"the bench lines' requests (reps {reps})", requests, None)
+    out = compare("requests", served, lines, EXACT, relation="at_most", gate=GATE, context=f"leg {leg.name!r}: ")
+    return [] if out is None else [out]
