@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -104,15 +105,21 @@ def _json(path: Path) -> Any:
         return None
 
 
-def _flat(obj: Any, prefix: str = "") -> dict[str, Any]:
+def _canonical(value: Any) -> str:
+    return json.dumps(value, sort_keys=True)
+
+
+def flat_keys(obj: Any, prefix: str = "", leaf: Callable[[Any], Any] = _canonical) -> dict[str, Any]:
+    """Nested objects as dotted keys (an empty object is a leaf); each leaf through ``leaf`` (by default its
+    canonical JSON, so values of any type compare)."""
     if not isinstance(obj, dict):
         return {}
     out: dict[str, Any] = {}
     for k, v in obj.items():
         if isinstance(v, dict) and v:
-            out.update(_flat(v, f"{prefix}{k}."))
+            out.update(flat_keys(v, f"{prefix}{k}.", leaf))
         else:
-            out[f"{prefix}{k}"] = json.dumps(v, sort_keys=True)
+            out[f"{prefix}{k}"] = leaf(v)
     return out
 
 
@@ -140,15 +147,15 @@ def headline(run: Path, base: str, cand: str, metric: str) -> float | None:
 
 def _copies(run: Path, leg: str) -> list[dict[str, Any]]:
     """Every copy of a leg's conditions, flattened, judged keys only."""
-    copies = [_judged_keys(_flat(_json(run / "legs" / leg / "server_info.json")))]
+    copies = [_judged_keys(flat_keys(_json(run / "legs" / leg / "server_info.json")))]
     for line in _lines(run / "legs" / leg / "bench_runs.jsonl"):
         if isinstance(line, dict) and isinstance(line.get("server_info"), dict):
-            copies.append(_judged_keys(_flat(line["server_info"])))
+            copies.append(_judged_keys(flat_keys(line["server_info"])))
     spec = _json(run / "legs" / leg / "leg.json")
     overlay = spec.get("overlay") if isinstance(spec, dict) else None
     config = overlay.get("config") if isinstance(overlay, dict) else None
     if isinstance(config, dict):
-        copies.append(_judged_keys(_flat(config)))
+        copies.append(_judged_keys(flat_keys(config)))
     return copies
 
 

@@ -15,6 +15,7 @@ from typing import Any
 
 from perfwarden.auditor.model.schema import evidence_model
 from perfwarden.redteam import forgery_oracle as oracle
+from perfwarden.redteam.field_explorer_oracle import flat_keys
 from perfwarden.redteam.forgery import (BaseView, Edit, Forgery, _bench, _folder, _rep_subsets, _write_bench,
                                         moved_subsets, records_moved)
 from perfwarden.redteam.forgery_files import Line, edit_detail, edit_json, edit_summary, read_lines, rederive_aggregates
@@ -26,16 +27,8 @@ REFUSE: Expectation = "refuse"
 # -------------------------------------------------------------------------------------------- statements
 
 
-def _flat(obj: Any, prefix: str = "") -> dict[str, Any]:
-    if not isinstance(obj, dict):
-        return {}
-    out: dict[str, Any] = {}
-    for k, v in obj.items():
-        if isinstance(v, dict) and v:
-            out.update(_flat(v, f"{prefix}{k}."))
-        else:
-            out[f"{prefix}{k}"] = v
-    return out
+def _flat(obj: Any) -> dict[str, Any]:
+    return flat_keys(obj, leaf=lambda v: v)
 
 
 def _set(obj: dict[str, Any], dotted: str, value: Any) -> None:
