@@ -54,7 +54,6 @@ from pydantic import ValidationError
 
 from perfwarden.auditor.claim_file import ClaimError, load_claim
 from perfwarden.auditor.evidence import RunLoader
-from perfwarden.auditor.findings import Findings
 from perfwarden.harness import jsonl as jsonl_formats
 from perfwarden.harness.records import Claim, LegSpec
 from perfwarden.orchestrator.answer_key import AnswerKeyError, load_answer_key
@@ -818,7 +817,7 @@ class Fuzzer:
 
 def _json_object(run: Path, path: Path) -> Any:
     """The auditor's reader of one JSON record of a leg (the loader is made at the call, inside its try)."""
-    return RunLoader(run, Findings()).json_object(path, True, "record")
+    return RunLoader(run).json_object(path, True, "record")
 
 
 def _files(root: Path) -> list[str]:
