@@ -279,10 +279,16 @@ def foreign_model_swap(run: Path) -> None:
 
 
 def foreign_same_model_statistics(run: Path) -> None:
-    """Near miss: both foreign files name one model and carry the extra statistics such a tool writes."""
-    for leg in ("base", "cand"):
+    """Near miss: both foreign files name one model and carry the extra statistics such a tool writes.
+    Each result also carries the ``date`` vllm bench serve always writes (the legs' reps interleaved)."""
+    for offset, leg in ((0, "base"), (10, "cand")):
         _foreign(run, leg, model_id="/models/SmolLM2-135M-Instruct", std_ttft_ms=1.5, p95_ttft_ms=104.0,
                  max_output_tokens_per_s=130.0, total_output_tokens_retokenized=128)
+        lines = read_lines(_leg(run, leg) / "bench_runs.jsonl")
+        for k, line in enumerate(lines):
+            seconds = offset + 20 * k
+            line["date"] = f"20261127-12{seconds // 60:02d}{seconds % 60:02d}"
+        write_lines(_leg(run, leg) / "bench_runs.jsonl", lines)
 
 
 @dataclass(frozen=True)
