@@ -376,7 +376,7 @@ def iter_jsonl(path: Path, schema: type[T], issues: list[LineIssue], digest: "ha
             record = _finished_foreign_tail(line, decoder, foreign, check_keys)
             if record is None:
                 continue  # torn, or the harness's own line (its writer always ends a line): stays torn
-            extra = sorted(set(_TOP.decode(line)) - set(schema.__struct_fields__))
+            extra = sorted(set(_TOP.decode(line)) - set(getattr(schema, "__struct_fields__", ())))
             issues.pop()
             if extra:
                 issues.append(LineIssue("foreign_fields", ref, ", ".join(extra)))
@@ -392,7 +392,7 @@ def iter_jsonl(path: Path, schema: type[T], issues: list[LineIssue], digest: "ha
                 if getattr(record, "schema_version", None) is not None:
                     raise  # the harness wrote it: its schema is the whole line
                 ref = _with_digest(ref, taken)
-                extra = sorted(set(_TOP.decode(line)) - set(schema.__struct_fields__))
+                extra = sorted(set(_TOP.decode(line)) - set(getattr(schema, "__struct_fields__", ())))
                 if extra:
                     issues.append(LineIssue("foreign_fields", ref, ", ".join(extra)))
         except DECODE_ERRORS as exc:
