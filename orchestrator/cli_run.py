@@ -30,7 +30,7 @@ from perfwarden.orchestrator.simlab import SyntheticLab
 from perfwarden.orchestrator.step_lines import StepLine, StepLines
 
 if TYPE_CHECKING:  # the run's machinery is imported only when a run starts (other commands stay fast)
-    from perfwarden.agents.base import VerdictSummary
+    from perfwarden.harness.verdict_summary import VerdictSummary
     from perfwarden.harness.records import Claim
     from perfwarden.orchestrator.lab import LegPlan
 

@@ -3,7 +3,8 @@ bundle against the true baseline, and the verdict trail.
 
 Every number in the report is copied from a verdict (re-derived by the auditor), never from a producer.
 A step's delta is against the configuration it was measured against (the best one before it); the
-bundle's delta is the whole search against the true no-overlay baseline.
+bundle's delta is the whole search against the true no-overlay baseline. Whether a verdict was accepted
+is the decision recorded with it in the run state (``auditor/acceptance.py``), read here, never re-derived.
 """
 
 from __future__ import annotations
@@ -13,10 +14,12 @@ from pathlib import Path
 from typing import Any
 
 from perfwarden.agents import integrator, search
-from perfwarden.agents.base import BankedChange, Proposal, VerdictSummary
+from perfwarden.agents.base import Proposal
+from perfwarden.auditor import acceptance
 from perfwarden.harness import safe_write
 from perfwarden.harness.records import LegWitnesses, shown_verdict, write_json_atomic
 from perfwarden.harness.target_config import TargetConfig
+from perfwarden.harness.verdict_summary import Acceptance, VerdictSummary
 from perfwarden.orchestrator.crashpoints import crash_point
 from perfwarden.orchestrator.render import md_cell as md
 from perfwarden.orchestrator.report_record import (AttackVerdict, FinalKnob, Headline, LLMUsage, ProposalTrail,
@@ -78,7 +81,7 @@ def build_report(state: dict[str, Any], base_config: TargetConfig,
     base = base_config.model_dump()
     marks = integrator.superseded_by(state.get("banked", []), base)
     banked = [b.model_copy(update={"superseded_by": marks.get(b.name)}) for b in state.get("banked", [])]
-    verdicts: list[VerdictSummary] = state.get("verdicts", [])
+    verdicts = acceptance.recorded_trail(state.get("verdicts", []))
     proposals: list[Proposal] = state.get("proposals", [])
     bundle = next((v for v in reversed(verdicts) if v.scope == "bundle"), None)
     headlines: dict[str, list[Headline]] = {"A": [], "B": []}
@@ -93,8 +96,11 @@ def build_report(state: dict[str, Any], base_config: TargetConfig,
     knobs = [FinalKnob(knob=k, baseline=getattr(base_config, k) if k in specs else None, final=v,
                        lever_class=specs[k].lever_class if k in specs else None,
                        lossless=specs[k].lossless if k in specs else None) for k, v in final.items()]
-    refused = [v for v in verdicts if v.scope == "patch" and (v.verdict != "PASS" or v.seal != "sealed")]
+    refused = [v for v in verdicts if v.scope == "patch" and _decision(v).basis != "pass"]
     attacks = [v for v in verdicts if v.producer == "red_team"]
+    # An attack passed when the auditor passed it, sealed or not. A FLAG that keeps a change downgraded
+    # (a config win relabelled as a kernel, banked as class B at its re-derived size) caught the lie.
+    passed = [v.claim for v in attacks if v.verdict == "PASS"]
     return ReportRecord(
         run_dir=state.get("run_dir"), banked=list(banked), rejected=list(state.get("rejected", [])),
         headlines=headlines, search_path=search_path(proposals, verdicts),
@@ -102,7 +108,7 @@ def build_report(state: dict[str, Any], base_config: TargetConfig,
         final_configuration=knobs, bundle=bundle,
         refused_or_reclassified=[Refusal(claim=v.claim, change=v.lever, verdict=v.shown, action=v.action,
                                          codes=sorted(v.codes())) for v in refused],
-        red_team=RedTeam(attacks=len(attacks), passed=[v.claim for v in attacks if v.verdict == "PASS"],
+        red_team=RedTeam(attacks=len(attacks), passed=passed,
                          verdicts=[AttackVerdict(claim=v.claim, verdict=v.shown, codes=sorted(v.codes()))
                                    for v in attacks]) if attacks else None,
         verdicts=list(verdicts), proposals=[ProposalTrail(id=p.id, status=p.status, history=p.history) for p in proposals],
@@ -110,24 +116,45 @@ def build_report(state: dict[str, Any], base_config: TargetConfig,
         notes=list(state.get("notes", [])))
 
 
+def _decision(v: VerdictSummary) -> Acceptance:
+    """The decision recorded with a verdict (``build_report`` fills every one from the run's trail)."""
+    if v.acceptance is None:
+        raise ValueError(f"verdict {v.path!r} reached the report without its acceptance decision")
+    return v.acceptance
+
+
+def _baseline_lines(verdicts: list[dict[str, Any]]) -> list[str]:
+    """What the run decided on its baselines, when the last one did not simply pass: read from the decision
+    recorded with it."""
+    baselines = [v for v in verdicts if v["scope"] == "baseline"]
+    if not baselines:
+        return []
+    last = baselines[-1]
+    decision = Acceptance.model_validate(last["acceptance"])
+    if decision.basis == "pass":
+        return []
+    codes = sorted({f["code"] for f in last["findings"] if f["severity"] != "INFO"})
+    what = f"(last: {md(last['verdict'])} {md(last['action'])}, {_codes(codes)})"
+    n = len(baselines)
+    if decision.basis == "noise_only":
+        return [f"**No baseline passed the audit after {n} measurement(s)** {what}: the machine is noisier than the "
+                "documented limit. The search went on; each step is judged on its own interleaved legs, whose noise "
+                "band these baselines widen.", ""]
+    if decision.basis == "performance_only":
+        return [f"**The baseline was accepted for speed only** {what}: its correctness cannot be judged, so the "
+                "search went on and nothing it banks is shown correct.", ""]
+    if decision.accepted:
+        return [f"**The baseline was accepted ({md(decision.basis)})** {what}: {md(decision.reason)}.", ""]
+    return [f"**The run stopped: no baseline passed the audit after {n} measurement(s)** {what}: "
+            f"{md(decision.reason)}. Nothing can be compared against an unreliable baseline; see the notes below.", ""]
+
+
 def render_markdown(report: dict[str, Any]) -> str:
     """report.md. Every string in it that came from the run (names, codes, paths, notes, knob values) goes
     through ``md`` (``render.md_cell``): the run's data cannot add a heading, link, HTML or control
     character to the report."""
     lines = ["# perfwarden run report", "", f"Run: {md(report['run_dir'])}", ""]
-    baselines = [v for v in report["verdicts"] if v["scope"] == "baseline"]
-    if baselines and all(v["verdict"] != "PASS" for v in baselines):
-        last = baselines[-1]
-        codes = sorted({f["code"] for f in last["findings"] if f["severity"] != "INFO"})
-        if len(baselines) < len(report["verdicts"]):  # noise only: the search went on (graph._noise_only)
-            lines += [f"**No baseline passed the audit after {len(baselines)} measurement(s)** (last: "
-                      f"{md(last['verdict'])} {md(last['action'])}, {_codes(codes)}): the machine is noisier than "
-                      "the documented limit. The search went on; each step is judged on its own interleaved legs, "
-                      "whose noise band these baselines widen.", ""]
-        else:
-            lines += [f"**The run stopped: no baseline passed the audit after {len(baselines)} measurement(s)** "
-                      f"(last: {md(last['verdict'])} {md(last['action'])}, {_codes(codes)}). Nothing can be "
-                      "compared against an unreliable baseline; see the notes below.", ""]
+    lines += _baseline_lines(report["verdicts"])
     lines += ["## Banked", ""]
     if not report["banked"]:
         lines += ["Nothing was banked: no change passed the auditor.", ""]
@@ -136,9 +163,12 @@ def render_markdown(report: dict[str, Any]) -> str:
     if report["bundle"]:
         b = report["bundle"]
         delta = _pct(b.get("headline_rederived"))
+        stands = Acceptance.model_validate(b["acceptance"])
         lines += ["## Bundle against the true baseline", "",
                   f"Verdict **{md(_shown(b))}** (action {md(b['action'])})" + (
-                      f", output throughput {delta} for every banked change together." if delta else "."), ""]
+                      f", output throughput {delta} for every banked change together." if delta else ".")
+                  + (" The net change stands." if stands.accepted else
+                     f" **The net change does not stand**: {md(stands.reason)}."), ""]
     if report["final_configuration"]:
         lines += ["Final configuration: what differs from the true baseline (a knob a later step set back to its "
                   "baseline value is not listed).", "", "| knob | baseline | final | class | lossless |", "|---|---|---|---|---|"]

@@ -7,9 +7,12 @@ an older one forward through the same migration chain as the harness records (``
 - version 1: the unversioned report written before (no ``report_version`` key): the same fields as
   version 2 -- the absence of the key is the one thing that says "version 1";
 - version 2: the same fields, named with their version;
-- version 3: this record. A banked step says when a later step superseded it (``superseded_by``), and the
-  final configuration lists only what differs from the true baseline; a version-2 report reads with
-  every step standing (``superseded_by`` None) and its final configuration as written.
+- version 3: a banked step says when a later step superseded it (``superseded_by``), and the final
+  configuration lists only what differs from the true baseline; a version-2 report reads with every step
+  standing (``superseded_by`` None) and its final configuration as written;
+- version 4: this record. Every verdict summary (``verdicts``, ``bundle``) carries the run's acceptance
+  decision on it (``acceptance``, made by ``auditor/acceptance.py`` when the verdict was audited); a
+  version-3 report reads with no decision recorded (``acceptance`` None), and a reader says so.
 
 A newer version, or a report that is not this record (a missing field, a field of the wrong type, a field
 the record does not have), is a ``ReportError`` naming what is wrong; the review exits 3 on it.
@@ -23,12 +26,13 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from perfwarden.agents.base import BankedChange, ProposalKind, ProposalStatus, Rejection, VerdictSummary
+from perfwarden.agents.base import BankedChange, ProposalKind, ProposalStatus, Rejection
 from perfwarden.harness.jsonl import repeated_key
 from perfwarden.harness.records import LeverClass, Migration, SchemaVersionError, migrate
 from perfwarden.harness.safe_read import MAX_DEPTH, VERDICT_BYTES, read_bytes, too_deep
+from perfwarden.harness.verdict_summary import VerdictSummary
 
-REPORT_VERSION = 3
+REPORT_VERSION = 4
 """Version of ``report.json`` this perfwarden writes (the history is in the module docstring)."""
 
 
@@ -42,7 +46,12 @@ def _from_v2(record_type: str, data: dict[str, Any]) -> dict[str, Any]:
     return data
 
 
-REPORT_MIGRATIONS: dict[int, Migration] = {1: _from_unversioned, 2: _from_v2}
+def _from_v3(record_type: str, data: dict[str, Any]) -> dict[str, Any]:
+    """3 -> 4: a version-3 report recorded no acceptance decision; its summaries read with none."""
+    return data
+
+
+REPORT_MIGRATIONS: dict[int, Migration] = {1: _from_unversioned, 2: _from_v2, 3: _from_v3}
 """``REPORT_MIGRATIONS[n]`` turns a version-``n`` report into version n+1."""
 
 
@@ -152,7 +161,7 @@ class LLMUsage(_Strict):
 class ReportRecord(_Strict):
     """``RUN/report.json``: every number copied from a verdict (re-derived by the auditor)."""
 
-    report_version: Literal[3] = REPORT_VERSION
+    report_version: Literal[4] = REPORT_VERSION
     run_dir: str | None
     banked: list[BankedChange]
     """What the run banked, in order (the graph's one banking rule decided it)."""
@@ -165,9 +174,12 @@ class ReportRecord(_Strict):
     """The final configuration's difference from the true baseline: a knob a later step set back to its
     baseline value is not listed (``agents/integrator.net_changes``)."""
     bundle: VerdictSummary | None
+    """The bundle's verdict with the run's decision on it: whether the net change stands."""
     refused_or_reclassified: list[Refusal]
     red_team: RedTeam | None
     verdicts: list[VerdictSummary]
+    """Every verdict, in sequence order, each with the run's acceptance decision on it (read, never re-derived,
+    by the report's text and the review)."""
     proposals: list[ProposalTrail]
     llm: LLMUsage | None
     notes: list[str] = Field(default_factory=list)

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from perfwarden.agents.base import BankedChange, VerdictSummary
+from perfwarden.agents.base import BankedChange
+from perfwarden.harness.verdict_summary import VerdictSummary
 from perfwarden.harness.target_config import EmbeddedConfig
 from perfwarden.orchestrator.cli import app
 from perfwarden.orchestrator.exit_codes import ExitCode
@@ -46,7 +47,8 @@ def _state() -> dict:
 def test_the_written_report_is_the_versioned_record_and_reads_back():
     record = build_report(_state(), EmbeddedConfig())
     written = json.loads(json.dumps(record.model_dump(mode="json")))
-    assert written["report_version"] == REPORT_VERSION == 3
+    assert written["report_version"] == REPORT_VERSION == 4
+    assert written["verdicts"][0]["acceptance"]["accepted"] is True  # the run's decision, written with it
     assert parse_report(written) == record
     assert written["final_configuration"] == [{"knob": "max_batch_size", "baseline": 1, "final": 2,
                                                "lever_class": "B", "lossless": True}]
@@ -60,7 +62,7 @@ def test_an_unversioned_report_is_migrated():
 
 
 @pytest.mark.parametrize("change,message", [
-    ({"report_version": 4}, "newer than the 3"),
+    ({"report_version": 5}, "newer than the 4"),
     ({"report_version": "two"}, "not a version number"),
     ({"report_version": 0}, "no migration from it"),
     ({"banked": ["claims/002-patch.json"]}, "banked.0"),  # the old guessed shapes: a string names nothing typed

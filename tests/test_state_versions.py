@@ -59,3 +59,19 @@ def test_a_version_2_checkpoint_resumes_and_ends_as_the_uninterrupted_run(case, 
     assert old["stage"] == "done" and (old_run / "report.md").is_file()
     old_report, new_report = (json.loads((r / "report.json").read_text()) for r in (old_run, new_run))
     assert [b["name"] for b in old_report["banked"]] == [b["name"] for b in new_report["banked"]]
+    # the summaries version 2 recorded without a decision get the one the uninterrupted run recorded
+    decisions = [[(v["seq"], v["acceptance"]["accepted"], v["acceptance"]["basis"]) for v in r["verdicts"]]
+                 for r in (old_report, new_report)]
+    assert decisions[0] == decisions[1]
+    assert old["state_version"] == 2  # the run keeps the version it started with
+
+
+@pytest.mark.integration
+def test_the_noisy_baselines_of_a_version_2_run_are_decided_from_its_trail(tmp_path, monkeypatch):
+    """Version 2 recorded no decision; the trail shows which baselines were measured again (a later one exists)
+    and that the last one let the search go on on its noise."""
+    state, run = resumed("noisy-before-fix", tmp_path, monkeypatch)
+    report = json.loads((run / "report.json").read_text())
+    baselines = [(v["seq"], v["acceptance"]["basis"]) for v in report["verdicts"] if v["scope"] == "baseline"]
+    assert baselines == [(1, "remeasure"), (2, "remeasure"), (3, "noise_only")]
+    assert "the machine is noisier than the documented limit" in (run / "report.md").read_text()
