@@ -125,28 +125,30 @@ def _decision(v: VerdictSummary) -> Acceptance:
 
 def _baseline_lines(verdicts: list[dict[str, Any]]) -> list[str]:
     """What the run decided on its baselines, when the last one did not simply pass: read from the decision
-    recorded with it."""
+    recorded with it (a dumped ``Acceptance``; anything else reads as not accepted)."""
     baselines = [v for v in verdicts if v["scope"] == "baseline"]
     if not baselines:
         return []
     last = baselines[-1]
-    decision = Acceptance.model_validate(last["acceptance"])
-    if decision.basis == "pass":
+    decision = last.get("acceptance") or {}
+    accepted, basis = decision.get("accepted") is True, decision.get("basis")
+    if accepted and basis == "pass":
         return []
     codes = sorted({f["code"] for f in last["findings"] if f["severity"] != "INFO"})
     what = f"(last: {md(last['verdict'])} {md(last['action'])}, {_codes(codes)})"
     n = len(baselines)
-    if decision.basis == "noise_only":
+    if accepted and basis == "noise_only":
         return [f"**No baseline passed the audit after {n} measurement(s)** {what}: the machine is noisier than the "
                 "documented limit. The search went on; each step is judged on its own interleaved legs, whose noise "
                 "band these baselines widen.", ""]
-    if decision.basis == "performance_only":
+    if accepted and basis == "performance_only":
         return [f"**The baseline was accepted for speed only** {what}: its correctness cannot be judged, so the "
                 "search went on and nothing it banks is shown correct.", ""]
-    if decision.accepted:
-        return [f"**The baseline was accepted ({md(decision.basis)})** {what}: {md(decision.reason)}.", ""]
+    if accepted:
+        return [f"**The baseline was accepted ({md(basis)})** {what}: {md(decision.get('reason'))}.", ""]
     return [f"**The run stopped: no baseline passed the audit after {n} measurement(s)** {what}: "
-            f"{md(decision.reason)}. Nothing can be compared against an unreliable baseline; see the notes below.", ""]
+            f"{md(decision.get('reason'))}. Nothing can be compared against an unreliable baseline; see the notes "
+            "below.", ""]
 
 
 def render_markdown(report: dict[str, Any]) -> str:
@@ -163,12 +165,12 @@ def render_markdown(report: dict[str, Any]) -> str:
     if report["bundle"]:
         b = report["bundle"]
         delta = _pct(b.get("headline_rederived"))
-        stands = Acceptance.model_validate(b["acceptance"])
+        stands = b.get("acceptance") or {}
         lines += ["## Bundle against the true baseline", "",
                   f"Verdict **{md(_shown(b))}** (action {md(b['action'])})" + (
                       f", output throughput {delta} for every banked change together." if delta else ".")
-                  + (" The net change stands." if stands.accepted else
-                     f" **The net change does not stand**: {md(stands.reason)}."), ""]
+                  + (" The net change stands." if stands.get("accepted") is True else
+                     f" **The net change does not stand**: {md(stands.get('reason'))}."), ""]
     if report["final_configuration"]:
         lines += ["Final configuration: what differs from the true baseline (a knob a later step set back to its "
                   "baseline value is not listed).", "", "| knob | baseline | final | class | lossless |", "|---|---|---|---|---|"]
@@ -195,12 +197,12 @@ def render_markdown(report: dict[str, Any]) -> str:
     lines += ["", "## Verdict trail", "",
               "The producer's claimed headline beside the auditor's re-derivation from raw (percent; a speedup "
               "factor for harness claims).", "",
-              "| seq | scope | change | verdict | action | claimed | re-derived | file |",
-              "|---|---|---|---|---|---|---|---|"]
+              "| seq | scope | change | verdict | action | claimed | re-derived | run's decision | file |",
+              "|---|---|---|---|---|---|---|---|---|"]
     for v in report["verdicts"]:
         lines.append(f"| {md(v['seq'])} | {md(v['scope'])} | {md(v['lever'] or '-')} | {md(_shown(v))} | "
                      f"{md(v['action'])} | {_num(v.get('headline_claimed'))} | {_num(v.get('headline_rederived'))} | "
-                     f"{md(v['path'])} |")
+                     f"{_decided(v.get('acceptance'))} | {md(v['path'])} |")
     lines += _witness_lines(report["verdicts"])
     fairer = [v for v in report["verdicts"] if v.get("headline_note")]
     if fairer:
@@ -221,6 +223,14 @@ def render_markdown(report: dict[str, Any]) -> str:
     if report["notes"]:
         lines += ["", "## Notes", ""] + [f"- {md(n)}" for n in report["notes"]]
     return "\n".join(lines) + "\n"
+
+
+def _decided(decision: Any) -> str:
+    """A dumped ``Acceptance`` as the verdict trail shows it: ``accepted (<basis>): <reason>``."""
+    if not isinstance(decision, dict):
+        return "not recorded"
+    said = "accepted" if decision.get("accepted") is True else "not accepted"
+    return f"{said} ({md(decision.get('basis'))}): {md(decision.get('reason'))}"
 
 
 def _shown(v: dict[str, Any]) -> str:

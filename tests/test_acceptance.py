@@ -7,6 +7,7 @@ report do with the recorded decision.
 from __future__ import annotations
 
 import json
+import shutil
 import time
 from pathlib import Path
 
@@ -24,7 +25,8 @@ from perfwarden.orchestrator.lab import LegPlan
 from perfwarden.orchestrator.runner import run_graph
 from perfwarden.orchestrator.settings import RunSettings
 from perfwarden.orchestrator.simlab import SyntheticLab
-from perfwarden.orchestrator.state import RunContext
+from perfwarden.orchestrator.review.model import load_review
+from perfwarden.orchestrator.state import RunContext, RunState
 
 
 def summary(scope: str, label: str, *found: tuple[str, str, Action | None], seal: str = "sealed",
@@ -212,14 +214,23 @@ class RandomWeightsLab(SyntheticLab):
                                      for p in legs], reps)
 
 
+@pytest.fixture(scope="module")
+def random_weights_run(tmp_path_factory) -> tuple[RunState, Path]:
+    """One synthetic run whose every leg served random weights, shared by the tests that read it."""
+    root = tmp_path_factory.mktemp("random-weights")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("PERFWARDEN_KEY_DIR", str(root / "keys"))
+        state = run_graph(root / "run", settings(levers=["max_batch_size=4"], kernels=False), RandomWeightsLab(),
+                          capture_logs=False)
+    return state, root / "run"
+
+
 @pytest.mark.integration
-def test_a_random_weights_baseline_is_reported_as_accepted_for_speed_not_as_noise(tmp_path):
+def test_a_random_weights_baseline_is_reported_as_accepted_for_speed_not_as_noise(random_weights_run):
     """The report guessed from counts: a baseline that was not a PASS while other verdicts followed was
     'the machine is noisier than the documented limit', and a budget note said no further baseline fitted.
     Neither is what happened: the baseline was accepted for speed only, and never re-measured."""
-    run = tmp_path / "run"
-    state = run_graph(run, settings(levers=["max_batch_size=4"], kernels=False), RandomWeightsLab(),
-                      capture_logs=False)
+    state, run = random_weights_run
     baseline = next(v for v in state["verdicts"] if v.scope == "baseline")
     assert baseline.codes() == {"CORRECTNESS_UNVERIFIABLE"} and baseline.acceptance.basis == "performance_only"
     text = (run / "report.md").read_text()
@@ -227,3 +238,20 @@ def test_a_random_weights_baseline_is_reported_as_accepted_for_speed_not_as_nois
     assert "noisier than the documented limit" not in text and "no further baseline was measured" not in text
     report = json.loads((run / "report.json").read_text())
     assert [v["acceptance"]["basis"] for v in report["verdicts"]] == ["performance_only", "refused"]
+
+
+@pytest.mark.integration
+def test_the_review_shows_the_runs_decision_and_a_forged_one_as_not_the_auditors(random_weights_run, tmp_path):
+    _, run = random_weights_run
+    review = load_review(run)
+    assert [(r.scope, r.decided) for r in review.summary.rows] == [("baseline", "accepted (performance_only)"),
+                                                                   ("patch", "not accepted (refused)")]
+    assert not [n for n in review.notes if "not the auditor's" in n]
+    forged = tmp_path / "forged"
+    shutil.copytree(run, forged)
+    report = json.loads((forged / "report.json").read_text())
+    patch = next(v for v in report["verdicts"] if v["scope"] == "patch")
+    patch["acceptance"] = {"accepted": True, "basis": "pass", "reason": "trust me"}
+    (forged / "report.json").write_text(json.dumps(report))
+    notes = [n for n in load_review(forged).notes if "not the auditor's" in n]
+    assert len(notes) == 1 and patch["path"] in notes[0] and "rule refuses it" in notes[0]

@@ -21,8 +21,8 @@ from typing import Any, Iterator
 
 from perfwarden.orchestrator.render import fmt_value, md_cell, printable
 from perfwarden.orchestrator.review.compare import Comparison, metric_rows
-from perfwarden.orchestrator.review.model import RunReview, VerdictEntry
-from perfwarden.orchestrator.review.summary import LEVER_CLASSES, banked, fmt_pct, is_banked
+from perfwarden.orchestrator.review.model import RunReview, VerdictEntry, is_banked
+from perfwarden.orchestrator.review.summary import LEVER_CLASSES, banked, fmt_pct
 
 FORMATS = ("md", "json", "csv")
 
