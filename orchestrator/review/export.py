@@ -91,10 +91,6 @@ def md_table_row(row: list[object]) -> str:
     return "| " + " | ".join(md_cell(c) for c in row) + " |"
 
 
-def review_md(review: RunReview) -> str:
-    return "".join(review_md_pieces(review))
-
-
 def review_md_pieces(review: RunReview) -> Iterator[str]:
     """The markdown review, one verdict's rows at a time (every verdict of the trail)."""
     lines = [f"# perfwarden review: {md_cell(review.run_id)}", ""]
@@ -175,10 +171,6 @@ def _csv(headers: list[str] | None, rows: list[list[object]]) -> str:
         writer.writerow(headers)
     writer.writerows([[csv_safe(c) for c in row] for row in rows])
     return buf.getvalue()
-
-
-def review_csv(review: RunReview) -> str:
-    return "".join(review_csv_pieces(review))
 
 
 def review_csv_pieces(review: RunReview) -> Iterator[str]:
