@@ -95,7 +95,7 @@ import hashlib
 import json
 import re
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from perfwarden.auditor.findings import decide, finding
 from perfwarden.auditor.mlperf_audit_settings import TestDetection, check_audit_settings, detect_test
@@ -128,13 +128,6 @@ class UnreadableLogs(Exception):
 
 
 # ----------------------------------------------------------------------------------------- loading
-
-
-def load_run(directory: Path | str, label: Literal["reference", "compliance"]) -> RunLogs:
-    """Read one run's two logs; raise :class:`MlperfLogError` when either is unreadable."""
-    summary_path, detail_path = find_logs(directory)
-    return RunLogs(label=label, summary=read_summary(summary_path, _root(directory)),
-                   detail=read_detail(detail_path, _root(directory)))
 
 
 def _root(directory: Path | str) -> Path:

@@ -12,7 +12,6 @@ catalog is an input error (:class:`AnswerKeyError`), never a quiet disagreement 
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 from typing import Any, Literal

@@ -145,8 +145,8 @@ class RunContext:
     llm: LLMClient | None = None
     brains: Brains = field(default_factory=Brains)
     clock: Callable[[], float] = time.time
-    watcher: Any = field(default_factory=SilentWatcher)
-    """A ``RunWatcher``."""
+    watcher: RunWatcher = field(default_factory=SilentWatcher)
+    """What the person watching the run is shown."""
     attacker: AttackProducer | None = None
     """The red-team producer (``--red-team``), if any."""
     run_dir: Path | None = None
