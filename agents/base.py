@@ -19,6 +19,28 @@ ProposalKind = Literal["config", "kernel"]
 ProposalStatus = Literal["pending", "benchmarked", "measuring", "banked", "rejected", "skipped"]
 
 
+class StepLook(BaseModel):
+    """How the producer's sequential rule (``agents/sequential.py``) ended a step's measurement: a win, a
+    clear loser or a step its noise or budget cannot decide (futile), or its most reps without a win."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    action: Literal["win", "futile", "no_win"]
+    """What the last look decided."""
+    reps: tuple[int, int]
+    """Baseline and candidate reps at that look (0, 0 when no look could be made)."""
+    max_reps: int
+    """The most reps per leg the step could reach (the run's budget and ``max_reps``)."""
+    improvement_pct: float | None = None
+    """The objective's improvement at that look, percent (positive: better, whichever way the metric goes)."""
+    p_value: float | None = None
+    """One-sided Welch p of "the candidate is better" on log rep values."""
+    level: float | None = None
+    """The look's nominal level (None: no look of the schedule has these leg sizes)."""
+    reason: str
+    """One line: why the look stopped the step."""
+
+
 class Proposal(BaseModel):
     """One change a producer wants to try."""
 
@@ -88,6 +110,8 @@ class Proposal(BaseModel):
     """Why the producer proposed it."""
     trial: int | None = None
     """The Optuna study's trial number this step measures (agents/search.py; None: not from the study)."""
+    look: StepLook | None = None
+    """How the sequential rule ended the current legs' measurement (None: not measured yet, or fresh legs)."""
 
 
 FixAction = Literal["resubmit", "remeasure", "run_quality_eval", "reclassify", "disclose", "drop"]

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BaseModel, Field, create_model
+from pydantic.json_schema import JsonValue
 
 from perfwarden.agents import config_tuner
 from perfwarden.agents.base import FixDecision, Proposal
@@ -50,9 +51,11 @@ def proposals_for(space: dict[str, tuple[Any, ...]]) -> type[ConfigProposals]:
     """``ConfigProposals`` whose schema names the searched knobs and their allowed values (an enum each), so
     that structured output spends a few tokens on a knob instead of a free string a weak model loops in.
     Validation is ``ConfigProposals``'s; ``check_step`` still judges every step."""
-    values = [v for allowed in space.values() for v in allowed if isinstance(v, (bool, int, float, str))]
+    values: list[JsonValue] = [v for allowed in space.values() for v in allowed
+                               if isinstance(v, (bool, int, float, str))]
+    knobs: list[JsonValue] = list(sorted(space))
     change = create_model("KnobChange", __base__=KnobChange,
-                          knob=(str, Field(json_schema_extra={"enum": sorted(space)})),
+                          knob=(str, Field(json_schema_extra={"enum": knobs})),
                           value=(bool | int | float | str, Field(json_schema_extra={"enum": values})))
     return create_model("ConfigProposals", __base__=ConfigProposals,
                         proposals=(list[change], Field(default_factory=list, **bounded(max_items=2))))

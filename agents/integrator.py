@@ -7,9 +7,12 @@ LLM brain's statement of it); the auditor checks all of it against the raw. Ever
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import Any, Literal, cast
 
-from perfwarden.agents.base import BankedChange, Proposal, apply_overlay
+from perfwarden.agents import sequential
+from perfwarden.agents.base import BankedChange, Proposal, StepLook, apply_overlay
+from perfwarden.harness.objective import RunObjective
 from perfwarden.harness.records import (Claim, Correctness, DeclaredLever, Headline, IsolatedSpeedup, KernelPatch,
                                         LegRefs, Mechanism, Overlay)
 
@@ -47,15 +50,41 @@ def leg_names(proposal: Proposal, attempt: int) -> tuple[str, str]:
     return f"{safe}-a{attempt}-base", f"{safe}-a{attempt}-cand"
 
 
+def measure_step(measure_to: Callable[[int], tuple[list[float], list[float]]], objective: RunObjective,
+                 first_reps: int, max_reps: int, reps_done: int = 0) -> StepLook:
+    """Measure a step look by look under the sequential rule (design §4): ``measure_to(n)`` extends both legs to
+    ``n`` reps each, interleaved, and returns the producer's reading of the objective per rep (baseline,
+    candidate). Ends on a win, a clear loser, a step its noise or budget cannot decide, or ``max_reps``. Reps the
+    rule cannot judge (a goodput of 0: no request met the SLO; a leg with no reading) end it without a win."""
+    plan = sequential.SequentialPlan(first_reps=first_reps, higher_is_better=objective.higher_is_better)
+    seen = (0, 0)
+
+    def measured(n: int) -> tuple[list[float], list[float]]:
+        nonlocal seen
+        base, cand = measure_to(n)
+        seen = (len(base), len(cand))
+        return base, cand
+
+    try:
+        d = sequential.run_step(measured, plan, max_reps, reps_done)
+    except sequential.SequentialError as exc:
+        return StepLook(action="no_win", reps=seen, max_reps=max_reps, reason=f"no look can judge these reps: {exc}")
+    return StepLook(action=cast(Literal["win", "futile", "no_win"], d.action), reps=(d.n_base, d.n_cand),
+                    max_reps=max_reps, improvement_pct=round(d.improvement_pct, 4), p_value=d.p_value,
+                    level=d.level, reason=d.reason)
+
+
 def baseline_claim(leg: str, aa_legs: list[str]) -> Claim:
     """The true no-overlay baseline, with its A/A twin that calibrates this session's noise band."""
     return Claim(scope="baseline", producer="integrator", legs=LegRefs(baseline=leg, aa=aa_legs))
 
 
 def patch_claim(proposal: Proposal, base_leg: str, cand_leg: str, opbench_rel: str | None,
-                aa_legs: list[str] | None = None) -> Claim:
+                aa_legs: list[str] | None = None, objective: RunObjective | None = None) -> Claim:
     """The claim as the producer would write it (its beliefs, not the auditor's). ``aa_legs``: the run's
-    same-config legs (baseline and its A/A twin) that calibrate the noise band."""
+    same-config legs (baseline and its A/A twin) that calibrate the noise band; ``objective``: what the run
+    optimizes, which the headline states (throughput when None)."""
+    objective = objective or RunObjective()
     iso = None
     if proposal.kind == "kernel" and proposal.isolated_speedup:
         iso = IsolatedSpeedup(value=proposal.isolated_speedup, op=proposal.op, opbench=opbench_rel,
@@ -66,8 +95,8 @@ def patch_claim(proposal: Proposal, base_leg: str, cand_leg: str, opbench_rel: s
         lever=DeclaredLever(name=proposal.id, lever_class=proposal.believed_class,
                             config_keys=sorted(proposal.config) if proposal.kind == "config" else [],
                             kernel_ops=[proposal.op] if proposal.kind == "kernel" else []),
-        headline=Headline(metric="output_throughput", kind=proposal.headline_kind, value=proposal.stated_pct,
-                          disclosed_regressions=proposal.disclosed_regressions),
+        headline=Headline(metric=objective.metric, kind=proposal.headline_kind, value=proposal.stated_pct,
+                          disclosed_regressions=proposal.disclosed_regressions, slo=objective.slo),
         correctness=Correctness(parity="exact_text", quality_eval_id=proposal.quality_eval_id),
         mechanism=Mechanism(name=proposal.mechanism, variant=proposal.mechanism_variant, support=proposal.support,
                             draft_model_id=proposal.draft_model_id, acceptance_rate=proposal.acceptance_rate),
@@ -139,13 +168,14 @@ def _engaged_mechanism(kept: list[BankedChange], net: dict[str, Any]) -> Mechani
 
 def bundle_claim(banked: list[BankedChange], base: dict[str, Any], base_leg: str, bundle_leg: str,
                  caching_leg: str, disclosed: dict[str, float], quality_eval_id: str | None,
-                 stated_pct: float | None = None) -> Claim:
+                 stated_pct: float | None = None, objective: RunObjective | None = None) -> Claim:
     """The net change (``net_changes``) against the true no-overlay baseline ``base``: the components are
     the banked steps that survive in it (each has its own passing patch verdict), the config keys the knobs
     that differ from the baseline, the mechanism one the final configuration engages.
     ``stated_pct``: the bundle's delta from the producer's own reading of the two legs."""
     changes = net_changes(banked, base)
     kept = components(banked, base)
+    objective = objective or RunObjective()
     return Claim(
         scope="bundle", producer="integrator",
         legs=LegRefs(baseline=base_leg, candidate=bundle_leg, validation=bundle_leg, caching_audit=caching_leg,
@@ -154,6 +184,7 @@ def bundle_claim(banked: list[BankedChange], base: dict[str, Any], base_leg: str
                             config_keys=sorted(k for k in changes if k != "op_overrides"),
                             kernel_ops=sorted(changes.get("op_overrides") or {}),
                             components=[b.name for b in kept]),
-        headline=Headline(metric="output_throughput", kind="e2e", value=stated_pct, disclosed_regressions=disclosed),
+        headline=Headline(metric=objective.metric, kind="e2e", value=stated_pct, disclosed_regressions=disclosed,
+                          slo=objective.slo),
         correctness=Correctness(parity="exact_text", quality_eval_id=quality_eval_id),
         mechanism=_engaged_mechanism(kept, changes) or Mechanism())

@@ -13,15 +13,18 @@ from statistics import median
 import msgspec
 
 from perfwarden.agents.base import Proposal
-from perfwarden.harness.jsonl import OpBenchLine
+from perfwarden.harness.jsonl import OpBenchLine, decode_line
 from perfwarden.harness.records import Claim, Headline, IsolatedSpeedup, LegRefs
+
+
+_OPBENCH_LINE = msgspec.json.Decoder(OpBenchLine)
 
 
 def pick_winner(opbench: Path) -> tuple[str | None, float | None, str | None]:
     """(candidate backend, its speedup over the reference, reference backend) from the producer's
     own reading of its rig -- the auditor does not trust this reading. No winner when no correct
     candidate is faster than the reference."""
-    rows = [msgspec.json.decode(line, type=OpBenchLine) for line in Path(opbench).read_bytes().splitlines() if line]
+    rows = [decode_line(_OPBENCH_LINE, line) for line in Path(opbench).read_bytes().splitlines() if line]
     ref = next((r.backend for r in rows if r.is_reference), None)
     if ref is None:
         return None, None, None
@@ -47,6 +50,8 @@ def pick_winner(opbench: Path) -> tuple[str | None, float | None, str | None]:
 
 def harness_claim(proposal: Proposal, opbench_rel: str, winner: str, speedup: float, ref: str,
                   baseline_leg: str) -> Claim:
+    if proposal.op is None:  # IsolatedSpeedup names the op measured; a proposal without one has no claim
+        raise ValueError("an op-bench claim needs the proposal's op")
     return Claim(scope="harness", producer="op_benchmarker", op=proposal.op, opbench=opbench_rel,
                  legs=LegRefs(baseline=baseline_leg),
                  isolated_speedup=IsolatedSpeedup(value=round(speedup, 4), op=proposal.op, opbench=opbench_rel,

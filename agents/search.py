@@ -11,8 +11,9 @@ Each trial is one A/B step: the current best banked configuration (baseline leg)
 configuration (candidate leg), so the patch claim declares exactly the knobs the trial changes. The
 auditor's verdict is the trial's feasibility: only a PASS banks the trial as the new best; any other
 verdict is told to the study as infeasible, so the sampler learns where the surface lies without ever
-treating a refused win as a result. A trial's value is the configuration's throughput as a factor of
-the true baseline: the best's factor times the auditor's re-derived delta of the step.
+treating a refused win as a result. A trial's value is the configuration's objective metric (throughput,
+goodput or a tail latency: the run's sealed objective) as a factor of the true baseline: the best's factor
+times the auditor's re-derived delta of the step; the study maximizes it, or minimizes it for a latency.
 
 The study lives in the run's SQLite (``checkpoints.sqlite``, beside the LangGraph checkpoint) and is
 replayed idempotently on resume: a trial asked but never recorded in the checkpoint (a crash between
@@ -20,12 +21,16 @@ the two) is handed out again instead of asking a new one, a trial already told i
 each ask seeds its sampler from (run seed, trial number), so a resumed run draws what the uninterrupted
 run drew. Coordinate descent (``config_tuner.next_step``) stays as the ``coordinate`` sampler: its
 steps are enqueued into the same study, so both leave the same history for the report and the plot.
+``random`` (uniform draws) and ``grid`` (every grid point once, in a seeded order, enqueued the same way)
+are the baselines a model-based search has to beat (benchmarks/search_quality.py).
 """
 
 from __future__ import annotations
 
 import hashlib
+import itertools
 import math
+import random
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,10 +42,14 @@ from optuna.trial import TrialState
 
 from perfwarden.agents.base import BankedChange, Proposal
 from perfwarden.harness.target_config import TargetConfig
+from perfwarden.harness import run_lock
 from perfwarden.harness.verdict_summary import VerdictSummary
 
 STUDY_NAME = "perfwarden-config-search"
-SamplerName = Literal["tpe", "coordinate"]
+SamplerName = Literal["tpe", "random", "grid", "coordinate"]
+"""``tpe`` models the surface (the default); ``random`` draws uniformly and ``grid`` visits every grid point
+once in a seeded random order (baselines a model-based search must beat: benchmarks/search_quality.py);
+``coordinate`` is one knob at a time from the best."""
 MAX_ASKS = 64
 """Asks per pick before the search counts as converged: a sampler that keeps drawing configurations
 already measured against the current best has nothing new to say."""
@@ -133,13 +142,40 @@ def storage_url(run: Path) -> str:
     return f"sqlite:///{Path(run) / 'checkpoints.sqlite'}"
 
 
+def unvisited_grid_point(study: optuna.Study, dists: dict[str, BaseDistribution], seed: int,
+                         number: int) -> dict[str, Any] | None:
+    """A grid point no trial of the study has drawn yet, chosen by (run seed, trial number); None when every
+    one has been. (Optuna's ``GridSampler`` stops the study when its grid is done, which its ask-and-tell
+    interface answers with an error.)"""
+    grid = grid_of(dists)
+    visited = {repr(sorted(t.params.items())) for t in study.get_trials(deepcopy=False)}
+    left = [point for point in (dict(zip(grid, values)) for values in itertools.product(*grid.values()))
+            if repr(sorted(point.items())) not in visited]
+    return random.Random(_sub_seed(seed, number)).choice(left) if left else None
+
+
+def grid_of(dists: dict[str, BaseDistribution]) -> dict[str, list[Any]]:
+    """Every value each param can take (the grid ``GridSampler`` walks)."""
+    out: dict[str, list[Any]] = {}
+    for name, dist in dists.items():
+        if isinstance(dist, IntDistribution):
+            out[name] = list(range(dist.low, dist.high + 1))
+        else:
+            out[name] = list(dist.choices)  # type: ignore[attr-defined]  # every other one is categorical
+    return out
+
+
+def _sub_seed(seed: int, number: int) -> int:
+    digest = hashlib.sha256(f"{seed}:{number}".encode()).digest()
+    return int.from_bytes(digest[:4], "big")
+
+
 def make_sampler(name: SamplerName, seed: int, number: int, n_startup: int = 8) -> optuna.samplers.BaseSampler:
     """The sampler for trial ``number``: seeded by (run seed, trial number), so what it draws depends only on
-    the stored history (a resumed run draws what the uninterrupted one did). ``coordinate`` trials are
-    enqueued; its sampler only fills params never left open."""
-    digest = hashlib.sha256(f"{seed}:{number}".encode()).digest()
-    sub_seed = int.from_bytes(digest[:4], "big")
-    if name == "coordinate":
+    the stored history (a resumed run draws what the uninterrupted one did). ``coordinate`` and ``grid``
+    trials are enqueued (:func:`unvisited_grid_point`); their sampler only fills params never left open."""
+    sub_seed = _sub_seed(seed, number)
+    if name != "tpe":
         return optuna.samplers.RandomSampler(seed=sub_seed)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
@@ -147,10 +183,14 @@ def make_sampler(name: SamplerName, seed: int, number: int, n_startup: int = 8) 
         return optuna.samplers.TPESampler(seed=sub_seed, multivariate=True, n_startup_trials=n_startup)
 
 
-def open_study(run: Path, url: str | None = None) -> optuna.Study:
-    """The run's study (created on first use)."""
-    return optuna.create_study(study_name=STUDY_NAME, storage=url or storage_url(run), direction="maximize",
-                               load_if_exists=True)
+def open_study(run: Path, url: str | None = None, higher_is_better: bool = True) -> optuna.Study:
+    """The run's study (created on first use), in the direction its objective improves. In the run's SQLite
+    only by the process holding the run's writer lock (design §2): two writers telling one study its trials
+    corrupt it."""
+    if url is None:
+        run_lock.require(run, "the search study")
+    return optuna.create_study(study_name=STUDY_NAME, storage=url or storage_url(run),
+                               direction="maximize" if higher_is_better else "minimize", load_if_exists=True)
 
 
 @dataclass(frozen=True)
@@ -163,7 +203,7 @@ class Asked:
 
 
 def best_factor(banked: list[BankedChange]) -> float:
-    """The current best's throughput as a factor of the true baseline: every banked config step's audited delta
+    """The current best's objective metric as a factor of the true baseline: every banked config step's audited delta
     compounded (a kernel step's delta too: it was measured against the best before it)."""
     factor = 1.0
     for b in banked:
@@ -197,6 +237,11 @@ def ask(study: optuna.Study, model: type[TargetConfig], space: dict[str, tuple[A
             if step is None:
                 return None
             study.enqueue_trial(encode(model, space, {**current, **step}), skip_if_exists=False)
+        if sampler == "grid":
+            point = unvisited_grid_point(study, dists, seed, number)
+            if point is None:
+                return None  # every configuration of the grid was measured
+            study.enqueue_trial(point, skip_if_exists=False)
         study.sampler = make_sampler(sampler, seed, number, n_startup)
         trial = study.ask(dists)
         study._storage.set_trial_user_attr(trial._trial_id, FACTOR_ATTR, factor)
@@ -278,7 +323,7 @@ class HistoryRow:
 
     number: int
     value: float | None
-    """Throughput as a factor of the true baseline (None: no audited number)."""
+    """The objective metric as a factor of the true baseline (None: no audited number)."""
     feasible: bool
     """The auditor passed it and it was banked."""
     best: float

@@ -161,9 +161,9 @@ def decide(v: Judged, *, remeasure_left: bool) -> Acceptance:
 
 
 def recorded(v: VerdictSummary, *, measured_again: bool = False) -> Acceptance:
-    """``v``'s recorded decision. A summary recorded without one (run state version 2, report version 3) gets
-    the rule's decision, where ``measured_again`` says what the trail shows: a later baseline was measured,
-    so this one was to be re-measured (the only route on that left a baseline behind)."""
+    """``v``'s recorded decision. A summary recorded without one (run state version 2, report version 4 or
+    older) gets the rule's decision, where ``measured_again`` says what the trail shows: a later baseline was
+    measured, so this one was to be re-measured (the only route on that left a baseline behind)."""
     if v.acceptance is not None:
         return v.acceptance
     return decide(v, remeasure_left=measured_again)

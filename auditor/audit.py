@@ -16,20 +16,22 @@ from pathlib import Path
 from typing import Any, Callable
 
 
-from perfwarden.auditor import banking, registry, stats, witnesses
+from perfwarden.auditor import banking, registry, snapshot, stats, witnesses
 from perfwarden.auditor.claim_file import ClaimError, load_claim  # noqa: F401 - re-exported
 from perfwarden.auditor.evidence import LegEvidence, QualityRecords, RunLoader, _plain_name, check_named_folders
 from perfwarden.auditor.findings import Findings, GateResult, decide, deciding_actions
-from perfwarden.auditor.gates import (caching, conditions, correctness, engine_witness, explain, integrity,
-                                      knobs, lever, measurement, opbench, process, profile, prose, rep_witnesses,
-                                      same_config, served, target_keys, timeline, workload)
-from perfwarden.auditor.manifest import (KeyChoice, KeyFileError, Manifest, chain_seal_id, observe,
-                                         read_manifest, resolve_key)
+from perfwarden.auditor.gates import (caching, conditions, correctness, engine_witness, explain, foreign_run,
+                                      goodput_slo, integrity, knobs, lever, measurement, objective, opbench, process,
+                                      profile, prose, rep_witnesses, same_config, served, target_keys, timeline, workload)
+from perfwarden.auditor.manifest import KeyChoice, KeyFileError, Manifest, observe, read_manifest, resolve_key
 from perfwarden.auditor.rederive import METRICS
+from perfwarden.harness.jsonl import chain_seal_id
+from perfwarden.harness.objective import RunObjective
 from perfwarden.harness.records import (Claim, Comparison, Finding, LegWitnesses, MetricStats, RunDir, Verdict,
                                         write_json_atomic)
 from perfwarden.harness.safe_read import REPORT_BYTES, exists
 from perfwarden.harness.safe_write import check_name
+from perfwarden.harness.slo import GoodputBasis
 
 AUDITOR_VERSION = "1.0.0"
 
@@ -63,6 +65,10 @@ class Audit:
     extra_kind: str = "ratio"
     """What ``extra_values`` are, for prose tracing: ``share`` (profile scope) or ``ratio`` (speedups)."""
     key: Path | None = None
+    goodput: GoodputBasis | None = None
+    """The SLO the legs' goodput was re-derived at (``goodput_slo``), for the verdict to say so."""
+    objective: RunObjective | None = None
+    """What the run sealed that it optimizes (``objective.json``; None: it sealed nothing)."""
     manifest: tuple[Manifest | None, str | None] | None = None
     """The seal chain as read before the gates (manifest, error reading it); None until read."""
     """The run's seal key file as given (``--key``), for audits this audit runs itself (bundle components)."""
@@ -128,10 +134,12 @@ def audit_baseline(a: Audit) -> None:
     if not _require(a, "baseline", claim.legs.baseline):
         return
     base = a.leg(claim.legs.baseline, need_outputs=True)
+    assert base is not None  # the name is set (_require)
     if not base.reps:
         a.findings.add("EVIDENCE_MISSING", "FAIL", f"baseline {base.name!r} has no usable rep", gate="evidence")
         return
     aa = _aa_legs(a, base)
+    _goodput(a, [base])
     metric = claim.headline.metric if claim.headline.metric in METRICS else "output_throughput"
     a.gate("crash", lambda: measurement.check_crash(a.run, base, None))
     a.gate("errors", lambda: measurement.check_errors(a.run, base, "FLAG", "remeasure"))
@@ -234,8 +242,10 @@ def audit_patch(a: Audit, bundle: bool = False) -> None:
     claim = a.claim
     if not (_require(a, "baseline", claim.legs.baseline) and _require(a, "candidate", claim.legs.candidate)):
         return
+    a.gate("objective", lambda: objective.check_headline_objective(claim, a.objective))
     base = a.leg(claim.legs.baseline, need_outputs=True, need_conditions=True)
     cand = a.leg(claim.legs.candidate, need_outputs=True, need_conditions=True)
+    assert base is not None and cand is not None  # both names are set (_require)
     legs = {base.name: base, cand.name: cand}
     if claim.legs.validation:
         val = a.leg(claim.legs.validation)
@@ -252,9 +262,11 @@ def audit_patch(a: Audit, bundle: bool = False) -> None:
         a.gate("condition_copies", lambda leg=leg: conditions.check_condition_copies(a.run, leg))
         a.gate("witness", lambda leg=leg: rep_witnesses.check_witnesses(a.run, leg))
     a.gate("workload", lambda: workload.check_workload(a.run, claim, base, cand))
-    a.gate("interleaving", lambda: measurement.check_interleaving(a.run, base, cand))
+    a.gate("foreign_identities", lambda: foreign_run.check_identities(a.run, [base, cand]))
     claimed = [a.leg(n) for n in _claim_legs(claim) if _plain_name(n)]
-    a.gate("overlap", lambda: timeline.check_overlap(a.run, claimed, claim.legs.concurrent))
+    if not a.gate("foreign_clock", lambda: foreign_run.check_clock(a.run, base, cand, claim.legs.concurrent)):
+        a.gate("interleaving", lambda: measurement.check_interleaving(a.run, base, cand))
+        a.gate("overlap", lambda: timeline.check_overlap(a.run, claimed, claim.legs.concurrent))
     a.gate("process_conditions", lambda: process.check_process_conditions(a.run, claimed))
     a.gate("named_files", lambda: check_named_folders(a.run, claimed, a.manifest is not None and a.manifest[0] is not None))
 
@@ -265,6 +277,7 @@ def audit_patch(a: Audit, bundle: bool = False) -> None:
     if bundle:
         a.gate("bundle", lambda: _bundle_gates(a, base, cand))
 
+    _goodput(a, [base, cand])
     if base.reps and cand.reps:
         for metric in METRICS:
             comp = measurement.compare(metric, base, cand, aa)
@@ -272,11 +285,7 @@ def audit_patch(a: Audit, bundle: bool = False) -> None:
                 a.comparisons[metric] = comp
         head = a.comparisons.get(claim.headline.metric)
         a.headline_rederived = head.delta_pct if head else None
-        contended = a.findings.has("CONTENDED_LEG", "FLAG")
-        a.gate("significance", lambda: measurement.check_headline(
-            a.run, claim, head, (len(base.reps), len(cand.reps)), contended,
-            worse=head is not None and measurement.significant_worse(head, base, cand),
-            changed=any(not registry.is_inert(key) for key in a.diff)))
+        a.gate("significance", lambda: _significance(a, head, base, cand))
         a.fairer = a.gate("representative", lambda: same_config.check_representative_baseline(
             a.run, claim, base, cand, aa))
         a.gate("latency", lambda: _latency(a, base, cand))
@@ -321,6 +330,33 @@ def audit_patch(a: Audit, bundle: bool = False) -> None:
     if claim.isolated_speedup is not None:
         a.gate("isolated_vs_e2e", lambda: _isolated_vs_e2e(a, base, cand))
     a.gate("reported", lambda: measurement.check_reported_numbers(claim, a.legs_stats, a.headline_rederived))
+
+
+def _significance(a: Audit, head: Comparison | None, base: LegEvidence, cand: LegEvidence) -> GateResult:
+    """The headline's significance gate; a goodput headline with a rep where no request met the SLO has no
+    ratio to test and is judged apart (``objective.check_unjudgeable_goodput``)."""
+    if head is None and a.claim.headline.metric == objective.GOODPUT:
+        zero = objective.check_unjudgeable_goodput(a.run, base, cand)
+        if zero.findings:
+            return zero
+    return measurement.check_headline(
+        a.run, a.claim, head, (len(base.reps), len(cand.reps)), a.findings.has("CONTENDED_LEG", "FLAG"),
+        worse=head is not None and measurement.significant_worse(head, base, cand),
+        changed=any(not registry.is_inert(key) for key in a.diff))
+
+
+def _goodput(a: Audit, legs: list[LegEvidence]) -> None:
+    """Decide the SLO goodput is re-derived at (``goodput_slo``), then give every rep of ``legs`` its
+    goodput at it, from the good requests the loader counted while the rep streamed."""
+    a.goodput = a.gate("goodput_slo", lambda: goodput_slo.check_goodput_slo(a.run, a.claim, legs, a.objective))
+    if a.goodput is None:
+        return
+    for leg in legs:
+        for rep in leg.reps:
+            if rep.goodput is not None and a.goodput.slo in rep.goodput.good:
+                rep.metrics[goodput_slo.METRIC] = rep.goodput.good[a.goodput.slo] / rep.duration_s
+        if leg.reps:
+            a.legs_stats[leg.name] = measurement.leg_metric_stats(leg.reps)
 
 
 def _quality_records(a: Audit, lossy: list[str], base: LegEvidence, cand: LegEvidence) -> QualityRecords:
@@ -484,8 +520,11 @@ def audit_claim(run: Path, claim: Claim, claim_ref: str, claim_sha: str, key: Pa
     except KeyFileError as exc:
         raise ClaimError(str(exc)) from None
     findings = Findings()
-    loader = RunLoader(run, findings, tuple(claim.lever.kernel_ops) if claim.lever else ())
+    loader = RunLoader(run, findings, tuple(claim.lever.kernel_ops) if claim.lever else (), claim.headline.slo)
     a = Audit(run=run, claim=claim, loader=loader, findings=findings, key=key)
+    a.objective = loader.objective()
+    if a.objective is not None and a.objective.slo is not None:  # before any leg: reps count good requests at it
+        loader.goodput_slo = a.objective.slo
     a.manifest = _read_chain(a, key_choice)
     if a.manifest[0] is not None and a.manifest[0].verified and a.manifest[0].broken is None:
         loader.line_sealed = frozenset(f.path for f in a.manifest[0].files.values() if f.lines and not f.whole)
@@ -621,7 +660,7 @@ def build_verdict(a: Audit, claim_ref: str, claim_sha: str) -> Verdict:
         correctness=a.correctness, not_checked=a.not_checked + a.loader.notes, witnesses=a.witnesses, seal=a.seal,
         degraded=bool(a.degraded),
         degraded_reasons=a.degraded, auditor_version=AUDITOR_VERSION, input_digests=digests,
-        digest=hashlib.sha256(digest_src.encode()).hexdigest(),
+        digest=hashlib.sha256(digest_src.encode()).hexdigest(), goodput=a.goodput,
     )
 
 
@@ -638,7 +677,9 @@ def audit_path(run: Path, claim_path: Path, claim_root: Path | None = None, key:
         ref = str(Path(claim_path).resolve().relative_to(Path(run).resolve()))
     except ValueError:
         ref = str(claim_path)
-    return audit_claim(run, claim, ref, sha, key=key)
+    # Another process may be writing the run: audit one state of it (auditor/snapshot.py).
+    verdict, note = snapshot.consistent(Path(run), lambda: audit_claim(run, claim, ref, sha, key=key))
+    return verdict if note is None else verdict.model_copy(update={"not_checked": [*verdict.not_checked, note]})
 
 
 def write_verdict(run: Path, verdict: Verdict) -> Path:

@@ -12,8 +12,8 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from perfwarden.harness.records import Claim, unknown_fields, wrong_types
-from perfwarden.harness.json_limits import loads_bounded, no_repeats
 from perfwarden.harness.safe_read import CLAIM_BYTES, STRING_CHARS, long_string, read_bytes
+from perfwarden.harness.strict_json import StrictJsonError, loads
 
 
 class ClaimError(ValueError):
@@ -31,9 +31,9 @@ def load_claim(path: Path, root: Path | None = None) -> tuple[Claim, str]:
     except OSError as exc:
         raise ClaimError(f"cannot read claim {str(path)!r}: {exc}") from None
     try:
-        obj = loads_bounded(data, what=f"claim {str(path)!r}", parse_constant=_reject, object_pairs_hook=no_repeats)
-    except (ValueError, RecursionError) as exc:  # JsonTooDeep is a ValueError
-        raise ClaimError(f"claim {str(path)!r} is not valid JSON: {exc}") from None
+        obj = loads(data, what=f"claim {str(path)!r}")
+    except StrictJsonError as exc:
+        raise ClaimError(str(exc)) from None
     too_long = long_string(obj)
     if too_long is not None:
         raise ClaimError(f"claim {str(path)!r}: the string at {too_long[0]!r} is {too_long[1]:,} characters, over "
@@ -51,6 +51,3 @@ def load_claim(path: Path, root: Path | None = None) -> tuple[Claim, str]:
         raise ClaimError(f"claim {str(path)!r} has field(s) a claim does not have: {', '.join(unknown[:8])}")
     return claim, hashlib.sha256(data).hexdigest()
 
-
-def _reject(name: str):
-    raise ValueError(f"non-finite constant {name!r}")

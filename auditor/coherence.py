@@ -32,13 +32,18 @@ real SmolLM2 weights against the same architecture with random weights, plus deg
 
 from __future__ import annotations
 
+import hashlib
 import math
+import operator
 import re
 import statistics
 import zlib
 from collections import Counter
+from collections.abc import Iterable, Iterator, Mapping
 from functools import lru_cache
 from importlib import resources
+
+import numpy as np
 
 from pydantic import BaseModel, ConfigDict
 
@@ -155,8 +160,7 @@ def _candidates(word: str) -> list[str]:
 
 def is_common_word(word: str) -> bool:
     """Whether ``word`` (any case) or a simple base form of it is in the common-word list."""
-    vocab = common_words()
-    return any(c in vocab for c in _candidates(word.lower().replace("\u2019", "'")))
+    return _common_lower(word.lower().replace("\u2019", "'"))
 
 
 def words_of(text: str) -> list[str]:
@@ -192,11 +196,14 @@ def adjacent_repeat_ratio(words: list[str]) -> float | None:
 
 def char_entropy(text: str) -> float | None:
     """Shannon entropy of the characters of ``text``, in bits."""
-    if not text:
+    return entropy_of_counts(Counter(text).values(), len(text))
+
+
+def entropy_of_counts(counts: Iterable[int], total: int) -> float | None:
+    """Shannon entropy, in bits, of characters seen ``counts`` times each out of ``total``."""
+    if not total:
         return None
-    counts = Counter(text)
-    total = len(text)
-    return max(0.0, -sum(c / total * math.log2(c / total) for c in counts.values()))  # no "-0.0"
+    return max(0.0, -sum(c / total * math.log2(c / total) for c in counts))  # no "-0.0"
 
 
 def compression_ratio(text: str) -> float | None:
@@ -209,11 +216,16 @@ def compression_ratio(text: str) -> float | None:
 
 def garbage_fraction(text: str) -> float | None:
     """Fraction of non-whitespace characters that are non-ASCII, control, or the replacement char."""
-    visible = [ch for ch in text if not ch.isspace()]
+    return garbage_of_counts(Counter(text))
+
+
+def garbage_of_counts(counts: Mapping[str, int]) -> float | None:
+    """``garbage_fraction`` of a text whose characters occur ``counts`` times each."""
+    visible = sum(n for ch, n in counts.items() if not ch.isspace())
     if not visible:
         return None
-    bad = sum(1 for ch in visible if ord(ch) > 126 or ord(ch) < 32 or ch == "\ufffd")
-    return bad / len(visible)
+    bad = sum(n for ch, n in counts.items() if not ch.isspace() and (ord(ch) > 126 or ord(ch) < 32 or ch == "\ufffd"))
+    return bad / visible
 
 
 def entropy_factor(bits: float | None) -> float:
@@ -223,33 +235,132 @@ def entropy_factor(bits: float | None) -> float:
     return min(1.0, max(0.0, (bits - ENTROPY_LOW) / (ENTROPY_HIGH - ENTROPY_LOW)))
 
 
+PIECE_CHARS = 1 << 18
+"""Characters of one text read at a time by :class:`_Tally`: a text's statistics cost a few pieces of
+memory beyond the text itself, whatever its length (the word lists, n-gram tuples and character lists of
+a whole text would hold over 100 times its size)."""
+_NOT_WORD = re.compile(r"[^A-Za-z'\u2019]")
+_MIX = np.array([0x9E3779B97F4A7C15, 0xC2B2AE3D27D4EB4F, 0x165667B19E3779F9], dtype=np.uint64)
+"""Odd multipliers that combine three word digests into one trigram digest (wrapping uint64)."""
+
+
+@lru_cache(maxsize=1 << 16)
+def _common_lower(word: str) -> bool:
+    """``is_common_word`` of a word already lowercased with straight apostrophes (cached: a long text
+    repeats its words)."""
+    return any(c in common_words() for c in _candidates(word))
+
+
+def _word_digest(word: str) -> int:
+    """A fixed 64-bit digest of a word: the same in every process, unlike ``hash``."""
+    return int.from_bytes(hashlib.blake2b(word.encode(), digest_size=8).digest(), "little")
+
+
+class _Tally:
+    """The statistics of one text, read piece by piece (``PIECE_CHARS``), each exactly what the whole-text
+    functions above give. A piece ends just after a character no word holds, so no word is cut. Repeated
+    trigrams are counted by 64-bit digests (kept once per distinct trigram, 8 bytes each): two distinct
+    trigrams could share a digest only by a collision, which would count one more repeat (a lower score,
+    never a kinder one)."""
+
+    def __init__(self) -> None:
+        self.n_chars = 0
+        self.n_words = 0
+        self.common = 0
+        self.adjacent = 0
+        self.tail: list[str] = []
+        """The last two words read (their pairs and trigrams cross into the next piece)."""
+        self.trigrams: list[np.ndarray] = []
+        self.chars: dict[str, int] = {}
+        self.zlib = zlib.compressobj(9)
+        self.compressed = 0
+        self.encoded = 0
+
+    def add(self, piece: str) -> None:
+        self.n_chars += len(piece)
+        self._characters(piece)
+        raw = piece.encode("utf-8")
+        self.encoded += len(raw)
+        self.compressed += len(self.zlib.compress(raw))
+        words = words_of(piece)
+        if not words:
+            return
+        lower = " ".join(words).lower().split(" ")
+        self.n_words += len(lower)
+        self.common += sum(n for word, n in Counter(lower).items() if _common_lower(word))
+        pairs = self.tail[-1:] + lower
+        self.adjacent += sum(map(operator.eq, pairs, pairs[1:]))
+        seq = self.tail + lower
+        if len(seq) >= 3:
+            digest = {word: _word_digest(word) for word in set(seq)}
+            digests = np.fromiter(map(digest.__getitem__, seq), dtype=np.uint64, count=len(seq))
+            grams = digests[:-2] * _MIX[0] + digests[1:-1] * _MIX[1] + digests[2:] * _MIX[2]
+            self.trigrams.append(np.unique(grams))
+        self.tail = seq[-2:]
+
+    def _characters(self, piece: str) -> None:
+        """Character counts in first-seen order (the order ``Counter(text)`` keeps, so the entropy's sum
+        runs in the same order and gives the same float)."""
+        if piece.isascii():
+            counts = np.bincount(np.frombuffer(piece.encode("ascii"), dtype=np.uint8), minlength=128)
+            present = [chr(code) for code in np.flatnonzero(counts)]
+            # new characters in the order they first occur (a C search each, at most 128)
+            present.sort(key=lambda char: -1 if char in self.chars else piece.find(char))
+            seen = iter([(char, int(counts[ord(char)])) for char in present])
+        else:
+            seen = iter(Counter(piece).items())
+        chars = self.chars
+        for char, n in seen:
+            chars[char] = chars.get(char, 0) + n
+
+    def distinct_trigrams(self) -> int:
+        """Distinct trigram digests, sorted a slice of the digest range at a time (bounded scratch)."""
+        total = 0
+        for part in range(16):
+            total += np.unique(np.concatenate([g[(g >> np.uint64(60)) == part] for g in self.trigrams])).size
+        return total
+
+    def stats(self, index: int, threshold: float) -> TextStats:
+        n_words, n_chars = self.n_words, self.n_chars
+        coverage = self.common / n_words if n_words else None
+        n_grams = n_words - 2
+        trigram = 1.0 - self.distinct_trigrams() / n_grams if n_grams > 0 else None
+        adjacent = self.adjacent / (n_words - 1) if n_words >= 2 else None
+        entropy = entropy_of_counts(self.chars.values(), n_chars)
+        garbage = garbage_of_counts(self.chars)
+        self.compressed += len(self.zlib.flush())
+        judged = n_chars >= MIN_CHARS
+        score: float | None = None
+        if judged:
+            repetition = max(trigram or 0.0, adjacent or 0.0)  # None (too few words) = no repetition seen
+            score = (coverage or 0.0) * (1.0 - repetition) * (1.0 - (garbage or 0.0)) * entropy_factor(entropy)
+        return TextStats(
+            index=index, n_chars=n_chars, n_words=n_words, judged=judged, lexical_coverage=coverage,
+            repeated_trigram_ratio=trigram, adjacent_repeat_ratio=adjacent, char_entropy_bits=entropy,
+            compression_ratio=self.compressed / self.encoded if self.encoded else None, garbage_fraction=garbage,
+            score=score, is_coherent=None if score is None else score >= threshold)
+
+
+def pieces(text: str, size: int) -> Iterator[str]:
+    """``text`` in pieces of about ``size`` characters, each ending just after a character that is not
+    part of any word (a word longer than a piece stays whole)."""
+    start = 0
+    while start < len(text):
+        end = start + size
+        if end < len(text):
+            cut = _NOT_WORD.search(text, end - 1)
+            end = cut.end() if cut else len(text)
+        yield text[start:end]
+        start = end
+
+
 def text_stats(index: int, text: str, threshold: float = THRESHOLD) -> TextStats:
-    """All statistics of one text and its score (None when too short to judge)."""
-    words = words_of(text)
-    coverage = lexical_coverage(words)
-    trigram = repeated_ngram_ratio(words)
-    adjacent = adjacent_repeat_ratio(words)
-    entropy = char_entropy(text)
-    garbage = garbage_fraction(text)
-    judged = len(text) >= MIN_CHARS
-    score: float | None = None
-    if judged:
-        repetition = max(trigram or 0.0, adjacent or 0.0)  # None (too few words) = no repetition seen
-        score = (coverage or 0.0) * (1.0 - repetition) * (1.0 - (garbage or 0.0)) * entropy_factor(entropy)
-    return TextStats(
-        index=index,
-        n_chars=len(text),
-        n_words=len(words),
-        judged=judged,
-        lexical_coverage=coverage,
-        repeated_trigram_ratio=trigram,
-        adjacent_repeat_ratio=adjacent,
-        char_entropy_bits=entropy,
-        compression_ratio=compression_ratio(text),
-        garbage_fraction=garbage,
-        score=score,
-        is_coherent=None if score is None else score >= threshold,
-    )
+    """All statistics of one text and its score (None when too short to judge), in memory that does not
+    grow with the text (:class:`_Tally`)."""
+    tally = _Tally()
+    for piece in pieces(text, PIECE_CHARS):
+        tally.add(piece)
+    return tally.stats(index, threshold)
 
 
 def _reasons(stats: list[TextStats], score: float | None, threshold: float) -> list[str]:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import functools
 import gc
 import hashlib
-import math
 import os
 import posixpath
 from collections import Counter
@@ -21,17 +20,20 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from perfwarden.auditor import bench_extras
 from perfwarden.auditor.findings import Findings, GateResult, finding
 from perfwarden.auditor.loadgen_logs import LoadgenRep, read_rep_logs
 from perfwarden.auditor.rederive import RepError, RepMetrics, rederive_rep
 from perfwarden.auditor.serverlog import ServerLog, scan_server_log
-from perfwarden.harness.json_limits import loads_bounded, no_repeats
+from perfwarden.harness.objective import RunObjective
 from perfwarden.harness.jsonl import (CITE_HEAD_BYTES, BenchRunLine, LineIssue, LineRef, OpBenchLine, OutputLine,
                                       ProfileLine, iter_jsonl, read_jsonl)
 from perfwarden.harness.records import (QUALITY_ITEMS_FIELDS, EvidenceRef, LegSpec, QualityEval, RunDir,
                                         shadowing_fields, unknown_fields, wrong_types)
-from perfwarden.harness.safe_read import (BENCH_LINE_BYTES, LOG_LINE_CHARS, RECORD_BYTES, TEXT_BYTES, RefusedInput,
-                                          check_regular, exists, iter_chunks, read_bytes)
+from perfwarden.harness.safe_read import (BENCH_LINE_BYTES, LINE_BYTES, LOG_LINE_CHARS, PROFILE_LINE_BYTES, RECORD_BYTES,
+                                          TEXT_BYTES, RefusedInput, check_regular, exists, iter_chunks, read_bytes)
+from perfwarden.harness.slo import GoodputSlo
+from perfwarden.harness.strict_json import StrictJsonError, loads
 
 _EXCERPT = 200
 assert _EXCERPT <= CITE_HEAD_BYTES  # an excerpt is cut from the bytes a cited line keeps
@@ -137,23 +139,16 @@ class LegEvidence:
     """Texts its server returned per prompt id, from the bench lines as loaded (None: no prompt ids)."""
 
 
-def _finite_json(obj: Any) -> bool:
-    if isinstance(obj, float):
-        return math.isfinite(obj)
-    if isinstance(obj, dict):
-        return all(_finite_json(v) for v in obj.values())
-    if isinstance(obj, list):
-        return all(_finite_json(v) for v in obj)
-    return True
-
-
 class RunLoader:
     """Reads raw files of one run directory, caching them and recording digests and findings."""
 
-    def __init__(self, run: Path, findings: Findings, log_ops: tuple[str, ...] = ()):
+    def __init__(self, run: Path, findings: Findings, log_ops: tuple[str, ...] = (),
+                 goodput_slo: GoodputSlo | None = None):
         self.run = Path(run)
         self.log_ops = log_ops
         """Kernel ops whose engagement the claim declares: the one pass over each server log looks for them."""
+        self.goodput_slo = goodput_slo
+        """The SLO the claim states goodput at: each rep's good requests at it are counted as the rep streams."""
         self.paths = RunDir(run)
         self.findings = findings
         self.digests: dict[str, str] = {}
@@ -212,23 +207,27 @@ class RunLoader:
     def text(self, path: Path, required: bool, what: str, limit: int = TEXT_BYTES) -> TextFile | None:
         """Read a text file of at most ``limit`` bytes; a missing required file is EVIDENCE_MISSING
         (fail closed), and so is anything ``present`` refuses."""
+        data = self._bytes(path, required, what, limit)
+        return None if data is None else self._text_file(path, data)
+
+    def _bytes(self, path: Path, required: bool, what: str, limit: int) -> bytes | None:
         if not self.present(path, required, what):
             return None
         try:
-            data = read_bytes(path, self.run, limit=limit, what=what)
+            return read_bytes(path, self.run, limit=limit, what=what)
         except RefusedInput as exc:
             self.refused(exc, what)
-            return None
         except OSError as exc:
             self.unreadable(path, what, exc)
-            return None
+        return None
+
+    def _text_file(self, path: Path, data: bytes) -> TextFile:
         sha = hashlib.sha256(data).hexdigest()
         self._digest(path, sha)
         try:
-            tf = TextFile(path, data.decode("utf-8").splitlines(), sha)
+            return TextFile(path, data.decode("utf-8").splitlines(), sha)
         except UnicodeDecodeError:
-            tf = TextFile(path, data.decode("utf-8", "replace").splitlines(), sha, utf8=False)
-        return tf
+            return TextFile(path, data.decode("utf-8", "replace").splitlines(), sha, utf8=False)
 
     def server_log(self, path: Path, what: str) -> ServerLog | None:
         """Read a server log once, streaming, into what every gate needs from it (never its lines).
@@ -257,19 +256,18 @@ class RunLoader:
 
     def json_object(self, path: Path, required: bool, what: str,
                     limit: int = RECORD_BYTES) -> tuple[dict | None, TextFile | None]:
-        tf = self.text(path, required, what, limit)
-        if tf is None:
+        data = self._bytes(path, required, what, limit)
+        if data is None:
             return None, None
+        tf = self._text_file(path, data)
         if not tf.utf8:
             # Replacement characters would make two different damaged values compare equal.
             self.findings.add("EVIDENCE_CORRUPT", "FAIL", f"{what} {_rel(self.run, path)!r} is not valid UTF-8",
                               evidence=[tf.evidence(self.run, None)], gate="evidence")
             return None, tf
-        try:
-            obj = loads_bounded("\n".join(tf.lines), what=f"{what} {_rel(self.run, path)!r}",
-                                parse_constant=_reject_constant, parse_float=_finite_float,
-                                object_pairs_hook=no_repeats)
-        except (ValueError, RecursionError) as exc:
+        try:  # the bytes as written: lines re-joined would be a copy, and lose a raw U+2028 in a string
+            obj = loads(data, what=f"{what} {_rel(self.run, path)!r}")
+        except StrictJsonError as exc:
             self.findings.add("EVIDENCE_CORRUPT", "FAIL", f"{what} {_rel(self.run, path)!r} is not valid JSON: {exc}",
                               evidence=[tf.evidence(self.run, None)], gate="evidence")
             return None, tf
@@ -317,6 +315,11 @@ class RunLoader:
                                   " be compared", evidence=[EvidenceRef(file=_rel(self.run, path))], gate="evidence")
         if need_outputs and leg.outputs is None:
             leg.outputs = self._load_outputs(name)
+            if leg.outputs is None and leg.served is not None and leg.served.positional:
+                leg.outputs = served_dump(leg.served)
+                self.notes.append(f"parity dump of {name!r}: no outputs.jsonl; the texts its foreign benchmark "
+                                  "recorded as served (generated_texts, named by request position and input length) "
+                                  "stand in for it")
         return leg
 
     def _load_leg(self, name: str) -> LegEvidence:
@@ -367,6 +370,27 @@ class RunLoader:
             self._manifest = self.json_object(self.paths.manifest, False, "run manifest")[0] \
                 if exists(self.paths.manifest) else None
         return self._manifest
+
+    def objective(self) -> RunObjective | None:
+        """``objective.json``, the run's sealed objective (None when absent: the run recorded none; or not a
+        valid record, which is EVIDENCE_CORRUPT, FAIL: an objective nobody can read vouches for no SLO)."""
+        if not exists(self.paths.objective):
+            return None
+        obj, tf = self.json_object(self.paths.objective, False, "run objective")
+        if obj is None or tf is None or self._refuse_wrong_types(RunObjective, obj, "run objective", tf):
+            return None
+        try:
+            record = RunObjective.model_validate(obj)
+        except ValidationError as exc:
+            self.findings.add(_invalid_code(exc), "FAIL", f"run objective is invalid: {exc.errors()[0]['msg']}",
+                              evidence=[tf.evidence(self.run, None)], gate="evidence")
+            return None
+        unknown = unknown_fields(record)
+        if unknown:
+            self.findings.add("EVIDENCE_CORRUPT", "FAIL", f"run objective has field(s) its schema does not have: "
+                              f"{', '.join(unknown[:8])}", evidence=[tf.evidence(self.run, None)], gate="evidence")
+            return None
+        return record
 
     def run_target(self) -> str | None:
         """The serving target run.json names (the harness writes it in every run); None when it names none."""
@@ -463,6 +487,8 @@ class RunLoader:
                 if claimed_leg is None or claimed_leg == name:
                     try:
                         rep = rederive_rep(line, ref, name, index)
+                        rep.goodput = bench_extras.rep_goodput(line, ref, self.goodput_slo)
+                        rep.stated = bench_extras.stated_run(line, ref)
                     except RepError as exc:
                         error = exc
                     else:
@@ -569,10 +595,10 @@ class RunLoader:
         return report.records
 
     # ---------------------------------------------------------------- other raw files
-    def jsonl(self, path: Path, schema: type, what: str) -> list | None:
+    def jsonl(self, path: Path, schema: type, what: str, max_line: int = LINE_BYTES) -> list | None:
         if not self.present(path, True, what):
             return None
-        report = read_jsonl(path, schema, root=self.run, cite=True)
+        report = read_jsonl(path, schema, root=self.run, max_line=max_line, cite=True)
         self._digest(path, report.sha256)
         self.report_issues(report.issues, what)
         return report.records
@@ -581,7 +607,7 @@ class RunLoader:
         return self.jsonl(self._inside(rel_path), OpBenchLine, "op benchmark")
 
     def profile(self) -> list[tuple[LineRef, ProfileLine]] | None:
-        return self.jsonl(self.paths.profile, ProfileLine, "profile")
+        return self.jsonl(self.paths.profile, ProfileLine, "profile", PROFILE_LINE_BYTES)
 
     def quality(self, eval_id: str, leg: str | None = None) -> tuple[QualityEval | None, TextFile | None]:
         path = self.paths.quality(eval_id, leg)
@@ -754,17 +780,6 @@ def _plain_name(name: str) -> bool:
     return bool(name) and name not in (".", "..") and not any(c in name for c in ("/", "\\", "\x00"))
 
 
-def _reject_constant(name: str) -> Any:
-    raise ValueError(f"non-finite JSON constant {name!r}")
-
-
-def _finite_float(text: str) -> float:
-    value = float(text)
-    if not math.isfinite(value):
-        raise ValueError(f"number {text[:40]!r} is out of range (not a finite float)")
-    return value
-
-
 # ------------------------------------------------------------------ quality evals
 
 
@@ -783,17 +798,32 @@ class QualityRecords:
 
 MAX_PROMPT_IDS = 4096
 """Distinct prompt ids remembered per leg (memory stays bounded on million-request files)."""
+SERVED_TEXT_CHARS = 16 << 20
+"""Characters of served texts held per leg (each distinct text once, for the dump's prefix check); a
+further distinct text is counted by its digest alone, so a file of ever-new texts costs digests, not
+its texts."""
+
+
+def served_digest(text: str) -> bytes:
+    """The digest a served text is counted by once the held texts reach ``SERVED_TEXT_CHARS``."""
+    return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).digest()
 
 
 @dataclass
 class Served:
-    """What one leg's server returned, per prompt id: the texts and the first line serving each."""
+    """What one leg's server returned, per prompt id: the texts (a text held once, or its digest past the
+    bound) and the first line serving each."""
 
     texts: dict[str, Counter] = field(default_factory=dict)
     first_ref: dict[str, LineRef] = field(default_factory=dict)
+    positional: bool = False
+    """Keyed by request position, not prompt id: a foreign file (``vllm bench serve --save-detailed``)
+    names no prompts, but a benchmark re-run with the same dataset and seed sends them in one order, so
+    position and input length name a prompt (a mismatch only makes texts disagree, never agree)."""
 
-    def modal(self, pid: str) -> str:
-        """The text most often returned for ``pid`` (greedy: normally the only one)."""
+    def modal(self, pid: str) -> str | bytes:
+        """The text most often returned for ``pid`` (greedy: normally the only one), or its digest when
+        it came past the bound."""
         return self.texts[pid].most_common(1)[0][0]
 
 
@@ -801,27 +831,32 @@ class Served:
 class ServedReader:
     """Texts served per prompt id, taken from each bench line as the evidence loader decodes it.
 
-    Why in the loader's pass: a second read of the file (the former ``read_served``) cost a full pass
-    over a million-request file, judged bytes that could have changed since the loader hashed them, and
-    skipped every line over the generic line bound (a 100k-request rep), so served parity went unchecked
-    on exactly the large runs. A writer names its prompts on every line or on none: once a first line
-    names none, later lines are not looked at."""
+    Why in the loader's pass: a second read of the file cost a full pass over a million-request file,
+    judged bytes that could have changed since the loader hashed them, and skipped every line over the
+    generic line bound (a 100k-request rep), so served parity went unchecked on exactly the large runs.
+    A writer names its prompts on every line or on none: once a first line names none, later lines are
+    not looked at."""
 
     served: Served = field(default_factory=Served)
     keyed: bool = False
     closed: bool = False
+    held_chars: int = 0
 
     def add(self, ref: LineRef, line: BenchRunLine) -> None:
         """Count the successful requests' texts of one decoded line."""
         if self.closed:
             return
-        if line.prompt_ids is None or line.generated_texts is None:
+        prompt_ids: list[str | int] | None = line.prompt_ids
+        if prompt_ids is None and line.schema_version is None and line.generated_texts is not None:
+            prompt_ids = positional_ids(line)
+            self.served.positional = True
+        if prompt_ids is None or line.generated_texts is None:
             self.closed = not self.keyed
             return
         self.keyed = True
         texts, first_ref = self.served.texts, self.served.first_ref
-        errors = line.errors or [None] * len(line.prompt_ids)
-        for pid, text, err in zip(line.prompt_ids, line.generated_texts, errors):
+        errors = line.errors or [None] * len(prompt_ids)
+        for pid, text, err in zip(prompt_ids, line.generated_texts, errors):
             if pid is None or text is None or err:
                 continue
             key = str(pid)
@@ -830,8 +865,28 @@ class ServedReader:
                     continue
                 texts[key] = Counter()
                 first_ref[key] = ref
-            texts[key][text] += 1
+            counter = texts[key]
+            if text in counter:
+                counter[text] += 1
+            elif self.held_chars + len(text) <= SERVED_TEXT_CHARS:
+                counter[text] += 1
+                self.held_chars += len(text)
+            else:
+                counter[served_digest(text)] += 1
 
     def result(self) -> Served | None:
         """The served texts, or None when no line names its prompts."""
         return self.served if self.keyed else None
+
+
+def positional_ids(line: BenchRunLine) -> list[str | int]:
+    """Prompt names for a foreign line that has none: each request's position and input length."""
+    lens = line.input_lens
+    n = len(line.generated_texts or [])
+    return [f"#{i}/{lens[i]}" if lens is not None and i < len(lens) else f"#{i}" for i in range(n)]
+
+
+def served_dump(served: Served) -> list[tuple[LineRef, OutputLine]]:
+    """A leg's parity dump from what its server returned (one line per prompt: its most frequent text),
+    each citing the first bench line that served it."""
+    return [(served.first_ref[pid], OutputLine(prompt_id=pid, text=served.modal(pid))) for pid in served.texts]

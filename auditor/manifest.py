@@ -27,9 +27,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-import msgspec
-
-from perfwarden.harness.jsonl import DECODE_ERRORS, LineIssue, SealEntry, iter_raw_lines, repeated_key
+from perfwarden.harness.jsonl import DECODE_ERRORS, SEAL_ENTRY, LineIssue, SealEntry, decode_line, iter_raw_lines
+from perfwarden.harness.strict_json import loads
 from perfwarden.harness.records import SealHead, SealKey, key_store_dir, key_store_path
 from perfwarden.harness.safe_read import KEY_BYTES, open_regular, read_bytes
 
@@ -77,7 +76,7 @@ def _parse_key(path: Path) -> tuple[bytes, str | None]:
     (a FIFO, ``/dev/zero``, a directory or a huge file is refused, never waited on or read whole)."""
     text = read_bytes(path, limit=KEY_BYTES, what="seal key").decode("utf-8").strip()
     if text.startswith("{"):
-        record = SealKey.model_validate_json(text)
+        record = SealKey.model_validate(loads(text, what="seal key"))
         key, seal_id = record.key, record.seal_id
     else:
         key, seal_id = text, None
@@ -100,7 +99,7 @@ def _head(path: Path) -> SealHead | None:
     if not head.is_file():
         return None
     try:
-        return SealHead.model_validate_json(read_bytes(head, limit=KEY_BYTES, what="seal head"))
+        return SealHead.model_validate(loads(read_bytes(head, limit=KEY_BYTES, what="seal head"), what="seal head"))
     except (OSError, ValueError):
         return None
 
@@ -124,7 +123,8 @@ def resolve_key(run: Path, key_path: Path | None, chain_seal_id: str | None) -> 
         here = str(Path(run).resolve())
         for path in sorted(store.glob("*.key")):
             try:
-                record = SealKey.model_validate_json(read_bytes(path, limit=KEY_BYTES, what="seal key"))
+                record = SealKey.model_validate(loads(read_bytes(path, limit=KEY_BYTES, what="seal key"),
+                                                      what="seal key"))
                 if record.run_dir == here:
                     return KeyChoice(bytes.fromhex(record.key), f"key store, registered for this run directory "
                                      f"({str(path)!r})", record.seal_id, _head(path), bound=True)
@@ -236,13 +236,10 @@ class _Reader:
 
     def entry(self, number: int, raw: bytes) -> None:
         link = _link(number, raw)
-        try:
-            e = msgspec.json.decode(raw, type=SealEntry)
+        try:  # strict: the harness's writer cannot repeat a key; a reader could take either value
+            e = decode_line(SEAL_ENTRY, raw)
         except DECODE_ERRORS as exc:
             return self.broke("undecodable", f"chain line {number} does not decode as a seal entry: {exc}", link)
-        repeated = repeated_key(raw)
-        if repeated is not None:  # the harness's writer cannot repeat a key; a reader could take either value
-            return self.broke("undecodable", f"chain line {number} repeats the key {repeated!r}", link)
         if len(raw) < _MAC_TAIL or raw[-_MAC_TAIL:-66] != _MAC_FIELD or not raw.endswith(b'"}'):
             return self.broke("no_mac", f"chain line {number} does not end in its MAC", link)
         if number == 1 and (e.kind != "open" or e.prev != GENESIS_MAC):
@@ -342,17 +339,6 @@ def read_manifest(path: Path, key: bytes | None, head: SealHead | None) -> Manif
     m = reader.finish(last)
     m.sha256 = digest.hexdigest()
     return m
-
-
-def chain_seal_id(path: Path) -> str | None:
-    """The seal id the chain's first entry names (to look its key up), or None."""
-    try:
-        with open_regular(path, what="seal chain") as handle:  # a FIFO here is refused, never waited on
-            first = handle.readline(1 << 16)
-        entry = msgspec.json.decode(first, type=SealEntry)
-    except (OSError, *DECODE_ERRORS):
-        return None
-    return entry.seal_id if entry.kind == "open" else None
 
 
 # ------------------------------------------------------------------------------------------ observe

@@ -26,15 +26,20 @@ import itertools
 import math
 import operator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 import numpy as np
 
-from perfwarden.harness.json_limits import JsonTooDeep, check_depth
+from perfwarden.harness.strict_json import StrictJsonError, loads
 from perfwarden.harness.jsonl import NULL, BenchRunLine, LineRef
 
+if TYPE_CHECKING:  # bench_extras reads lines with this module's helpers: typing only, no import cycle
+    from perfwarden.auditor.bench_extras import RepGoodput, StatedRun
+
 # Metric -> whether higher is better. The one place that says which way each metric improves.
+# ``request_goodput`` depends on an SLO, so a rep has it only once the audit decided the SLO
+# (``gates/goodput_slo.py``); every other metric is re-derived here from the rep alone.
 METRICS: dict[str, bool] = {
     "output_throughput": True,
     "request_throughput": True,
@@ -47,6 +52,7 @@ METRICS: dict[str, bool] = {
     "p99_itl_ms": False,
     "median_e2e_latency_ms": False,
     "p99_e2e_latency_ms": False,
+    "request_goodput": True,
 }
 LATENCY_METRICS = ("median_ttft_ms", "median_tpot_ms", "median_itl_ms", "median_e2e_latency_ms",
                    "p99_ttft_ms", "p99_tpot_ms")
@@ -155,6 +161,10 @@ class RepMetrics:
     """The longest request of the rep (any request, failed ones' partial latency included)."""
     first_start_s: float | None = None
     """The first request's start, seconds after the rep's clock started (when the line records starts)."""
+    goodput: "RepGoodput | None" = None
+    """Its goodput evidence where an SLO is in play (``bench_extras.rep_goodput``)."""
+    stated: "StatedRun | None" = None
+    """What a foreign line states of its run: model, tokenizer, clock (``bench_extras.stated_run``)."""
 
 
 def _as_array(values, name: str, n: int) -> np.ndarray:
@@ -254,9 +264,8 @@ def raw_json(raw: msgspec.Raw, name: str, ref: LineRef) -> Any:
         raise RepError("corrupt", f"line {ref.line}: {name!r} is {len(data)} bytes, more than the limit of "
                        f"{RAW_FIELD_MAX_BYTES}")
     try:
-        check_depth(data, what=f"{name!r}")
-        return msgspec.json.decode(data)
-    except (JsonTooDeep, msgspec.DecodeError, RecursionError, UnicodeDecodeError) as exc:
+        return loads(data, what=f"{name!r}")
+    except StrictJsonError as exc:
         raise RepError("corrupt", f"line {ref.line}: {exc}") from None
 
 

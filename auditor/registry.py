@@ -7,7 +7,6 @@ about each server knob and each eval, without reading code.
 from __future__ import annotations
 
 import fnmatch
-import json
 import os
 from functools import lru_cache
 from importlib import resources
@@ -16,6 +15,9 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from perfwarden.harness.safe_read import RECORD_BYTES, read_bytes
+from perfwarden.harness.strict_json import loads
+
 QUALITY_REGISTRY_ENV = "PERFWARDEN_QUALITY_REGISTRY"
 """Environment variable naming a user's quality-eval registry file (``--quality-registry`` sets it)."""
 
@@ -23,7 +25,7 @@ QUALITY_REGISTRY_ENV = "PERFWARDEN_QUALITY_REGISTRY"
 @lru_cache(maxsize=None)
 def load(name: str) -> dict[str, Any]:
     text = resources.files("perfwarden.auditor").joinpath("data", name).read_text("utf-8")
-    return json.loads(text)
+    return loads(text, what=f"registry {name!r}")  # type: ignore[no-any-return]
 
 
 def levers() -> dict[str, Any]:
@@ -70,7 +72,7 @@ def _package_quality_evals() -> dict[str, QualityEvalSpec]:
 @lru_cache(maxsize=8)
 def _user_quality_evals(path: str, mtime_ns: int) -> dict[str, QualityEvalSpec]:
     try:
-        data = json.loads(Path(path).read_text("utf-8"))
+        data = loads(read_bytes(path, limit=RECORD_BYTES, what="quality registry"), what="quality registry")
         evals = _UserRegistry.model_validate(data).evals
     except (OSError, UnicodeDecodeError, ValueError) as exc:
         if isinstance(exc, ValidationError):

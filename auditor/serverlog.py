@@ -19,7 +19,9 @@ mechanisms that ran, acceptance counts, crash lines, usage peaks, an op's engage
 :func:`scan_server_log` reads a log once for all of them: a 256 MiB log is streamed in 1 MiB pieces,
 only the lines that hold a pattern's literals (its ``Guard``) are looked at, and what is kept is bounded by the
 ``MAX_*`` constants below -- never the log's lines (the gates used to re-scan them each, 341 s for
-250 MB). Gates consume the :class:`ServerLog` record.
+250 MB). A piece with many such lines is read one gate's concern at a time, each pattern run once over
+the piece's text (``batch_lines.py``), not once per line: a flood of millions of look-alike lines costs
+little beyond what the bounds keep. Gates consume the :class:`ServerLog` record.
 """
 
 from __future__ import annotations
@@ -29,13 +31,21 @@ import codecs
 import hashlib
 import math
 import re
+from collections import Counter
 from dataclasses import dataclass, field
-from itertools import compress, count, repeat
-from typing import Any, Iterable, Literal, NamedTuple
+from itertools import repeat
+from typing import Any, Callable, Iterable, Literal, NamedTuple
+
+import numpy as np
+import numpy.typing as npt
 
 from perfwarden.auditor import registry
+from perfwarden.auditor.batch_lines import (BatchLines, Lines, bigrams, confined, holding_literal, line_starts,
+                                           present_literals)
+from perfwarden.auditor.log_splitter import LongLine, Splitter
 from perfwarden.auditor.rederive import flatten_json
-from perfwarden.harness.json_limits import check_depth, loads_bounded
+from perfwarden.harness.strict_json import check_depth, loads
+from perfwarden.harness.vllm_log import NON_DEFAULT_ARGS, parse_args, speculative_fields
 from perfwarden.harness.records import EvidenceRef
 
 CopySource = Literal["effective_config", "server_args", "vllm_args", "engaged"]
@@ -49,10 +59,6 @@ _EFFECTIVE = re.compile(r"\beffective_config (\{.*)$")
 _SERVER_ARGS = re.compile(r"\bserver_args=(ServerArgs\(.*\))\s*$")
 _ENGAGED = re.compile(r"\bENGAGED (\w+)(?:=(\S+))?(?:\s+op=['\"]([^'\"]+)['\"])?")
 _ENGAGED_KNOB = {"op_override": "op_overrides"}
-_VLLM_ARGS = re.compile(r"\bnon-default args: (\{.*\})\s*$")
-_ENUM_REPR = re.compile(r"<[A-Za-z_][\w.]*: [^<>]*>")
-_VLLM_SPECULATIVE = {"method": "speculative_method", "num_speculative_tokens": "num_speculative_tokens",
-                     "prompt_lookup_max": "prompt_lookup_max", "prompt_lookup_min": "prompt_lookup_min"}
 
 
 @dataclass(frozen=True)
@@ -84,14 +90,14 @@ def parse_server_log(lines: list[str]) -> tuple[list[LogCopy], list[str]]:
 def _parse_line(i: int, text: str) -> LogCopy | None:
     m = _EFFECTIVE.search(text)
     if m:
-        obj = loads_bounded(m.group(1), what="effective_config")
+        obj = loads(m.group(1), what="effective_config")
         if not isinstance(obj, dict):
             raise ValueError("effective_config is not a JSON object")
         return LogCopy(i, "effective_config", flatten_json(obj))
     m = _SERVER_ARGS.search(text)
     if m:
         return LogCopy(i, "server_args", flatten_json(_server_args(m.group(1))))
-    m = _VLLM_ARGS.search(text)
+    m = NON_DEFAULT_ARGS.search(text)
     if m:
         return LogCopy(i, "vllm_args", flatten_json(_vllm_args(m.group(1))))
     m = _ENGAGED.search(text)
@@ -122,22 +128,10 @@ def _server_args(expr: str) -> dict[str, Any]:
 
 
 def _vllm_args(expr: str) -> dict[str, Any]:
-    """The literal entries of vLLM's ``non-default args`` dict (an enum's repr is not Python: skipped)."""
-    check_depth(expr, what="vLLM non-default args")
-    node = ast.parse(_ENUM_REPR.sub("_not_a_literal_", expr), mode="eval").body
-    if not isinstance(node, ast.Dict):
-        raise ValueError("not a dict")
-    out: dict[str, Any] = {}
-    for key, value in zip(node.keys, node.values):
-        if not (isinstance(key, ast.Constant) and isinstance(key.value, str)):
-            continue
-        try:
-            out[key.value] = ast.literal_eval(value)
-        except (ValueError, SyntaxError, TypeError):
-            continue
-    spec = out.pop("speculative_config", None)
-    if isinstance(spec, dict):
-        out.update({_VLLM_SPECULATIVE[k]: v for k, v in spec.items() if k in _VLLM_SPECULATIVE})
+    """The literal entries of vLLM's ``non-default args`` dict (``harness/vllm_log.py``, the parser the
+    harness reads the same line with), ``speculative_config`` under server_info's names."""
+    out = parse_args(expr)
+    out.update(speculative_fields(out.pop("speculative_config", None)))
     return out
 
 
@@ -162,6 +156,8 @@ NOT_ENGAGED_RX = re.compile(r"not engaged|engaged\s*[=:]\s*(0|false|no)\b|\b0 ca
 _ENGAGED_WORD = re.compile(r"\bengaged\b", re.IGNORECASE)
 
 Family = Literal["spec_decode", "response_cache", "kernel_override"]
+SignalKind = tuple[Family, str | None, bool]
+"""(family, op, hit): what mechanism lines are counted and held by."""
 
 # (family, pattern) -- each pattern means the mechanism *ran*, not merely that a flag was printed.
 SIGNAL_PATTERNS: list[tuple[Family, re.Pattern]] = [
@@ -206,13 +202,19 @@ def _guard(*alternatives: str | tuple[str, ...]) -> Guard:
 _NOT_ENGAGED_GUARD = _guard("engaged", "0 calls")
 _CONDITION_GUARD = _guard("effective_config", "serverargs(", "engaged", "non-default args")
 SIGNAL_GUARDS: list[Guard] = [
-    _guard("engaged"), _guard("prompt_lookup rid="), _guard("accept len:"), _guard("specdecoding metrics:"),
-    _guard('"avg_spec_accept_length"'), _guard("speculative_algorithm="),
-    _guard("engaged"), _guard(("response", "cache", "hit")), _guard('"response_cache_hits"'),
-    _guard("engaged"), _guard("engaged"), _guard('"op_override_calls"'), _guard("op_override final calls"),
+    _guard(("engaged", "prompt_lookup"), ("engaged", "speculative")), _guard("prompt_lookup rid="),
+    _guard("accept len:"), _guard("specdecoding metrics:"), _guard('"avg_spec_accept_length"'),
+    _guard("speculative_algorithm="),
+    _guard(("engaged", "response", "cache")), _guard(("response", "cache", "hit")), _guard('"response_cache_hits"'),
+    _guard(("engaged", "op_override", "op=")), _guard(("override", "engaged")), _guard('"op_override_calls"'),
+    _guard("op_override final calls"),
 ]
-"""One guard per ``SIGNAL_PATTERNS`` entry, in order (a pattern added there needs its guard here)."""
+"""One guard per ``SIGNAL_PATTERNS`` entry, in order (a pattern added there needs its guard here). Each
+holds every literal its pattern needs, so a line that names one mechanism runs that mechanism's pattern
+only: a log of millions of distinct ``ENGAGED`` lines costs one pattern a line, not four."""
 _ACCEPT_GUARD = _guard("prompt_lookup rid=", "accepted: ", "accept rate:")
+_SIGNAL_ANCHORS = {0: ("engaged",), 6: ("engaged",), 7: ("response",), 9: ("engaged",), 10: ("override",)}
+"""For each ``re.IGNORECASE`` entry of ``SIGNAL_PATTERNS``: the literals every match of it starts with."""
 _FATAL_GUARD = _guard("segmentation fault", "core dumped", "killed", "out of memory", "illegal memory access",
                       "server crashed", "server died", "server exited", "fatal", "sigabrt", "sigsegv",
                       ("worker", "died"), "scheduler crash", "exited with")
@@ -226,7 +228,87 @@ _FOLD_SPECIAL_RX = re.compile("[\u0130\u0131\u017f\u212a]")
 def fold(text: str) -> bytes:
     """``text`` as UTF-8 with ASCII letters lower-cased, the way guards compare it (bytes: ``str.lower``
     of non-ASCII text allocates 12 bytes a character; line breaks are untouched, so lines stay aligned)."""
+    if text.isascii():
+        return text.encode("ascii").lower()
     return (text.translate(_FOLD_SPECIAL) if _FOLD_SPECIAL_RX.search(text) else text).encode("utf-8").lower()
+
+
+def fold_text(text: str) -> str:
+    """``text`` lower-cased the way ``re.IGNORECASE`` compares it with an ASCII pattern, character for
+    character (the four letters ``_FOLD_SPECIAL`` names first: ``str.lower`` alone would give ``İ`` two
+    characters and leave the others): a pattern's :class:`_Anchored` twin matches here at the same
+    positions where the pattern matches ``text``."""
+    if text.isascii():
+        return text.lower()
+    return (text.translate(_FOLD_SPECIAL) if _FOLD_SPECIAL_RX.search(text) else text).lower()
+
+
+class _Anchored:
+    """An ``re.IGNORECASE`` pattern with an ASCII source, run on ``fold_text(line)``: its twin (the source
+    lower-cased, matched case-sensitively) is tried only where a literal that every match starts with
+    occurs (the search starts at the first). The same first match as ``pattern.search(line)``, without
+    trying the pattern with case folding at every position of the line (a few microseconds a line: most of
+    the cost of a log of millions of ``ENGAGED`` lines)."""
+
+    def __init__(self, pattern: re.Pattern, anchors: tuple[str, ...]):
+        if not pattern.flags & re.IGNORECASE or re.search(r"\\[A-Z]", pattern.pattern):
+            raise ValueError(f"{pattern.pattern!r}: no twin (not IGNORECASE, or an upper-case escape)")
+        self.twin = re.compile(pattern.pattern.lower(), pattern.flags & ~re.IGNORECASE)
+        self.anchors = anchors
+
+    def search(self, folded: str) -> re.Match | None:
+        # No match starts before the first anchor: the search begins there (``\b`` still sees the
+        # character before it), and the timestamp and logger name in front are never tried.
+        starts = [at for at in map(folded.find, self.anchors) if at >= 0]
+        return self.twin.search(folded, min(starts)) if starts else None
+
+
+_NOT_ENGAGED_FOLDED = _Anchored(NOT_ENGAGED_RX, ("not engaged", "engaged", "0 calls"))
+_ENGAGED_SIGN = re.compile(r"engaged\s*[=:]")
+"""The start every ``engaged = 0`` match of ``NOT_ENGAGED_RX`` has, on the folded line (a literal first:
+``re`` finds it with a fast search, not a try at every position)."""
+
+
+def refuses(folded: str) -> bool:
+    """``NOT_ENGAGED_RX.search(line)``, decided on the folded line. Every match holds ``not engaged``,
+    ``0 calls``, or ``engaged`` then blanks then ``=`` or ``:``: without one the line cannot match and
+    the pattern is not run (an ``ENGAGED op_override op=...`` line, millions of times in a flood)."""
+    if "not engaged" in folded or "0 calls" in folded or _ENGAGED_SIGN.search(folded):
+        return _NOT_ENGAGED_FOLDED.search(folded) is not None
+    return False
+
+
+_ENGAGED_WORD_FOLDED = _Anchored(_ENGAGED_WORD, ("engaged",))
+_SIGNALS_FOLDED: list[_Anchored | None] = [
+    _Anchored(rx, _SIGNAL_ANCHORS[k]) if rx.flags & re.IGNORECASE else None for k, (_, rx) in enumerate(SIGNAL_PATTERNS)]
+
+
+def _confined(pattern: re.Pattern[str]) -> re.Pattern[str]:
+    out = confined(pattern)
+    if out is None:  # every pattern a batch runs at once must have a form that stays in one line
+        raise ValueError(f"{pattern.pattern!r} has no form confined to one line")
+    return out
+
+
+_SIGNALS_CONFINED = [(_confined(twin.twin), True) if twin is not None else (_confined(rx), False)
+                     for twin, (_, rx) in zip(_SIGNALS_FOLDED, SIGNAL_PATTERNS)]
+"""Each signal pattern as a batch runs it (on the folded text when it has a twin)."""
+_CONDITION_WORDS = ("ENGAGED", "effective_config", "ServerArgs(", "non-default args")
+"""The case-sensitive words a line must hold to be read as a configuration (both readings ask them:
+one list, so a new configuration line is added to both)."""
+_REFUSAL_SIGN = [_confined(re.compile(p)) for p in ("not engaged", "0 calls", _ENGAGED_SIGN.pattern)]
+"""What :func:`refuses` asks of a folded line before it runs ``NOT_ENGAGED_RX``."""
+
+
+def _aligned(found: tuple[Lines, list[re.Match[str]]], lines: Lines) -> tuple[Lines, list[re.Match[str]]]:
+    """Which of ``lines`` (ascending; positions in it) ``found`` matched (the lines matched, ascending, and
+    the first match in each), and those matches."""
+    matched, matches = found
+    if not len(matched):
+        return np.zeros(0, dtype=np.int64), []
+    at = np.minimum(np.searchsorted(matched, lines), len(matched) - 1)
+    hit = np.flatnonzero(matched[at] == lines)
+    return hit, [matches[a] for a in at[hit].tolist()]
 
 
 def _holds(present: frozenset[bytes], guard: Guard) -> bool:
@@ -245,10 +327,6 @@ MAX_SIGNALS = 100
 MAX_SIGNAL_KINDS = 100
 """Distinct (family, op, hit) kinds held; lines of further kinds are counted in a note."""
 _EXCERPT = 200
-_LINE_BREAKS = "\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"
-"""What ``str.splitlines`` breaks at (``\r\n`` is one break): line numbers are the ones the gates
-always cited."""
-_BREAK = re.compile(f"[{re.escape(_LINE_BREAKS)}]")
 
 
 @dataclass(frozen=True)
@@ -262,16 +340,6 @@ class LogSignal:
     """The op a kernel-override line names, when it names one."""
     hit: bool = False
     """A response-cache line that reports a hit."""
-
-
-@dataclass(frozen=True)
-class LongLine:
-    """The first line over the per-line bound: the log is not read past it."""
-
-    line: int
-    chars: int
-    sha256: str
-    excerpt: str
 
 
 @dataclass
@@ -393,6 +461,9 @@ class _LineScan:
     def __init__(self, log: ServerLog, ops: Iterable[str], usage: Iterable[str]):
         self.log = log
         self.ops = [(op, re.compile(rf"\b{re.escape(op)}\b", re.IGNORECASE), op.lower()) for op in dict.fromkeys(ops)]
+        self.op_needles = [fold(op) if op.isascii() else b"" for op in dict.fromkeys(ops)]
+        """Each op's name as ``fold`` writes it: a line without it can match neither of the op's patterns."""
+        self.op_folded = [_Anchored(rx, (op.lower(),)) if op.isascii() else None for op, rx, _ in self.ops]
         self.usage = [(p, re.compile(p), (frozenset({fold(_literal_prefix(p))}),)) for p in usage]
         self.every_line = not all(_literal_prefix(p) for p, _, _ in self.usage)
         guards = [_NOT_ENGAGED_GUARD, _CONDITION_GUARD, *SIGNAL_GUARDS, _ACCEPT_GUARD, _FATAL_GUARD, _ERROR_GUARD,
@@ -400,6 +471,11 @@ class _LineScan:
         self.needs = sorted({need for guard in guards for need in guard}, key=sorted)
         """Every set of literals that makes a line worth reading."""
         self.needles = sorted({n for need in self.needs for n in need})
+        self.needle_pairs = [bigrams(n) for n in self.needles]
+        if any(b"\n" in n for n in self.needles):  # holding_literal finds a literal within one line
+            raise ValueError("a guard literal holds a line break")
+        if len(self.needles) > 62:  # a line's literals are bits of one int64 (lines())
+            raise ValueError(f"{len(self.needles)} guard literals: more than a line's 62-bit mask holds")
         self._plans: dict[frozenset[bytes], _Plan] = {}
         self.copies_over = self.problems_over = self.signals_over = self.copy_chars = 0
         log.usage_peaks = {p: None for p, _, _ in self.usage}
@@ -410,23 +486,165 @@ class _LineScan:
         if i not in self.log.cited:
             self.log.cited[i] = (hashlib.sha256(text.encode("utf-8")).hexdigest(), text[:_EXCERPT])
 
+    BULK_MIN = 64
+    """Chosen lines from which a batch is read channel by channel, each hot pattern run once over the
+    batch's text (fewer are read line by line: joining and indexing the batch costs more than they do)."""
+
     def lines(self, first: int, parts: list[str]) -> None:
         """Lines ``first``, ``first + 1``, ...: a literal absent from the whole batch rules its guards out
-        at once; the others select lines with ``in`` run in C, and only those are read."""
-        folded_text = fold("\n".join(parts))
+        at once; for the others, which lines hold which literals is found in C (one ``in`` per line and
+        literal, packed into a bit mask per line), and only the lines that hold a guard are read, with
+        the plan of their mask (a flood of millions of chosen lines costs no Python loop over literals)."""
+        joined = "\n".join(parts)
+        folded_text = fold(joined)
         folded = folded_text.split(b"\n")
         if len(folded) != len(parts):  # cannot happen (folding keeps line breaks); never misalign
             folded = [fold(p) for p in parts]
-        in_batch = frozenset(n for n in self.needles if n in folded_text)
-        chosen: set[int] = set(range(len(parts))) if self.every_line else set()
+            folded_text = b"\n".join(folded)
+        needles = present_literals(folded_text, self.needles, self.needle_pairs)
+        masks = np.zeros(len(folded), dtype=np.int64)
+        starts = line_starts(np.fromiter(map(len, folded), dtype=np.int64, count=len(folded)))
+        for bit, needle in enumerate(needles):
+            masks[holding_literal(folded_text, starts, needle)] |= 1 << bit
+        wanted = np.zeros(len(folded), dtype=bool)
         for need in self.needs:
-            if len(chosen) == len(parts):
-                break
-            if need <= in_batch:
-                chosen.update(compress(count(), map(bytes.__contains__, folded, repeat(max(need, key=len)))))
-        for k in sorted(chosen):
-            low = folded[k]
-            self.line(first + k, parts[k], self.plan(frozenset(n for n in in_batch if n in low)))
+            if need <= set(needles):
+                need_mask = sum(1 << needles.index(n) for n in need)
+                wanted |= (masks & need_mask) == need_mask
+        chosen = np.arange(len(parts)) if self.every_line else np.flatnonzero(wanted)
+        shapes, shape_of = np.unique(masks[chosen], return_inverse=True)
+        plans = [self.plan(frozenset(n for bit, n in enumerate(needles) if mask >> bit & 1))
+                 for mask in shapes.tolist()]
+        if len(chosen) < self.BULK_MIN:
+            for k, shape in zip(chosen.tolist(), shape_of.tolist()):
+                self.line(first + k, parts[k], plans[shape], folded[k])
+            return
+        self._bulk(first, BatchLines(parts, fold_text, joined), folded, chosen, shape_of, plans)
+
+    def _bulk(self, first: int, batch: BatchLines, folded: list[bytes], chosen: Lines, shape_of: Lines,
+              plans: list[_Plan]) -> None:
+        """What :meth:`line` does to each chosen line (the plan of line ``chosen[n]`` is
+        ``plans[shape_of[n]]``), done one channel at a time (each channel's state is its own, so only the
+        order of lines within a channel matters, and it is kept): the literals that decide a channel are
+        found once over the batch, and past a channel's bound a line only counts."""
+        parts = batch.parts
+
+        def having(flag: Callable[[_Plan], object]) -> npt.NDArray[np.bool_]:
+            return np.array([bool(flag(p)) for p in plans], dtype=bool)[shape_of]
+
+        self._bulk_conditions(first, batch, chosen[having(lambda p: p.condition)])
+        maybe = np.intersect1d(chosen[having(lambda p: p.not_engaged)], batch.holding(_REFUSAL_SIGN, True))
+        refused = np.array([j for j in maybe.tolist() if refuses(fold_text(parts[j]))], dtype=np.int64)
+        is_refused = np.isin(chosen, refused)
+        signalled = having(lambda p: p.signals) & ~is_refused
+        self._bulk_signals(first, batch, chosen[signalled], shape_of[signalled], [p.signals for p in plans])
+        for n in np.flatnonzero(having(lambda p: p.accept or p.fatal or p.error or p.usage)).tolist():
+            self._others(first + int(chosen[n]), parts[int(chosen[n])], plans[int(shape_of[n])])
+        self._bulk_ops(first, batch, folded, chosen[is_refused | having(lambda p: p.engaged)], refused)
+
+    def _bulk_conditions(self, first: int, batch: BatchLines, lines: Lines) -> None:
+        """:meth:`_condition` for each of ``lines`` that holds one of the words :meth:`line` asks for."""
+        worded = np.zeros(len(batch.parts), dtype=bool)
+        for word in _CONDITION_WORDS:
+            worded |= holding_literal(batch.text, batch.starts, word)
+        lines = lines[worded[lines]]
+        for n, j in enumerate(lines.tolist()):
+            if len(self.log.copies) >= MAX_COPIES or self.copy_chars >= MAX_COPY_CHARS:
+                self.copies_over += len(lines) - n  # what _condition does to each line past the bound
+                return
+            self._condition(first + j, batch.parts[j])
+
+    def _bulk_signals(self, first: int, batch: BatchLines, lines: Lines, shape_of: Lines,
+                      candidates: list[tuple[int, ...]]) -> None:
+        """Each line's first matching candidate (line ``lines[n]``'s are ``candidates[shape_of[n]]``, which
+        ascend: the lowest index that matches), its kind told as :meth:`_signal` tells it, counted in line
+        order (:meth:`_count_signals`)."""
+        pending = np.ones(len(lines), dtype=bool)
+        found: list[tuple[Lines, list[SignalKind]]] = []
+        for k in sorted({k for ks in candidates for k in ks}):
+            tried = np.flatnonzero(pending & np.array([k in ks for ks in candidates], dtype=bool)[shape_of])
+            pattern, on_folded = _SIGNALS_CONFINED[k]
+            at, matches = _aligned(batch.first_matches(pattern, on_folded), lines[tried])
+            pending[tried[at]] = False
+            found.append((lines[tried[at]], self._kinds(batch, k, lines[tried[at]], matches, on_folded)))
+        if not found:
+            return
+        signalled = np.concatenate([f[0] for f in found])
+        kinds = [kind for _, ks in found for kind in ks]
+        if len(found) > 1:
+            order = np.argsort(signalled, kind="stable")
+            signalled, kinds = signalled[order], [kinds[n] for n in order.tolist()]
+        self._count_signals(first, batch.parts, signalled, kinds)
+
+    @staticmethod
+    def _kinds(batch: BatchLines, k: int, lines: Lines, matches: list[re.Match[str]],
+               on_folded: bool) -> list[SignalKind]:
+        """The kind of each of ``lines``, matched by ``SIGNAL_PATTERNS[k]`` (``matches``: its first match in
+        each, on the joined text or, ``on_folded``, its folded twin)."""
+        family = SIGNAL_PATTERNS[k][0]
+        if family == "kernel_override" and SIGNAL_PATTERNS[k][1].groups:
+            # the op as the line writes it, lower-cased (an ASCII batch's folded text is exactly that)
+            details: list[str | None] = (
+                [m.group(1) for m in matches] if on_folded and batch.text.isascii()
+                else [batch.text[m.start(1):m.end(1)].lower() for m in matches])
+        else:
+            details = [None] * len(matches)
+        if family == "response_cache":
+            hits = [RESPONSE_CACHE_HIT.search(batch.parts[j].strip()[:200]) is not None for j in lines.tolist()]
+        else:
+            hits = [False] * len(matches)
+        return list(zip(repeat(family), details, hits))
+
+    def _count_signals(self, first: int, parts: list[str], lines: Lines, kinds: list[SignalKind]) -> None:
+        """:meth:`_count_signal` for each line in order, in C where the outcome is a count: new kinds are
+        admitted in the order first seen while there is room, and only lines of a kind with held lines to
+        spare are looked at one by one."""
+        counts = self.log.signal_counts
+        new = [kind for kind in dict.fromkeys(kinds) if kind not in counts]
+        rejected = set(new[max(0, MAX_SIGNAL_KINDS - len(counts)):])
+        in_batch = Counter(kinds)
+        room = {kind: MAX_SIGNALS - counts.get(kind, 0) for kind in in_batch
+                if kind not in rejected and counts.get(kind, 0) < MAX_SIGNALS}
+        for kind, n in in_batch.items():
+            if kind in rejected:
+                self.signals_over += n
+            else:
+                counts[kind] = counts.get(kind, 0) + n
+        if not room:
+            return
+        for n in np.flatnonzero(np.fromiter(map(room.__contains__, kinds), dtype=bool, count=len(kinds))).tolist():
+            kind = kinds[n]
+            if room[kind] > 0:
+                room[kind] -= 1
+                i, text = first + int(lines[n]), parts[int(lines[n])]
+                self.log.signals.append(LogSignal(kind[0], i, text.strip()[:200], kind[1], kind[2]))
+                self.cite(i, text)
+
+    def _bulk_ops(self, first: int, batch: BatchLines, folded: list[bytes], lines: Lines, refused: Lines) -> None:
+        """:meth:`_ops` for each op: its first engaged line and its first refused line, each read only up
+        to the line that settles it (once both are known the op costs nothing)."""
+        log, parts = self.log, batch.parts
+        for (op, rx, name), needle, twin in zip(self.ops, self.op_needles, self.op_folded):
+            if log.refused[op] is not None and log.engaged[op] is not None:
+                continue
+            candidates = [folded[j] for j in lines.tolist()]
+            named_here = lines[np.fromiter(map(bytes.__contains__, candidates, repeat(needle)), dtype=bool,
+                                           count=len(candidates))]
+            for want_refused in (False, True):
+                if (log.refused if want_refused else log.engaged)[op] is not None:
+                    continue
+                for j in named_here[np.isin(named_here, refused) == want_refused].tolist():
+                    text = parts[j]
+                    if want_refused:
+                        hit = name in text.lower()
+                    else:
+                        folded_text = fold_text(text)
+                        named = twin.search(folded_text) if twin is not None else rx.search(text)
+                        hit = bool(named and _ENGAGED_WORD_FOLDED.search(folded_text))
+                    if hit:
+                        (log.refused if want_refused else log.engaged)[op] = first + j
+                        self.cite(first + j, text)
+                        break
 
     def plan(self, present: frozenset[bytes]) -> _Plan:
         """Which patterns a line holding exactly the literals ``present`` can match (memoized: a log
@@ -442,14 +660,21 @@ class _LineScan:
                 self._plans[present] = plan
         return plan
 
-    def line(self, i: int, text: str, plan: _Plan) -> None:
+    def line(self, i: int, text: str, plan: _Plan, folded: bytes) -> None:
         log = self.log
-        if plan.condition and ("effective_config" in text or "ServerArgs(" in text or "ENGAGED" in text
-                               or "non-default args" in text):
+        if plan.condition and any(word in text for word in _CONDITION_WORDS):
             self._condition(i, text)
-        refused = plan.not_engaged and NOT_ENGAGED_RX.search(text) is not None
+        folded_text = fold_text(text) if plan.not_engaged or plan.signals or plan.engaged else text
+        refused = plan.not_engaged and refuses(folded_text)
         if plan.signals and not refused:
-            self._signal(i, text, plan.signals)
+            self._signal(i, text, plan.signals, folded_text)
+        self._others(i, text, plan)
+        if refused or plan.engaged:
+            self._ops(i, text, refused, folded, folded_text)
+
+    def _others(self, i: int, text: str, plan: _Plan) -> None:
+        """Acceptance counts, crash lines and usage peaks of one line."""
+        log = self.log
         if plan.accept:
             self._acceptance(i, text)
         if plan.fatal and log.fatal is None and FATAL_PATTERNS.search(text):
@@ -468,13 +693,14 @@ class _LineScan:
                     continue
                 peak = log.usage_peaks[pattern]
                 log.usage_peaks[pattern] = value if peak is None else max(peak, value)
-        if refused or plan.engaged:
-            self._ops(i, text, refused)
 
-    def _ops(self, i: int, text: str, refused: bool) -> None:
+    def _ops(self, i: int, text: str, refused: bool, folded: bytes, folded_text: str) -> None:
         log = self.log
-        for op, rx, name in self.ops:
-            if log.engaged[op] is None and not refused and rx.search(text) and _ENGAGED_WORD.search(text):
+        for (op, rx, name), needle, twin in zip(self.ops, self.op_needles, self.op_folded):
+            if needle not in folded:
+                continue
+            named = twin.search(folded_text) if twin is not None else rx.search(text)
+            if log.engaged[op] is None and not refused and named and _ENGAGED_WORD_FOLDED.search(folded_text):
                 log.engaged[op] = i
                 self.cite(i, text)
             if log.refused[op] is None and refused and name in text.lower():
@@ -498,25 +724,30 @@ class _LineScan:
         self.copy_chars += len(text)
         self.cite(i, text)
 
-    def _signal(self, i: int, text: str, candidates: tuple[int, ...]) -> None:
+    def _signal(self, i: int, text: str, candidates: tuple[int, ...], folded_text: str) -> None:
         for k in candidates:
             family, rx = SIGNAL_PATTERNS[k]
-            m = rx.search(text)
+            twin = _SIGNALS_FOLDED[k]
+            m = twin.search(folded_text) if twin is not None else rx.search(text)
             if not m:
                 continue
-            detail = m.group(1).lower() if family == "kernel_override" and m.groups() else None
-            shown = text.strip()[:200]
-            hit = family == "response_cache" and RESPONSE_CACHE_HIT.search(shown) is not None
-            kind = (family, detail, hit)
-            counts = self.log.signal_counts
-            if kind not in counts and len(counts) >= MAX_SIGNAL_KINDS:
-                self.signals_over += 1
-                return
-            counts[kind] = counts.get(kind, 0) + 1
-            if counts[kind] <= MAX_SIGNALS:
-                self.log.signals.append(LogSignal(family, i, shown, detail, hit))
-                self.cite(i, text)
+            # the op as the line writes it (a twin matched the folded line at the same positions)
+            detail = text[m.start(1):m.end(1)].lower() if family == "kernel_override" and m.re.groups else None
+            hit = family == "response_cache" and RESPONSE_CACHE_HIT.search(text.strip()[:200]) is not None
+            self._count_signal(i, text, family, detail, hit)
             return
+
+    def _count_signal(self, i: int, text: str, family: Family, detail: str | None, hit: bool) -> None:
+        kind = (family, detail, hit)
+        counts = self.log.signal_counts
+        seen = counts.get(kind)
+        if seen is None and len(counts) >= MAX_SIGNAL_KINDS:
+            self.signals_over += 1
+            return
+        counts[kind] = (seen or 0) + 1
+        if counts[kind] <= MAX_SIGNALS:
+            self.log.signals.append(LogSignal(family, i, text.strip()[:200], detail, hit))
+            self.cite(i, text)
 
     def _acceptance(self, i: int, text: str) -> None:
         log = self.log
@@ -567,82 +798,13 @@ def _condition_line(i: int, text: str) -> tuple[LogCopy | None, str | None]:
         return None, f"line {i} does not parse ({type(exc).__name__}: {str(exc)[:80]})"
 
 
-class _Splitter:
-    """Cuts decoded text, fed in pieces, into the lines ``str.splitlines`` gives for the whole text, and
-    stops at the first line over ``bound`` characters (kept cut at the bound, as the gates always saw
-    it), hashing that line whole without holding it."""
-
-    def __init__(self, scan: _LineScan, bound: int):
-        self.scan, self.bound = scan, bound
-        self.carry = ""
-        self.skip_lf = False
-        self.line_no = 0
-        self.long: tuple[int, str, Any, int] | None = None
-        """(line, first ``bound`` characters, sha256 so far, characters so far) of an over-long line."""
-        self.done = False
-
-    def feed(self, text: str, final: bool = False) -> None:
-        if self.done:
-            return
-        if self.long is not None:
-            self._long_tail(text, final)
-            return
-        if self.skip_lf and text:
-            self.skip_lf = False
-            text = text[1:] if text[0] == "\n" else text
-        text = self.carry + text if self.carry else text
-        parts = text.splitlines()
-        if text and text[-1] in _LINE_BREAKS:
-            self.carry, self.skip_lf = "", text[-1] == "\r"
-        elif parts and not final:
-            self.carry = parts.pop()
-        else:
-            self.carry = ""
-        if self.bound and parts and max(map(len, parts)) > self.bound:
-            k = next(k for k, p in enumerate(parts) if len(p) > self.bound)
-            self._emit(parts[:k])
-            line = parts[k]
-            self._long_start(line)
-            self._long_end()
-            return
-        self._emit(parts)
-        if self.bound and len(self.carry) > self.bound:
-            self._long_start(self.carry)
-            self.carry = ""
-            if final:
-                self._long_end()
-
-    def _emit(self, parts: list[str]) -> None:
-        self.scan.lines(self.line_no + 1, parts)
-        self.line_no += len(parts)
-
-    def _long_start(self, text: str) -> None:
-        self.long = (self.line_no + 1, text[:self.bound], hashlib.sha256(text.encode("utf-8")), len(text))
-
-    def _long_tail(self, text: str, final: bool) -> None:
-        line, head, digest, chars = self.long
-        m = _BREAK.search(text)
-        piece = text if m is None else text[:m.start()]
-        digest.update(piece.encode("utf-8"))
-        self.long = (line, head, digest, chars + len(piece))
-        if m is not None or final:
-            self._long_end()
-
-    def _long_end(self) -> None:
-        line, head, digest, chars = self.long
-        self.scan.log.long_line = LongLine(line, chars, digest.hexdigest(), head[:_EXCERPT])
-        self.scan.lines(line, [head])
-        self.line_no = line
-        self.done = True
-
-
 def scan_server_log(chunks: Iterable[bytes], file: str, ops: Iterable[str] = (), bound: int = 0) -> ServerLog:
     """Read a server log once, from its bytes in pieces, into the record every gate consumes. ``ops``:
     the kernel ops whose engagement a claim declares; ``bound``: the longest line read (0: none). The
     bytes are hashed whole; lines are decoded as one UTF-8 text would be (invalid bytes replaced)."""
     log = ServerLog(file)
     scan = _LineScan(log, ops, usage_patterns())
-    splitter = _Splitter(scan, bound)
+    splitter = Splitter(scan.lines, bound, _EXCERPT)
     digest = hashlib.sha256()
     decoder = codecs.getincrementaldecoder("utf-8")("replace")
     for piece in chunks:
@@ -652,5 +814,6 @@ def scan_server_log(chunks: Iterable[bytes], file: str, ops: Iterable[str] = (),
     splitter.feed(decoder.decode(b"", final=True), final=True)
     log.sha256 = digest.hexdigest()
     log.n_lines = splitter.line_no
+    log.long_line = splitter.long_line
     scan.finish()
     return log

@@ -55,10 +55,12 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import msgspec
 import numpy as np
+import record
 
 from perfwarden.harness import seal
 from perfwarden.orchestrator.synth import write_claim, write_leg, write_manifest
@@ -285,7 +287,18 @@ def timed(fn, *args) -> tuple[float, object]:
     return time.perf_counter() - t0, out
 
 
-def throughput(run: Path, rounds: int) -> float:
+@dataclass(frozen=True)
+class Throughput:
+    """One throughput measurement: medians over the rounds and the paired ratios."""
+
+    bare_s: float
+    audit_s: float
+    ratio: float
+    paired: list[float]
+    gc_paused_ratio: float
+
+
+def throughput(run: Path, rounds: int) -> Throughput:
     audit, what = _auditor()
     size = sum(p.stat().st_size for p in bench_files(run))
     print(f"files: {len(bench_files(run))} bench_runs.jsonl, {size / 1e6:.0f} MB")
@@ -310,7 +323,7 @@ def throughput(run: Path, rounds: int) -> float:
     strict = statistics.median(x / y for x, y in zip(audit_t, strict_t))
     print(f"ratio audit/bare with the GC paused in both: {strict:.2f}x (bare-gc-paused median "
           f"{statistics.median(strict_t):.3f} s)")
-    return ratio
+    return Throughput(bare_s=b, audit_s=a, ratio=ratio, paired=paired, gc_paused_ratio=strict)
 
 
 # ---------------------------------------------------------------------------------------- memory
@@ -353,18 +366,40 @@ def peak_rss_mib(mode: str, run: Path) -> tuple[float, float, float]:
     return int(out[0]) / 1024, int(out[1]) / 1024, float(out[2])
 
 
-def memory(base: Path, records: int, reps: int) -> None:
+def memory(base: Path, records: int, reps: int) -> list[tuple[int, float, float, str]]:
+    """Peak RSS per case, printed; returns (records, floor MiB, audit peak MiB, case) per case."""
     print("\npeak RSS (VmHWM) of a fresh process per case, MiB; 'floor' = interpreter + imports before reading")
     cases = [(records // 4, reps, "reference: 1/4 of the records"),
              (records, reps * 4, "same rep size, 4x the reps (file 4x larger)"),
              (records, reps, "4x larger reps (one line = one rep holds 4x the requests)")]
     print(f"  {'records':>9} {'reps/leg':>8} {'req/rep':>8} {'file MB':>8} {'floor':>7} {'audit':>7} {'bare':>7}  case")
+    peaks = []
     for rec, rp, label in cases:
         run = build_run(base / f"run-{rec}-{rp}", rec, rp)
         size = sum(p.stat().st_size for p in bench_files(run)) / 1e6
         floor, audit_peak, _ = peak_rss_mib("audit", run)
         _, bare_peak, _ = peak_rss_mib("bare", run)
         print(f"  {rec:>9} {rp:>8} {rec // (2 * rp):>8} {size:>8.0f} {floor:>7.0f} {audit_peak:>7.0f} {bare_peak:>7.0f}  {label}")
+        peaks.append((rec, floor, audit_peak, label))
+    return peaks
+
+
+def figures(args: argparse.Namespace, measured: Throughput,
+            peaks: list[tuple[int, float, float, str]]) -> list[record.Figure]:
+    """The run's figures for ``--record``."""
+    kind = ", sglang-native lines" if args.sglang_native else ""
+    out = [record.Figure(
+        f"audit / bare msgspec parse of the same {args.records:,} request records ({args.reps} reps per leg{kind}), "
+        "seal verification included",
+        f"**{measured.ratio:.2f}x** (bare {measured.bare_s:.3f} s, audit {measured.audit_s:.3f} s; paired rounds "
+        f"{', '.join(f'{x:.2f}' for x in measured.paired)}); {measured.gc_paused_ratio:.2f}x against a GC-paused "
+        "bare parse")]
+    if peaks:
+        out.append(record.Figure(
+            f"peak RSS of the audit in a fresh process, {args.records:,} request records ({args.reps} reps per leg)",
+            "; ".join(f"{peak:.0f} MiB at {rec:,} records, {label}" for rec, _, peak, label in peaks)
+            + f"; interpreter and imports {peaks[0][1]:.0f} MiB"))
+    return out
 
 
 def main() -> None:
@@ -378,6 +413,7 @@ def main() -> None:
                         help="no per-request 'latencies'/'request_starts' (as sglang writes): e2e is re-derived "
                              "as ttft + fsum(itls) per request")
     parser.add_argument("--clean", action="store_true", help="delete the synthesized runs afterwards")
+    record.add_flag(parser)
     args = parser.parse_args()
     args.workdir.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
@@ -386,11 +422,11 @@ def main() -> None:
                     latencies=not args.sglang_native)
     print(f"synthesized {args.records} request records ({args.reps} reps x 2 legs x "
           f"{args.records // (2 * args.reps)} requests) in {time.perf_counter() - t0:.1f} s at {run}")
-    throughput(run, args.rounds)
-    if not args.no_memory:
-        memory(args.workdir, args.records, args.reps)
+    measured = throughput(run, args.rounds)
+    peaks = [] if args.no_memory else memory(args.workdir, args.records, args.reps)
     if args.clean:
         shutil.rmtree(args.workdir)
+    record.record("audit_throughput.py", figures(args, measured, peaks), args.record)
 
 
 if __name__ == "__main__":

@@ -4,6 +4,7 @@
     .venv/bin/python benchmarks/fuzz.py --replay 1234          # one input, verbosely
     .venv/bin/python benchmarks/fuzz.py --rundir [--inputs 10000]   # run directories as input (issue 16)
     .venv/bin/python benchmarks/fuzz.py --llm-stub [--budget-minutes 1]  # runs against a hostile LLM endpoint
+    .venv/bin/python benchmarks/fuzz.py --writers [--tries 100]     # concurrent writers on one run
 
 The engine and its oracle are ``perfwarden.redteam.fuzz`` (read its docstring for what counts as damaged
 evidence, and why a mutation no gate reads may legitimately PASS); the test suite runs a bounded
@@ -37,6 +38,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+import record
 
 _FUZZER = None
 _MEMORY = 0
@@ -127,11 +130,7 @@ def _scratch_root(rundir: bool) -> str | None:
     return "/dev/shm" if rundir and os.access("/dev/shm", os.W_OK) else None
 
 
-def main() -> int:
-    if "--llm-stub" in sys.argv[1:]:  # lazy: its own options and imports (benchmarks/fuzz_llm.py)
-        from fuzz_llm import main as llm_stub
-
-        return llm_stub([arg for arg in sys.argv[1:] if arg != "--llm-stub"])
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--inputs", type=int, default=10_000)
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 2)
@@ -146,7 +145,19 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=None, help="also write every failure as JSON here")
     parser.add_argument("--cluster", default=None, help="Ray address (`local` starts Ray here): run the chunks on "
                         "its nodes, one task each, instead of --workers processes here")
-    args = parser.parse_args()
+    _writers_arguments(parser)
+    record.add_flag(parser)
+    return parser
+
+
+def main() -> int:
+    if "--llm-stub" in sys.argv[1:]:  # lazy: its own options and imports (benchmarks/fuzz_llm.py)
+        from fuzz_llm import main as llm_stub
+
+        return llm_stub([arg for arg in sys.argv[1:] if arg != "--llm-stub"])
+    args = _parser().parse_args()
+    if args.writers:
+        return _writers(args)
     args.timeout = args.timeout or (10 if args.rundir else 30)
     if args.replay is not None:
         replay(args.seed, args.replay, args.timeout, args.rundir)
@@ -208,7 +219,16 @@ def main() -> int:
     wall = time.monotonic() - started
     print()
     if args.rundir:
-        return _report_rundir(args, counts, failures, peak, wall, PROBLEMS)
+        code = _report_rundir(args, counts, failures, peak, wall, PROBLEMS)
+    else:
+        code = _report_readers(args, counts, failures, degraded, peak, wall, PROBLEMS)
+    record.record("fuzz.py", [fuzz_figure(args, counts, PROBLEMS, peak, wall)], args.record)
+    return code
+
+
+def _report_readers(args: argparse.Namespace, counts: collections.Counter, failures: list, degraded: list,
+                    peak: int, wall: float, problems: tuple[str, ...]) -> int:
+    """The readers' fuzz figures; exit 0 only when every input ran and none showed a problem."""
     print(f"inputs                         {counts['inputs']}")
     print(f"tracebacks                     {counts['traceback']}")
     print(f"exit codes outside contract    {counts['exit_code']}")
@@ -227,7 +247,47 @@ def main() -> int:
     if args.out:
         args.out.write_text(json.dumps({"counts": counts, "failures": failures, "degraded": degraded}, indent=1,
                                        default=str))
-    return 0 if all(counts[k] == 0 for k in PROBLEMS) and counts["inputs"] == args.inputs else 1
+    return 0 if all(counts[k] == 0 for k in problems) and counts["inputs"] == args.inputs else 1
+
+
+def _writers_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--writers", action="store_true", help="concurrent writers on one run instead "
+                        "(tests/writers_fuzz.py): --tries tries of 2-4 of run --resume, measure, audit --save")
+    parser.add_argument("--tries", type=int, default=100, help="--writers: how many tries")
+
+
+def _writers(args: argparse.Namespace) -> int:
+    """``--writers``: the engine is a test tool, outside the installed package."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+    import writers_fuzz
+
+    done = writers_fuzz.run_tries(args.tries, args.seed, args.out)
+    problems = {p: done.counts.get(p, 0) for p in writers_fuzz.PROBLEMS}
+    record.record("fuzz.py", [record.Figure(
+        f"concurrent writers on one run (2-4 of run --resume, measure, audit --save at once), {args.tries:,} tries, "
+        f"seed {args.seed}",
+        f"{done.counts.get('tries', 0):,} tries in {done.wall_s:.0f} s: {problem_counts(problems)}; writers refused "
+        f"(exit 3, the holder named) {done.counts.get('refused', 0):,}")], args.record)
+    return done.exit_code
+
+
+def problem_counts(counts: dict[str, int]) -> str:
+    """``all **0** (a, b, ...)`` when every count is zero, else each non-zero count named."""
+    if not any(counts.values()):
+        return f"{', '.join(k.replace('_', ' ') for k in counts)}: all **0**"
+    return ", ".join(f"{k.replace('_', ' ')} **{v}**" for k, v in counts.items() if v)
+
+
+def fuzz_figure(args: argparse.Namespace, counts: collections.Counter, problems: tuple[str, ...], peak: int,
+                wall: float) -> record.Figure:
+    """The fuzz's figure for ``--record``: every count that must be zero, the inputs and the time."""
+    what = ("run directories as input to run --resume, measure and audit --save" if args.rundir
+            else "mutated inputs through every command and reader")
+    return record.Figure(
+        f"{what}, {args.inputs:,} inputs, seed {args.seed}",
+        f"{counts['inputs']:,} inputs in {wall:.0f} s ({args.workers} worker(s)): "
+        f"{problem_counts({p: counts[p] for p in problems})}; gate crashes that failed open {counts['degraded']}; "
+        f"peak RSS of a worker {peak / (1 << 20):.0f} MiB")
 
 
 def _report_rundir(args: argparse.Namespace, counts: collections.Counter, failures: list[dict], peak: int,

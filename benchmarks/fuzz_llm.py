@@ -35,6 +35,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import record
+
 from perfwarden.orchestrator.settings import RunSettings
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -139,6 +141,17 @@ def print_table(rows: list[Row]) -> None:
               f"{f'{r.peak_rss_kib / 1024:.0f} MiB':>9} {r.llm:>41}  {'yes' if r.ok else 'NO'}")
 
 
+def figure(rows: list[Row], budget_minutes: float) -> record.Figure:
+    """The modes' figure for ``--record``: how many met every target, and the worst of each measure."""
+    slowest = max(rows, key=lambda r: r.wall_s / r.bound_s)
+    return record.Figure(
+        f"perfwarden run --target synthetic against a hostile LLM endpoint, one run per mode ({', '.join(r.mode for r in rows)}), "
+        f"budget {budget_minutes:g} min",
+        f"**{sum(r.ok for r in rows)}/{len(rows)}** modes met every target (exit 0, every verdict degraded, within the "
+        f"budget plus one ask's deadline, under 1 GiB); slowest {slowest.mode} {slowest.wall_s:.0f} s of its "
+        f"{slowest.bound_s:.0f} s bound; largest peak RSS {max(r.peak_rss_kib for r in rows) / 1024:.0f} MiB")
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="fuzz.py --llm-stub", description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--budget-minutes", type=float, default=1.0)
@@ -146,6 +159,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--drip-s", type=float, default=5.0, help="seconds between dripped bytes")
     parser.add_argument("--huge-bytes", type=int, default=512 << 20, help="size of a huge answer")
     parser.add_argument("--keep", action="store_true", help="keep the runs and their logs (the path is printed)")
+    record.add_flag(parser)
     args = parser.parse_args(argv)
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
     unknown = [m for m in modes if m not in MODES]
@@ -166,6 +180,7 @@ def main(argv: list[str]) -> int:
     print(f"\n{sum(r.ok for r in rows)}/{len(rows)} modes met every target in {time.monotonic() - started:.0f} s; "
           f"load average {os.getloadavg()[0]:.2f} at the end (this process's peak RSS "
           f"{resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MiB)")
+    record.record("fuzz.py", [figure(rows, args.budget_minutes)], args.record)
     if args.keep or not all(r.ok for r in rows):
         print(f"runs and logs kept in {work}")
     else:

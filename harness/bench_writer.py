@@ -166,10 +166,10 @@ def accept_length_from_server_info(server_info: Mapping[str, Any] | None) -> flo
 
 def build_bench_line(records: Sequence[RequestRecord], *, leg: str, rep: int, started_at: float,
                      duration_s: float, request_rate: float | str, max_concurrency: int | None,
-                     backend: str, dataset_name: str, server_info: dict | None = None,
-                     accept_length: float | None = None, contention: dict | None = None,
+                     backend: str, dataset_name: str, server_info: dict[str, Any] | None = None,
+                     accept_length: float | None = None, contention: dict[str, Any] | None = None,
                      extra: Mapping[str, Any] | None = None, ended_at: float | None = None,
-                     server_counters: dict | None = None) -> dict[str, Any]:
+                     server_counters: dict[str, Any] | None = None) -> dict[str, Any]:
     """One ``bench_runs.jsonl`` line (a dict ready for ``append_jsonl``).
 
     ``request_rate`` is the Server scenario's target QPS, or ``"inf"`` for Offline (sglang writes

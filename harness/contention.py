@@ -151,7 +151,7 @@ def busy_processes(before: Mapping[int, PidStat], after: Mapping[int, PidStat], 
     if interval_s <= 0:
         raise ValueError(f"interval_s={interval_s!r} must be > 0")
     excluded = set(exclude)
-    busy = []
+    busy: list[dict[str, Any]] = []
     for pid, end in after.items():
         start = before.get(pid)
         if start is None or pid in excluded or start.name != end.name:

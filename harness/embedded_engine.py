@@ -36,11 +36,14 @@ import traceback
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import torch
 
 from perfwarden.harness.target_config import EmbeddedConfig
+
+if TYPE_CHECKING:  # transformers loads when the first cache is made (seconds to import)
+    from transformers import DynamicCache
 
 log = logging.getLogger("perfwarden.embedded")
 
@@ -221,7 +224,7 @@ def _layers(cache: Any) -> list[Any]:
     return list(cache.layers)
 
 
-def cache_from_tensors(tensors: list[tuple[torch.Tensor, torch.Tensor]]):
+def cache_from_tensors(tensors: list[tuple[torch.Tensor, torch.Tensor]]) -> DynamicCache:
     """A ``DynamicCache`` holding the given per-layer (keys, values)."""
     from transformers import DynamicCache
 
@@ -246,7 +249,7 @@ class Batch:
     """The running batch: requests, their KV cache, and per-sequence bookkeeping."""
 
     reqs: list[GenRequest]
-    cache: Any
+    cache: DynamicCache
     mask: torch.Tensor
     """``[B, columns]`` bool: which cache columns hold real tokens of each sequence."""
     next_pos: torch.Tensor
@@ -505,7 +508,8 @@ class Engine:
 
     # -- model calls
 
-    def _forward(self, input_ids, mask, position_ids, cache, logits_to_keep: int):
+    def _forward(self, input_ids: torch.Tensor, mask: torch.Tensor, position_ids: torch.Tensor, cache: DynamicCache,
+                 logits_to_keep: int) -> torch.Tensor:
         """Logits of the kept positions, on the host (one copy per step; sampling runs there)."""
         out = self.model(
             input_ids=input_ids,
@@ -515,7 +519,8 @@ class Engine:
             use_cache=True,
             logits_to_keep=logits_to_keep,
         )
-        return out.logits if out.logits.device.type == "cpu" else out.logits.float().cpu()
+        logits: torch.Tensor = out.logits
+        return logits if logits.device.type == "cpu" else logits.float().cpu()
 
     def _prefill(self, reqs: list[GenRequest]) -> Batch:
         from transformers import DynamicCache
@@ -605,7 +610,7 @@ class Engine:
 
     def _drafts(self, batch: Batch) -> list[list[int]]:
         opts = self.options
-        out = []
+        out: list[list[int]] = []
         for req in batch.reqs:
             room = req.params.max_tokens - len(req.generated) - 1
             if room <= 0 or req.constraint is not None:  # a draft would bypass the grammar's mask

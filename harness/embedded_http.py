@@ -13,6 +13,7 @@ import json
 import logging
 import time
 import uuid
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
@@ -21,7 +22,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from perfwarden.harness.embedded_engine import DoneEvent, GenRequest, TokenEvent
+from perfwarden.harness.embedded_engine import DoneEvent, Event, GenRequest, TokenEvent
 from perfwarden.harness.embedded_requests import (IncrementalDetokenizer, RequestError, chat_prompt_ids,
                                                   completion_prompt_ids, error_body, parse_common, sse)
 from perfwarden.harness.model import MODEL_NAME
@@ -43,7 +44,7 @@ class Call:
     stream: bool
     include_usage: bool
     req: GenRequest
-    events: asyncio.Queue
+    events: asyncio.Queue[Event]
     arrival: float
     created: int = field(default_factory=lambda: int(time.time()))
     first_token_at: float | None = None
@@ -60,7 +61,8 @@ class Call:
         if self.first_token_at is None:
             self.first_token_at = time.monotonic()
 
-    def chunk(self, text: str, token_ids: list[int], finish: str | None, usage: dict | None = None) -> dict:
+    def chunk(self, text: str, token_ids: list[int], finish: str | None,
+              usage: dict[str, Any] | None = None) -> dict[str, Any]:
         """One streamed chunk (chat deltas or completion text)."""
         choice: dict[str, Any] = {"index": 0, "finish_reason": finish, "token_ids": token_ids}
         if self.chat:
@@ -74,7 +76,7 @@ class Call:
             payload["usage"] = usage
         return payload
 
-    def finished(self, event: Any) -> None:
+    def finished(self, event: Event) -> None:
         """The one log line per request the auditor and the report read."""
         now = time.monotonic()
         ttft = (self.first_token_at - self.arrival) * 1000 if self.first_token_at else None
@@ -102,7 +104,7 @@ async def read_body(request: Request) -> dict[str, Any]:
 
 
 async def make_request(server: EmbeddedServer, grammars: GrammarTokenizer, body: dict[str, Any], chat: bool,
-                       emit: Any, arrival: float) -> tuple[GenRequest, bool, bool]:
+                       emit: Callable[[Event], None], arrival: float) -> tuple[GenRequest, bool, bool]:
     """The engine request a body asks for, and its stream flags; ``RequestError`` when it cannot be served."""
     vocab_size = grammars.vocab_size
     ids = chat_prompt_ids(body, server.tokenizer) if chat else completion_prompt_ids(body, server.tokenizer, vocab_size)
@@ -124,9 +126,9 @@ async def generate(server: EmbeddedServer, grammars: GrammarTokenizer, request: 
     """Validate, submit, and answer one completion or chat request."""
     arrival = time.monotonic()
     loop = asyncio.get_running_loop()
-    events: asyncio.Queue = asyncio.Queue()
+    events: asyncio.Queue[Event] = asyncio.Queue()
 
-    def emit(event: Any) -> None:
+    def emit(event: Event) -> None:
         try:
             loop.call_soon_threadsafe(events.put_nowait, event)
         except RuntimeError:  # event loop gone (shutdown)
@@ -149,7 +151,7 @@ async def generate(server: EmbeddedServer, grammars: GrammarTokenizer, request: 
     return await collected(call)
 
 
-async def stream_events(call: Call):
+async def stream_events(call: Call) -> AsyncIterator[str]:
     """The server-sent events of one request; a client that leaves cancels it."""
     detok = IncrementalDetokenizer(call.server.tokenizer)
     done = False

@@ -7,9 +7,12 @@ both use it without importing each other (no cycle between the harness's modules
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from perfwarden.harness.target_config import EmbeddedConfig
+
+if TYPE_CHECKING:  # the engine imports torch, which the server loads only after its port is bound
+    from perfwarden.harness.embedded_engine import GenParams
 
 ServerConfig = EmbeddedConfig
 
@@ -23,7 +26,8 @@ class RequestError(ValueError):
         self.param = param
 
 
-def _get_number(body: dict[str, Any], key: str, default: float, lo: float, hi: float, integer: bool = False):
+def _get_number(body: dict[str, Any], key: str, default: float, lo: float, hi: float,
+                integer: bool = False) -> float:
     value = body.get(key, default)
     if value is None:
         value = default
@@ -40,7 +44,7 @@ _UNSUPPORTED = {
 }
 
 
-def parse_common(body: dict[str, Any], cfg: ServerConfig, prompt_len: int):
+def parse_common(body: dict[str, Any], cfg: ServerConfig, prompt_len: int) -> tuple[GenParams, bool, bool]:
     """Sampling parameters and stream flags shared by both endpoints (validated, never ignored)."""
     from perfwarden.harness.embedded_engine import GenParams  # lazy: torch: imported after the port is bound
 
@@ -78,6 +82,7 @@ def parse_common(body: dict[str, Any], cfg: ServerConfig, prompt_len: int):
 def completion_prompt_ids(body: dict[str, Any], tokenizer: Any, vocab_size: int) -> list[int]:
     """Token ids of a ``/v1/completions`` prompt: a string, a one-element list, or token ids."""
     prompt = body.get("prompt")
+    ids: list[int]
     if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):
         prompt = prompt[0]
     if isinstance(prompt, str):
@@ -149,5 +154,6 @@ def sse(payload: Any) -> str:
     return f"data: {payload if isinstance(payload, str) else json.dumps(payload, separators=(',', ':'))}\n\n"
 
 
-def error_body(message: str, kind: str = "invalid_request_error", param: str | None = None, code: int = 400):
+def error_body(message: str, kind: str = "invalid_request_error", param: str | None = None,
+               code: int = 400) -> dict[str, dict[str, Any]]:
     return {"error": {"message": message, "type": kind, "param": param, "code": code}}

@@ -31,7 +31,8 @@ import socket
 import sys
 import time
 import traceback
-from typing import Any
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
 
 from perfwarden.harness.model import MODEL_NAME, DeviceError
 from perfwarden.harness.node_identity import cpu_model
@@ -39,6 +40,10 @@ from perfwarden.harness.ops import OverrideError, install_override, load_functio
 from perfwarden.harness.target_config import EMBEDDED_OPS, ConfigError, EmbeddedConfig, parse_set_args
 from perfwarden.harness.targets import (EXIT_BAD_CONFIG, EXIT_CRASH, EXIT_OK, EXIT_PORT,
                                         EXIT_START_FAILED, listen_socket, port_busy_message)
+
+if TYPE_CHECKING:  # starlette and uvicorn load only once the knobs validated and the port is bound
+    import uvicorn
+    from starlette.applications import Starlette
 
 log = logging.getLogger("perfwarden.embedded")
 
@@ -307,7 +312,7 @@ def _perfwarden_version() -> str:
 # ------------------------------------------------------------------------------------------- http
 
 
-def build_app(server: EmbeddedServer):
+def build_app(server: EmbeddedServer) -> Starlette:
     """The starlette application over a loaded ``EmbeddedServer`` (``harness/embedded_http.py``)."""
     # Imported here: the HTTP layer loads torch and starlette, which wait until the knobs validated.
     from perfwarden.harness.embedded_http import build_app as http_app
@@ -360,7 +365,7 @@ def _setup_logging() -> None:
         logging.getLogger(noisy).setLevel(logging.WARNING)
 
 
-def _make_uvicorn(app: Any):
+def _make_uvicorn(app: Starlette) -> uvicorn.Server:
     """A uvicorn server whose SIGTERM/SIGINT end ``run()`` normally.
 
     uvicorn re-raises a captured SIGTERM after shutting down, which kills the process before our
@@ -374,7 +379,7 @@ def _make_uvicorn(app: Any):
 
     class _Server(uvicorn.Server):
         @contextlib.contextmanager
-        def capture_signals(self):
+        def capture_signals(self) -> Iterator[None]:
             yield
 
     config = uvicorn.Config(app, log_config=None, access_log=False, lifespan="off", timeout_graceful_shutdown=5)

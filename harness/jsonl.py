@@ -18,7 +18,6 @@ auditor turns that into ``EVIDENCE_MISSING`` where a gate needs the field.
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import queue
 import threading
@@ -31,7 +30,7 @@ from typing import Annotated, Any, Generic, Literal, TypeVar
 import msgspec
 
 from perfwarden.harness.safe_read import LINE_BYTES, RefusedInput, open_regular, size_text
-from perfwarden.harness.json_limits import JsonTooDeep, RepeatedKey, check_depth, no_repeats
+from perfwarden.harness.strict_json import StrictJsonError, decode_typed, describe
 
 T = TypeVar("T")
 
@@ -159,7 +158,7 @@ def iter_raw_lines(path: Path, issues: list[LineIssue], digest: "hashlib._Hash |
                         # Hand the line over without keeping a reference in this frame: a rep's line
                         # can be tens of MB, and it must be freed as soon as the consumer decoded it.
                         slot = [(_line_ref(path, line_no, line_offset, line, cite, taken), line)]
-                        line = None
+                        del line
                         yield slot.pop()
                 if start < len(chunk):
                     rest = chunk[start:] if start else chunk
@@ -187,7 +186,9 @@ def iter_raw_lines(path: Path, issues: list[LineIssue], digest: "hashlib._Hash |
         if keep_tail:
             tail = b"".join(pieces)
             pieces = []
-            yield ref, tail[:-1] if tail.endswith(b"\r") else tail
+            tail = tail[:-1] if tail.endswith(b"\r") else tail
+            # Cited like every other line: a finished foreign tail is evidence a finding may point at.
+            yield _line_ref(path, line_no + 1, offset, tail, cite, None), tail
     elif line_no == 0:
         issues.append(LineIssue("empty_file", LineRef(path, 0, 0, 0), f"{path.name!r} is empty"))
 
@@ -236,12 +237,13 @@ class _Hasher:
         self._queue: queue.Queue[bytes | None] | None = None
         self._thread: threading.Thread | None = None
         if size >= self.THREAD_MIN_BYTES:
-            self._queue = queue.Queue(maxsize=self.QUEUE_CHUNKS)
-            self._thread = threading.Thread(target=self._run, name="perfwarden-sha256", daemon=True)
+            chunks: queue.Queue[bytes | None] = queue.Queue(maxsize=self.QUEUE_CHUNKS)
+            self._queue = chunks
+            self._thread = threading.Thread(target=self._run, args=(chunks,), name="perfwarden-sha256", daemon=True)
             self._thread.start()
 
-    def _run(self) -> None:
-        update, get = self._digest.update, self._queue.get
+    def _run(self, chunks: "queue.Queue[bytes | None]") -> None:
+        update, get = self._digest.update, chunks.get
         while (chunk := get()) is not None:
             update(chunk)
 
@@ -253,7 +255,7 @@ class _Hasher:
 
     def close(self) -> None:
         """Wait until every fed chunk is hashed (the digest is complete after this)."""
-        if self._thread is not None:
+        if self._thread is not None and self._queue is not None:  # __init__ sets both or neither
             self._queue.put(None)
             self._thread.join()
             self._thread = None
@@ -286,10 +288,10 @@ def sha256_meanwhile(line: bytes) -> Callable[[], str]:
     return future.result
 
 
-# What decoding one hostile line can raise besides msgspec's own errors: invalid UTF-8 inside a string
-# (UnicodeDecodeError) and nesting deeper than msgspec's recursion limit (RecursionError). Both mean
-# the line is corrupt; neither may escape a reader.
-DECODE_ERRORS = (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError, RecursionError)
+# What decoding one hostile line can raise: msgspec's own errors, a strict-JSON rule broken
+# (``harness/strict_json.py``), and what msgspec lets escape on hostile bytes (invalid UTF-8 inside a
+# string, nesting deeper than its recursion limit). Each means the line is corrupt; none may escape a reader.
+DECODE_ERRORS = (msgspec.DecodeError, msgspec.ValidationError, StrictJsonError, UnicodeDecodeError, RecursionError)
 
 
 def _issue_kind(exc: BaseException, line: bytes) -> Literal["corrupt", "missing_field"]:
@@ -304,108 +306,15 @@ def _issue_kind(exc: BaseException, line: bytes) -> Literal["corrupt", "missing_
     return "corrupt"
 
 
-def decode_line(decoder: "msgspec.json.Decoder[T]", line: bytes, check_keys: bool = True) -> T:
-    """Decode one JSONL line. JSON text is UTF-8 (RFC 8259): msgspec validates the strings it decodes
-    but skips unknown fields unchecked, so a non-ASCII line is validated whole first (an invalid byte in
-    an unknown key mid-file is corruption too). ``isascii`` is a C scan that allocates nothing.
-    ``check_keys``: refuse a repeated key (:func:`repeated_key`); off only for a line whose bytes a
-    verified seal proves the harness's own writer produced (it cannot write one)."""
-    if not line.isascii():
-        line.decode("utf-8")
-    record = decoder.decode(line)
-    if check_keys:
-        _refuse_repeats(line)
-    return record
+def decode_line(decoder: "msgspec.json.Decoder[T]", line: bytes, check_keys: bool = True,
+                depth: bool = False) -> T:
+    """Decode one JSONL line under the strict rules (:func:`perfwarden.harness.strict_json.decode_typed`).
+    ``check_keys`` off only for a line whose bytes a verified seal proves the harness's own writer
+    produced (it cannot write a repeated key)."""
+    return decode_typed(decoder, line, check_keys=check_keys, depth=depth)
 
 
 _TOP = msgspec.json.Decoder(dict[str, msgspec.Raw])
-_WS = (b" ", b"\t", b"\r", b"\n")
-
-
-def repeated_key(line: bytes) -> str | None:
-    """The first repeated key of any object in the JSON text ``line``, or None (also when ``line`` is
-    not JSON: the schema decode reports that).
-
-    Fast and exact without a second full parse: the top-level object is split into raw values
-    (msgspec skips values without building them), and its bytes are accounted for. A JSON object of
-    n distinct keys with no whitespace outside strings is exactly ``2n + 1`` bytes of braces, commas
-    and colons plus its key tokens and values; a repeated key leaves a whole pair (at least 3 more
-    non-blank bytes) unaccounted, and so does an escaped key (an escape is longer than what it
-    encodes). Blanks outside strings are counted and taken off. Only when the sum does not close
-    (a repeat, an escaped key) or a value holds a nested object is the exact slow check run, on that
-    part only: ``json.loads`` with :func:`no_repeats` -- on at most ``SLOW_CHECK_BYTES``; a larger part
-    that would need it is answered ``UNACCOUNTED`` (fail closed: no writer here escapes a key name, and
-    a gigabyte line is never parsed into Python objects)."""
-    try:
-        top = _TOP.decode(line)
-    except DECODE_ERRORS:
-        return None
-    accounted = sum(len(key.encode("utf-8", "surrogatepass")) + 2 + len(raw) for key, raw in top.items())
-    structure = 2 * len(top) + 1 if top else 2
-    if len(line) - accounted != structure and len(line) - accounted - _blanks_outside(line, top) != structure:
-        return _slow_repeated_key(line)
-    # Objects nested in values: few and small in every schema here; found without scanning big arrays
-    # when no '{' lies outside the small values (a count is one C pass).
-    small = {key: bytes(raw) for key, raw in top.items() if len(raw) <= _SMALL_VALUE}
-    braces_in_small = sum(data.count(b"{") for data in small.values())
-    if line.count(b"{") - 1 > braces_in_small:
-        small = {key: bytes(raw) for key, raw in top.items()}
-    for data in small.values():
-        if data[:1] in (b"{", b"[") and b"{" in data:
-            key = _slow_repeated_key(data)
-            if key is not None:
-                return key
-    return None
-
-
-_SMALL_VALUE = 1 << 16
-
-
-def _blanks_outside(line: bytes, top: dict[str, msgspec.Raw]) -> int:
-    """JSON whitespace of ``line`` that lies outside its top-level keys and values."""
-    inside = sum(key.count(" ") for key in top)
-    for raw in top.values():
-        data = bytes(raw)
-        if data[:1] in (b'"', b"[", b"{"):
-            inside += sum(data.count(c) for c in _WS)
-    return sum(line.count(c) for c in _WS) - inside
-
-
-SLOW_CHECK_BYTES = 16 << 20
-UNACCOUNTED = "\x00unaccounted"
-"""What :func:`repeated_key` answers for a part too large for the exact reader whose bytes its keys do
-not account for."""
-
-
-def _slow_repeated_key(data: bytes) -> str | None:
-    if len(data) > SLOW_CHECK_BYTES:
-        return UNACCOUNTED
-    try:
-        check_depth(data)
-        json.loads(data, object_pairs_hook=no_repeats)
-    except RepeatedKey as exc:
-        return exc.key
-    except (ValueError, RecursionError):
-        return None
-    return None
-
-
-def _refuse_repeats(line: bytes) -> None:
-    key = repeated_key(line)
-    if key == UNACCOUNTED:
-        raise msgspec.ValidationError(f"its keys do not account for its bytes: a repeated (or escaped) key in a "
-                                      f"part over {size_text(SLOW_CHECK_BYTES)}, which is not parsed a second time")
-    if key is not None:
-        raise msgspec.ValidationError(f"key {key!r} is repeated in one object (whichever value a reader keeps, "
-                                      "another reader sees the other)")
-
-
-def _describe(exc: BaseException) -> str:
-    if isinstance(exc, UnicodeDecodeError):
-        return f"invalid UTF-8 at byte {exc.start} (JSON text must be UTF-8)"
-    if isinstance(exc, RecursionError):
-        return "nested too deeply"
-    return str(exc)
 
 
 def read_jsonl(path: Path, schema: type[T], root: Path | None = None, max_line: int = LINE_BYTES,
@@ -437,14 +346,13 @@ def _finished_foreign_tail(line: bytes, decoder: Any, foreign: Any, check_keys: 
     is always ended, so an unterminated one stays a torn tail, and so does anything that does not decode
     whole."""
     try:
-        check_depth(line, what="last line")
         try:
-            record = decode_line(decoder, line, check_keys)
+            record = decode_line(decoder, line, check_keys, depth=True)
         except msgspec.ValidationError as exc:
             if not str(exc).startswith(_UNKNOWN_FIELD):
                 return None
-            record = decode_line(foreign, line, check_keys)
-    except (*DECODE_ERRORS, JsonTooDeep):
+            record = decode_line(foreign, line, check_keys, depth=True)
+    except DECODE_ERRORS:
         return None
     return record if getattr(record, "schema_version", None) is None else None
 
@@ -459,7 +367,8 @@ def iter_jsonl(path: Path, schema: type[T], issues: list[LineIssue], digest: "ha
     lines a verified seal proves the harness wrote (see :func:`decode_line`). ``depth_first``: measure
     the nesting before decoding (small records; the bench schema bounds its own nesting)."""
     decoder = msgspec.json.Decoder(schema)
-    foreign = msgspec.json.Decoder(FOREIGN_SCHEMAS[schema]) if schema in FOREIGN_SCHEMAS else None
+    foreign: msgspec.json.Decoder[Any] | None = (msgspec.json.Decoder(FOREIGN_SCHEMAS[schema])
+                                                 if schema in FOREIGN_SCHEMAS else None)
     taken: list[Callable[[], str]] = []  # a long line's sha256, taken on the hashing worker meanwhile
     for ref, line in iter_raw_lines(path, issues, digest, root, max_line, cite,
                                     keep_tail=foreign is not None, taken=taken):
@@ -467,32 +376,31 @@ def iter_jsonl(path: Path, schema: type[T], issues: list[LineIssue], digest: "ha
             record = _finished_foreign_tail(line, decoder, foreign, check_keys)
             if record is None:
                 continue  # torn, or the harness's own line (its writer always ends a line): stays torn
-            extra = sorted(set(_TOP.decode(line)) - set(schema.__struct_fields__))
+            extra = sorted(set(_TOP.decode(line)) - set(FOREIGN_SCHEMAS[schema].__struct_fields__))
             issues.pop()
             if extra:
                 issues.append(LineIssue("foreign_fields", ref, ", ".join(extra)))
             yield ref, record
             continue
         try:
-            if depth_first:
-                check_depth(line, what=f"line {ref.line}")  # the same limit on every Python version
             try:
-                record = decode_line(decoder, line, check_keys)
+                record = decode_line(decoder, line, check_keys, depth_first)
             except msgspec.ValidationError as exc:
                 if foreign is None or not str(exc).startswith(_UNKNOWN_FIELD):
                     raise
-                record = decode_line(foreign, line, check_keys)
+                record = decode_line(foreign, line, check_keys, depth_first)
                 if getattr(record, "schema_version", None) is not None:
                     raise  # the harness wrote it: its schema is the whole line
                 ref = _with_digest(ref, taken)
-                issues.append(LineIssue("foreign_fields", ref, ", ".join(sorted(
-                    set(_TOP.decode(line)) - set(schema.__struct_fields__)))))
-        except (*DECODE_ERRORS, JsonTooDeep) as exc:
+                extra = sorted(set(_TOP.decode(line)) - set(FOREIGN_SCHEMAS[schema].__struct_fields__))
+                if extra:
+                    issues.append(LineIssue("foreign_fields", ref, ", ".join(extra)))
+        except DECODE_ERRORS as exc:
             issues.append(LineIssue(_issue_kind(exc, line), _with_digest(ref, taken), f"line {ref.line} of "
-                                    f"{Path(path).name!r} does not decode as {schema.__name__}: {_describe(exc)}"))
+                                    f"{Path(path).name!r} does not decode as {schema.__name__}: {describe(exc)}"))
             continue
         finally:
-            line = None  # the raw bytes are not needed once decoded (memory stays one line)
+            del line  # the raw bytes are not needed once decoded (memory stays one line)
         yield _with_digest(ref, taken), record
         record = None  # the consumer decides how long the decoded record lives
 
@@ -722,10 +630,41 @@ class SealEntry(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     dropped_sha256: str | None = None
 
 
+SEAL_ENTRY = msgspec.json.Decoder(SealEntry)
+SEAL_HEAD_BYTES = 1 << 16
+"""Most bytes of the chain's first line read to find its seal id (an ``open`` entry is ~300 bytes)."""
+
+
+def chain_seal_id(path: Path) -> str | None:
+    """The seal id the chain's first entry names (to look its key up), or None: the one reader of it,
+    for the harness continuing a chain and the auditor finding the key that verifies it."""
+    try:
+        with open_regular(path, what="seal chain") as handle:  # a FIFO here is refused, never waited on
+            first = handle.readline(SEAL_HEAD_BYTES)
+        entry = decode_line(SEAL_ENTRY, first.rstrip(b"\n"))
+    except (OSError, *DECODE_ERRORS):
+        return None
+    return entry.seal_id if entry.kind == "open" else None
+
+
 class ForeignBenchRunLine(BenchRunLine, forbid_unknown_fields=False):
     """A bench line from a foreign writer (no ``schema_version``): sglang/vLLM add fields perfwarden does
-    not read, which are listed, not refused. Never decoded directly: see :func:`iter_jsonl`."""
+    not read, which are listed, not refused, besides the few below (what ``vllm bench serve --save-result
+    --save-detailed`` states of its run, which the auditor holds across the legs). Never decoded directly:
+    see :func:`iter_jsonl`."""
+
+    model_id: msgspec.Raw = NULL
+    tokenizer_id: msgspec.Raw = NULL
+    """The model and tokenizer ``vllm bench serve`` names."""
+    start_times: list[float] | None = None
+    """Per-request start, on the benchmark process's ``time.perf_counter()`` clock (Linux: seconds since boot)."""
+    date: str | None = None
+    """Local wall time the benchmark wrote its result, ``%Y%m%d-%H%M%S``."""
+    request_goodput: OptFloat = None
+    """Good requests per second at the benchmark's ``--goodput`` SLO (null without ``--goodput``)."""
+    goodput: str | None = None
+    """The SLO itself, where ``--metadata goodput=ttft:500,tpot:100`` recorded it (vLLM writes no SLO field)."""
 
 
-FOREIGN_SCHEMAS: dict[type, type] = {BenchRunLine: ForeignBenchRunLine}
+FOREIGN_SCHEMAS: dict[type, type[msgspec.Struct]] = {BenchRunLine: ForeignBenchRunLine}
 """The schemas a foreign writer may extend (only the bench line: every other record is perfwarden's)."""

@@ -31,7 +31,7 @@ from typing import Any, TypeVar
 import openai
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from perfwarden.harness.json_limits import loads_bounded
+from perfwarden.harness import strict_json
 from perfwarden.harness.llm_transport import Deadline, EndpointUnavailable, HttpAnswer, post_json
 
 T = TypeVar("T", bound=BaseModel)
@@ -307,7 +307,7 @@ def extract_json(text: str) -> str:
     if start < 0:
         raise ValueError("no JSON object in the reply")
     candidate = text[start:_object_end(text, start)]
-    loads_bounded(candidate, what="the reply's JSON object")  # too deep or not JSON: a ValueError
+    strict_json.loads(candidate, what="the reply's JSON object")  # too deep, not strict JSON: a ValueError
     return candidate
 
 

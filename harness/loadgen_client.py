@@ -66,6 +66,8 @@ from perfwarden.harness.contention import close_cpu_window, open_cpu_window, sam
 from perfwarden.harness.prompts import Prompt, estimate_tokens
 from perfwarden.harness import safe_write, seal
 from perfwarden.harness.records import RunDir
+from perfwarden.harness.safe_read import RECORD_BYTES, read_bytes
+from perfwarden.harness.strict_json import loads
 
 Scenario = Literal["Server", "Offline"]
 Endpoint = Literal["completions", "chat"]
@@ -325,6 +327,11 @@ def classify_exception(exc: BaseException, timeout_s: float) -> str:
 _JSON_HEADERS = {"content-type": "application/json"}
 
 
+def auth_headers(settings: LoadSettings) -> dict[str, str]:
+    """The bearer token a server asks for, on every request the harness sends it (none without a key)."""
+    return {"Authorization": f"Bearer {settings.api_key}"} if settings.api_key else {}
+
+
 class _CallbackFailed(Exception):
     """``on_first_token`` raised: that is our bug, not a failed request, so it must propagate."""
 
@@ -383,7 +390,7 @@ async def stream_completion(client: httpx.AsyncClient, url: str, body: bytes, ti
                     result.error = (f"incomplete stream: ended without [DONE] after "
                                     f"{len(result.chunk_times)} text chunks (content-type {ctype!r}{detail})")
     except _CallbackFailed as exc:
-        raise exc.__cause__ from None
+        raise (exc.__cause__ or exc) from None  # the callback's own error, raised `from` it
     except Exception as exc:  # noqa: BLE001 - every failure of the request is recorded, not raised
         if result.t_end is None or result.error:
             result.error = result.error or classify_exception(exc, timeout_s)
@@ -403,8 +410,9 @@ def to_record(result: StreamResult, *, index: int, sample_index: int, prompt: Pr
     usage = result.usage or {}
     completion_tokens = usage.get("completion_tokens")
     prompt_tokens = usage.get("prompt_tokens")
-    use_out = type(completion_tokens) is int and not result.error  # bool is not a count
-    use_in = type(prompt_tokens) is int
+    # ``type(x) is int``: a bool is not a count
+    reported_out = completion_tokens if type(completion_tokens) is int and not result.error else None
+    reported_in = prompt_tokens if type(prompt_tokens) is int else None
     return RequestRecord(
         index=index,
         sample_index=sample_index,
@@ -414,11 +422,11 @@ def to_record(result: StreamResult, *, index: int, sample_index: int, prompt: Pr
         ttft_s=None if result.t_first is None else result.t_first - result.t_send,
         itls_s=[b - a for a, b in zip(chunks, chunks[1:])],
         latency_s=end - result.t_send,
-        output_tokens=completion_tokens if use_out else len(chunks),
-        output_tokens_source="usage" if use_out else "stream_chunks",
+        output_tokens=reported_out if reported_out is not None else len(chunks),
+        output_tokens_source="usage" if reported_out is not None else "stream_chunks",
         stream_chunks=len(chunks),
-        input_tokens=prompt_tokens if use_in else estimate_tokens(prompt.text),
-        input_tokens_source="usage" if use_in else "estimate",
+        input_tokens=reported_in if reported_in is not None else estimate_tokens(prompt.text),
+        input_tokens_source="usage" if reported_in is not None else "estimate",
         text=result.text,
         finish_reason=result.finish_reason,
         error=result.error,
@@ -461,6 +469,13 @@ class _LoopThread:
         self.settings = settings
         self.client: httpx.AsyncClient | None = None
 
+    @property
+    def open_client(self) -> httpx.AsyncClient:
+        """The client, once ``__enter__`` opened it (requests are sent only inside the ``with``)."""
+        if self.client is None:
+            raise RuntimeError("the SUT's HTTP client is used before the loop thread opened it")
+        return self.client
+
     def __enter__(self) -> "_LoopThread":
         self.thread.start()
         self.call(self._open())
@@ -482,7 +497,7 @@ class _LoopThread:
     async def _open(self) -> None:
         s = self.settings
         limit = s.max_concurrency
-        headers = {"Authorization": f"Bearer {s.api_key}"} if s.api_key else None
+        headers = auth_headers(s) or None
         self.client = httpx.AsyncClient(
             timeout=httpx.Timeout(connect=s.connect_timeout_s, read=s.request_timeout_s,
                                   write=s.request_timeout_s, pool=None),
@@ -519,14 +534,20 @@ class OpenAIStreamingSUT:
         self._lg: Any = None
         self._io: _LoopThread | None = None
         self._sem: asyncio.Semaphore | None = None
-        self._tasks: set[asyncio.Task] = set()
+        self._tasks: set[asyncio.Task[None]] = set()
 
     # -- LoadGen callbacks (LoadGen threads, GIL held: keep them short) --------------------------
 
     def _issue_query(self, samples: list[Any]) -> None:
         t_issued = time.perf_counter()
         batch = [(s.id, s.index) for s in samples]
-        self._io.loop.call_soon_threadsafe(self._spawn, batch, t_issued)
+        self._running().loop.call_soon_threadsafe(self._spawn, batch, t_issued)
+
+    def _running(self) -> _LoopThread:
+        """The loop thread of the rep in progress (LoadGen calls back only inside ``run``)."""
+        if self._io is None:
+            raise RuntimeError("a LoadGen callback came outside run()")
+        return self._io
 
     def _flush_queries(self) -> None:
         """Nothing is buffered on our side: every sample is sent as soon as it is issued."""
@@ -574,7 +595,7 @@ class OpenAIStreamingSUT:
                 result = StreamResult(t_send=now, t_end=now, error=(
                     f"not sent: rep deadline of {self.settings.max_duration_s}s passed while it waited"))
             else:
-                result = await stream_completion(self._io.client, self.url, self.bodies[index],
+                result = await stream_completion(self._running().open_client, self.url, self.bodies[index],
                                                  self.settings.request_timeout_s, report_first)
         finally:
             if self._sem is not None:
@@ -693,21 +714,23 @@ def run_rep(base_url: str, prompts: Sequence[Prompt], settings: LoadSettings, ou
 # ------------------------------------------------------------------------------ rep -> raw files
 
 
-def fetch_server_info(base_url: str, timeout_s: float = 5.0) -> dict | None:
+def fetch_server_info(base_url: str, timeout_s: float = 5.0) -> dict[str, Any] | None:
     """GET ``/server_info`` (or sglang's older ``/get_server_info``); None when neither answers."""
     root = base_url.rstrip("/").removesuffix("/v1")
     with httpx.Client(timeout=timeout_s) as client:
         for path in ("/server_info", "/get_server_info"):
             try:
                 resp = client.get(root + path)
-                if resp.status_code == 200 and isinstance(resp.json(), dict):
-                    return resp.json()
+                if resp.status_code == 200:
+                    info = resp.json()
+                    if isinstance(info, dict):
+                        return info
             except (httpx.HTTPError, ValueError):
                 continue
     return None
 
 
-def server_counters(info: dict | None) -> dict | None:
+def server_counters(info: dict[str, Any] | None) -> dict[str, Any] | None:
     """The server's own running totals (``internal_states[0]`` of ``/server_info``: the embedded
     target's engine counters, sglang's scheduler state), or None when it reports none. Read before
     and after a rep, they are the server's witness of the requests and tokens the rep's line states."""
@@ -718,7 +741,7 @@ def server_counters(info: dict | None) -> dict | None:
 
 def measure_rep(run_dir: Path | RunDir, leg: str, rep: int, base_url: str, prompts: Sequence[Prompt],
                 settings: LoadSettings, *, dataset_name: str, backend: str = "openai",
-                server_info: dict | None = None, exclude_pids: Sequence[int] = (),
+                server_info: dict[str, Any] | None = None, exclude_pids: Sequence[int] = (),
                 contention_interval_s: float = 0.25) -> dict[str, Any] | None:
     """Measure rep ``rep`` of ``leg`` and append its line to ``legs/<leg>/bench_runs.jsonl``.
 
@@ -733,7 +756,8 @@ def measure_rep(run_dir: Path | RunDir, leg: str, rep: int, base_url: str, promp
     if rep_exists(path, leg, rep):
         return None
     if server_info is None and run.server_info(leg).is_file():
-        server_info = json.loads(run.server_info(leg).read_text(encoding="utf-8"))
+        server_info = loads(read_bytes(run.server_info(leg), run.root, limit=RECORD_BYTES, what="server_info"),
+                            what="server_info")
     wait_until_idle(exclude_pids)  # the server's own tail of the last rep is not the machine's contention
     before = sample_contention(contention_interval_s, exclude_pids=exclude_pids)
     counters_before = server_counters(fetch_server_info(base_url))

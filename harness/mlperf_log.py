@@ -40,9 +40,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from perfwarden.harness.json_limits import loads_bounded
 from perfwarden.harness.jsonl import LineIssue, LineRef, iter_raw_lines
 from perfwarden.harness.safe_read import RefusedInput, check_regular
+from perfwarden.harness.strict_json import StrictJsonError, loads
 
 DETAIL_FILENAME = "mlperf_log_detail.txt"
 SUMMARY_FILENAME = "mlperf_log_summary.txt"
@@ -70,25 +70,6 @@ class MlperfLogError(Exception):
 
     def __str__(self) -> str:
         return self.message
-
-
-def _reject_constant(name: str) -> Any:
-    raise ValueError(f"non-finite number {name!r} is not valid LoadGen output")
-
-
-def _int64(text: str) -> int:
-    """LoadGen writes 64-bit integers; a longer one is not its output (and no float can hold it)."""
-    value = int(text)
-    if not -(1 << 64) < value < (1 << 64):
-        raise ValueError(f"integer {text[:24]}… is out of the 64-bit range")
-    return value
-
-
-def _finite_float(text: str) -> float:
-    value = float(text)
-    if not math.isfinite(value):
-        raise ValueError(f"number {text[:24]} is out of float range")
-    return value
 
 
 def _open_check(path: Path, what: str, root: Path | None) -> None:
@@ -222,9 +203,8 @@ class DetailLog:
 def _decode_mllog(text: str, marker: str, ref: LineRef, path: Path) -> MllogRecord:
     payload = text[len(marker):]
     try:
-        obj = loads_bounded(payload, what=f"{marker} payload", parse_constant=_reject_constant, parse_int=_int64,
-                            parse_float=_finite_float)
-    except (ValueError, RecursionError) as exc:
+        obj = loads(payload, what=f"{marker} payload")  # LoadGen's seeds are uint64: inside the one range
+    except StrictJsonError as exc:
         raise MlperfLogError(f"line {ref.line} of {str(path)!r} is a {marker} line whose JSON does not "
                              f"decode: {exc}", path=path, line=ref.line) from exc
     if not isinstance(obj, dict):
@@ -238,7 +218,9 @@ def _decode_mllog(text: str, marker: str, ref: LineRef, path: Path) -> MllogReco
     if not isinstance(key, str) or not key:
         raise MlperfLogError(f"line {ref.line} of {str(path)!r}: {marker} key {key!r} is not a "
                              "non-empty string", path=path, line=ref.line)
-    meta = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
+    meta = obj.get("metadata")
+    if not isinstance(meta, dict):
+        meta = {}
     time_ms = obj.get("time_ms")
     return MllogRecord(
         key=key,
@@ -254,7 +236,7 @@ def _decode_mllog(text: str, marker: str, ref: LineRef, path: Path) -> MllogReco
 def read_detail(path: Path | str, root: Path | str | None = None) -> DetailLog:
     """Parse a LoadGen detail log (a regular file, inside ``root`` when given); raise
     :class:`MlperfLogError` on anything malformed."""
-    path = Path(path)
+    path, root = Path(path), None if root is None else Path(root)
     _open_check(path, "detail log", root)
     lines, issues, sha, size = _read_lines(path, "detail log", root)
     empty = [i for i in issues if i.kind == "empty_file"]
@@ -378,7 +360,7 @@ class SummaryLog:
 def read_summary(path: Path | str, root: Path | str | None = None) -> SummaryLog:
     """Parse a LoadGen summary log (a regular file, inside ``root`` when given); raise
     :class:`MlperfLogError` when it is not one."""
-    path = Path(path)
+    path, root = Path(path), None if root is None else Path(root)
     _open_check(path, "summary log", root)
     lines, issues, sha, size = _read_lines(path, "summary log", root)
     if any(i.kind == "empty_file" for i in issues) or (not lines and not issues):

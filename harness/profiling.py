@@ -11,21 +11,28 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from perfwarden.harness import ops, safe_write, seal
 from perfwarden.harness.model import load_model, load_random_model
 from perfwarden.harness.prompts import varied_prompts
 from perfwarden.harness.target_config import EmbeddedConfig
 
+if TYPE_CHECKING:  # torch loads when a profile is taken
+    from torch.autograd.profiler_util import FunctionEvent
+
 PREFIX = "pw::"
 
 
-def _profiled(op: str, fn, shapes: dict[str, set]):
+Shape = tuple[int, ...]
+
+
+def _profiled(op: str, fn: Callable[..., Any], shapes: dict[str, set[Shape]]) -> Callable[..., Any]:
     import torch
 
-    def wrapper(*args, **kwargs):
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
         first = args[0] if args else next(iter(kwargs.values()))
         shapes[op].add(tuple(first.shape))
         with torch.profiler.record_function(PREFIX + op):
@@ -34,8 +41,8 @@ def _profiled(op: str, fn, shapes: dict[str, set]):
     return wrapper
 
 
-def _charge(event) -> str:
-    node = event
+def _charge(event: FunctionEvent) -> str:
+    node: FunctionEvent | None = event
     while node is not None:
         if node.name.startswith(PREFIX):
             return node.name[len(PREFIX):]
@@ -43,18 +50,20 @@ def _charge(event) -> str:
     return event.name
 
 
-def aggregate(events, shapes: dict[str, set]) -> list[dict[str, Any]]:
+def aggregate(events: Iterable[FunctionEvent], shapes: dict[str, set[Shape]]) -> list[dict[str, Any]]:
     """Self time per logical op (``pw::`` regions merged), hottest first; pure over profiler events."""
     time_us: dict[str, float] = defaultdict(float)
     count: dict[str, int] = defaultdict(int)
-    seen_shapes: dict[str, set] = defaultdict(set)
+    seen_shapes: dict[str, set[Shape]] = defaultdict(set)
     for ev in events:
         op = _charge(ev)
         time_us[op] += float(ev.self_cpu_time_total)
         if ev.name.startswith(PREFIX) or ev.name == op:
             count[op] += 1
-        if op == ev.name and getattr(ev, "input_shapes", None):
-            first = next((s for s in ev.input_shapes if s), None)
+        # one shape per input (torch annotates the attribute as a single shape)
+        input_shapes: Sequence[Sequence[int]] = getattr(ev, "input_shapes", None) or ()
+        if op == ev.name and input_shapes:
+            first = next((s for s in input_shapes if s), None)
             if first and len(seen_shapes[op]) < 8:
                 seen_shapes[op].add(tuple(first))
     total = sum(time_us.values())
@@ -85,7 +94,7 @@ def profile_model(out: Path, config: EmbeddedConfig, *, max_tokens: int = 12, n_
         model, tokenizer, _ = load_random_model(*numerics)
     else:
         model, tokenizer = load_model(*numerics)
-    shapes: dict[str, set] = {op: set() for op in ops.SUPPORTED_OPS}
+    shapes: dict[str, set[Shape]] = {op: set() for op in ops.SUPPORTED_OPS}
     restores = []
     for op in ops.SUPPORTED_OPS:
         count, restore = ops.patch_function(model, op, _profiled(op, getattr(reference, op), shapes))

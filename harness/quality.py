@@ -25,7 +25,6 @@ template, the endpoint and model.
 from __future__ import annotations
 
 import hashlib
-import json
 import math
 import re
 import string
@@ -41,6 +40,8 @@ import httpx
 
 from perfwarden.harness import seal
 from perfwarden.harness.records import QualityEval, RunDir
+from perfwarden.harness.safe_read import RECORD_BYTES, read_bytes
+from perfwarden.harness.strict_json import loads
 from perfwarden.harness.targets import EmbeddedTarget
 
 QA_EVAL_ID = "pw-qa-exact-v1"
@@ -93,15 +94,15 @@ class ItemSet:
 def load_items(path: Path | str | None = None) -> ItemSet:
     """Load and validate an item set (``quality_items.json`` by default)."""
     path = Path(path) if path is not None else ITEMS_PATH
-    raw = path.read_bytes()
     try:
-        data = json.loads(raw)
+        raw = read_bytes(path, limit=RECORD_BYTES, what="item set")
+        data = loads(raw, what=f"item set {str(path)!r}")
         template = data["prompt_template"]
         few_shot = tuple((str(s["question"]), str(s["answer"])) for s in data.get("few_shot", []))
         items = tuple(QAItem(id=str(i["id"]), question=str(i["question"]),
                              answers=tuple(str(a) for a in i["answers"]), category=str(i.get("category", "")))
                       for i in data["items"])
-    except (ValueError, KeyError, TypeError) as exc:
+    except (OSError, ValueError, KeyError, TypeError) as exc:
         raise QualityError(f"item set {str(path)!r} is malformed: {exc!r}") from exc
     if "{question}" not in template:
         raise QualityError(f"prompt_template of {str(path)!r} has no '{{question}}' placeholder")
@@ -119,7 +120,7 @@ def render_prompt(template: str, question: str) -> str:
     return template.format_map(_Strict(question=question))
 
 
-class _Strict(dict):
+class _Strict(dict[str, str]):
     def __missing__(self, key: str) -> str:
         raise KeyError(f"prompt template variable {key!r} is not provided")
 
@@ -231,7 +232,8 @@ def _baseline(baseline: QualityEval | Path | str | None, eval_id: str, extra_che
     if baseline is None:
         return None
     if not isinstance(baseline, QualityEval):
-        baseline = QualityEval.model_validate_json(Path(baseline).read_text(encoding="utf-8"))
+        baseline = QualityEval.model_validate(loads(read_bytes(baseline, limit=RECORD_BYTES, what="baseline result"),
+                                                    what="baseline result"))
     if baseline.eval_id != eval_id:
         raise QualityError(f"baseline result is for eval {baseline.eval_id!r}, not {eval_id!r}")
     if not baseline.completed:
@@ -272,6 +274,8 @@ def evaluate_qa(
         def one(item: QAItem) -> dict[str, Any]:
             messages = item_messages(items, item.question)
             left = deadline - time.monotonic()
+            text: str | None
+            error: str | None
             if left <= 0:
                 text, error = None, f"not sent: eval deadline of {deadline_s:g}s passed"
             else:
@@ -447,8 +451,9 @@ def run_quality_pair(run_dir: Path | str, leg: str, leg_config: dict[str, Any], 
     existing = paths.quality(QA_EVAL_ID, baseline_leg)
     if existing.is_file():
         try:
-            prior = QualityEval.model_validate_json(existing.read_text(encoding="utf-8"))
-        except ValueError:
+            prior = QualityEval.model_validate(loads(read_bytes(existing, limit=RECORD_BYTES, what="quality eval"),
+                                                     what="quality eval"))
+        except (OSError, ValueError):
             prior = None
         if prior is not None and prior.completed and (prior.model_extra or {}).get("item_set_sha256") == items.sha256:
             base = prior

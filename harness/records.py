@@ -2,7 +2,7 @@
 
 Everything here is a *format*: field names, units and versions. Nothing here computes a number the
 auditor checks -- that stays in ``perfwarden.auditor`` so the auditor remains independent of
-the code paths that produced the measurements (design §3, README "independence").
+the code paths that produced the measurements (design §3).
 
 Small, human-edited records (manifests, leg specs, claims, verdicts, quality evals) are versioned
 pydantic models with a docstring per field. Large line-oriented files (``bench_runs.jsonl``,
@@ -23,6 +23,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_serializer, model_validator
 
 from perfwarden.harness import safe_write
+from perfwarden.harness.slo import GoodputBasis, GoodputSlo
 from perfwarden.harness.verdict_parts import HeadlineReference, LegWitnesses  # noqa: F401 - re-exported
 
 SCHEMA_VERSION = 1
@@ -130,8 +131,8 @@ def _json_kind(annotation: Any) -> tuple[str, Any]:
         kinds = {_json_kind(a) for a in args if a is not type(None)}
         return kinds.pop() if len(kinds) == 1 else ("any", None)
     if origin is typing.Literal:
-        kinds = {type(a) for a in args}
-        return ("str", None) if kinds == {str} else ("any", None)
+        literal_types = {type(a) for a in args}
+        return ("str", None) if literal_types == {str} else ("any", None)
     if origin is typing.Annotated:
         return _json_kind(args[0])
     if origin is list:
@@ -375,6 +376,9 @@ class Headline(Record):
     disclosed_regressions: dict[str, float] = Field(default_factory=dict)
     """Latency metrics the producer states got worse, with the regression it states (percent). A
     disclosed trade-off is not hidden: the auditor checks the stated size instead of flagging it."""
+    slo: GoodputSlo | None = None
+    """The SLO a goodput headline (``request_goodput``) is measured at; the auditor holds it against the
+    one the evidence records."""
 
 
 class IsolatedSpeedup(Record):
@@ -520,8 +524,9 @@ class MetricStats(Record):
     """Minimum over reps."""
     max: float
     """Maximum over reps."""
-    spread_pct: float
-    """(max - min) / median, in percent."""
+    spread_pct: float | None
+    """(max - min) / median, in percent; None when the median is 0 (a goodput no rep met the SLO in): a
+    spread relative to nothing is no number."""
     ci_low: float | None = None
     """Lower bound of a 95% CI of the median (None with fewer than 3 reps)."""
     ci_high: float | None = None
@@ -657,13 +662,17 @@ class Verdict(Record):
     """sha256 over the claim and ``input_digests``: same files, same digest, same verdict."""
     mlperf: MlperfCompliance | None = None
     """Scope ``mlperf`` only: the test, scores, ratio and pass band re-derived from the LoadGen logs."""
+    goodput: GoodputBasis | None = None
+    """The SLO ``request_goodput`` was re-derived at and its source; None when no goodput was re-derived."""
 
     @model_serializer(mode="wrap")
-    def _omit_absent_mlperf(self, handler: Any) -> Any:
-        """A claim's verdict file stays as it was before MLPerf audits shared this record: no ``mlperf``."""
+    def _omit_absent_parts(self, handler: Any) -> Any:
+        """A verdict without MLPerf scores or goodput carries neither field (its file reads as before)."""
         data = handler(self)
-        if self.mlperf is None and isinstance(data, dict):
-            data.pop("mlperf", None)
+        if isinstance(data, dict):
+            for name in ("mlperf", "goodput"):
+                if getattr(self, name) is None:
+                    data.pop(name, None)
         return data
 
     @property
@@ -813,6 +822,11 @@ class RunDir:
     def manifest(self) -> Path:
         return self.root / "run.json"
 
+    @property
+    def objective(self) -> Path:
+        """``objective.json``: what the run optimizes and its goodput SLO, sealed at the run's start."""
+        return self.root / "objective.json"
+
     def leg_dir(self, leg: str) -> Path:
         return self.root / "legs" / leg
 
@@ -855,6 +869,16 @@ class RunDir:
     @property
     def events(self) -> Path:
         return self.root / "events.jsonl"
+
+    @property
+    def writer_lock(self) -> Path:
+        """Locked (``flock``) by the one command writing the run (``perfwarden.harness.run_lock``)."""
+        return self.root / "writer.lock"
+
+    @property
+    def writer_holder(self) -> Path:
+        """Who holds ``writer.lock``: pid, host, command, start (``run_lock.LockHolder``)."""
+        return self.root / "writer.json"
 
     @property
     def evidence(self) -> Path:

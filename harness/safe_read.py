@@ -27,7 +27,6 @@ import os
 import stat
 from pathlib import Path
 from typing import BinaryIO, Iterator, Literal
-from perfwarden.harness.json_limits import MAX_DEPTH  # noqa: F401 - one nesting bound, re-exported
 
 Reason = Literal["missing", "outside", "not_regular", "too_large", "unreadable"]
 
@@ -55,7 +54,11 @@ KEY_BYTES = 64 * KiB
 REPORT_BYTES = 8 * MiB
 """A producer's prose report whose numbers are traced."""
 LINE_BYTES = 64 * MiB
-"""One line of a JSONL or log file (outputs, opbench, profile, events, LoadGen logs)."""
+"""One line of a JSONL or log file (outputs, opbench, events, LoadGen logs)."""
+PROFILE_LINE_BYTES = 4 * MiB
+"""One line of ``profile.jsonl``: one op's time and the distinct shapes it was served at (a few dozen;
+real lines are under 1 KiB). Each shape decodes to a list of integers, ten times its bytes: at the
+generic bound one line would hold over a gigabyte."""
 BENCH_LINE_BYTES = 1 * GiB
 """One ``bench_runs.jsonl`` line: one rep's per-request arrays (a 400k-request rep is ~300 MB)."""
 
@@ -85,7 +88,7 @@ def size_text(n: int) -> str:
     return f"{n:,} bytes"
 
 
-def _shown(path: Path, root: Path | None) -> str:
+def _shown(path: Path | str, root: Path | str | None) -> str:
     if root is not None:
         try:
             return str(Path(os.path.abspath(path)).relative_to(os.path.abspath(root)))
@@ -144,10 +147,28 @@ def exists(path: Path | str) -> bool:
     return os.path.lexists(path)
 
 
+REOPEN_TRIES = 3
+"""How often a file replaced by another regular file between its stat and its open is looked at again."""
+
+
 def open_regular(path: Path | str, root: Path | str | None = None, what: str = "file",
                  limit: int | None = None) -> BinaryIO:
-    """Open ``path`` for binary reading under the rules above; ``limit`` bounds its size."""
-    st = check_regular(path, root, what)
+    """Open ``path`` for binary reading under the rules above; ``limit`` bounds its size. A writer replaces
+    a file by renaming a new one over it (a verdict, a report, a sealed file): when that lands between the
+    stat and the open, the new file is checked and opened afresh (``REOPEN_TRIES`` times), so a reader gets
+    the old file or the new one -- and never a descriptor that did not pass every check."""
+    for attempt in range(REOPEN_TRIES):
+        st = check_regular(path, root, what)
+        fd = _open_checked(path, root, what, limit, st, replaced_ok=attempt + 1 < REOPEN_TRIES)
+        if fd is not None:
+            return os.fdopen(fd, "rb")
+    raise AssertionError("unreachable: the last try raises or returns")  # pragma: no cover
+
+
+def _open_checked(path: Path | str, root: Path | str | None, what: str, limit: int | None, st: os.stat_result,
+                  replaced_ok: bool) -> int | None:
+    """The descriptor of the file ``st`` describes; None when it was replaced by another regular file
+    meanwhile and ``replaced_ok`` (the caller looks again)."""
     real = os.path.realpath(path)
     shown = _shown(Path(path), root)
     try:
@@ -156,6 +177,9 @@ def open_regular(path: Path | str, root: Path | str | None = None, what: str = "
         raise RefusedInput(path, "unreadable", f"cannot open {what} {shown!r}: {exc.strerror or exc}") from None
     try:
         fst = os.fstat(fd)
+        if replaced_ok and stat.S_ISREG(fst.st_mode) and (fst.st_dev, fst.st_ino) != (st.st_dev, st.st_ino):
+            os.close(fd)
+            return None
         if not stat.S_ISREG(fst.st_mode) or (fst.st_dev, fst.st_ino) != (st.st_dev, st.st_ino):
             raise RefusedInput(path, "not_regular", f"{what} {shown!r} changed while it was being opened "
                                f"(now {kind_of(fst.st_mode) if not stat.S_ISREG(fst.st_mode) else 'another file'}): "
@@ -165,7 +189,7 @@ def open_regular(path: Path | str, root: Path | str | None = None, what: str = "
         if limit is not None and fst.st_size > limit:
             raise RefusedInput(path, "too_large", f"{what} {shown!r} is {size_text(fst.st_size)}, over the "
                                f"{size_text(limit)} bound: not read")
-        return os.fdopen(fd, "rb")
+        return fd
     except BaseException:
         os.close(fd)
         raise
@@ -217,22 +241,6 @@ def iter_chunks(path: Path | str, root: Path | str | None = None, *, limit: int,
                 raise RefusedInput(path, "too_large", f"{what} {_shown(Path(path), root)!r} grew past the "
                                    f"{size_text(limit)} bound while it was read: not read")
             yield piece
-
-
-def too_deep(obj: object, limit: int = MAX_DEPTH) -> bool:
-    """Whether a decoded JSON value nests deeper than ``limit`` (iterative: no recursion limit)."""
-    stack: list[tuple[object, int]] = [(obj, 0)]
-    while stack:
-        value, depth = stack.pop()
-        if isinstance(value, dict):
-            if depth >= limit:
-                return True
-            stack.extend((v, depth + 1) for v in value.values())
-        elif isinstance(value, list):
-            if depth >= limit:
-                return True
-            stack.extend((v, depth + 1) for v in value if isinstance(v, (dict, list)))
-    return False
 
 
 def long_string(obj: object, limit: int = STRING_CHARS) -> tuple[str, int] | None:

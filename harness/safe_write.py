@@ -120,7 +120,8 @@ def _open_dirs(base: Path, parts: list[str], create: bool) -> int | None:
                 nfd = os.open(part, _DIR_FLAGS, dir_fd=fd)
             except FileNotFoundError:
                 if not create:
-                    return _close(fd)
+                    os.close(fd)
+                    return None
                 try:
                     os.mkdir(part, 0o777, dir_fd=fd)
                 except FileExistsError:
@@ -138,11 +139,6 @@ def _open_dirs(base: Path, parts: list[str], create: bool) -> int | None:
         os.close(fd)
         fd = nfd
     return fd
-
-
-def _close(fd: int) -> None:
-    os.close(fd)
-    return None
 
 
 @contextmanager

@@ -37,7 +37,7 @@ What every sandbox gets:
 - **devices**: ``/dev/null``, ``zero``, ``random``, ``urandom``, ``tty`` only; the GPU's nodes
   (``/dev/nvidia*``, ``/dev/dri``) and ``/sys`` only when the caller asks for ``device="cuda"``.
 
-What it does not contain (README, "Threat model"): kernel exploits (the namespaces share the host
+What it does not contain (docs/threat-model.md, "The sandbox"): kernel exploits (the namespaces share the host
 kernel; no seccomp filter narrows the system calls, beyond ``shmget`` without a cgroup), other
 processes' GPU memory and the GPU driver's own attack surface, timing and cache side channels, disk
 use summed over many files in the writable directory (each file is bounded, the total only by time),
@@ -72,6 +72,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from perfwarden.harness.records import key_store_dir
+from perfwarden.harness.strict_json import StrictJsonError, loads
 from perfwarden.harness.sandbox_limits import (JOIN_CGROUPS, Cgroups, MemoryBound, PidsBound, namespace_pids,
                                                no_sysv_shm_filter, tree_memory_bytes)
 
@@ -296,7 +297,8 @@ class PathMap:
         """``text`` (an argument, an environment value, a message) with every host path under a root
         rewritten to where it is inside; other text unchanged."""
         for host, there in sorted(self.roots, key=lambda r: -len(r[0])):
-            text = re.sub(rf"(?<![\w.\-/]){re.escape(host)}(?![\w.\-])", lambda _m, t=there: t, text)
+            # a function, not a replacement string: the path is put in as it is, with no backslash escapes
+            text = re.sub(rf"(?<![\w.\-/]){re.escape(host)}(?![\w.\-])", lambda _m: there, text)
         return text
 
     def translate_value(self, value: Any) -> Any:
@@ -434,7 +436,11 @@ _SPAWNER: concurrent.futures.ThreadPoolExecutor | None = None
 _SPAWNER_LOCK = threading.Lock()
 
 
-def _spawn(cmd: list[str], **kwargs: Any) -> subprocess.Popen:
+def _popen(cmd: list[str], kwargs: dict[str, Any]) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(cmd, **kwargs)
+
+
+def _spawn(cmd: list[str], **kwargs: Any) -> subprocess.Popen[bytes]:
     """``subprocess.Popen`` from a thread that lives as long as the process.
 
     bwrap's ``--die-with-parent`` is ``PR_SET_PDEATHSIG`` in the outer bwrap (and its init), and the
@@ -444,11 +450,11 @@ def _spawn(cmd: list[str], **kwargs: Any) -> subprocess.Popen:
     keeps "dies with its parent" meaning the parent process."""
     global _SPAWNER
     if threading.current_thread() is threading.main_thread():
-        return subprocess.Popen(cmd, **kwargs)
+        return _popen(cmd, kwargs)
     with _SPAWNER_LOCK:
         if _SPAWNER is None:
             _SPAWNER = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="sandbox-spawner")
-    return _SPAWNER.submit(subprocess.Popen, cmd, **kwargs).result()
+    return _SPAWNER.submit(_popen, cmd, kwargs).result()
 
 
 class Confined:
@@ -604,7 +610,7 @@ class Confined:
             if self.proc.poll() is not None:
                 break
         try:
-            self._init_pid = int(json.loads(buf.decode())["child-pid"])
+            self._init_pid = int(loads(buf, what="bwrap's info")["child-pid"])
             self._pidfd = os.pidfd_open(self._init_pid)
         except (ValueError, KeyError, OSError):
             self._init_pid = None
@@ -761,11 +767,12 @@ def call_function(module_path: Path | str, function: str, payload: Mapping[str, 
         os.close(write_fd)
     reader.join(5)
     tail = done.stderr.decode("utf-8", "replace")[-2000:]
-    base = {"seconds": done.seconds, "stderr_tail": tail, "confinement": done.confinement}
     if done.killed_for:
-        return SandboxResult(False, error=done.killed_for, **base)
+        return SandboxResult(False, error=done.killed_for, seconds=done.seconds, stderr_tail=tail,
+                             confinement=done.confinement)
     ok, value, error = parse_result(b"".join(chunks), done.returncode)
-    return SandboxResult(ok, value=value, error=error, **base)
+    return SandboxResult(ok, value=value, error=error, seconds=done.seconds, stderr_tail=tail,
+                         confinement=done.confinement)
 
 
 def parse_result(raw: bytes, returncode: int | None) -> tuple[bool, Any, str | None]:
@@ -773,8 +780,8 @@ def parse_result(raw: bytes, returncode: int | None) -> tuple[bool, Any, str | N
     anything there, so anything but the harness's own ``{"ok": bool, ...}`` is a failure saying so
     (never an exception: nesting too deep for the parser, an error that is not a string, bad UTF-8)."""
     try:
-        body = json.loads(raw.decode("utf-8", "replace"))
-    except (ValueError, RecursionError):
+        body = loads(raw, what="the sandbox's result")
+    except StrictJsonError:
         return False, None, f"no result ({describe_exit(returncode)})"
     if not isinstance(body, dict) or not isinstance(body.get("ok"), bool):
         return False, None, "malformed result"

@@ -33,8 +33,15 @@ Crash safety: data is written first, then sealed. A line written but not sealed 
 between) is cut off and kept beside the file (``<file>.unsealed``), with a ``cut`` entry saying so, when a
 process next opens the chain (``run --resume``) or the harness next writes to that file; until then
 readers count only the sealed bytes (:func:`sealed_size`) -- so a resumed run re-measures that rep
-instead of banking bytes nobody sealed. Concurrent writers (threads starting servers together, two processes on
-one run) serialize on a thread lock plus ``flock`` on the chain file.
+instead of banking bytes nobody sealed. Concurrent writers (threads starting servers together, a cluster's
+streams on the head) serialize on a thread lock plus ``flock`` on the chain file; one process at a time
+writes a run at all (``harness/run_lock.py``).
+
+Readers: a line is appended and sealed, and a whole file renamed into place and sealed, inside one hold of
+that ``flock``, so the chain changes whenever evidence it covers does; a reader that finds the chain
+unchanged (after waiting out the operation in flight) across its reads saw one state
+(``auditor/snapshot.py``). Files another program writes (a server's log, LoadGen's logs) are sealed when
+it is done with them.
 """
 
 from __future__ import annotations
@@ -58,10 +65,11 @@ from typing import Any
 import msgspec
 
 from perfwarden.harness import safe_write
-from perfwarden.harness.jsonl import SealEntry
+from perfwarden.harness.jsonl import DECODE_ERRORS, SEAL_ENTRY, SealEntry, chain_seal_id, decode_line
 from perfwarden.harness.records import (EVIDENCE_DIRS, EVIDENCE_FILE, RUN_SEARCH_DEPTH, SealHead, SealKey,
-                                        is_seal_id, jsonl_text, key_store_dir, key_store_path, write_json_atomic)
-from perfwarden.harness.safe_read import KEY_BYTES, open_regular, read_bytes
+                                        jsonl_text, key_store_dir, key_store_path, write_json_atomic)
+from perfwarden.harness.safe_read import KEY_BYTES, RECORD_BYTES, open_regular, read_bytes
+from perfwarden.harness.strict_json import loads
 
 log = logging.getLogger(__name__)
 
@@ -165,7 +173,7 @@ def head_path(key_file: Path) -> Path:
 def read_key_file(path: Path) -> SealKey:
     """A key file, read like any input: a regular file of at most ``KEY_BYTES``, never blocking."""
     try:
-        return SealKey.model_validate_json(read_bytes(path, limit=KEY_BYTES, what="seal key"))
+        return SealKey.model_validate(loads(read_bytes(path, limit=KEY_BYTES, what="seal key"), what="seal key"))
     except (OSError, ValueError) as exc:
         raise SealError(f"cannot read seal key {str(path)!r}: {exc}") from None
 
@@ -184,7 +192,7 @@ def find_key_file(run: Path | str) -> Path | None:
     if cached is not None:
         return cached.key_file
     store = key_store_dir()
-    by_id = key_store_path(_chain_seal_id(root / EVIDENCE_FILE))  # None for an id that is not one
+    by_id = key_store_path(chain_seal_id(root / EVIDENCE_FILE))  # None for an id that is not one
     if by_id is not None and by_id.is_file():
         return by_id
     if store.is_dir():
@@ -195,16 +203,6 @@ def find_key_file(run: Path | str) -> Path | None:
             except SealError:
                 continue
     return None
-
-
-def _chain_seal_id(path: Path) -> str | None:
-    try:
-        with open_regular(path, what="seal chain") as handle:  # a FIFO here is refused, never waited on
-            first = handle.readline(1 << 16)
-        entry = msgspec.json.decode(first, type=SealEntry)
-    except (OSError, msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError):
-        return None
-    return entry.seal_id if entry.kind == "open" else None
 
 
 # -------------------------------------------------------------------------------------------- chain
@@ -284,8 +282,8 @@ class Chain:
 
     def _accept(self, raw: bytes) -> None:
         try:
-            entry = msgspec.json.decode(raw, type=SealEntry)
-        except (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError) as exc:
+            entry = decode_line(SEAL_ENTRY, raw)
+        except DECODE_ERRORS as exc:
             raise SealError(f"entry {self._seq + 2} of {str(self.path)!r} does not decode: {exc}") from None
         if len(raw) < len(MAC_FIELD) + 66 or raw[-(len(MAC_FIELD) + 66):-66] != MAC_FIELD:
             raise SealError(f"entry {self._seq + 2} of {str(self.path)!r} has no MAC where it belongs")
@@ -336,7 +334,8 @@ class Chain:
                 meta["rep"] = int(rep)
             if parts[2:] == ["leg.json"]:
                 try:
-                    status = json.loads(path.read_text("utf-8")).get("status", "ok")
+                    status = loads(read_bytes(path, self.root, limit=RECORD_BYTES, what="leg spec"),
+                                   what="leg spec").get("status", "ok")
                 except (OSError, ValueError, AttributeError):
                     status = None
                 meta["status"] = status if isinstance(status, str) else "unreadable"
@@ -406,6 +405,19 @@ class Chain:
                                       "size": st.size + len(data), "file_sha256": hasher.copy().hexdigest(), **meta})
             st.lines, st.size, st.sha256, st.hasher = st.lines + 1, st.size + len(data), entry["file_sha256"], hasher
             self._files[rel] = st
+            return entry
+
+    def write_file(self, path: Path, data: bytes) -> dict[str, Any]:
+        """Replace ``path`` with ``data`` and seal it, both in one hold of the chain's lock: a reader that
+        finds the chain unchanged across its reads never saw the new bytes without their seal
+        (``auditor/snapshot.py``)."""
+        path = Path(path)
+        with self._locked() as fd:
+            rel = self.rel(path)
+            safe_write.write_bytes(path, data, self.root)
+            entry = self._append(fd, {"kind": "file", "file": rel, "sha256": hashlib.sha256(data).hexdigest(),
+                                      "size": len(data), **self._meta(rel, path)})
+            self._files[rel] = _FileState(whole=True, size=len(data), sha256=entry["sha256"])
             return entry
 
     def seal_file(self, path: Path) -> dict[str, Any]:
@@ -526,14 +538,17 @@ def _raw_lines(path: Path) -> Iterator[tuple[int, bytes]]:
 
 class _BenchKey(msgspec.Struct):
     rep: int | None = None
-    contention: dict | None = None
+    contention: dict[str, Any] | None = None
+
+
+_BENCH_KEY = msgspec.json.Decoder(_BenchKey)
 
 
 def bench_meta(line: bytes) -> dict[str, Any]:
     """rep and contention presence of a bench line (for :meth:`Chain.adopt_lines`)."""
     try:
-        key = msgspec.json.decode(line, type=_BenchKey)
-    except (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError):
+        key = decode_line(_BENCH_KEY, line)
+    except DECODE_ERRORS:
         return {}
     return {"rep": key.rep, "contention": key.contention is not None}
 
@@ -576,7 +591,8 @@ def begin(run: Path | str, *, key_file: Path | str | None = None) -> Chain | Non
 
 def _run_id(root: Path) -> str:
     try:
-        value = json.loads((root / "run.json").read_text("utf-8")).get("id")
+        value = loads(read_bytes(root / "run.json", root, limit=RECORD_BYTES, what="run.json"),
+                      what="run.json").get("id")
     except (OSError, ValueError, AttributeError):
         value = None
     return value if isinstance(value, str) and value else root.name
@@ -585,9 +601,10 @@ def _run_id(root: Path) -> str:
 def _create(root: Path, key_file: Path | None) -> Chain:
     run_id = _run_id(root)
     seal_id = f"{_safe(run_id).lstrip('.-')[:60] or 'run'}-{secrets.token_hex(6)}"
-    if not is_seal_id(seal_id):  # cannot happen (``_safe``); the reader refuses any other id
+    stored = key_store_path(seal_id)
+    if stored is None:  # cannot happen (``_safe``); the reader refuses any other id
         raise SealError(f"internal: {seal_id!r} is not a seal id")
-    key_file = Path(os.path.abspath(key_file)) if key_file else key_store_path(seal_id)
+    key_file = Path(os.path.abspath(key_file)) if key_file else stored
     if _inside(key_file, root):
         raise SealError(f"the seal key {str(key_file)!r} would lie inside the run {str(root)!r}: a key beside "
                         "the evidence proves nothing; point PERFWARDEN_KEY_DIR elsewhere")
@@ -608,13 +625,14 @@ def _create(root: Path, key_file: Path | None) -> Chain:
 
 def _open_existing(root: Path, key_file: Path | None) -> Chain:
     path = root / EVIDENCE_FILE
-    seal_id = _chain_seal_id(path)
+    seal_id = chain_seal_id(path)
     if seal_id is None:
         raise SealError(f"{str(path)!r} does not start with an 'open' entry; it cannot be continued")
-    if not is_seal_id(seal_id):
+    stored = key_store_path(seal_id)  # None for a value that is not a seal id
+    if stored is None:
         raise SealError(f"the seal chain of {str(root)!r} names the seal id {seal_id[:200]!r}, which is not an "
                         "identifier (letters, digits, '_', '.', '-'): no key is looked up by it")
-    key_file = key_file or key_store_path(seal_id)
+    key_file = key_file or stored
     if not key_file.is_file():
         raise SealError(f"cannot continue the seal chain of {str(root)!r}: its key {str(key_file)!r} is not in the "
                         f"key store (set PERFWARDEN_KEY_DIR to the store that holds seal {seal_id!r})")
@@ -676,21 +694,24 @@ def forget(run: Path | str) -> None:
 
 
 def write_json(path: Path | str, payload: Any, root: Path | str | None = None) -> None:
-    """``write_json_atomic`` + seal the file when it lies in a sealed run. Nothing below the run's root
-    (the chain's, else ``root``) is written through a link (``harness.safe_write``)."""
+    """Write JSON atomically; in a sealed run, replaced and sealed in one hold of the chain's lock
+    (``Chain.write_file``). Nothing below the run's root (the chain's, else ``root``) is written through a
+    link (``harness.safe_write``)."""
     chain = chain_for(path)
-    write_json_atomic(Path(path), payload, chain.root if chain else root)
-    if chain is not None:
-        chain.seal_file(Path(path))
+    if chain is None:
+        write_json_atomic(Path(path), payload, root)
+    else:
+        chain.write_file(Path(path), safe_write.json_text(payload).encode("utf-8"))
 
 
 def write_text(path: Path | str, text: str, root: Path | str | None = None) -> None:
-    """Write a text file atomically + seal it when it lies in a sealed run."""
+    """Write a text file atomically; in a sealed run, replaced and sealed in one hold of the chain's lock."""
     path = Path(path)
     chain = chain_for(path)
-    safe_write.write_text(path, text, chain.root if chain else root)
-    if chain is not None:
-        chain.seal_file(path)
+    if chain is None:
+        safe_write.write_text(path, text, root)
+    else:
+        chain.write_file(path, text.encode("utf-8"))
 
 
 def append_jsonl(path: Path | str, record: dict[str, Any], root: Path | str | None = None) -> None:

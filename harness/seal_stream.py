@@ -24,10 +24,11 @@ from pathlib import Path, PurePosixPath
 from typing import Any, Callable
 
 from perfwarden.harness import safe_write, seal
+from perfwarden.harness.records import EVIDENCE_DIRS, EVIDENCE_FILE
 from perfwarden.harness.records import append_unsealed_jsonl as plain_append_jsonl
 
 Send = Callable[[str, str, Any], None]
-STREAM_DIRS = seal.EVIDENCE_DIRS
+STREAM_DIRS = EVIDENCE_DIRS
 MAX_FILE_BYTES = 256 << 20
 """The largest whole file a worker may stream (a server log's bound)."""
 
@@ -56,10 +57,11 @@ class EvidenceSink:
 
     def __init__(self, run: Path | str):
         self.run = Path(run).resolve()
-        self.chain = seal.begin(self.run)
-        if self.chain is None:
+        chain = seal.begin(self.run)
+        if chain is None:
             raise StreamRefused(f"{str(self.run)!r} holds unsealed evidence: streamed evidence would be sealed "
                                 "beside it")
+        self.chain: seal.Chain = chain
         self._lock = threading.Lock()
 
     def receive(self, op: str, rel: str, payload: Any) -> None:
@@ -77,8 +79,7 @@ class EvidenceSink:
                 if path.name == "bench_runs.jsonl":
                     raise StreamRefused(f"{rel!r} is sealed line by line; a worker cannot replace it whole")
                 safe_write.make_dirs(path.parent, self.run)
-                safe_write.write_bytes(path, payload, self.run)
-                self.chain.seal_file(path)
+                self.chain.write_file(path, payload)
             elif op == "gone":
                 self.chain.unlink(path)
             else:
@@ -108,7 +109,7 @@ class StreamChain:
 
     def __init__(self, root: Path | str, send: Send):
         self.root = Path(root).resolve()
-        self.path = self.root / seal.EVIDENCE_FILE  # never written: the real chain is on the head
+        self.path = self.root / EVIDENCE_FILE  # never written: the real chain is on the head
         self.send = send
         self._sent: dict[str, tuple[int, str]] = {}
         self._lock = threading.RLock()
@@ -132,6 +133,11 @@ class StreamChain:
             data = Path(path).read_bytes()
             self._sent[rel] = (len(data), hashlib.sha256(data).hexdigest())
             return {"file": rel}
+
+    def write_file(self, path: Path, data: bytes) -> dict[str, Any]:
+        with self._lock:
+            safe_write.write_bytes(path, data, self.root)
+            return self.seal_file(path)
 
     def seal_file(self, path: Path) -> dict[str, Any]:
         with self._lock:

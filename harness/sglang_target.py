@@ -38,7 +38,7 @@ def find_sglang_python(explicit: str | None) -> tuple[str, str]:
     ``PY -c "import sglang"`` (seconds, no GPU touched) so a wrong environment fails before any leg."""
     return find_engine_python(explicit, EngineProbe(
         label="SGLang", module="sglang", flag="--sglang-python", env=PYTHON_ENV, error=SGLangEnvError,
-        hint="Install SGLang in its own environment (README, 'Running on a GPU host')"))
+        hint="Install SGLang in its own environment (docs/gpu.md, 'SGLang as the target')"))
 
 # Config keys that are not launch flags (bookkeeping the lab adds).
 NOT_FLAGS = {"op_overrides", "kernel_patches"}
@@ -89,7 +89,7 @@ class SglangTarget(ServerTarget):
     health_path = "/health"
     info_paths = ("/server_info", "/get_server_info")
 
-    def __init__(self, leg_dir, config: dict[str, Any], **kwargs: Any):
+    def __init__(self, leg_dir: Path | str, config: dict[str, Any], **kwargs: Any):
         if not config.get("model_path"):
             raise ValueError("an SGLang leg needs 'model_path' in its config")
         kwargs.setdefault("python", os.environ.get("PERFWARDEN_SGLANG_PYTHON"))

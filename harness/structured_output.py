@@ -14,18 +14,21 @@ import hashlib
 import json
 import threading
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import llguidance
 import llguidance.hf
 import torch
+
+if TYPE_CHECKING:  # declared in the extension's stub only: no such name at run time
+    from llguidance._lib import JsonCompileOptions
 
 MAX_SCHEMA_BYTES = 64 << 10
 """Largest JSON schema a request may carry (serialized): compiling a grammar costs time per byte."""
 
 SUPPORTED_TYPES = ("text", "json_object", "json_schema")
 
-COMPACT = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
+COMPACT: JsonCompileOptions = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
 """How the answer is laid out, whatever the schema's ``x-guidance`` says: flexible whitespace lets a weak
 model emit newlines until the token limit cuts the object (measured: SmolLM2 did, on the first try)."""
 

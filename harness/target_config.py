@@ -22,6 +22,8 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from perfwarden.harness.strict_json import StrictJsonError, loads
+
 LeverClass = Literal["A", "B"]
 MechanismName = Literal["baseline", "kv_quantization", "kv_compression", "compressed_attention",
                         "speculative_decoding"]
@@ -120,7 +122,7 @@ class TargetConfig(BaseModel):
         if isinstance(config, cls):
             return config
         raw = config.model_dump() if isinstance(config, TargetConfig) else dict(config)
-        return typing.cast(typing.Self, cls.validate_knobs(raw))
+        return cls.validate_knobs(raw)
 
     @classmethod
     def knob_value(cls, config: typing.Mapping[str, Any], name: str) -> Any:
@@ -146,7 +148,7 @@ class TargetConfig(BaseModel):
         return [k for k in specs if k in wanted and cls.allowed_values(k)]
 
     @classmethod
-    def validate_knobs(cls, raw: dict[str, Any]) -> TargetConfig:
+    def validate_knobs(cls, raw: dict[str, Any]) -> typing.Self:
         """Validate raw knob values; a bad one raises ``ConfigError`` naming the knob, the value and why."""
         try:
             return cls.model_validate(raw)
@@ -277,16 +279,14 @@ class EmbeddedConfig(TargetConfig):
 
 def parse_overrides(text: str) -> dict[str, str]:
     """``'rmsnorm=a.py:fn,rotary=mod:fn'`` or a JSON object -> ``{op: spec}``."""
-    import json
-
     text = text.strip()
     if not text:
         return {}
     if text.startswith("{"):
-        try:
-            value = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"op_overrides JSON does not parse: {exc}") from exc
+        try:  # strict: an op named twice is refused, as in the comma form below
+            value = loads(text, what="op_overrides JSON")
+        except StrictJsonError as exc:
+            raise ValueError(str(exc)) from exc
         if not isinstance(value, dict):
             raise ValueError("op_overrides JSON must be an object")
         return value

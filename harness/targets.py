@@ -23,7 +23,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 import httpx
 
@@ -145,6 +145,26 @@ def start_failure_line(log_text: str) -> str | None:
     return None
 
 
+class ServerProcess(Protocol):
+    """A running server as a target holds it: ``PlainProcess`` or ``sandbox.Confined`` (both Popen-like)."""
+
+    @property
+    def pid(self) -> int: ...
+
+    @property
+    def returncode(self) -> int | None: ...
+
+    def poll(self) -> int | None: ...
+
+    def wait(self, timeout: float | None = None) -> int: ...
+
+    def terminate(self) -> None: ...
+
+    def kill(self, reason: str | None = None) -> None: ...
+
+    def pids(self) -> list[int]: ...
+
+
 class PlainProcess:
     """An unconfined server process in its own session (targets that load no generated code)."""
 
@@ -233,8 +253,8 @@ class ServerTarget:
         self.python = python or sys.executable
         self.extra_env = dict(env or {})
         self.cwd = Path(cwd) if cwd is not None else None
-        self.proc: Any = None
-        """The running server: a ``PlainProcess`` or a ``sandbox.Confined`` (both Popen-like)."""
+        self.proc: ServerProcess | None = None
+        """The running server, from ``launch``."""
         self.server_info: dict[str, Any] | None = None
         self._stopping = False
         self._log_handle: Any = None
@@ -268,7 +288,7 @@ class ServerTarget:
         env.update(self.extra_env)
         return env
 
-    def launch(self, cmd: list[str], env: dict[str, str], log: Any) -> Any:
+    def launch(self, cmd: list[str], env: dict[str, str], log: Any) -> ServerProcess:
         """Start the server process; returns a Popen-like handle (``poll``, ``wait``, ``terminate``, ``kill``)."""
         return PlainProcess(subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                              env=env, cwd=self.cwd, start_new_session=True))
@@ -324,8 +344,10 @@ class ServerTarget:
             for path in self.info_paths:
                 try:
                     response = client.get(f"{self.base_url}{path}")
-                    if response.status_code == 200 and isinstance(response.json(), dict):
-                        return response.json()
+                    if response.status_code == 200:
+                        info = response.json()
+                        if isinstance(info, dict):
+                            return info
                 except (httpx.HTTPError, ValueError):
                     continue
         return None
@@ -417,7 +439,7 @@ class EmbeddedTarget(ServerTarget):
 
     Every leg is started this way when the sandbox works here, not only legs with generated code: a
     baseline started differently from its candidate would be a condition the auditor cannot see
-    (start-up cost of the sandbox: README, "Threat model"). Without a working sandbox, a leg whose
+    (start-up cost of the sandbox: docs/threat-model.md, "The sandbox"). Without a working sandbox, a leg whose
     overlay loads code from outside perfwarden's own package refuses to start (``TargetStartError``
     saying how to install bubblewrap); other legs start unconfined with the same scrubbed environment.
     """
@@ -483,9 +505,10 @@ class EmbeddedTarget(ServerTarget):
             raise TargetStartError(f"the embedded server must run confined, but the sandbox cannot run here: {why}")
         return True
 
-    def launch(self, cmd: list[str], env: dict[str, str], log: Any) -> Any:
+    def launch(self, cmd: list[str], env: dict[str, str], log: Any) -> ServerProcess:
         prepare_weights(self.config)  # the trusted parent converts; the server sees the cache read-only
-        device = "cuda" if str(EmbeddedConfig.knob_value(self.config, "device")).startswith("cuda") else "cpu"
+        device: Literal["cpu", "cuda"] = (
+            "cuda" if str(EmbeddedConfig.knob_value(self.config, "device")).startswith("cuda") else "cpu")
         cache = (cache_root(),) if cache_root().is_dir() else ()
         policy = sandbox.Policy(writable=self.scratch_dir, read_only=(*cache, *self.override_files()),
                                 env=env, device=device,

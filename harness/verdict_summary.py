@@ -120,7 +120,7 @@ class VerdictSummary(BaseModel):
     """``Verdict.seal``: unsealed evidence is never banked and is shown as ``PASS (unsealed)``."""
     acceptance: Acceptance | None = None
     """The acceptance module's decision on this verdict, recorded when the auditor node answered it. None
-    only in a run state of version 2 or a report of version 3, which recorded no decision
+    only in a run state of version 2 or a report of version 4 or older, which recorded no decision
     (``auditor/acceptance.recorded`` decides those from the trail)."""
 
     @classmethod

@@ -21,6 +21,8 @@ from typing import Any
 
 import msgspec
 
+from perfwarden.harness.strict_json import decode_typed
+
 WITNESS_FILE = "engine_metrics.jsonl"
 """File of a leg's witness records, beside its ``bench_runs.jsonl``."""
 SCHEMA_VERSION = 1
@@ -114,11 +116,18 @@ def delta(record: WitnessRecord) -> dict[str, float]:
     return {k: record.after[k] - record.before[k] for k in record.after if k in record.before}
 
 
+_RECORD = msgspec.json.Decoder(WitnessRecord)
+
+
 def decode_record(line: bytes) -> WitnessRecord:
-    """One line of ``engine_metrics.jsonl`` (``msgspec.ValidationError``/``DecodeError`` when it is not one)."""
-    return msgspec.json.decode(line, type=WitnessRecord)
+    """One line of ``engine_metrics.jsonl`` under the strict JSON rules (``StrictJsonError``, msgspec's
+    ``ValidationError``/``DecodeError`` when it is not one)."""
+    return decode_typed(_RECORD, line)
 
 
 def record_dict(record: WitnessRecord) -> dict[str, Any]:
     """The record as the JSON object written (one line of ``engine_metrics.jsonl``)."""
-    return msgspec.to_builtins(record)
+    built = msgspec.to_builtins(record)
+    if not isinstance(built, dict):  # a Struct always becomes an object: anything else is our own bug
+        raise TypeError(f"a witness record encoded as {type(built).__name__}, not an object")
+    return built

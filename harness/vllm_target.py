@@ -17,7 +17,6 @@ the LLM API keys perfwarden's brains use.
 
 from __future__ import annotations
 
-import ast
 import json
 import os
 import re
@@ -27,7 +26,7 @@ from typing import Any
 import httpx
 
 from perfwarden.harness import vllm_metrics
-from perfwarden.harness.json_limits import check_depth
+from perfwarden.harness.vllm_log import MAX_ARGS_CHARS, NON_DEFAULT_ARGS, VllmArgsError, parse_args, speculative_fields
 from perfwarden.harness.target_config import VLLMConfig
 from perfwarden.harness.targets import (EngineEnvError, EngineProbe, ServerTarget, TargetStartError,
                                         find_engine_python)
@@ -40,16 +39,12 @@ CPU_KVCACHE_GIB = 1
 """``VLLM_CPU_KVCACHE_SPACE`` of every CPU leg: 1 GiB holds 23k tokens of SmolLM2-135M, and a fixed
 size keeps the KV pool a condition both legs share (the engine reports it: ``kv_cache_memory_bytes``)."""
 MODULE = "vllm.entrypoints.openai.api_server"
-MAX_LOG_LINE = 256 * 1024
+MAX_LOG_LINE = MAX_ARGS_CHARS
 """Longest log line parsed as a configuration copy."""
 
-_NON_DEFAULT = re.compile(r"\bnon-default args: (\{.*\})\s*$")
 _ENGINE = re.compile(r"Initializing a V1 LLM engine \(v([^)]*)\) with config: (.*)$")
 _ENGINE_FIELD = re.compile(r"(?:^|, )(enable_prefix_caching|enable_chunked_prefill|enforce_eager|kv_cache_dtype|"
                            r"dtype|max_seq_len|device_config)=([^,]*)")
-_ENUM_REPR = re.compile(r"<[A-Za-z_][\w.]*: [^<>]*>")
-"""An enum's repr inside a logged dict (``<OptimizationLevel.O0: 0>``): not Python syntax, so replaced by
-a name ``literal_eval`` refuses before the dict is parsed."""
 _ENGINE_KEYS = {"max_seq_len": "max_model_len", "device_config": "device"}
 
 
@@ -127,7 +122,7 @@ def parse_log(text: str) -> dict[str, Any]:
     for line in text.splitlines():
         if len(line) > MAX_LOG_LINE:
             continue
-        m = _NON_DEFAULT.search(line)
+        m = NON_DEFAULT_ARGS.search(line)
         if m:
             out["args"] = parse_args_line(m.group(1))
             continue
@@ -139,24 +134,11 @@ def parse_log(text: str) -> dict[str, Any]:
 
 
 def parse_args_line(text: str) -> dict[str, Any] | None:
-    """The dict of a ``non-default args: {...}`` line, or None when it is not one. Values that are not
-    Python literals (an enum's repr such as ``<OptimizationLevel.O0: 0>``) are skipped, not guessed."""
+    """The dict of a ``non-default args: {...}`` line (``harness/vllm_log.py``), or None when it is not one."""
     try:
-        check_depth(text, what="vLLM non-default args")
-        node = ast.parse(_ENUM_REPR.sub("_not_a_literal_", text), mode="eval").body
-    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+        return parse_args(text)
+    except VllmArgsError:
         return None
-    if not isinstance(node, ast.Dict):
-        return None
-    out: dict[str, Any] = {}
-    for key, value in zip(node.keys, node.values):
-        if not (isinstance(key, ast.Constant) and isinstance(key.value, str)):
-            continue
-        try:
-            out[key.value] = ast.literal_eval(value)
-        except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
-            continue
-    return out
 
 
 def engine_report(config: dict[str, Any], log: dict[str, Any], version: str | None,
@@ -170,9 +152,8 @@ def engine_report(config: dict[str, Any], log: dict[str, Any], version: str | No
     for key, value in (log.get("args") or {}).items():
         if key in VLLMConfig.model_fields:
             reported[key] = value
-        elif key == "speculative_config" and isinstance(value, dict):
-            reported.update({("speculative_method" if k == "method" else k): v for k, v in value.items()
-                             if k in ("method", "num_speculative_tokens", "prompt_lookup_max", "prompt_lookup_min")})
+        elif key == "speculative_config":
+            reported.update(speculative_fields(value))
     engine = dict(log.get("engine") or {})
     if "block_size" in cache_labels:
         engine["block_size"] = _literal(cache_labels["block_size"])
@@ -189,6 +170,26 @@ def engine_report(config: dict[str, Any], log: dict[str, Any], version: str | No
     return info, mismatched
 
 
+def reported_info(log: dict[str, Any]) -> dict[str, Any]:
+    """``server_info`` of a vLLM server perfwarden did not launch, from what its own log (``parse_log``)
+    says of the launch: every non-default argument under vLLM's own name -- VLLMConfig's knobs share those
+    names; ``--speculative-config``'s fields are flattened as the knobs name them; any other argument keeps
+    its name, so a key no target reports stays unknown -- then what the engine core logged it chose for
+    what was not passed, and the version. Nothing comes from perfwarden's defaults: an unreported knob is
+    absent, never assumed."""
+    info: dict[str, Any] = {}
+    for key, value in (log.get("args") or {}).items():
+        if key == "speculative_config" and isinstance(value, dict):
+            info.update({("speculative_method" if k == "method" else str(k)): v for k, v in value.items()})
+        else:
+            info[key] = value
+    for key, value in (log.get("engine") or {}).items():
+        info.setdefault(key, value)
+    if log.get("version"):
+        info["vllm_version"] = log["version"]
+    return info
+
+
 class VllmTarget(ServerTarget):
     """Runs vLLM's OpenAI-compatible server from the vLLM environment for one leg."""
 
@@ -196,7 +197,7 @@ class VllmTarget(ServerTarget):
     health_path = "/health"
     info_paths = ("/version",)
 
-    def __init__(self, leg_dir, config: dict[str, Any], **kwargs: Any):
+    def __init__(self, leg_dir: Path | str, config: dict[str, Any], **kwargs: Any):
         if not config.get("model_path"):
             raise ValueError("a vLLM leg needs 'model_path' in its config")
         kwargs.setdefault("python", os.environ.get(PYTHON_ENV))

@@ -19,9 +19,9 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from perfwarden.auditor.codes import CATALOG
-from perfwarden.harness.json_limits import loads_bounded
 from perfwarden.harness.records import Action, VerdictLabel
 from perfwarden.harness.safe_read import RECORD_BYTES, STRING_CHARS, long_string, read_bytes
+from perfwarden.harness.strict_json import StrictJsonError, loads
 
 ANSWER_KEY_NAME = "answer_key.json"
 
@@ -146,12 +146,11 @@ def load_answer_key(path: Path, root: Path | None = None) -> AnswerKey:
     folder), size-, depth- and string-bounded; anything else is an :class:`AnswerKeyError`."""
     path = Path(path)
     try:
-        data = loads_bounded(read_bytes(path, root or path.parent, limit=RECORD_BYTES, what="answer key"),
-                             what=f"answer key {str(path)!r}")
+        data = loads(read_bytes(path, root or path.parent, limit=RECORD_BYTES, what="answer key"), what=repr(str(path)))
     except OSError as exc:
         raise AnswerKeyError(str(exc)) from None
-    except (ValueError, RecursionError) as exc:  # UnicodeDecodeError and JsonTooDeep are ValueErrors
-        raise AnswerKeyError(f"{str(path)!r} is not valid JSON: {exc}") from None
+    except StrictJsonError as exc:
+        raise AnswerKeyError(str(exc)) from None
     too_long = long_string(data, STRING_CHARS)
     if too_long is not None:
         raise AnswerKeyError(f"{str(path)!r}: the string at {too_long[0]!r} is {too_long[1]:,} characters, over the "

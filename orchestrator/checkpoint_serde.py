@@ -1,6 +1,7 @@
 """The checkpoint as input: it revives the run state's own record types, which name nothing foreign.
 
-A checkpoint is a file in the run directory, so it is input like any other (README, "Hostile input").
+A checkpoint is a file in the run directory, so it is input like any other (docs/threat-model.md,
+"Hostile input").
 LangGraph's default serializer imports and calls whatever ``(module, name)`` a msgpack extension object
 names (``os.system`` with an argument runs a command on load); its strict mode silently hands back the
 raw data instead. Here a checkpoint value is first scanned, without constructing anything, and any

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+from contextlib import ExitStack
 from pathlib import Path
 
 import typer
@@ -13,7 +14,8 @@ from perfwarden.auditor import registry
 from perfwarden.auditor.claim_file import ClaimError, load_claim
 from perfwarden.auditor.manifest import KeyFileError, read_operator_key
 from perfwarden.harness.safe_write import check_dir
-from perfwarden.orchestrator.exit_codes import EXIT_BY_VERDICT, ExitCode
+from perfwarden.orchestrator.cli_lock import hold_or_exit
+from perfwarden.orchestrator.exit_codes import EXIT_BY_VERDICT, ExitCode, disk_full
 from perfwarden.orchestrator.render import print_error, print_verdict
 
 
@@ -45,23 +47,27 @@ def audit(
     # lazy: scipy: other commands start without the auditor's statistics
     from perfwarden.auditor.audit import audit_path, write_verdict
 
-    if save:
-        try:  # before the audit: a link or FIFO where the verdict goes is invalid input, nothing written
-            check_dir(Path(run_dir) / "verdicts", run_dir)
-        except OSError as exc:
-            print_error(err, f"cannot write the verdict into {str(run_dir)!r}: {exc}")
-            raise typer.Exit(ExitCode.INVALID) from None
-    try:
-        verdict = audit_path(run_dir, claim, key=key)
-    except ClaimError as exc:
-        print_error(err, exc)
-        raise typer.Exit(ExitCode.INVALID) from None
-    if save:
+    with ExitStack() as held:
+        if save:  # a writer: the run's writer lock from before the audit to the verdict written (design §2)
+            hold_or_exit(held, err, Path(run_dir), create=False)
+            try:  # before the audit: a link or FIFO where the verdict goes is invalid input, nothing written
+                check_dir(Path(run_dir) / "verdicts", run_dir)
+            except OSError as exc:
+                print_error(err, f"cannot write the verdict into {str(run_dir)!r}: {exc}")
+                raise typer.Exit(ExitCode.INVALID) from None
         try:
-            write_verdict(run_dir, verdict)
-        except OSError as exc:
-            print_error(err, f"cannot write the verdict into {str(run_dir)!r}: {exc}")
+            verdict = audit_path(run_dir, claim, key=key)
+        except ClaimError as exc:
+            print_error(err, exc)
             raise typer.Exit(ExitCode.INVALID) from None
+        if save:
+            try:
+                write_verdict(run_dir, verdict)
+            except OSError as exc:
+                if disk_full(exc) is not None:
+                    raise  # named as a full disk by the command's guard (cli.py)
+                print_error(err, f"cannot write the verdict into {str(run_dir)!r}: {exc}")
+                raise typer.Exit(ExitCode.INVALID) from None
     if json_out:
         # ASCII-only JSON: a C1 control or a bidi override in a message is escaped, not printed raw.
         sys.stdout.write(json.dumps(json.loads(verdict.model_dump_json()), indent=2, ensure_ascii=True) + "\n")

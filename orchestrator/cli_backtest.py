@@ -79,6 +79,9 @@ def backtest(
 def _cluster_map(address: str, registry: Path | None, err_console: Console):
     """Map fixtures over the Ray cluster at ``address``; each task loads the quality registry first (it is
     process state). A cluster that cannot be joined is exit 3."""
+    from perfwarden.orchestrator import ray_env
+
+    ray_env.prepare(address)  # before Ray is imported: it reads its environment then
     from perfwarden.orchestrator import cluster
 
     def fan_out(fn, fixtures):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import json
+from contextlib import ExitStack
 from pathlib import Path
 
 import typer
@@ -15,7 +15,10 @@ from perfwarden.harness.records import RunDir, RunManifest, write_json_atomic
 from perfwarden.orchestrator.exit_codes import ExitCode
 from perfwarden.harness.safe_write import RefusedWrite
 from perfwarden.harness.seal import SealError
+from perfwarden.harness.strict_json import StrictJsonError, loads
+from perfwarden.orchestrator.cli_lock import hold_or_exit
 from perfwarden.orchestrator.lab import LegPlan, check_leg_writes
+from perfwarden.orchestrator.simlab import SyntheticLab
 from perfwarden.orchestrator.render import print_error, printable, safe_text
 
 
@@ -24,7 +27,8 @@ def measure(
     leg: str = typer.Option(..., "--leg", help="Leg name (its directory under legs/)."),
     role: str = typer.Option("baseline", "--role", help="baseline, candidate, validation, caching_audit, aa."),
     target: str = typer.Option("embedded", "--target", help="Serving target: embedded, sglang (GPU host; "
-                               "needs --model) or vllm (its own environment: --vllm-python)."),
+                               "needs --model), vllm (its own environment: --vllm-python) or synthetic "
+                               "(simulated reps)."),
     model: str = typer.Option(None, "--model", help="sglang, vllm: directory of the weights to serve (vllm: "
                               "default the converted SmolLM2)."),
     sglang_python: str = typer.Option(None, "--sglang-python", help="sglang: the python of SGLang's own "
@@ -41,10 +45,11 @@ def measure(
 ) -> None:
     """Start the target with this config, record the leg's raw evidence, and stop it."""
     err = Console(stderr=True, soft_wrap=True, highlight=False)
-    if target not in ("embedded", "sglang", "vllm"):
-        print_error(err, f"unknown target {target!r} (embedded, sglang, vllm)")
+    if target not in ("embedded", "sglang", "vllm", "synthetic"):
+        print_error(err, f"unknown target {target!r} (embedded, sglang, vllm, synthetic)")
         raise typer.Exit(ExitCode.USAGE)
-    if (target == "embedded" and model) or (target != "sglang" and sglang_python) or (target != "vllm" and vllm_python):
+    if ((target in ("embedded", "synthetic") and model) or (target != "sglang" and sglang_python)
+            or (target != "vllm" and vllm_python)):
         print_error(err, f"--model and --sglang-python are sglang options (--model and --vllm-python vllm "
                          f"options); target {target!r} serves its own model")
         raise typer.Exit(ExitCode.USAGE)
@@ -53,7 +58,7 @@ def measure(
     except OSError as exc:
         print_error(err, f"cannot record leg {leg!r} in {str(out)!r}: {exc}")
         raise typer.Exit(ExitCode.INVALID) from None
-    config_model = TARGET_CONFIGS[target]
+    config_model = TARGET_CONFIGS.get(target, SyntheticLab.config_model)
     if scenario not in ("server", "offline") or prompts not in ("varied", "repeat"):
         print_error(err, "--scenario must be server|offline and --prompts varied|repeat")
         raise typer.Exit(ExitCode.USAGE)
@@ -68,8 +73,15 @@ def measure(
                         scenario="Server" if scenario == "server" else "Offline")
     lab_class = _engine_lab(err, target, model, sglang_python, vllm_python, lab_kw)
     full = {**config_model.defaults(), **config}
+    with ExitStack() as held:
+        hold_or_exit(held, err, out, create=True)  # from before the first write to the end (design §2)
+        _measure_leg(err, out, leg, role, lab_class, lab_kw, full, config, reps, prompts, target)
+
+
+def _measure_leg(err: Console, out: Path, leg: str, role: str, lab_class: type, lab_kw: dict, full: dict,
+                 config: dict, reps: int, prompts: str, target: str) -> None:
+    """Record the leg (the run's writer lock held) and print its reps."""
     paths = RunDir(out)
-    out.mkdir(parents=True, exist_ok=True)
     model_name = lab_kw.get("model_path", "SmolLM2-135M-Instruct")
     if not paths.manifest.is_file():
         write_json_atomic(paths.manifest, RunManifest(id=out.name, target=target, model=model_name), out)
@@ -98,8 +110,8 @@ def measure(
     out_console.print(safe_text(f"leg {leg!r}: {len(lines)} rep(s) in {paths.bench_runs(leg)}"))
     for line in lines:
         try:
-            d = json.loads(line)
-        except ValueError:
+            d = loads(line, what="a bench line")
+        except StrictJsonError:
             out_console.print(safe_text("  (a line that is not JSON: the auditor will report it)"))
             continue
         if not isinstance(d, dict):
@@ -137,6 +149,9 @@ def _engine_lab(err: Console, target: str, model: str | None, sglang_python: str
         from perfwarden.orchestrator.vllm_lab import VLLMLab
 
         return VLLMLab
+    if target == "synthetic":  # simulated reps with known effects (orchestrator/simlab.py): no server, no load
+        lab_kw.clear()
+        return SyntheticLab
     from perfwarden.orchestrator import embedded_lab  # lazy: httpx, the harness: only when measuring
 
     return embedded_lab.EmbeddedLab

@@ -107,6 +107,9 @@ def _explore_and_ops(edits: int, workers: int, ops: bool, seed: int, out: Path) 
 
 def _cluster_map(address: str):
     """Map attacks over the Ray cluster at ``address`` (Ray is imported only here)."""
+    from perfwarden.orchestrator import ray_env
+
+    ray_env.prepare(address)  # before Ray is imported: it reads its environment then
     from perfwarden.orchestrator import cluster
 
     def fan_out(fn, jobs):

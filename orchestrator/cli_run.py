@@ -12,22 +12,25 @@ import sys
 import time
 import traceback
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from typing import TYPE_CHECKING
 
 from perfwarden.agents.config_tuner import parse_levers
 from perfwarden.auditor.claim_file import ClaimError
+from perfwarden.harness import run_lock
+from perfwarden.harness.objective import OBJECTIVES
 from perfwarden.harness.safe_write import RefusedWrite
+from perfwarden.harness.slo import SloError, parse_slo
 from perfwarden.harness.seal import SealError
 from perfwarden.harness.target_config import TARGET_CONFIGS, ConfigError, SGLangConfig, parse_set_args
-from perfwarden.orchestrator.exit_codes import ExitCode
+from perfwarden.orchestrator.exit_codes import ExitCode, disk_full, no_space_message
 from perfwarden.orchestrator.render import VERDICT_STYLE, print_error, safe_text
 from perfwarden.orchestrator.settings import RunSettings, settings_error
-from perfwarden.orchestrator.simlab import SyntheticLab
 from perfwarden.orchestrator.step_lines import StepLine, StepLines
+from perfwarden.orchestrator.lab_spec import lab_for
 
 if TYPE_CHECKING:  # the run's machinery is imported only when a run starts (other commands stay fast)
     from perfwarden.harness.verdict_summary import VerdictSummary
@@ -38,19 +41,7 @@ if TYPE_CHECKING:  # the run's machinery is imported only when a run starts (oth
 def make_lab(settings: RunSettings, on_rep=None, engine_python: str | None = None):
     """The target's lab; ``engine_python`` (from ``check_engine``, never from the run): the interpreter of
     the sglang or vllm target's own environment."""
-    if settings.target == "synthetic":
-        return SyntheticLab(on_rep=on_rep)
-    if settings.target == "sglang":
-        from perfwarden.orchestrator.sglang_lab import SGLangLab  # lazy: httpx: only for an sglang target
-
-        return SGLangLab.from_settings(settings, python=engine_python, on_rep=on_rep)
-    if settings.target == "vllm":
-        from perfwarden.orchestrator.vllm_lab import VLLMLab
-
-        return VLLMLab.from_settings(settings, python=engine_python, on_rep=on_rep)
-    from perfwarden.orchestrator.embedded_lab import EmbeddedLab
-
-    return EmbeddedLab.from_settings(settings, on_rep=on_rep)
+    return lab_for(settings, on_rep=on_rep, engine_python=engine_python)
 
 
 def make_attacker(settings: RunSettings):
@@ -238,6 +229,58 @@ def _new_settings(err: Console, settings_kw: dict, set_: list[str]) -> RunSettin
         raise typer.Exit(ExitCode.INVALID) from None
 
 
+def _objective_options(err: Console, objective: str | None, slo: str | None) -> dict[str, Any]:
+    """``--objective`` and ``--slo`` as settings fields: an unknown objective is a usage error (exit 2), an SLO
+    that does not parse bad input (exit 3); whether the two go together the settings decide."""
+    out: dict[str, Any] = {}
+    if objective is not None:
+        if objective not in OBJECTIVES:
+            print_error(err, f"unknown objective {objective!r} ({', '.join(OBJECTIVES)})")
+            raise typer.Exit(ExitCode.USAGE)
+        out["objective"] = objective
+    if slo is not None:
+        try:
+            out["slo"] = parse_slo(slo)
+        except SloError as exc:
+            print_error(err, f"bad --slo: {exc}")
+            raise typer.Exit(ExitCode.INVALID) from None
+    return out
+
+
+def _resumed_settings(err: Console, resume: Path, asked: dict[str, Any]) -> RunSettings:
+    """The settings the resumed run started with (exit 3 when unreadable), its objective held against what
+    was asked (``_check_resumed_objective``)."""
+    from perfwarden.orchestrator.runner import RunUsageError, read_settings  # lazy: langgraph
+
+    try:
+        settings = read_settings(resume)
+    except RunUsageError as exc:
+        print_error(err, exc)
+        raise typer.Exit(ExitCode.INVALID) from None
+    _check_resumed_objective(err, settings, asked)
+    return settings
+
+
+def _llm_client(settings: RunSettings) -> Any:
+    """The LLM client of ``--llm`` (None without one)."""
+    if not settings.llm_model:
+        return None
+    from perfwarden.harness.llm_client import LLMClient  # lazy: openai: only with --llm
+
+    return LLMClient(model=settings.llm_model, timeout_s=settings.llm_timeout_s,
+                     max_retries=settings.llm_max_retries, max_tokens=settings.llm_max_tokens)
+
+
+def _check_resumed_objective(err: Console, settings: RunSettings, asked: dict[str, Any]) -> None:
+    """A resumed run optimizes what it started with: an ``--objective`` or ``--slo`` naming anything else is
+    refused (exit 3), since the steps already banked were judged at the objective the run sealed."""
+    for field in ("objective", "slo"):
+        if field in asked and asked[field] != getattr(settings, field):
+            print_error(err, f"the run optimizes {settings.run_objective().describe()}, fixed when it started; "
+                             f"--{field} cannot change it on --resume (start a new run)")
+            raise typer.Exit(ExitCode.INVALID)
+
+
 def _engine_interpreter(err: Console, settings: RunSettings, engine_python: str | None,
                         resume: Path | None) -> tuple[RunSettings, str | None]:
     """``check_engine`` for an sglang or vllm run (exit 3 with its message; ``engine_python`` is whichever
@@ -262,22 +305,36 @@ def _engine_interpreter(err: Console, settings: RunSettings, engine_python: str 
     return settings, python
 
 
-def _print_outcome(state: dict, run_dir: Path | str, started: float) -> None:
-    """What the run banked and refused, the bundle, and where the report is (stdout)."""
+def _print_outcome(state: dict, run_dir: Path | str, started: float, metric: str) -> None:
+    """What the run banked and refused, the bundle, and where the report is (stdout); ``metric``: the run's
+    objective, which every step's headline states."""
     console = Console(soft_wrap=True, highlight=False)
     console.print(safe_text(f"run directory: {run_dir}"))
     for b in state.get("banked", []):
         delta = b.headline_rederived_pct
         console.print(safe_text(("banked", "green"), f" class {b.lever_class} {b.name}: "
-                                    + (f"{delta:+.2f}% output throughput" if delta is not None else "")
+                                    + (f"{delta:+.2f}% {metric}" if delta is not None else "")
                                     + f" ({b.verdict})"))
     for r in state.get("rejected", []):
         console.print(safe_text(("refused", "red"), f" {r.name}: {r.reason} ({r.verdict or '-'})"))
     bundle = next((v for v in reversed(state.get("verdicts", [])) if v.scope == "bundle"), None)
     if bundle is not None and bundle.headline_rederived is not None:
         console.print(safe_text(("bundle", "bold"), f" vs the true baseline: {bundle.verdict} "
-                                    f"{bundle.headline_rederived:+.2f}% output throughput"))
+                                    f"{bundle.headline_rederived:+.2f}% {metric}"))
     console.print(safe_text(f"report: {Path(run_dir) / 'report.md'}  ({time.time() - started:.0f}s)"))
+
+
+def _settings_options(target: str, model: str | None, budget_minutes: float | None, levers: str | None,
+                      no_kernels: bool, red_team: bool, reps: int | None, baseline_remeasures: int | None,
+                      llm: str | None, sampler: str | None, study_batch: int | None) -> dict[str, Any]:
+    """The settings the command line names (an option left out keeps the settings' default)."""
+    named: dict[str, Any] = {"target": target, "model": model, "budget_minutes": budget_minutes, "reps": reps,
+                             "max_baseline_remeasures": baseline_remeasures, "sampler": sampler,
+                             "study_batch": study_batch, "llm_model": llm or None,
+                             "kernels": False if no_kernels else None, "red_team": True if red_team else None}
+    if levers is not None:
+        named["levers"] = [x.strip() for x in levers.split(",") if x.strip()]
+    return {key: value for key, value in named.items() if value is not None or key in ("target", "model")}
 
 
 def run(
@@ -310,59 +367,46 @@ def run(
                                      "(default: SQLite inside the run directory)."),
     cluster: str = typer.Option(None, "--cluster", help="Ray address whose nodes measure A/B steps concurrently, "
                                 "one step per node slot (`local` starts Ray here); default: this process."),
-    sampler: str = typer.Option(None, "--sampler", help="tpe (an Optuna study) or coordinate (one knob at a "
-                                "time); default: tpe over the default space, coordinate over named --levers."),
+    study_batch: int = typer.Option(None, "--study-batch", help="Steps asked of the search at once (default: one "
+                                    "per cluster slot with --cluster, else 1); without --cluster they are measured "
+                                    "one after another, so a run gives the same steps with and without a cluster."),
+    sampler: str = typer.Option(None, "--sampler", help="tpe (an Optuna study), random or grid (the same study "
+                                "drawn uniformly or walking the grid: baselines) or coordinate (one knob at a time); "
+                                "default: tpe over the default space, coordinate over named --levers."),
+    objective: str = typer.Option(None, "--objective", help="What the search optimizes: throughput (default), "
+                                  "goodput (requests/s meeting --slo), ttft_p99 or tpot_p99. Fixed for the run."),
+    slo: str = typer.Option(None, "--slo", help="The goodput objective's SLO in ms, e.g. ttft_ms=500,tpot_ms=50 "
+                            "(vLLM's ttft:500,tpot:50 reads too). Fixed for the run."),
 ) -> None:
     """Optimize the target; bank only what the auditor passes. Writes RUN/report.md and report.json."""
     err = _terminal()
     _check_options(err, target, model, sglang_python, resume, vllm_python)
-    settings_kw: dict = {"target": target, "model": model}
-    if budget_minutes is not None:
-        settings_kw["budget_minutes"] = budget_minutes
-    if levers is not None:
-        settings_kw["levers"] = [x.strip() for x in levers.split(",") if x.strip()]
-    if no_kernels:
-        settings_kw["kernels"] = False
-    if red_team:
-        settings_kw["red_team"] = True
-    if reps is not None:
-        settings_kw["reps"] = reps
-    if baseline_remeasures is not None:
-        settings_kw["max_baseline_remeasures"] = baseline_remeasures
-    if llm:
-        settings_kw["llm_model"] = llm
-    if sampler is not None:
-        settings_kw["sampler"] = sampler
-    settings = _new_settings(err, settings_kw, set_)
+    settings_kw = _settings_options(target, model, budget_minutes, levers, no_kernels, red_team, reps,
+                                    baseline_remeasures, llm, sampler, study_batch)
+    asked = _objective_options(err, objective, slo)  # a resume's is the one it sealed: only compared with it
+    settings = _new_settings(err, settings_kw if resume is not None else {**settings_kw, **asked}, set_)
     # lazy: langgraph (the orchestrator extra): only when a run starts
-    from perfwarden.orchestrator.runner import RunUsageError, read_settings, run_graph
+    from perfwarden.orchestrator.runner import RunUsageError, run_graph
 
     if resume is not None:  # a resumed run keeps the settings it started with
-        try:
-            settings = read_settings(resume)
-        except RunUsageError as exc:
-            print_error(err, exc)
-            raise typer.Exit(ExitCode.INVALID) from None
+        settings = _resumed_settings(err, resume, asked)
     settings, python = _engine_interpreter(err, settings, sglang_python or vllm_python, resume)
     run_dir = resume or out or Path("runs") / time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-    client = None
-    if settings.llm_model:
-        from perfwarden.harness.llm_client import LLMClient  # lazy: openai: only with --llm
-
-        client = LLMClient(model=settings.llm_model, timeout_s=settings.llm_timeout_s,
-                           max_retries=settings.llm_max_retries, max_tokens=settings.llm_max_tokens)
+    client = _llm_client(settings)
     started = time.time()
     watcher = TerminalWatcher(err, started)
     err.print(safe_text(("perfwarden run", "bold"), f" target={settings.target} budget={settings.budget_minutes:g} min "
-                            f"run={run_dir}"))
+                            f"objective={settings.run_objective().describe()} run={run_dir}"))
     try:
         lab = make_lab(settings, on_rep=watcher.rep, engine_python=python)
         parse_levers(lab.config_model, settings.levers)  # a bad --levers is a clear error before anything runs
         state = run_graph(Path(run_dir), settings, lab, resume=resume is not None, llm=client,
                           checkpointer_url=checkpointer, watcher=watcher, attacker=make_attacker(settings),
                           cluster=cluster)
-    except (RunUsageError, ConfigError, RefusedWrite, SealError, ClaimError) as exc:  # all: the run dir is bad input
+    except (RunUsageError, ConfigError, RefusedWrite, SealError, ClaimError,  # all: the run dir is bad input
+            run_lock.RunBusy) as exc:  # or another command writes it (the message names it)
         watcher._stop()
+        _stop_if_disk_full(err, exc, run_dir)
         print_error(err, exc)
         raise typer.Exit(ExitCode.INVALID) from None
     except KeyboardInterrupt:
@@ -373,8 +417,19 @@ def run(
         watcher._stop()
         if os.environ.get("PERFWARDEN_DEBUG"):
             traceback.print_exc()
+        _stop_if_disk_full(err, exc, run_dir)
         print_error(err, f"the run stopped on {type(exc).__name__}: {exc}; its checkpoint is kept: continue with "
                          f"`perfwarden run --resume {run_dir}` (PERFWARDEN_DEBUG=1 shows the traceback)")
         raise typer.Exit(ExitCode.NOT_OK) from None
     watcher._stop()
-    _print_outcome(state, run_dir, started)
+    _print_outcome(state, run_dir, started, settings.run_objective().metric)
+
+
+def _stop_if_disk_full(err: Console, exc: BaseException, run_dir: Path | str) -> None:
+    """Exit ``NO_SPACE`` naming the full disk when ``exc`` comes from one (Optuna words it "invalid data in
+    the commit", SQLite "database or disk is full"): the checkpoint holds every finished step."""
+    full = disk_full(exc)
+    if full is not None:
+        print_error(err, no_space_message(full, "running", f"free space, then `perfwarden run --resume {run_dir}` "
+                                          "continues where it stopped"))
+        raise typer.Exit(ExitCode.NO_SPACE) from None

@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Self
 
 import httpx
 
@@ -29,7 +29,8 @@ from perfwarden.harness.quality import run_quality_pair
 from perfwarden.harness.records import LegSpec, Overlay, RunDir
 from perfwarden.harness.target_config import EmbeddedConfig, TargetConfig
 from perfwarden.harness.targets import EmbeddedTarget, ServerTarget, TargetError, prepare_weights
-from perfwarden.orchestrator.lab import LabError, LegPlan, check_leg_writes
+from perfwarden.orchestrator.lab import LabError, LegPlan, TargetLabSpec, check_leg_writes
+from perfwarden.orchestrator.settings import RunSettings
 
 OPS_DIR = Path(__file__).resolve().parents[1] / "harness" / "ops"
 
@@ -78,6 +79,20 @@ class ServerLab:
         self.parity_tokens = parity_tokens
         self.start_timeout_s = start_timeout_s
         self.on_rep = on_rep or (lambda leg, rep, status: None)
+        self.spec: TargetLabSpec | None = None
+        """The run settings (and engine interpreter) this lab was built from, when it was (``from_settings``)."""
+
+    def describe(self) -> TargetLabSpec:
+        """This lab as plain data for a cluster node (orchestrator/lab_spec.py): only a lab built from a run's
+        settings has one (a lab built from constructor arguments could not be rebuilt the same on a node)."""
+        if self.spec is None:
+            raise LabError(f"this {type(self).__name__} was not built from a run's settings: it cannot be "
+                           "described to a cluster node")
+        return self.spec
+
+    def _built_from(self, settings: RunSettings, python: str | None = None) -> Self:
+        self.spec = TargetLabSpec(settings=settings, engine_python=python)
+        return self
 
     @staticmethod
     def settings_kwargs(settings) -> dict[str, Any]:
@@ -295,7 +310,7 @@ class EmbeddedLab(ServerLab):
 
     @classmethod
     def from_settings(cls, settings, on_rep=None) -> "EmbeddedLab":
-        return cls(**cls.settings_kwargs(settings), on_rep=on_rep)
+        return cls(**cls.settings_kwargs(settings), on_rep=on_rep)._built_from(settings)
 
     def make_target(self, leg_dir: Path, config: dict[str, Any]) -> ServerTarget:
         return EmbeddedTarget(leg_dir, config, start_timeout_s=self.start_timeout_s)

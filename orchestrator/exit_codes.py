@@ -7,6 +7,8 @@ CLI's with its users.
 
 from __future__ import annotations
 
+import errno
+import sqlite3
 from enum import IntEnum
 
 
@@ -19,6 +21,9 @@ class ExitCode(IntEnum):
     """Bad arguments (unknown target, bad option value)."""
     INVALID = 3
     """Unreadable or invalid input: a bad run directory, claim, knob or log."""
+    NO_SPACE = 4
+    """The disk (or the user's quota) is full: what was written before is kept; free space and run the command
+    again (``run --resume`` continues a run where it stopped)."""
     FLAG = 10
     """``audit``/``audit-mlperf``: the verdict is FLAG."""
     FAIL = 20
@@ -30,3 +35,36 @@ class ExitCode(IntEnum):
 EXIT_BY_VERDICT: dict[str, ExitCode] = {"PASS": ExitCode.OK, "FLAG": ExitCode.FLAG, "FAIL": ExitCode.FAIL,
                                         "error": ExitCode.INVALID}
 """Verdict label -> exit code (``error``: an audit-mlperf input that could not be read)."""
+
+
+_FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
+_SQLITE_FULL = "database or disk is full"
+"""SQLite's message for SQLITE_FULL (the checkpoint's and the Optuna study's database)."""
+
+
+def disk_full(exc: BaseException) -> BaseException | None:
+    """The error that says the disk is full, found anywhere in ``exc``'s chain, or None. A full disk reaches
+    the command wrapped: as an ``OSError`` (``ENOSPC``, ``EDQUOT``) from a plain write, as SQLite's
+    ``database or disk is full`` from the checkpoint, and that one again inside SQLAlchemy's error (``.orig``)
+    inside Optuna's ``StorageInternalError`` ("invalid data in the commit"), which names no disk at all."""
+    seen: set[int] = set()
+    stack: list[BaseException] = [exc]
+    while stack:
+        error = stack.pop()
+        if id(error) in seen:
+            continue
+        seen.add(id(error))
+        if isinstance(error, OSError) and error.errno in _FULL_ERRNOS:
+            return error
+        if isinstance(error, sqlite3.Error) and _SQLITE_FULL in str(error).lower():
+            return error
+        stack.extend(e for e in (error.__cause__, error.__context__, getattr(error, "orig", None))
+                     if isinstance(e, BaseException))
+    return None
+
+
+def no_space_message(full: BaseException, what: str, then: str) -> str:
+    """One line for a command that stopped on a full disk: what it was doing, that nothing written before
+    was lost, and how to go on."""
+    said = full.strerror if isinstance(full, OSError) and full.strerror else str(full).splitlines()[0][:120]
+    return f"the disk is full ({said}) while {what}: what was written before is kept; {then}"

@@ -49,11 +49,12 @@ from perfwarden.auditor.findings import deciding_actions, verdict_label
 from perfwarden.auditor.persona import apply_persona
 from perfwarden.agents.base import BankedChange, Proposal, Rejection, apply_overlay
 from perfwarden.harness.jsonl import ProfileLine, read_jsonl
+from perfwarden.harness.safe_read import PROFILE_LINE_BYTES
 from perfwarden.harness.profile_ops import rank_ops
 from perfwarden.harness import safe_write, seal
 from perfwarden.harness.records import Claim, RunDir, RunManifest, append_unsealed_jsonl, write_json_atomic
 from perfwarden.harness.seal import find_key_file
-from perfwarden.orchestrator import study
+from perfwarden.orchestrator import stepping, study
 from perfwarden.orchestrator.crashpoints import crash_point
 from perfwarden.harness.target_config import TargetConfig
 from perfwarden.harness.verdict_summary import FindingSummary, VerdictSummary
@@ -146,7 +147,7 @@ def _captured(ctx: RunContext, run: Path, what: str) -> Iterator[None]:
 def _measure(ctx: RunContext, run: Path, legs: list[LegPlan], reps: int) -> dict[str, str]:
     ctx.watcher.measuring(legs, reps)
     if ctx.cluster is not None:  # one node measures both legs; its evidence streams here and is sealed here
-        return ctx.cluster.measure(ctx.lab, legs, reps)
+        return ctx.cluster.measure(legs, reps)
     with _captured(ctx, run, f"measure {[p.leg for p in legs]} x{reps}"):
         return ctx.lab.measure(run, legs, reps)
 
@@ -196,7 +197,17 @@ def setup(state: RunState, runtime: Runtime[RunContext]) -> dict:
                                                         model=ctx.lab.model_name, seed=ctx.settings.seed,
                                                         versions=_versions(), started_at=_iso(state["started_at"])),
                           run)
+    _record_objective(run, ctx)
     return {"stage": "baseline", "baseline_attempts": 0}
+
+
+def _record_objective(run: Path, ctx: RunContext) -> None:
+    """Seal what the run optimizes before its first leg (``objective.json``): the auditor judges every goodput
+    figure of the run at this SLO. Written once; a run re-entering setup after a crash finds it sealed."""
+    path = RunDir(run).objective
+    if seal.begin(run) is not None and seal.is_current(path):
+        return
+    seal.write_json(path, ctx.settings.run_objective())
 
 
 @step
@@ -277,7 +288,7 @@ def profile(state: RunState, runtime: Runtime[RunContext]) -> dict:
             ctx.lab.profile(run, _base_config(ctx))
     except LabError as exc:
         return {"hot_ops": [], "notes": [f"profile failed: {exc}"], "last_verdict": None, "pending_claim": None}
-    report = read_jsonl(RunDir(run).profile, ProfileLine)
+    report = read_jsonl(RunDir(run).profile, ProfileLine, max_line=PROFILE_LINE_BYTES)
     ranking = rank_ops(report.records)
     shapes: dict[str, list] = {}
     for _, row in report.records:
@@ -372,7 +383,7 @@ def pick(state: RunState, runtime: Runtime[RunContext]) -> dict:
     nxt = next(iter(active), None)
     if nxt is None and len(state.get("proposals", [])) >= ctx.settings.max_proposals:
         update["notes"] = [f"max_proposals={ctx.settings.max_proposals} changes tried: the search stops here"]
-    elif nxt is None and study.sampler_of(ctx.settings) == "tpe":
+    elif nxt is None and study.sampler_of(ctx.settings) != "coordinate":  # a study sampler asks the study
         room = ctx.settings.max_proposals - len(state.get("proposals", []))
         new = study.next_proposals(state, ctx, _run(state), _base_knobs(ctx), _best(state), room)
         nxt = new[0] if new else None
@@ -471,23 +482,23 @@ def integrator(state: RunState, runtime: Runtime[RunContext]) -> dict:
     base_leg, cand_leg = p.legs
     legs = _ab_plans(ctx, p, p.legs)
     if ctx.cluster is not None:  # this step first, then the batch's others on free nodes; audited in turn
-        ctx.cluster.submit(ctx.lab, legs, p.reps)
+        ctx.cluster.submit(legs, max(p.reps, ctx.settings.reps))
         for other in state.get("proposals", []):
             if other.trial is not None and other.status == "pending" and other.id != p.id and other.legs is None:
-                ctx.cluster.submit(ctx.lab, _ab_plans(ctx, other, integrator_agent.leg_names(other, other.attempts)),
-                                   other.reps)
-    try:
-        status = _measure(ctx, run, legs, p.reps)
-    except LabError as exc:
-        status = {cand_leg: f"failed: {exc}"}
+                ctx.cluster.submit(_ab_plans(ctx, other, integrator_agent.leg_names(other, other.attempts)),
+                                   max(other.reps, ctx.settings.reps))
+    p.look, status = stepping.measure_sequentially(state, ctx, run, p, lambda n: _measure(ctx, run, legs, n))
+    p.reps = min(p.look.reps)
+    p.history.append(f"sequential: {p.look.action} at {p.look.reps[0]}+{p.look.reps[1]} reps (at most "
+                     f"{p.look.max_reps} per leg): {p.look.reason}")
     p.status = "measuring"
     if p.mechanism == "speculative_decoding":
         p = config_tuner.document_spec_decode(p, run)
     notes = []
-    if not p.lossless and p.quality_eval_id is None and status.get(cand_leg, "ok") == "ok":
+    if not p.lossless and p.quality_eval_id is None and p.look.action == "win" and status.get(cand_leg, "ok") == "ok":
         p, note = _run_quality_eval(ctx, run, p, legs[0], legs[1])
         notes.append(note)
-    what = f"A/B {base_leg} vs {cand_leg} x{p.reps} reps ({status.get(cand_leg, 'ok')})"
+    what = f"A/B {base_leg} vs {cand_leg} x{p.reps} reps, sequential {p.look.action} ({status.get(cand_leg, 'ok')})"
     submitted = _submit_patch(state, ctx, p, what)
     return {**submitted, "notes": notes + submitted.get("notes", [])}
 
@@ -528,10 +539,12 @@ def _submit_patch(state: RunState, ctx: RunContext, p: Proposal, what: str) -> d
     read from its own legs (or its LLM brain stated from them); the auditor node answers it."""
     base_leg, cand_leg = p.legs
     p.attempts += 1
-    reading = own_figures.read_ab(_run(state), p.legs)
+    objective = ctx.settings.run_objective()
+    reading = own_figures.read_ab(_run(state), p.legs, objective.metric, objective.slo)
     p.stated_pct, p.stated_by = ctx.brains.state_figure(p, reading) if reading is not None else (None, None)
     opbench_rel = f"opbench/{p.op}/opbench.jsonl" if p.kind == "kernel" else None
-    submitted = _submit(state, integrator_agent.patch_claim(p, base_leg, cand_leg, opbench_rel, _aa_for(state, ctx, p)))
+    submitted = _submit(state, integrator_agent.patch_claim(p, base_leg, cand_leg, opbench_rel, _aa_for(state, ctx, p),
+                                                            objective))
     stated = f"states {p.stated_pct:+.2f}% ({p.stated_by})" if p.stated_pct is not None else "states no figure"
     p.history.append(f"{what}; claim {submitted['pending_claim']} {stated}")
     return {**submitted, "proposals": [p], **_brain_notes(ctx)}
@@ -546,15 +559,13 @@ def fix(state: RunState, runtime: Runtime[RunContext]) -> dict:
     run = _run(state)
     ruling = acceptance.recorded(v)
     if ruling.basis in acceptance.FINAL_REFUSALS:  # e.g. unsealed: the harness seals every run it records
-        p.status = "rejected"
-        p.history.append(f"patch audit {v.shown} ({v.action}): refused -- {ruling.reason}")
-        return {"proposals": [p], "fix_action": "done",
-                "rejected": [Rejection(name=p.id, verdict=v.path, reason=ruling.reason)]}
+        return _refuse(p, v, f"refused -- {ruling.reason}", ruling.reason)
+    no_win = stepping.no_sequential_win(p, v, ruling.accepted)
+    if no_win is not None:
+        return _refuse(p, v, no_win, no_win)
     if ruling.accepted and p.trial is not None and study.superseded(p, _best(state)):
-        p.status = "rejected"
         why = "superseded: another step was banked while this one was measured against the older best"
-        p.history.append(f"patch audit {v.shown} against an older best: {why}")
-        return {"proposals": [p], "fix_action": "done", "rejected": [Rejection(name=p.id, verdict=v.path, reason=why)]}
+        return _refuse(p, v, f"against an older best: {why}", why)
     if ruling.accepted:  # the auditor's one banking rule: its class and re-derived headline, never ours
         p.status = "banked"
         cls = v.lever_detected or p.believed_class
@@ -575,27 +586,22 @@ def fix(state: RunState, runtime: Runtime[RunContext]) -> dict:
         decision = decision.model_copy(update={"reason": f"{raw}: a resubmission on the same legs cannot change "
                                                          "the verdict"})
         p.history.append(f"{action} instead -- {decision.reason}")
-    if p.attempts > settings.max_fix_attempts + 1 and action != "drop":
+    if p.attempts > settings.max_fix_attempts and action != "drop":
         action = "drop"
         p.history.append(f"gave up after {p.attempts} audits (max_fix_attempts={settings.max_fix_attempts})")
-    if action == "remeasure":
-        # A re-measure costs a step at max_reps; it must leave room for the bundle (~1.5 steps).
-        step_s = _typical_change_s(state) * settings.max_reps / max(settings.reps, 1)
-        remaining = ctx.remaining_s(state)
-        if remaining < step_s + 1.5 * _typical_change_s(state):
-            action = "drop"
-            decision = decision.model_copy(update={"reason": f"budget: a re-measure (~{step_s:.0f}s) and the bundle "
-                                                             f"do not fit in the {max(remaining, 0):.0f}s left"})
-            p.history.append(decision.reason)
+    fresh = bool(v.codes() - {"DELTA_NOT_SIGNIFICANT"})  # contention or conditions: the legs themselves are spoiled
+    stop = stepping.remeasure_stop(state, ctx, p, fresh, _typical_change_s(state)) if action == "remeasure" else None
+    if stop is not None:
+        action = "drop"
+        decision = decision.model_copy(update={"reason": stop})
+        p.history.append(stop)
     update: dict[str, Any] = {"fix_action": action, **_brain_notes(ctx)}
     if action == "drop":
         p.status = "rejected"
         return {**update, "proposals": [p], "fix_action": "done",
                 "rejected": [Rejection(name=p.id, verdict=v.path, reason=decision.reason)]}
-    if action == "remeasure":
-        if v.codes() - {"DELTA_NOT_SIGNIFICANT"}:
-            p.legs = None  # contention or conditions: measure fresh legs
-        p.reps = settings.max_reps
+    if action == "remeasure" and fresh:
+        p.legs, p.look, p.reps = None, None, settings.reps  # a new step on fresh legs
     elif action == "reclassify":
         p = config_tuner.reclassify(p, run)
     elif action == "disclose":
@@ -603,6 +609,13 @@ def fix(state: RunState, runtime: Runtime[RunContext]) -> dict:
     elif action == "resubmit" and "REPORTED_MISMATCH" in v.codes():
         p.figure_by = "code"  # the brain's figure was refused: the producer's own reading states the next one
     return {**update, "proposals": [p]}
+
+
+def _refuse(p: Proposal, v: VerdictSummary, history: str, reason: str) -> dict[str, Any]:
+    """The step is given up: rejected with ``reason``, its history saying why after the verdict."""
+    p.status = "rejected"
+    p.history.append(f"patch audit {v.shown} ({v.action}): {history}")
+    return {"proposals": [p], "fix_action": "done", "rejected": [Rejection(name=p.id, verdict=v.path, reason=reason)]}
 
 
 def _resubmission_can_bank(v: VerdictSummary) -> bool:
@@ -684,7 +697,8 @@ def bundle(state: RunState, runtime: Runtime[RunContext]) -> dict:
     traded = sorted({m for b in banked for m in b.disclosed_regressions})
     # Restate each trade-off at the size the bundle legs show (the producer's own reading).
     disclosed = own_figures.own_regressions(run, ["bundle-base", "bundle"], traded) if traded else {}
-    reading = own_figures.read_ab(run, ["bundle-base", "bundle"])
+    objective = ctx.settings.run_objective()
+    reading = own_figures.read_ab(run, ["bundle-base", "bundle"], objective.metric, objective.slo)
     eval_id = None
     if any(b.quality_eval_id for b in banked):
         try:
@@ -693,7 +707,7 @@ def bundle(state: RunState, runtime: Runtime[RunContext]) -> dict:
         except LabError as exc:
             notes.append(f"bundle quality eval failed: {exc}")
     claim = integrator_agent.bundle_claim(state["banked"], base, "bundle-base", "bundle", "bundle-test04", disclosed,
-                                          eval_id, reading.delta_pct if reading is not None else None)
+                                          eval_id, reading.delta_pct if reading is not None else None, objective)
     return {**_submit(state, claim), "bundle_done": True, "current": None, "notes": notes, "stage": "bundle"}
 
 
@@ -746,7 +760,8 @@ def report(state: RunState, runtime: Runtime[RunContext]) -> dict:
     if stopped and len(baselines) <= ctx.settings.max_baseline_remeasures:
         notes.append(f"no further baseline was measured: one takes ~{state.get('baseline_s', 0.0):.0f}s and "
                      f"{max(ctx.remaining_s(state), 0.0):.0f}s of the budget were left")
-    write_report(_run(state), {**state, "notes": notes, "llm_fallbacks": fallbacks}, _base_config(ctx), llm_usage)
+    write_report(_run(state), {**state, "notes": notes, "llm_fallbacks": fallbacks}, _base_config(ctx), llm_usage,
+                 ctx.settings.run_objective())
     return {"stage": "done", **{k: v for k, v in drained.items() if v}}
 
 

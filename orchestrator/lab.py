@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from perfwarden.harness import safe_write
 from perfwarden.harness.records import RunDir
 from perfwarden.harness.target_config import TargetConfig
+from perfwarden.orchestrator.settings import RunSettings
 
 
 class LabError(RuntimeError):
@@ -50,6 +51,34 @@ class LegPlan(BaseModel):
             raise ValueError(str(exc)) from None
 
 
+class SyntheticLabSpec(BaseModel):
+    """The synthetic target (orchestrator/simlab.py) by its parameters."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    kind: Literal["synthetic"] = "synthetic"
+    effects: dict[str, dict[str, Any]]
+    """Knob -> its effects (numbers, tables by knob value, log lines): ``SyntheticLab.effects``."""
+    cv: float
+    seed: int
+    rep_delay_s: float
+    contended: bool | str
+    fail_first_quality: bool
+
+
+class TargetLabSpec(BaseModel):
+    """A real target's lab, by the run settings it is built from (``from_settings``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    kind: Literal["target"] = "target"
+    settings: RunSettings
+    engine_python: str | None = None
+    """The sglang or vllm environment's interpreter the person running perfwarden named; it must be the
+    same path on every node."""
+
+
+
 def check_leg_writes(run: Path, legs: list[str]) -> None:
     """Before a lab writes any leg: every leg name is one path component and nothing the lab will write
     (run.json, the seal chain, each leg's files and folders) is a link, FIFO or folder where a file
@@ -65,8 +94,9 @@ def check_leg_writes(run: Path, legs: list[str]) -> None:
 
 
 class Lab(Protocol):
-    config_model: type[TargetConfig]
-    """The target's knobs: defaults, allowed values, lever class, losslessness."""
+    @property
+    def config_model(self) -> type[TargetConfig]:
+        """The target's knobs: defaults, allowed values, lever class, losslessness."""
     model_name: str
     """The model served, as run.json records it (a name, or the weights path)."""
 

@@ -13,11 +13,12 @@ case by ``case_id`` or ``id``.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from perfwarden.auditor import mlperf
 from perfwarden.orchestrator.backtest import CaseResult
+from perfwarden.harness.safe_read import RECORD_BYTES, read_bytes
+from perfwarden.harness.strict_json import loads
 
 
 def _case_dirs(corpus: Path) -> dict[str, Path]:
@@ -43,6 +44,13 @@ def code_problems(entry: dict, codes: list[str]) -> list[str]:
     return problems + [f"code {c} must not be raised" for c in entry.get("must_exclude", []) if c in codes]
 
 
+def _corpus_manifest(corpus: Path) -> list[dict]:
+    """The corpus's ``manifest.json``: its cases, read under the strict JSON rules."""
+    entries = loads(read_bytes(corpus / "manifest.json", corpus, limit=RECORD_BYTES, what="corpus manifest"),
+                    what="corpus manifest")
+    return [entry for entry in entries if isinstance(entry, dict)] if isinstance(entries, list) else []
+
+
 def mlperf_results(corpus: Path, label: str | None = None) -> list[CaseResult]:
     """Score one corpus; ``label`` prefixes the case names (default: the corpus folder's name)."""
     corpus = Path(corpus)
@@ -50,13 +58,13 @@ def mlperf_results(corpus: Path, label: str | None = None) -> list[CaseResult]:
     dirs = _case_dirs(corpus)
     runs: list[tuple[str, str | None, tuple[str, list[str], str]]] = []
     manifest_tests = {}
-    for entry in json.loads((corpus / "manifest.json").read_text("utf-8")):
+    for entry in _corpus_manifest(corpus):
         manifest_tests[entry.get("case_id") or entry.get("id")] = entry.get("test")
     for name, case in dirs.items():
         test = manifest_tests.get(name)
         for given in ([test, None] if test else [None]):
             runs.append((name, given, _audit(case, given)))
-    manifest = {(c.get("case_id") or c.get("id")): c for c in json.loads((corpus / "manifest.json").read_text("utf-8"))}
+    manifest = {(c.get("case_id") or c.get("id")): c for c in _corpus_manifest(corpus)}
     out = []
     for name, given, (verdict, codes, message) in runs:
         how = f"--test {given}" if given else "test detected"

@@ -203,6 +203,8 @@ def print_verdict(verdict: Verdict, console: Console | None = None) -> None:
     if verdict.headline_rederived is not None or verdict.headline_claimed is not None:
         console.print(Text(f"headline: claimed {short(verdict.headline_claimed)}  re-derived "
                            f"{short(verdict.headline_rederived)}"))
+    if verdict.goodput is not None:
+        console.print(safe_text(verdict.goodput.describe()))
     if verdict.lever_declared or verdict.lever_detected:
         console.print(safe_text(f"lever: declared {verdict.lever_declared or '-'}  detected "
                                 f"{verdict.lever_detected or '-'}"))

@@ -17,13 +17,15 @@ from perfwarden.agents import integrator, search
 from perfwarden.agents.base import Proposal
 from perfwarden.auditor import acceptance
 from perfwarden.harness import safe_write
+from perfwarden.harness.objective import RunObjective
 from perfwarden.harness.records import LegWitnesses, shown_verdict, write_json_atomic
 from perfwarden.harness.target_config import TargetConfig
 from perfwarden.harness.verdict_summary import Acceptance, VerdictSummary
 from perfwarden.orchestrator.crashpoints import crash_point
 from perfwarden.orchestrator.render import md_cell as md
 from perfwarden.orchestrator.report_record import (AttackVerdict, FinalKnob, Headline, LLMUsage, ProposalTrail,
-                                                   RedTeam, Refusal, ReportRecord, SearchHistoryRow, SearchStep)
+                                                   RedTeam, Refusal, ReportObjective, ReportRecord, SearchHistoryRow,
+                                                   SearchStep)
 from perfwarden.orchestrator.review import search_plot
 
 CLASS_TITLE = {"A": "kernel / implementation wins (class A)", "B": "orthogonal serving levers (class B)"}
@@ -70,14 +72,14 @@ def search_path(proposals: list[Proposal], verdicts: list[VerdictSummary]) -> li
         out.append(SearchStep(step=i, change=p.id, kind=p.kind, set=change, against=p.against, status=p.status,
                               audits=len(own), verdict=last.shown if last else None,
                               verdict_file=last.path if last else None,
-                              output_throughput_delta_pct=last.headline_rederived if last else None,
+                              headline_delta_pct=last.headline_rederived if last else None,
                               claimed_delta_pct=last.headline_claimed if last else None,
                               codes=sorted(last.codes()) if last else []))
     return out
 
 
 def build_report(state: dict[str, Any], base_config: TargetConfig,
-                 llm_usage: dict[str, Any] | None = None) -> ReportRecord:
+                 llm_usage: dict[str, Any] | None = None, objective: RunObjective | None = None) -> ReportRecord:
     base = base_config.model_dump()
     marks = integrator.superseded_by(state.get("banked", []), base)
     banked = [b.model_copy(update={"superseded_by": marks.get(b.name)}) for b in state.get("banked", [])]
@@ -88,7 +90,7 @@ def build_report(state: dict[str, Any], base_config: TargetConfig,
     notes = {v.path: v.headline_note for v in verdicts}
     for b in banked:
         headlines[b.lever_class].append(Headline(change=b.name, against=b.against,
-                                                 output_throughput_delta_pct=b.headline_rederived_pct,
+                                                 headline_delta_pct=b.headline_rederived_pct,
                                                  verdict=b.verdict, disclosed_regressions=b.disclosed_regressions,
                                                  superseded_by=b.superseded_by, headline_note=notes.get(b.verdict)))
     final = integrator.net_changes(banked, base)
@@ -102,7 +104,7 @@ def build_report(state: dict[str, Any], base_config: TargetConfig,
     # (a config win relabelled as a kernel, banked as class B at its re-derived size) caught the lie.
     passed = [v.claim for v in attacks if v.verdict == "PASS"]
     return ReportRecord(
-        run_dir=state.get("run_dir"), banked=list(banked), rejected=list(state.get("rejected", [])),
+        run_dir=state.get("run_dir"), objective=ReportObjective.of(objective or RunObjective()), banked=list(banked), rejected=list(state.get("rejected", [])),
         headlines=headlines, search_path=search_path(proposals, verdicts),
         search_history=[SearchHistoryRow(**dataclasses.asdict(r)) for r in search.history(proposals, verdicts)],
         final_configuration=knobs, bundle=bundle,
@@ -155,20 +157,22 @@ def render_markdown(report: dict[str, Any]) -> str:
     """report.md. Every string in it that came from the run (names, codes, paths, notes, knob values) goes
     through ``md`` (``render.md_cell``): the run's data cannot add a heading, link, HTML or control
     character to the report."""
-    lines = ["# perfwarden run report", "", f"Run: {md(report['run_dir'])}", ""]
+    objective = report["objective"]
+    metric = md(objective["metric"])
+    lines = ["# perfwarden run report", "", f"Run: {md(report['run_dir'])}", "", _objective_line(objective), ""]
     lines += _baseline_lines(report["verdicts"])
     lines += ["## Banked", ""]
     if not report["banked"]:
         lines += ["Nothing was banked: no change passed the auditor.", ""]
     for cls in ("A", "B"):
-        lines += [f"### {CLASS_TITLE[cls]}", ""] + _banked_lines(report["headlines"][cls]) + [""]
+        lines += [f"### {CLASS_TITLE[cls]}", ""] + _banked_lines(report["headlines"][cls], metric) + [""]
     if report["bundle"]:
         b = report["bundle"]
         delta = _pct(b.get("headline_rederived"))
         stands = b.get("acceptance") or {}
         lines += ["## Bundle against the true baseline", "",
                   f"Verdict **{md(_shown(b))}** (action {md(b['action'])})" + (
-                      f", output throughput {delta} for every banked change together." if delta else ".")
+                      f", {metric} {delta} for every banked change together." if delta else ".")
                   + (" The net change stands." if stands.get("accepted") is True else
                      f" **The net change does not stand**: {md(stands.get('reason'))}."), ""]
     if report["final_configuration"]:
@@ -238,15 +242,25 @@ def _shown(v: dict[str, Any]) -> str:
     return shown_verdict(v["verdict"], v.get("seal", "unsealed"))
 
 
-def _banked_lines(entries: list[dict[str, Any]]) -> list[str]:
+def _objective_line(objective: dict[str, Any]) -> str:
+    """What the run optimized, as it sealed it at its start."""
+    slo = objective.get("slo")
+    limits = ", ".join(f"{md(k.removesuffix('_ms'))} <= {md(f'{v:g}')} ms" for k, v in slo.items()) if slo else ""
+    return (f"Objective: **{md(objective['objective'])}** ({md(objective['metric'])}, "
+            f"{'higher' if objective['higher_is_better'] else 'lower'} is better)"
+            + (f" at the SLO {limits}" if limits else "") + ", fixed when the run started (objective.json, sealed): "
+            "every step's headline states it and the search optimizes it.")
+
+
+def _banked_lines(entries: list[dict[str, Any]], metric: str) -> list[str]:
     if not entries:
         return ["- none"]
     out = []
     for e in entries:
-        delta = _pct(e["output_throughput_delta_pct"])
+        delta = _pct(e["headline_delta_pct"])
         traded = ", ".join(f"{md(m)} {_pct(v, 1) or md(v)}" for m, v in e["disclosed_regressions"].items())
         superseded, note = e.get("superseded_by"), e.get("headline_note")
-        out.append((f"- {md(e['change'])}: output throughput {delta} against {_change_text(e['against'])} "
+        out.append((f"- {md(e['change'])}: {metric} {delta} against {_change_text(e['against'])} "
                     f"(re-derived; verdict {md(e['verdict'])})" if delta else
                     f"- {md(e['change'])} (verdict {md(e['verdict'])})") + (f"; trade-off disclosed: {traded}"
                                                                            if traded else "")
@@ -282,16 +296,16 @@ def _search_lines(steps: list[dict[str, Any]]) -> list[str]:
     for s in steps:
         lines.append(f"| {md(s['step'])} | {md(s['change'])} | {_change_text(s['against'])} | {md(s['status'])} | "
                      f"{md(s['verdict'] or '-')} | {_pct(s.get('claimed_delta_pct')) or '-'} | "
-                     f"{_pct(s['output_throughput_delta_pct']) or '-'} | {md(', '.join(s['codes']) or '-')} |")
+                     f"{_pct(s['headline_delta_pct']) or '-'} | {md(', '.join(s['codes']) or '-')} |")
     if not steps:
         lines.append("| - | no change was tried | | | | | | |")
     return lines
 
 
 def write_report(run: Path, state: dict[str, Any], base_config: TargetConfig,
-                 llm_usage: dict[str, Any] | None = None) -> dict[str, Any]:
+                 llm_usage: dict[str, Any] | None = None, objective: RunObjective | None = None) -> dict[str, Any]:
     """Write report.json (the typed, versioned ``ReportRecord``) and report.md rendered from it."""
-    report = build_report(state, base_config, llm_usage).model_dump(mode="json")
+    report = build_report(state, base_config, llm_usage, objective).model_dump(mode="json")
     write_json_atomic(Path(run) / "report.json", report, run)
     crash_point("report_json_written")
     safe_write.write_text(Path(run) / "report.md", render_markdown(report), run)

@@ -10,9 +10,12 @@ an older one forward through the same migration chain as the harness records (``
 - version 3: a banked step says when a later step superseded it (``superseded_by``), and the final
   configuration lists only what differs from the true baseline; a version-2 report reads with every step
   standing (``superseded_by`` None) and its final configuration as written;
-- version 4: this record. Every verdict summary (``verdicts``, ``bundle``) carries the run's acceptance
+- version 4: the run's objective (``objective``: what every step's headline states, and its goodput SLO),
+  and a step's delta is its headline's (``headline_delta_pct``: the objective's metric); a version-3 report
+  was a throughput run, its ``output_throughput_delta_pct`` that delta;
+- version 5: this record. Every verdict summary (``verdicts``, ``bundle``) carries the run's acceptance
   decision on it (``acceptance``, made by ``auditor/acceptance.py`` when the verdict was audited); a
-  version-3 report reads with no decision recorded (``acceptance`` None), and a reader says so.
+  version-4 report reads with no decision recorded (``acceptance`` None), and a reader says so.
 
 A newer version, or a report that is not this record (a missing field, a field of the wrong type, a field
 the record does not have), is a ``ReportError`` naming what is wrong; the review exits 3 on it.
@@ -20,19 +23,19 @@ the record does not have), is a ``ReportError`` naming what is wrong; the review
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from perfwarden.agents.base import BankedChange, ProposalKind, ProposalStatus, Rejection
-from perfwarden.harness.jsonl import repeated_key
+from perfwarden.harness.objective import Objective, RunObjective
 from perfwarden.harness.records import LeverClass, Migration, SchemaVersionError, migrate
-from perfwarden.harness.safe_read import MAX_DEPTH, VERDICT_BYTES, read_bytes, too_deep
+from perfwarden.harness.safe_read import VERDICT_BYTES, read_bytes
+from perfwarden.harness.strict_json import StrictJsonError, loads
 from perfwarden.harness.verdict_summary import VerdictSummary
 
-REPORT_VERSION = 4
+REPORT_VERSION = 5
 """Version of ``report.json`` this perfwarden writes (the history is in the module docstring)."""
 
 
@@ -47,11 +50,28 @@ def _from_v2(record_type: str, data: dict[str, Any]) -> dict[str, Any]:
 
 
 def _from_v3(record_type: str, data: dict[str, Any]) -> dict[str, Any]:
-    """3 -> 4: a version-3 report recorded no acceptance decision; its summaries read with none."""
+    """3 -> 4: a version-3 run optimized output throughput: its steps' throughput delta is their headline's."""
+    def renamed(entry: Any) -> Any:
+        if isinstance(entry, dict) and "output_throughput_delta_pct" in entry:
+            entry = {("headline_delta_pct" if k == "output_throughput_delta_pct" else k): v for k, v in entry.items()}
+        return entry
+
+    out = dict(data)
+    if isinstance(out.get("headlines"), dict):
+        out["headlines"] = {k: [renamed(e) for e in v] if isinstance(v, list) else v
+                            for k, v in out["headlines"].items()}
+    if isinstance(out.get("search_path"), list):
+        out["search_path"] = [renamed(e) for e in out["search_path"]]
+    out.setdefault("objective", ReportObjective().model_dump(mode="json"))
+    return out
+
+
+def _from_v4(record_type: str, data: dict[str, Any]) -> dict[str, Any]:
+    """4 -> 5: a version-4 report recorded no acceptance decision; its summaries read with none."""
     return data
 
 
-REPORT_MIGRATIONS: dict[int, Migration] = {1: _from_unversioned, 2: _from_v2, 3: _from_v3}
+REPORT_MIGRATIONS: dict[int, Migration] = {1: _from_unversioned, 2: _from_v2, 3: _from_v3, 4: _from_v4}
 """``REPORT_MIGRATIONS[n]`` turns a version-``n`` report into version n+1."""
 
 
@@ -63,12 +83,29 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+class ReportObjective(_Strict):
+    """What the run optimized, as it sealed it at its start (``objective.json``)."""
+
+    objective: Objective = "throughput"
+    metric: str = "output_throughput"
+    """The bench metric every step's headline states."""
+    higher_is_better: bool = True
+    slo: dict[str, float] | None = None
+    """The goodput SLO's limits in ms (``ttft_ms``, ``tpot_ms``, ``e2el_ms``); None for any other objective."""
+
+    @classmethod
+    def of(cls, run: RunObjective) -> "ReportObjective":
+        return cls(objective=run.objective, metric=run.metric, higher_is_better=run.higher_is_better,
+                   slo=run.slo.limits() if run.slo is not None else None)
+
+
 class Headline(_Strict):
     """One banked change under its lever class."""
 
     change: str
     against: dict[str, Any]
-    output_throughput_delta_pct: float | None
+    headline_delta_pct: float | None
+    """The delta of the run's objective metric the auditor re-derived, against ``against`` (percent)."""
     verdict: str
     disclosed_regressions: dict[str, float]
     superseded_by: str | None = None
@@ -82,7 +119,7 @@ class SearchHistoryRow(_Strict):
 
     number: int
     value: float | None
-    """Throughput as a factor of the true baseline (None: no audited number)."""
+    """The objective metric as a factor of the true baseline (None: no audited number)."""
     feasible: bool
     """The auditor passed it and it was banked."""
     best: float
@@ -102,7 +139,8 @@ class SearchStep(_Strict):
     audits: int
     verdict: str | None
     verdict_file: str | None
-    output_throughput_delta_pct: float | None
+    headline_delta_pct: float | None
+    """The re-derived delta of the step's headline (the run's objective metric), percent."""
     claimed_delta_pct: float | None = None
     """What the producer's claim stated (its own figure); None in reports written before producers did."""
     codes: list[str]
@@ -161,8 +199,10 @@ class LLMUsage(_Strict):
 class ReportRecord(_Strict):
     """``RUN/report.json``: every number copied from a verdict (re-derived by the auditor)."""
 
-    report_version: Literal[4] = REPORT_VERSION
+    report_version: Literal[5] = REPORT_VERSION
     run_dir: str | None
+    objective: ReportObjective = Field(default_factory=ReportObjective)
+    """What the run optimized (every step's headline, the study's direction, the goodput SLO)."""
     banked: list[BankedChange]
     """What the run banked, in order (the graph's one banking rule decided it)."""
     rejected: list[Rejection]
@@ -205,20 +245,10 @@ def parse_report(data: Any) -> ReportRecord:
                           f"({exc.error_count()} problem(s))") from None
 
 
-def _non_finite(name: str) -> Any:
-    raise ValueError(f"non-finite constant {name!r} (report.json is written without NaN or infinity)")
-
-
 def read_report(path: Path, root: Path) -> ReportRecord:
     """Read ``report.json`` as hostile input (``safe_read``: a regular file inside the run, bounded)."""
     try:
-        raw = read_bytes(path, root, limit=VERDICT_BYTES, what="report.json")
-        obj = json.loads(raw, parse_constant=_non_finite)
-    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
+        obj = loads(read_bytes(path, root, limit=VERDICT_BYTES, what="report.json"), what="report.json")
+    except (OSError, StrictJsonError) as exc:
         raise ReportError(f"report.json is unreadable: {exc}") from None
-    repeated = repeated_key(raw)
-    if repeated is not None:
-        raise ReportError(f"report.json repeats the key {repeated[:100]!r}: which value counts is a guess")
-    if too_deep(obj):
-        raise ReportError(f"report.json nests deeper than {MAX_DEPTH} levels")
     return parse_report(obj)

@@ -4,7 +4,7 @@ Resume always ends in a report or in a ``RunUsageError`` that says why it cannot
 no-op). A run killed at any instant is in one of these states on disk, each handled:
 
 - no settings.json: not a run (error). ``run`` creates the directory with its settings.json in one
-  rename (:func:`create_run`), so a kill never leaves a run directory without one;
+  rename (:func:`created_run`), so a kill never leaves a run directory without one;
 - settings.json but no checkpoint file, or a checkpoint file with no checkpoint in it yet (killed
   just after ``sqlite3.connect`` created it): no node ran, so the run starts from the beginning;
 - a checkpoint with work left (``next``), or a finished task whose writes were saved just before the
@@ -16,27 +16,31 @@ no-op). A run killed at any instant is in one of these states on disk, each hand
 from __future__ import annotations
 
 import os
-import secrets
-import shutil
 import sqlite3
 import typing
 import time
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any, Callable
 
 from langgraph.checkpoint.sqlite import SqliteSaver
+from pydantic import ValidationError
 
 from perfwarden.agents.base import AttackProducer
 from perfwarden.agents.brains import Brains
 from perfwarden.harness.llm_client import LLMClient
-from perfwarden.harness import safe_write
-from perfwarden.harness.records import write_json_atomic
+from perfwarden.harness import run_lock, safe_write
+from perfwarden.harness.objective import RunObjective
+from perfwarden.harness.records import RunDir, write_json_atomic
 from perfwarden.harness.safe_read import RECORD_BYTES, read_bytes
+from perfwarden.harness.strict_json import StrictJsonError, loads
 from perfwarden.orchestrator.checkpoint_serde import (CheckpointTypeError, StateOnlySerializer, check_names,
                                                       check_state)
 from perfwarden.orchestrator.crashpoints import crash_point
+from perfwarden.orchestrator.exit_codes import disk_full
 from perfwarden.orchestrator.graph import build_graph, initial_state
-from perfwarden.orchestrator.lab import Lab, check_leg_writes, run_base_config
+from perfwarden.orchestrator.lab import Lab, LabError, check_leg_writes, run_base_config
 from perfwarden.orchestrator.report import write_report
 from perfwarden.orchestrator.settings import RunSettings, settings_error
 from perfwarden.orchestrator.state import RESUMABLE_STATE_VERSIONS, STATE_VERSION, RunContext, RunState, SilentWatcher
@@ -56,8 +60,8 @@ def settings_path(run: Path) -> Path:
     return Path(run) / "settings.json"
 
 
-RUN_FILES = ("settings.json", "run.json", "events.jsonl", "evidence.jsonl", "report.json", "report.md",
-             "logs/lab.log")
+RUN_FILES = ("settings.json", "run.json", "objective.json", "events.jsonl", "evidence.jsonl", "report.json",
+             "report.md", "logs/lab.log")
 """Files ``run`` writes at the top of a run directory (legs, claims and verdicts are checked apart)."""
 RUN_DIRS = ("claims", "verdicts", "logs", "legs", "quality", "profile", "opbench", "generated")
 
@@ -80,39 +84,85 @@ def check_run_writes(run: Path) -> None:
         raise RunUsageError(f"cannot write into {str(run)!r}: {exc}") from None
 
 
-def create_run(run: Path, settings: RunSettings) -> None:
-    """Make ``run`` with its settings.json in one step: built in a hidden folder beside it and renamed
-    into place, so a kill at any instant leaves no run directory (start again) or one that resumes --
-    never a folder without settings that ``--resume`` must refuse as not a run. A folder that already
-    exists (the user's ``--out``) gets its settings.json written atomically in place."""
-    if os.path.lexists(run):
-        run.mkdir(parents=True, exist_ok=True)
-        crash_point("before_settings")
-        write_json_atomic(settings_path(run), settings, run)
-        return
-    run.parent.mkdir(parents=True, exist_ok=True)
-    staged = run.parent / f".{run.name}.creating-{secrets.token_hex(6)}"
-    os.mkdir(staged)
+def _write_settings(folder: Path, settings: RunSettings) -> None:
+    crash_point("before_settings")
+    write_json_atomic(settings_path(folder), settings, folder)
+
+
+def _enter_lock(stack: ExitStack, run: Path, **kw: Any) -> run_lock.RunLock:
+    """``run_lock.hold(run, **kw)`` entered on ``stack``; a run directory it cannot lock is a usage error
+    (``RunBusy``, and a link or FIFO at the lock file, stay what they are: the CLI names them)."""
     try:
-        crash_point("before_settings")
-        write_json_atomic(settings_path(staged), settings, staged)
-        os.rename(staged, run)  # atomic; refused when another process made a non-empty ``run`` meanwhile
+        return stack.enter_context(run_lock.hold(run, **kw))
+    except run_lock.NotARunDirectory as exc:
+        raise RunUsageError(str(exc)) from None
     except OSError as exc:
-        shutil.rmtree(staged, ignore_errors=True)
-        raise RunUsageError(f"cannot create the run directory {str(run)!r}: {exc}") from None
+        if isinstance(exc, safe_write.RefusedWrite) or disk_full(exc) is not None:
+            raise  # a full disk is named as one by the command (exit NO_SPACE), not as a usage error
+        raise RunUsageError(f"cannot take the writer lock of {str(run)!r}: {exc}") from None
+
+
+@contextmanager
+def created_run(run: Path, settings: RunSettings) -> Iterator[run_lock.RunLock]:
+    """Make ``run`` with its settings.json and hold its writer lock for the block. A new folder is built
+    beside its final place, locked, with its settings, and renamed in (``run_lock.hold``): a kill at any
+    instant leaves no run directory (start again) or one that resumes -- never a folder without settings
+    that ``--resume`` must refuse as not a run -- and no writer ever finds it unlocked. A folder that
+    already exists (the user's ``--out``) is locked, then gets its settings.json written atomically in
+    place, unless it already holds a run."""
+    with ExitStack() as stack:
+        lock = _enter_lock(stack, run, create=True, populate=lambda folder: _write_settings(folder, settings))
+        if not lock.created:
+            if checkpoint_path(run).is_file():
+                raise RunUsageError(f"{str(run)!r} already holds a run; use --resume or another directory")
+            _write_settings(run, settings)
+        yield lock
+
+
+@contextmanager
+def resumed_run(run: Path) -> Iterator[run_lock.RunLock]:
+    """Hold an existing run's writer lock for the block."""
+    with ExitStack() as stack:
+        yield _enter_lock(stack, run)
+
+
+def create_run(run: Path, settings: RunSettings) -> None:
+    """:func:`created_run`, the lock released at once."""
+    with created_run(run, settings):
+        pass
 
 
 def read_settings(run: Path) -> RunSettings:
     """The settings a run started with (a resumed run keeps them); RunUsageError when unreadable."""
-    from pydantic import ValidationError
-
     try:
-        return RunSettings.model_validate_json(read_bytes(settings_path(run), run, limit=RECORD_BYTES,
-                                                          what="settings"))
+        data = loads(read_bytes(settings_path(run), run, limit=RECORD_BYTES, what="settings"),
+                     what=repr(str(settings_path(run))))
     except OSError as exc:
         raise RunUsageError(f"{str(run)!r} is not a perfwarden run directory: {exc}{_empty_hint(run)}") from None
+    except StrictJsonError as exc:
+        raise RunUsageError(f"{exc}: the settings are not read") from None
+    try:
+        return RunSettings.model_validate(data)
     except ValidationError as exc:
         raise RunUsageError(settings_error(exc, f"{str(settings_path(run))!r} is invalid")) from None
+
+
+def check_sealed_objective(run: Path, settings: RunSettings) -> None:
+    """A resumed run optimizes the objective it sealed at its start (``objective.json``): settings.json naming
+    another (edited since) would judge the rest of the run against something else. No objective.json yet:
+    the run stopped before its setup sealed one, which the resumed setup does."""
+    path = RunDir(run).objective
+    if not path.is_file():
+        return
+    try:
+        sealed = RunObjective.model_validate_json(read_bytes(path, run, limit=RECORD_BYTES, what="objective"))
+    except OSError as exc:
+        raise RunUsageError(f"{str(path)!r} cannot be read: {exc}") from None
+    except ValidationError as exc:
+        raise RunUsageError(settings_error(exc, f"{str(path)!r} is invalid")) from None
+    if sealed.objective != settings.objective or sealed.slo != settings.slo:
+        raise RunUsageError(f"the run sealed the objective {sealed.describe()} at its start, but its settings.json "
+                            f"now says {settings.run_objective().describe()}: a run keeps its objective")
 
 
 def _empty_hint(run: Path) -> str:
@@ -131,7 +181,8 @@ def ensure_report(run: Path, state: dict[str, Any], context: RunContext) -> dict
         raise RunUsageError(f"the run in {str(run)!r} stopped at stage {state.get('stage')!r} with no step left to "
                             "run and no report; it cannot be resumed (start a new run)")
     if not (Path(run) / "report.json").is_file() or not (Path(run) / "report.md").is_file():
-        write_report(Path(run), state, run_base_config(context.lab, context.settings))
+        write_report(Path(run), state, run_base_config(context.lab, context.settings),
+                     objective=context.settings.run_objective())
     return state
 
 
@@ -146,12 +197,17 @@ def _graph(run: Path, checkpointer_url: str | None):
         saver.serde = StateOnlySerializer()
         saver.setup()
         return build_graph().compile(checkpointer=saver), cm
+    run_lock.require(run, "the checkpoint")  # only the run's one writer opens it (design §2)
     conn = sqlite3.connect(checkpoint_path(run), check_same_thread=False)
     return build_graph().compile(checkpointer=SqliteSaver(conn, serde=StateOnlySerializer())), conn
 
 
 def _connect(address: str) -> None:
-    """Join the Ray cluster at ``address`` (imported here: Ray loads only for ``--cluster``)."""
+    """Join the Ray cluster at ``address`` (imported here: Ray loads only for ``--cluster``, and reads its
+    environment, prepared for this address, when it does)."""
+    from perfwarden.orchestrator import ray_env
+
+    ray_env.prepare(address)
     from perfwarden.orchestrator import cluster
 
     try:
@@ -160,12 +216,23 @@ def _connect(address: str) -> None:
         raise RunUsageError(str(exc)) from None
 
 
-def _view(run: Path, settings: RunSettings) -> Any:
-    """The run's view of the joined cluster: its slots and the head's evidence sink."""
+def _describable(lab: Lab) -> None:
+    """A lab the nodes can rebuild from its description (orchestrator/lab_spec.py), else a usage error."""
+    from perfwarden.orchestrator.lab_spec import describe
+
+    try:
+        describe(lab)
+    except LabError as exc:
+        raise RunUsageError(f"--cluster: {exc}") from None
+
+
+def _view(run: Path, settings: RunSettings, lab: Lab, watcher: Any) -> Any:
+    """The run's view of the joined cluster: its slots, the head's evidence sink, the lab's description the
+    nodes build their labs from, and the terminal the nodes' rep events go to."""
     from perfwarden.orchestrator import cluster
 
     try:
-        return cluster.Cluster(run, cluster.resource_for(settings.target))
+        return cluster.Cluster(run, lab, cluster.resource_for(settings.target), on_rep=watcher.rep)
     except cluster.ClusterError as exc:
         raise RunUsageError(str(exc)) from None
 
@@ -212,26 +279,36 @@ def run_graph(run: Path, settings: RunSettings, lab: Lab, *, resume: bool = Fals
               checkpointer_url: str | None = None, watcher: Any = None, clock: Callable[[], float] = time.time,
               brains: Brains | None = None, attacker: AttackProducer | None = None,
               capture_logs: bool = True, cluster: str | None = None) -> RunState:
-    """Start a run (or resume one) and return its final state. ``cluster``: a Ray address (``local`` starts
+    """Start a run (or resume one) and return its final state, holding the run's writer lock throughout
+    (``run_lock.RunBusy`` when another process holds it). ``cluster``: a Ray address (``local`` starts
     one here) whose nodes measure the A/B steps (orchestrator/cluster.py); None: this process."""
     run = Path(run)
     check_run_writes(run)
     if cluster is not None:  # before anything is written: an unreachable cluster leaves no run behind
         _connect(cluster)
+        _describable(lab)
     if resume:
         if not run.is_dir():
             raise RunUsageError(f"{str(run)!r} is not a directory: nothing to resume")
         settings = read_settings(run)  # a run killed before its settings were written is not a run
-    else:
-        if checkpoint_path(run).is_file():
-            raise RunUsageError(f"{str(run)!r} already holds a run; use --resume or another directory")
-        create_run(run, settings)
-        crash_point("settings_written")
+        check_sealed_objective(run, settings)
+    with resumed_run(run) if resume else created_run(run, settings):
+        if not resume:
+            crash_point("settings_written")
+        return _run_held(run, settings, lab, resume=resume, llm=llm, checkpointer_url=checkpointer_url,
+                         watcher=watcher, clock=clock, brains=brains, attacker=attacker, capture_logs=capture_logs,
+                         cluster=cluster)
+
+
+def _run_held(run: Path, settings: RunSettings, lab: Lab, *, resume: bool, llm: LLMClient | None,
+              checkpointer_url: str | None, watcher: Any, clock: Callable[[], float], brains: Brains | None,
+              attacker: AttackProducer | None, capture_logs: bool, cluster: str | None) -> RunState:
+    """The run, its writer lock held (``run_graph``)."""
     context = RunContext(lab=lab, settings=settings, llm=llm, brains=brains or Brains(llm=llm), clock=clock,
                          watcher=watcher or SilentWatcher(), attacker=attacker, run_dir=run,
                          capture_logs=capture_logs)
     if cluster is not None:
-        context.cluster = _view(run, settings)
+        context.cluster = _view(run, settings, lab, context.watcher)
     graph, handle = _graph(run, checkpointer_url)
     crash_point("checkpointer_opened")
     config = {"configurable": {"thread_id": THREAD_ID}, "recursion_limit": settings.recursion_limit}

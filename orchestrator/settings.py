@@ -1,7 +1,7 @@
 """Settings of an autonomous run: every loop bound and budget in one place.
 
 settings.json is written into the run directory and read back on ``--resume``, so it is input like
-any other file of a run (README, "Hostile input"): nothing in it names a program, an interpreter or
+any other file of a run (docs/threat-model.md, "Hostile input"): nothing in it names a program, an interpreter or
 code to load. The SGLang and vLLM interpreters come from the command line or the environment of the
 person running perfwarden (``--sglang-python``, ``PERFWARDEN_SGLANG_PYTHON``, ``--vllm-python``,
 ``PERFWARDEN_VLLM_PYTHON``), every baseline knob is
@@ -14,6 +14,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from perfwarden.harness.objective import Objective, RunObjective, objective_error
+from perfwarden.harness.slo import GoodputSlo
 from perfwarden.harness.target_config import CODE_KNOBS, TARGET_CONFIGS
 
 def settings_error(exc: Any, what: str) -> str:
@@ -25,9 +27,11 @@ def settings_error(exc: Any, what: str) -> str:
     return f"{what}: {message}" + (f" at {loc!r}" if loc else "")
 
 
-MAX_REPS = 50
-"""Reps per leg at most: the auditor's power target assumes <= 7, and a leg of 50 reps already takes
-minutes; a larger figure (2**63 from a crafted settings.json) made a resumed run measure without end."""
+STEP_HORIZON_REPS = 12
+"""Most reps per leg a step ever measures (a crafted settings.json's 2**63 would measure without end): the horizon of the sequential rule (``agents/sequential.py``,
+the auditor's ``sequential.HORIZON_REPS``), where all of its false-win rate is spent (design §4)."""
+MIN_STEP_REPS = 2
+"""Fewest reps per leg of a step's first look: Welch's t needs two per leg."""
 MAX_RETRIES = 10
 """Upper bound of every retry count (re-measures, fixes, redos, LLM retries): each retry repeats a
 measurement or a call, and the defaults are 2."""
@@ -51,11 +55,12 @@ class RunSettings(BaseModel):
     most: a run is minutes to hours, and the budget is what ends an unfinished run."""
     seed: int = Field(0, ge=0, lt=2**32)
     """Seed of prompt sampling and load schedules. Unsigned 32 bits, what every seeded generator accepts."""
-    reps: int = Field(3, ge=1, le=MAX_REPS)
-    """Reps per leg on the first measurement of a comparison. At most ``MAX_REPS``: a rep takes seconds, and a
-    resumed run measures this many."""
-    max_reps: int = Field(7, ge=1, le=MAX_REPS)
-    """Reps per leg after re-measuring (the auditor's power target assumes <= 7)."""
+    reps: int = Field(3, ge=MIN_STEP_REPS, le=STEP_HORIZON_REPS)
+    """Reps per leg of a baseline and of a step's first look (the sequential rule's first look: at least 2,
+    at most its horizon)."""
+    max_reps: int = Field(STEP_HORIZON_REPS, ge=MIN_STEP_REPS, le=STEP_HORIZON_REPS)
+    """Most reps per leg a step may reach when its looks leave it undecided; the run's remaining budget
+    may stop it sooner (``agents/sequential.max_reps_for_budget``). At most the rule's horizon, 12."""
     rep_seconds: float = Field(4.0, gt=0, le=3600)
     """LoadGen min_duration per rep (Server scenario). An hour at most (a rep is seconds; the budget is
     minutes)."""
@@ -90,10 +95,10 @@ class RunSettings(BaseModel):
     levers: list[str] | None = None
     """Search exactly these knobs (``knob`` or ``knob=value``; None: the target's default search space,
     from its config model)."""
-    sampler: Literal["auto", "tpe", "coordinate"] = "auto"
-    """How the config-tuner searches (agents/search.py): ``tpe`` an Optuna study over the space, ``coordinate``
-    one knob at a time from the best; ``auto``: the study over the default space, coordinate descent over
-    named levers."""
+    sampler: Literal["auto", "tpe", "random", "grid", "coordinate"] = "auto"
+    """How the config-tuner searches (agents/search.py): ``tpe`` an Optuna study over the space, ``random`` and
+    ``grid`` the same study drawn uniformly or walking the grid (baselines), ``coordinate`` one knob at a time
+    from the best; ``auto``: the study over the default space, coordinate descent over named levers."""
     study_batch: int | None = Field(None, ge=1, le=256)
     """Study trials asked at once, each an A/B against the same best (None: one per ``--cluster`` slot, one
     without a cluster). Fixing it makes the study the same whatever the cluster's size."""
@@ -106,6 +111,12 @@ class RunSettings(BaseModel):
     must all be refused."""
     max_red_team_attacks: int = Field(20, ge=0, le=1000)
     """Upper bound on red-team claims in one run. At most 1000 (the catalogue holds a few dozen)."""
+    objective: Objective = "throughput"
+    """What the search optimizes and every step's headline states (``harness/objective.py``); fixed when
+    the run starts, sealed in ``objective.json``, never changed by a resume."""
+    slo: GoodputSlo | None = None
+    """The goodput objective's SLO (latency limits in ms a request must meet to count); no other objective
+    takes one."""
     llm_model: str | None = None
     """Model name for the LLM brains and the auditor persona (None: deterministic only)."""
     llm_timeout_s: float = Field(60.0, gt=0, le=3600)
@@ -125,6 +136,24 @@ class RunSettings(BaseModel):
                              f"your own run from an older perfwarden, delete that field from settings.json and "
                              "resume with --sglang-python PY (or PERFWARDEN_SGLANG_PYTHON)")
         return data
+
+    @model_validator(mode="after")
+    def _check_objective(self) -> RunSettings:
+        """Goodput needs its SLO, no other objective takes one, and the SLO names only its limits (a key it
+        does not know would be a limit nobody applies)."""
+        problem = objective_error(self.objective, self.slo)
+        if problem:
+            raise ValueError(problem)
+        if self.slo is not None and self.slo.model_extra:
+            raise ValueError(f"the SLO names {sorted(self.slo.model_extra)!r}; its limits are ttft_ms, tpot_ms, "
+                             "e2el_ms")
+        if self.max_reps < self.reps:
+            raise ValueError(f"max_reps {self.max_reps!r} is below the first look's {self.reps!r} reps per leg")
+        return self
+
+    def run_objective(self) -> RunObjective:
+        """The objective as the run records it (``objective.json``)."""
+        return RunObjective(objective=self.objective, slo=self.slo)
 
     @model_validator(mode="after")
     def _check_base_config(self) -> RunSettings:

@@ -34,7 +34,8 @@ class SGLangLab(EngineLab):
         """``python``: the interpreter the person running perfwarden named (a run's settings never name one)."""
         if not settings.model or not python:
             raise ValueError("an SGLang run needs settings.model and the SGLang interpreter")
-        return cls(model_path=settings.model, python=python, **cls.settings_kwargs(settings), on_rep=on_rep)
+        return cls(model_path=settings.model, python=python, **cls.settings_kwargs(settings),
+                   on_rep=on_rep)._built_from(settings, python)
 
     def make_target(self, leg_dir: Path, config: dict[str, Any]) -> ServerTarget:
         return SglangTarget(leg_dir, {**config, "model_path": self.model_path}, python=self.python,

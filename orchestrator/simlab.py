@@ -21,10 +21,11 @@ from perfwarden.harness import node_identity, safe_write, seal
 from perfwarden.harness.bench_writer import append_bench_line, rep_exists
 from perfwarden.harness.quality import load_items
 from perfwarden.harness.records import LegSpec, Overlay, QualityEval, RunDir, jsonl_text
-from perfwarden.harness.target_config import EmbeddedConfig
+from perfwarden.harness.target_config import EmbeddedConfig, TargetConfig
 from perfwarden.orchestrator.crashpoints import armed, kill_now
-from perfwarden.orchestrator.lab import LabError, LegPlan, check_leg_writes
+from perfwarden.orchestrator.lab import LabError, LegPlan, SyntheticLabSpec, check_leg_writes
 from perfwarden.orchestrator.synth import COHERENT_TEXTS, make_rep, write_jsonl
+from perfwarden.harness.strict_json import loads
 
 # It simulates the embedded target, so its true baseline is that target's defaults (one place).
 BASE = {**EmbeddedConfig.defaults(), "threads": 2}
@@ -35,10 +36,11 @@ class SyntheticLab:
     config_model = EmbeddedConfig
     model_name = MODEL
     def __init__(self, effects: dict[str, dict[str, Any]] | None = None, cv: float = 0.01, seed: int = 0,
-                 crash_after: int | None = None, contended: bool | str = False, on_rep=None,
+                 crash_after: int | None = None, contended: bool | str = False,
+                 on_rep: Callable[[str, int, str], object] | None = None,
                  fail_first_quality: bool = False, surface: Callable[[dict[str, Any]], float] | None = None,
                  handicap: dict[str, float] | None = None):
-        self.effects = effects if effects is not None else {
+        self.effects: dict[str, dict[str, Any]] = effects if effects is not None else {
             "max_batch_size": {"tput": {2: 1.35, 4: 1.6, 8: 1.6, 16: 1.6}},
             "response_cache": {"tput": 2.0, "log": "response cache hit for request 3"},
             "prompt_lookup": {"tput": 1.2, "accept_length": 1.8},
@@ -59,13 +61,29 @@ class SyntheticLab:
         a patch claim on that leg, so the graph's recovery path (QUALITY_EVAL_MISSING -> quality_eval ->
         resubmit) runs. Decided from the verdicts on disk, not a counter, so a node re-run after a crash
         takes the same path as the uninterrupted run."""
-        self.calls: list[tuple[str, Any]] = []
+        self.calls: list[tuple[Any, ...]] = []  # (what was called, its arguments...)
         self.reps_written = 0
         self.crash_after = crash_after
         self.contended = contended  # True: every leg; a string: legs whose name contains it
         self.hog = {"loadavg_1m": 2.9, "ncpu": 2, "busy": [{"pid": 4242, "name": "stress-ng", "cpu_pct": 98.0}]}
         self.rep_delay_s = float(os.environ.get("PERFWARDEN_SIM_REP_DELAY", "0"))
         self.on_rep = on_rep or (lambda leg, rep, status: None)
+
+    def describe(self) -> SyntheticLabSpec:
+        """This lab as plain data for a cluster node (orchestrator/lab_spec.py); refused when a node could not
+        rebuild the same lab: a subclass, a response surface given as a function, an in-process crash hook."""
+        if type(self) is not SyntheticLab or self.surface is not None or self.crash_after is not None:
+            raise LabError("this synthetic lab (a subclass, a surface function or a crash hook) cannot be "
+                           "described to a cluster node")
+        return SyntheticLabSpec(effects=self.effects, cv=self.cv, seed=self.seed, rep_delay_s=self.rep_delay_s,
+                                contended=self.contended, fail_first_quality=self.fail_first_quality)
+
+    @classmethod
+    def from_spec(cls, spec: SyntheticLabSpec, on_rep=None) -> "SyntheticLab":
+        lab = cls(effects=spec.effects, cv=spec.cv, seed=spec.seed, contended=spec.contended, on_rep=on_rep,
+                  fail_first_quality=spec.fail_first_quality)
+        lab.rep_delay_s = spec.rep_delay_s
+        return lab
 
     # --- Lab protocol
     def base_config(self) -> EmbeddedConfig:
@@ -143,7 +161,7 @@ class SyntheticLab:
                 self.on_rep(plan.leg, k, "ok")
         return {plan.leg: "ok" for plan in legs}
 
-    def profile(self, run: Path, config: EmbeddedConfig) -> Path:
+    def profile(self, run: Path, config: TargetConfig) -> Path:
         self.calls.append(("profile", None))
         seal.begin(run)
         path = RunDir(run).profile
@@ -191,7 +209,7 @@ def _answered_patch_claim(run: Path, leg: str) -> bool:
     paths = RunDir(run)
     for claim in sorted((paths.root / "claims").glob("*-patch.json")):
         try:
-            candidate = json.loads(claim.read_text("utf-8")).get("legs", {}).get("candidate")
+            candidate = loads(claim.read_bytes(), what="claim").get("legs", {}).get("candidate")
         except (OSError, ValueError, AttributeError):
             continue
         if candidate == leg and (paths.root / "verdicts" / claim.name).is_file():
@@ -203,7 +221,7 @@ def _rep_start(paths: RunDir, k: int, position: int, n_legs: int) -> float:
     """When simulated rep ``k`` of the leg at ``position`` starts: inside the run's clock (after
     run.json's started_at), interleaved A B A B, a function of the plan only (resume reproduces it)."""
     try:
-        stamp = json.loads(paths.manifest.read_text("utf-8")).get("started_at")
+        stamp = loads(paths.manifest.read_bytes(), what="run.json").get("started_at")
         t0 = datetime.fromisoformat(str(stamp).replace("Z", "+00:00")).timestamp()
     except (OSError, ValueError, TypeError, AttributeError):
         t0 = 1_700_000_000.0

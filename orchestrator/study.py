@@ -33,7 +33,7 @@ def batch_size(settings: RunSettings, cluster: Any) -> int:
 def study_of(ctx: Any, run) -> Any:
     """The run's study, opened once per process (the runtime context caches it)."""
     if ctx.study is None:
-        ctx.study = search.open_study(run)
+        ctx.study = search.open_study(run, higher_is_better=ctx.settings.run_objective().higher_is_better)
     return ctx.study
 
 
@@ -74,7 +74,8 @@ def next_proposals(state: dict[str, Any], ctx: Any, run, base: dict[str, Any], b
     current = search.current_values(space, base, best)
     out: list[Proposal] = []
     for _ in range(min(batch_size(ctx.settings, ctx.cluster), room)):
-        asked = search.ask(study, model, space, current, factor, in_state, measured, "tpe", ctx.settings.seed,
+        asked = search.ask(study, model, space, current, factor, in_state, measured, sampler_of(ctx.settings),
+                           ctx.settings.seed,
                            n_startup=ctx.settings.study_startup)
         if asked is None:
             break

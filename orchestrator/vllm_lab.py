@@ -6,6 +6,10 @@ What differs from the embedded lab, and why:
   generated and prefilled, TTFT / inter-token / end-to-end histograms) are sampled just before and just
   after the rep and appended, sealed, to ``legs/<leg>/engine_metrics.jsonl`` (``harness/vllm_metrics.py``);
   the auditor holds each bench line against the difference;
+- each server answers one streamed request of the reps' own kind (endpoint, sampling, output budget)
+  before its first rep, outside every rep's counter window: a server's first request of a kind pays
+  one-time work before the engine stamps its arrival (vLLM's own ``bench serve`` sends such a test
+  prompt first), which would otherwise land in the first rep's client times and not in the engine's;
 - no kernel path: perfwarden has no profiler or op overrides inside vLLM (``--no-kernels``);
 - on the CPU build every leg's server is up at once like the embedded target's (each holds a fixed
   1 GiB KV cache); with ``device=cuda`` one server at a time, as SGLang's (each takes most of the GPU).
@@ -13,12 +17,14 @@ What differs from the embedded lab, and why:
 
 from __future__ import annotations
 
+import weakref
 from pathlib import Path
 from typing import Any
 
 import httpx
 
 from perfwarden.harness import seal, vllm_metrics
+from perfwarden.harness.loadgen_client import auth_headers, completions_url, encode_payload, request_payload
 from perfwarden.harness.records import RunDir
 from perfwarden.harness.target_config import VLLMConfig
 from perfwarden.harness.targets import ServerTarget
@@ -28,6 +34,8 @@ from perfwarden.orchestrator.lab import LegPlan
 
 METRICS_TIMEOUT_S = 10.0
 """Bound of one ``/metrics`` read (the server is idle when it is sampled)."""
+WARMUP_PROMPT = "Warm-up request before the first measured rep; its answer is read and discarded."
+"""Not one of the workload's prompts: a prefix or response cache it fills serves no measured request."""
 
 
 def witness_path(paths: RunDir, leg: str) -> Path:
@@ -42,13 +50,31 @@ class VLLMLab(EngineLab):
     def __init__(self, **kwargs: Any):
         super().__init__(**kwargs)
         self.servers_at_once = self.base_config().device == "cpu"
+        self._warmed: weakref.WeakSet[ServerTarget] = weakref.WeakSet()  # a new server process is a new object
+
+    def _warm_up(self, target: ServerTarget) -> None:
+        """One streamed request of the reps' own kind, read to its end, once per server process. Any
+        failure is left to the rep: a server that cannot answer fails its rep, which records why."""
+        if target in self._warmed:
+            return
+        self._warmed.add(target)
+        body = encode_payload(request_payload(WARMUP_PROMPT, self.load))
+        try:
+            with httpx.Client(timeout=self.load.request_timeout_s) as client:
+                with client.stream("POST", completions_url(target.base_url, self.load.endpoint), content=body,
+                                   headers={"content-type": "application/json", **auth_headers(self.load)}) as response:
+                    for _ in response.iter_bytes():
+                        pass
+        except httpx.HTTPError:
+            pass
 
     @classmethod
     def from_settings(cls, settings, python: str | None = None, on_rep=None) -> "VLLMLab":
         """``python``: the interpreter the person running perfwarden named (a run's settings never name one)."""
         if not settings.model or not python:
             raise ValueError("a vLLM run needs settings.model and the vLLM interpreter")
-        return cls(model_path=settings.model, python=python, **cls.settings_kwargs(settings), on_rep=on_rep)
+        return cls(model_path=settings.model, python=python, **cls.settings_kwargs(settings),
+                   on_rep=on_rep)._built_from(settings, python)
 
     def make_target(self, leg_dir: Path, config: dict[str, Any]) -> ServerTarget:
         return VllmTarget(leg_dir, {**config, "model_path": self.model_path}, python=self.python,
@@ -59,6 +85,7 @@ class VLLMLab(EngineLab):
         that completed (a failed rep has no line to witness)."""
         # vLLM's workers busy-poll for 1 s after their last request: the harness waits for every server of
         # the step to idle before each contention sample (harness.contention.wait_until_idle).
+        self._warm_up(target)
         try:
             with httpx.Client(timeout=METRICS_TIMEOUT_S) as client:
                 before, before_at = vllm_metrics.sample(client, target.base_url)

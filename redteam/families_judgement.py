@@ -232,9 +232,10 @@ def honest_eval(ctx: AttackContext, rng: random.Random) -> Expectation | None:
 @family("dump_not_what_was_served", "issue 9 rule 4")
 def dump_not_served(ctx: AttackContext, rng: random.Random) -> Expectation | None:
     ids = ensure_served(ctx)
-    if not ids or not ctx.outputs(ctx.cand_leg):
+    outputs = ctx.outputs(ctx.cand_leg)
+    if not ids or not outputs:
         return None
-    dumped = {str(r["prompt_id"]) for r in ctx.outputs(ctx.cand_leg)}
+    dumped = {str(r["prompt_id"]) for r in outputs}
     if not dumped & set(ids):
         return None
     set_served(ctx, ctx.cand_leg, lambda pid, text: f"An entirely different answer to {pid}: {rng.random():.3f}.")

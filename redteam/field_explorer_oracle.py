@@ -172,7 +172,7 @@ def _union(copies: list[dict[str, Any]]) -> dict[str, set]:
 
 def _timeline(run: Path, legs: list[str]) -> tuple:
     """Whether reps of different legs overlap, whether the legs interleave, whether a rep starts before the
-    run (60 s slack, as the README states)."""
+    run (60 s slack, as docs/auditing.md states)."""
     windows: dict[str, list[tuple[float, float | None]]] = {}
     for leg in legs:
         for line in _lines(run / "legs" / leg / "bench_runs.jsonl"):

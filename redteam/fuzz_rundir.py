@@ -94,15 +94,15 @@ RUN_TARGETS = ["events.jsonl", "checkpoints.sqlite", "checkpoints.sqlite-journal
                "verdicts/001-baseline.json", "claims/", "claims/001-baseline.json", "legs/", "legs/baseline/",
                "legs/baseline/bench_runs.jsonl", "legs/baseline/server_info.json", "legs/baseline/leg.json",
                "legs/baseline/outputs.jsonl", "legs/baseline/server.log", "legs/baseline/.server.log.tmp",
-               "legs/baseline-aa/", "legs/baseline-aa/bench_runs.jsonl"]
+               "legs/baseline-aa/", "legs/baseline-aa/bench_runs.jsonl", "writer.lock", "writer.json"]
 """Every file or directory a resume writes or reads (``/``: a directory)."""
 MEASURE_LEG = "m1"
 MEASURE_TARGETS = ["run.json", "evidence.jsonl", "legs/", f"legs/{MEASURE_LEG}/", f"legs/{MEASURE_LEG}/bench_runs.jsonl",
                    f"legs/{MEASURE_LEG}/server_info.json", f"legs/{MEASURE_LEG}/leg.json",
                    f"legs/{MEASURE_LEG}/outputs.jsonl", f"legs/{MEASURE_LEG}/server.log",
-                   f"legs/{MEASURE_LEG}/.server.log.tmp"]
+                   f"legs/{MEASURE_LEG}/.server.log.tmp", "writer.lock", "writer.json"]
 AUDIT_TARGETS = ["verdicts/", "verdicts/001-baseline.json", "verdicts/002-patch.json", "claims/001-baseline.json",
-                 "claims/002-patch.json", "evidence.jsonl", "legs/baseline/bench_runs.jsonl"]
+                 "claims/002-patch.json", "evidence.jsonl", "legs/baseline/bench_runs.jsonl", "writer.lock", "writer.json"]
 HOSTILE_LEGS = ["../../x", "../../../x", "../x", "a/b", "a/../../../x", "..", ".", "", "<abs>", "x\x00y", "x" * 300,
                 "\x1b[31mred", "legs/../../x", " ", "-rf", "baseline/../../../../x"]
 
@@ -249,7 +249,7 @@ def edit_state(db_path: Path, edit: Callable[[dict[str, Any]], None]) -> bool:
     """Apply ``edit`` to the latest checkpoint's channel values; False when there is no checkpoint."""
     with _database(db_path) as db:
         latest = _latest(db) if db is not None else None
-        if latest is None:
+        if db is None or latest is None:
             return False
         obj = unpack(latest[2])
         edit(obj.setdefault("channel_values", {}))
@@ -261,7 +261,7 @@ def add_write(db_path: Path, type_: str, value: bytes) -> bool:
     """A pending write on the latest checkpoint (loaded with the checkpoint on resume)."""
     with _database(db_path) as db:
         latest = _latest(db) if db is not None else None
-        if latest is None:
+        if db is None or latest is None:
             return False
         db.execute("INSERT OR REPLACE INTO writes (thread_id, checkpoint_ns, checkpoint_id, task_id, task_path, idx, channel, "
                    "type, value) VALUES ('perfwarden-run', '', ?, 'fuzz-task', '', 0, 'notes', ?, ?)",

@@ -30,7 +30,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 from perfwarden.auditor import registry
-from perfwarden.harness.records import Claim, IsolatedSpeedup, write_json_atomic
+from perfwarden.harness.records import (Claim, DeclaredLever, IsolatedSpeedup, LegRefs, ProvidedBaseline,
+                                        write_json_atomic)
 from perfwarden.harness.seal import GENESIS_MAC, encode_entry, key_id
 
 PROOF_FIXTURES = Path(__file__).resolve().parents[1] / "proof" / "fixtures"
@@ -50,6 +51,32 @@ class Mutation:
     """The property the mutation attacks (issue 13's numbering where it has one)."""
     applies: Callable[[Path, Claim], bool] = lambda run, claim: True
     """Whether the mutation makes sense on this fixture (e.g. it needs a leg the harness marked failed)."""
+
+
+def _leg(claim: Claim, role: str) -> str:
+    leg = getattr(claim.legs, role)
+    if not isinstance(leg, str):  # a mutation is only applied to a fixture whose claim names the leg
+        raise ValueError(f"this mutation edits the {role} leg, and the claim names none")
+    return leg
+
+
+def _lever(claim: Claim) -> DeclaredLever:
+    if claim.lever is None:
+        raise ValueError("this mutation edits the claim's declared lever, and the claim declares none")
+    return claim.lever
+
+
+def _doc(apply: Callable[[Path, Claim], Claim]) -> str:
+    """A mutation's description: the docstring of the function that applies it."""
+    return apply.__doc__ or ""
+
+
+def _candidate(claim: Claim) -> str:
+    return _leg(claim, "candidate")
+
+
+def _baseline(claim: Claim) -> str:
+    return _leg(claim, "baseline")
 
 
 def _bench_lines(run: Path, leg: str) -> list[dict[str, Any]]:
@@ -72,12 +99,12 @@ def _edit_server_info(run: Path, leg: str, **changes: Any) -> None:
 def spec_decode_as_kernel(run: Path, claim: Claim) -> Claim:
     """I1: the candidate runs speculative decoding (raw accept_length), declared but headlined as a
     kernel win."""
-    lines = _bench_lines(run, claim.legs.candidate)
+    lines = _bench_lines(run, _candidate(claim))
     for line in lines:
         line["accept_length"] = 2.7
-    _write_bench(run, claim.legs.candidate, lines)
-    _edit_server_info(run, claim.legs.candidate, speculative_algorithm="NGRAM", speculative_num_steps=4)
-    lever = claim.lever.model_copy(update={"lever_class": "A", "config_keys": list(claim.lever.config_keys) + [
+    _write_bench(run, _candidate(claim), lines)
+    _edit_server_info(run, _candidate(claim), speculative_algorithm="NGRAM", speculative_num_steps=4)
+    lever = _lever(claim).model_copy(update={"lever_class": "A", "config_keys": list(_lever(claim).config_keys) + [
         "speculative_algorithm", "speculative_num_steps"]})
     mech = claim.mechanism.model_copy(update={"name": "speculative_decoding", "draft_model_id": "ngram",
                                               "acceptance_rate": 0.6})
@@ -89,17 +116,17 @@ def provided_baseline_drift(run: Path, claim: Claim) -> Claim:
     """I2: a provided baseline number 30% above the re-derived one (a baseline-scope claim)."""
     from statistics import median
 
-    lines = _bench_lines(run, claim.legs.baseline)
+    lines = _bench_lines(run, _baseline(claim))
     reported = median(float(line["output_throughput"]) for line in lines)  # the harness's own aggregate
-    return Claim(scope="baseline", seq=claim.seq, legs={"baseline": claim.legs.baseline},
-                 provided_baseline={"metric": "output_throughput", "value": round(reported * 1.3, 3),
-                                    "source": "mutation I2"})
+    return Claim(scope="baseline", seq=claim.seq, legs=LegRefs(baseline=_baseline(claim)),
+                 provided_baseline=ProvidedBaseline(metric="output_throughput", value=round(reported * 1.3, 3),
+                                                    source="mutation I2"))
 
 
 def second_knob(run: Path, claim: Claim) -> Claim:
     """I3: an undeclared second knob differs in the candidate's server_info."""
-    _edit_server_info(run, claim.legs.candidate, perfwarden_mutated_knob=0.80)
-    _edit_server_info(run, claim.legs.baseline, perfwarden_mutated_knob=0.85)
+    _edit_server_info(run, _candidate(claim), perfwarden_mutated_knob=0.80)
+    _edit_server_info(run, _baseline(claim), perfwarden_mutated_knob=0.85)
     return claim
 
 
@@ -112,7 +139,7 @@ def null_reported_medians(run: Path, claim: Claim) -> Claim:
 
 def inflate_ttft(run: Path, claim: Claim) -> Claim:
     """I5: candidate TTFT +120% per request, throughput arrays untouched."""
-    lines = _bench_lines(run, claim.legs.candidate)
+    lines = _bench_lines(run, _candidate(claim))
     for line in lines:
         extra = [t * 1.2 for t in line["ttfts"]]
         line["ttfts"] = [t + e for t, e in zip(line["ttfts"], extra)]
@@ -121,34 +148,34 @@ def inflate_ttft(run: Path, claim: Claim) -> Claim:
         for key in ("median_ttft_ms", "mean_ttft_ms", "p99_ttft_ms", "median_e2e_latency_ms", "mean_e2e_latency_ms",
                     "p99_e2e_latency_ms"):
             line.pop(key, None)
-    _write_bench(run, claim.legs.candidate, lines)
+    _write_bench(run, _candidate(claim), lines)
     return claim
 
 
 def isolated_within_noise(run: Path, claim: Claim) -> Claim:
     """I6: the candidate's reps are the baseline's reps re-labelled (no e2e delta) while an isolated
     3.0x is cited."""
-    lines = _bench_lines(run, claim.legs.baseline)
+    lines = _bench_lines(run, _baseline(claim))
     for line in lines:
-        line["leg"] = claim.legs.candidate
+        line["leg"] = _candidate(claim)
         line["started_at"] = (line.get("started_at") or 0) + 1.0
-    _write_bench(run, claim.legs.candidate, lines)
-    iso = IsolatedSpeedup(value=3.0, op=(claim.lever.kernel_ops or ["op"])[0])
+    _write_bench(run, _candidate(claim), lines)
+    iso = IsolatedSpeedup(value=3.0, op=(_lever(claim).kernel_ops or ["op"])[0])
     return claim.model_copy(update={"isolated_speedup": iso,
                                     "headline": claim.headline.model_copy(update={"kind": "kernel"})})
 
 
 def torn_tail(run: Path, claim: Claim) -> Claim:
     """The candidate's bench file ends in an unfinished line (the writer was killed)."""
-    path = run / "legs" / claim.legs.candidate / "bench_runs.jsonl"
-    path.write_bytes(path.read_bytes() + b'{"leg": "' + claim.legs.candidate.encode() + b'", "rep": 99, "dura')
+    path = run / "legs" / _candidate(claim) / "bench_runs.jsonl"
+    path.write_bytes(path.read_bytes() + b'{"leg": "' + _candidate(claim).encode() + b'", "rep": 99, "dura')
     return claim
 
 
 # ------------------------------------------------------------------ evidence-integrity families
 # Each edits the candidate leg (unless it says otherwise) the way a sloppy harness or a producer
-# touching its own files would, and its answer follows from the rule it breaks (README "How the
-# auditor decides"), whatever clean fixture it is applied to.
+# touching its own files would, and its answer follows from the rule it breaks (docs/auditing.md, "How
+# the auditor decides"), whatever clean fixture it is applied to.
 
 _PER_REQUEST_SKIP = ("errors",)
 
@@ -189,7 +216,7 @@ def _recount(line: dict[str, Any]) -> dict[str, Any]:
 
 
 def _edit_cand(run: Path, claim: Claim, fn: Callable[[dict[str, Any]], dict[str, Any]]) -> None:
-    _write_bench(run, claim.legs.candidate, [fn(line) for line in _bench_lines(run, claim.legs.candidate)])
+    _write_bench(run, _candidate(claim), [fn(line) for line in _bench_lines(run, _candidate(claim))])
 
 
 def fewer_requests(run: Path, claim: Claim) -> Claim:
@@ -222,9 +249,9 @@ def other_prompts(run: Path, claim: Claim) -> Claim:
 def smaller_output_budget(run: Path, claim: Claim) -> Claim:
     """Workload: the baseline's requests asked for twice the tokens the candidate's did (both legs'
     ``request_params.max_tokens`` set; every output still fits its budget)."""
-    top = max(max(line["output_lens"]) for leg in (claim.legs.baseline, claim.legs.candidate)
+    top = max(max(line["output_lens"]) for leg in (_baseline(claim), _candidate(claim))
               for line in _bench_lines(run, leg))
-    for leg, budget in ((claim.legs.baseline, 2 * top), (claim.legs.candidate, top)):
+    for leg, budget in ((_baseline(claim), 2 * top), (_candidate(claim), top)):
         lines = _bench_lines(run, leg)
         for line in lines:
             line["request_params"] = {**(line.get("request_params") or {}), "max_tokens": budget}
@@ -235,14 +262,14 @@ def smaller_output_budget(run: Path, claim: Claim) -> Claim:
 def more_concurrency(run: Path, claim: Claim) -> Claim:
     """Workload: the candidate's reps ran at twice the baseline's concurrency limit (4096 where the
     baseline had none)."""
-    base = _bench_lines(run, claim.legs.baseline)[0].get("max_concurrency")
+    base = _bench_lines(run, _baseline(claim))[0].get("max_concurrency")
     _edit_cand(run, claim, lambda line: {**line, "max_concurrency": 2 * base if base else 4096})
     return claim
 
 
 def other_request_rate(run: Path, claim: Claim) -> Claim:
     """Workload: the candidate's reps ran at another request rate (7.5 QPS, or twice the baseline's)."""
-    base = _bench_lines(run, claim.legs.baseline)[0].get("request_rate")
+    base = _bench_lines(run, _baseline(claim))[0].get("request_rate")
     rate = 2.0 * base if isinstance(base, (int, float)) and not isinstance(base, bool) else 7.5
     _edit_cand(run, claim, lambda line: {**line, "request_rate": rate})
     return claim
@@ -280,11 +307,11 @@ def duration_short(run: Path, claim: Claim) -> Claim:
 def duplicated_rep(run: Path, claim: Claim) -> Claim:
     """Consistency: the candidate's last rep carries its first rep's per-request arrays (its number,
     start time and duration kept)."""
-    lines = _bench_lines(run, claim.legs.candidate)
+    lines = _bench_lines(run, _candidate(claim))
     first, last = lines[0], lines[-1]
     for key in _per_request_keys(first) + ["errors"]:
         last[key] = first[key]
-    _write_bench(run, claim.legs.candidate, lines)
+    _write_bench(run, _candidate(claim), lines)
     return claim
 
 
@@ -292,14 +319,14 @@ def copied_from_baseline(run: Path, claim: Claim) -> Claim:
     """Consistency: the candidate's reps are the baseline's, relabelled, with 10% shorter durations
     (a fake +11% win)."""
     lines = []
-    for line in _bench_lines(run, claim.legs.baseline):
+    for line in _bench_lines(run, _baseline(claim)):
         line = {**line, "duration": line["duration"] * 0.9}
         if "leg" in line:
-            line["leg"] = claim.legs.candidate
+            line["leg"] = _candidate(claim)
         if line.get("started_at") is not None:
             line["started_at"] += 1.0
         lines.append(_recount(line))
-    _write_bench(run, claim.legs.candidate, lines)
+    _write_bench(run, _candidate(claim), lines)
     return claim
 
 
@@ -310,9 +337,9 @@ def huge_ttft(run: Path, claim: Claim) -> Claim:
         if line.get("latencies"):
             line["latencies"] = [5000.0 + line["latencies"][0]] + line["latencies"][1:]
         return line
-    lines = _bench_lines(run, claim.legs.candidate)
+    lines = _bench_lines(run, _candidate(claim))
     lines[-1] = edit(lines[-1])
-    _write_bench(run, claim.legs.candidate, lines)
+    _write_bench(run, _candidate(claim), lines)
     return claim
 
 
@@ -344,7 +371,7 @@ def _a_knob(info: dict[str, Any]) -> tuple[str, Any]:
 def knob_only_in_bench_line(run: Path, claim: Claim) -> Claim:
     """Conditions: the server_info inside every candidate bench line is the leg's server_info.json
     with one knob changed (the other copies are untouched)."""
-    info = json.loads((run / "legs" / claim.legs.candidate / "server_info.json").read_text())
+    info = json.loads((run / "legs" / _candidate(claim) / "server_info.json").read_text())
     key, value = _a_knob(info)
     _edit_cand(run, claim, lambda line: {**line, "server_info": {**info, key: value}})
     return claim
@@ -353,11 +380,11 @@ def knob_only_in_bench_line(run: Path, claim: Claim) -> Claim:
 def knob_only_in_log(run: Path, claim: Claim) -> Claim:
     """Conditions: the candidate's server.log gains the embedded server's effective_config line, equal
     to its server_info.json except for one changed knob."""
-    info = json.loads((run / "legs" / claim.legs.candidate / "server_info.json").read_text())
+    info = json.loads((run / "legs" / _candidate(claim) / "server_info.json").read_text())
     key, value = _a_knob(info)
     line = ("2026-11-22T10:00:01.000 INFO perfwarden.embedded: effective_config "
             + json.dumps({**info, key: value}, sort_keys=True))
-    with open(run / "legs" / claim.legs.candidate / "server.log", "a", encoding="utf-8") as handle:
+    with open(run / "legs" / _candidate(claim) / "server.log", "a", encoding="utf-8") as handle:
         handle.write(line + "\n")
     return claim
 
@@ -387,100 +414,100 @@ def contention_missing(run: Path, claim: Claim) -> Claim:
 
 def blocked_order(run: Path, claim: Claim) -> Claim:
     """Order: every baseline rep ran before every candidate rep (legs measured in blocks)."""
-    base = _bench_lines(run, claim.legs.baseline)
+    base = _bench_lines(run, _baseline(claim))
     t0 = min([x["started_at"] for x in base if x.get("started_at") is not None] or [1000.0])
-    step = 10.0 + max(x["duration"] for leg in (claim.legs.baseline, claim.legs.candidate)
+    step = 10.0 + max(x["duration"] for leg in (_baseline(claim), _candidate(claim))
                       for x in _bench_lines(run, leg))
     for k, line in enumerate(base):
         line["started_at"] = t0 + k * step
-    _write_bench(run, claim.legs.baseline, base)
-    cand = _bench_lines(run, claim.legs.candidate)
+    _write_bench(run, _baseline(claim), base)
+    cand = _bench_lines(run, _candidate(claim))
     for k, line in enumerate(cand, start=len(base)):
         line["started_at"] = t0 + k * step
-    _write_bench(run, claim.legs.candidate, cand)
+    _write_bench(run, _candidate(claim), cand)
     return claim
 
 
 def absurd_rep_id(run: Path, claim: Claim) -> Claim:
     """Resources: the candidate's last line says it is rep 10^12."""
-    lines = _bench_lines(run, claim.legs.candidate)
+    lines = _bench_lines(run, _candidate(claim))
     lines[-1]["rep"] = 10**12
-    _write_bench(run, claim.legs.candidate, lines)
+    _write_bench(run, _candidate(claim), lines)
     return claim
 
 
 def absurd_issued(run: Path, claim: Claim) -> Claim:
     """Resources: the candidate's first line says LoadGen issued 10^15 requests."""
-    lines = _bench_lines(run, claim.legs.candidate)
+    lines = _bench_lines(run, _candidate(claim))
     lines[0]["issued"] = 10**15
-    _write_bench(run, claim.legs.candidate, lines)
+    _write_bench(run, _candidate(claim), lines)
     return claim
 
 
 def torn_last_rep(run: Path, claim: Claim) -> Claim:
     """Torn tail: the candidate's last rep line is cut in half (the writer was killed mid-line), so the
     candidate has one rep fewer than the baseline; nothing says the server died."""
-    path = run / "legs" / claim.legs.candidate / "bench_runs.jsonl"
+    path = run / "legs" / _candidate(claim) / "bench_runs.jsonl"
     lines = path.read_bytes().splitlines(keepends=True)
     path.write_bytes(b"".join(lines[:-1]) + lines[-1][: len(lines[-1]) // 2])
     return claim
 
 
 MUTATIONS: list[Mutation] = [
-    Mutation("i1-spec-decode-as-kernel", spec_decode_as_kernel.__doc__, spec_decode_as_kernel, "FLAG",
+    Mutation("i1-spec-decode-as-kernel", _doc(spec_decode_as_kernel), spec_decode_as_kernel, "FLAG",
              "downgrade_headline", ("ORTHOGONAL_LEVER",)),
-    Mutation("i2-provided-baseline-drift", provided_baseline_drift.__doc__, provided_baseline_drift, "FAIL", "eject",
+    Mutation("i2-provided-baseline-drift", _doc(provided_baseline_drift), provided_baseline_drift, "FAIL", "eject",
              ("BASELINE_DRIFT",)),
-    Mutation("i3-second-knob", second_knob.__doc__, second_knob, "FAIL", "eject", ("CONDITIONS_DIFFER",)),
-    Mutation("i4-null-reported-medians", null_reported_medians.__doc__, null_reported_medians, "PASS", "pass", ()),
-    Mutation("i5-inflate-ttft", inflate_ttft.__doc__, inflate_ttft, "FLAG", "flag", ("HIDDEN_LATENCY_REGRESSION",)),
-    Mutation("i6-isolated-within-noise", isolated_within_noise.__doc__, isolated_within_noise, "FAIL", "eject",
+    Mutation("i3-second-knob", _doc(second_knob), second_knob, "FAIL", "eject", ("CONDITIONS_DIFFER",)),
+    Mutation("i4-null-reported-medians", _doc(null_reported_medians), null_reported_medians, "PASS", "pass", ()),
+    Mutation("i5-inflate-ttft", _doc(inflate_ttft), inflate_ttft, "FLAG", "flag", ("HIDDEN_LATENCY_REGRESSION",)),
+    Mutation("i6-isolated-within-noise", _doc(isolated_within_noise), isolated_within_noise, "FAIL", "eject",
              ("ISOLATED_E2E_GAP", "DELTA_NOT_SIGNIFICANT")),
-    Mutation("torn-tail", torn_tail.__doc__, torn_tail, "FLAG", "remeasure", ("EVIDENCE_CORRUPT",)),
+    Mutation("torn-tail", _doc(torn_tail), torn_tail, "FLAG", "remeasure", ("EVIDENCE_CORRUPT",)),
     # 1. workload parity
-    Mutation("wl-fewer-requests", fewer_requests.__doc__, fewer_requests, "FAIL", "eject", ("CONDITIONS_DIFFER",),
+    Mutation("wl-fewer-requests", _doc(fewer_requests), fewer_requests, "FAIL", "eject", ("CONDITIONS_DIFFER",),
              family="workload"),
-    Mutation("wl-other-prompts", other_prompts.__doc__, other_prompts, "FAIL", "eject", ("CONDITIONS_DIFFER",),
+    Mutation("wl-other-prompts", _doc(other_prompts), other_prompts, "FAIL", "eject", ("CONDITIONS_DIFFER",),
              family="workload"),
-    Mutation("wl-output-budget", smaller_output_budget.__doc__, smaller_output_budget, "FAIL", "eject",
+    Mutation("wl-output-budget", _doc(smaller_output_budget), smaller_output_budget, "FAIL", "eject",
              ("CONDITIONS_DIFFER",), family="workload"),
-    Mutation("wl-concurrency", more_concurrency.__doc__, more_concurrency, "FAIL", "eject", ("CONDITIONS_DIFFER",),
+    Mutation("wl-concurrency", _doc(more_concurrency), more_concurrency, "FAIL", "eject", ("CONDITIONS_DIFFER",),
              family="workload"),
-    Mutation("wl-request-rate", other_request_rate.__doc__, other_request_rate, "FAIL", "eject",
+    Mutation("wl-request-rate", _doc(other_request_rate), other_request_rate, "FAIL", "eject",
              ("CONDITIONS_DIFFER",), family="workload"),
     # 2. every rep is internally consistent
-    Mutation("rep-ms-units", ms_units.__doc__, ms_units, "FAIL", "eject", ("EVIDENCE_CORRUPT",), family="consistency"),
-    Mutation("rep-latency-below-ttft", latency_below_ttft.__doc__, latency_below_ttft, "FAIL", "eject",
+    Mutation("rep-ms-units", _doc(ms_units), ms_units, "FAIL", "eject", ("EVIDENCE_CORRUPT",), family="consistency"),
+    Mutation("rep-latency-below-ttft", _doc(latency_below_ttft), latency_below_ttft, "FAIL", "eject",
              ("EVIDENCE_CORRUPT",), family="consistency"),
-    Mutation("rep-duration-short", duration_short.__doc__, duration_short, "FAIL", "eject", ("EVIDENCE_CORRUPT",),
+    Mutation("rep-duration-short", _doc(duration_short), duration_short, "FAIL", "eject", ("EVIDENCE_CORRUPT",),
              family="consistency"),
-    Mutation("rep-duplicated", duplicated_rep.__doc__, duplicated_rep, "FAIL", "eject", ("EVIDENCE_CORRUPT",),
+    Mutation("rep-duplicated", _doc(duplicated_rep), duplicated_rep, "FAIL", "eject", ("EVIDENCE_CORRUPT",),
              family="consistency"),
-    Mutation("rep-copied-from-baseline", copied_from_baseline.__doc__, copied_from_baseline, "FAIL", "eject",
+    Mutation("rep-copied-from-baseline", _doc(copied_from_baseline), copied_from_baseline, "FAIL", "eject",
              ("EVIDENCE_CORRUPT",), family="consistency"),
-    Mutation("rep-ttft-5000s", huge_ttft.__doc__, huge_ttft, "FAIL", "eject", ("EVIDENCE_CORRUPT",),
+    Mutation("rep-ttft-5000s", _doc(huge_ttft), huge_ttft, "FAIL", "eject", ("EVIDENCE_CORRUPT",),
              family="consistency"),
-    Mutation("rep-counts-contradict", counts_contradict.__doc__, counts_contradict, "FAIL", "eject",
+    Mutation("rep-counts-contradict", _doc(counts_contradict), counts_contradict, "FAIL", "eject",
              ("EVIDENCE_CORRUPT",), family="consistency"),
     # 3. every copy of the conditions agrees
-    Mutation("cond-knob-only-in-bench-line", knob_only_in_bench_line.__doc__, knob_only_in_bench_line, "FAIL",
+    Mutation("cond-knob-only-in-bench-line", _doc(knob_only_in_bench_line), knob_only_in_bench_line, "FAIL",
              "eject", ("CONDITIONS_MISREPORTED",), family="conditions"),
-    Mutation("cond-knob-only-in-log", knob_only_in_log.__doc__, knob_only_in_log, "FAIL", "eject",
+    Mutation("cond-knob-only-in-log", _doc(knob_only_in_log), knob_only_in_log, "FAIL", "eject",
              ("CONDITIONS_MISREPORTED",), family="conditions"),
     # 6. contention and order
-    Mutation("contention-busy-machine", busy_machine.__doc__, busy_machine, "FLAG", "remeasure", ("CONTENDED_LEG",),
+    Mutation("contention-busy-machine", _doc(busy_machine), busy_machine, "FLAG", "remeasure", ("CONTENDED_LEG",),
              family="contention"),
-    Mutation("contention-missing", contention_missing.__doc__, contention_missing, "FLAG", "remeasure",
+    Mutation("contention-missing", _doc(contention_missing), contention_missing, "FLAG", "remeasure",
              ("EVIDENCE_MISSING",), family="contention"),
-    Mutation("order-blocked", blocked_order.__doc__, blocked_order, "FLAG", "remeasure", ("NOT_INTERLEAVED",),
+    Mutation("order-blocked", _doc(blocked_order), blocked_order, "FLAG", "remeasure", ("NOT_INTERLEAVED",),
              family="order"),
     # 7. bounded resources
-    Mutation("absurd-rep-id", absurd_rep_id.__doc__, absurd_rep_id, "FAIL", "eject", ("EVIDENCE_CORRUPT",),
+    Mutation("absurd-rep-id", _doc(absurd_rep_id), absurd_rep_id, "FAIL", "eject", ("EVIDENCE_CORRUPT",),
              family="resources"),
-    Mutation("absurd-issued", absurd_issued.__doc__, absurd_issued, "FAIL", "eject", ("EVIDENCE_MISSING",),
+    Mutation("absurd-issued", _doc(absurd_issued), absurd_issued, "FAIL", "eject", ("EVIDENCE_MISSING",),
              family="resources"),
     # 8. a torn last line is not a crash
-    Mutation("torn-last-rep", torn_last_rep.__doc__, torn_last_rep, "FLAG", "remeasure", ("EVIDENCE_CORRUPT",),
+    Mutation("torn-last-rep", _doc(torn_last_rep), torn_last_rep, "FLAG", "remeasure", ("EVIDENCE_CORRUPT",),
              ("SERVER_CRASH",), family="torn"),
 ]
 
@@ -548,96 +575,105 @@ def _failed_leg(run: Path) -> str | None:
     return None
 
 
+def _the_failed_leg(run: Path) -> str:
+    leg = _failed_leg(run)
+    if leg is None:  # applied only where ``_has_failed_leg`` holds
+        raise ValueError(f"{str(run)!r} has no leg the harness marked failed")
+    return leg
+
+
 def _has_failed_leg(run: Path, claim: Claim) -> bool:
     return _failed_leg(run) is not None
 
 
 def edit_one_byte(run: Path, claim: Claim) -> Claim:
     """One digit of the candidate's first rep's output_throughput aggregate is changed (valid JSON)."""
-    lines = _raw_lines(run, claim.legs.candidate)
+    lines = _raw_lines(run, _candidate(claim))
     match = re.search(rb'"output_throughput":\s*-?\d+\.(\d)', lines[0])
+    if match is None:
+        raise ValueError("the candidate's first rep has no output_throughput aggregate with a decimal digit")
     pos = match.start(1)
     digit = lines[0][pos] - ord("0")
     lines[0] = lines[0][:pos] + bytes([ord("0") + (digit + 5) % 10]) + lines[0][pos + 1:]
-    _write_raw(run, claim.legs.candidate, lines)
+    _write_raw(run, _candidate(claim), lines)
     return claim
 
 
 def reorder_two_lines(run: Path, claim: Claim) -> Claim:
     """The candidate's first two rep lines swap places (same bytes, another order)."""
-    lines = _raw_lines(run, claim.legs.candidate)
+    lines = _raw_lines(run, _candidate(claim))
     lines[0], lines[1] = lines[1], lines[0]
-    _write_raw(run, claim.legs.candidate, lines)
+    _write_raw(run, _candidate(claim), lines)
     return claim
 
 
 def delete_worst_rep(run: Path, claim: Claim) -> Claim:
     """The candidate's slowest rep line is deleted (the others are untouched)."""
-    lines = _raw_lines(run, claim.legs.candidate)
+    lines = _raw_lines(run, _candidate(claim))
     lines.remove(min(lines, key=_tput))
-    _write_raw(run, claim.legs.candidate, lines)
+    _write_raw(run, _candidate(claim), lines)
     return claim
 
 
 def insert_best_rep(run: Path, claim: Claim) -> Claim:
     """A copy of the candidate's fastest rep, renumbered, is inserted after the first line."""
-    lines = _raw_lines(run, claim.legs.candidate)
+    lines = _raw_lines(run, _candidate(claim))
     lines.insert(1, _best_as_new_rep(lines))
-    _write_raw(run, claim.legs.candidate, lines)
+    _write_raw(run, _candidate(claim), lines)
     return claim
 
 
 def append_rep_after_sealing(run: Path, claim: Claim) -> Claim:
     """A copy of the candidate's fastest rep, renumbered, is appended after the last sealed line."""
-    lines = _raw_lines(run, claim.legs.candidate)
+    lines = _raw_lines(run, _candidate(claim))
     lines.append(_best_as_new_rep(lines))
-    _write_raw(run, claim.legs.candidate, lines)
+    _write_raw(run, _candidate(claim), lines)
     return claim
 
 
 def strip_contention(run: Path, claim: Claim) -> Claim:
     """The contention sample of the candidate's first rep is removed (set to null)."""
-    lines = _raw_lines(run, claim.legs.candidate)
+    lines = _raw_lines(run, _candidate(claim))
     first = json.loads(lines[0])
     first["contention"] = None
     lines[0] = _dump(first)
-    _write_raw(run, claim.legs.candidate, lines)
+    _write_raw(run, _candidate(claim), lines)
     return claim
 
 
 def delete_leg_spec(run: Path, claim: Claim) -> Claim:
     """The candidate's leg.json is deleted."""
-    (run / "legs" / claim.legs.candidate / "leg.json").unlink()
+    (run / "legs" / _candidate(claim) / "leg.json").unlink()
     return claim
 
 
 def delete_server_log(run: Path, claim: Claim) -> Claim:
     """The candidate's server.log is deleted (it would show a crash or a warning)."""
-    (run / "legs" / claim.legs.candidate / "server.log").unlink()
+    (run / "legs" / _candidate(claim) / "server.log").unlink()
     return claim
 
 
 def delete_bench_file(run: Path, claim: Claim) -> Claim:
     """The baseline's whole bench_runs.jsonl is deleted."""
-    (run / "legs" / claim.legs.baseline / "bench_runs.jsonl").unlink()
+    (run / "legs" / _baseline(claim) / "bench_runs.jsonl").unlink()
     return claim
 
 
 def delete_outputs(run: Path, claim: Claim) -> Claim:
     """The candidate's parity dump (outputs.jsonl) is deleted."""
-    (run / "legs" / claim.legs.candidate / "outputs.jsonl").unlink()
+    (run / "legs" / _candidate(claim) / "outputs.jsonl").unlink()
     return claim
 
 
 def edit_server_info(run: Path, claim: Claim) -> Claim:
     """The baseline's server_info.json is rewritten (a key added), as if the server had said so."""
-    _edit_server_info(run, claim.legs.baseline, perfwarden_rewritten=True)
+    _edit_server_info(run, _baseline(claim), perfwarden_rewritten=True)
     return claim
 
 
 def flip_failed_leg(run: Path, claim: Claim) -> Claim:
     """The leg the harness marked failed is rewritten to status ok, and the claim rests on it."""
-    leg = _failed_leg(run)
+    leg = _the_failed_leg(run)
     path = run / "legs" / leg / "leg.json"
     spec = json.loads(path.read_text())
     spec.update(status="ok", failure=None)
@@ -647,23 +683,23 @@ def flip_failed_leg(run: Path, claim: Claim) -> Claim:
 
 def delete_failed_leg_spec(run: Path, claim: Claim) -> Claim:
     """The failed leg's leg.json (which says failed) is deleted, and the claim rests on that leg."""
-    leg = _failed_leg(run)
+    leg = _the_failed_leg(run)
     (run / "legs" / leg / "leg.json").unlink()
     return claim.model_copy(update={"legs": claim.legs.model_copy(update={"candidate": leg})})
 
 
 def delete_unrelated_leg(run: Path, claim: Claim) -> Claim:
     """A whole leg directory the claim does not rest on (the failed one) is deleted."""
-    shutil.rmtree(run / "legs" / _failed_leg(run))
+    shutil.rmtree(run / "legs" / _the_failed_leg(run))
     return claim
 
 
 def inject_leg(run: Path, claim: Claim) -> Claim:
     """A leg the harness never wrote: the candidate copied with 10% more throughput, claimed instead."""
-    src, dst = run / "legs" / claim.legs.candidate, run / "legs" / f"{claim.legs.candidate}-v2"
+    src, dst = run / "legs" / _candidate(claim), run / "legs" / f"{_candidate(claim)}-v2"
     shutil.copytree(src, dst)
     lines = []
-    for raw in _raw_lines(run, claim.legs.candidate):
+    for raw in _raw_lines(run, _candidate(claim)):
         rep = json.loads(raw)
         rep["leg"] = dst.name
         rep["duration"] = rep["duration"] / 1.1
@@ -696,7 +732,7 @@ def edit_data_and_chain(run: Path, claim: Claim) -> Claim:
     """A candidate line is edited and every chain entry of that file is fixed up to match (line and
     whole-file digests recomputed); without the key the entries' MACs cannot be redone."""
     edit_one_byte(run, claim)
-    rel = f"legs/{claim.legs.candidate}/bench_runs.jsonl"
+    rel = f"legs/{_candidate(claim)}/bench_runs.jsonl"
     data = (run / rel).read_bytes()
     chain = run / "evidence.jsonl"
     out = []
@@ -799,32 +835,32 @@ def mutate(clean: Path, out_root: Path, mutation: Mutation) -> Path:
 
 T, M = "EVIDENCE_TAMPERED", "EVIDENCE_MISSING"
 SEAL_MUTATIONS: list[Mutation] = [
-    Mutation("seal-edit-byte", edit_one_byte.__doc__, edit_one_byte, "FAIL", "eject", (T,)),
-    Mutation("seal-reorder-lines", reorder_two_lines.__doc__, reorder_two_lines, "FAIL", "eject", (T,)),
-    Mutation("seal-delete-rep", delete_worst_rep.__doc__, delete_worst_rep, "FAIL", "eject", (T, M)),
-    Mutation("seal-insert-line", insert_best_rep.__doc__, insert_best_rep, "FAIL", "eject", (T,)),
-    Mutation("seal-append-rep", append_rep_after_sealing.__doc__, append_rep_after_sealing, "FAIL", "eject", (T,)),
-    Mutation("seal-strip-contention", strip_contention.__doc__, strip_contention, "FAIL", "eject", (T, M)),
-    Mutation("seal-delete-leg-json", delete_leg_spec.__doc__, delete_leg_spec, "FAIL", "eject", (M,)),
-    Mutation("seal-delete-server-log", delete_server_log.__doc__, delete_server_log, "FAIL", "eject", (M,)),
-    Mutation("seal-delete-bench-file", delete_bench_file.__doc__, delete_bench_file, "FAIL", "eject", (M,)),
-    Mutation("seal-delete-outputs", delete_outputs.__doc__, delete_outputs, "FAIL", "eject", (M,)),
-    Mutation("seal-edit-server-info", edit_server_info.__doc__, edit_server_info, "FAIL", "eject", (T,)),
-    Mutation("seal-flip-failed-leg", flip_failed_leg.__doc__, flip_failed_leg, "FAIL", "eject", (T,),
+    Mutation("seal-edit-byte", _doc(edit_one_byte), edit_one_byte, "FAIL", "eject", (T,)),
+    Mutation("seal-reorder-lines", _doc(reorder_two_lines), reorder_two_lines, "FAIL", "eject", (T,)),
+    Mutation("seal-delete-rep", _doc(delete_worst_rep), delete_worst_rep, "FAIL", "eject", (T, M)),
+    Mutation("seal-insert-line", _doc(insert_best_rep), insert_best_rep, "FAIL", "eject", (T,)),
+    Mutation("seal-append-rep", _doc(append_rep_after_sealing), append_rep_after_sealing, "FAIL", "eject", (T,)),
+    Mutation("seal-strip-contention", _doc(strip_contention), strip_contention, "FAIL", "eject", (T, M)),
+    Mutation("seal-delete-leg-json", _doc(delete_leg_spec), delete_leg_spec, "FAIL", "eject", (M,)),
+    Mutation("seal-delete-server-log", _doc(delete_server_log), delete_server_log, "FAIL", "eject", (M,)),
+    Mutation("seal-delete-bench-file", _doc(delete_bench_file), delete_bench_file, "FAIL", "eject", (M,)),
+    Mutation("seal-delete-outputs", _doc(delete_outputs), delete_outputs, "FAIL", "eject", (M,)),
+    Mutation("seal-edit-server-info", _doc(edit_server_info), edit_server_info, "FAIL", "eject", (T,)),
+    Mutation("seal-flip-failed-leg", _doc(flip_failed_leg), flip_failed_leg, "FAIL", "eject", (T,),
              applies=_has_failed_leg),
-    Mutation("seal-delete-failed-leg-spec", delete_failed_leg_spec.__doc__, delete_failed_leg_spec, "FAIL", "eject",
+    Mutation("seal-delete-failed-leg-spec", _doc(delete_failed_leg_spec), delete_failed_leg_spec, "FAIL", "eject",
              (M,), applies=_has_failed_leg),
-    Mutation("seal-delete-unrelated-leg", delete_unrelated_leg.__doc__, delete_unrelated_leg, "FAIL", "eject", (M,),
+    Mutation("seal-delete-unrelated-leg", _doc(delete_unrelated_leg), delete_unrelated_leg, "FAIL", "eject", (M,),
              applies=_has_failed_leg),
-    Mutation("seal-inject-leg", inject_leg.__doc__, inject_leg, "FAIL", "eject", (T,)),
-    Mutation("seal-truncate-chain", truncate_chain.__doc__, truncate_chain, "FAIL", "eject", (T,)),
-    Mutation("seal-delete-chain", delete_chain.__doc__, delete_chain, "FAIL", "eject", (T,)),
-    Mutation("seal-edit-data-and-chain", edit_data_and_chain.__doc__, edit_data_and_chain, "FAIL", "eject", (T,)),
-    Mutation("seal-chain-under-other-key", forge_chain_under_other_key.__doc__, forge_chain_under_other_key, "FAIL",
+    Mutation("seal-inject-leg", _doc(inject_leg), inject_leg, "FAIL", "eject", (T,)),
+    Mutation("seal-truncate-chain", _doc(truncate_chain), truncate_chain, "FAIL", "eject", (T,)),
+    Mutation("seal-delete-chain", _doc(delete_chain), delete_chain, "FAIL", "eject", (T,)),
+    Mutation("seal-edit-data-and-chain", _doc(edit_data_and_chain), edit_data_and_chain, "FAIL", "eject", (T,)),
+    Mutation("seal-chain-under-other-key", _doc(forge_chain_under_other_key), forge_chain_under_other_key, "FAIL",
              "eject", (T,)),
-    Mutation("seal-torn-tail", torn_tail_sealed.__doc__, torn_tail_sealed, "FLAG", "remeasure", ("EVIDENCE_CORRUPT",),
+    Mutation("seal-torn-tail", _doc(torn_tail_sealed), torn_tail_sealed, "FLAG", "remeasure", ("EVIDENCE_CORRUPT",),
              must_exclude=(T,)),
-    Mutation("seal-producer-files-added", producer_files_added.__doc__, producer_files_added, "PASS", "pass", (),
+    Mutation("seal-producer-files-added", _doc(producer_files_added), producer_files_added, "PASS", "pass", (),
              must_exclude=(T, M)),
 ]
 SEAL_MUTATIONS = [dataclasses.replace(m, family="seal") for m in SEAL_MUTATIONS]

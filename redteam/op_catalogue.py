@@ -14,6 +14,7 @@ import json
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypedDict
 
 from perfwarden.harness.opbench import run_opbench
 from perfwarden.harness.ops.alternatives import for_op
@@ -22,7 +23,17 @@ CATALOGUE = Path(__file__).resolve().parents[1] / "proof" / "op_exploits"
 """The exploit candidates: data in proof/ (located, never imported: the running system imports nothing of proof/)."""
 SHAPES = {"rmsnorm": [[16, 576]], "silu_mul": [[16, 1536]], "rotary": [[1, 9, 16, 64]]}
 REQUIRED_REFUSED = 15
-SETTINGS = {"trials": 3, "iters": 20, "warmup": 5, "threads": 1, "timeout_s": 60.0}
+class BenchSettings(TypedDict):
+    """The op bench's keyword arguments for a catalogue run."""
+
+    trials: int
+    iters: int
+    warmup: int
+    threads: int
+    timeout_s: float
+
+
+SETTINGS: BenchSettings = {"trials": 3, "iters": 20, "warmup": 5, "threads": 1, "timeout_s": 60.0}
 
 
 @dataclass(frozen=True)

@@ -38,7 +38,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from perfwarden.auditor.codes import CATALOG
-from perfwarden.harness.records import Claim, DeclaredLever, Headline, IsolatedSpeedup, LegRefs, write_json_atomic
+from perfwarden.harness.records import (Claim, DeclaredLever, Headline, IsolatedSpeedup, LegRefs, VerdictLabel,
+                                        write_json_atomic)
 # The family modules register on import, in this order (a plan draws from FAMILIES in order).
 from perfwarden.redteam import families_judgement, families_evidence  # noqa: F401, I001
 from perfwarden.redteam.attack import DISCLOSABLE, FAMILIES, AttackContext, AttackKind, Expectation, Family, combine
@@ -211,6 +212,7 @@ def run_attack(base: Base, names: list[str], families: dict[str, Family], seed: 
     claim_path = claim_dir / f"{claim.seq:03d}-{claim.scope}.json"
     write_json_atomic(claim_path, claim)
     rss0, t0 = _peak_rss_mb(), time.perf_counter()
+    label: str  # a verdict, or the auditor's crash
     try:
         verdict = audit_path(dest, claim_path)
         label, codes, degraded = verdict.verdict, {f.code for f in verdict.findings if f.severity != "INFO"}, \
@@ -445,7 +447,9 @@ def apply_edits(ctx: AttackContext, attack: LLMAttack) -> Expectation:
             elif edit.line is not None and 1 <= edit.line <= len(lines):
                 lines[edit.line - 1] = edit.text or ""
             path.write_text("".join(x + "\n" for x in lines), "utf-8")
-    verdicts = {"fake_win": ("FLAG", "FAIL"), "fail_worthy": ("FAIL",), "honest": ("PASS",)}[attack.kind]
+    allowed: dict[str, tuple[VerdictLabel, ...]] = {"fake_win": ("FLAG", "FAIL"), "fail_worthy": ("FAIL",),
+                                                   "honest": ("PASS",)}
+    verdicts = allowed[attack.kind]
     return Expectation(attack.kind, verdicts, tuple(tuple(g) for g in attack.must_include_any if g),
                        f"LLM attack {attack.name!r}: {attack.rationale[:300]}")
 
@@ -495,6 +499,7 @@ def llm_round(brain: LLMRedTeam, bases: list[Base], workdir: Path, out: Path | N
         claim_path = dest / "claims" / f"{claim.seq:03d}-{claim.scope}.json"
         write_json_atomic(claim_path, claim)
         t0 = time.perf_counter()
+        label: str  # a verdict, or the auditor's crash
         try:
             verdict = audit_path(dest, claim_path)
             label, codes, degraded = verdict.verdict, {f.code for f in verdict.findings if f.severity != "INFO"}, \

@@ -26,8 +26,10 @@ def crash_cases(steps: list[str]) -> list[dict]:
     for node in steps:
         seen[node] += 1
         cases += [{"crash_at": f"before:{node}#{seen[node]}"}, {"crash_at": f"after:{node}#{seen[node]}"}]
-    cases += [{"crash_at": f"rep_torn#{k}"} for k in (1, 9, 30)]
-    cases += [{"crash_at": f"rep_unsealed#{k}"} for k in (1, 9, 30)]
+    # rep 16 lands inside a round of a step's second look (its baseline leg one rep ahead of its candidate):
+    # the resumed step must replay its first look on the reps that look saw, not on the longer leg.
+    cases += [{"crash_at": f"rep_torn#{k}"} for k in (1, 9, 16, 30)]
+    cases += [{"crash_at": f"rep_unsealed#{k}"} for k in (1, 9, 16, 30)]
     rng = random.Random(12)  # random instants, reproducible: reps take 10 ms, the run ~1 s
     # (0.013 s and 0.569 s found the two bugs that ``before_settings`` and ``rep_unsealed`` now pin down)
     cases += [{"kill_after": round(rng.uniform(0.0, 1.2), 3), "rep_delay": 0.01} for _ in range(6)]

@@ -84,7 +84,11 @@ def test_real_sglang_output_audits_as_is(tmp_path):
     ttft = verdict["legs"]["llamacpp"]["median_ttft_ms"]["values"]
     assert ttft == pytest.approx([123.345, 718.547], rel=1e-4)  # seconds in the arrays, ms out
     assert not any(f["code"] == "REPORTED_MISMATCH" for f in verdict["findings"])
-    assert any("coherence" in n for n in verdict["not_checked"])
+    # There is no outputs.jsonl: the texts the file records as served stand in for the parity dump, and the
+    # reference's coherence is judged on them (the 11 failed requests' partial texts left out).
+    assert any("generated_texts" in n and "stand in" in n for n in verdict["not_checked"])
+    assert verdict["correctness"] == "verified" and not any(
+        f["code"] == "NONCOHERENT_REFERENCE" for f in verdict["findings"])
 
 
 @pytest.mark.slow

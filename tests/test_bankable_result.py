@@ -2,7 +2,7 @@
 conservative one, a refused claim is resubmitted only when that can change its verdict, and the terminal
 shows one line per step.
 
-The bundle's net change (the final configuration's difference from the true baseline): the first test replays the search path of the README's embedded run on the synthetic target: the study banked
+The bundle's net change (the final configuration's difference from the true baseline): the first test replays the search path of an embedded run on the synthetic target: the study banked
 ``max_batch_size=16 + prompt_lookup=True`` (+160%), then ``max_batch_size=8 + prompt_lookup=False``
 (+30% against it). ``prompt_lookup`` ends at its baseline value, so the bundle must neither declare it
 (the auditor would rightly find it identical in both legs: NOT_ENGAGED) nor the speculative decoding the
@@ -27,7 +27,7 @@ from perfwarden.orchestrator.simlab import BASE, SyntheticLab
 
 STEPS: list[dict[str, Any]] = [{"max_batch_size": 16, "prompt_lookup": True},
                                {"max_batch_size": 8, "prompt_lookup": False}]
-"""The README run's banked steps, in order."""
+"""That run's banked steps, in order."""
 
 SURFACE = {(1, False): 1.0, (16, True): 2.6, (8, False): 3.39, (16, False): 3.0, (8, True): 2.4}
 """Throughput factor over the true baseline by (max_batch_size, prompt_lookup): prompt lookup helps a small
@@ -40,7 +40,7 @@ def _surface(config: dict[str, Any]) -> float:
 
 def _scripted_steps(state: dict[str, Any], ctx: Any, run: Path, base: dict[str, Any], best: dict[str, Any],
                     room: int) -> list[Proposal]:
-    """The study's next step is the README run's next step (then the search has converged)."""
+    """The study's next step is that run's next step (then the search has converged)."""
     done = len(state.get("proposals", []))
     if done >= len(STEPS) or room <= 0:
         return []
@@ -125,8 +125,11 @@ def test_a_step_measured_against_a_handicapped_baseline_banks_the_twin_figure(tm
     report = json.loads((tmp_path / "run" / "report.json").read_text())
     held = {w["leg"]: w for v in report["verdicts"] if v["path"] == step.verdict for w in v["witnesses"]}
     assert set(held) == {"cfg-max_batch_size-4-a0-base", "cfg-max_batch_size-4-a0-cand"}
-    assert all(w["reps"] == 3 and w["loadgen_logs"] == 0 and w["sealed"] for w in held.values())
-    assert "### What each verdict checked" in md and "| cfg-max_batch_size-4-a0-base | LoadGen logs 0/3 ·" in md
+    # The sequential rule may take more looks than the first (3, 5, 7 reps): both legs take each look.
+    reps = {w["reps"] for w in held.values()}
+    assert len(reps) == 1 and min(reps) >= 3, held
+    assert all(w["loadgen_logs"] == 0 and w["sealed"] for w in held.values())
+    assert "### What each verdict checked" in md and f"| cfg-max_batch_size-4-a0-base | LoadGen logs 0/{min(reps)} ·" in md
 
 
 @pytest.mark.integration
@@ -164,7 +167,8 @@ def test_a_refused_regression_is_not_resubmitted_to_disclose_its_latency(tmp_pat
     assert {"DELTA_REGRESSION", "HIDDEN_LATENCY_REGRESSION"} <= trail[0].codes()
     assert "DELTA_NOT_SIGNIFICANT" not in trail[0].codes()
     (rejected,) = [r for r in state["rejected"] if r.name == "cfg-batch_wait_ms=40.0"]
-    assert "cannot change the verdict" in rejected.reason
+    # Either the sequential rule ended the step (futile) or the resubmission was judged futile: never resubmitted.
+    assert "cannot change the verdict" in rejected.reason or "ended the step without a win" in rejected.reason
 
 
 @pytest.mark.integration

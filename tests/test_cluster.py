@@ -1,4 +1,4 @@
-"""Issue 20 §2-4: A/B steps on a (simulated, 127.0.0.1-only) Ray cluster; the seal across nodes.
+"""A/B steps on a (simulated, 127.0.0.1-only) Ray cluster; the seal across nodes; what travels to a node.
 
 The Ray tests share one simulated cluster (a head without CPU slots, two one-CPU worker nodes): starting
 one takes ~20 s on two cores."""
@@ -13,7 +13,7 @@ import pytest
 from perfwarden.harness import node_identity, seal
 from perfwarden.harness.seal_stream import EvidenceSink, StreamChain, StreamRefused
 from perfwarden.orchestrator.lab import LegPlan
-from perfwarden.orchestrator.runner import run_graph
+from perfwarden.orchestrator.runner import RunUsageError, run_graph
 from perfwarden.orchestrator.settings import RunSettings
 from perfwarden.orchestrator.simlab import BASE, SyntheticLab
 
@@ -54,6 +54,17 @@ def test_the_sink_seals_only_evidence_and_never_a_whole_bench_file(tmp_path):
     seal.forget(run)
 
 
+def test_only_a_steps_own_rep_events_reach_the_terminal():
+    """A node's events are its say-so: one naming another leg (or markup), a rep out of range or an unknown
+    status is dropped before the terminal shows it."""
+    from perfwarden.orchestrator.cluster import RepEvent, shown_events
+
+    legs = [LegPlan(leg=n, role=r, config=dict(BASE)) for n, r in (("a", "baseline"), ("b", "candidate"))]
+    sent = [RepEvent("a", 0, "ok"), RepEvent("b", 2, "failed"), RepEvent("[link=x]c[/link]", 0, "ok"),
+            RepEvent("a", 3, "ok"), RepEvent("a", -1, "ok"), RepEvent("b", 1, "[red]ok"), ("a", 1, "ok")]
+    assert shown_events(sent, legs, 3) == [RepEvent("a", 0, "ok"), RepEvent("b", 2, "failed")]
+
+
 @pytest.mark.parametrize("address", ["127.0.0.1:1", "no-port", "local:x"])
 def test_an_unreachable_cluster_is_exit_3_and_leaves_no_run(tmp_path, address):
     # Before the module's cluster fixture starts Ray in this process: a connected Ray would be reused.
@@ -77,6 +88,7 @@ def two_nodes(tmp_path_factory):
     keys = tmp_path_factory.mktemp("cluster-keys")
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("PERFWARDEN_KEY_DIR", str(keys))
+        patch.setenv("RAY_AUTH_TOKEN_PATH", str(tmp_path_factory.mktemp("ray-token") / "auth_token"))
         with cluster.simulated(2):
             yield keys
 
@@ -106,30 +118,47 @@ def test_steps_fan_out_one_node_each_and_match_the_single_process_run(tmp_path, 
 
 @pytest.mark.slow
 def test_a_worker_cannot_seal_the_head_run(tmp_path, two_nodes, monkeypatch):
+    """A step's scope on its node (the one ``_measure_step`` runs the lab in) has an empty key store: code
+    there that tries to seal into the head's run directly (a shared file system) is refused."""
+    import ray
+
     from perfwarden.orchestrator import cluster
 
-    class SealingLab(SyntheticLab):  # defined here: Ray ships a local class by value to the worker
-        """On its worker, tries to seal into the head's run directly (a shared file system)."""
-
-        def measure(self, run, legs, reps):
+    @ray.remote(num_cpus=1)
+    def seal_the_head(head_run: str, scratch: str) -> str:
+        with cluster.worker_scope(Path(scratch)):
             try:
-                seal.begin(Path(self.head_run))
-                return {legs[0].leg: "sealed"}
+                seal.begin(Path(head_run))
+                return "sealed"
             except seal.SealError as exc:
-                return {legs[0].leg: f"refused: {exc}"}
+                return f"refused: {exc}"
 
     monkeypatch.setenv("PERFWARDEN_KEY_DIR", str(two_nodes))  # the store the worker processes inherited
     run = tmp_path / "run"
-    seal.begin(run)  # the head's chain and key; the worker's step runs pointed at an empty store
-    lab = SealingLab()
-    lab.head_run = str(run.resolve())
-    view = cluster.Cluster(run)
+    seal.begin(run)  # the head's chain and key
     try:
-        status = view.measure(lab, [LegPlan(leg="x", role="baseline", config=dict(BASE))], 1)
+        status = ray.get(seal_the_head.remote(str(run.resolve()), str(tmp_path / "scratch")))
     finally:
-        view.close()
-    assert status["x"].startswith("refused:") and "key store" in status["x"], status
-    seal.forget(run)
+        seal.forget(run)
+    assert status.startswith("refused:") and "key store" in status, status
+
+
+@pytest.mark.slow
+def test_a_lab_a_node_could_not_rebuild_is_refused(tmp_path, two_nodes):
+    """What travels is the lab's description: a lab with behaviour of its own (a subclass, a surface given as a
+    function) has none, and the cluster refuses it instead of measuring a different lab on the node."""
+    from perfwarden.orchestrator import cluster
+
+    class OwnLab(SyntheticLab):
+        def measure(self, run, legs, reps):
+            return {legs[0].leg: "not what the description says"}
+
+    for lab in (OwnLab(), SyntheticLab(surface=lambda config: 2.0)):
+        with pytest.raises(cluster.ClusterError, match="cannot be described"):
+            cluster.Cluster(tmp_path / "run", lab)
+        with pytest.raises(RunUsageError, match="cannot be described"):  # before the run is created
+            run_graph(tmp_path / "run", settings(), lab, cluster="attached")
+        assert not (tmp_path / "run").exists()
 
 
 @pytest.mark.slow
@@ -162,31 +191,27 @@ def test_backtest_and_red_team_fan_out_with_the_same_results(two_nodes):
 @pytest.mark.slow
 def test_a_step_never_shares_its_slot(tmp_path, two_nodes, monkeypatch):
     """Three streamed steps on two one-CPU nodes: never more than two measure at once (a task waiting on the
-    head mid-step once lent its CPU to a third step)."""
-    import time
-
+    head mid-step once lent its CPU to a third step); every rep's event reaches the head's callback."""
     from perfwarden.orchestrator import cluster
-
-    class TimedLab(SyntheticLab):  # local: Ray ships it by value
-        def measure(self, run, legs, reps):
-            started = time.time()
-            super().measure(run, legs, reps)
-            return {legs[0].leg: f"{started} {time.time()}"}
 
     monkeypatch.setenv("PERFWARDEN_KEY_DIR", str(two_nodes))
     run = tmp_path / "run"
     seal.begin(run)
-    lab = TimedLab()
+    lab = SyntheticLab()
     lab.rep_delay_s = 0.3
-    view = cluster.Cluster(run)
+    events: list[tuple[str, int, str]] = []
+    view = cluster.Cluster(run, lab, on_rep=lambda leg, rep, status: events.append((leg, rep, status)))
     steps = [[LegPlan(leg=f"s{i}-{r}", role=r, config=dict(BASE)) for r in ("baseline", "candidate")] for i in range(3)]
     try:
         for legs in steps:
-            view.submit(lab, legs, 2)
-        spans = [tuple(map(float, view.measure(lab, legs, 2)[legs[0].leg].split())) for legs in steps]
+            view.submit(legs, 2)
+        for legs in steps:
+            assert view.measure(legs, 2) == {legs[0].leg: "ok", legs[1].leg: "ok"}
     finally:
         view.close()
         seal.forget(run)
+    spans = list(view.spans.values())
     busiest = max(sum(a <= t < b for a, b in spans) for t, _ in spans)
     assert busiest <= 2, spans
     assert len(set(view.nodes.values())) == 2
+    assert sorted(events) == sorted((p.leg, k, "ok") for legs in steps for p in legs for k in range(2))

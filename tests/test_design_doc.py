@@ -3,6 +3,7 @@ package the project installs (issue 19 item 6): the design document is the proje
 
 from __future__ import annotations
 
+import fnmatch
 import re
 import tomllib
 from pathlib import Path
@@ -64,3 +65,147 @@ def test_the_floor_plan_names_every_installed_package():
     floor_plan = text.split("## 1. ", 1)[1].split("\n## 2. ", 1)[0]
     missing = [folder for folder in dirs.values() if f"{folder}/" not in floor_plan]
     assert not missing, f"docs/design.md §1 does not place {missing}"
+
+
+# ------------------------------------------------------------------------------------------------
+# The documents against the tree: every path they name exists, and the README stays a README.
+
+README = ROOT / "README.md"
+README_MAX_LINES = 300
+README_COMMANDS = ["bash scripts/install.sh && .venv/bin/perfwarden run --target embedded", "bash scripts/test.sh"]
+"""The two commands a new user types (``.ci/run`` runs them in order; tests/test_ci_run.py holds it to them)."""
+
+LINKED_BEFORE_IT_LANDS = {"docs/evidence-model.md"}
+"""Documents the README links that are written in a tree merged separately. A name stays here only while
+its file is absent: once it exists, the test asks for it to be taken out, so the exception cannot outlive
+its reason."""
+
+PATH_TOKEN = re.compile(r"(?<![\w./~$@-])((?:\.ci|[A-Za-z_][\w-]*)/[\w.*<>…/+-]*)")
+MODULE_TOKEN = re.compile(r"(?<![\w./])(?:perfwarden\.)?(agents|auditor|harness|orchestrator|proof|redteam|skills)"
+                          r"\.([a-z_]\w*)")
+LINK_TARGET = re.compile(r"\]\(([^)\s#]+)(?:#[^)]*)?\)")
+PLACEHOLDER = re.compile(r"<[^<>]*>|…")
+
+
+def documents() -> list[Path]:
+    """The README and every document under docs/."""
+    return [README, *source_files(".md", under="docs")]
+
+
+def tree_entries() -> tuple[set[str], set[str]]:
+    """(files, folders) of the source tree, as paths relative to the root."""
+    files = {str(path.relative_to(ROOT)) for path in source_files()}
+    folders = {str(parent) for name in files for parent in Path(name).parents if str(parent) != "."}
+    return files, folders
+
+
+def exists(name: str, files: set[str], folders: set[str]) -> bool:
+    """``name`` is a file or folder of the tree; ``*``, ``<placeholder>`` and ``…`` stand for any part."""
+    name = name.rstrip("/") if name.endswith("/") else name
+    pattern = PLACEHOLDER.sub("*", name)
+    if "*" not in pattern:
+        return name in files or name in folders
+    return any(fnmatch.fnmatchcase(entry, pattern) for entry in files | folders)
+
+
+def named_paths(text: str, top: set[str]) -> set[str]:
+    """Paths a document names that start at a top-level entry of the tree (``harness/seal.py``,
+    ``proof/fixtures/rw-*``): paths of a run directory (``legs/<leg>/…``), the home folder or outside the
+    checkout are not the tree's."""
+    found = set()
+    for match in PATH_TOKEN.finditer(text):
+        token = match.group(1).rstrip(".")
+        if token.split("/", 1)[0] in top:
+            found.add(token)
+    return found
+
+
+def linked_paths(document: Path, text: str) -> set[str]:
+    """Targets of the document's relative markdown links, as paths from the root."""
+    out = set()
+    for target in LINK_TARGET.findall(text):
+        if "://" in target or target.startswith("mailto:"):
+            continue
+        resolved = (document.parent / target).resolve()
+        if resolved.is_relative_to(ROOT):
+            out.add(str(resolved.relative_to(ROOT)))
+        else:
+            out.add(target)
+    return out
+
+
+def named_modules(text: str, files: set[str], folders: set[str]) -> list[str]:
+    """Dotted module names (``harness.records.Claim``, ``perfwarden.redteam.fuzz``) whose module is not in
+    the tree."""
+    missing = []
+    for package, module in MODULE_TOKEN.findall(text):
+        if f"{package}/{module}.py" not in files and f"{package}/{module}" not in folders:
+            missing.append(f"{package}.{module}")
+    return missing
+
+
+def floor_plan_files(text: str, top: set[str]) -> dict[str, list[str]]:
+    """Design §1's bullets (``- **harness/** …``) and the bare file and folder names each puts under its
+    folder (``records.py``, ``opbench/``, ``cli*.py``)."""
+    floor_plan = text.split("## 1. ", 1)[1].split("\n## 2. ", 1)[0]
+    out: dict[str, list[str]] = {}
+    for bullet in re.split(r"\n(?=- \*\*)", floor_plan):
+        head = re.match(r"- \*\*([\w-]+)/\*\*", bullet)
+        if head:
+            names = re.findall(r"`([\w*.-]+(?:\.py|/))`", bullet)
+            # a top-level folder named in another's bullet (the auditor "never imports ... `proof/`") is the
+            # top-level one: the tree-wide check holds it
+            out[head.group(1)] = [f"{head.group(1)}/{name}" for name in names if name.rstrip("/") not in top]
+    return out
+
+
+def test_every_path_the_documents_name_is_in_the_tree():
+    files, folders = tree_entries()
+    top = {name.split("/", 1)[0] for name in files}
+    missing: dict[str, list[str]] = {}
+    for document in documents():
+        text = document.read_text("utf-8")
+        names = named_paths(text, top) | linked_paths(document, text)
+        gone = sorted(n for n in names if not exists(n, files, folders) and n not in LINKED_BEFORE_IT_LANDS)
+        gone += named_modules(text, files, folders)
+        if gone:
+            missing[str(document.relative_to(ROOT))] = gone
+    assert not missing, f"paths and modules the documents name that are not in the tree: {missing}"
+
+
+def test_the_floor_plan_places_every_file_it_names_under_its_folder():
+    files, folders = tree_entries()
+    plan = floor_plan_files(DESIGN.read_text("utf-8"), {name.split("/", 1)[0] for name in files})
+    assert {"harness", "auditor", "agents", "orchestrator", "proof"} <= set(plan), "the §1 bullets were not found"
+    missing = {folder: [n for n in names if not exists(n, files, folders)] for folder, names in plan.items()}
+    assert not {k: v for k, v in missing.items() if v}, f"docs/design.md §1 names files its folders lack: {missing}"
+
+
+def test_a_linked_document_written_elsewhere_is_excused_only_while_it_is_absent():
+    files, _ = tree_entries()
+    landed = sorted(LINKED_BEFORE_IT_LANDS & files)
+    assert not landed, f"{landed} now exist: take them out of LINKED_BEFORE_IT_LANDS"
+
+
+def test_the_path_check_catches_a_moved_file():
+    files, folders = {"harness/seal.py", "proof/fixtures/rw-a/answer_key.json"}, {"harness", "proof", "proof/fixtures",
+                                                                                   "proof/fixtures/rw-a"}
+    top = {"harness", "proof"}
+    text = ("`harness/seal.py`, `harness/old.py`, `proof/fixtures/rw-*`, `proof/fixtures/cond-*`, legs/<leg>/x, "
+            "../shared/design.md, `harness.seal.append_jsonl`, `harness.gone.X`")
+    names = named_paths(text, top)
+    assert names == {"harness/seal.py", "harness/old.py", "proof/fixtures/rw-*", "proof/fixtures/cond-*"}
+    assert sorted(n for n in names if not exists(n, files, folders)) == ["harness/old.py", "proof/fixtures/cond-*"]
+    assert named_modules(text, files, folders) == ["harness.gone"]
+
+
+def test_the_readme_is_for_users():
+    """At most 300 lines, the two commands as its first code block, no dated figures (they live in
+    docs/benchmarks.md)."""
+    text = README.read_text("utf-8")
+    assert len(text.splitlines()) <= README_MAX_LINES, f"README.md has {len(text.splitlines())} lines"
+    block = re.search(r"^```(?:bash|sh)?\n(.*?)^```", text, flags=re.M | re.S)
+    assert block and block.start() == text.index("```"), "README.md's first code block was not found"
+    assert [line for line in block.group(1).splitlines() if line.strip()] == README_COMMANDS
+    dated = re.findall(r"\b20\d\d-\d\d-\d\d\b", text)
+    assert not dated, f"dated figures belong in docs/benchmarks.md, not the README: {dated}"

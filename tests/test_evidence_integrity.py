@@ -3,7 +3,7 @@
 The fixtures in proof/fixtures/int-* and the mutation families score these rules end to end; the
 tests here pin each rule's edge: its tolerance, what it cites, what it lists as not checked, and that
 hostile sizes are decided without allocating anything in proportion to them. Expected outcomes come
-from the rules as documented (README "How the auditor decides"), not from running the auditor.
+from the rules as documented (docs/auditing.md, "How the auditor decides"), not from running the auditor.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from perfwarden.auditor.gates import measurement
 from perfwarden.auditor.rederive import RepError, rederive_rep
 from perfwarden.auditor.serverlog import PRESENT, parse_server_log
 from perfwarden.harness.contention import parse_cpu_max
-from perfwarden.harness.json_limits import JsonTooDeep, check_depth, json_depth, loads_bounded
+from perfwarden.harness.strict_json import JsonTooDeep, check_depth, json_depth, loads
 from perfwarden.harness.jsonl import BenchRunLine, LineRef, OutputLine, read_jsonl
 from perfwarden.harness.loadgen_client import LoadSettings, request_params
 from perfwarden.orchestrator.synth import make_rep
@@ -56,7 +56,7 @@ def test_json_depth_counts_brackets_outside_strings_only():
 def test_every_reader_refuses_deep_json_whatever_the_python(tmp_path, depth):
     deep = b"[" * depth + b"]" * depth
     with pytest.raises(JsonTooDeep):
-        loads_bounded(deep)
+        loads(deep)
     (tmp_path / "o.jsonl").write_bytes(b'{"prompt_id": "p", "text": "t", "token_ids": ' + deep + b"}\n")
     report = read_jsonl(tmp_path / "o.jsonl", OutputLine)
     assert not report.records and report.issues[0].kind == "corrupt"

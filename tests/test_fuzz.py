@@ -102,7 +102,10 @@ def test_oracle_rules(tmp_path):
     run = tmp_path / "run"
     (run / "legs" / "a").mkdir(parents=True)
     bench = run / "legs" / "a" / "bench_runs.jsonl"
-    for body, damaged in [(b'{"rep": 0}\n', False), (b'{"rep": 0}', True), (b'{"rep": NaN}\n', True),
+    for body, damaged in [(b'{"rep": 0}\n', False),
+                          # another tool's whole last object needs no newline (vLLM's file has none); the
+                          # harness's own line and a cut object are torn without one
+                          (b'{"rep": 0}', False), (b'{"rep": 0, "schema_version": 3}', True), (b'{"rep": 0', True), (b'{"rep": NaN}\n', True),
                           (b'{"rep": 1.5}\n', True), (b'{"x\xff": 1}\n', True), (b"[]\n", True), (b"", True),
                           (b'{"rep": 0}\n\n{"rep": 1}\r\n', False), (b'{"unknown": [1, "x"]}\n', False),
                           (b'{"ttfts": [1e400]}\n', True), (b'{"rep": ' + b"[" * 5000 + b"]" * 5000 + b"}\n", True)]:
@@ -208,13 +211,19 @@ def test_the_crash_pattern_is_linear_on_repeated_worker_lines():
 
 def test_a_number_beyond_any_float_in_server_info_is_compared_not_a_gate_crash(run):
     """benchmarks/fuzz.py (seed 0, input 1605): threads=10**400 in one leg's server_info crashed the
-    conditions gate (int too large for float), so the verdict was degraded instead of decided."""
+    conditions gate (int too large for float), so the verdict was degraded instead of decided. Such a
+    number is outside the one integer range (``harness/strict_json.py``): corrupt evidence, decided; the
+    largest integer inside it still reaches the gate and is compared."""
     from perfwarden.auditor.audit import audit_path
 
     info_path = run / "legs" / "base" / "server_info.json"
     text = info_path.read_text()
     info_path.write_text(text.replace('"threads": 2', '"threads": 1' + "0" * 400, 1))
     assert '"threads": 1000' in info_path.read_text()
+    verdict = audit_path(run, run / "claims" / "001-patch.json")
+    assert not verdict.degraded and verdict.verdict == "FAIL"
+    assert any(f.code == "EVIDENCE_CORRUPT" and "64-bit range" in f.message for f in verdict.findings)
+    info_path.write_text(text.replace('"threads": 2', f'"threads": {2**64 - 1}', 1))
     verdict = audit_path(run, run / "claims" / "001-patch.json")
     assert not verdict.degraded and verdict.verdict == "FAIL"
     assert any(f.code == "CONDITIONS_DIFFER" and "threads" in f.message for f in verdict.findings)
@@ -240,15 +249,21 @@ def test_a_detail_log_ending_in_60_mb_of_nul_bytes_is_refused_without_reading_th
 
 def test_a_copy_of_the_conditions_beyond_any_float_is_a_misreport_not_a_gate_crash(tmp_path):
     """benchmarks/fuzz.py (seed 0, input 5756): max_seq_len=10**29... in server_info.json against 2048 in
-    the bench lines' copies crashed the copy comparison (int too large for float)."""
+    the bench lines' copies crashed the copy comparison (int too large for float). Beyond the one integer
+    range it is corrupt evidence; the largest integer inside it is a misreport."""
     from perfwarden.auditor.audit import audit_path
 
     fixtures = Path(__file__).resolve().parents[1] / "proof" / "fixtures"
     run = tmp_path / "run"
     shutil.copytree(fixtures / "rec-batching-undisclosed" / "run", run)
     info = run / "legs" / "mbs4" / "server_info.json"
-    info.write_text(info.read_text().replace('"max_seq_len": 2048', '"max_seq_len": 1' + "0" * 400, 1))
+    text = info.read_text()
+    info.write_text(text.replace('"max_seq_len": 2048', '"max_seq_len": 1' + "0" * 400, 1))
     assert '"max_seq_len": 1000' in info.read_text()
+    verdict = audit_path(run, run / "claims" / "001-patch.json")
+    assert not verdict.degraded and verdict.verdict == "FAIL"
+    assert any(f.code == "EVIDENCE_CORRUPT" and "64-bit range" in f.message for f in verdict.findings)
+    info.write_text(text.replace('"max_seq_len": 2048', f'"max_seq_len": {2**64 - 1}', 1))
     verdict = audit_path(run, run / "claims" / "001-patch.json")
     assert not verdict.degraded and verdict.verdict == "FAIL"
     assert any(f.code == "CONDITIONS_MISREPORTED" and "max_seq_len" in f.message for f in verdict.findings)

@@ -47,7 +47,7 @@ def _state() -> dict:
 def test_the_written_report_is_the_versioned_record_and_reads_back():
     record = build_report(_state(), EmbeddedConfig())
     written = json.loads(json.dumps(record.model_dump(mode="json")))
-    assert written["report_version"] == REPORT_VERSION == 4
+    assert written["report_version"] == REPORT_VERSION == 5
     assert written["verdicts"][0]["acceptance"]["accepted"] is True  # the run's decision, written with it
     assert parse_report(written) == record
     assert written["final_configuration"] == [{"knob": "max_batch_size", "baseline": 1, "final": 2,
@@ -61,8 +61,22 @@ def test_an_unversioned_report_is_migrated():
     assert [b.verdict for b in record.banked] == ["verdicts/002-patch.json"]
 
 
+def test_a_version_3_report_reads_as_the_throughput_run_it_was():
+    """Version 3 named a step's delta ``output_throughput_delta_pct``: every run then optimized throughput."""
+    step = {"step": 1, "change": "cfg-x", "kind": "config", "set": {"max_batch_size": 2}, "against": {},
+            "status": "banked", "audits": 1, "verdict": "PASS", "verdict_file": "verdicts/002-patch.json",
+            "output_throughput_delta_pct": 12.5, "codes": []}
+    head = {"change": "cfg-x", "against": {}, "output_throughput_delta_pct": 12.5, "verdict": "verdicts/002-patch.json",
+            "disclosed_regressions": {}}
+    old = {**unversioned_report([]), "report_version": 3, "search_path": [step], "headlines": {"A": [], "B": [head]}}
+    record = parse_report(old)
+    assert record.search_path[0].headline_delta_pct == 12.5 and record.headlines["B"][0].headline_delta_pct == 12.5
+    assert (record.objective.objective, record.objective.metric, record.objective.slo) == ("throughput",
+                                                                                           "output_throughput", None)
+
+
 @pytest.mark.parametrize("change,message", [
-    ({"report_version": 5}, "newer than the 4"),
+    ({"report_version": 6}, "newer than the 5"),
     ({"report_version": "two"}, "not a version number"),
     ({"report_version": 0}, "no migration from it"),
     ({"banked": ["claims/002-patch.json"]}, "banked.0"),  # the old guessed shapes: a string names nothing typed

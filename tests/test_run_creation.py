@@ -1,8 +1,8 @@
 """A run directory appears whole (settings.json in it) or not at all; resume refuses what is not a run.
 
 Issue 19: a run killed between creating its folder and writing settings.json left a folder that
-``run --resume`` refused as "not a run". ``runner.create_run`` now builds the folder beside its final
-place and renames it in. A folder that holds anything else but no settings.json is still not a run.
+``run --resume`` refused as "not a run". ``runner.created_run`` builds the folder beside its final
+place, locked (``harness/run_lock.py``), and renames it in. A folder that holds anything else but no settings.json is still not a run.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ def test_a_new_run_appears_with_its_settings_and_nothing_beside_it(tmp_path):
     create_run(run, SETTINGS)
     assert read_settings(run) == SETTINGS
     assert sorted(p.name for p in run.parent.iterdir()) == ["r1"]
-    assert sorted(p.name for p in run.iterdir()) == ["settings.json"]
+    assert sorted(p.name for p in run.iterdir()) == ["settings.json", "writer.json", "writer.lock"]
 
 
 def test_a_kill_while_the_run_is_being_created_leaves_no_run_directory(tmp_path):
@@ -49,7 +49,7 @@ def test_an_existing_folder_gets_its_settings_in_place(tmp_path):
     run.mkdir()
     (run / "notes.txt").write_text("mine")
     create_run(run, SETTINGS)
-    assert sorted(p.name for p in run.iterdir()) == ["notes.txt", "settings.json"]
+    assert sorted(p.name for p in run.iterdir()) == ["notes.txt", "settings.json", "writer.json", "writer.lock"]
 
 
 @pytest.mark.parametrize("content", [None, "notes.txt", "legs"])

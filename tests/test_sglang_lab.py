@@ -5,8 +5,8 @@ script whose ``-m sglang.launch_server`` resolves to ``tests/sglang_standin/sgla
 (a test double: SGLang's flags, log lines, /health, /server_info and OpenAI-compatible endpoints, with
 deterministic text). Everything on perfwarden's side runs for real: the environment check, the command
 line, one server at a time with interleaved reps, LoadGen, the parity dump, the quality eval, the seal
-and the auditor reading what was written. The real SGLang path is run on a GPU host (README,
-"Running on a GPU host").
+and the auditor reading what was written. The real SGLang path is run on a GPU host (docs/gpu.md,
+"SGLang as the target").
 """
 
 from __future__ import annotations

@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import json
 import shutil
+import time
+from collections.abc import Callable
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -32,13 +35,23 @@ def trail(state: RunState) -> list[tuple[int, str, str, str, list[str]]]:
     return [(v.seq, v.scope, v.verdict, v.seal, sorted(v.codes())) for v in state["verdicts"]]
 
 
+def just_after_the_crash(run: Path) -> Callable[[], float]:
+    """A clock that reads as if the run were resumed a second after its crash. The fixture was made long ago:
+    by the wall clock its budget is spent, and the resumed run would stop (or give its step fewer reps) where
+    the uninterrupted one goes on."""
+    started = datetime.fromisoformat(json.loads((run / "run.json").read_text())["started_at"]).timestamp()
+    spent = sum(json.loads(line)["duration_s"] for line in (run / "events.jsonl").read_text().splitlines())
+    offset = time.time() - (started + spent + 1.0)
+    return lambda: time.time() - offset
+
+
 def resumed(case: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[RunState, Path]:
     copy = tmp_path / case
     shutil.copytree(V2 / case, copy)
     monkeypatch.setenv("PERFWARDEN_KEY_DIR", str(copy / "keys"))
     knobs, lab = CASES[case]
     state = run_graph(copy / "run", RunSettings(target="synthetic", **knobs), SyntheticLab(**lab), resume=True,
-                      capture_logs=False)
+                      capture_logs=False, clock=just_after_the_crash(copy / "run"))
     return state, copy / "run"
 
 

@@ -18,8 +18,8 @@ from perfwarden.auditor.claim_file import ClaimError, load_claim
 from perfwarden.auditor.gates import timeline
 from perfwarden.harness import seal
 from perfwarden.harness.bench_writer import RequestRecord, build_bench_line
-from perfwarden.harness.json_limits import RepeatedKey, no_repeats
-from perfwarden.harness.jsonl import BenchRunLine, OutputLine, iter_jsonl, read_jsonl, repeated_key
+from perfwarden.harness.jsonl import BenchRunLine, OutputLine, iter_jsonl, read_jsonl
+from perfwarden.harness.strict_json import RepeatedKey, repeated_key
 from perfwarden.harness.records import jsonl_text
 from perfwarden.proof.build_strict import interleaved
 from perfwarden.orchestrator.synth import make_rep, write_claim
@@ -29,10 +29,25 @@ from auditor_cases import BASE_TPUT, CAND_TPUT, audit, build, codes, reps
 FIXTURES = Path(__file__).resolve().parents[1] / "proof" / "fixtures"
 
 
+class _Repeat(Exception):
+    def __init__(self, key: str):
+        self.key = key
+
+
+def _no_repeats(pairs: list) -> dict:
+    seen: set = set()
+    for key, _ in pairs:
+        if key in seen:
+            raise _Repeat(key)
+        seen.add(key)
+    return dict(pairs)
+
+
 def reference_repeat(text: bytes) -> str | None:
+    """The test's own exact reader (Python's parser, every pair seen): what ``repeated_key`` must agree with."""
     try:
-        json.loads(text, object_pairs_hook=no_repeats)
-    except RepeatedKey as exc:
+        json.loads(text, object_pairs_hook=_no_repeats)
+    except _Repeat as exc:
         return exc.key
     return None
 
@@ -105,15 +120,15 @@ def test_repeated_key_agrees_with_the_exact_reader_on_random_spellings():
 
 
 def test_a_big_compact_line_is_decided_without_the_slow_reader(monkeypatch):
-    import perfwarden.harness.jsonl as jsonl
+    import perfwarden.harness.strict_json as strict_json
 
     line = json.dumps({"leg": "cand", "ttfts": [0.1] * 200_000, "itls": [[0.02] * 3] * 20_000,
                        "contention": {"start": {"t": 1.0}}}, separators=(",", ":")).encode()
     calls = []
-    real = jsonl._slow_repeated_key
-    monkeypatch.setattr(jsonl, "_slow_repeated_key", lambda data: calls.append(len(data)) or real(data))
+    real = strict_json.refuse_repeats
+    monkeypatch.setattr(strict_json, "refuse_repeats", lambda data, *a: calls.append(len(data)) or real(data, *a))
     assert repeated_key(line) is None
-    assert all(n < 100 for n in calls)  # only the small nested object went to the exact reader
+    assert all(n < 100 for n in calls)  # only the small nested object went to the exact check
 
 
 # ------------------------------------------------------------------------- line schemas
@@ -281,10 +296,13 @@ def test_strict_fixtures_agree_with_their_answer_keys():
 
 def test_a_repeat_in_a_huge_line_is_refused_without_parsing_it_twice(monkeypatch):
     import perfwarden.harness.jsonl as jsonl
+    import perfwarden.harness.strict_json as strict_json
 
-    monkeypatch.setattr(jsonl, "SLOW_CHECK_BYTES", 1000)  # the bound, scaled down
+    monkeypatch.setattr(strict_json, "NAME_REPEAT_BYTES", 1000)  # the bound, scaled down
     line = json.dumps({"ttfts": [0.1] * 500, "leg": "a"}).encode()
     assert repeated_key(line) is None  # spaced JSON, no repeat: decided by counting, not parsing
-    assert repeated_key(b'{"leg":"b",' + line[1:]) == jsonl.UNACCOUNTED
-    with pytest.raises(msgspec.ValidationError, match="do not account for its bytes"):
+    assert repeated_key(b'{"le\\u0067":"b",' + line[1:]) == ""  # found by its colons, too big to name
+    assert repeated_key(b'{"\\u0074tfts":[],' + line[1:].replace(b'"leg"', b'"x"')) == ""
+    assert repeated_key(b'{"\\u0078":"b",' + line[1:]) is None  # an escaped key that repeats nothing
+    with pytest.raises(RepeatedKey, match="a key is repeated"):
         jsonl.decode_line(msgspec.json.Decoder(BenchRunLine), b'{"leg":"b",' + line[1:])

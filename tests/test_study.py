@@ -102,3 +102,39 @@ def search_best_before(state, name: str) -> dict:
             return out
         out = {**out, **b.config}
     raise AssertionError(name)
+
+
+def test_the_grid_baseline_visits_every_configuration_once_then_converges():
+    space = search.study_space(EmbeddedConfig, {"max_batch_size": (2, 8), "prompt_lookup": (True,)},
+                               {"max_batch_size": 1, "prompt_lookup": False})
+    study = optuna.create_study(direction="maximize")
+    current = {"max_batch_size": 1, "prompt_lookup": False}
+    seen = []
+    for _ in range(8):
+        asked = search.ask(study, EmbeddedConfig, space, current, 1.0, set(), {}, "grid", seed=3)
+        if asked is None:
+            break
+        seen.append(repr(sorted(asked.config.items())))
+        study.tell(asked.number, 1.0)
+    assert len(seen) == 5 and len(set(seen)) == 5  # 3 x 2 grid less the current best, each once
+    again = optuna.create_study(direction="maximize")
+    first = search.ask(again, EmbeddedConfig, space, current, 1.0, set(), {}, "grid", seed=3)
+    assert first is not None and repr(sorted(first.config.items())) == seen[0]  # seeded: a resume redraws it
+
+
+def test_the_random_baseline_draws_uniformly_where_tpe_exploits():
+    """Told that one value is far better, TPE keeps drawing it; the random baseline does not."""
+    space = search.study_space(EmbeddedConfig, {"max_batch_size": (2, 4, 8, 16)}, {"max_batch_size": 1})
+    share = {}
+    for sampler in ("tpe", "random"):
+        study = optuna.create_study(direction="maximize")
+        drawn = []
+        for _ in range(80):
+            asked = search.ask(study, EmbeddedConfig, space, {"max_batch_size": 1}, 1.0, set(), {}, sampler, seed=0,
+                               n_startup=2)
+            assert asked is not None
+            drawn.append(asked.config["max_batch_size"])
+            study.tell(asked.number, 10.0 if drawn[-1] == 16 else 1.0)
+        share[sampler] = drawn.count(16) / len(drawn)
+        assert set(drawn) == {2, 4, 8, 16}
+    assert share["tpe"] > 0.5 > 0.4 > share["random"], share  # uniform: 1/4 expected

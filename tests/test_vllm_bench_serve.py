@@ -6,6 +6,7 @@ finished record, not a torn one."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 from pathlib import Path
@@ -39,10 +40,13 @@ def test_every_result_of_the_file_is_a_rep_and_its_own_fields_are_listed(tmp_pat
     run = leg_run(tmp_path, raw)
     records, issues = read(run / "legs" / "a" / "bench_runs.jsonl")
     assert len(records) == 3 and all(r.completed == 8 and len(r.ttfts) == 8 for _, r in records)
-    assert {i.kind for i in issues} == {"foreign_fields"} and "start_times" in issues[-1].message
+    assert {i.kind for i in issues} == {"foreign_fields"} and "queue_times" in issues[-1].message
+    # What the auditor reads of vLLM's own fields (its clock, identities, goodput) is not listed as unread.
+    assert not any(name in issues[-1].message for name in ("start_times", "model_id", "tokenizer_id", "date"))
     verdict = audit_path(run, run / "claims" / "b.json")
     assert not [f for f in verdict.findings if f.code in ("EVIDENCE_CORRUPT", "EVIDENCE_MISSING")]
-    assert any("foreign file" in n and "start_times" in n for n in verdict.not_checked)
+    assert any("foreign file" in n and "queue_times" in n for n in verdict.not_checked)
+    assert not any("foreign file" in n and "start_times" in n for n in verdict.not_checked)
     assert verdict.seal == "unsealed"
 
 
@@ -63,3 +67,16 @@ def test_an_unfinished_tail_is_still_torn(tmp_path, case):
                                                             "ttfts": last["ttfts"]}).encode()
     records, issues = read(leg_run(tmp_path, raw) / "legs" / "a" / "bench_runs.jsonl")
     assert len(records) == 2 and "torn_tail" in [i.kind for i in issues]
+
+
+def test_a_finding_on_the_unterminated_last_result_cites_it(tmp_path):
+    """vLLM's last result has no newline; a gate citing it (here: the same timings as the first result, i.e.
+    one measurement written twice) gets its line, digest and excerpt like any other line, instead of the
+    verdict degrading for want of something to cite."""
+    lines = DATA.read_bytes().split(b"\n")
+    run = leg_run(tmp_path, b"\n".join([lines[0], lines[1], lines[0]]))  # ends without a newline, as vLLM's
+    verdict = audit_path(run, run / "claims" / "b.json")
+    assert not verdict.degraded, verdict.degraded_reasons
+    dup = next(f for f in verdict.findings if f.code == "EVIDENCE_CORRUPT" and "same per-request timings" in f.message)
+    cited = dup.evidence[-1]
+    assert cited.line == 3 and cited.sha256 == hashlib.sha256(lines[0]).hexdigest() and cited.excerpt

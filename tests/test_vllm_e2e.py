@@ -7,7 +7,7 @@ bundle that replicates it against the true baseline): the refusal path runs on t
 The vLLM interpreter comes from ``PERFWARDEN_VLLM_PYTHON``, else ``.venv-vllm/bin/python`` in the
 checkout; without one the tests skip, unless ``PERFWARDEN_REQUIRE_VLLM=1`` (CI sets it after installing
 vLLM), where they fail. Servers run eager (``enforce_eager=true``): about a minute to start on 2 cores,
-where compiling takes three to four, and no slower here (measured: README, vLLM section)."""
+where compiling takes three to four, and no slower here (measured: docs/benchmarks.md)."""
 
 from __future__ import annotations
 

@@ -15,7 +15,8 @@ perfwarden's client, so the bench line must agree with the difference of the two
   can be at most the client's (plus clock slack) and at least the client's less the transport the
   client adds (``TRANSPORT_SHARE`` of it, or ``TRANSPORT_ABS_S`` per request, whichever is larger).
   A line whose times were shrunk (a faster candidate) or stretched (a handicapped baseline) leaves this
-  band; honest reps measured here sit well inside it (README, vLLM section).
+  band; honest reps measured here sit well inside it (docs/benchmarks.md, "vLLM and the embedded
+  target").
 - **the window**: the rep's recorded start and end lie between the two samples, so the samples
   witness this rep and not another.
 
@@ -36,7 +37,6 @@ from perfwarden.auditor.evidence import LegEvidence, RunLoader, TextFile, line_e
 from perfwarden.auditor.findings import GateResult, finding
 from perfwarden.auditor.rederive import RepMetrics
 from perfwarden.harness import vllm_metrics
-from perfwarden.harness.jsonl import repeated_key
 from perfwarden.harness.records import EvidenceRef
 
 GATE = "engine_witness"
@@ -101,8 +101,6 @@ def _records(run: Path, tf: TextFile | None, leg: str) -> tuple[dict[int, tuple]
         ref = EvidenceRef(file=str(tf.path.relative_to(run)), line=i, excerpt=text[:120])
         problem = None
         try:
-            if repeated_key(text.encode("utf-8")):
-                raise ValueError("a repeated key")
             record = vllm_metrics.decode_record(text.encode("utf-8"))
             if record.leg != leg:
                 raise ValueError(f"it names leg {record.leg!r}")

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -16,8 +16,9 @@ from perfwarden.auditor import stats
 from perfwarden.auditor.evidence import LegEvidence, line_evidence
 from perfwarden.auditor.findings import Findings, GateResult, finding
 from perfwarden.auditor.rederive import LATENCY_METRICS, METRICS, RepMetrics
+from perfwarden.auditor.sequential import HORIZON_REPS
 from perfwarden.auditor.serverlog import ERROR_PATTERNS, FATAL_PATTERNS  # noqa: F401 - re-exported (moved)
-from perfwarden.harness.records import Claim, Comparison, EvidenceRef, MetricStats, shadows
+from perfwarden.harness.records import Claim, Comparison, EvidenceRef, Finding, MetricStats, shadows
 
 # Tolerance for a line's own aggregates vs our re-derivation. Wider for e2e/TPOT when the file has no
 # per-request latency array (we then rebuild e2e as ttft + sum(itls), ~1% off sglang's own clock).
@@ -28,8 +29,9 @@ HEADLINE_TOLERANCE_PTS = 1.0
 """Claimed headline delta vs re-derived, in percentage points, before it is a mismatch."""
 BUSY_PROCESS_CPU_PCT = 50.0
 """Another process using this much CPU during a rep contends with the measurement."""
-MAX_REPS = 7
-"""Most reps per leg a comparison may use (the power target assumes <= 7)."""
+MAX_REPS = HORIZON_REPS
+"""Most reps per leg a comparison may use: the sequential rule's horizon (design §4), past which no alpha is
+left; an undecided delta that could clear the band by then asks for a re-measure, else it is ejected."""
 DRIFT_FLOOR_PCT = 2.0
 """Smallest drift reported, even when the band is narrower."""
 
@@ -46,7 +48,7 @@ def leg_metric_stats(reps: list[RepMetrics]) -> dict[str, MetricStats]:
         ci = stats.median_ci(values)
         out[metric] = MetricStats(n=len(values), values=values, median=med, min=float(arr.min()),
                                   max=float(arr.max()),
-                                  spread_pct=float((arr.max() - arr.min()) / med * 100.0) if med else math.inf,
+                                  spread_pct=float((arr.max() - arr.min()) / med * 100.0) if med else None,
                                   ci_low=ci[0] if ci else None, ci_high=ci[1] if ci else None)
     return out
 
@@ -594,20 +596,33 @@ def check_interleaving(run: Path, base: LegEvidence, cand: LegEvidence) -> GateR
                 action="remeasure", gate="interleaving")])
         return GateResult(not_checked=["interleaving: rep start times absent (a foreign bench file): A B A B "
                                        "order not verifiable"])
-    order = "".join(tag for _, _, tag in sorted([(r.started_at, i, "B") for i, r in enumerate(base.reps)]
-                                                + [(r.started_at, i, "C") for i, r in enumerate(cand.reps)]))
+    found = order_finding(run, base, cand, _started)
+    return GateResult(findings=[found] if found is not None else [])
+
+
+def _started(rep: RepMetrics) -> float:
+    assert rep.started_at is not None  # check_interleaving orders stamped reps only
+    return rep.started_at
+
+
+def order_finding(run: Path, base: LegEvidence, cand: LegEvidence,
+                  start: Callable[[RepMetrics], float]) -> Finding | None:
+    """NOT_INTERLEAVED when the legs' reps, ordered by ``start`` (one clock for both legs), switch legs at
+    most once: every rep of one leg before every rep of the other."""
+    order = "".join(tag for _, _, tag in sorted([(start(r), i, "B") for i, r in enumerate(base.reps)]
+                                                + [(start(r), i, "C") for i, r in enumerate(cand.reps)]))
     switches = sum(a != b for a, b in zip(order, order[1:]))
-    if switches <= 1:
-        first = min(legs, key=lambda leg: min(r.started_at for r in leg.reps))
-        second = cand if first is base else base
-        return GateResult(findings=[finding(
-            "NOT_INTERLEAVED", "FLAG", f"the legs were measured in separate blocks ({order}: every rep of "
-            f"{first.name!r} before every rep of {second.name!r}), so slow drift of the machine would look like a "
-            "delta; re-measure them interleaved", measured=order, threshold="more than one switch between legs",
-            evidence=[line_evidence(run, max(first.reps, key=lambda r: r.started_at).ref),
-                      line_evidence(run, min(second.reps, key=lambda r: r.started_at).ref)],
-            action="remeasure", gate="interleaving")])
-    return GateResult()
+    if switches > 1:
+        return None
+    first = min((base, cand), key=lambda leg: min(start(r) for r in leg.reps))
+    second = cand if first is base else base
+    return finding(
+        "NOT_INTERLEAVED", "FLAG", f"the legs were measured in separate blocks ({order}: every rep of "
+        f"{first.name!r} before every rep of {second.name!r}), so slow drift of the machine would look like a "
+        "delta; re-measure them interleaved", measured=order, threshold="more than one switch between legs",
+        evidence=[line_evidence(run, max(first.reps, key=start).ref),
+                  line_evidence(run, min(second.reps, key=start).ref)],
+        action="remeasure", gate="interleaving")
 
 
 def check_errors(run: Path, leg: LegEvidence, severity: str, action: str) -> GateResult[int]:

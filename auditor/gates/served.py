@@ -20,14 +20,28 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from perfwarden.auditor.evidence import LegEvidence, Served, line_evidence
+from perfwarden.auditor.evidence import SERVED_TEXT_CHARS, LegEvidence, Served, line_evidence, served_digest
 from perfwarden.auditor.findings import GateResult, finding
 from perfwarden.auditor.gates.correctness import PARITY_MIN_IDENTICAL
 
 
-def consistent(a: str, b: str) -> bool:
-    """Two greedy continuations of one prompt, cut at different points: one is a prefix of the other."""
+def consistent(a: str, b: str | bytes) -> bool:
+    """Two greedy continuations of one prompt, cut at different points: one is a prefix of the other. A
+    served text held only as its digest (past ``SERVED_TEXT_CHARS``) cannot be shown to agree: it does not."""
+    if isinstance(b, bytes):
+        return False
     return a.startswith(b) or b.startswith(a)
+
+
+def same_text(a: str | bytes, b: str | bytes) -> bool:
+    """Whether two legs' served texts are one text, whether each was held or only its digest."""
+    if isinstance(a, str) and isinstance(b, str):
+        return a == b
+    return (served_digest(a) if isinstance(a, str) else a) == (served_digest(b) if isinstance(b, str) else b)
+
+
+def _shown(text: str | bytes) -> str:
+    return repr(text[:40]) if isinstance(text, str) else f"a text past the {SERVED_TEXT_CHARS:,}-character bound"
 
 
 def check_dump_matches_served(run: Path, leg: LegEvidence, served: Served | None) -> GateResult:
@@ -46,7 +60,7 @@ def check_dump_matches_served(run: Path, leg: LegEvidence, served: Served | None
     return GateResult(findings=[finding(
         "PARITY_MISMATCH", "FAIL", f"the parity dump of {leg.name!r} does not match what its server returned: "
         f"{len(bad)}/{len(pairs)} dumped prompts served other text (e.g. {o.prompt_id!r}: dumped "
-        f"{o.text[:40]!r}, served {served.modal(str(o.prompt_id))[:40]!r})", measured=round(agree, 4),
+        f"{o.text[:40]!r}, served {_shown(served.modal(str(o.prompt_id)))})", measured=round(agree, 4),
         threshold=PARITY_MIN_IDENTICAL,
         evidence=[line_evidence(run, ref), line_evidence(run, served.first_ref[str(o.prompt_id)])],
         action="eject", gate="served")])
@@ -58,6 +72,11 @@ def check_served_parity(run: Path, base: LegEvidence, cand: LegEvidence, base_se
     """For a lossless change the candidate's server must have returned the baseline's texts."""
     if (base_served is None) != (cand_served is None):
         missing, other = (base, cand) if base_served is None else (cand, base)
+        if (cand_served or base_served or Served()).positional:
+            # Neither leg names its prompts (one foreign file only by position): nothing to join, nothing
+            # withheld. A leg stripped of its served texts has no parity dump either (check_parity fails it).
+            return GateResult(not_checked=[f"served parity: the bench lines of {missing.name!r} carry no served "
+                                           f"texts by prompt, those of {other.name!r} only by request position"])
         return GateResult(findings=[finding(
             "EVIDENCE_MISSING", "FLAG", f"the bench lines of {missing.name!r} name no prompt_ids while those of "
             f"{other.name!r} do: what {missing.name!r} served cannot be checked against its parity dump or the "
@@ -69,7 +88,7 @@ def check_served_parity(run: Path, base: LegEvidence, cand: LegEvidence, base_se
     common = sorted(set(base_served.texts) & set(cand_served.texts))
     if not common:
         return GateResult(not_checked=["served parity: the legs served no prompt in common"])
-    differ = [pid for pid in common if base_served.modal(pid) != cand_served.modal(pid)]
+    differ = [pid for pid in common if not same_text(base_served.modal(pid), cand_served.modal(pid))]
     same = 1.0 - len(differ) / len(common)
     if not differ:
         return GateResult(value=same)

@@ -25,6 +25,7 @@ from pathlib import Path
 from perfwarden.auditor.evidence import LegEvidence, line_evidence
 from perfwarden.auditor.findings import GateResult, finding
 from perfwarden.auditor.rederive import RepMetrics
+from perfwarden.harness.records import Finding
 
 GATE = "overlap"
 OVERLAP_SLACK_S = 0.001
@@ -53,15 +54,16 @@ def check_overlap(run: Path, legs: list[LegEvidence], concurrent: bool) -> GateR
                 unstamped += 1
             else:
                 stamped.append((*span, leg.name, rep))
-    result = _overlaps(run, stamped)
+    result = overlapping_pairs(run, stamped)
     notes = [f"rep overlap between legs: {unstamped} rep(s) carry no start and end stamps (started_at, "
              "ended_at; foreign files and version-1 lines), so whether they ran at the same time as another leg's "
              "reps is not shown"] if unstamped else []
     return GateResult(findings=result, not_checked=notes)
 
 
-def _overlaps(run: Path, stamped: list[tuple[float, float, str, RepMetrics]]) -> list:
-    """One finding per pair of legs that overlap (the longest overlap cited), sweeping reps by start."""
+def overlapping_pairs(run: Path, stamped: list[tuple[float, float, str, RepMetrics]]) -> list[Finding]:
+    """One finding per pair of legs that overlap (the longest overlap cited), sweeping reps by start; each rep
+    given as (start, end, leg, rep) on one clock."""
     stamped.sort(key=lambda x: (x[0], x[1]))
     worst: dict[tuple[str, str], tuple[float, RepMetrics, RepMetrics]] = {}
     active: list[tuple[float, float, str, RepMetrics]] = []

@@ -25,6 +25,7 @@ from perfwarden.harness.opbench import guard
 from perfwarden.harness.opbench.correctness import Check
 from perfwarden.harness.opbench.digest import parse_spec
 from perfwarden.harness.opbench.worker import PROTOCOL_PREFIX
+from perfwarden.harness.strict_json import StrictJsonError, loads
 
 Device = Literal["cpu", "cuda"]
 
@@ -100,9 +101,9 @@ class WorkerClient:
         for raw in stdout:
             line = raw.decode("utf-8", errors="replace")
             if line.startswith(PROTOCOL_PREFIX):
-                try:
-                    msg = json.loads(line[len(PROTOCOL_PREFIX):])
-                except json.JSONDecodeError:
+                try:  # the confined worker may write anything: strict, and never an exception
+                    msg = loads(line[len(PROTOCOL_PREFIX):], what="a worker message")
+                except StrictJsonError:
                     continue
                 if isinstance(msg, dict):
                     self._answers.put(msg)

@@ -7,22 +7,27 @@ import json
 import sys
 from pathlib import Path
 
+from perfwarden.harness.opbench.backend import Device
 from perfwarden.harness.opbench.inputs import OPS, TOLERANCES, OpBenchError
 from perfwarden.harness.opbench.runner import alternatives_for, run_opbench
 from perfwarden.harness.opbench.summary import summarize
+from perfwarden.harness.safe_read import RECORD_BYTES, read_bytes
+from perfwarden.harness.strict_json import loads
 
 
-def target_device(run_dir: Path) -> str:
+def target_device(run_dir: Path) -> Device:
     """The device the run's target serves on: ``cuda`` when a leg's ``server_info.json`` says so (key
     ``device``, at the top or under ``server_args``), else ``cpu`` (the embedded target's default)."""
     for info_path in sorted(Path(run_dir).glob("legs/*/server_info.json")):
         try:
-            info = json.loads(info_path.read_text(encoding="utf-8"))
+            info = loads(read_bytes(info_path, run_dir, limit=RECORD_BYTES, what="server_info"), what="server_info")
         except (OSError, ValueError):
             continue
         if not isinstance(info, dict):
             continue
-        nested = info.get("server_args") if isinstance(info.get("server_args"), dict) else {}
+        nested = info.get("server_args")
+        if not isinstance(nested, dict):
+            nested = {}
         device = info.get("device", nested.get("device"))
         if isinstance(device, str) and device.startswith("cuda"):
             return "cuda"
@@ -49,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dispatch", default="eager", choices=["eager", "compiled"])
     parser.add_argument("--timeout", type=float, default=60.0)
     args = parser.parse_args(argv)
-    device = args.device or target_device(args.run_dir)
+    device: Device = args.device or target_device(args.run_dir)
     candidates = list(args.candidate)
     if args.catalog:
         candidates += alternatives_for(args.op, device=device)

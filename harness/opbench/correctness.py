@@ -8,6 +8,10 @@ match the reference exactly (same positions, same inf sign, NaN for NaN).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # torch loads where outputs are compared
+    import torch
 
 
 @dataclass
@@ -20,7 +24,7 @@ class Check:
     raised: str | None = None
 
 
-def compare(out: list, ref: list, atol: float, rtol: float) -> Check:
+def compare(out: list[torch.Tensor], ref: list[torch.Tensor], atol: float, rtol: float) -> Check:
     """Compare an implementation's outputs with the reference's (see the module docstring for the metric)."""
     import torch
 

@@ -66,10 +66,10 @@ def spec_file(spec: str) -> Path:
         if not path.is_file():
             raise OpBenchError(f"implementation file {str(path)!r} (from {spec!r}) does not exist")
         return path
-    path = _module_file(target, None)
-    if path is None:
+    found = _module_file(target, None)
+    if found is None:
         raise OpBenchError(f"module {target!r} (from {spec!r}) has no source file")
-    return path
+    return found
 
 
 class _Canon:

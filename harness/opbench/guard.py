@@ -29,9 +29,13 @@ import math
 import os
 import random
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # torch loads in the checks that read tensors
+    import torch
 
 ROOFLINE_MARGIN = 0.5
 """A call faster than half the time the rig needs to move its bytes (a copy of that size) is refused."""
@@ -69,7 +73,9 @@ def probe_shapes(op: str, shapes: Sequence[tuple[int, ...]], secret: bytes) -> l
     out: list[tuple[int, ...]] = []
     for shape in shapes:
         free = [i for i in ({0, 2} if op == "rotary" else set(range(len(shape) - 1)))]
-        for low, high in ((lambda d: d + 1, lambda d: 2 * d + 7), (lambda d: 1, lambda d: d - 1)):
+        bounds: tuple[tuple[Callable[[int], int], Callable[[int], int]], ...] = (
+            (lambda d: d + 1, lambda d: 2 * d + 7), (lambda d: 1, lambda d: d - 1))
+        for low, high in bounds:
             if all(high(shape[i]) < low(shape[i]) for i in free):
                 continue
             cand = tuple(rng.randint(low(d), max(low(d), high(d))) if i in free and high(d) >= low(d) else d
@@ -79,7 +85,7 @@ def probe_shapes(op: str, shapes: Sequence[tuple[int, ...]], secret: bytes) -> l
     return out
 
 
-def unmodified(before: Sequence, after: Sequence, may_modify: frozenset[int]) -> str | None:
+def unmodified(before: Sequence[object], after: Sequence[torch.Tensor], may_modify: frozenset[int]) -> str | None:
     """Why ``after`` (the inputs as the worker saw them after the call) differs from ``before`` in an
     argument the op must not modify, or None."""
     import torch
@@ -179,7 +185,7 @@ finite and the roofline refuses it)."""
 # ----------------------------------------------------------------------------- the rig's roofline
 
 
-def bytes_moved(args: Sequence, outs: Sequence) -> int:
+def bytes_moved(args: Sequence[object], outs: Sequence[object]) -> int:
     """Compulsory traffic of one call: every input read once, every output written once."""
     import torch
 

@@ -10,7 +10,13 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeAlias
+
+if TYPE_CHECKING:  # torch loads in the functions that build tensors (the parent imports this module cheaply)
+    import torch
+
+OpArgs: TypeAlias = "tuple[torch.Tensor | float, ...]"
+"""An op's positional arguments as its signature takes them: tensors, and scalars such as an eps."""
 
 TOLERANCES: dict[str, tuple[float, float]] = {
     # dtype: (atol, rtol), applied as |out - ref| <= max(atol, rtol * |ref|) elementwise.
@@ -40,7 +46,7 @@ def stable_seed(*parts: Any) -> int:
     return int.from_bytes(hashlib.sha256(repr(parts).encode()).digest()[:8], "big") >> 1
 
 
-def _rmsnorm_inputs(shape: tuple[int, ...], dtype, gen) -> tuple:
+def _rmsnorm_inputs(shape: tuple[int, ...], dtype: torch.dtype, gen: torch.Generator) -> OpArgs:
     import torch
 
     x = torch.randn(shape, generator=gen)
@@ -51,7 +57,7 @@ def _rmsnorm_inputs(shape: tuple[int, ...], dtype, gen) -> tuple:
     return (x * scale).to(dtype), weight.to(dtype), SMOLLM2_RMS_EPS
 
 
-def _silu_mul_inputs(shape: tuple[int, ...], dtype, gen) -> tuple:
+def _silu_mul_inputs(shape: tuple[int, ...], dtype: torch.dtype, gen: torch.Generator) -> OpArgs:
     import torch
 
     gate = 2.0 * torch.randn(shape, generator=gen)
@@ -64,7 +70,7 @@ def rotary_kv_heads(heads: int) -> int:
     return heads // 3 if heads % 3 == 0 else heads
 
 
-def _rotary_inputs(shape: tuple[int, ...], dtype, gen) -> tuple:
+def _rotary_inputs(shape: tuple[int, ...], dtype: torch.dtype, gen: torch.Generator) -> OpArgs:
     import torch
 
     batch, heads, seq, dim = shape
@@ -96,7 +102,7 @@ class OpSpec:
     """How to build inputs for one op (the reference function is ``REFERENCE_MODULE.<name>``)."""
 
     name: str
-    make: Callable[[tuple[int, ...], Any, Any], tuple]
+    make: Callable[[tuple[int, ...], torch.dtype, torch.Generator], OpArgs]
     check_shape: Callable[[tuple[int, ...]], str | None]
     shape_doc: str
     may_modify: frozenset[int] = frozenset()
@@ -115,7 +121,7 @@ OPS: dict[str, OpSpec] = {
 }
 
 
-def make_inputs(op: str, shape: Sequence[int], dtype: str, seed: int, device: str = "cpu") -> tuple:
+def make_inputs(op: str, shape: Sequence[int], dtype: str, seed: int, device: str = "cpu") -> OpArgs:
     """The input arguments of ``op`` at ``shape``/``dtype`` for one seed, on ``device`` (the same
     numbers on every device and in every process)."""
     import torch
@@ -137,11 +143,11 @@ def timing_seed(seed: int, shape: Sequence[int], trial: int, index: int) -> int:
     return stable_seed("time", seed, tuple(shape), trial, index)
 
 
-def clone_args(args: tuple) -> tuple:
+def clone_args(args: OpArgs) -> OpArgs:
     return tuple(a.clone() if hasattr(a, "clone") else a for a in args)
 
 
-def as_tensors(out: Any) -> list:
+def as_tensors(out: Any) -> list[torch.Tensor]:
     """An op's output as a list of tensors; anything else breaks the override contract."""
     import torch
 

@@ -9,13 +9,17 @@ from __future__ import annotations
 import statistics
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from perfwarden.harness.opbench import guard
-from perfwarden.harness.opbench.backend import Backend, WorkerFailed, read_output_file
+from perfwarden.harness.opbench.backend import Backend, WorkerClient, WorkerFailed, read_output_file
 from perfwarden.harness.opbench.correctness import Check, compare
-from perfwarden.harness.opbench.inputs import OPS, as_tensors, clone_args, make_inputs, stable_seed
+from perfwarden.harness.opbench.inputs import OPS, OpArgs, as_tensors, clone_args, make_inputs, stable_seed
 from perfwarden.harness.opbench.worker import describe
+
+if TYPE_CHECKING:  # torch loads where tensors are made (the parent starts without it)
+    import torch
 
 SAMPLE_SLACK = 1.5
 """Reading a trial's outputs back may cost a candidate's worker this times the reference's before it is charged."""
@@ -36,7 +40,7 @@ class Bench:
     timeout_s: float
     warmup: int
     iters: int
-    _truths: dict = field(default_factory=dict)
+    _truths: dict[object, list[torch.Tensor]] = field(default_factory=dict)
 
     def check_gen(self, shape: tuple[int, ...], label: object) -> int:
         return guard.secret_seed(self.secret, "check", label, shape)
@@ -44,23 +48,23 @@ class Bench:
     def trial_gen(self, shape: tuple[int, ...], trial: int) -> int:
         return guard.secret_seed(self.secret, "time", shape, trial)
 
-    def inputs(self, shape: tuple[int, ...], gen_seed: int) -> tuple:
+    def inputs(self, shape: tuple[int, ...], gen_seed: int) -> OpArgs:
         return make_inputs(self.op, shape, self.dtype, gen_seed, self.device)
 
-    def cached_truth(self, key: object, args: tuple) -> list:
+    def cached_truth(self, key: object, args: OpArgs) -> list[torch.Tensor]:
         """The reference's outputs of a timed input set (every backend gets the same sets in a trial)."""
         if key not in self._truths:
             self._truths[key] = self.truth(args)
         return self._truths[key]
 
-    def truth(self, args: tuple) -> list:
+    def truth(self, args: OpArgs) -> list[torch.Tensor]:
         import torch
 
         with torch.no_grad():
             return [t.detach().clone() for t in as_tensors(self.ref_fn(*clone_args(args)))]
 
 
-def judge_files(bench: Bench, path, args: tuple, ref: list) -> Check:
+def judge_files(bench: Bench, path: Path, args: OpArgs, ref: list[torch.Tensor]) -> Check:
     """Correctness of one output file a worker wrote (outputs, and the inputs as the call left them)."""
     try:
         saved = read_output_file(path)
@@ -165,7 +169,8 @@ def time_trial(bench: Bench, b: Backend, shape: tuple[int, ...], trial: int, flo
     return TrialFigures(call_ms, graph_ms, wall, run.cpu_ns, sample_cpu, idle.cpu_ns)
 
 
-def charge_deferred_work(bench: Bench, backends: list[Backend], figures: dict) -> None:
+def charge_deferred_work(bench: Bench, backends: list[Backend],
+                         figures: dict[tuple[str, tuple[int, ...], int], TrialFigures]) -> None:
     """Work a candidate does after its run (deferred to a thread, or done while its outputs are read back: a
     lazy tensor, a patched method) is work its clock did not see: the CPU its sandbox spends idle after the
     run and handing outputs back, beyond what the reference's spends on the same trial, is added to its
@@ -192,7 +197,7 @@ def charge_deferred_work(bench: Bench, backends: list[Backend], figures: dict) -
             timed.call_ms = [t + extra_ns / bench.iters / 1e6 for t in timed.call_ms]
 
 
-def _graph(bench: Bench, w, n: int, ipc_ns: int) -> float | None:
+def _graph(bench: Bench, w: WorkerClient, n: int, ipc_ns: int) -> float | None:
     replays = bench.iters  # one flush per replay: the same floor as a run of ``iters`` calls
     ans, wall = w.timed_request({"cmd": "graph_run", "replays": replays, "warmup": bench.warmup}, bench.timeout_s)
     if "raised" in ans:
@@ -257,5 +262,6 @@ def roofline(bench: Bench, backends: list[Backend], shapes: list[tuple[int, ...]
 
 
 def _median_call(b: Backend, shape: tuple[int, ...]) -> float | None:
-    figures = [t.call_ms[0] for (s, _), t in b.times.items() if s == shape and not isinstance(t, str) and t.call_ms]
+    figures: list[float] = [t.call_ms[0] for (s, _), t in b.times.items()
+                            if s == shape and not isinstance(t, str) and t.call_ms]
     return statistics.median(figures) if figures else None

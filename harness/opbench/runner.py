@@ -242,7 +242,7 @@ def _worker_limits(requests: int, threads: int, timeout_s: float, startup_timeou
                           open_files=4096)
 
 
-def _start_workers(backends: list[Backend], job: dict[str, Any], work_root: Path, threads: int, device: str,
+def _start_workers(backends: list[Backend], job: dict[str, Any], work_root: Path, threads: int, device: Device,
                    limits: sandbox.Limits) -> dict[str, Any] | None:
     """One sandboxed worker per available backend, started together (the imports overlap); returns the
     sandbox's confinement as recorded in ``rig.json``."""

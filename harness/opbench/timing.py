@@ -29,6 +29,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from perfwarden.harness.opbench.inputs import OpArgs
+
 L2_FLUSH_BYTES_MIN = 256 << 20
 """Bytes zeroed between timed calls on a GPU: at least 256 MiB (as triton.testing.do_bench), and at
 least twice the device's L2, so nothing of the previous call is still cached."""
@@ -184,8 +186,8 @@ class CudaApi:
         return graph
 
 
-def time_trial(api: DeviceApi, fn: Callable[..., Any], pool: list[tuple], warmup: int,
-               graph_pool: list[tuple] | None = None) -> Timings:
+def time_trial(api: DeviceApi, fn: Callable[..., Any], pool: list[OpArgs], warmup: int,
+               graph_pool: list[OpArgs] | None = None) -> Timings:
     """Time ``fn`` on every input set of ``pool`` once (call by call), then, where the device has
     graphs, on ``graph_pool`` (distinct sets of its own) by graph replay. ``pool`` is consumed: each set
     is released after its call, so nothing is timed twice or kept alive."""
@@ -219,7 +221,7 @@ def time_trial(api: DeviceApi, fn: Callable[..., Any], pool: list[tuple], warmup
     return Timings(call_ms, graph_ms)
 
 
-def _graph_replays(api: DeviceApi, fn: Callable[..., Any], pool: list[tuple], warmup: int) -> list[float]:
+def _graph_replays(api: DeviceApi, fn: Callable[..., Any], pool: list[OpArgs], warmup: int) -> list[float]:
     if len(pool) <= warmup:
         raise ValueError(f"graph pool of {len(pool)} set(s) leaves nothing after {warmup} warm-up set(s)")
     warm, captured = pool[:warmup], pool[warmup:]

@@ -27,10 +27,15 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from perfwarden.harness.opbench.digest import parse_spec
-from perfwarden.harness.opbench.inputs import as_tensors, make_inputs, stable_seed
+from perfwarden.harness.opbench.inputs import OpArgs, as_tensors, make_inputs, stable_seed
+
+if TYPE_CHECKING:  # torch and the device timers load inside the sandbox, once the job is known
+    import torch
+
+    from perfwarden.harness.opbench.timing import Graph
 
 PROTOCOL_PREFIX = "@@opbench "
 REFERENCE_MODULE_NAME = "perfwarden.harness.ops.reference"
@@ -59,7 +64,7 @@ def load_impl(spec: str) -> Callable[..., Any]:
         loader_spec.loader.exec_module(module)
     else:
         module = importlib.import_module(target)
-    fn = getattr(module, name, None)
+    fn: object = getattr(module, name, None)
     if not callable(fn):
         raise AttributeError(f"{target!r} has no callable {name!r}")
     return fn
@@ -83,7 +88,7 @@ def guard_reference(reference_file: str | None) -> list[str]:
         return (ref_dir is not None and os.path.dirname(real) == os.path.join(ref_dir, "__pycache__")
                 and os.path.basename(real).startswith("reference."))
 
-    def hook(event: str, args: tuple) -> None:
+    def hook(event: str, args: tuple[object, ...]) -> None:
         if event == "import" and args and args[0] == REFERENCE_MODULE_NAME:
             reached.append(f"imported {REFERENCE_MODULE_NAME}")
             raise ImportError("the reference is out of a candidate's reach (op bench)")
@@ -107,7 +112,7 @@ class Trial:
         self.sets = [make_inputs(op, shape, dtype, stable_seed("set", gen_seed, i), device) for i in range(n)]
         self.outs: list[Any] = [None] * n
         self.next = 0
-        self.graph = None
+        self.graph: Graph | None = None
         self.graph_outs: list[Any] = []
 
 
@@ -116,7 +121,7 @@ _SAVE: list[Callable[..., Any]] = []
 it does while saving is charged to the candidate's clock: ``phases.charge_deferred_work``)."""
 
 
-def _save(path: str, outs: list, args: tuple) -> None:
+def _save(path: str, outs: list[torch.Tensor], args: OpArgs) -> None:
     import torch
 
     tensors = [t.detach().contiguous().cpu() for t in outs]
@@ -178,7 +183,8 @@ class Session:
             return self._graph_run(trial, req)
         return {"raised": f"unknown command {cmd!r}"}
 
-    def _run(self, sets: list, fn: Callable[..., Any], start: int, end: int, outs: list) -> dict[str, Any]:
+    def _run(self, sets: list[OpArgs], fn: Callable[..., Any], start: int, end: int,
+             outs: list[Any]) -> dict[str, Any]:
         """Calls ``start..end`` (the timed path; the same code for the floor, with an op that does nothing)."""
         import torch
 

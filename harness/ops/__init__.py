@@ -89,6 +89,7 @@ def parse_spec(spec: str) -> tuple[str, str]:
 def load_function(spec: str, base_dir: Path | None = None) -> tuple[Callable[..., Any], str, str | None]:
     """Load the function a spec names; returns ``(fn, source, sha256 or None)``."""
     target, name = parse_spec(spec)
+    digest: str | None
     if target.endswith(".py") or "/" in target:
         path = Path(target)
         if not path.is_absolute():
@@ -107,7 +108,7 @@ def load_function(spec: str, base_dir: Path | None = None) -> tuple[Callable[...
             loader_spec.loader.exec_module(module)
         except Exception as exc:
             raise OverrideError(f"override file {str(path)!r} failed to import: {type(exc).__name__}: {exc}") from exc
-        source: str = str(path)
+        source = str(path)
     else:
         try:
             module = importlib.import_module(target)
@@ -122,7 +123,8 @@ def load_function(spec: str, base_dir: Path | None = None) -> tuple[Callable[...
     return fn, source, digest
 
 
-def _counted(fn: Callable[..., Any], counter: CallCounter, on_first: Callable[[], None] | None):
+def _counted(fn: Callable[..., Any], counter: CallCounter,
+             on_first: Callable[[], None] | None) -> Callable[..., Any]:
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         if counter.bump() == 1 and on_first is not None:
             on_first()
@@ -140,7 +142,7 @@ def _patch_rmsnorm(model: Any, fn: Callable[..., Any]) -> tuple[int, Callable[[]
             if eps is None:
                 continue
 
-            def forward(hidden_states, _m=module, _eps=eps):
+            def forward(hidden_states: Any, _m: Any = module, _eps: Any = eps) -> Any:
                 return fn(hidden_states, _m.weight, _eps)
 
             module.forward = forward
@@ -161,7 +163,7 @@ def _patch_silu_mul(model: Any, fn: Callable[..., Any]) -> tuple[int, Callable[[
     for module in model.modules():
         if all(hasattr(module, a) for a in ("gate_proj", "up_proj", "down_proj", "act_fn")):
 
-            def forward(x, _m=module):
+            def forward(x: Any, _m: Any = module) -> Any:
                 return _m.down_proj(fn(_m.gate_proj(x), _m.up_proj(x)))
 
             module.forward = forward

@@ -11,7 +11,6 @@ hides the whole trail.
 from __future__ import annotations
 
 import heapq
-import json
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,9 +21,11 @@ from pydantic import ValidationError
 from perfwarden.auditor import acceptance, banking
 from perfwarden.harness.jsonl import LineIssue, iter_raw_lines
 from perfwarden.harness.records import Claim, RunManifest, Verdict, shown_verdict
-from perfwarden.harness.safe_read import (MAX_DEPTH, MESSAGE_CHARS, RECORD_BYTES, VERDICT_BYTES, check_regular,
-                                          exists, long_string, read_bytes, too_deep)
+from perfwarden.harness.safe_read import (MESSAGE_CHARS, RECORD_BYTES, VERDICT_BYTES, check_regular, exists,
+                                          long_string, read_bytes)
+from perfwarden.harness.strict_json import StrictJsonError, loads
 from perfwarden.agents.base import BankedChange
+from perfwarden.harness.objective import OBJECTIVE_FILE, RunObjective
 from perfwarden.harness.verdict_summary import Acceptance
 from perfwarden.orchestrator.report_record import FinalKnob, ReportError, ReportRecord, read_report
 
@@ -232,6 +233,8 @@ class RunReview:
     entries: list[VerdictEntry]
     """The verdicts held whole, in seq order: all of them, or the ``KEEP`` most severe of a longer trail."""
     manifest: RunManifest | None = None
+    objective: RunObjective | None = None
+    """What the run optimized, as it sealed it (``objective.json``; None: the run recorded none)."""
     audited_now: bool = False
     """True when the run had no saved verdicts and its claims were audited for this review."""
     report_banked: list[BankedChange] | None = None
@@ -313,15 +316,13 @@ def read_verdict(path: Path, root: Path | None = None) -> Verdict:
     ``VERDICT_BYTES``, no string over ``MESSAGE_CHARS``); any problem is a ``ReviewError`` naming it."""
     try:
         raw = read_bytes(path, root, limit=VERDICT_BYTES, what="verdict")
-        obj = json.loads(raw, parse_constant=_reject)
+        obj = loads(raw, what=f"verdict {str(path)!r}")
     except OSError as exc:
         raise ReviewError(f"cannot read verdict {str(path)!r}: {exc}") from None
-    except (ValueError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError
-        raise ReviewError(f"verdict {str(path)!r} is not valid JSON: {exc}") from None
+    except StrictJsonError as exc:
+        raise ReviewError(str(exc)) from None
     # A review reads thousands of verdicts: the walk for long strings is skipped when it cannot find
     # one (no string is longer in characters than the whole file is in bytes).
-    if too_deep(obj):
-        raise ReviewError(f"verdict {str(path)!r} nests deeper than {MAX_DEPTH} levels")
     too_long = long_string(obj, MESSAGE_CHARS) if len(raw) > MESSAGE_CHARS else None
     if too_long is not None:
         raise ReviewError(f"verdict {str(path)!r}: the string at {too_long[0]!r} is {too_long[1]:,} characters, "
@@ -332,10 +333,6 @@ def read_verdict(path: Path, root: Path | None = None) -> Verdict:
         err = exc.errors()[0]
         where = ".".join(map(str, err["loc"])) or "the top level"
         raise ReviewError(f"verdict {str(path)!r} is invalid: {err['msg']} at {where!r}") from None
-
-
-def _reject(name: str) -> Any:
-    raise ValueError(f"non-finite constant {name!r}")
 
 
 def read_claim(root: Path, rel: str) -> tuple[Claim | None, str | None]:
@@ -422,11 +419,27 @@ def read_manifest(root: Path, notes: list[str]) -> RunManifest | None:
     if not exists(path):
         return None
     try:
-        return RunManifest.model_validate_json(read_bytes(path, root, limit=RECORD_BYTES, what="run.json"))
-    except OSError as exc:
+        return RunManifest.model_validate(loads(read_bytes(path, root, limit=RECORD_BYTES, what="run.json"),
+                                                what="run.json"))
+    except (OSError, StrictJsonError) as exc:
         notes.append(f"run.json is unreadable ({exc}); the run is named by its directory")
-    except (UnicodeDecodeError, ValidationError) as exc:
+    except ValidationError as exc:
         notes.append(f"run.json is unreadable ({type(exc).__name__}); the run is named by its directory")
+    return None
+
+
+def read_objective(root: Path, notes: list[str]) -> RunObjective | None:
+    """``objective.json``: what the run optimized and its goodput SLO (None when absent or unreadable, which
+    the notes say: a review never guesses an SLO)."""
+    path = root / OBJECTIVE_FILE
+    if not exists(path):
+        return None
+    try:
+        return RunObjective.model_validate_json(read_bytes(path, root, limit=RECORD_BYTES, what=OBJECTIVE_FILE))
+    except OSError as exc:
+        notes.append(f"{OBJECTIVE_FILE} is unreadable ({exc}); the run's objective is not shown")
+    except (UnicodeDecodeError, ValidationError) as exc:
+        notes.append(f"{OBJECTIVE_FILE} is not a run objective ({type(exc).__name__}); the run's objective is not shown")
     return None
 
 
@@ -444,7 +457,7 @@ def read_run_report(root: Path) -> ReportRecord | None:
 
 
 def recorded_decisions(report: ReportRecord | None) -> dict[str, Acceptance]:
-    """Verdict file -> the run's decision on it, as report.json records it (a report of version 3 or
+    """Verdict file -> the run's decision on it, as report.json records it (a report of version 4 or
     older recorded none)."""
     if report is None:
         return {}
@@ -467,11 +480,11 @@ def read_events(root: Path, notes: list[str], limit: int = 2000) -> list[dict[st
                 notes.append(f"events.jsonl: only the first {limit} steps are shown")
                 break
             try:
-                obj = json.loads(raw)
-            except (ValueError, RecursionError):
+                obj = loads(raw, what="an events.jsonl line")
+            except StrictJsonError:
                 bad += 1
                 continue
-            if isinstance(obj, dict) and not too_deep(obj):
+            if isinstance(obj, dict):
                 events.append(obj)
             else:
                 bad += 1
@@ -519,7 +532,8 @@ def load_review(path: Path, audit_if_needed: bool = True) -> RunReview:
             summary.add(entry)
         summary.finish()
     notes += summary.disagreements
-    return RunReview(root=root, entries=entries, manifest=read_manifest(root, notes), audited_now=audited_now,
+    return RunReview(root=root, entries=entries, manifest=read_manifest(root, notes),
+                     objective=read_objective(root, notes), audited_now=audited_now,
                      report_banked=report.banked if report else None,
                      report_final=report.final_configuration if report else None, notes=notes,
                      events=read_events(root, notes), label=str(path), summary=summary)
@@ -533,9 +547,10 @@ def read_server_info(root: Path, leg: str) -> tuple[dict[str, Any] | None, str |
     if not exists(path):
         return None, f"legs/{leg}/server_info.json is missing"
     try:
-        obj = json.loads(read_bytes(path, root, limit=RECORD_BYTES, what=f"legs/{leg}/server_info.json"))
-    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
+        obj = loads(read_bytes(path, root, limit=RECORD_BYTES, what=f"legs/{leg}/server_info.json"),
+                    what=f"legs/{leg}/server_info.json")
+    except (OSError, StrictJsonError) as exc:
         return None, f"legs/{leg}/server_info.json is unreadable: {exc}"
-    if not isinstance(obj, dict) or too_deep(obj):
-        return None, f"legs/{leg}/server_info.json is not a JSON object of at most {MAX_DEPTH} levels"
+    if not isinstance(obj, dict):
+        return None, f"legs/{leg}/server_info.json is not a JSON object"
     return obj, None

@@ -327,7 +327,8 @@ def stats_table(entry: VerdictEntry) -> str:
                 continue
             ci = "-" if s.ci_low is None else f"{s.ci_low:.6g} .. {s.ci_high:.6g}"
             rows.append([td(leg), td(metric), td(s.n, True), td(f"{s.median:.6g}", True), td(f"{s.min:.6g}", True),
-                         td(f"{s.max:.6g}", True), td(f"{s.spread_pct:.2f}%", True), td(ci, True)])
+                         td(f"{s.max:.6g}", True),
+                         td(f"{s.spread_pct:.2f}%" if s.spread_pct is not None else "-", True), td(ci, True)])
     if not rows:
         return ""
     return table(["leg", "metric", "reps", "median", "min", "max", "spread", "95% CI of median"], rows)
@@ -511,6 +512,8 @@ def header_html(review: RunReview, title: str) -> str:
     sub = [f"run <b>{esc(review.run_id)}</b>"]
     if m is not None:
         sub.append(f"model {esc(m.model)} · target {esc(m.target)}")
+    if review.objective is not None:
+        sub.append(f"objective {esc(review.objective.describe())}")
     sub.append(" · ".join(f"{counts[k]} {k}" for k in ("PASS", "FLAG", "FAIL") if counts[k]))
     return (f'<header class="top"><h1>{esc(title)}</h1><div class="sub">{" · ".join(sub)}</div>'
             f'<div class="sub"><code>{esc(review.root)}</code></div></header>')

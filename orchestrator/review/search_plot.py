@@ -7,12 +7,12 @@ drawn, anything else in a row drops the row, and at most ``MAX_ROWS`` rows are d
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 from typing import Any
 
-from perfwarden.harness.safe_read import VERDICT_BYTES, read_bytes, too_deep
+from perfwarden.harness.safe_read import VERDICT_BYTES, read_bytes
+from perfwarden.harness.strict_json import StrictJsonError, loads
 
 MAX_ROWS = 1000
 
@@ -41,10 +41,10 @@ def read_rows(root: Path) -> list[tuple[float | None, bool, float]]:
     """The history rows of ``root/report.json`` (empty when it has none or cannot be read)."""
     path = Path(root) / "report.json"
     try:
-        obj = json.loads(read_bytes(path, root, limit=VERDICT_BYTES, what="report.json"))
-    except (OSError, UnicodeDecodeError, ValueError, RecursionError):
+        obj = loads(read_bytes(path, root, limit=VERDICT_BYTES, what="report.json"), what="report.json")
+    except (OSError, StrictJsonError):
         return []
-    if too_deep(obj) or not isinstance(obj, dict):
+    if not isinstance(obj, dict):
         return []
     return clean_rows(obj.get("search_history"))
 

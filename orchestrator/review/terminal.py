@@ -98,6 +98,8 @@ def header(review: RunReview) -> Group:
     source = "claims audited now" if review.audited_now else "verdicts/*.json"
     lines: list[RenderableType] = [title, t(str(review.root)),
                                    t(f"{review.summary.total} verdict(s) from {source}: {summary}")]
+    if review.objective is not None:
+        lines.append(t(f"objective: {review.objective.describe()} (sealed at the run's start)"))
     if review.audited_now:
         lines.append(t(("The run has no saved verdict: its claims were audited now and nothing was "
                         "written. Keep them with `perfwarden audit RUN --claim CLAIM --save`.", "yellow")))

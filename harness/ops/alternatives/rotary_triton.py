@@ -14,8 +14,10 @@ import triton
 import triton.language as tl
 
 
-@triton.jit
-def _rotary_rows(q_ptr, k_ptr, cos_ptr, sin_ptr, qo_ptr, ko_ptr,
+# Triton reads a kernel's parameter annotations when it compiles (tl.constexpr, specialization hints):
+# the parameters stay unannotated, so the decorated kernel is untyped to mypy.
+@triton.jit  # type: ignore[untyped-decorator]
+def _rotary_rows(q_ptr, k_ptr, cos_ptr, sin_ptr, qo_ptr, ko_ptr,  # type: ignore[no-untyped-def]
                  n_q_heads, n_k_heads, seq,
                  q_sb, q_sh, q_ss, k_sb, k_sh, k_ss, c_sb, c_ss,
                  HALF: tl.constexpr, BLOCK: tl.constexpr):
