@@ -75,6 +75,20 @@ def test_a_version_3_report_reads_as_the_throughput_run_it_was():
                                                                                            "output_throughput", None)
 
 
+def test_a_version_4_report_reads_with_no_acceptance_decision_recorded():
+    """Version 4 (the run's objective) recorded no acceptance decision on its summaries: they read with none,
+    never with one guessed from the label."""
+    summary = VerdictSummary(seq=1, scope="baseline", verdict="FLAG", action="remeasure",
+                             path="verdicts/001-baseline.json", claim="claims/001-baseline.json",
+                             seal="sealed").model_dump(mode="json")
+    del summary["acceptance"]
+    objective = {"objective": "throughput", "metric": "output_throughput", "higher_is_better": True, "slo": None}
+    old = {**unversioned_report([]), "report_version": 4, "objective": objective, "verdicts": [summary]}
+    record = parse_report(old)
+    assert record.report_version == REPORT_VERSION and record.objective.metric == "output_throughput"
+    assert [v.acceptance for v in record.verdicts] == [None]
+
+
 @pytest.mark.parametrize("change,message", [
     ({"report_version": 6}, "newer than the 5"),
     ({"report_version": "two"}, "not a version number"),
