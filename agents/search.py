@@ -40,9 +40,10 @@ import optuna
 from optuna.distributions import BaseDistribution, CategoricalDistribution, IntDistribution
 from optuna.trial import TrialState
 
-from perfwarden.agents.base import BankedChange, Proposal, VerdictSummary
+from perfwarden.agents.base import BankedChange, Proposal
 from perfwarden.harness.target_config import TargetConfig
 from perfwarden.harness import run_lock
+from perfwarden.harness.verdict_summary import VerdictSummary
 
 STUDY_NAME = "perfwarden-config-search"
 SamplerName = Literal["tpe", "random", "grid", "coordinate"]

@@ -1,7 +1,7 @@
 """MLPerf run checks: validity, LoadGen errors, duplicate keys, summary vs detail, same benchmark,
 two different runs, LoadGen version.
 
-Split out of ``mlperf.py`` by concern (no behaviour change); ``mlperf`` re-exports every name.
+``mlperf.py`` composes these rules into one audit.
 """
 
 from __future__ import annotations
