@@ -1,4 +1,4 @@
-"""The config-tuner's search as an Optuna study (issue 20).
+"""The config-tuner's search as an Optuna study.
 
 The target's config model is the search space: each knob searched takes its allowed values (the true
 baseline's value included), an ordinal knob as a rung index so the sampler can exploit the order. What

@@ -119,7 +119,7 @@ def _require(a: Audit, role: str, name: str | None) -> bool:
 
 def _aa_legs(a: Audit, base: LegEvidence) -> list[LegEvidence]:
     """Same-config evidence: the declared A/A legs and every uncited leg measured with the baseline's
-    configuration and load (issue 17 §5; they widen the noise band, never narrow it)."""
+    configuration and load (they widen the noise band, never narrow it)."""
     declared = [leg for leg in (a.leg(n) for n in a.claim.legs.aa) if leg is not None and leg.reps]
     legs = a.claim.legs
     cited = {n for n in (legs.baseline, legs.candidate, legs.validation, legs.caching_audit, legs.caching_control,

@@ -53,7 +53,7 @@ STANDARD_ARRAYS = {"itls": "ITL metrics (and e2e/TPOT when there is no 'latencie
                     "input_lens": "total throughput and prefix-cache hit rates"}
 # Per-request arrays perfwarden's harness writes on every line (schema_version set): a harness line
 # without one lost it after writing, and the checks it feeds (each latency against its TTFT and gaps, the
-# request timeline inside the rep) would silently not be made (found by the field explorer, issue 17 §9).
+# request timeline inside the rep) would silently not be made (found by the red team's field explorer).
 HARNESS_ARRAYS = {"latencies": "each request's latency against its TTFT and gaps, and e2e/TPOT as measured",
                    "request_starts": "the request timeline inside the rep's duration"}
 
@@ -536,7 +536,7 @@ class RunLoader:
         return reps
 
     def _refuse_wrong_types(self, model: type, obj: dict, what: str, tf: TextFile | None) -> bool:
-        """A harness record holding a field of another JSON type than its schema's is corrupt (issue 17 §1):
+        """A harness record holding a field of another JSON type than its schema's is corrupt:
         pydantic would coerce ``"0.5"`` to a number and ``1`` to ``True``, so two readers would disagree."""
         wrong = wrong_types(model, obj)
         if wrong:

@@ -60,7 +60,7 @@ What is re-derived (``official`` = what the MLCommons scripts do):
   by LoadGen's ``Test05 flag detected`` warning), the reference none. The test type is detected
   from the compliance detail log (then its summary); ``--test`` overrides, and a compliance run
   whose settings are another test's, several tests', or none is FAIL.
-- **Every other setting equals the reference's** (``mlperf_settings``, issue 17 §6): apart from the
+- **Every other setting equals the reference's** (``mlperf_settings``): apart from the
   test's own audit settings, a LoadGen setting of the compliance run that differs from the
   reference's is FAIL (``CONDITIONS_DIFFER``, naming it) -- run length shorter, samples per query,
   loaded sample count (FLAG for TEST04, which issues one sample), issue machinery, any unknown key;
@@ -345,7 +345,7 @@ def audit(reference: Path | str, compliance: Path | str, test: str | None = None
 def report_json(verdict: Verdict) -> dict[str, Any]:
     """``audit-mlperf --json``: the verdict, the re-derived numbers flat beside it, findings, what was not
     checked, the inputs' digests. LoadGen's logs are foreign files no perfwarden seal covers: always
-    ``unsealed`` (shown ``PASS (unsealed)``; judged all the same, issue 17 §8)."""
+    ``unsealed`` (shown ``PASS (unsealed)``; judged all the same)."""
     numbers = (verdict.mlperf or MlperfCompliance()).model_dump(mode="json")
     return {"verdict": verdict.verdict, **numbers, **_tail(verdict.findings, verdict.not_checked,
                                                           verdict.input_digests, verdict.seal)}

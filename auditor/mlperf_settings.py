@@ -1,4 +1,4 @@
-"""A compliance run's LoadGen settings against its reference run's (issue 17 §6).
+"""A compliance run's LoadGen settings against its reference run's.
 
 Apart from the test's own audit settings, every setting of the compliance run must equal the
 reference run's. The registry below classifies every ``effective_*``/``requested_*`` key LoadGen logs;

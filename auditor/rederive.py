@@ -9,7 +9,7 @@ Per-request e2e latency is ``latencies`` when the file has it (perfwarden adds i
 at the last token, which is when sglang stops its clock too. TPOT per request is
 ``(e2e - ttft) / (output_len - 1)`` for requests with more than one output token, as in sglang.
 
-A rep is also checked for internal consistency while it streams past (issue 13 §2, issue 12 §3), in
+A rep is also checked for internal consistency while it streams past, in
 constant memory beyond the rep itself and with numpy over its arrays: every time finite, non-negative
 and bounded by its container (a TTFT or a latency inside the rep's duration, the rep's request
 timeline -- first start to last end -- inside its duration, a latency at least its TTFT plus its
@@ -87,7 +87,7 @@ COUNT_FIELDS = ("completed", "total_output_tokens", "total_input_tokens")
 WORKLOAD_FIELDS = ("backend", "dataset_name", "request_rate", "max_concurrency", "scenario")
 RAW_WORKLOAD_FIELDS = ("request_params", "loadgen", "random_input_len", "random_output_len", "random_range_ratio",
                        "sharegpt_output_len", "dataset_path")
-"""Fields of a bench line that define the load a rep ran (issue 13 §1); ``loadgen`` contributes only
+"""Fields of a bench line that define the load a rep ran; ``loadgen`` contributes only
 its ``settings`` (its folder and wall time are per rep)."""
 
 

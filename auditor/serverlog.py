@@ -18,7 +18,7 @@ Besides the conditions, every other thing a gate looks for in a server log is de
 mechanisms that ran, acceptance counts, crash lines, usage peaks, an op's engagement), because
 :func:`scan_server_log` reads a log once for all of them: a 256 MiB log is streamed in 1 MiB pieces,
 only the lines that hold a pattern's literals (its ``Guard``) are looked at, and what is kept is bounded by the
-``MAX_*`` constants below -- never the log's lines (the gates used to re-scan them each, 341 s for
+``MAX_*`` constants below -- never the log's lines (a re-scan per gate took 341 s for
 250 MB). A piece with many such lines is read one gate's concern at a time, each pattern run once over
 the piece's text (``batch_lines.py``), not once per line: a flood of millions of look-alike lines costs
 little beyond what the bounds keep. Gates consume the :class:`ServerLog` record.

@@ -1,13 +1,13 @@
 """Line-oriented raw files: strict, streaming readers and the line schemas.
 
-Rules every reader here follows (design §2, issue 2):
+Rules every reader here follows (design §2):
 - only newline-terminated lines count as written; a torn last line is reported, never parsed;
 - a line that does not decode is reported with its number, never skipped silently;
 - every record carries a ``LineRef`` (file, 1-based line, byte offset, length) so a finding can cite
   the exact raw line and its sha256 later without hashing every line up front.
 
 The schemas are msgspec Structs so that the hot path (``bench_runs.jsonl`` with per-request arrays)
-decodes straight into typed columns. The schemas are strict (issue 17): a field a schema does not have,
+decodes straight into typed columns. The schemas are strict: a field a schema does not have,
 a field of the wrong type or a repeated key is a corrupt line -- except that a *foreign* bench line (no
 ``schema_version``: a real sglang/vLLM file audited as-is) may carry fields perfwarden does not read;
 they are reported (``LineIssue`` kind ``foreign_fields``), never silently skipped. A repeated key is
@@ -489,7 +489,7 @@ class BenchRunLine(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     input_lens_source: list[str] | None = None
     output_lens_source: list[str] | None = None
     finish_reasons: list[str | None] | None = None
-    # Workload descriptors (issue 13 §1). perfwarden's LoadGen client writes the first five; the
+    # Workload descriptors. perfwarden's LoadGen client writes the first five; the
     # rest are sglang bench_serving's own. Nested ones stay raw JSON (decoded behind a depth limit).
     issued: int | None = None
     """Samples LoadGen issued in this rep: one per-request entry each."""

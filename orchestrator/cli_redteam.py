@@ -91,11 +91,11 @@ def redteam(
 
 
 EXPLORE_EDITS = 10_000
-"""The field explorer's default budget of distinct edits (issue 17 §9)."""
+"""The field explorer's default budget of distinct edits."""
 
 
 FORGERIES = 10_000
-"""The coherent-forgery explorer's default budget of distinct forgeries (issue 27 §5)."""
+"""The coherent-forgery explorer's default budget of distinct forgeries."""
 
 
 def _forge(forgeries: int, workers: int, out: Path) -> dict:
@@ -110,7 +110,7 @@ def _forge(forgeries: int, workers: int, out: Path) -> dict:
 
 
 def _explore_and_ops(edits: int, workers: int, ops: bool, seed: int, out: Path) -> dict:
-    """The field explorer's and the op catalogue's reports (issue 17 §9), each under its own key."""
+    """The field explorer's and the op catalogue's reports, each under its own key."""
     from perfwarden.redteam import field_explorer, field_explorer_run
 
     data: dict = {}

@@ -1,7 +1,7 @@
 """``report.json`` as a typed, versioned record: what ``orchestrator/report.py`` writes and the review reads.
 
-The review used to guess the report's shape from its keys (a banked entry could be a string or an object
-with any of five keys). Now the file is a ``ReportRecord`` with a ``report_version``, and a reader brings
+A reader that guessed the report's shape from its keys would misread it (a banked entry could be a string
+or an object with any of five keys), so the file is a ``ReportRecord`` with a ``report_version``, and a reader brings
 an older one forward through the same migration chain as the harness records (``records.migrate``):
 
 - version 1: the unversioned report written before (no ``report_version`` key): the same fields as

@@ -1,4 +1,4 @@
-"""MLPerf compliance attack fixtures (issue 17 §6): doctored compliance runs, and near misses.
+"""MLPerf compliance attack fixtures: doctored compliance runs, and near misses.
 
 Each case copies a published (reference, compliance) pair whose official and expected verdict is PASS
 and edits LoadGen settings of the compliance run the way a submitter would have to: every copy of a

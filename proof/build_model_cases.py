@@ -1,4 +1,4 @@
-"""Fixtures of the evidence model (issue 27): coherent forgeries of a real sealed run, and near misses.
+"""Fixtures of the evidence model: coherent forgeries of a real sealed run, and near misses.
 
 Every case edits a copy of ``seal-rec-clean`` (a real A/B on the embedded target, LoadGen Offline, sealed)
 the way a forger who holds the run's key would -- every file changed consistently, then the seal chain

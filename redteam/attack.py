@@ -237,7 +237,7 @@ class Family:
 
     name: str
     rule: str
-    """Which rule or property it attacks (``issue 9 rule 5``, ``evidence: conditions`` …)."""
+    """Which rule or property it attacks (``judgement: truthful disclosure``, ``evidence: conditions`` …)."""
     apply: FamilyFn
     combinable: bool = True
     touches: frozenset[str] = frozenset()

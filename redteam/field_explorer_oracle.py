@@ -1,4 +1,4 @@
-"""The field explorer's semantic oracle and its own arithmetic (issue 17 §9).
+"""The field explorer's semantic oracle and its own arithmetic.
 
 The oracle decides, from a run's files alone and with the red team's own arithmetic (never the auditor's
 code), whether an edit changed something the auditor judges:

@@ -1,4 +1,4 @@
-"""The coherent-forgery explorer (issue 27 §5): forgeries made from the evidence model, not one edit at a time.
+"""The coherent-forgery explorer: forgeries made from the evidence model, not one edit at a time.
 
 A forger who holds the run's key does not change one field: it moves a measurement together with the
 records that witness it, states a changed condition everywhere it can, moves whole records between legs,

@@ -206,7 +206,7 @@ def _check_jsonl(data: bytes, schema: type) -> None:
         obj = strict_json(line)
         if not isinstance(obj, dict):
             raise Damage(f"line {number} is not an object")
-        # A foreign bench line (no schema_version) may carry fields perfwarden does not read (issue 17).
+        # A foreign bench line (no schema_version) may carry fields perfwarden does not read.
         kind = jsonl_formats.FOREIGN_SCHEMAS.get(schema, schema) if obj.get("schema_version") is None else schema
         try:  # decoded from the line itself: a schema's raw-JSON fields (msgspec.Raw) cannot be converted
             msgspec.json.decode(line, type=kind)

@@ -48,7 +48,7 @@ class Mutation:
     must_include: tuple[str, ...]
     must_exclude: tuple[str, ...] = ()
     family: str = "judgement"
-    """The property the mutation attacks (issue 13's numbering where it has one)."""
+    """The property the mutation attacks (``workload``, ``consistency``, ``seal`` …; else ``judgement``)."""
     applies: Callable[[Path, Claim], bool] = lambda run, claim: True
     """Whether the mutation makes sense on this fixture (e.g. it needs a leg the harness marked failed)."""
 

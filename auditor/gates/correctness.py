@@ -168,7 +168,7 @@ def check_quality(run: Path, claim: Claim, records: QualityRecords, base_name: s
     The comparison must be the harness's own: the candidate's record names the compared baseline leg as
     its baseline, that leg has its own record of the same eval on the same item set, and the baseline
     score the candidate record quotes is that record's score. An eval graded against the candidate
-    itself, another leg or another item set compares nothing, so it counts as missing (issue 9 rule 3)."""
+    itself, another leg or another item set compares nothing, so it counts as missing."""
     if not lossy:
         return GateResult()
     severity = "FAIL" if claim.mechanism.support == "supported" else "FLAG"

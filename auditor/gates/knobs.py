@@ -1,4 +1,4 @@
-"""Unknown knobs fail closed (issue 9 rule 1).
+"""Unknown knobs fail closed.
 
 A changed ``server_info`` key that ``levers.json`` does not know is *unclassified*: the producer's word
 about its class or losslessness counts for nothing. Its change must show exact greedy parity or pass a

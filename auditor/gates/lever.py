@@ -1,7 +1,7 @@
 """Lever class (A: kernel/implementation, B: orthogonal serving lever), engagement, and raw signals.
 
 The class is judged from the server_info diff *and* from raw signals, because a diff can hide a lever
-(e.g. speculative decoding switched on by a default) while the raw cannot (issue 9 rule 2): a non-null
+(e.g. speculative decoding switched on by a default) while the raw cannot: a non-null
 ``accept_length``, a speculative method's engagement or acceptance lines in ``server.log`` (the embedded
 target's ``ENGAGED prompt_lookup``/``prompt_lookup rid=…`` lines, sglang's ``accept len:`` decode lines,
 vLLM's ``SpecDecoding metrics:``), a response cache's engagement or hits, a kernel override's

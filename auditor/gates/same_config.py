@@ -1,4 +1,4 @@
-"""Same-config legs: A/A evidence the claim did not choose (issue 17 §5).
+"""Same-config legs: A/A evidence the claim did not choose.
 
 A producer picks which legs a claim cites. Every other leg of the run that was measured with the
 baseline's configuration and load is a re-measurement of the baseline, whether the claim cites it or
