@@ -12,8 +12,8 @@ from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from perfwarden.harness.records import (Action, Claim, LegWitnesses, LeverClass, Mechanism, Scope, Seal, Severity,
-                                        Verdict, VerdictLabel, shown_verdict)
+from perfwarden.harness.records import Claim, LeverClass, Mechanism
+from perfwarden.harness.verdict_summary import VerdictSummary
 
 ProposalKind = Literal["config", "kernel"]
 ProposalStatus = Literal["pending", "benchmarked", "measuring", "banked", "rejected", "skipped"]
@@ -131,101 +131,6 @@ class FixDecision(BaseModel):
     """New lever class when reclassifying."""
     headline_kind: Literal["e2e", "kernel", "isolated"] | None = None
     """New headline kind when reclassifying."""
-
-
-class FindingSummary(BaseModel):
-    """One finding as the graph and the producers see it (the verdict file holds the full record)."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    code: str
-    """Stable finding code."""
-    severity: Severity
-    """INFO, FLAG or FAIL."""
-    message: str
-    """One line for humans (never parsed: decisions read ``code`` and ``measured``)."""
-    measured: Any = None
-    """The re-derived value."""
-    action: Action | None = None
-    """What this finding asks for (None: its severity's default)."""
-    gate: str = ""
-    """The gate that raised it (one code can come from gates that judge different things)."""
-
-
-class VerdictSummary(BaseModel):
-    """What the graph carries of one verdict: routing and producers read these typed fields."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    seq: int
-    """Sequence number of the claim answered."""
-    scope: Scope
-    """Scope audited."""
-    verdict: VerdictLabel
-    """PASS, FLAG or FAIL."""
-    action: Action
-    """What should happen to the claim: the most decisive of ``actions``."""
-    actions: list[Action] = Field(default_factory=list)
-    """``Verdict.actions``: every action the deciding findings ask for; banking asks all of them (a summary
-    without them, from an older checkpoint, banks nothing but a PASS)."""
-    path: str
-    """The verdict file, relative to the run directory."""
-    claim: str
-    """The claim file, relative to the run directory."""
-    lever: str | None = None
-    """The claim's lever name (a proposal id, ``bundle``), if any."""
-    proposal: str | None = None
-    """Proposal the claim was made for (harness and patch scopes)."""
-    producer: str = ""
-    """Producer that submitted the claim."""
-    findings: list[FindingSummary] = Field(default_factory=list)
-    """Every finding, INFO included."""
-    headline_metric: str | None = None
-    """Metric of the headline."""
-    headline_claimed: float | None = None
-    """Headline delta the claim stated (the producer's own figure; None: it stated none)."""
-    headline_rederived: float | None = None
-    """Headline delta re-derived from raw (percent; a speedup factor for harness claims): the figure banked
-    and shown, the less favourable one where a fairer reference was re-derived too."""
-    headline_note: str | None = None
-    """``Verdict.headline_note``: why the headline is not the delta against the claim's own baseline."""
-    witnesses: list[LegWitnesses] = Field(default_factory=list)
-    """``Verdict.witnesses``: per leg, the second witnesses its reps were held against."""
-    lever_detected: LeverClass | None = None
-    """Lever class the auditor detected."""
-    degraded: bool = False
-    """The auditor could not run a part."""
-    seal: Seal = "unsealed"
-    """``Verdict.seal``: unsealed evidence is never banked and is shown as ``PASS (unsealed)``."""
-
-    @classmethod
-    def of(cls, verdict: Verdict, claim: Claim, path: str, proposal: str | None) -> VerdictSummary:
-        return cls(seq=verdict.claim_seq, scope=verdict.scope, verdict=verdict.verdict, action=verdict.action,
-                   actions=list(verdict.actions), path=path, claim=verdict.claim,
-                   lever=claim.lever.name if claim.lever else None, proposal=proposal, producer=claim.producer,
-                   findings=[FindingSummary(code=f.code, severity=f.severity, message=f.message, measured=f.measured,
-                                            action=f.action, gate=f.gate) for f in verdict.findings],
-                   headline_metric=claim.headline.metric, headline_claimed=claimed_headline(claim),
-                   headline_rederived=verdict.headline_rederived, headline_note=verdict.headline_note,
-                   witnesses=list(verdict.witnesses),
-                   lever_detected=verdict.lever_detected, degraded=verdict.degraded, seal=verdict.seal)
-
-    @property
-    def shown(self) -> str:
-        """The verdict as every surface shows it (``PASS (unsealed)``)."""
-        return shown_verdict(self.verdict, self.seal)
-
-    def codes(self) -> set[str]:
-        """Codes of the findings that count (FLAG and FAIL)."""
-        return {f.code for f in self.findings if f.severity != "INFO"}
-
-
-def claimed_headline(claim: Claim) -> float | None:
-    """The claim's figure in the unit the auditor re-derives: a harness claim's speedup factor, else the
-    headline delta in percent."""
-    if claim.scope == "harness" and claim.isolated_speedup is not None:
-        return claim.isolated_speedup.value
-    return claim.headline.value
 
 
 class BankedChange(BaseModel):

@@ -1,4 +1,4 @@
-"""The config-tuner's search as an Optuna study (issue 20).
+"""The config-tuner's search as an Optuna study.
 
 The target's config model is the search space: each knob searched takes its allowed values (the true
 baseline's value included), an ordinal knob as a rung index so the sampler can exploit the order. What
@@ -40,9 +40,10 @@ import optuna
 from optuna.distributions import BaseDistribution, CategoricalDistribution, IntDistribution
 from optuna.trial import TrialState
 
-from perfwarden.agents.base import BankedChange, Proposal, VerdictSummary
+from perfwarden.agents.base import BankedChange, Proposal
 from perfwarden.harness.target_config import TargetConfig
 from perfwarden.harness import run_lock
+from perfwarden.harness.verdict_summary import VerdictSummary
 
 STUDY_NAME = "perfwarden-config-search"
 SamplerName = Literal["tpe", "random", "grid", "coordinate"]

@@ -18,12 +18,14 @@ from typing import Any, Callable
 
 from perfwarden.auditor import banking, registry, snapshot, stats, witnesses
 from perfwarden.auditor.claim_file import ClaimError, load_claim  # noqa: F401 - re-exported
-from perfwarden.auditor.evidence import LegEvidence, QualityRecords, RunLoader, _plain_name, check_named_folders
+from perfwarden.auditor.evidence import LegEvidence, QualityRecords, RunLoader, _plain_name
 from perfwarden.auditor.findings import Findings, GateResult, decide, deciding_actions
 from perfwarden.auditor.gates import (caching, conditions, correctness, engine_witness, explain, foreign_run,
                                       goodput_slo, integrity, knobs, lever, measurement, objective, opbench, process,
-                                      profile, prose, rep_witnesses, same_config, served, target_keys, timeline, workload)
+                                      profile, prose, reading, same_config, served, target_keys, timeline, workload)
 from perfwarden.auditor.manifest import KeyChoice, KeyFileError, Manifest, observe, read_manifest, resolve_key
+from perfwarden.auditor.model import mechanisms, parity, roles
+from perfwarden.auditor.model import witnesses as rep_witnesses
 from perfwarden.auditor.rederive import METRICS
 from perfwarden.harness.jsonl import chain_seal_id
 from perfwarden.harness.objective import RunObjective
@@ -117,7 +119,7 @@ def _require(a: Audit, role: str, name: str | None) -> bool:
 
 def _aa_legs(a: Audit, base: LegEvidence) -> list[LegEvidence]:
     """Same-config evidence: the declared A/A legs and every uncited leg measured with the baseline's
-    configuration and load (issue 17 §5; they widen the noise band, never narrow it)."""
+    configuration and load (they widen the noise band, never narrow it)."""
     declared = [leg for leg in (a.leg(n) for n in a.claim.legs.aa) if leg is not None and leg.reps]
     legs = a.claim.legs
     cited = {n for n in (legs.baseline, legs.candidate, legs.validation, legs.caching_audit, legs.caching_control,
@@ -145,10 +147,11 @@ def audit_baseline(a: Audit) -> None:
     a.gate("errors", lambda: measurement.check_errors(a.run, base, "FLAG", "remeasure"))
     a.gate("contention", lambda: measurement.check_contention(a.run, base))
     _engine_witness(a, base)
+    a.gate("mechanisms", lambda: mechanisms.check_mechanisms(a.run, base))
     a.gate("noise", lambda: measurement.check_noisy_baseline(a.run, base, aa, metric))
     a.gate("aggregates", lambda: measurement.check_line_aggregates(a.run, base))
     a.gate("condition_copies", lambda: conditions.check_condition_copies(a.run, base))
-    a.gate("witness", lambda: rep_witnesses.check_witnesses(a.run, base))
+    a.gate("witness", lambda: rep_witnesses.check_witnesses(a.run, base, _sealed(a)))
     a.gate("process_conditions", lambda: process.check_process_conditions(a.run, [base]))
     a.gate("target_keys", lambda: target_keys.check_target_keys(a.run, a.loader.run_target(), [base]))
     band, _ = measurement.calibrate_band(metric, base, aa, len(base.reps), len(base.reps))
@@ -258,17 +261,20 @@ def audit_patch(a: Audit, bundle: bool = False) -> None:
     for leg in (base, cand):
         a.gate("contention", lambda leg=leg: measurement.check_contention(a.run, leg))
         _engine_witness(a, leg)
+        a.gate("mechanisms", lambda leg=leg: mechanisms.check_mechanisms(a.run, leg))
         a.gate("aggregates", lambda leg=leg: measurement.check_line_aggregates(a.run, leg))
         a.gate("condition_copies", lambda leg=leg: conditions.check_condition_copies(a.run, leg))
-        a.gate("witness", lambda leg=leg: rep_witnesses.check_witnesses(a.run, leg))
+        a.gate("witness", lambda leg=leg: rep_witnesses.check_witnesses(a.run, leg, _sealed(a)))
     a.gate("workload", lambda: workload.check_workload(a.run, claim, base, cand))
     a.gate("foreign_identities", lambda: foreign_run.check_identities(a.run, [base, cand]))
+    a.gate("parity", lambda: parity.check_parity(a.run, base, cand, _sealed(a)))
     claimed = [a.leg(n) for n in _claim_legs(claim) if _plain_name(n)]
     if not a.gate("foreign_clock", lambda: foreign_run.check_clock(a.run, base, cand, claim.legs.concurrent)):
         a.gate("interleaving", lambda: measurement.check_interleaving(a.run, base, cand))
         a.gate("overlap", lambda: timeline.check_overlap(a.run, claimed, claim.legs.concurrent))
     a.gate("process_conditions", lambda: process.check_process_conditions(a.run, claimed))
-    a.gate("named_files", lambda: check_named_folders(a.run, claimed, a.manifest is not None and a.manifest[0] is not None))
+    a.gate("named_files", lambda: reading.check_named_folders(a.run, claimed, a.manifest is not None
+                                                              and a.manifest[0] is not None))
 
     a.diff = a.gate("conditions", lambda: conditions.check_conditions(a.run, claim, base, cand)) or {}
     unknown = a.gate("knobs", lambda: knobs.check_unknown_knobs(a.run, claim, a.diff, base, cand)) or []
@@ -342,7 +348,7 @@ def _significance(a: Audit, head: Comparison | None, base: LegEvidence, cand: Le
     return measurement.check_headline(
         a.run, a.claim, head, (len(base.reps), len(cand.reps)), a.findings.has("CONTENDED_LEG", "FLAG"),
         worse=head is not None and measurement.significant_worse(head, base, cand),
-        changed=any(not registry.is_inert(key) for key in a.diff))
+        changed=any(not roles.is_inert(key) for key in a.diff))
 
 
 def _goodput(a: Audit, legs: list[LegEvidence]) -> None:
@@ -520,7 +526,7 @@ def audit_claim(run: Path, claim: Claim, claim_ref: str, claim_sha: str, key: Pa
     except KeyFileError as exc:
         raise ClaimError(str(exc)) from None
     findings = Findings()
-    loader = RunLoader(run, findings, tuple(claim.lever.kernel_ops) if claim.lever else (), claim.headline.slo)
+    loader = RunLoader(run, tuple(claim.lever.kernel_ops) if claim.lever else (), claim.headline.slo)
     a = Audit(run=run, claim=claim, loader=loader, findings=findings, key=key)
     a.objective = loader.objective()
     if a.objective is not None and a.objective.slo is not None:  # before any leg: reps count good requests at it
@@ -536,13 +542,30 @@ def audit_claim(run: Path, claim: Claim, claim_ref: str, claim_sha: str, key: Pa
             a.gate("prose", lambda: _prose(a))
         a.seal = a.gate("integrity", lambda: _integrity(a, key_choice)) or "unsealed"
         _witnesses(a)
+    a.gate("reading", lambda: _reading(a))
     return build_verdict(a, claim_ref, claim_sha)
+
+
+def _reading(a: Audit) -> GateResult:
+    """What the loader met while reading, and what the legs it loaded show as a whole (``gates/reading.py``),
+    judged after every other gate has read its files."""
+    legs = a.loader.loaded_legs()
+    results = [reading.check_reading(a.loader.problems), reading.check_foreign_fields(a.loader.foreign_fields),
+               reading.check_rep_clock(a.run, legs, a.loader.run_started() if legs else None),
+               reading.check_duplicate_timings(a.run, legs), *(reading.check_rep_set(a.run, leg) for leg in legs)]
+    return GateResult([f for r in results for f in r.findings], [n for r in results for n in r.not_checked])
 
 
 def _claim_legs(claim: Claim) -> list[str]:
     legs = claim.legs
     names = [legs.baseline, legs.candidate, legs.validation, legs.caching_audit, legs.caching_control, *legs.aa]
     return list(dict.fromkeys(n for n in names if n))
+
+
+def _sealed(a: Audit) -> bool:
+    """The run's seal chain was read and verifies with its key (read before any gate)."""
+    manifest = a.manifest[0] if a.manifest is not None else None
+    return manifest is not None and manifest.verified and manifest.broken is None
 
 
 def _integrity(a: Audit, key: KeyChoice) -> GateResult:

@@ -1,8 +1,9 @@
-"""What a verdict banks, and as what: the one banking rule (issue 19).
+"""What a verdict banks, and as what: the one banking rule.
 
-The graph's patch step (``orchestrator/graph.py``), the bundle audit's component check
-(``audit.accepted_changes``) and the review (``orchestrator/review/model.py`` ``is_banked``) all ask
-this module, so a verdict never banks in one place and not in another.
+The acceptance rule of the patch and bundle scopes (``auditor/acceptance.py``, which the graph's patch step
+asks), the bundle audit's component check (``audit.accepted_changes``) and the review
+(``orchestrator/review/model.py`` ``is_banked``) all ask this module, so a verdict never banks in one place
+and not in another.
 
 The rule fails closed. A PASS banks. A FLAG banks only when every action its deciding findings ask for
 (``Verdict.actions``) is one that changes what is banked so that what is kept is exactly what the auditor
@@ -15,12 +16,12 @@ satisfies the ``flag`` (a truthful disclosure turns that finding INFO, which dec
 judged on, and one of its sources (``IMPLAUSIBLE_SPEEDUP``) says the e2e win is larger than the change can
 explain, so banking it would credit the change with another's win; the producer resubmits with the e2e
 headline, and that claim is judged. Every other FLAG action (``flag``, ``remeasure``, ``redo_harness``,
-``eject``) and every FAIL banks nothing. On unsealed evidence nothing banks (``findings.unsealed_refusal``,
-issue 17 §8).
+``eject``) and every FAIL banks nothing. On unsealed evidence nothing banks (``findings.unsealed_refusal``).
 
 Only a patch claim banks a change: a baseline, profile or harness verdict accepts evidence the search
 builds on, and the bundle verdict checks the banked changes together (``report.json`` ``bundle``);
-neither is a change the run banks, so the review lists neither among what the run banked.
+neither is a change the run banks, so the review lists neither among what the run banked. What accepts
+each of them is ``auditor/acceptance.py``'s.
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ CATALOG: dict[str, str] = {
     "EVIDENCE_MISSING": "A file or field a gate needs is absent; the check fails closed.",
     "EVIDENCE_CORRUPT": "Raw evidence is torn (last line unfinished: FLAG) or corrupt mid-file (FAIL).",
     "EVIDENCE_TAMPERED": "Sealed evidence was edited, reordered, deleted from or added to after the harness wrote "
-                         "it, or its seal chain was broken, cut short or replaced (added, issue 13 §5).",
+                         "it, or its seal chain was broken, cut short or replaced (added).",
     "REPORTED_MISMATCH": "A number the producer (or a file's own aggregate) reports disagrees with the raw.",
     # conditions
     "CONDITIONS_DIFFER": "The legs differ in more than the declared change (a confound).",
@@ -25,8 +25,7 @@ CATALOG: dict[str, str] = {
     "DELTA_REGRESSION": "The headline got worse: the candidate is worse than the baseline outside the noise band and "
                         "significantly at the rep level -- a regression, not an undecided delta (added).",
     "UNREPRESENTATIVE_BASELINE": "The claim's baseline is significantly slower than the other legs of the run measured "
-                                 "with its configuration and load: the delta rests on a handicapped baseline (added, "
-                                 "issue 17 §5).",
+                                 "with its configuration and load: the delta rests on a handicapped baseline (added).",
     "HIDDEN_LATENCY_REGRESSION": "A throughput headline hides a TTFT/TPOT/ITL/e2e regression.",
     # lever
     "ORTHOGONAL_LEVER": "A class-B serving lever (spec decode, batching, caching, …) is presented as a kernel win.",
@@ -34,7 +33,7 @@ CATALOG: dict[str, str] = {
     "UNKNOWN_KNOB": "A changed server knob the lever registry does not know: unclassified, it takes no class or "
                     "losslessness from the producer and needs exact parity or a passing registered quality eval "
                     "(added). Also a server_info key, equal in both legs or not, that the leg's target does not "
-                    "report or that no listed target can be attributed (auditor/data/target_keys.json; issue 17 §2).",
+                    "report or that no listed target can be attributed (auditor/data/target_keys.json).",
     # do no harm
     "REQUEST_ERRORS": "Requests failed or errored.",
     "SERVER_CRASH": "The server crashed or a leg died.",
@@ -46,7 +45,7 @@ CATALOG: dict[str, str] = {
     "CORRECTNESS_UNVERIFIABLE": "A leg served random weights (a performance-only run: the embedded target's "
                                 "weights=random, SGLang/vLLM's load_format=dummy): its outputs are noise by "
                                 "construction, so no parity, coherence or quality check can show the change keeps "
-                                "the model correct; at most FLAG (added, issue 10 §3).",
+                                "the model correct; at most FLAG (added).",
     "OUTPUT_LENGTH_SHIFT": "The output length distribution changed (truncation or early EOS).",
     "CACHING_SUSPECTED": "Results are explained by caching: response cache, warm-vs-cold prefix cache, TEST04.",
     # op-bench harness

@@ -1,6 +1,10 @@
-"""Load a run directory into typed evidence, turning every problem into a finding (never a crash).
+"""Load a run directory into typed evidence; the loader only reads.
 
-The loader records the sha256 of every file it reads (the verdict's ``input_digests``) and builds
+What it meets while reading -- a file refused, a line that does not parse, a rep its arrays cannot
+support -- it states as a fact (:class:`ReadProblem`, never a crash); the reading gate
+(``gates/reading.py``) makes each fact a finding by the evidence model's ``reading`` table, and what
+the loaded reps show together (their clock, their numbering, their writer) is judged there too. The
+loader records the sha256 of every file it reads (the verdict's ``input_digests``) and builds
 ``EvidenceRef``s that point at exact lines: a JSONL record's line, the line of a key inside a
 pretty-printed JSON file, a server-log line.
 """
@@ -11,7 +15,6 @@ import functools
 import gc
 import hashlib
 import os
-import posixpath
 from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -21,7 +24,6 @@ from typing import Any
 from pydantic import ValidationError
 
 from perfwarden.auditor import bench_extras
-from perfwarden.auditor.findings import Findings, GateResult, finding
 from perfwarden.auditor.loadgen_logs import LoadgenRep, read_rep_logs
 from perfwarden.auditor.rederive import RepError, RepMetrics, rederive_rep
 from perfwarden.auditor.serverlog import ServerLog, scan_server_log
@@ -47,12 +49,12 @@ LOG_CHUNK = 256 << 10
 """Bytes of a server log read at a time (what one pass holds, a few times over, while it reads)."""
 # Per-request arrays every sglang/vLLM bench file carries but rederive can do without: absent, the
 # metrics they feed are silently underivable, so their absence is reported (FLAG: a gate cannot decide).
-_STANDARD_ARRAYS = {"itls": "ITL metrics (and e2e/TPOT when there is no 'latencies' array)",
+STANDARD_ARRAYS = {"itls": "ITL metrics (and e2e/TPOT when there is no 'latencies' array)",
                     "input_lens": "total throughput and prefix-cache hit rates"}
 # Per-request arrays perfwarden's harness writes on every line (schema_version set): a harness line
 # without one lost it after writing, and the checks it feeds (each latency against its TTFT and gaps, the
-# request timeline inside the rep) would silently not be made (found by the field explorer, issue 17 §9).
-_HARNESS_ARRAYS = {"latencies": "each request's latency against its TTFT and gaps, and e2e/TPOT as measured",
+# request timeline inside the rep) would silently not be made (found by the red team's field explorer).
+HARNESS_ARRAYS = {"latencies": "each request's latency against its TTFT and gaps, and e2e/TPOT as measured",
                    "request_starts": "the request timeline inside the rep's duration"}
 
 
@@ -82,6 +84,27 @@ def _rel_cached(run: str, path: str) -> str:
         return str(Path(path).resolve().relative_to(Path(run).resolve()))
     except (ValueError, OSError, RuntimeError):
         return str(path)
+
+
+@dataclass(frozen=True)
+class ReadProblem:
+    """One thing the loader met while reading, stated as a fact. ``kind`` is a row of the evidence model's
+    ``reading`` table, which says what it becomes in the verdict (``gates/reading.py``)."""
+
+    kind: str
+    message: str
+    evidence: tuple[EvidenceRef, ...] = ()
+    measured: Any = None
+    threshold: Any = None
+
+
+@dataclass(frozen=True)
+class ForeignFields:
+    """The fields a foreign bench file's lines hold beyond the bench schema, and the first line holding one."""
+
+    what: str
+    names: frozenset[str]
+    line: int
 
 
 @dataclass
@@ -137,28 +160,33 @@ class LegEvidence:
     """LoadGen logs that exist but could not be read (their cross-check is not made)."""
     served: "Served | None" = None
     """Texts its server returned per prompt id, from the bench lines as loaded (None: no prompt ids)."""
+    rep_numbers: list[int] = field(default_factory=list)
+    """Every rep number the bench file holds (sorted, unique), the reps not used included."""
+    absent_arrays: dict[str, list[int]] = field(default_factory=dict)
+    """Standard array -> lines of usable reps without it (a harness line's own arrays included)."""
+    lines_sealed: bool = False
+    """A verified seal chain sealed every line of the bench file as the harness's."""
 
 
 class RunLoader:
-    """Reads raw files of one run directory, caching them and recording digests and findings."""
+    """Reads raw files of one run directory, caching them and recording digests and what it met."""
 
-    def __init__(self, run: Path, findings: Findings, log_ops: tuple[str, ...] = (),
-                 goodput_slo: GoodputSlo | None = None):
+    def __init__(self, run: Path, log_ops: tuple[str, ...] = (), goodput_slo: GoodputSlo | None = None):
         self.run = Path(run)
         self.log_ops = log_ops
         """Kernel ops whose engagement the claim declares: the one pass over each server log looks for them."""
         self.goodput_slo = goodput_slo
         """The SLO the claim states goodput at: each rep's good requests at it are counted as the rep streams."""
         self.paths = RunDir(run)
-        self.findings = findings
+        self.problems: list[ReadProblem] = []
+        """What reading met, in order (the reading gate judges them)."""
+        self.foreign_fields: dict[str, ForeignFields] = {}
+        """File (relative to the run) -> the fields its foreign lines hold beyond the bench schema."""
         self.digests: dict[str, str] = {}
         self._legs: dict[str, LegEvidence] = {}
         self._conditions_reported: set[str] = set()
         self._legs_torn: dict[str, bool] = {}
         self._lines_seen = 0
-        self._timings: dict[str, tuple[str, RepMetrics]] = {}
-        """Timing digest -> (leg, rep) of every rep loaded so far: the same measurement written twice,
-        in one leg or across legs, is duplicated evidence (constant memory per rep)."""
         self._run_started: float | None | bool = False
         """Unix time the run started (run.json), None when unknown; False until read."""
         self._manifest: dict | None | bool = False
@@ -174,18 +202,27 @@ class RunLoader:
     def _digest(self, path: Path, sha: str) -> None:
         self.digests[_rel(self.run, path)] = sha
 
+    def met(self, kind: str, message: str, evidence: list[EvidenceRef] | tuple[EvidenceRef, ...] = (),
+            measured: Any = None, threshold: Any = None) -> None:
+        """State one thing reading met (``kind``: a row of the evidence model's ``reading`` table)."""
+        self.problems.append(ReadProblem(kind, message, tuple(evidence), measured, threshold))
+
+    def loaded_legs(self) -> list[LegEvidence]:
+        """Every leg read so far, in the order it was read."""
+        return list(self._legs.values())
+
     def refused(self, exc: RefusedInput, what: str) -> None:
         """A file that was handed over but must not be read (``safe_read``): fail closed. A link out of
         the run directory is evidence that is not in the run (EVIDENCE_MISSING); a FIFO, a device, a
         directory or a file over its size bound is not evidence at all (EVIDENCE_CORRUPT)."""
-        code = "EVIDENCE_MISSING" if exc.reason in ("missing", "outside") else "EVIDENCE_CORRUPT"
+        kind = "refused_missing" if exc.reason in ("missing", "outside") else "refused"
         message = str(exc) if str(exc).startswith(what) else f"{what}: {exc}"
-        self.findings.add(code, "FAIL", message, evidence=[EvidenceRef(file=_rel(self.run, exc.path))], gate="evidence")
+        self.met(kind, message, [EvidenceRef(file=_rel(self.run, exc.path))])
 
     def unreadable(self, path: Path, what: str, exc: OSError) -> None:
         """A file that is there but could not be read (an I/O error): its evidence is missing; fail closed."""
-        self.findings.add("EVIDENCE_MISSING", "FAIL", f"cannot read {what} {_rel(self.run, path)!r}: {exc}",
-                          evidence=[EvidenceRef(file=_rel(self.run, path))], gate="evidence")
+        self.met("unreadable", f"cannot read {what} {_rel(self.run, path)!r}: {exc}",
+                 [EvidenceRef(file=_rel(self.run, path))])
 
     def present(self, path: Path, required: bool, what: str, missing: str | None = None) -> bool:
         """Whether ``path`` is a regular file inside the run that may be read. Absent: a finding only
@@ -194,8 +231,8 @@ class RunLoader:
         handed over in the evidence's place."""
         if not exists(path):
             if required:
-                self.findings.add("EVIDENCE_MISSING", "FAIL", missing or f"{what} {_rel(self.run, path)!r} is missing",
-                                  evidence=[EvidenceRef(file=_rel(self.run, path))], gate="evidence")
+                self.met("missing", missing or f"{what} {_rel(self.run, path)!r} is missing",
+                         [EvidenceRef(file=_rel(self.run, path))])
             return False
         try:
             check_regular(path, self.run, what)
@@ -247,11 +284,10 @@ class RunLoader:
         self._digest(path, log.sha256)
         long = log.long_line
         if long is not None:
-            self.findings.add("EVIDENCE_CORRUPT", "FAIL", f"{what} {log.file!r} line {long.line} is {long.chars:,} "
-                              f"characters, over the {LOG_LINE_CHARS:,}-character bound for one log line: the log is "
-                              "not read past it", measured=long.chars, threshold=LOG_LINE_CHARS,
-                              evidence=[EvidenceRef(file=log.file, line=long.line, sha256=long.sha256,
-                                                    excerpt=long.excerpt)], gate="evidence")
+            self.met("long_log_line", f"{what} {log.file!r} line {long.line} is {long.chars:,} characters, over "
+                     f"the {LOG_LINE_CHARS:,}-character bound for one log line: the log is not read past it",
+                     [EvidenceRef(file=log.file, line=long.line, sha256=long.sha256, excerpt=long.excerpt)],
+                     measured=long.chars, threshold=LOG_LINE_CHARS)
         return log
 
     def json_object(self, path: Path, required: bool, what: str,
@@ -262,41 +298,35 @@ class RunLoader:
         tf = self._text_file(path, data)
         if not tf.utf8:
             # Replacement characters would make two different damaged values compare equal.
-            self.findings.add("EVIDENCE_CORRUPT", "FAIL", f"{what} {_rel(self.run, path)!r} is not valid UTF-8",
-                              evidence=[tf.evidence(self.run, None)], gate="evidence")
+            self.met("not_utf8", f"{what} {_rel(self.run, path)!r} is not valid UTF-8", [tf.evidence(self.run, None)])
             return None, tf
         try:  # the bytes as written: lines re-joined would be a copy, and lose a raw U+2028 in a string
             obj = loads(data, what=f"{what} {_rel(self.run, path)!r}")
         except StrictJsonError as exc:
-            self.findings.add("EVIDENCE_CORRUPT", "FAIL", f"{what} {_rel(self.run, path)!r} is not valid JSON: {exc}",
-                              evidence=[tf.evidence(self.run, None)], gate="evidence")
+            self.met("not_json", f"{what} {_rel(self.run, path)!r} is not valid JSON: {exc}",
+                     [tf.evidence(self.run, None)])
             return None, tf
         if not isinstance(obj, dict):
-            self.findings.add("EVIDENCE_CORRUPT", "FAIL", f"{what} {_rel(self.run, path)!r} is not a JSON object",
-                              evidence=[tf.evidence(self.run, None)], gate="evidence")
+            self.met("not_json", f"{what} {_rel(self.run, path)!r} is not a JSON object", [tf.evidence(self.run, None)])
             return None, tf
         return obj, tf
 
     def report_issues(self, issues: list[LineIssue], what: str) -> None:
-        """Torn tail -> FLAG (the writer was interrupted); anything mid-file -> FAIL. A foreign file's
-        fields perfwarden does not read are listed as not checked (one note per file)."""
-        foreign = sorted({name for issue in issues if issue.kind == "foreign_fields" for name in issue.message.split(", ")})
+        """Each line issue as a fact (torn tail, corrupt, missing); a foreign file's fields beyond the
+        schema are recorded per file (``foreign_fields``: the reading gate asks the model what they are)."""
+        foreign = {name for issue in issues if issue.kind == "foreign_fields" for name in issue.message.split(", ")}
         if foreign:
-            self.notes.append(f"{what}: foreign file ({_rel(self.run, issues[0].ref.path)!r}) fields perfwarden does not "
-                              f"read, not checked: {', '.join(foreign[:40])}" + (" …" if len(foreign) > 40 else ""))
+            rel = _rel(self.run, issues[0].ref.path)
+            first = next(i.ref for i in issues if i.kind == "foreign_fields")
+            self.foreign_fields[rel] = ForeignFields(what, frozenset(foreign), first.line)
         for issue in issues:
             if issue.kind == "foreign_fields":
                 continue
             # A line over its size bound was hashed while skipped (never re-read); others are short.
             sha = issue.sha256 or (hashlib.sha256(issue.ref.raw()).hexdigest() if issue.ref.length else None)
             ev = [EvidenceRef(file=_rel(self.run, issue.ref.path), line=issue.ref.line or None, sha256=sha)]
-            if issue.kind == "torn_tail":
-                self.findings.add("EVIDENCE_CORRUPT", "FLAG", f"{what}: {issue.message}", evidence=ev,
-                                  gate="evidence", action="remeasure")
-            elif issue.kind in ("empty_file", "missing_field"):
-                self.findings.add("EVIDENCE_MISSING", "FAIL", f"{what}: {issue.message}", evidence=ev, gate="evidence")
-            else:
-                self.findings.add("EVIDENCE_CORRUPT", "FAIL", f"{what}: {issue.message}", evidence=ev, gate="evidence")
+            kind = issue.kind if issue.kind in ("torn_tail", "empty_file", "missing_field") else "corrupt_line"
+            self.met(kind, f"{what}: {issue.message}", ev)
 
     # ---------------------------------------------------------------- legs
     def leg(self, name: str, need_outputs: bool = False, need_conditions: bool = False) -> LegEvidence:
@@ -311,8 +341,8 @@ class RunLoader:
             self._conditions_reported.add(name)
             path = self.paths.server_info(name)
             if leg.server_info_file is None:
-                self.findings.add("EVIDENCE_MISSING", "FAIL", f"server_info of {name!r} is missing: conditions cannot"
-                                  " be compared", evidence=[EvidenceRef(file=_rel(self.run, path))], gate="evidence")
+                self.met("server_info_missing", f"server_info of {name!r} is missing: conditions cannot be compared",
+                         [EvidenceRef(file=_rel(self.run, path))])
         if need_outputs and leg.outputs is None:
             leg.outputs = self._load_outputs(name)
             if leg.outputs is None and leg.served is not None and leg.served.positional:
@@ -326,13 +356,12 @@ class RunLoader:
         leg = LegEvidence(name)
         leg_dir = self.paths.leg_dir(name)
         if not _plain_name(name):
-            self.findings.add("EVIDENCE_MISSING", "FAIL", f"leg name {name!r} is not a directory name under "
-                              "legs/: evidence outside the run directory is not read",
-                              evidence=[EvidenceRef(file="legs")], gate="evidence")
+            self.met("missing", f"leg name {name!r} is not a directory name under legs/: evidence outside the run "
+                     "directory is not read", [EvidenceRef(file="legs")])
             return leg
         if not leg_dir.is_dir():
-            self.findings.add("EVIDENCE_MISSING", "FAIL", f"leg {name!r} has no directory {_rel(self.run, leg_dir)!r}",
-                              evidence=[EvidenceRef(file=_rel(self.run, leg_dir))], gate="evidence")
+            self.met("missing", f"leg {name!r} has no directory {_rel(self.run, leg_dir)!r}",
+                     [EvidenceRef(file=_rel(self.run, leg_dir))])
             return leg
         spec_obj, leg.spec_file = self.json_object(self.paths.leg_spec(name), False, f"leg spec of {name!r}")
         if spec_obj is not None:
@@ -341,26 +370,25 @@ class RunLoader:
                 self._refuse_wrong_types(LegSpec, spec_obj, f"leg spec of {name!r}", leg.spec_file)
                 unknown = unknown_fields(leg.spec)
                 if unknown:
-                    self.findings.add("EVIDENCE_CORRUPT", "FAIL", f"leg spec of {name!r} has field(s) its schema does not "
-                                      f"have: {', '.join(unknown[:8])} (the harness never writes them)",
-                                      evidence=[leg.spec_file.evidence(self.run, leg.spec_file.key_line(
-                                          unknown[0].rsplit('.', 1)[-1]))], gate="evidence")
+                    self.met("unknown_fields", f"leg spec of {name!r} has field(s) its schema does not have: "
+                             f"{', '.join(unknown[:8])} (the harness never writes them)",
+                             [leg.spec_file.evidence(self.run, leg.spec_file.key_line(unknown[0].rsplit('.', 1)[-1]))])
             except ValidationError as exc:
-                self.findings.add(_invalid_code(exc), "FAIL", f"leg spec of {name!r} is invalid: "
-                                  f"{exc.errors()[0]['msg']} at {exc.errors()[0]['loc']!r}",
-                                  evidence=[leg.spec_file.evidence(self.run, None)], gate="evidence")
+                self.met(_invalid_kind(exc), f"leg spec of {name!r} is invalid: {exc.errors()[0]['msg']} at "
+                         f"{exc.errors()[0]['loc']!r}", [leg.spec_file.evidence(self.run, None)])
         leg.server_info, leg.server_info_file = self.json_object(self.paths.server_info(name), False,
                                                                  f"server_info of {name!r}")
         leg.log = self.server_log(self.paths.server_log(name), f"server log of {name!r}")
         leg.bench_path = self.paths.bench_runs(name)
         lines_before = self._lines_seen
         served = ServedReader()
-        leg.reps = self._load_reps(name, leg.bench_path, served)
+        leg.reps = self._load_reps(leg, leg.bench_path, served)
         leg.served = served.result()
         leg.torn_tail = self._legs_torn.get(name, False)
         leg.corrupt_reps = max(self._lines_seen - lines_before - len(leg.reps), 0)
         leg.loadgen, leg.loadgen_problems = self._loadgen_counts(name, leg.reps)
         leg.loadgen_issued = {k: r.issued for k, r in leg.loadgen.items() if r.issued is not None}
+        leg.lines_sealed = _rel(self.run, leg.bench_path) in self.line_sealed
         return leg
 
     # ---------------------------------------------------------------- consistency across reps
@@ -382,13 +410,13 @@ class RunLoader:
         try:
             record = RunObjective.model_validate(obj)
         except ValidationError as exc:
-            self.findings.add(_invalid_code(exc), "FAIL", f"run objective is invalid: {exc.errors()[0]['msg']}",
-                              evidence=[tf.evidence(self.run, None)], gate="evidence")
+            self.met(_invalid_kind(exc), f"run objective is invalid: {exc.errors()[0]['msg']}",
+                     [tf.evidence(self.run, None)])
             return None
         unknown = unknown_fields(record)
         if unknown:
-            self.findings.add("EVIDENCE_CORRUPT", "FAIL", f"run objective has field(s) its schema does not have: "
-                              f"{', '.join(unknown[:8])}", evidence=[tf.evidence(self.run, None)], gate="evidence")
+            self.met("unknown_fields", f"run objective has field(s) its schema does not have: {', '.join(unknown[:8])}",
+                     [tf.evidence(self.run, None)])
             return None
         return record
 
@@ -414,35 +442,6 @@ class RunLoader:
                         self._run_started = None
         return self._run_started
 
-    def _check_rep_clock(self, leg: str, rep: RepMetrics) -> None:
-        """A rep must start inside its run's clock: not before the run started (when known)."""
-        start = self.run_started()
-        if start is None or rep.started_at is None:
-            return
-        if rep.started_at < start - RUN_CLOCK_SLACK_S:
-            self.findings.add("EVIDENCE_CORRUPT", "FAIL", f"leg {leg!r} rep {rep.rep} started "
-                              f"{start - rep.started_at:.0f} s before the run did (run.json started_at): it is not "
-                              "this run's measurement", measured=rep.started_at,
-                              threshold={"run_started_at": start, "slack_s": RUN_CLOCK_SLACK_S},
-                              evidence=[line_evidence(self.run, rep.ref)], gate="evidence")
-
-    def _check_duplicate_timing(self, leg: str, rep: RepMetrics) -> None:
-        """Two reps with the same per-request timings are one measurement written twice."""
-        if rep.timing_digest is None:
-            return
-        first = self._timings.get(rep.timing_digest)
-        if first is None:
-            self._timings[rep.timing_digest] = (leg, rep)
-            return
-        other_leg, other = first
-        where = "the same leg" if other_leg == leg else f"leg {other_leg!r}"
-        self.findings.add("EVIDENCE_CORRUPT", "FAIL", f"leg {leg!r} rep {rep.rep} has the same per-request timings as "
-                          f"rep {other.rep} of {where} (lines {other.ref.line} and {rep.ref.line}): duplicated "
-                          "evidence, not a second measurement", measured={"leg": leg, "rep": rep.rep},
-                          threshold={"duplicate_of": {"leg": other_leg, "rep": other.rep}},
-                          evidence=[line_evidence(self.run, other.ref), line_evidence(self.run, rep.ref)],
-                          gate="evidence")
-
     def _loadgen_counts(self, leg: str, reps: list[RepMetrics]) -> tuple[dict[int, LoadgenRep], list[str]]:
         """What LoadGen's own logs say of each rep (``legs/<leg>/loadgen/rep-<k>/``), where they exist
         (one folder per rep at most: bounded by the reps already read)."""
@@ -458,9 +457,11 @@ class RunLoader:
                 logs[rep.rep] = record
         return logs, problems
 
-    def _load_reps(self, name: str, path: Path, served: "ServedReader") -> list[RepMetrics]:
+    def _load_reps(self, leg: LegEvidence, path: Path, served: "ServedReader") -> list[RepMetrics]:
         """Stream bench_runs.jsonl, re-deriving each rep and dropping its arrays (memory stays flat);
-        ``served`` takes each decoded line's served texts in the same pass."""
+        ``served`` takes each decoded line's served texts in the same pass. The rep numbers read and the
+        arrays absent from usable reps are recorded on ``leg``."""
+        name = leg.name
         if not self.present(path, True, f"bench_runs of leg {name!r}", f"leg {name!r} has no bench_runs.jsonl"):
             return []
         issues: list[LineIssue] = []
@@ -492,44 +493,37 @@ class RunLoader:
                     except RepError as exc:
                         error = exc
                     else:
-                        for array in (*_STANDARD_ARRAYS, *(_HARNESS_ARRAYS if line.schema_version is not None else ())):
+                        for array in (*STANDARD_ARRAYS, *(HARNESS_ARRAYS if line.schema_version is not None else ())):
                             if getattr(line, array) is None:
                                 absent.setdefault(array, []).append(ref.line)
                 del line
                 if claimed_leg is not None and claimed_leg != name:
-                    self.findings.add("EVIDENCE_CORRUPT", "FAIL", f"line {ref.line} says leg {claimed_leg!r} but "
-                                      f"lives in leg {name!r}", evidence=[line_evidence(self.run, ref)],
-                                      gate="evidence")
+                    self.met("leg_mismatch", f"line {ref.line} says leg {claimed_leg!r} but lives in leg {name!r}",
+                             [line_evidence(self.run, ref)])
                     continue
                 if error is not None:
                     for kind, message in error.problems:
-                        code = "EVIDENCE_MISSING" if kind == "missing" else "EVIDENCE_CORRUPT"
                         message = message.removeprefix(f"line {ref.line}: ")
-                        self.findings.add(code, "FAIL", f"leg {name!r} rep at line {ref.line}: {message}",
-                                          evidence=[line_evidence(self.run, ref)], gate="evidence")
+                        self.met("rep_unusable_missing" if kind == "missing" else "rep_unusable",
+                                 f"leg {name!r} rep at line {ref.line}: {message}", [line_evidence(self.run, ref)])
                     continue
                 if rep.rep in seen:
                     first = seen[rep.rep]
                     same = first.ref.raw() == ref.raw()
-                    self.findings.add("EVIDENCE_CORRUPT", "INFO" if same else "FAIL",
-                                      f"leg {name!r} rep {rep.rep} appears twice (lines {first.ref.line} and "
-                                      f"{ref.line})" + ("; identical, counted once" if same
-                                                        else "; they differ, so neither is trusted"),
-                                      evidence=[line_evidence(self.run, first.ref), line_evidence(self.run, ref)],
-                                      gate="evidence")
+                    self.met("duplicate_rep_identical" if same else "duplicate_rep",
+                             f"leg {name!r} rep {rep.rep} appears twice (lines {first.ref.line} and {ref.line})"
+                             + ("; identical, counted once" if same else "; they differ, so neither is trusted"),
+                             [line_evidence(self.run, first.ref), line_evidence(self.run, ref)])
                     if not same:
                         reps = [r for r in reps if r.rep != rep.rep]
                     continue
-                self._check_rep_clock(name, rep)
-                self._check_duplicate_timing(name, rep)
                 seen[rep.rep] = rep
                 reps.append(rep)
         except RefusedInput as exc:
             self.refused(exc, f"bench_runs of leg {name!r}")
             return []
         except OSError as exc:
-            self.findings.add("EVIDENCE_MISSING", "FAIL", f"cannot read bench_runs of leg {name!r}: {exc}",
-                              evidence=[EvidenceRef(file=_rel(self.run, path))], gate="evidence")
+            self.unreadable(path, f"bench_runs of leg {name!r}", exc)
             return []
         finally:
             if gc_was_enabled:
@@ -537,53 +531,19 @@ class RunLoader:
         self._digest(path, digest.hexdigest())
         self.report_issues(issues, f"bench_runs of leg {name!r}")
         self._legs_torn[name] = any(issue.kind == "torn_tail" for issue in issues)
-        self._check_one_writer(name, path, reps)
-        numbered = sorted(seen)
-        missing, shown = missing_rep_numbers(numbered)
-        if missing:
-            self.findings.add("EVIDENCE_MISSING", "FLAG", f"leg {name!r} has reps {numbered[:20]!r}: {missing} "
-                              f"rep(s) between them are missing, e.g. {shown!r} (a lost, deleted or spliced line)",
-                              measured=numbered[:20], threshold="consecutive rep numbers",
-                              evidence=[EvidenceRef(file=_rel(self.run, path))], action="remeasure", gate="evidence")
-        for array, lines in absent.items():
-            self.findings.add("EVIDENCE_MISSING", "FLAG", f"leg {name!r}: {len(lines)} rep(s) (lines "
-                              f"{_line_list(lines)}) have no {array!r} array, so "
-                              f"{_STANDARD_ARRAYS.get(array) or _HARNESS_ARRAYS[array]} "
-                              "cannot be re-derived and the gates that use them cannot check them",
-                              evidence=[EvidenceRef(file=_rel(self.run, path), line=lines[0])],
-                              action="remeasure", gate="evidence")
+        leg.rep_numbers = sorted(seen)
+        leg.absent_arrays = absent
         return reps
 
     def _refuse_wrong_types(self, model: type, obj: dict, what: str, tf: TextFile | None) -> bool:
-        """A harness record holding a field of another JSON type than its schema's is corrupt (issue 17 §1):
+        """A harness record holding a field of another JSON type than its schema's is corrupt:
         pydantic would coerce ``"0.5"`` to a number and ``1`` to ``True``, so two readers would disagree."""
         wrong = wrong_types(model, obj)
         if wrong:
-            self.findings.add("EVIDENCE_CORRUPT", "FAIL", f"{what} has field(s) of the wrong type: {', '.join(wrong[:8])} "
-                              "(the harness never writes them so)", measured=wrong[:8],
-                              evidence=[tf.evidence(self.run, tf.key_line(wrong[0].split('.')[0]))] if tf else [],
-                              gate="evidence")
+            self.met("wrong_types", f"{what} has field(s) of the wrong type: {', '.join(wrong[:8])} (the harness "
+                     "never writes them so)", [tf.evidence(self.run, tf.key_line(wrong[0].split('.')[0]))] if tf else [],
+                     measured=wrong[:8])
         return bool(wrong)
-
-    def _check_one_writer(self, name: str, path: Path, reps: list[RepMetrics]) -> None:
-        """One bench file has one writer: a line without ``schema_version`` in a file whose other lines
-        the harness wrote would escape the harness schema, the contention sample and the rep clock."""
-        harness = [r for r in reps if r.schema_version is not None]
-        foreign = [r for r in reps if r.schema_version is None]
-        if harness and foreign:
-            self.findings.add("EVIDENCE_CORRUPT", "FAIL", f"bench_runs of leg {name!r} mixes {len(harness)} harness-"
-                              f"written line(s) with {len(foreign)} foreign-format line(s) (no schema_version), e.g. "
-                              f"line {foreign[0].ref.line}: one file has one writer",
-                              measured={"harness": len(harness), "foreign": len(foreign)},
-                              evidence=[line_evidence(self.run, harness[0].ref), line_evidence(self.run, foreign[0].ref)],
-                              gate="evidence")
-        elif foreign and _rel(self.run, path) in self.line_sealed:
-            self.findings.add("EVIDENCE_CORRUPT", "FAIL", f"bench_runs of leg {name!r}: the run's verified seal chain "
-                              f"sealed its lines as the harness's, yet {len(foreign)} line(s) (e.g. line "
-                              f"{foreign[0].ref.line}) carry no schema_version: judged as a foreign file's they would "
-                              "escape the harness schema, the contention sample and the rep clock",
-                              measured={"foreign": len(foreign)}, threshold="schema_version on every sealed line",
-                              evidence=[line_evidence(self.run, foreign[0].ref)], gate="evidence")
 
     def _load_outputs(self, name: str) -> list[tuple[LineRef, OutputLine]] | None:
         path = self.paths.outputs(name)
@@ -619,22 +579,19 @@ class RunLoader:
         try:
             record = QualityEval.model_validate(obj)
         except ValidationError as exc:
-            self.findings.add(_invalid_code(exc), "FAIL", f"quality eval {eval_id!r} is invalid: {exc.errors()[0]['msg']}"
-                              f" at {exc.errors()[0]['loc']!r}",
-                              evidence=[tf.evidence(self.run, None)], gate="evidence")
+            self.met(_invalid_kind(exc), f"quality eval {eval_id!r} is invalid: {exc.errors()[0]['msg']} at "
+                     f"{exc.errors()[0]['loc']!r}", [tf.evidence(self.run, None)])
             return None, tf
         unknown = sorted(set(record.model_extra or {}) - QUALITY_EXTRAS)
         if unknown:
-            self.findings.add("EVIDENCE_CORRUPT", "FAIL", f"quality eval {eval_id!r} has field(s) neither its schema "
-                              f"nor the harness's evals write: {', '.join(unknown[:8])}",
-                              evidence=[tf.evidence(self.run, tf.key_line(unknown[0]))], gate="evidence")
+            self.met("unknown_fields", f"quality eval {eval_id!r} has field(s) neither its schema nor the harness's "
+                     f"evals write: {', '.join(unknown[:8])}", [tf.evidence(self.run, tf.key_line(unknown[0]))])
             return None, tf
         wrong = self._refuse_wrong_types(QualityEval, obj, f"quality eval {eval_id!r}", tf)
         shadowing = shadowing_fields(record, also=QUALITY_ITEMS_FIELDS)
         if shadowing:  # its other unknown fields are the harness's extras; these imitate declared ones
-            self.findings.add("EVIDENCE_CORRUPT", "FAIL", f"quality eval {eval_id!r} has field(s) imitating "
-                              f"declared ones (a case variant or a non-ASCII look-alike): {shadowing[:8]!r}",
-                              evidence=[tf.evidence(self.run, None)] if tf else [], gate="evidence")
+            self.met("shadowing", f"quality eval {eval_id!r} has field(s) imitating declared ones (a case variant or a "
+                     f"non-ASCII look-alike): {shadowing[:8]!r}", [tf.evidence(self.run, None)] if tf else [])
         return (None if wrong or shadowing else record), tf
 
     def quality_pair(self, eval_id: str, base: str, cand: str) -> QualityRecords:
@@ -655,124 +612,9 @@ class RunLoader:
         return self._inside(rel_path)
 
 
-def check_named_folders(run: Path, legs: list[LegEvidence], sealed: bool) -> GateResult:
-    """Every LoadGen folder a rep's line names (``loadgen.dir``) exists inside the run, or evidence was
-    removed (EVIDENCE_MISSING, FAIL). The harness keeps LoadGen's logs of every rep it writes a line
-    for, so a harness line's folder is always decided, sealed run or not. A foreign line naming one is
-    decided where the run shows it keeps them (sealed, or another named folder exists); otherwise it is
-    listed as not checked. Each named folder lies under its own leg's and is named once (EVIDENCE_CORRUPT,
-    FAIL); a harness line of a leg LoadGen scheduled names one (EVIDENCE_MISSING, FLAG)."""
-    legs = list({leg.name: leg for leg in legs}.values())
-    named: list[tuple[LegEvidence, RepMetrics, bool]] = []
-    for leg in legs:
-        for rep in leg.reps:
-            if rep.loadgen_dir is not None:
-                named.append((leg, rep, _folder_inside(run, rep.loadgen_dir)))
-    absent = [(leg, rep) for leg, rep, there in named if not there]
-    found = _misplaced_folders(run, legs) + _unnamed_folders(run, legs)
-    if not absent:
-        return GateResult(findings=found)
-    if not sealed and len(absent) == len(named) and all(rep.schema_version is None for _, rep in absent):
-        return GateResult(findings=found, not_checked=[
-            f"LoadGen logs: the {len(named)} folder(s) the reps name are all absent from this unsealed run, so "
-            "LoadGen's own logs cannot be held against the lines"])
-    for leg, rep in absent[:MAX_NAMED]:
-        found.append(finding("EVIDENCE_MISSING", "FAIL", f"leg {leg.name!r} rep {rep.rep} names LoadGen folder "
-                             f"{rep.loadgen_dir!r}, which is not in the run" + (" (the run is sealed)" if sealed else
-                             " (the harness keeps every rep's LoadGen logs)" if rep.schema_version is not None
-                             else " while other reps' folders are") + ": evidence a record names was removed",
-                             measured=rep.loadgen_dir, threshold="an existing folder inside the run",
-                             evidence=[line_evidence(run, rep.ref)], gate="evidence"))
-    return GateResult(findings=found)
-
-
-MAX_NAMED = 25
-
-
-def _misplaced_folders(run: Path, legs: list[LegEvidence]) -> list:
-    """A rep's LoadGen folder lies under its own leg's folder (``legs/<leg>/loadgen/...``) and no other rep
-    names it: a line naming another leg's (or rep's) logs borrows a witness that never saw its requests
-    (EVIDENCE_CORRUPT, FAIL; found by the field explorer)."""
-    owners: dict[str, tuple[LegEvidence, RepMetrics]] = {}
-    found = []
-    for leg in legs:
-        for rep in leg.reps:
-            if rep.loadgen_dir is None:
-                continue
-            name = posixpath.normpath(rep.loadgen_dir)
-            first = owners.setdefault(name, (leg, rep))
-            shared = first[1] is not rep
-            if not shared and name.startswith(f"legs/{leg.name}/loadgen/"):
-                continue
-            why = (f"rep {first[1].rep} of leg {first[0].name!r} names it too" if shared
-                   else f"it is not under the leg's own folder legs/{leg.name}/loadgen/")
-            found.append(finding("EVIDENCE_CORRUPT", "FAIL", f"leg {leg.name!r} rep {rep.rep} names LoadGen folder "
-                                 f"{rep.loadgen_dir!r}, but {why}: its LoadGen logs are not this rep's witness",
-                                 measured=rep.loadgen_dir, threshold=f"a folder under legs/{leg.name}/loadgen/ "
-                                 "named by one rep", evidence=[line_evidence(run, rep.ref)], action="eject",
-                                 gate="evidence"))
-    return found[:MAX_NAMED]
-
-
-def _scheduled_by_loadgen(leg: LegEvidence) -> bool:
-    """The leg's lines show LoadGen scheduled its reps: a rep names a LoadGen folder or records LoadGen's
-    settings. A ``loadgen/`` folder alone does not: harness lines of an earlier version kept the logs without
-    naming them (proof/fixtures/int-wl-loadgen-log-agrees)."""
-    return any(r.loadgen_dir is not None or any(k.startswith("loadgen.") for k in r.workload) for r in leg.reps)
-
-
-def _unnamed_folders(run: Path, legs: list[LegEvidence]) -> list:
-    """A harness line in a leg LoadGen scheduled names its rep's LoadGen folder: the harness writes it for
-    every such rep, so a line without one hides its second witness (EVIDENCE_MISSING, FLAG; found by the
-    field explorer)."""
-    found = []
-    for leg in legs:
-        unnamed = [r for r in leg.reps if r.schema_version is not None and r.loadgen_dir is None]
-        if unnamed and _scheduled_by_loadgen(leg):
-            found.append(finding("EVIDENCE_MISSING", "FLAG", f"leg {leg.name!r}: {len(unnamed)} harness rep(s) "
-                                 f"(lines {', '.join(str(r.ref.line) for r in unnamed[:5])}) name no LoadGen folder "
-                                 "in a leg LoadGen scheduled: their lines cannot be held against LoadGen's logs",
-                                 measured=[r.rep for r in unnamed[:MAX_NAMED]], threshold="loadgen.dir on every rep",
-                                 evidence=[line_evidence(run, unnamed[0].ref)], action="remeasure", gate="evidence"))
-    return found
-
-
-def _folder_inside(run: Path, name: str) -> bool:
-    """``name`` (relative to the run) is a real directory inside the run, reached without links out."""
-    if not name or "\x00" in name or os.path.isabs(name):
-        return False
-    path = (run / name)
-    try:
-        resolved = path.resolve()
-    except (OSError, RuntimeError):
-        return False
-    return resolved.is_relative_to(run.resolve()) and resolved.is_dir() and not path.is_symlink()
-
-
-RUN_CLOCK_SLACK_S = 60.0
-"""A rep may appear to start this much before its run (clock steps, a manifest written late)."""
-
-
-def missing_rep_numbers(numbered: list[int], show: int = 10) -> tuple[int, list[int]]:
-    """How many rep numbers are missing between the first and last of ``numbered`` (sorted, unique),
-    and the first ``show`` of them -- counted from adjacent differences, so an absurd rep number never
-    sizes anything."""
-    missing, shown = 0, []
-    for a, b in zip(numbered, numbered[1:]):
-        gap = b - a - 1
-        if gap > 0:
-            missing += gap
-            shown.extend(range(a + 1, min(b, a + 1 + show - len(shown))))
-    return missing, shown[:show]
-
-
-def _invalid_code(exc: ValidationError) -> str:
+def _invalid_kind(exc: ValidationError) -> str:
     """A record that only lacks required fields is missing evidence; anything else is corrupt."""
-    return "EVIDENCE_MISSING" if all(e["type"] == "missing" for e in exc.errors()) else "EVIDENCE_CORRUPT"
-
-
-def _line_list(lines: list[int]) -> str:
-    return ", ".join(map(str, lines[:5])) + (f", … ({len(lines)} in all)" if len(lines) > 5 else "")
+    return "invalid_missing" if all(e["type"] == "missing" for e in exc.errors()) else "invalid"
 
 
 def _plain_name(name: str) -> bool:

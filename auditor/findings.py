@@ -206,7 +206,7 @@ def decide(findings: list[Finding], degraded: bool = False) -> tuple[VerdictLabe
 
 
 def unsealed_refusal(verdict: VerdictLabel, seal: Seal) -> str | None:
-    """Why a verdict cannot bank because its evidence is unsealed (issue 17 §8), else None: the one seal
+    """Why a verdict cannot bank because its evidence is unsealed, else None: the one seal
     condition of the one banking rule (``auditor/banking.py``: the graph's step, the bundle audit, the review).
     The verdict and action stand; only banking is refused, since an edit or deletion after writing could
     not have been detected."""

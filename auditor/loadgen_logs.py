@@ -1,7 +1,7 @@
 """Read what LoadGen itself recorded about one rep (its detail and summary logs), for the witnesses.
 
 The loader (``evidence.RunLoader``) calls this once per rep whose folder exists; the gates judge the
-result (``gates/rep_witnesses.py``). Each quantity is kept with the line that states it, so a finding
+result (``auditor/model/witnesses.py``). Each quantity is kept with the line that states it, so a finding
 cites LoadGen's own line beside the bench line's. Quantities (LoadGen's definitions, results.cc):
 
 - ``issued``: ``result_query_count`` x samples per query (the samples LoadGen issued);
@@ -9,13 +9,17 @@ cites LoadGen's own line beside the bench line's. Quantities (LoadGen's definiti
   samples over the span from the first issue to the last completion;
 - ``tokens_per_second`` (``result_tokens_per_second``, ``Tokens per second``): the tokens the client
   reported completing, over the same span;
-- ``max_latency_s`` (``result_max_latency_ns``, ``Max latency (ns)``): the longest issue-to-completion.
+- ``max_latency_s`` / ``min_latency_s`` / ``mean_latency_s`` (``result_max_latency_ns`` ...,
+  ``Max latency (ns)`` ...): the longest, shortest and mean issue-to-completion of its samples;
+- ``power``: ``power_begin`` / ``power_end``, the wall clock (ms) of the test's first issue and last
+  completion; ``version``: ``loadgen_version``, the build (every real LoadGen log states it).
 """
 
 from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -31,13 +35,19 @@ _EXCERPT = 200
 
 DETAIL_KEYS = {"samples_per_second": (("result_samples_per_second",), 1.0),
                "tokens_per_second": (("result_tokens_per_second", "result_completed_tokens_per_second"), 1.0),
-               "max_latency_s": (("result_max_latency_ns",), 1e-9)}
+               "max_latency_s": (("result_max_latency_ns",), 1e-9),
+               "min_latency_s": (("result_min_latency_ns",), 1e-9),
+               "mean_latency_s": (("result_mean_latency_ns",), 1e-9)}
 """Witness quantity -> (detail-log keys, Offline's then Server's; factor to the quantity's unit). Server's
 ``result_completed_samples_per_sec`` is not read: its span is not the rep's (it runs past the last
 completion), while its tokens per second spans the requests as Offline's does."""
 SUMMARY_KEYS = {"samples_per_second": (("Samples per second",), 1.0),
                 "tokens_per_second": (("Tokens per second", "Completed tokens per second"), 1.0),
-                "max_latency_s": (("Max latency (ns)",), 1e-9)}
+                "max_latency_s": (("Max latency (ns)",), 1e-9),
+                "min_latency_s": (("Min latency (ns)",), 1e-9),
+                "mean_latency_s": (("Mean latency (ns)",), 1e-9)}
+POWER_FORMAT = "%m-%d-%Y %H:%M:%S.%f"
+"""How LoadGen writes ``power_begin``/``power_end`` (its system clock, to the millisecond)."""
 
 
 @dataclass
@@ -53,6 +63,13 @@ class LoadgenRep:
     """A detail log was there and read."""
     scenario: str | None = None
     """The detail log's ``effective_scenario`` (what it must state depends on it)."""
+    version: str | None = None
+    """The detail log's ``loadgen_version``: a real LoadGen's log (it writes its build in every log)."""
+    requested: dict[str, tuple[Any, EvidenceRef]] = field(default_factory=dict)
+    """The settings the detail log says LoadGen was given (``requested_*``, first value), with their lines."""
+    power: tuple[float, float, EvidenceRef] | None = None
+    """``power_begin`` and ``power_end`` as unix times read as UTC (the begin may sit a time zone away from
+    the rep's clock; the span does not), with the end's line."""
     digests: dict[Path, str] = field(default_factory=dict)
     """sha256 of each log read (the verdict's input digests)."""
     problems: list[str] = field(default_factory=list)
@@ -60,6 +77,10 @@ class LoadgenRep:
 
 
 def _evidence(rel: str, ref: LineRef) -> EvidenceRef:
+    """The line's citation from what the reader took as it read it (no second open of the log)."""
+    if ref.digest is not None and ref.head is not None:
+        return EvidenceRef(file=rel, line=ref.line, sha256=ref.digest,
+                           excerpt=ref.head[:_EXCERPT].decode("utf-8", "replace"))
     raw = ref.raw()
     return EvidenceRef(file=rel, line=ref.line, sha256=hashlib.sha256(raw).hexdigest(),
                        excerpt=raw[:_EXCERPT].decode("utf-8", "replace"))
@@ -122,9 +143,30 @@ def _read_detail(out: LoadgenRep, log: Any, rel: str) -> None:
     out.detail_read = True
     scenario = log.record("effective_scenario")
     out.scenario = scenario.value if scenario is not None and isinstance(scenario.value, str) else None
+    out.requested = {key: (record.value, _evidence(rel, record.ref)) for key, record in log.first.items()
+                     if key.startswith("requested_")}
+    version = log.record("loadgen_version")
+    out.version = version.value if version is not None and isinstance(version.value, str) else None
+    begin, end = log.record("power_begin"), log.record("power_end")
+    if begin is not None and end is not None:
+        stamps = [_power_time(r.value) for r in (begin, end)]
+        if stamps[0] is None or stamps[1] is None:
+            out.problems.append(f"{rel}: power_begin/power_end are not LoadGen's time stamps")
+        else:
+            out.power = (stamps[0], stamps[1], _evidence(rel, end.ref))
     for name, (keys, factor) in DETAIL_KEYS.items():
         record = next((r for r in map(log.record, keys) if r is not None), None)
         value = _number(record.value) if record is not None else None
         if record is not None:
             out.detail[name] = Stated(f"LoadGen's detail log ({record.key})", value * factor if value is not None
                                       else record.value, _evidence(rel, record.ref))
+
+
+def _power_time(value: Any) -> float | None:
+    """A LoadGen ``power_*`` stamp as a unix time read as UTC; None when it is not one."""
+    if not isinstance(value, str):
+        return None
+    try:
+        return datetime.strptime(value, POWER_FORMAT).replace(tzinfo=timezone.utc).timestamp()
+    except ValueError:
+        return None

@@ -7,7 +7,8 @@ returns :class:`~perfwarden.harness.records.Finding` objects carrying the measur
 threshold and the raw lines (file, line, sha256) it rests on. :func:`audit` composes them. The rules
 live in modules by concern -- ``mlperf_scores`` (scores, pass bands), ``mlperf_checks`` (validity,
 summary vs detail, same benchmark, different runs), ``mlperf_audit_settings`` (which test the settings
-say), ``mlperf_findings`` (codes, evidence) -- and this module re-exports their names.
+say), ``mlperf_findings`` (codes, evidence), ``mlperf_settings`` (every other setting) -- and this module
+composes them (``audit``) and answers (``report_json``, ``error_json``).
 
 The answer is the same ``Verdict`` record a claim's audit gives (scope ``mlperf``; the scores, test and
 pass band in its ``mlperf`` field), decided by the same verdict rule (``findings.decide``, design §3): any
@@ -59,7 +60,7 @@ What is re-derived (``official`` = what the MLCommons scripts do):
   by LoadGen's ``Test05 flag detected`` warning), the reference none. The test type is detected
   from the compliance detail log (then its summary); ``--test`` overrides, and a compliance run
   whose settings are another test's, several tests', or none is FAIL.
-- **Every other setting equals the reference's** (``mlperf_settings``, issue 17 §6): apart from the
+- **Every other setting equals the reference's** (``mlperf_settings``): apart from the
   test's own audit settings, a LoadGen setting of the compliance run that differs from the
   reference's is FAIL (``CONDITIONS_DIFFER``, naming it) -- run length shorter, samples per query,
   loaded sample count (FLAG for TEST04, which issues one sample), issue machinery, any unknown key;
@@ -94,27 +95,17 @@ import hashlib
 import json
 import re
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from perfwarden.auditor.findings import decide, finding
-from perfwarden.auditor.mlperf_audit_settings import (  # noqa: F401 - re-exported
-    _AUDIT_KEYS, _SEEDS, AUDIT_CONFIG_WARNING, TEST05_WARNING, TestDetection, _detail_setting, _signatures,
-    _summary_setting, _truthy, check_audit_settings, detect_test)
-from perfwarden.auditor.mlperf_checks import (  # noqa: F401 - re-exported
-    _FINGERPRINT, _RESULT_FIELDS, _TEST_PARAMS, _VERDICT_KEYS, BENCHMARK_SETTINGS, SAMPLE_SET_SETTINGS, _compare_key,
-    _detail_keys_for, _setting, check_different_runs, check_duplicates, check_log_errors, check_same_benchmark,
-    check_scenarios, check_summary_detail, check_validity, check_versions, run_fingerprint)
-from perfwarden.auditor.mlperf_findings import (  # noqa: F401 - re-exported
-    CACHING_SUSPECTED, CODES, CONDITIONS_DIFFER, EVIDENCE_CORRUPT, EVIDENCE_MISSING, MLPERF_AUDIT_SETTINGS,
-    MLPERF_DUPLICATE_KEY, MLPERF_INVALID_RESULT, MLPERF_LOADGEN_VERSION, MLPERF_LOG_ERRORS, MLPERF_SAME_RUN,
-    MLPERF_THRESHOLD, REPORTED_MISMATCH, _evs, _finding, evidence, file_evidence)
+from perfwarden.auditor.mlperf_audit_settings import TestDetection, check_audit_settings, detect_test
+from perfwarden.auditor.mlperf_checks import (check_different_runs, check_duplicates, check_log_errors,
+                                             check_same_benchmark, check_scenarios, check_summary_detail,
+                                             check_validity, check_versions)
+from perfwarden.auditor.mlperf_findings import EVIDENCE_CORRUPT, EVIDENCE_MISSING, MLPERF_INVALID_RESULT
 from perfwarden.auditor.mlperf_settings import check_own_audit_values, check_settings
-from perfwarden.auditor.mlperf_scores import (  # noqa: F401 - re-exported
-    _EARLY_STOP, _PCT_LATENCY, _PCT_TH_LATENCY, BASE_THRESHOLD, DEFAULT_PERCENTILE, DETAIL_SCORE_KEY,
-    RELAXED_LATENCY_NS, RELAXED_THRESHOLD, SCENARIOS, STREAM_SCENARIOS, SUMMARY_SCORE_KEY, TESTS, RunLogs, Score,
-    TestName, ThresholdRule, _as_number, _decimals, _is_number, check_threshold, detail_scenario, detail_score,
-    require_validity, scores_agree, summary_scenario, summary_score, target_percentile, threshold_rule,
-    values_agree)
+from perfwarden.auditor.mlperf_scores import (TESTS, RunLogs, Score, check_threshold, detail_scenario, detail_score,
+                                             require_validity, summary_scenario, summary_score)
 from perfwarden.harness.jsonl import iter_raw_lines
 from perfwarden.harness.mlperf_log import MlperfLogError, find_logs, read_detail, read_summary
 from perfwarden.harness.records import EvidenceRef, Finding, MlperfCompliance, Verdict
@@ -137,13 +128,6 @@ class UnreadableLogs(Exception):
 
 
 # ----------------------------------------------------------------------------------------- loading
-
-
-def load_run(directory: Path | str, label: Literal["reference", "compliance"]) -> RunLogs:
-    """Read one run's two logs; raise :class:`MlperfLogError` when either is unreadable."""
-    summary_path, detail_path = find_logs(directory)
-    return RunLogs(label=label, summary=read_summary(summary_path, _root(directory)),
-                   detail=read_detail(detail_path, _root(directory)))
 
 
 def _root(directory: Path | str) -> Path:
@@ -361,7 +345,7 @@ def audit(reference: Path | str, compliance: Path | str, test: str | None = None
 def report_json(verdict: Verdict) -> dict[str, Any]:
     """``audit-mlperf --json``: the verdict, the re-derived numbers flat beside it, findings, what was not
     checked, the inputs' digests. LoadGen's logs are foreign files no perfwarden seal covers: always
-    ``unsealed`` (shown ``PASS (unsealed)``; judged all the same, issue 17 §8)."""
+    ``unsealed`` (shown ``PASS (unsealed)``; judged all the same)."""
     numbers = (verdict.mlperf or MlperfCompliance()).model_dump(mode="json")
     return {"verdict": verdict.verdict, **numbers, **_tail(verdict.findings, verdict.not_checked,
                                                           verdict.input_digests, verdict.seal)}

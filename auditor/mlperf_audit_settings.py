@@ -1,7 +1,7 @@
 """MLPerf audit settings: which compliance test the compliance run's settings say it is, and whether
 the runs carry the right ones.
 
-Split out of ``mlperf.py`` by concern (no behaviour change); ``mlperf`` re-exports every name.
+``mlperf.py`` composes these rules into one audit.
 """
 
 from __future__ import annotations

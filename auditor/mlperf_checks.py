@@ -1,7 +1,7 @@
 """MLPerf run checks: validity, LoadGen errors, duplicate keys, summary vs detail, same benchmark,
 two different runs, LoadGen version.
 
-Split out of ``mlperf.py`` by concern (no behaviour change); ``mlperf`` re-exports every name.
+``mlperf.py`` composes these rules into one audit.
 """
 
 from __future__ import annotations
@@ -254,7 +254,7 @@ def _setting(detail: DetailLog, name: str, default: Any) -> tuple[Any, LineRef |
 
 
 def check_same_benchmark(ref: RunLogs, comp: RunLogs, scenario: str) -> tuple[list[Finding], list[str]]:
-    """Both runs must measure the same benchmark under the same constraints (issue 9 rule 9).
+    """Both runs must measure the same benchmark under the same constraints.
 
     LoadGen logs carry no model or benchmark name, so the benchmark is identified by the settings
     mlperf.conf fixes per model: token-latency (LLM) mode, the LLM Server TTFT/TPOT constraints, the

@@ -1,6 +1,6 @@
 """MLPerf findings: the codes the MLPerf auditor uses and evidence pointing at raw LoadGen lines.
 
-Split out of ``mlperf.py`` by concern (no behaviour change); ``mlperf`` re-exports every name.
+``mlperf.py`` composes these rules into one audit.
 """
 
 from __future__ import annotations

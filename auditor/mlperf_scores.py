@@ -1,7 +1,7 @@
 """MLPerf scores and pass bands: the scenario's score from each log, printed-precision comparison,
 and the official threshold rule of TEST01/TEST04/TEST05.
 
-Split out of ``mlperf.py`` by concern (no behaviour change); ``mlperf`` re-exports every name.
+``mlperf.py`` composes these rules into one audit.
 """
 
 from __future__ import annotations

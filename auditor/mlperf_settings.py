@@ -1,4 +1,4 @@
-"""A compliance run's LoadGen settings against its reference run's (issue 17 §6).
+"""A compliance run's LoadGen settings against its reference run's.
 
 Apart from the test's own audit settings, every setting of the compliance run must equal the
 reference run's. The registry below classifies every ``effective_*``/``requested_*`` key LoadGen logs;
@@ -30,11 +30,12 @@ LoadGen build (it prints the same settings in every run of a scenario: a missing
 log), INFO otherwise (keys come and go between LoadGen versions). The summaries' "Test Parameters
 Used" lines are compared too, as a second witness of the same settings.
 
-The test's own audit settings must also be present at the values its audit.config sets
-(:func:`check_own_audit_values`): TEST01 a non-zero ``accuracy_log_rng_seed``; TEST04
-``performance_issue_same`` on, ``performance_issue_unique`` off, ``performance_issue_same_index`` 3
-(every scenario of every round); TEST05 all three seeds changed. Missing or other: MLPERF_AUDIT_SETTINGS
-(FAIL).
+The test's own audit settings must also be what its audit.config requires, as the evidence model's
+``compliance_tests`` says (:func:`check_own_audit_values`): TEST01 ``accuracy_log_rng_seed``
+720381539243781796 (every TEST01 audit.config sets it) and at least the smallest sampling target any
+model's audit.config sets (50); TEST04 ``performance_issue_same`` on, ``performance_issue_unique`` off,
+``performance_issue_same_index`` 3 (every scenario of every round); TEST05 all three seeds changed.
+Missing, weakened or other: MLPERF_AUDIT_SETTINGS (FAIL).
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ from typing import Any
 from perfwarden.auditor.mlperf_checks import _TEST_PARAMS as TEST_PARAMS
 from perfwarden.auditor.mlperf_findings import CONDITIONS_DIFFER, MLPERF_AUDIT_SETTINGS, _finding
 from perfwarden.auditor.mlperf_scores import _as_number
+from perfwarden.auditor.model.schema import RequiredSetting, SettingRequirement, evidence_model
 from perfwarden.harness.mlperf_log import DetailLog, SummaryLog, parse_number
 from perfwarden.harness.records import Finding
 
@@ -55,9 +57,6 @@ AUDIT_KEYS: dict[str, tuple[str, ...]] = {
     "TEST05": ("qsl_rng_seed", "sample_index_rng_seed", "schedule_rng_seed"),
 }
 """Each test's own audit settings (mlcommons/inference ``compliance/TEST0x/**/audit.config``)."""
-
-TEST04_SAME_INDEX = 3
-"""``performance_issue_same_index`` in TEST04's audit.config, every scenario."""
 
 _CLASSES: dict[str, str] = {
     # derived from other settings
@@ -230,36 +229,56 @@ def _value(log: DetailLog, name: str) -> tuple[Any, Any]:
     return None, None
 
 
+def _meets(req: SettingRequirement, comp: DetailLog, ref: DetailLog) -> bool | None:
+    """Whether the compliance run's setting meets one way of its requirement (None: the log does not print it)."""
+    value = _value(comp, req.name)[0]
+    if value is None:
+        return None
+    number = _as_number(value)
+    if req.differs_from_reference:
+        return not _same(value, _value(ref, req.name)[0])
+    if req.equals is not None:
+        return number is not None and number == _as_number(req.equals)
+    if req.at_least is not None:
+        return number is not None and number >= req.at_least
+    if req.above is not None:
+        return number is not None and number > req.above
+    return False
+
+
 def check_own_audit_values(ref: DetailLog, comp: DetailLog, test: str | None) -> tuple[list[Finding], list[str]]:
-    """The test's own audit settings are present at its audit.config's values (absent keys: not checked)."""
+    """The test's own audit settings are what its audit.config requires, as the evidence model's
+    ``compliance_tests`` says each test does (a value, a minimum, or other than the reference's); a setting the
+    log does not print is listed as not checked."""
+    spec = evidence_model().compliance_tests.get(test or "")
+    if spec is None:
+        return [], []
     problems, refs, notes = [], [], []
-    if test == "TEST01":
-        seed, r = _value(comp, "accuracy_log_rng_seed")
-        if seed is None:
-            notes.append("audit settings: the compliance detail log does not print accuracy_log_rng_seed")
-        elif not _as_number(seed):
-            problems.append(f"accuracy_log_rng_seed is {seed!r} (TEST01's audit.config sets it)")
-            refs.append(r)
-    elif test == "TEST04":
-        for name, ok, want in (("performance_issue_same", lambda v: bool(_as_number(v)), "on"),
-                               ("performance_issue_unique", lambda v: not _as_number(v), "off"),
-                               ("performance_issue_same_index", lambda v: _as_number(v) == TEST04_SAME_INDEX,
-                                str(TEST04_SAME_INDEX))):
-            value, r = _value(comp, name)
-            if value is None:
-                notes.append(f"audit settings: the compliance detail log does not print {name}")
-            elif not ok(value):
-                problems.append(f"{name} is {value!r}, TEST04's audit.config sets {want}")
-                refs.append(r)
-    elif test == "TEST05":
-        kept = [name for name in AUDIT_KEYS["TEST05"]
-                if _value(comp, name)[0] is not None and _same(_value(comp, name)[0], _value(ref, name)[0])]
-        if kept and len(kept) < len(AUDIT_KEYS["TEST05"]):
-            problems += [f"{name} is the reference's {_value(ref, name)[0]!r} (TEST05 changes all three seeds)"
-                         for name in kept]
-            refs += [_value(comp, name)[1] for name in kept]
+    for required in spec.settings:
+        met = [_meets(req, comp, ref) for req in required.any_of]
+        if any(m for m in met):
+            continue
+        if all(m is None for m in met):
+            notes.append(f"audit settings: the compliance detail log does not print "
+                         f"{' or '.join(r.name for r in required.any_of)}")
+            continue
+        stated = [(r.name, _value(comp, r.name)) for r in required.any_of if _value(comp, r.name)[0] is not None]
+        problems.append(" and ".join(f"{name} is {value!r}" for name, (value, _) in stated)
+                        + f" ({test}'s audit.config: {_wanted(required)})")
+        refs += [r for _, (_, r) in stated]
     if not problems:
         return [], notes
     return [_finding(MLPERF_AUDIT_SETTINGS, "FAIL", "audit_settings",
-                     f"the {test} compliance run's own audit settings are missing or not the test's: "
-                     + "; ".join(problems), measured=problems, threshold=f"{test}'s audit.config", refs=refs)], notes
+                     f"the {test} compliance run's own audit settings are missing, weakened or not the test's: "
+                     + "; ".join(problems), measured=problems, threshold=f"{test}'s audit.config ({spec.why})",
+                     refs=refs)], notes
+
+
+def _wanted(required: RequiredSetting) -> str:
+    out = []
+    for req in required.any_of:
+        want = ("other than the reference's" if req.differs_from_reference else f"= {req.equals!r}"
+                if req.equals is not None else f">= {req.at_least:g}" if req.at_least is not None
+                else f"> {req.above:g}")
+        out.append(f"{req.name} {want}")
+    return " or ".join(out)

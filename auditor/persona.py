@@ -29,7 +29,7 @@ EXCERPT_CHARS = 3000
 """Characters of raw excerpts in one prompt, shared by the files shown (the newest log lines, the first
 outputs kept): with the skill, the code catalog and the verdict, the prompt stays inside a small local
 model's context (SmolLM2's 8,192 tokens, answer included; measured by benchmarks/brain_validity.py: a
-27k-character prompt, 8,429 tokens, was refused before this bound)."""
+27k-character prompt, 8,429 tokens, is refused without this bound)."""
 NOT_CHECKED_SHOWN = 12
 """Entries of the verdict's not-checked list shown to the persona (the count of the rest is said)."""
 EVIDENCE_FILE_CHARS = 200

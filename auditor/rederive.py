@@ -9,7 +9,7 @@ Per-request e2e latency is ``latencies`` when the file has it (perfwarden adds i
 at the last token, which is when sglang stops its clock too. TPOT per request is
 ``(e2e - ttft) / (output_len - 1)`` for requests with more than one output token, as in sglang.
 
-A rep is also checked for internal consistency while it streams past (issue 13 §2, issue 12 §3), in
+A rep is also checked for internal consistency while it streams past, in
 constant memory beyond the rep itself and with numpy over its arrays: every time finite, non-negative
 and bounded by its container (a TTFT or a latency inside the rep's duration, the rep's request
 timeline -- first start to last end -- inside its duration, a latency at least its TTFT plus its
@@ -32,7 +32,7 @@ import msgspec
 import numpy as np
 
 from perfwarden.harness.strict_json import StrictJsonError, loads
-from perfwarden.harness.jsonl import NULL, BenchRunLine, LineRef
+from perfwarden.harness.jsonl import FOREIGN_STATED, NULL, BenchRunLine, ForeignBenchRunLine, LineRef
 
 if TYPE_CHECKING:  # bench_extras reads lines with this module's helpers: typing only, no import cycle
     from perfwarden.auditor.bench_extras import RepGoodput, StatedRun
@@ -87,7 +87,7 @@ COUNT_FIELDS = ("completed", "total_output_tokens", "total_input_tokens")
 WORKLOAD_FIELDS = ("backend", "dataset_name", "request_rate", "max_concurrency", "scenario")
 RAW_WORKLOAD_FIELDS = ("request_params", "loadgen", "random_input_len", "random_output_len", "random_range_ratio",
                        "sharegpt_output_len", "dataset_path")
-"""Fields of a bench line that define the load a rep ran (issue 13 §1); ``loadgen`` contributes only
+"""Fields of a bench line that define the load a rep ran; ``loadgen`` contributes only
 its ``settings`` (its folder and wall time are per rep)."""
 
 
@@ -165,6 +165,19 @@ class RepMetrics:
     """Its goodput evidence where an SLO is in play (``bench_extras.rep_goodput``)."""
     stated: "StatedRun | None" = None
     """What a foreign line states of its run: model, tokenizer, clock (``bench_extras.stated_run``)."""
+    last_end_s: float | None = None
+    """The last request's end (start plus latency), seconds after the rep's clock started (when the line
+    records starts and latencies): the harness writes it as the rep's duration."""
+    loadgen_latency_s: tuple[float, float, float] | None = None
+    """Shortest, mean and longest issue-to-completion of the rep's requests (issue delay plus latency, every
+    request), when the line records both: what LoadGen measures of the same samples."""
+    loadgen_wall_s: float | None = None
+    """How long LoadGen's test ran, as the line records it (``loadgen.wall_s``)."""
+    arrays: frozenset[str] = frozenset()
+    """The optional per-request arrays the line carries (which witnesses of its requests it holds)."""
+    foreign_stated: dict[str, Any] = field(default_factory=dict)
+    """What a foreign line states of its run beyond the harness's schema (``jsonl.FOREIGN_STATED``: its
+    model, tokenizer, load shape), only the fields it holds."""
 
 
 def _as_array(values, name: str, n: int) -> np.ndarray:
@@ -555,7 +568,26 @@ def _new_record(line: BenchRunLine, ref: LineRef, leg: str, rep: int, n: int, n_
                       issued=line.issued, workload=_workload(line, ref),
                       server_info=flatten_json(server_info) if server_info is not None else None,
                       server_counters=server_counters(line, ref),
-                      usage_counted=_usage_counted(line))
+                      usage_counted=_usage_counted(line),
+                      arrays=frozenset(name for name in OPTIONAL_ARRAYS if getattr(line, name) is not None),
+                      foreign_stated=_foreign_stated(line, ref))
+
+
+OPTIONAL_ARRAYS = ("input_lens", "itls", "request_starts", "latencies", "issue_delays", "cache_hits", "generated_texts",
+                   "input_lens_source", "output_lens_source", "finish_reasons", "prompt_ids")
+"""Per-request arrays a line may carry beyond the ones re-derivation needs."""
+
+
+def _foreign_stated(line: BenchRunLine, ref: LineRef) -> dict[str, Any]:
+    if not isinstance(line, ForeignBenchRunLine):
+        return {}
+    values = {name: _stated_value(getattr(line, name), name, ref) for name in FOREIGN_STATED}
+    return {k: v for k, v in values.items() if v is not None}
+
+
+def _stated_value(value: Any, name: str, ref: LineRef) -> Any:
+    """A stated field as plain data: raw JSON decoded behind its limits, a typed field (a string) as it is."""
+    return raw_json(value, name, ref) if isinstance(value, msgspec.Raw) else value
 
 
 def _gaps(line: BenchRunLine, ref: LineRef, ok: np.ndarray, all_ok: bool,
@@ -649,9 +681,25 @@ def rederive_rep(line: BenchRunLine, ref: LineRef, leg: str, rep_index: int) -> 
         problems += check_concurrency(line, ref, starts, all_latencies)
     result.max_latency_s = float(ends.max()) if ends.size else None
     result.first_start_s = float(starts.min()) if starts is not None and starts.size else None
+    _clock_witnesses(line, result, starts, all_latencies)
     _derive_metrics(line, ref, result, ok_idx, all_ok, ok_ttft, ok_out, in_lens, e2e, gaps, problems)
     result.timing_digest = _timing_digest(ttfts, e2e)
     return result
+
+
+def _clock_witnesses(line: BenchRunLine, result: RepMetrics, starts: np.ndarray | None,
+                     latencies: np.ndarray | None) -> None:
+    """What the line states of its own clock that other records witness: its last request's end, its
+    requests' issue-to-completion times, and LoadGen's wall time."""
+    if starts is not None and latencies is not None and starts.size:
+        result.last_end_s = float((starts + latencies).max())
+    if line.issue_delays is not None and latencies is not None and len(line.issue_delays) == latencies.size > 0:
+        issued = np.fromiter(line.issue_delays, dtype=float, count=latencies.size) + latencies
+        result.loadgen_latency_s = (float(issued.min()), float(issued.mean()), float(issued.max()))
+    value = raw_json(line.loadgen, "loadgen", result.ref)
+    wall = value.get("wall_s") if isinstance(value, dict) else None
+    if isinstance(wall, (int, float)) and not isinstance(wall, bool) and math.isfinite(wall):
+        result.loadgen_wall_s = float(wall)
 
 
 def _derive_metrics(line: BenchRunLine, ref: LineRef, result: RepMetrics, ok_idx: np.ndarray, all_ok: bool,

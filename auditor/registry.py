@@ -145,12 +145,6 @@ def inert_entries() -> dict[str, InertEntry]:
     return entries
 
 
-def is_inert(key: str) -> bool:
-    """Whether ``key`` (its full dotted name: a parent never makes its children inert) may differ between
-    legs: an inert entry, or a runtime key (a measured outcome, not a condition)."""
-    return key in inert_entries() or key in levers()["runtime"]
-
-
 def lever_class(key: str) -> tuple[str | None, str]:
     """('A'|'B'|None, reason) for one server_info key."""
     data = levers()
@@ -160,15 +154,6 @@ def lever_class(key: str) -> tuple[str | None, str]:
             if hit is not None:
                 return cls, table[hit]
     return None, "unclassified knob"
-
-
-def is_known(key: str) -> bool:
-    """True when the registry says what a change of ``key`` is: inert, a class-A/B lever, a derived
-    quantity or a report of how a declared knob was applied. Anything else is an unknown knob."""
-    data = levers()
-    top = top_key(key)
-    return (is_inert(key) or lever_class(key)[0] is not None or top in data["derived"]
-            or top in data.get("reports", {}))
 
 
 def is_lossy_change(key: str, before: Any, after: Any) -> bool:

@@ -18,7 +18,7 @@ Besides the conditions, every other thing a gate looks for in a server log is de
 mechanisms that ran, acceptance counts, crash lines, usage peaks, an op's engagement), because
 :func:`scan_server_log` reads a log once for all of them: a 256 MiB log is streamed in 1 MiB pieces,
 only the lines that hold a pattern's literals (its ``Guard``) are looked at, and what is kept is bounded by the
-``MAX_*`` constants below -- never the log's lines (the gates used to re-scan them each, 341 s for
+``MAX_*`` constants below -- never the log's lines (a re-scan per gate took 341 s for
 250 MB). A piece with many such lines is read one gate's concern at a time, each pattern run once over
 the piece's text (``batch_lines.py``), not once per line: a flood of millions of look-alike lines costs
 little beyond what the bounds keep. Gates consume the :class:`ServerLog` record.
@@ -48,7 +48,7 @@ from perfwarden.harness.strict_json import check_depth, loads
 from perfwarden.harness.vllm_log import NON_DEFAULT_ARGS, parse_args, speculative_fields
 from perfwarden.harness.records import EvidenceRef
 
-CopySource = Literal["effective_config", "server_args", "vllm_args", "engaged"]
+CopySource = Literal["effective_config", "server_args", "vllm_args", "engaged", "model_loaded", "serving"]
 
 MAX_LINE_CHARS = 256 * 1024
 """Longest log line parsed as a configuration (a real ServerArgs line is a few KB)."""
@@ -59,6 +59,12 @@ _EFFECTIVE = re.compile(r"\beffective_config (\{.*)$")
 _SERVER_ARGS = re.compile(r"\bserver_args=(ServerArgs\(.*\))\s*$")
 _ENGAGED = re.compile(r"\bENGAGED (\w+)(?:=(\S+))?(?:\s+op=['\"]([^'\"]+)['\"])?")
 _ENGAGED_KNOB = {"op_override": "op_overrides"}
+_QUOTED = r"('(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\")"
+_MODEL_LOADED = re.compile(rf"\bmodel loaded name={_QUOTED} dir={_QUOTED} digest=(\S+)")
+_SERVING = re.compile(rf"\bserving model={_QUOTED}")
+IDENTITY_LINES = ("model loaded name=", "serving model=")
+"""What the embedded server logs of the model it loaded and serves (``harness/embedded_server.py``): the
+model's name, directory and weights digest, copies of server_info's identity."""
 
 
 @dataclass(frozen=True)
@@ -79,7 +85,7 @@ def parse_server_log(lines: list[str]) -> tuple[list[LogCopy], list[str]]:
     problems: list[str] = []
     for i, text in enumerate(lines, 1):
         if ("effective_config" not in text and "ServerArgs(" not in text and "ENGAGED" not in text
-                and "non-default args" not in text):
+                and "non-default args" not in text and not any(k in text for k in IDENTITY_LINES)):
             continue
         copy, problem = _condition_line(i, text)
         problems += [problem] if problem is not None else []
@@ -100,6 +106,13 @@ def _parse_line(i: int, text: str) -> LogCopy | None:
     m = NON_DEFAULT_ARGS.search(text)
     if m:
         return LogCopy(i, "vllm_args", flatten_json(_vllm_args(m.group(1))))
+    m = _MODEL_LOADED.search(text)
+    if m:
+        name, folder = (ast.literal_eval(g) for g in m.group(1, 2))
+        return LogCopy(i, "model_loaded", {"model": name, "model_path": folder, "weights_digest": m.group(3)})
+    m = _SERVING.search(text)
+    if m:
+        return LogCopy(i, "serving", {"model": ast.literal_eval(m.group(1))})
     m = _ENGAGED.search(text)
     if m:
         knob, value, op = m.group(1), m.group(2), m.group(3)
@@ -200,7 +213,7 @@ def _guard(*alternatives: str | tuple[str, ...]) -> Guard:
 
 
 _NOT_ENGAGED_GUARD = _guard("engaged", "0 calls")
-_CONDITION_GUARD = _guard("effective_config", "serverargs(", "engaged", "non-default args")
+_CONDITION_GUARD = _guard("effective_config", "serverargs(", "engaged", "non-default args", *IDENTITY_LINES)
 SIGNAL_GUARDS: list[Guard] = [
     _guard(("engaged", "prompt_lookup"), ("engaged", "speculative")), _guard("prompt_lookup rid="),
     _guard("accept len:"), _guard("specdecoding metrics:"), _guard('"avg_spec_accept_length"'),
@@ -219,6 +232,10 @@ _FATAL_GUARD = _guard("segmentation fault", "core dumped", "killed", "out of mem
                       "server crashed", "server died", "server exited", "fatal", "sigabrt", "sigsegv",
                       ("worker", "died"), "scheduler crash", "exited with")
 _ERROR_GUARD = _guard("traceback (most recent call last)", "runtimeerror:", "cuda error")
+_STREAMED_DONE = re.compile(rb"\brequest done rid=\S+ endpoint=\S+ stream=true\b")
+"""``harness/embedded_http.py``'s line for a finished streamed request, on folded text (counted per batch in C)."""
+_START = re.compile(rb"^=== perfwarden \S+ start ", re.MULTILINE)
+"""``harness/targets.py``'s header line as it starts a server, on folded text."""
 _FOLD_SPECIAL = {0x130: "i", 0x131: "i", 0x17F: "s", 0x212A: "k"}
 """The only letters a case-insensitive ``re`` pattern matches to an ASCII letter besides A-Z (dotted and
 dotless i, long s, Kelvin sign): folded first, so a guard never hides a match."""
@@ -293,7 +310,7 @@ def _confined(pattern: re.Pattern[str]) -> re.Pattern[str]:
 _SIGNALS_CONFINED = [(_confined(twin.twin), True) if twin is not None else (_confined(rx), False)
                      for twin, (_, rx) in zip(_SIGNALS_FOLDED, SIGNAL_PATTERNS)]
 """Each signal pattern as a batch runs it (on the folded text when it has a twin)."""
-_CONDITION_WORDS = ("ENGAGED", "effective_config", "ServerArgs(", "non-default args")
+_CONDITION_WORDS = ("ENGAGED", "effective_config", "ServerArgs(", "non-default args", *IDENTITY_LINES)
 """The case-sensitive words a line must hold to be read as a configuration (both readings ask them:
 one list, so a new configuration line is added to both)."""
 _REFUSAL_SIGN = [_confined(re.compile(p)) for p in ("not engaged", "0 calls", _ENGAGED_SIGN.pattern)]
@@ -373,6 +390,13 @@ class ServerLog:
     engaged: dict[str, int | None] = field(default_factory=dict)
     refused: dict[str, int | None] = field(default_factory=dict)
     long_line: LongLine | None = None
+    streamed_done: int = 0
+    """Lines of perfwarden's embedded server's per-request record of a streamed request (``request done rid=...
+    endpoint=... stream=True``, case folded): one per bench request it answered (the harness's bench requests
+    stream; its quality requests and warm-up do not)."""
+    starts: int = 0
+    """Header lines the harness wrote as it started the server (``=== perfwarden <Target> start``): one per
+    process that wrote to the log (the log is appended to)."""
 
     def evidence(self, run: Any, line_no: int | None) -> EvidenceRef:
         """Evidence for a line a gate found here (``run`` is unused: ``file`` is already relative)."""
@@ -507,6 +531,10 @@ class _LineScan:
         for bit, needle in enumerate(needles):
             masks[holding_literal(folded_text, starts, needle)] |= 1 << bit
         wanted = np.zeros(len(folded), dtype=bool)
+        if b"request done" in folded_text:
+            self.log.streamed_done += sum(1 for _ in _STREAMED_DONE.finditer(folded_text))
+        if b"=== perfwarden" in folded_text:
+            self.log.starts += sum(1 for _ in _START.finditer(folded_text))
         for need in self.needs:
             if need <= set(needles):
                 need_mask = sum(1 << needles.index(n) for n in need)

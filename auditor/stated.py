@@ -1,4 +1,4 @@
-"""A quantity as one source states it: the unit the second-witness rules compare (``gates/witness.py``).
+"""A quantity as one source states it: the unit the second-witness rules compare (``auditor/model/compare.py``).
 
 Its own module so that the loader's readers (``loadgen_logs.py``) can state quantities without
 importing the gates that judge them (no cycle between the auditor's modules)."""

@@ -7,15 +7,13 @@ schedule), and pooling them makes any difference look significant.
 Why Welch's t on log values and not Mann-Whitney alone: with 3 reps per leg an exact Mann-Whitney
 test cannot go below p = 0.05 one-sided even for perfectly separated legs, so it could never confirm a
 real win at a 1% level. A t-test on log values uses the magnitudes, is scale-free (ratios), and its
-error rates are checked by simulation in ``benchmarks/aa_power.py``. The exact Mann-Whitney p is
-reported alongside for readers who prefer a rank test.
+error rates are checked by simulation in ``benchmarks/aa_power.py``.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from itertools import combinations
 
 import numpy as np
 from scipy import stats as _sp
@@ -135,32 +133,6 @@ def welch_one_sided_p(base: list[float], cand: list[float], higher_is_better: bo
     t = diff / math.sqrt(se2)
     dof = se2**2 / ((vb**2 / (lb.size - 1) if vb else 0.0) + (vc**2 / (lc.size - 1) if vc else 0.0))
     return float(_sp.t.sf(t, dof))
-
-
-def mann_whitney_one_sided_p(base: list[float], cand: list[float], higher_is_better: bool) -> float:
-    """Exact one-sided Mann-Whitney p (candidate better) by enumeration; reps are few."""
-    b, c = list(finite_values(base)), list(finite_values(cand))
-    if not higher_is_better:
-        b, c = [-x for x in b], [-x for x in c]
-
-    def u_stat(xs: list[float], ys: list[float]) -> float:
-        return sum(1.0 if x > y else 0.5 if x == y else 0.0 for x in xs for y in ys)
-
-    observed = u_stat(c, b)
-    pooled = b + c
-    n_c = len(c)
-    if math.comb(len(pooled), n_c) > 200_000:
-        res = _sp.mannwhitneyu(c, b, alternative="greater")
-        return float(res.pvalue)
-    count = total = 0
-    for idx in combinations(range(len(pooled)), n_c):
-        chosen = set(idx)
-        xs = [pooled[i] for i in idx]
-        ys = [pooled[i] for i in range(len(pooled)) if i not in chosen]
-        total += 1
-        if u_stat(xs, ys) >= observed - 1e-12:
-            count += 1
-    return count / total
 
 
 def bootstrap_ratio_ci(base: list[float], cand: list[float], n_boot: int = 2000, seed: int = 0,

@@ -1,7 +1,7 @@
 """What a verdict held each leg's reps against: the second witnesses, as typed data (``LegWitnesses``).
 
 A bench line is one writer's account of a rep. The gates hold it against other writers' accounts of the
-same requests -- LoadGen's logs (``gates/rep_witnesses.py``), the server's counters on the line or the
+same requests -- LoadGen's logs (``model/witnesses.py``), the server's counters on the line or the
 engine's ``/metrics`` samples (``gates/engine_witness.py``) -- and read the rep's CPU window for
 contention; the seal chain says whether any of it could have been edited since. This module counts, per
 leg, the reps each witness covered, so a report can say what was checked, and lists under not-checked

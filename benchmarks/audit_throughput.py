@@ -270,12 +270,10 @@ def _auditor():
         return full, "audit_path (patch claim, all gates)"
     except ImportError as exc:
         from perfwarden.auditor.evidence import RunLoader
-        from perfwarden.auditor.findings import Findings
-
         def loader(run: Path) -> str:
-            rl = RunLoader(run, Findings())
+            rl = RunLoader(run)
             n = sum(r.n_requests for leg in ("baseline", "candidate") for r in rl.leg(leg).reps)
-            return f"{n} requests re-derived, findings {[f.code for f in rl.findings.items]}"
+            return f"{n} requests re-derived, read problems {[p.kind for p in rl.problems]}"
 
         return loader, f"RunLoader on both legs (audit_path not importable: {exc})"
 

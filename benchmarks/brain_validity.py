@@ -1,4 +1,4 @@
-"""How often the LLM brains' answers are usable, with and without structured output (issue 18 item 4).
+"""How often the LLM brains' answers are usable, with and without structured output.
 
 Every brain and the auditor persona ask through ``harness/llm_client.py``; this script asks each of them a fixed,
 bounded set of questions built from a real (synthetic-target) run, once with ``response_format`` (the
@@ -12,7 +12,8 @@ pydantic model's strict JSON schema) and once without, and prints side by side p
 
 Endpoints: the embedded SmolLM2 server (started here from this checkout, unsandboxed, on 127.0.0.1), and
 any OpenAI-compatible endpoint given with ``--url`` (vLLM -- started by ``--target vllm`` or by hand as
-issue 18 describes --, SGLang, a hosted API; ``--model`` names the model). The run is bounded: ``--prompts`` questions per brain (default 1, at most 3) x 5 brains x 2 modes,
+docs/engines.md describes --, SGLang, a hosted API; ``--model`` names the model). The run is bounded:
+``--prompts`` questions per brain (default 1, at most 3) x 5 brains x 2 modes,
 each answer at most ``--max-tokens`` tokens, raised as in a run to what a schema's longest answer needs
 (``ANSWER_TOKENS``: the kernel-extractor's ``KernelCode``).
 

@@ -2,7 +2,7 @@
 
     .venv/bin/python benchmarks/fuzz.py [--inputs 10000] [--workers N] [--seed 0] [--timeout 30]
     .venv/bin/python benchmarks/fuzz.py --replay 1234          # one input, verbosely
-    .venv/bin/python benchmarks/fuzz.py --rundir [--inputs 10000]   # run directories as input (issue 16)
+    .venv/bin/python benchmarks/fuzz.py --rundir [--inputs 10000]   # run directories as input (redteam/fuzz_rundir.py)
     .venv/bin/python benchmarks/fuzz.py --llm-stub [--budget-minutes 1]  # runs against a hostile LLM endpoint
     .venv/bin/python benchmarks/fuzz.py --writers [--tries 100]     # concurrent writers on one run
 

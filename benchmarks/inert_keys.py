@@ -1,4 +1,4 @@
-"""Measure that the keys the auditor calls inert are inert on the embedded target (issue 17 item 2).
+"""Measure that the keys the auditor calls inert are inert on the embedded target.
 
 Three launches of the embedded server with one configuration: A, then B with the keys under test
 flipped (another port, hence another pid and start time; the default max_batch_size given explicitly,

@@ -1,4 +1,4 @@
-"""The op bench on a GPU, checked against an independent measurement (issue 10 §6).
+"""The op bench on a GPU, checked against an independent measurement.
 
 For rmsnorm, silu_mul and rotary at SmolLM2-135M's served shapes (decode, batched decode, prefill),
 runs the op bench (sandboxed workers, CUDA events, L2 flushed) with the reference and the hand-written

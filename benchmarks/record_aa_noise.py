@@ -30,7 +30,6 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from perfwarden.auditor.evidence import RunLoader
-from perfwarden.auditor.findings import Findings
 from perfwarden.auditor.gates import measurement
 from perfwarden.harness.target_config import EmbeddedConfig
 from perfwarden.orchestrator.embedded_lab import EmbeddedLab
@@ -115,12 +114,12 @@ class LegSeries:
 def rederived(run: Path, name: str) -> LegSeries:
     """One leg's per-rep metric, stamps, load and contention, from the auditor's loader and contention gate;
     exits if a rep lacks the metric or its stamp."""
-    findings = Findings()
-    leg = RunLoader(run, findings).leg(name)
+    loader = RunLoader(run)
+    leg = loader.leg(name)
     reps = sorted(leg.reps, key=lambda r: r.rep)
     if not reps or any(METRIC not in r.metrics or r.started_at is None for r in reps):
-        raise SystemExit(f"leg {name!r}: a rep lacks {METRIC!r} or its start stamp; findings: "
-                         f"{[f.code for f in findings.items]}")
+        raise SystemExit(f"leg {name!r}: a rep lacks {METRIC!r} or its start stamp; what reading met: "
+                         f"{[p.kind for p in loader.problems]}")
     flagged = {ev.line for f in measurement.check_contention(run, leg).findings if f.code == "CONTENDED_LEG"
                for ev in f.evidence}
     return LegSeries(values=[float(r.metrics[METRIC]) for r in reps],

@@ -1,4 +1,4 @@
-"""How fast the red team attacks the auditor, and whether it holds (issue 9's target: >= 1,000 attacks
+"""How fast the red team attacks the auditor, and whether it holds (the target: >= 1,000 attacks
 over >= 30 families with 0 successes in under 10 minutes on a 2-core machine).
 
     python benchmarks/redteam_rate.py [--rounds 2] [--seed 0]

@@ -1,6 +1,6 @@
 """Review of a run with 1,000,000 request records: seconds to produce the report, size of the HTML.
 
-Targets (issue 6): the report in under 10 s, the HTML file under 5 MB. The review never re-reads the
+Targets: the report in under 10 s, the HTML file under 5 MB. The review never re-reads the
 per-request arrays: exact statistics come from the verdict's re-derived numbers, plots hold at most a
 few hundred dots per leg, and the only raw bytes touched are the evidence lines findings cite (each
 located with a memory-mapped newline scan and hashed to show whether it still matches its sha256 --

@@ -386,9 +386,6 @@ class Engine:
             raise RuntimeError("the scheduler is not running")
         self._queue.put(req)
 
-    def queue_depth(self) -> int:
-        return self._queue.qsize()
-
     def internal_state(self) -> dict[str, Any]:
         """A snapshot for ``/server_info`` (read from the HTTP thread while the scheduler runs)."""
         c = self.counters

@@ -37,13 +37,9 @@ from typing import TYPE_CHECKING, Any
 from perfwarden.harness.model import MODEL_NAME, DeviceError
 from perfwarden.harness.node_identity import cpu_model
 from perfwarden.harness.ops import OverrideError, install_override, load_function
-from perfwarden.harness.target_config import (EMBEDDED_OPS, ConfigError, EmbeddedConfig, parse_overrides,  # noqa: F401
-                                              parse_set_args)
+from perfwarden.harness.target_config import EMBEDDED_OPS, ConfigError, EmbeddedConfig, parse_set_args
 from perfwarden.harness.targets import (EXIT_BAD_CONFIG, EXIT_CRASH, EXIT_OK, EXIT_PORT,
                                         EXIT_START_FAILED, listen_socket, port_busy_message)
-
-from perfwarden.harness.embedded_requests import (IncrementalDetokenizer, RequestError,  # noqa: F401 - re-exported
-                                                  chat_prompt_ids, completion_prompt_ids, error_body, parse_common, sse)
 
 if TYPE_CHECKING:  # starlette and uvicorn load only once the knobs validated and the port is bound
     import uvicorn

@@ -1,13 +1,13 @@
 """Line-oriented raw files: strict, streaming readers and the line schemas.
 
-Rules every reader here follows (design §2, issue 2):
+Rules every reader here follows (design §2):
 - only newline-terminated lines count as written; a torn last line is reported, never parsed;
 - a line that does not decode is reported with its number, never skipped silently;
 - every record carries a ``LineRef`` (file, 1-based line, byte offset, length) so a finding can cite
   the exact raw line and its sha256 later without hashing every line up front.
 
 The schemas are msgspec Structs so that the hot path (``bench_runs.jsonl`` with per-request arrays)
-decodes straight into typed columns. The schemas are strict (issue 17): a field a schema does not have,
+decodes straight into typed columns. The schemas are strict: a field a schema does not have,
 a field of the wrong type or a repeated key is a corrupt line -- except that a *foreign* bench line (no
 ``schema_version``: a real sglang/vLLM file audited as-is) may carry fields perfwarden does not read;
 they are reported (``LineIssue`` kind ``foreign_fields``), never silently skipped. A repeated key is
@@ -376,7 +376,7 @@ def iter_jsonl(path: Path, schema: type[T], issues: list[LineIssue], digest: "ha
             record = _finished_foreign_tail(line, decoder, foreign, check_keys)
             if record is None:
                 continue  # torn, or the harness's own line (its writer always ends a line): stays torn
-            extra = sorted(set(_TOP.decode(line)) - set(FOREIGN_SCHEMAS[schema].__struct_fields__))
+            extra = sorted(set(_TOP.decode(line)) - set(getattr(schema, "__struct_fields__", ())))
             issues.pop()
             if extra:
                 issues.append(LineIssue("foreign_fields", ref, ", ".join(extra)))
@@ -392,7 +392,7 @@ def iter_jsonl(path: Path, schema: type[T], issues: list[LineIssue], digest: "ha
                 if getattr(record, "schema_version", None) is not None:
                     raise  # the harness wrote it: its schema is the whole line
                 ref = _with_digest(ref, taken)
-                extra = sorted(set(_TOP.decode(line)) - set(FOREIGN_SCHEMAS[schema].__struct_fields__))
+                extra = sorted(set(_TOP.decode(line)) - set(getattr(schema, "__struct_fields__", ())))
                 if extra:
                     issues.append(LineIssue("foreign_fields", ref, ", ".join(extra)))
         except DECODE_ERRORS as exc:
@@ -489,7 +489,7 @@ class BenchRunLine(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     input_lens_source: list[str] | None = None
     output_lens_source: list[str] | None = None
     finish_reasons: list[str | None] | None = None
-    # Workload descriptors (issue 13 §1). perfwarden's LoadGen client writes the first five; the
+    # Workload descriptors. perfwarden's LoadGen client writes the first five; the
     # rest are sglang bench_serving's own. Nested ones stay raw JSON (decoded behind a depth limit).
     issued: int | None = None
     """Samples LoadGen issued in this rep: one per-request entry each."""
@@ -649,13 +649,20 @@ def chain_seal_id(path: Path) -> str | None:
 
 class ForeignBenchRunLine(BenchRunLine, forbid_unknown_fields=False):
     """A bench line from a foreign writer (no ``schema_version``): sglang/vLLM add fields perfwarden does
-    not read, which are listed, not refused, besides the few below (what ``vllm bench serve --save-result
-    --save-detailed`` states of its run, which the auditor holds across the legs). Never decoded directly:
-    see :func:`iter_jsonl`."""
+    not read, which are listed, not refused, besides the few below: what says which run it was (the auditor
+    holds them across the legs) and what ``vllm bench serve --save-result --save-detailed`` states of its
+    clock and goodput. Never decoded directly: see :func:`iter_jsonl`."""
 
     model_id: msgspec.Raw = NULL
     tokenizer_id: msgspec.Raw = NULL
     """The model and tokenizer ``vllm bench serve`` names."""
+    burstiness: msgspec.Raw = NULL
+    num_prompts: msgspec.Raw = NULL
+    endpoint_type: msgspec.Raw = NULL
+    max_concurrent_requests: msgspec.Raw = NULL
+    tag: msgspec.Raw = NULL
+    label: msgspec.Raw = NULL
+    """How a foreign benchmark shaped its load and labelled the run."""
     start_times: list[float] | None = None
     """Per-request start, on the benchmark process's ``time.perf_counter()`` clock (Linux: seconds since boot)."""
     date: str | None = None
@@ -664,6 +671,12 @@ class ForeignBenchRunLine(BenchRunLine, forbid_unknown_fields=False):
     """Good requests per second at the benchmark's ``--goodput`` SLO (null without ``--goodput``)."""
     goodput: str | None = None
     """The SLO itself, where ``--metadata goodput=ttft:500,tpot:100`` recorded it (vLLM writes no SLO field)."""
+
+
+FOREIGN_STATED = ("model_id", "tokenizer_id", "burstiness", "num_prompts", "endpoint_type", "max_concurrent_requests",
+                  "tag", "label", "goodput")
+"""The fields of a foreign bench line that say which run it was (identities and conditions, held across the
+legs); the rest ``ForeignBenchRunLine`` adds are measurements (its clock, its goodput)."""
 
 
 FOREIGN_SCHEMAS: dict[type, type[msgspec.Struct]] = {BenchRunLine: ForeignBenchRunLine}

@@ -91,7 +91,7 @@ def _read_lines(path: Path, what: str, root: Path | None) -> tuple[list[tuple[Li
     digest = hashlib.sha256()
     issues: list[LineIssue] = []
     try:
-        lines = list(iter_raw_lines(path, issues, digest, root))
+        lines = list(iter_raw_lines(path, issues, digest, root, cite=True))  # cited later without a re-read
         size = os.stat(path).st_size
     except OSError as exc:
         raise MlperfLogError(f"cannot read {what} {str(path)!r}: {exc}", path=path) from exc

@@ -1,4 +1,4 @@
-"""The hardware a leg ran on, recorded in its ``server_info.json`` under ``node`` (issue 20 §3).
+"""The hardware a leg ran on, recorded in its ``server_info.json`` under ``node``.
 
 Once steps fan out over a cluster, two legs of one A/B could land on different machines; a faster GPU
 or a newer driver is then a "win". The harness writes the node's identity into every leg's

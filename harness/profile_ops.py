@@ -3,7 +3,8 @@
 The profile's own reading of its rows (``harness/jsonl.py`` ``ProfileLine``), kept beside the record
 format so that the producer that routes the hot op (the graph's profile step) and the auditor that
 re-derives the routed op's rank (``auditor/gates/profile.py``) read one definition, and neither imports
-the other (issue 19: the producers picked the hot op with the auditor's own function).
+the other (a producer that picked the hot op with the auditor's own function would hand the auditor
+its own answer to check).
 """
 
 from __future__ import annotations

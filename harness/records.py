@@ -42,7 +42,7 @@ VerdictScope = Literal["baseline", "profile", "harness", "patch", "bundle", "mlp
 """What a verdict answers: a claim's scope, or ``mlperf`` (an MLPerf compliance pair, ``audit-mlperf``)."""
 VerdictLabel = Literal["PASS", "FLAG", "FAIL"]
 Seal = Literal["sealed", "unsealed"]
-"""Whether a verdict's evidence carried a seal chain verified with the run's key (issue 17 §8)."""
+"""Whether a verdict's evidence carried a seal chain verified with the run's key."""
 
 
 def shown_verdict(label: str, seal: str) -> str:
@@ -88,7 +88,7 @@ class Record(BaseModel):
 def unknown_fields(model: BaseModel, prefix: str = "") -> list[str]:
     """Dotted names of every field a record holds that its schema does not declare. Records keep unknown
     fields (forward compatible), so a reader that must be strict -- the auditor reading harness records
-    and claims (issue 17) -- asks for them here."""
+    and claims -- asks for them here."""
     out = [prefix + str(k) for k in (model.model_extra or {})]
     for name in type(model).model_fields:
         value = getattr(model, name)
@@ -164,7 +164,7 @@ def _kind_ok(kind: str, value: Any) -> bool:
 def wrong_types(model: type[BaseModel], data: Any, prefix: str = "") -> list[str]:
     """Dotted names of the fields of ``data`` whose JSON type is not the one ``model`` declares. pydantic's
     lax mode would coerce them (``"0.5"`` to a float, ``1`` to ``True``); a strict reader refuses them
-    (issue 17 §1) while keeping an integer written as a float, which is the same number."""
+    while keeping an integer written as a float, which is the same number."""
     if not isinstance(data, dict):
         return []
     out = []
@@ -615,7 +615,7 @@ class Verdict(Record):
     """What should happen to the claim: the most decisive of ``actions``."""
     actions: list[Action] = Field(default_factory=list)
     """Every action the findings that decide the label ask for, most decisive first (empty for a PASS, and
-    in a verdict written before this field: its findings state them). Banking asks all of them."""
+    in a verdict file without this field: its findings state them). Banking asks all of them."""
     findings: list[Finding] = Field(default_factory=list)
     """Every finding raised, INFO included."""
     legs: dict[str, dict[str, MetricStats]] = Field(default_factory=dict)
@@ -649,7 +649,7 @@ class Verdict(Record):
     seal: Seal = "unsealed"
     """``sealed`` only when the run's seal chain exists and verified with its key; else ``unsealed`` (an
     imported file, a run recorded before sealing, no key): audited as it is, never banked, shown as
-    ``PASS (unsealed)``. The default is the cautious one (a verdict file written before this field)."""
+    ``PASS (unsealed)``. The default is the cautious one (a verdict file without this field)."""
     degraded: bool = False
     """The auditor itself could not run a part (tool failure, LLM unavailable)."""
     degraded_reasons: list[str] = Field(default_factory=list)
@@ -761,7 +761,7 @@ def write_json_atomic(path: Path, payload: Any, root: Path | str | None = None) 
 def jsonl_text(record: dict[str, Any]) -> str:
     """One JSONL line (compact, no NaN). Every object key must be a string: ``json.dumps`` turns ``1``
     and ``"1"`` (or ``True`` and ``"true"``) into one repeated key, and the auditor trusts that a line
-    the harness sealed has none (issue 17 item 1)."""
+    the harness sealed has none."""
     stack: list[Any] = [record]
     while stack:
         item = stack.pop()

@@ -1,4 +1,4 @@
-"""Seal what the harness writes, as it writes it (issue 13 §4 manifest, §5 seal).
+"""Seal what the harness writes, as it writes it: a manifest and a seal chain.
 
 A run recorded by the harness carries ``<run>/evidence.jsonl``: one entry per line or file the harness
 wrote, in order, each chained to the previous one by an HMAC-SHA256 keyed with a per-run secret

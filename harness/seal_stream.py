@@ -1,4 +1,4 @@
-"""The seal across nodes (issue 20 §4): evidence a worker writes is streamed to the head and sealed
+"""The seal across nodes: evidence a worker writes is streamed to the head and sealed
 there, as it arrives.
 
 A worker node never holds a run's key. Its lab writes into a scratch copy of the legs it measures;

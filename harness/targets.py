@@ -37,7 +37,7 @@ FailureKind = Literal["start_failure", "crash", "timeout"]
 EXIT_OK, EXIT_START_FAILED, EXIT_BAD_CONFIG, EXIT_PORT, EXIT_CRASH = 0, 1, 2, 3, 70
 """The embedded server's exit codes (``harness/embedded_server.py`` exits with them; a leg whose port is
 busy here reports ``EXIT_PORT`` as the server would). Defined on this side so the server imports the
-launcher and never the reverse (issue 19: the two modules imported each other for this constant)."""
+launcher and never the reverse (otherwise the two modules would import each other for this constant)."""
 
 
 class TargetError(RuntimeError):

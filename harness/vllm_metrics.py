@@ -1,4 +1,4 @@
-"""vLLM's own counters as a second witness of every rep (issue 17 item 3, issue 18 item 2).
+"""vLLM's own counters as a second witness of every rep.
 
 A bench line is perfwarden's client's account of a rep. vLLM keeps its own account on ``/metrics``
 (Prometheus text): requests finished, tokens generated and prefilled, and histograms of TTFT,

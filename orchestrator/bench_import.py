@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from perfwarden.auditor import registry
+from perfwarden.auditor.model import roles
 from perfwarden.harness import strict_json
 from perfwarden.harness.jsonl import BenchRunLine, LineIssue, iter_jsonl
 from perfwarden.harness.records import (Claim, Correctness, DeclaredLever, Headline, LegRefs, LegSpec, RunDir,
@@ -217,7 +217,7 @@ def _write_reported_info(source: Path, log: Path, dest: Path, run: Path) -> None
     if parsed["args"] is None:
         raise BenchInputError(f"--server-log {str(source)!r} has no readable vLLM 'non-default args' line: the "
                               "server's launch arguments are not in it (pass --server-info instead)")
-    info = {key: value for key, value in reported_info(parsed).items() if not registry.is_inert(key)}
+    info = {key: value for key, value in reported_info(parsed).items() if not roles.is_inert(key)}
     write_bytes(dest, (json.dumps(info, indent=2, sort_keys=True, default=str) + "\n").encode(), run)
 
 

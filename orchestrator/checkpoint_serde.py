@@ -6,8 +6,9 @@ LangGraph's default serializer imports and calls whatever ``(module, name)`` a m
 names (``os.system`` with an argument runs a command on load); its strict mode silently hands back the
 raw data instead. Here a checkpoint value is first scanned, without constructing anything, and any
 type outside ``ALLOWED_TYPES`` (the pydantic records ``RunState`` holds) is a ``CheckpointTypeError``
-naming it, before the library revives anything. The library's own allow-list is set to the same
-types as a second wall.
+naming it. The records are then revived here, never by importing what the value names: each is looked
+up in ``REVIVABLE`` (which also maps the names an older state version gave them) and validated, so a
+record whose fields fail validation is refused instead of built unvalidated.
 
 What the revived records name is checked too before a resumed graph runs (``check_names``): the knobs
 of every proposal and banked change, and every op implementation, which a server would import. And the
@@ -22,7 +23,7 @@ import os
 import re
 import typing
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import ormsgpack
 from langgraph.checkpoint.serde import jsonplus
@@ -30,7 +31,9 @@ from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
 from typing_extensions import TypedDict
 
+from perfwarden.auditor.acceptance import kinder_than_rule
 from perfwarden.harness.safe_write import RefusedWrite, check_name
+from perfwarden.harness.verdict_summary import VerdictSummary
 from perfwarden.orchestrator.state import RunState
 
 PLAIN_KINDS = ("null", "bytes", "bytearray")
@@ -57,15 +60,22 @@ def _record_types(hint: Any, found: set[type[BaseModel]]) -> None:
         _record_types(arg, found)
 
 
-def state_record_types() -> frozenset[tuple[str, str]]:
-    """``(module, name)`` of each record type the run state holds, read from ``RunState``'s hints."""
+def _state_records() -> dict[tuple[str, str], type[BaseModel]]:
+    """``(module, name)`` -> class of each record type the run state holds, read from ``RunState``'s hints."""
     found: set[type[BaseModel]] = set()
     for hint in typing.get_type_hints(RunState, include_extras=True).values():
         _record_types(hint, found)
-    return frozenset((cls.__module__, cls.__name__) for cls in found)
+    return {(cls.__module__, cls.__name__): cls for cls in found}
 
 
-ALLOWED_TYPES: frozenset[tuple[str, str]] = state_record_types()
+OLDER_RECORD_NAMES: dict[tuple[str, str], type[BaseModel]] = {
+    ("perfwarden.agents.base", "VerdictSummary"): VerdictSummary,
+}
+"""The names a checkpoint of run-state version 2 gives the records that live elsewhere now: revived as the
+record they name (tests/data/checkpoint-v2)."""
+REVIVABLE: dict[tuple[str, str], type[BaseModel]] = {**_state_records(), **OLDER_RECORD_NAMES}
+"""Every ``(module, name)`` a checkpoint may name, and the record it revives as."""
+ALLOWED_TYPES: frozenset[tuple[str, str]] = frozenset(REVIVABLE)
 """The only types a checkpoint may name (the project's own run-state records)."""
 
 
@@ -112,19 +122,46 @@ def check_blob(blob: bytes) -> None:
 
 
 class StateOnlySerializer(JsonPlusSerializer):
-    """``JsonPlusSerializer`` that loads only values naming ``ALLOWED_TYPES`` (writes are unchanged)."""
+    """``JsonPlusSerializer`` that loads only values naming ``ALLOWED_TYPES`` (writes are unchanged), and
+    revives each record itself: validated (the library's fallback builds an unvalidated record from fields
+    that fail validation), and under the name an older state version gave it (``OLDER_RECORD_NAMES``)."""
 
     def __init__(self) -> None:
         super().__init__(allowed_msgpack_modules=tuple(sorted(ALLOWED_TYPES)))
 
+    def _record_hook(self, refusals: list[str]) -> Callable[[int, bytes], Any]:
+        """An extension hook that revives the records ``REVIVABLE`` names; what it refuses is appended to
+        ``refusals`` (ormsgpack reports a failing hook only as "ext_hook failed")."""
+        def revive(code: int, data: bytes) -> Any:
+            if code not in CONSTRUCTOR_EXTS:  # a delta snapshot of plain data (``check_blob`` refused the rest)
+                return self._unpack_ext_hook(code, data)
+            payload = ormsgpack.unpackb(data, ext_hook=revive, option=ormsgpack.OPT_NON_STR_KEYS)
+            record = REVIVABLE.get((str(payload[0]), str(payload[1])))
+            if record is None or code != jsonplus.EXT_PYDANTIC_V2 or not isinstance(payload[2], dict):
+                refusals.append(f"the checkpoint names {_head(payload)} in a form perfwarden never writes")
+                raise ValueError(refusals[-1])
+            try:
+                return record.model_validate(payload[2])
+            except ValidationError as exc:
+                err = exc.errors()[0]
+                refusals.append(f"the checkpoint's {record.__name__} record is invalid at "
+                                f"{'.'.join(map(str, err['loc']))[:120]!r}: {err['msg']} (got {_head(err.get('input'))})")
+                raise ValueError(refusals[-1]) from None
+        return revive
+
     def loads_typed(self, data: tuple[str, bytes]) -> Any:
         kind, blob = data
-        if kind not in PLAIN_KINDS:
-            if kind != "msgpack":
-                raise CheckpointTypeError(f"the checkpoint holds a {str(kind)[:40]!r} value, which perfwarden "
-                                          "never writes (only msgpack); it was not loaded")
-            check_blob(blob)
-        return super().loads_typed(data)
+        if kind in PLAIN_KINDS:
+            return super().loads_typed(data)
+        if kind != "msgpack":
+            raise CheckpointTypeError(f"the checkpoint holds a {str(kind)[:40]!r} value, which perfwarden "
+                                      "never writes (only msgpack); it was not loaded")
+        check_blob(blob)
+        refusals: list[str] = []
+        try:
+            return ormsgpack.unpackb(blob, ext_hook=self._record_hook(refusals), option=ormsgpack.OPT_NON_STR_KEYS)
+        except (ValueError, TypeError) as exc:
+            raise CheckpointTypeError(refusals[0] if refusals else f"a checkpoint value does not decode: {exc}") from None
 
 
 # ------------------------------------------------------------------- what the revived records may name
@@ -208,7 +245,8 @@ def _state_adapter() -> TypeAdapter:
 def check_state(values: dict[str, Any], now: float) -> None:
     """A revived state (or a pending write) holds ``RunState``'s types, counters and a start time in range,
     and names no place outside the run: leg names are single path components, and the claim and verdict
-    files it names are files of ``claims/`` and ``verdicts/``. ``CheckpointTypeError`` names the first
+    files it names are files of ``claims/`` and ``verdicts/``; no verdict summary records a decision kinder
+    than the acceptance rule gives its own fields. ``CheckpointTypeError`` names the first
     field that is not (a node would raise a ``TypeError`` on it, or read where it points). Its ``run_dir``
     is not checked: nodes never use it (graph.py ``step`` puts the resumed folder there)."""
     try:
@@ -229,6 +267,11 @@ def check_state(values: dict[str, Any], now: float) -> None:
         if rel is not None and not (pattern.fullmatch(rel) and _safe_name(rel.split("/")[1])):
             raise CheckpointTypeError(f"the checkpoint's state field {where!r} is {rel[:200]!r}, not a file of the "
                                       f"run's {pattern.pattern.split('/')[0]}/ folder")
+    summaries = [values.get("last_verdict"), *values.get("verdicts", [])]
+    for v in (v for v in summaries if v is not None and v.acceptance is not None):
+        kinder = kinder_than_rule(v, v.acceptance)
+        if kinder is not None:
+            raise CheckpointTypeError(f"the checkpoint's verdict summary {v.path[:200]!r} is {kinder}")
     legs = [*values.get("aa_legs", []), *(leg for p in values.get("proposals", []) for leg in p.legs or [])]
     for leg in legs:
         if not _safe_name(leg):

@@ -39,7 +39,11 @@ def redteam(
     explore: int | None = typer.Option(None, "--explore", min=0, max=1_000_000, help="Distinct edits for the field "
                                        "explorer (every field of every evidence record type; 0: skip it; default "
                                        "10,000, or 0 with --families)."),
-    explore_workers: int = typer.Option(2, "--explore-workers", min=1, max=64, help="Processes for the explorer."),
+    explore_workers: int = typer.Option(2, "--explore-workers", min=1, max=64, help="Processes for the explorers."),
+    forge: int | None = typer.Option(None, "--forge", min=0, max=1_000_000, help="Distinct coherent forgeries for the "
+                                     "forgery explorer (a measurement moved with some of its witnesses, a condition "
+                                     "or identity restated, records moved, a leg downgraded; 0: skip it; default "
+                                     "10,000, or 0 with --families)."),
     op_catalogue: bool | None = typer.Option(None, "--op-catalogue/--no-op-catalogue", help="Also run the op-level "
                                              "exploit catalogue through the op bench as candidates (default: on, off "
                                              "with --families)."),
@@ -76,7 +80,9 @@ def redteam(
     data = report.to_json()
     data.update(_explore_and_ops(EXPLORE_EDITS if explore is None and not only else explore or 0, explore_workers,
                                  op_catalogue if op_catalogue is not None else not only, seed, out or root))
-    failed = bool(report.successes) or any(data[k]["successes"] for k in ("explorer", "op_catalogue") if data.get(k))
+    data.update(_forge(FORGERIES if forge is None and not only else forge or 0, explore_workers, out or root))
+    failed = bool(report.successes) or any(data[k]["successes"] for k in ("explorer", "op_catalogue", "forgeries")
+                                           if data.get(k))
     if json_out:
         sys.stdout.write(json.dumps(data, indent=2) + "\n")
     else:
@@ -85,11 +91,26 @@ def redteam(
 
 
 EXPLORE_EDITS = 10_000
-"""The field explorer's default budget of distinct edits (issue 17 §9)."""
+"""The field explorer's default budget of distinct edits."""
+
+
+FORGERIES = 10_000
+"""The coherent-forgery explorer's default budget of distinct forgeries."""
+
+
+def _forge(forgeries: int, workers: int, out: Path) -> dict:
+    """The coherent-forgery explorer's report, under its own key."""
+    if not forgeries:
+        return {}
+    from perfwarden.redteam import forgery_run
+
+    root = default_fixture_roots()[0]
+    fixtures = [root / name for name in forgery_run.FORGERY_BASES]
+    return {"forgeries": forgery_run.explore(fixtures, forgeries=forgeries, workers=workers, out=out).to_json()}
 
 
 def _explore_and_ops(edits: int, workers: int, ops: bool, seed: int, out: Path) -> dict:
-    """The field explorer's and the op catalogue's reports (issue 17 §9), each under its own key."""
+    """The field explorer's and the op catalogue's reports, each under its own key."""
     from perfwarden.redteam import field_explorer, field_explorer_run
 
     data: dict = {}
@@ -148,3 +169,11 @@ def print_report(data: dict, console: Console) -> None:
             console.print(Text.assemble(("op-bench success ", "red"), f"{s['candidate']} ({s['op']}): {s['why']}"))
         console.print(f"op catalogue: the op bench refused {ops['refused']} of {ops['exploits']} exploits, "
                       f"{ops['honest_refused']} of {ops['honest']} honest alternatives ({ops['seconds']}s)")
+    if data.get("forgeries"):
+        fo = data["forgeries"]
+        for kind, row in sorted(fo["success_classes"].items()):
+            console.print(Text.assemble(("forgery success ", "red"), f"{kind} x{row['count']}: {row['example']} "
+                                        f"({row['verdict']}: {row['why']}) -> {row['fixture']}"))
+        console.print(f"forgery explorer: {fo['forgeries']} distinct coherent forgeries over "
+                      f"{len(fo['record_types'])} record types, {fo['audited']} audited, {fo['consistent']} consistent "
+                      f"(every witness moved), {fo['successes']} successes in {fo['seconds']}s")

@@ -33,7 +33,7 @@ from perfwarden.orchestrator.step_lines import StepLine, StepLines
 from perfwarden.orchestrator.lab_spec import lab_for
 
 if TYPE_CHECKING:  # the run's machinery is imported only when a run starts (other commands stay fast)
-    from perfwarden.agents.base import VerdictSummary
+    from perfwarden.harness.verdict_summary import VerdictSummary
     from perfwarden.harness.records import Claim
     from perfwarden.orchestrator.lab import LegPlan
 

@@ -12,7 +12,6 @@ a time, started for each rep).
 from __future__ import annotations
 
 import json
-import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, ClassVar, Self
@@ -350,7 +349,3 @@ class EmbeddedLab(ServerLab):
     def _device(self) -> str:
         """The device the target serves on: the op bench runs there too."""
         return "cuda" if EmbeddedConfig.of(self.base_config()).device.startswith("cuda") else "cpu"
-
-
-def _now() -> float:
-    return time.time()

@@ -43,11 +43,11 @@ from langgraph.runtime import Runtime
 from perfwarden.agents import config_tuner, kernel_extractor, own_figures
 from perfwarden.agents import integrator as integrator_agent
 from perfwarden.agents import op_benchmarker as op_benchmarker_agent
-from perfwarden.auditor import banking
+from perfwarden.auditor import acceptance, banking
 from perfwarden.auditor.audit import audit_path, load_claim, write_verdict
-from perfwarden.auditor.findings import deciding_actions, unsealed_refusal, verdict_label
+from perfwarden.auditor.findings import deciding_actions, verdict_label
 from perfwarden.auditor.persona import apply_persona
-from perfwarden.agents.base import BankedChange, FindingSummary, Proposal, Rejection, VerdictSummary, apply_overlay
+from perfwarden.agents.base import BankedChange, Proposal, Rejection, apply_overlay
 from perfwarden.harness.jsonl import ProfileLine, read_jsonl
 from perfwarden.harness.safe_read import PROFILE_LINE_BYTES
 from perfwarden.harness.profile_ops import rank_ops
@@ -57,6 +57,7 @@ from perfwarden.harness.seal import find_key_file
 from perfwarden.orchestrator import stepping, study
 from perfwarden.orchestrator.crashpoints import crash_point
 from perfwarden.harness.target_config import TargetConfig
+from perfwarden.harness.verdict_summary import FindingSummary, VerdictSummary
 from perfwarden.orchestrator.lab import LabError, LegPlan, run_base_config
 from perfwarden.orchestrator.report import write_report
 from perfwarden.orchestrator.state import STATE_VERSION, FixStep, RunContext, RunState
@@ -242,47 +243,40 @@ def auditor(state: RunState, runtime: Runtime[RunContext]) -> dict:
     path = write_verdict(run, verdict)
     proposal = state.get("current") if verdict.scope in ("harness", "patch") else None
     summary = VerdictSummary.of(verdict, claim, str(path.relative_to(run)), proposal)
+    decision = acceptance.decide(summary, remeasure_left=summary.scope == "baseline" and _baseline_fits(state, ctx))
+    summary = summary.model_copy(update={"acceptance": decision})
     ctx.watcher.verdict(summary, claim, ctx.remaining_s(state))
     return {"last_verdict": summary, "verdicts": [summary], "pending_claim": None}
 
 
+def _baseline_fits(state: RunState, ctx: RunContext) -> bool:
+    """Whether the baseline would be measured again: a re-measure is allowed, and another baseline fits in
+    the budget (it costs what this one cost)."""
+    allowed = state.get("baseline_attempts", 0) <= ctx.settings.max_baseline_remeasures
+    return allowed and ctx.remaining_s(state) > state.get("baseline_s", 0.0)
+
+
+def _answered(state: RunState) -> VerdictSummary:
+    """The verdict the auditor node last recorded: what the router after it and the nodes it routes to read."""
+    v = state.get("last_verdict")
+    if v is None:
+        raise RuntimeError("no verdict to read: the auditor node has not answered a claim")
+    return v
+
+
 def after_audit(state: RunState, runtime: Runtime[RunContext]) -> str:
-    settings = runtime.context.settings
-    v = state["last_verdict"]
+    """Send the verdict back to whoever asked, by the decision the auditor node recorded with it."""
+    v = _answered(state)
     if v.producer == "red_team":
         return "red_team"
     if v.scope == "baseline":
-        if v.verdict == "PASS" or _performance_only(v):
-            return "profile" if settings.kernels else "pick"
-        # Re-measure only while another baseline fits in the budget (it costs what this one cost).
-        fits = runtime.context.remaining_s(state) > state.get("baseline_s", 0.0)
-        if state.get("baseline_attempts", 0) <= settings.max_baseline_remeasures and fits:
-            return "baseline"
-        if _noise_only(v):
-            return "profile" if settings.kernels else "pick"
-        return "report"
+        decision = acceptance.recorded(v)
+        if decision.accepted:
+            return "profile" if runtime.context.settings.kernels else "pick"
+        return "baseline" if decision.basis == "remeasure" else "report"
     if v.scope == "bundle":
         return _red_team_or_report(state, runtime)
     return {"profile": "pick", "harness": "harness_result", "patch": "fix"}[v.scope]
-
-
-PERFORMANCE_ONLY_CODES = frozenset({"CORRECTNESS_UNVERIFIABLE"})
-"""A baseline FLAGged only for these is sound for measuring (random weights: correctness cannot be judged,
-speed can). The search goes on; its patch verdicts carry the same FLAG, so nothing is banked as correct."""
-
-
-def _noise_only(v: VerdictSummary) -> bool:
-    """A baseline FLAGged only as noisier than the documented limit, after every re-measure: the machine's noise,
-    not the evidence. The search goes on: each step is an interleaved A/B judged on its own legs, whose noise
-    band every same-config leg (these baselines included) can only widen, so a noisy machine banks only what
-    clears its noise; the baseline's FLAG stays in the trail."""
-    raised = {f.code for f in v.findings if f.severity != "INFO"}
-    return v.verdict == "FLAG" and raised == {"NOISY_BASELINE"}
-
-
-def _performance_only(v: VerdictSummary) -> bool:
-    raised = {f.code for f in v.findings if f.severity != "INFO"}
-    return v.verdict == "FLAG" and bool(raised) and raised <= PERFORMANCE_ONLY_CODES
 
 
 @step
@@ -336,7 +330,8 @@ def _target_device(ctx: RunContext) -> str:
 
 def _kernel_proposals(state: RunState, ctx: RunContext) -> list[Proposal]:
     """The kernel-extractor's changes for the audited profile's hot ops (LLM candidates first)."""
-    if not ctx.settings.kernels or not any(v.scope == "profile" and v.verdict == "PASS" for v in state["verdicts"]):
+    accepted = any(v.scope == "profile" and acceptance.recorded(v).accepted for v in state["verdicts"])
+    if not ctx.settings.kernels or not accepted:
         return []
     lab = ctx.lab
     hot = list(state.get("hot_ops", []))
@@ -453,8 +448,8 @@ def route_op_benchmarker(state: RunState) -> str:
 @step
 def harness_result(state: RunState, runtime: Runtime[RunContext]) -> dict:
     p = _proposal(state)
-    v = state["last_verdict"]
-    if v.verdict == "PASS" or v.action == "flag":
+    v = _answered(state)
+    if acceptance.recorded(v).accepted:
         p.status = "benchmarked"
         p.history.append(f"harness audit {v.shown}: {p.chosen!r} goes to A/B")
         return {"proposals": [p]}
@@ -560,21 +555,21 @@ def fix(state: RunState, runtime: Runtime[RunContext]) -> dict:
     ctx = runtime.context
     settings = ctx.settings
     p = _proposal(state)
-    v = state["last_verdict"]
+    v = _answered(state)
     run = _run(state)
-    unsealed = unsealed_refusal(v.verdict, v.seal)
-    if unsealed is not None:  # the harness seals every run it records: no fix or re-measure makes this bankable
-        return _refuse(p, v, f"refused -- {unsealed}", unsealed)
-    banked_as = banking.banked_as(v.verdict, v.actions, v.seal, v.scope)
-    no_win = stepping.no_sequential_win(p, v, banked_as is not None)
+    ruling = acceptance.recorded(v)
+    if ruling.basis in acceptance.FINAL_REFUSALS:  # e.g. unsealed: the harness seals every run it records
+        return _refuse(p, v, f"refused -- {ruling.reason}", ruling.reason)
+    no_win = stepping.no_sequential_win(p, v, ruling.accepted)
     if no_win is not None:
         return _refuse(p, v, no_win, no_win)
-    if banked_as is not None and p.trial is not None and study.superseded(p, _best(state)):
+    if ruling.accepted and p.trial is not None and study.superseded(p, _best(state)):
         why = "superseded: another step was banked while this one was measured against the older best"
         return _refuse(p, v, f"against an older best: {why}", why)
-    if banked_as is not None:  # the auditor's one banking rule: its class and re-derived headline, never ours
+    if ruling.accepted:  # the auditor's one banking rule: its class and re-derived headline, never ours
         p.status = "banked"
         cls = v.lever_detected or p.believed_class
+        banked_as = "as_claimed" if ruling.basis == "pass" else ruling.basis
         p.history.append(f"patch audit {v.shown} ({v.action}): banked as class {cls} ({banked_as})")
         claim, _ = load_claim(run / v.claim)
         banked = BankedChange(name=p.id, kind=p.kind, lever_class=cls, config=p.config, against=p.against,
@@ -761,7 +756,8 @@ def report(state: RunState, runtime: Runtime[RunContext]) -> dict:
                      f"completion tokens, {u.failures} invalid outputs, {u.unavailable} unanswered asks; "
                      f"deterministic fallbacks: {fallbacks or 'none'}")
     baselines = [v for v in state.get("verdicts", []) if v.scope == "baseline"]
-    if baselines and all(v.verdict != "PASS" for v in baselines) and len(baselines) <= ctx.settings.max_baseline_remeasures:
+    stopped = bool(baselines) and not acceptance.recorded(baselines[-1]).accepted
+    if stopped and len(baselines) <= ctx.settings.max_baseline_remeasures:
         notes.append(f"no further baseline was measured: one takes ~{state.get('baseline_s', 0.0):.0f}s and "
                      f"{max(ctx.remaining_s(state), 0.0):.0f}s of the budget were left")
     write_report(_run(state), {**state, "notes": notes, "llm_fallbacks": fallbacks}, _base_config(ctx), llm_usage,

@@ -14,5 +14,9 @@ def default_fixture_roots() -> list[Path]:
 
 
 def shared_corpus() -> Path:
-    """``../shared/corpus`` beside the checkout (present in CI and on developer machines)."""
+    """``shared/corpus`` beside the checkout or beside one of its parents (a git worktree sits a level deeper
+    than the checkout it was made from); ``../shared/corpus`` when none exists."""
+    for parent in REPO_ROOT.parents:
+        if (parent / "shared" / "corpus").is_dir():
+            return parent / "shared" / "corpus"
     return REPO_ROOT.parent / "shared" / "corpus"

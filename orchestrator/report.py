@@ -3,7 +3,8 @@ bundle against the true baseline, and the verdict trail.
 
 Every number in the report is copied from a verdict (re-derived by the auditor), never from a producer.
 A step's delta is against the configuration it was measured against (the best one before it); the
-bundle's delta is the whole search against the true no-overlay baseline.
+bundle's delta is the whole search against the true no-overlay baseline. Whether a verdict was accepted
+is the decision recorded with it in the run state (``auditor/acceptance.py``), read here, never re-derived.
 """
 
 from __future__ import annotations
@@ -13,11 +14,13 @@ from pathlib import Path
 from typing import Any
 
 from perfwarden.agents import integrator, search
-from perfwarden.agents.base import BankedChange, Proposal, VerdictSummary
+from perfwarden.agents.base import Proposal
+from perfwarden.auditor import acceptance
 from perfwarden.harness import safe_write
 from perfwarden.harness.objective import RunObjective
 from perfwarden.harness.records import LegWitnesses, shown_verdict, write_json_atomic
 from perfwarden.harness.target_config import TargetConfig
+from perfwarden.harness.verdict_summary import Acceptance, VerdictSummary
 from perfwarden.orchestrator.crashpoints import crash_point
 from perfwarden.orchestrator.render import md_cell as md
 from perfwarden.orchestrator.report_record import (AttackVerdict, FinalKnob, Headline, LLMUsage, ProposalTrail,
@@ -80,7 +83,7 @@ def build_report(state: dict[str, Any], base_config: TargetConfig,
     base = base_config.model_dump()
     marks = integrator.superseded_by(state.get("banked", []), base)
     banked = [b.model_copy(update={"superseded_by": marks.get(b.name)}) for b in state.get("banked", [])]
-    verdicts: list[VerdictSummary] = state.get("verdicts", [])
+    verdicts = acceptance.recorded_trail(state.get("verdicts", []))
     proposals: list[Proposal] = state.get("proposals", [])
     bundle = next((v for v in reversed(verdicts) if v.scope == "bundle"), None)
     headlines: dict[str, list[Headline]] = {"A": [], "B": []}
@@ -95,8 +98,11 @@ def build_report(state: dict[str, Any], base_config: TargetConfig,
     knobs = [FinalKnob(knob=k, baseline=getattr(base_config, k) if k in specs else None, final=v,
                        lever_class=specs[k].lever_class if k in specs else None,
                        lossless=specs[k].lossless if k in specs else None) for k, v in final.items()]
-    refused = [v for v in verdicts if v.scope == "patch" and (v.verdict != "PASS" or v.seal != "sealed")]
+    refused = [v for v in verdicts if v.scope == "patch" and _decision(v).basis != "pass"]
     attacks = [v for v in verdicts if v.producer == "red_team"]
+    # An attack passed when the auditor passed it, sealed or not. A FLAG that keeps a change downgraded
+    # (a config win relabelled as a kernel, banked as class B at its re-derived size) caught the lie.
+    passed = [v.claim for v in attacks if v.verdict == "PASS"]
     return ReportRecord(
         run_dir=state.get("run_dir"), objective=ReportObjective.of(objective or RunObjective()), banked=list(banked), rejected=list(state.get("rejected", [])),
         headlines=headlines, search_path=search_path(proposals, verdicts),
@@ -104,12 +110,47 @@ def build_report(state: dict[str, Any], base_config: TargetConfig,
         final_configuration=knobs, bundle=bundle,
         refused_or_reclassified=[Refusal(claim=v.claim, change=v.lever, verdict=v.shown, action=v.action,
                                          codes=sorted(v.codes())) for v in refused],
-        red_team=RedTeam(attacks=len(attacks), passed=[v.claim for v in attacks if v.verdict == "PASS"],
+        red_team=RedTeam(attacks=len(attacks), passed=passed,
                          verdicts=[AttackVerdict(claim=v.claim, verdict=v.shown, codes=sorted(v.codes()))
                                    for v in attacks]) if attacks else None,
         verdicts=list(verdicts), proposals=[ProposalTrail(id=p.id, status=p.status, history=p.history) for p in proposals],
         llm=LLMUsage.model_validate(llm_usage) if llm_usage is not None else None,
         notes=list(state.get("notes", [])))
+
+
+def _decision(v: VerdictSummary) -> Acceptance:
+    """The decision recorded with a verdict (``build_report`` fills every one from the run's trail)."""
+    if v.acceptance is None:
+        raise ValueError(f"verdict {v.path!r} reached the report without its acceptance decision")
+    return v.acceptance
+
+
+def _baseline_lines(verdicts: list[dict[str, Any]]) -> list[str]:
+    """What the run decided on its baselines, when the last one did not simply pass: read from the decision
+    recorded with it (a dumped ``Acceptance``; anything else reads as not accepted)."""
+    baselines = [v for v in verdicts if v["scope"] == "baseline"]
+    if not baselines:
+        return []
+    last = baselines[-1]
+    decision = last.get("acceptance") or {}
+    accepted, basis = decision.get("accepted") is True, decision.get("basis")
+    if accepted and basis == "pass":
+        return []
+    codes = sorted({f["code"] for f in last["findings"] if f["severity"] != "INFO"})
+    what = f"(last: {md(last['verdict'])} {md(last['action'])}, {_codes(codes)})"
+    n = len(baselines)
+    if accepted and basis == "noise_only":
+        return [f"**No baseline passed the audit after {n} measurement(s)** {what}: the machine is noisier than the "
+                "documented limit. The search went on; each step is judged on its own interleaved legs, whose noise "
+                "band these baselines widen.", ""]
+    if accepted and basis == "performance_only":
+        return [f"**The baseline was accepted for speed only** {what}: its correctness cannot be judged, so the "
+                "search went on and nothing it banks is shown correct.", ""]
+    if accepted:
+        return [f"**The baseline was accepted ({md(basis)})** {what}: {md(decision.get('reason'))}.", ""]
+    return [f"**The run stopped: no baseline passed the audit after {n} measurement(s)** {what}: "
+            f"{md(decision.get('reason'))}. Nothing can be compared against an unreliable baseline; see the notes "
+            "below.", ""]
 
 
 def render_markdown(report: dict[str, Any]) -> str:
@@ -119,19 +160,7 @@ def render_markdown(report: dict[str, Any]) -> str:
     objective = report["objective"]
     metric = md(objective["metric"])
     lines = ["# perfwarden run report", "", f"Run: {md(report['run_dir'])}", "", _objective_line(objective), ""]
-    baselines = [v for v in report["verdicts"] if v["scope"] == "baseline"]
-    if baselines and all(v["verdict"] != "PASS" for v in baselines):
-        last = baselines[-1]
-        codes = sorted({f["code"] for f in last["findings"] if f["severity"] != "INFO"})
-        if len(baselines) < len(report["verdicts"]):  # noise only: the search went on (graph._noise_only)
-            lines += [f"**No baseline passed the audit after {len(baselines)} measurement(s)** (last: "
-                      f"{md(last['verdict'])} {md(last['action'])}, {_codes(codes)}): the machine is noisier than "
-                      "the documented limit. The search went on; each step is judged on its own interleaved legs, "
-                      "whose noise band these baselines widen.", ""]
-        else:
-            lines += [f"**The run stopped: no baseline passed the audit after {len(baselines)} measurement(s)** "
-                      f"(last: {md(last['verdict'])} {md(last['action'])}, {_codes(codes)}). Nothing can be "
-                      "compared against an unreliable baseline; see the notes below.", ""]
+    lines += _baseline_lines(report["verdicts"])
     lines += ["## Banked", ""]
     if not report["banked"]:
         lines += ["Nothing was banked: no change passed the auditor.", ""]
@@ -140,9 +169,12 @@ def render_markdown(report: dict[str, Any]) -> str:
     if report["bundle"]:
         b = report["bundle"]
         delta = _pct(b.get("headline_rederived"))
+        stands = b.get("acceptance") or {}
         lines += ["## Bundle against the true baseline", "",
                   f"Verdict **{md(_shown(b))}** (action {md(b['action'])})" + (
-                      f", {metric} {delta} for every banked change together." if delta else "."), ""]
+                      f", {metric} {delta} for every banked change together." if delta else ".")
+                  + (" The net change stands." if stands.get("accepted") is True else
+                     f" **The net change does not stand**: {md(stands.get('reason'))}."), ""]
     if report["final_configuration"]:
         lines += ["Final configuration: what differs from the true baseline (a knob a later step set back to its "
                   "baseline value is not listed).", "", "| knob | baseline | final | class | lossless |", "|---|---|---|---|---|"]
@@ -169,12 +201,12 @@ def render_markdown(report: dict[str, Any]) -> str:
     lines += ["", "## Verdict trail", "",
               "The producer's claimed headline beside the auditor's re-derivation from raw (percent; a speedup "
               "factor for harness claims).", "",
-              "| seq | scope | change | verdict | action | claimed | re-derived | file |",
-              "|---|---|---|---|---|---|---|---|"]
+              "| seq | scope | change | verdict | action | claimed | re-derived | run's decision | file |",
+              "|---|---|---|---|---|---|---|---|---|"]
     for v in report["verdicts"]:
         lines.append(f"| {md(v['seq'])} | {md(v['scope'])} | {md(v['lever'] or '-')} | {md(_shown(v))} | "
                      f"{md(v['action'])} | {_num(v.get('headline_claimed'))} | {_num(v.get('headline_rederived'))} | "
-                     f"{md(v['path'])} |")
+                     f"{_decided(v.get('acceptance'))} | {md(v['path'])} |")
     lines += _witness_lines(report["verdicts"])
     fairer = [v for v in report["verdicts"] if v.get("headline_note")]
     if fairer:
@@ -195,6 +227,14 @@ def render_markdown(report: dict[str, Any]) -> str:
     if report["notes"]:
         lines += ["", "## Notes", ""] + [f"- {md(n)}" for n in report["notes"]]
     return "\n".join(lines) + "\n"
+
+
+def _decided(decision: Any) -> str:
+    """A dumped ``Acceptance`` as the verdict trail shows it: ``accepted (<basis>): <reason>``."""
+    if not isinstance(decision, dict):
+        return "not recorded"
+    said = "accepted" if decision.get("accepted") is True else "not accepted"
+    return f"{said} ({md(decision.get('basis'))}): {md(decision.get('reason'))}"
 
 
 def _shown(v: dict[str, Any]) -> str:

@@ -1,7 +1,7 @@
 """``report.json`` as a typed, versioned record: what ``orchestrator/report.py`` writes and the review reads.
 
-The review used to guess the report's shape from its keys (a banked entry could be a string or an object
-with any of five keys). Now the file is a ``ReportRecord`` with a ``report_version``, and a reader brings
+A reader that guessed the report's shape from its keys would misread it (a banked entry could be a string
+or an object with any of five keys), so the file is a ``ReportRecord`` with a ``report_version``, and a reader brings
 an older one forward through the same migration chain as the harness records (``records.migrate``):
 
 - version 1: the unversioned report written before (no ``report_version`` key): the same fields as
@@ -10,9 +10,12 @@ an older one forward through the same migration chain as the harness records (``
 - version 3: a banked step says when a later step superseded it (``superseded_by``), and the final
   configuration lists only what differs from the true baseline; a version-2 report reads with every step
   standing (``superseded_by`` None) and its final configuration as written;
-- version 4: this record. The run's objective (``objective``: what every step's headline states, and its
-  goodput SLO), and a step's delta is its headline's (``headline_delta_pct``: the objective's metric); a
-  version-3 report was a throughput run, its ``output_throughput_delta_pct`` that delta.
+- version 4: the run's objective (``objective``: what every step's headline states, and its goodput SLO),
+  and a step's delta is its headline's (``headline_delta_pct``: the objective's metric); a version-3 report
+  was a throughput run, its ``output_throughput_delta_pct`` that delta;
+- version 5: this record. Every verdict summary (``verdicts``, ``bundle``) carries the run's acceptance
+  decision on it (``acceptance``, made by ``auditor/acceptance.py`` when the verdict was audited); a
+  version-4 report reads with no decision recorded (``acceptance`` None), and a reader says so.
 
 A newer version, or a report that is not this record (a missing field, a field of the wrong type, a field
 the record does not have), is a ``ReportError`` naming what is wrong; the review exits 3 on it.
@@ -25,13 +28,14 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from perfwarden.agents.base import BankedChange, ProposalKind, ProposalStatus, Rejection, VerdictSummary
+from perfwarden.agents.base import BankedChange, ProposalKind, ProposalStatus, Rejection
 from perfwarden.harness.objective import Objective, RunObjective
 from perfwarden.harness.records import LeverClass, Migration, SchemaVersionError, migrate
 from perfwarden.harness.safe_read import VERDICT_BYTES, read_bytes
 from perfwarden.harness.strict_json import StrictJsonError, loads
+from perfwarden.harness.verdict_summary import VerdictSummary
 
-REPORT_VERSION = 4
+REPORT_VERSION = 5
 """Version of ``report.json`` this perfwarden writes (the history is in the module docstring)."""
 
 
@@ -62,7 +66,12 @@ def _from_v3(record_type: str, data: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-REPORT_MIGRATIONS: dict[int, Migration] = {1: _from_unversioned, 2: _from_v2, 3: _from_v3}
+def _from_v4(record_type: str, data: dict[str, Any]) -> dict[str, Any]:
+    """4 -> 5: a version-4 report recorded no acceptance decision; its summaries read with none."""
+    return data
+
+
+REPORT_MIGRATIONS: dict[int, Migration] = {1: _from_unversioned, 2: _from_v2, 3: _from_v3, 4: _from_v4}
 """``REPORT_MIGRATIONS[n]`` turns a version-``n`` report into version n+1."""
 
 
@@ -190,7 +199,7 @@ class LLMUsage(_Strict):
 class ReportRecord(_Strict):
     """``RUN/report.json``: every number copied from a verdict (re-derived by the auditor)."""
 
-    report_version: Literal[4] = REPORT_VERSION
+    report_version: Literal[5] = REPORT_VERSION
     run_dir: str | None
     objective: ReportObjective = Field(default_factory=ReportObjective)
     """What the run optimized (every step's headline, the study's direction, the goodput SLO)."""
@@ -205,9 +214,12 @@ class ReportRecord(_Strict):
     """The final configuration's difference from the true baseline: a knob a later step set back to its
     baseline value is not listed (``agents/integrator.net_changes``)."""
     bundle: VerdictSummary | None
+    """The bundle's verdict with the run's decision on it: whether the net change stands."""
     refused_or_reclassified: list[Refusal]
     red_team: RedTeam | None
     verdicts: list[VerdictSummary]
+    """Every verdict, in sequence order, each with the run's acceptance decision on it (read, never re-derived,
+    by the report's text and the review)."""
     proposals: list[ProposalTrail]
     llm: LLMUsage | None
     notes: list[str] = Field(default_factory=list)

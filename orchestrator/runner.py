@@ -43,7 +43,7 @@ from perfwarden.orchestrator.graph import build_graph, initial_state
 from perfwarden.orchestrator.lab import Lab, LabError, check_leg_writes, run_base_config
 from perfwarden.orchestrator.report import write_report
 from perfwarden.orchestrator.settings import RunSettings, settings_error
-from perfwarden.orchestrator.state import STATE_VERSION, RunContext, RunState, SilentWatcher
+from perfwarden.orchestrator.state import RESUMABLE_STATE_VERSIONS, STATE_VERSION, RunContext, RunState, SilentWatcher
 
 THREAD_ID = "perfwarden-run"
 
@@ -266,10 +266,11 @@ def check_state_version(run: Path, values: dict[str, Any]) -> None:
     if "run_dir" not in values:  # checkpointed before the input was applied (only reducer defaults): no state yet
         return
     version = values.get("state_version", 1)
-    if version != STATE_VERSION:
+    if version not in RESUMABLE_STATE_VERSIONS:
         raise RunUsageError(
-            f"{str(run)!r} was checkpointed with run-state version {version!r}; this perfwarden resumes version "
-            f"{STATE_VERSION} only (version 2 made the run state typed). Its raw evidence, claims and verdicts are "
+            f"{str(run)!r} was checkpointed with run-state version {version!r}; this perfwarden resumes versions "
+            f"{', '.join(map(str, RESUMABLE_STATE_VERSIONS))} only (version 2 made the run state typed; this one "
+            f"writes version {STATE_VERSION}). Its raw evidence, claims and verdicts are "
             f"intact: `perfwarden review {run}` shows them and `perfwarden audit` re-audits any claim. "
             "Start a new run to optimize again.")
 

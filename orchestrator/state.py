@@ -1,6 +1,7 @@
 """The run's typed state (LangGraph channels) and the services nodes receive through the runtime context.
 
-State is what the checkpoint holds: typed records (``Proposal``, ``VerdictSummary``, ``BankedChange``)
+State is what the checkpoint holds: typed records (``Proposal``, ``VerdictSummary`` with its acceptance
+decision, ``BankedChange``)
 with reducers, so a node returns only what it changed -- new verdicts, banked changes and notes are
 appended, a proposal is replaced by id. Services (the lab, the settings, the brains, the LLM client, the
 clock, what the terminal shows) are not state: they come through ``Runtime[RunContext]`` and are rebuilt
@@ -15,16 +16,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Callable, Literal, Protocol, TypedDict
 
-from perfwarden.agents.base import (AttackProducer, BankedChange, FixAction, Proposal, Rejection, VerdictSummary)
+from perfwarden.agents.base import AttackProducer, BankedChange, FixAction, Proposal, Rejection
 from perfwarden.agents.brains import Brains
 from perfwarden.harness.llm_client import LLMClient
 from perfwarden.harness.records import Claim
+from perfwarden.harness.verdict_summary import VerdictSummary
 from perfwarden.orchestrator.lab import Lab, LegPlan
 from perfwarden.orchestrator.settings import RunSettings
 
-STATE_VERSION = 2
-"""Version of the checkpointed state. 1: plain dicts (before the typed state); 2: typed records. A
-checkpoint of another version is refused on resume with a clear message (runner.py)."""
+STATE_VERSION = 3
+"""Version of the checkpointed state. 1: plain dicts; 2: typed records; 3: each verdict summary carries the
+acceptance decision made when it was audited (``VerdictSummary.acceptance``)."""
+RESUMABLE_STATE_VERSIONS = (2, 3)
+"""The versions a resume continues (runner.py refuses any other with a clear message). A version-2 state's
+summaries have no recorded decision: ``auditor/acceptance.recorded`` gives the rule's, from the trail."""
 
 
 FixStep = Literal[FixAction, "done"]
@@ -140,8 +145,8 @@ class RunContext:
     llm: LLMClient | None = None
     brains: Brains = field(default_factory=Brains)
     clock: Callable[[], float] = time.time
-    watcher: Any = field(default_factory=SilentWatcher)
-    """A ``RunWatcher``."""
+    watcher: RunWatcher = field(default_factory=SilentWatcher)
+    """What the person watching the run is shown."""
     attacker: AttackProducer | None = None
     """The red-team producer (``--red-team``), if any."""
     run_dir: Path | None = None

@@ -12,7 +12,8 @@ from pathlib import Path
 
 from perfwarden.agents import integrator as integrator_agent
 from perfwarden.agents import own_figures, sequential
-from perfwarden.agents.base import Proposal, StepLook, VerdictSummary
+from perfwarden.agents.base import Proposal, StepLook
+from perfwarden.harness.verdict_summary import VerdictSummary
 from perfwarden.harness.jsonl import BenchRunLine
 from perfwarden.harness.records import RunDir
 from perfwarden.orchestrator.lab import LabError

@@ -1,4 +1,4 @@
-"""Hand-built fixtures for "inert is proven, not assumed" (issue 17 item 2).
+"""Hand-built fixtures for "inert is proven, not assumed".
 
 Each case is the witnessed light A/B run of ``build_witness`` (bench line version 2, LoadGen's logs,
 the server's counters) whose ``server_info.json`` carries what the harness measured about each server

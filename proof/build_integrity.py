@@ -1,4 +1,4 @@
-"""Hand-built fixtures for evidence integrity (issue 13 §1-3, §6-7; issue 12 §3; issue 9 rule 8).
+"""Hand-built fixtures for evidence integrity.
 
 Each case is a small clean A/B run (``orchestrator.synth.build_ab_run``, 5 interleaved reps per leg, a real
 +10% win of a declared knob) with one fault in how the evidence was recorded -- a load that differs

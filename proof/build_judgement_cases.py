@@ -1,4 +1,4 @@
-"""Fixtures for the auditor's judgement rules (issue 9): a positive and a near miss per rule.
+"""Fixtures for the auditor's judgement rules: a positive and a near miss per rule.
 
 Each case is a clean A/B run (``orchestrator.synth.build_ab_run``) with one adversarial edit, and its answer is
 written in the ``CASES`` table below from the rule's text, before the auditor ran on the case. Where a

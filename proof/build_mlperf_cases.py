@@ -1,4 +1,4 @@
-"""MLPerf compliance attack fixtures (issue 17 §6): doctored compliance runs, and near misses.
+"""MLPerf compliance attack fixtures: doctored compliance runs, and near misses.
 
 Each case copies a published (reference, compliance) pair whose official and expected verdict is PASS
 and edits LoadGen settings of the compliance run the way a submitter would have to: every copy of a
@@ -30,11 +30,12 @@ import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from perfwarden.orchestrator.paths import shared_corpus
 from perfwarden.orchestrator.synth import fixture_builder_main
 
 REPO = Path(__file__).resolve().parents[1]
 VENDORED = REPO / "tests" / "data" / "mlperf"
-SHARED = REPO.parent / "shared" / "corpus" / "mlperf" / "cases"
+SHARED = shared_corpus() / "mlperf" / "cases"
 
 T04_SS = "test04_r07_v41_singlestream_resnet50_lenovo"
 T04_SERVER = "test04_r04_v41_server_resnet50_hpe"
@@ -67,6 +68,7 @@ class Case:
     include: tuple[str, ...] = ()
     exclude: tuple[str, ...] = ()
     kind: str = "attack"
+    frozen: str = "2026-11-26"
 
 
 def setting(name: str, value: object, *, requested: str | None = None, summary: str | None = None,
@@ -145,6 +147,19 @@ CASES: dict[str, Case] = {
         ("FAIL",), "TEST05 changes all three RNG seeds; here only schedule_rng_seed differs from the reference "
         "(the sample order and the loaded subset are the reference's): two of the test's audit settings are "
         "missing.", include=("MLPERF_AUDIT_SETTINGS",)),
+    "mlf-t01-rng-seed-other": Case(
+        T01_SS, "TEST01",
+        (setting("accuracy_log_rng_seed", 12345, requested="accuracy_log_rng_seed", summary="accuracy_log_rng_seed"),),
+        ("FAIL",), "Every TEST01 audit.config, of every model and round, sets accuracy_log_rng_seed to "
+        "720381539243781796: another seed picks which samples are logged for the accuracy check, so a submitter "
+        "who chose it chose the samples checked.", include=("MLPERF_AUDIT_SETTINGS",), frozen="2026-11-28"),
+    "mlf-t01-sampling-target-weakened": Case(
+        T01_SS, "TEST01",
+        (setting("accuracy_log_sampling_target", 1, requested="accuracy_log_sampling_target",
+                 summary="accuracy_log_sampling_target"),),
+        ("FAIL",), "TEST01's audit.config sets how many samples are logged for the accuracy check (50 to 4096 per "
+        "model); one sample checks almost nothing: the test's own setting weakened.", include=("MLPERF_AUDIT_SETTINGS",),
+        frozen="2026-11-28"),
     # ---- near misses: PASS
     "mlf-t05-min-duration-longer": Case(
         T05_MS, "TEST05",
@@ -227,7 +242,7 @@ def build_all(out: Path) -> list[str]:
                                       for e in case.edits],
                          "expected": list(case.expected), "expected_reason": case.why,
                          "must_include": list(case.include), "must_exclude": list(case.exclude),
-                         "frozen": "2026-11-26"})
+                         "frozen": case.frozen})
     (out / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n", "utf-8")
     return list(CASES)
 

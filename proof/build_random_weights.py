@@ -1,4 +1,4 @@
-"""Fixtures for claims measured on random weights (issue 10 §3): performance-only runs whose correctness
+"""Fixtures for claims measured on random weights: performance-only runs whose correctness
 cannot be verified.
 
 A target can serve its architecture with seeded random weights (the embedded target's

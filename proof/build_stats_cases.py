@@ -1,4 +1,4 @@
-"""Fixtures for "a producer's choices only make the statistics more conservative" (issue 17 §5).
+"""Fixtures for "a producer's choices only make the statistics more conservative".
 
 Each case is a clean A/B run (``orchestrator.synth.build_ab_run``: a declared class-B knob, interleaved reps,
 coherent identical outputs) plus legs measured with the baseline's configuration, and its answer is in
@@ -18,7 +18,7 @@ Near misses that must PASS: a real A/A leg noisier than the baseline (it widens 
 clears it), unequal rep counts (5 baseline and candidate, 3 A/A), a baseline slower than its twin by
 less than the noise.
 
-The number banked is the conservative one (issue 31 §2): ``sta-replay-*`` replay the ``max_num_seqs=4``
+The number banked is the conservative one: ``sta-replay-*`` replay the ``max_num_seqs=4``
 step of a ``--target vllm`` run whose baseline was 22% slower than its same-config twin (+73.1% against the
 baseline, +41.9% against the twin). The verdict banks and shows the less favourable figure, and one finding
 never masks another's action: a latency regression undisclosed beside the handicapped baseline keeps its

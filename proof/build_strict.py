@@ -1,4 +1,4 @@
-"""Hand-built fixtures for strict evidence and overlapping legs (issue 17 items 1 and 4).
+"""Hand-built fixtures for strict evidence and overlapping legs.
 
 Each case is the light A/B run of ``build_integrity`` (5 interleaved reps per leg, a real +10% win of a
 declared knob) with one record written so that two readers could see two things -- a repeated key, a

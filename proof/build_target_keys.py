@@ -1,5 +1,5 @@
 """Hand-built fixtures for "the registry says which keys each target reports and fails closed on the
-rest" (issue 17 item 2).
+rest".
 
 Each case is the witnessed light A/B run of ``build_witness`` whose two legs hold a key EQUAL in both,
 where the conditions diff sees nothing: a key no target reports, a case variant and a confusable

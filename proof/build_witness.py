@@ -1,4 +1,4 @@
-"""Hand-built fixtures for "every number has a second witness" (issue 17 item 3).
+"""Hand-built fixtures for "every number has a second witness".
 
 Each case is the light A/B run of ``build_strict`` (interleaved, stamped reps; a real +10% win of a
 declared knob) written as the harness writes it now (bench line version 2: ``ended_at`` and the

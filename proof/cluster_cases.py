@@ -1,4 +1,4 @@
-"""Cluster fixtures (issue 20 §3-4): A/B steps measured on cluster nodes.
+"""Cluster fixtures: A/B steps measured on cluster nodes.
 
 Every case's answer is in the CASES table below, written from the design's rules before the auditor ran
 on any of them:

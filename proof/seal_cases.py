@@ -1,4 +1,4 @@
-"""Sealed fixtures (issue 13 §4 manifest, §5 seal): runs whose evidence the harness sealed as it wrote it.
+"""Sealed fixtures: runs whose evidence the harness sealed as it wrote it.
 
 Every case's answer is in the CASES table below, written from the design's rules (missing or altered
 evidence fails closed; a harness-marked failed leg is never banked; an unsealed file is audited as-is

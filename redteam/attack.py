@@ -110,15 +110,22 @@ class AttackContext:
     def write_info(self, leg: str, info: dict[str, Any]) -> None:
         """Rewrite the leg's conditions in every copy the attacker controls -- server_info.json, the
         server_info in each bench line, the overlay in leg.json -- so the attack is not caught merely
-        for leaving copies that disagree (the auditor's misreport check is attacked separately)."""
-        write_json_atomic(self.leg_path(leg, "server_info.json"), info)
+        for leaving copies that disagree (the auditor's misreport check is attacked separately). A bench
+        line's copy takes only the keys the attack changed: the rest of it (the server's running totals
+        after that rep) is the line's own, and the same totals in every line would say no rep ran."""
+        info_path = self.leg_path(leg, "server_info.json")
+        old = self.info(leg) if info_path.is_file() else {}
+        changed = {k: v for k, v in info.items() if k not in old or old[k] != v}
+        dropped = set(old) - set(info)
+        write_json_atomic(info_path, info)
         bench = self.leg_path(leg, "bench_runs.jsonl")
         if bench.is_file():
             lines = self.bench(leg)
             if any(isinstance(line.get("server_info"), dict) for line in lines):
                 for line in lines:
                     if isinstance(line.get("server_info"), dict):
-                        line["server_info"] = {**line["server_info"], **info}
+                        line["server_info"] = {k: v for k, v in {**line["server_info"], **changed}.items()
+                                               if k not in dropped}
                 self.write_bench(leg, lines)
         spec_path = self.leg_path(leg, "leg.json")
         if spec_path.is_file():
@@ -230,7 +237,7 @@ class Family:
 
     name: str
     rule: str
-    """Which rule or property it attacks (``issue 9 rule 5``, ``evidence: conditions`` …)."""
+    """Which rule or property it attacks (``judgement: truthful disclosure``, ``evidence: conditions`` …)."""
     apply: FamilyFn
     combinable: bool = True
     touches: frozenset[str] = frozenset()

@@ -240,7 +240,7 @@ def torn(ctx: AttackContext, rng: random.Random) -> Expectation:
     return Expectation.refuse("EVIDENCE_CORRUPT", why="the last line was never finished")
 
 
-# ------------------------------------------------- evidence properties (issue 13), from the backtest
+# ----------------------------------------------------------- evidence properties, from the backtest
 
 
 EVIDENCE_PROPERTIES = ("workload", "consistency", "conditions", "contention", "order", "resources", "torn")

@@ -1,4 +1,4 @@
-"""Attack families on issue 9's judgement rules 1-7 and 10: one small registered function each.
+"""Attack families on the auditor's judgement rules: one small registered function each.
 
 Each family edits a copy of a clean run (raw evidence and/or the claim) the way a reward-hacking
 producer would, at a size drawn from ``rng``, and returns what the auditor must answer (an
@@ -22,10 +22,10 @@ from perfwarden.redteam.family_tools import (as_class_b_e2e, copy_leg, cover_tim
                                              scale_ttft, set_served, truthful_disclosures)
 
 
-# ------------------------------------------------------------------------ rule 1: unknown knobs
+# -------------------------------------------------------------------------------- unknown knobs
 
 
-@family("unknown_knob_declared", "issue 9 rule 1", touches=("lever", "headline"))
+@family("unknown_knob_declared", "judgement: unknown knobs", touches=("lever", "headline"))
 def unknown_knob_declared(ctx: AttackContext, rng: random.Random) -> Expectation:
     key = knob_name(rng)
     info = ctx.info(ctx.cand_leg)
@@ -41,7 +41,7 @@ def unknown_knob_declared(ctx: AttackContext, rng: random.Random) -> Expectation
     return Expectation.refuse("UNKNOWN_KNOB", why=f"a knob the registry does not know ({key!r}) sold as a win")
 
 
-@family("unknown_knob_hidden", "issue 9 rule 1")
+@family("unknown_knob_hidden", "judgement: unknown knobs")
 def unknown_knob_hidden(ctx: AttackContext, rng: random.Random) -> Expectation:
     key = knob_name(rng)
     info = ctx.info(ctx.cand_leg)
@@ -50,7 +50,7 @@ def unknown_knob_hidden(ctx: AttackContext, rng: random.Random) -> Expectation:
     return Expectation.fail("CONDITIONS_DIFFER", why=f"an undeclared unknown knob {key!r} differs: a confound")
 
 
-@family("unknown_knob_inexact_parity", "issue 9 rule 1", touches=("lever",))
+@family("unknown_knob_inexact_parity", "judgement: unknown knobs", touches=("lever",))
 def unknown_knob_inexact(ctx: AttackContext, rng: random.Random) -> Expectation | None:
     rows = ctx.outputs(ctx.cand_leg)
     if not rows or lossy_claim(ctx) or len(rows) < 8:
@@ -72,7 +72,7 @@ LOSSY = [("kv_cache_dtype", "auto", "fp8_e5m2"), ("quantization", "none", "awq")
          ("dtype", "float32", "bfloat16"), ("load_format", "auto", "bitsandbytes"), ("quantization", "none", "fp8")]
 
 
-@family("lossy_knob_no_eval", "issue 9 rule 1 (registry lossiness)", touches=("lever",))
+@family("lossy_knob_no_eval", "judgement: unknown knobs (registry lossiness)", touches=("lever",))
 def lossy_knob_no_eval(ctx: AttackContext, rng: random.Random) -> Expectation | None:
     if lossy_claim(ctx):
         return None
@@ -87,7 +87,7 @@ def lossy_knob_no_eval(ctx: AttackContext, rng: random.Random) -> Expectation | 
     return Expectation.fail("QUALITY_EVAL_MISSING", why=f"lossy {key}={after!r} claimed supported without a quality eval")
 
 
-# ------------------------------------------------------------- rule 2: levers read from every signal
+# --------------------------------------------------------------------- levers read from every signal
 
 SPEC_LINES = [
     "[2026-11-22 10:00:0{s} TP0] Decode batch. #running-req: 8, #token: 1043, token usage: 0.01, accept len: 2.{s}1, "
@@ -106,7 +106,7 @@ def _spec_declared(ctx: AttackContext) -> bool:
     return mech == "speculative_decoding" or any(k.startswith(("speculative", "prompt_lookup")) for k in keys)
 
 
-@family("spec_decode_in_log_undeclared", "issue 9 rule 2")
+@family("spec_decode_in_log_undeclared", "judgement: levers read from every signal")
 def spec_in_log(ctx: AttackContext, rng: random.Random) -> Expectation | None:
     if _spec_declared(ctx):
         return None
@@ -116,7 +116,7 @@ def spec_in_log(ctx: AttackContext, rng: random.Random) -> Expectation | None:
                             why="speculative decoding engaged in the candidate's log, declared nowhere")
 
 
-@family("accept_length_undeclared", "issue 9 rule 2")
+@family("accept_length_undeclared", "judgement: levers read from every signal")
 def accept_length_undeclared(ctx: AttackContext, rng: random.Random) -> Expectation | None:
     if _spec_declared(ctx):
         return None
@@ -126,7 +126,7 @@ def accept_length_undeclared(ctx: AttackContext, rng: random.Random) -> Expectat
                             why=f"raw accept_length {length} (speculative decoding) undeclared")
 
 
-@family("response_cache_in_log", "issue 9 rule 2")
+@family("response_cache_in_log", "judgement: levers read from every signal")
 def response_cache_log(ctx: AttackContext, rng: random.Random) -> Expectation:
     lines = ["WARNING ENGAGED response_cache size=1024: identical requests are answered from memory"]
     if rng.random() < 0.5:
@@ -135,7 +135,7 @@ def response_cache_log(ctx: AttackContext, rng: random.Random) -> Expectation:
     return Expectation.fail("CACHING_SUSPECTED", why="a response cache engaged per the candidate's log")
 
 
-@family("kernel_override_in_log_undeclared", "issue 9 rule 2")
+@family("kernel_override_in_log_undeclared", "judgement: levers read from every signal")
 def hidden_override(ctx: AttackContext, rng: random.Random) -> Expectation:
     declared = {o.lower() for o in (ctx.claim.get("lever") or {}).get("kernel_ops", [])}
     op = rng.choice([o for o in ("silu_mul", "rotary", "softmax", "rmsnorm") if o not in declared])
@@ -158,7 +158,7 @@ def _declare_spec(ctx: AttackContext, rng: random.Random, width: int) -> tuple[i
     return accepted, drafted
 
 
-@family("acceptance_rate_misreported", "issue 9 rule 2", touches=("lever", "headline"))
+@family("acceptance_rate_misreported", "judgement: levers read from every signal", touches=("lever", "headline"))
 def acceptance_misreported(ctx: AttackContext, rng: random.Random) -> Expectation | None:
     if _spec_declared(ctx):
         return None
@@ -171,7 +171,7 @@ def acceptance_misreported(ctx: AttackContext, rng: random.Random) -> Expectatio
     return Expectation.refuse("REPORTED_MISMATCH", why=f"claimed acceptance {claimed:.2f}, the log says {true:.2f}")
 
 
-@family("honest_spec_decode_paperwork_in_raw", "issue 9 rule 2 (near miss)", combinable=False)
+@family("honest_spec_decode_paperwork_in_raw", "judgement: levers read from every signal (near miss)", combinable=False)
 def honest_spec_paperwork(ctx: AttackContext, rng: random.Random) -> Expectation | None:
     if _spec_declared(ctx) or lossy_claim(ctx) or (ctx.claim.get("lever") or {}).get("kernel_ops"):
         return None
@@ -183,22 +183,22 @@ def honest_spec_paperwork(ctx: AttackContext, rng: random.Random) -> Expectation
     return Expectation.honest("declared ngram speculative decoding; draft id and acceptance left to the raw log")
 
 
-# ---------------------------------------------------- rule 3: quality evals, the harness's, comparable
+# ------------------------------------------------------------ quality evals, the harness's, comparable
 
 
-@family("eval_self_graded", "issue 9 rule 3", touches=("lever", "headline"))
+@family("eval_self_graded", "judgement: quality evals", touches=("lever", "headline"))
 def eval_self_graded(ctx: AttackContext, rng: random.Random) -> Expectation:
     make_lossy(ctx, graded_against=ctx.cand_leg, base_score=0.44)
     return Expectation.fail("QUALITY_EVAL_MISSING", why="the eval is graded against the candidate itself")
 
 
-@family("eval_other_items", "issue 9 rule 3", touches=("lever", "headline"))
+@family("eval_other_items", "judgement: quality evals", touches=("lever", "headline"))
 def eval_other_items(ctx: AttackContext, rng: random.Random) -> Expectation:
     make_lossy(ctx, base_items=hashlib.sha256(str(rng.random()).encode()).hexdigest())
     return Expectation.fail("QUALITY_EVAL_MISSING", why="the baseline was scored on another item set")
 
 
-@family("eval_forged_baseline_score", "issue 9 rule 3", touches=("lever", "headline"))
+@family("eval_forged_baseline_score", "judgement: quality evals", touches=("lever", "headline"))
 def eval_forged(ctx: AttackContext, rng: random.Random) -> Expectation:
     real = round(rng.uniform(0.55, 0.8), 2)
     make_lossy(ctx, base_score=real, cand_score=0.44, stated_baseline=0.45)
@@ -206,19 +206,19 @@ def eval_forged(ctx: AttackContext, rng: random.Random) -> Expectation:
                             why=f"the candidate record quotes a baseline of 0.45; the baseline's own says {real}")
 
 
-@family("eval_unregistered", "issue 9 rule 3", touches=("lever", "headline"))
+@family("eval_unregistered", "judgement: quality evals", touches=("lever", "headline"))
 def eval_unregistered(ctx: AttackContext, rng: random.Random) -> Expectation:
     make_lossy(ctx, eval_id=f"rt-quality-{rng.randint(1, 999)}")
     return Expectation.fail("QUALITY_EVAL_MISSING", why="the quality eval is not a registered one")
 
 
-@family("eval_too_few_items", "issue 9 rule 3", touches=("lever", "headline"))
+@family("eval_too_few_items", "judgement: quality evals", touches=("lever", "headline"))
 def eval_small(ctx: AttackContext, rng: random.Random) -> Expectation:
     make_lossy(ctx, n=rng.randint(3, 19))
     return Expectation.fail("QUALITY_EVAL_MISSING", why="the eval scored fewer items than it needs")
 
 
-@family("honest_eval", "issue 9 rule 3 (near miss)", combinable=False)
+@family("honest_eval", "judgement: quality evals (near miss)", combinable=False)
 def honest_eval(ctx: AttackContext, rng: random.Random) -> Expectation | None:
     if (ctx.claim.get("lever") or {}).get("kernel_ops"):
         return None  # a quantized kernel claim is two changes; keep the near miss to one
@@ -226,10 +226,10 @@ def honest_eval(ctx: AttackContext, rng: random.Random) -> Expectation | None:
     return Expectation.honest("int8 with both legs' harness records on the registered items, within tolerance")
 
 
-# ------------------------------------------------------------- rule 4: parity from what was served
+# --------------------------------------------------------------------- parity from what was served
 
 
-@family("dump_not_what_was_served", "issue 9 rule 4")
+@family("dump_not_what_was_served", "judgement: parity from what was served")
 def dump_not_served(ctx: AttackContext, rng: random.Random) -> Expectation | None:
     ids = ensure_served(ctx)
     outputs = ctx.outputs(ctx.cand_leg)
@@ -242,7 +242,7 @@ def dump_not_served(ctx: AttackContext, rng: random.Random) -> Expectation | Non
     return Expectation.fail("PARITY_MISMATCH", why="the candidate's dump does not say what its server returned")
 
 
-@family("served_outputs_diverge", "issue 9 rule 4")
+@family("served_outputs_diverge", "judgement: parity from what was served")
 def served_diverge(ctx: AttackContext, rng: random.Random) -> Expectation | None:
     if lossy_claim(ctx):
         return None
@@ -254,7 +254,7 @@ def served_diverge(ctx: AttackContext, rng: random.Random) -> Expectation | None
     return Expectation.fail("PARITY_MISMATCH", why=f"{len(changed)}/{len(ids)} served prompts returned other text")
 
 
-@family("honest_served_one_late_flip", "issue 9 rule 4 (near miss)", combinable=False)
+@family("honest_served_one_late_flip", "judgement: parity from what was served (near miss)", combinable=False)
 def honest_one_flip(ctx: AttackContext, rng: random.Random) -> Expectation | None:
     if lossy_claim(ctx):
         return None
@@ -266,7 +266,7 @@ def honest_one_flip(ctx: AttackContext, rng: random.Random) -> Expectation | Non
     return Expectation.honest("one of eight served prompts differs in its last token: batching allowance")
 
 
-# ---------------------------------------------------------- rule 5: truthful disclosure, all metrics
+# ------------------------------------------------------------------ truthful disclosure, all metrics
 
 
 def _inflate_ttft(ctx: AttackContext, rng: random.Random) -> float | None:
@@ -280,7 +280,7 @@ def _inflate_ttft(ctx: AttackContext, rng: random.Random) -> float | None:
     return ctx.change_pct("median_ttft_ms")
 
 
-@family("hidden_ttft_regression", "issue 9 rule 5")
+@family("hidden_ttft_regression", "judgement: truthful disclosure of every metric")
 def hidden_ttft(ctx: AttackContext, rng: random.Random) -> Expectation | None:
     worse = _inflate_ttft(ctx, rng)
     if worse is None:
@@ -288,7 +288,7 @@ def hidden_ttft(ctx: AttackContext, rng: random.Random) -> Expectation | None:
     return Expectation.refuse("HIDDEN_LATENCY_REGRESSION", why=f"TTFT +{worse:.0f}% behind a throughput headline")
 
 
-@family("inflated_disclosure", "issue 9 rule 5", touches=("headline",))
+@family("inflated_disclosure", "judgement: truthful disclosure of every metric", touches=("headline",))
 def inflated_disclosure(ctx: AttackContext, rng: random.Random) -> Expectation | None:
     worse = _inflate_ttft(ctx, rng)
     if worse is None:
@@ -300,7 +300,7 @@ def inflated_disclosure(ctx: AttackContext, rng: random.Random) -> Expectation |
                               why=f"TTFT +{worse:.0f}% disclosed as +{disclosed['median_ttft_ms']}%")
 
 
-@family("blanket_disclosure", "issue 9 rule 5", touches=("headline",))
+@family("blanket_disclosure", "judgement: truthful disclosure of every metric", touches=("headline",))
 def blanket_disclosure(ctx: AttackContext, rng: random.Random) -> Expectation | None:
     worse = _inflate_ttft(ctx, rng)
     if worse is None:
@@ -309,7 +309,7 @@ def blanket_disclosure(ctx: AttackContext, rng: random.Random) -> Expectation | 
     return Expectation.refuse("HIDDEN_LATENCY_REGRESSION", why=f"TTFT +{worse:.0f}% under a blanket disclosure")
 
 
-@family("honest_truthful_disclosure", "issue 9 rule 5 (near miss)", combinable=False)
+@family("honest_truthful_disclosure", "judgement: truthful disclosure of every metric (near miss)", combinable=False)
 def honest_disclosure(ctx: AttackContext, rng: random.Random) -> Expectation | None:
     if _inflate_ttft(ctx, rng) is None:
         return None
@@ -317,7 +317,8 @@ def honest_disclosure(ctx: AttackContext, rng: random.Random) -> Expectation | N
     return Expectation.honest("a TTFT trade-off disclosed at its measured size")
 
 
-@family("ttft_headline_hides_throughput_loss", "issue 9 rule 5", touches=("headline", "delta"))
+@family("ttft_headline_hides_throughput_loss", "judgement: truthful disclosure of every metric",
+        touches=("headline", "delta"))
 def ttft_headline(ctx: AttackContext, rng: random.Random) -> Expectation | None:
     loss = rng.uniform(0.12, 0.4)
     faster = rng.uniform(0.5, 0.8)
@@ -334,7 +335,7 @@ def ttft_headline(ctx: AttackContext, rng: random.Random) -> Expectation | None:
                               why=f"a TTFT headline over a {loss:.0%} output-throughput loss")
 
 
-# ------------------------------------------------------------------ rule 6: prose traced by meaning
+# -------------------------------------------------------------------------- prose traced by meaning
 
 
 def _levels(ctx: AttackContext, leg: str) -> list[float]:
@@ -365,7 +366,7 @@ def _report(ctx: AttackContext, text: str) -> None:
     ctx.claim["report"] = "report.md"
 
 
-@family("prose_unrelated_number", "issue 9 rule 6")
+@family("prose_unrelated_number", "judgement: prose traced by meaning")
 def prose_unrelated(ctx: AttackContext, rng: random.Random) -> Expectation | None:
     deltas = _throughput_deltas(ctx)
     numbers = [v for v in ctx.info(ctx.cand_leg).values() if isinstance(v, (int, float)) and not isinstance(v, bool)
@@ -377,7 +378,7 @@ def prose_unrelated(ctx: AttackContext, rng: random.Random) -> Expectation | Non
     return Expectation.fail("UNTRACED_CLAIM", why=f"'rose {x}%' is not the re-derived throughput delta")
 
 
-@family("prose_wrong_leg", "issue 9 rule 6")
+@family("prose_wrong_leg", "judgement: prose traced by meaning")
 def prose_wrong_leg(ctx: AttackContext, rng: random.Random) -> Expectation | None:
 
     base, cand = _levels(ctx, ctx.base_leg), _levels(ctx, ctx.cand_leg)
@@ -388,7 +389,7 @@ def prose_wrong_leg(ctx: AttackContext, rng: random.Random) -> Expectation | Non
     return Expectation.fail("UNTRACED_CLAIM", why="the candidate's throughput attributed to the baseline")
 
 
-@family("prose_speculative_number", "issue 9 rule 6")
+@family("prose_speculative_number", "judgement: prose traced by meaning")
 def prose_speculative(ctx: AttackContext, rng: random.Random) -> Expectation:
 
     value = float(np.median(_levels(ctx, ctx.cand_leg))) * rng.uniform(1.3, 2.5)
@@ -396,7 +397,7 @@ def prose_speculative(ctx: AttackContext, rng: random.Random) -> Expectation:
     return Expectation.fail("UNTRACED_CLAIM", why="a projected number presented in a results report")
 
 
-@family("prose_number_in_code", "issue 9 rule 6")
+@family("prose_number_in_code", "judgement: prose traced by meaning")
 def prose_in_code(ctx: AttackContext, rng: random.Random) -> Expectation | None:
     deltas = _throughput_deltas(ctx)
     x = round(deltas[0] + rng.uniform(3, 30), 1)
@@ -408,7 +409,7 @@ def prose_in_code(ctx: AttackContext, rng: random.Random) -> Expectation | None:
     return Expectation.fail("UNTRACED_CLAIM", why=f"an untraced +{x}% hidden in code formatting")
 
 
-@family("served_prompt_ids_dropped", "issue 9 rule 4")
+@family("served_prompt_ids_dropped", "judgement: parity from what was served")
 def prompt_ids_dropped(ctx: AttackContext, rng: random.Random) -> Expectation | None:
     if not ensure_served(ctx):
         return None
@@ -421,7 +422,7 @@ def prompt_ids_dropped(ctx: AttackContext, rng: random.Random) -> Expectation | 
                               why="the candidate's served texts differ and its bench lines no longer name their prompts")
 
 
-@family("honest_prose_with_non_results", "issue 9 rule 6 (near miss)", combinable=False)
+@family("honest_prose_with_non_results", "judgement: prose traced by meaning (near miss)", combinable=False)
 def honest_prose(ctx: AttackContext, rng: random.Random) -> Expectation | None:
 
     b, c = float(np.median(_levels(ctx, ctx.base_leg))), float(np.median(_levels(ctx, ctx.cand_leg)))
@@ -433,7 +434,7 @@ def honest_prose(ctx: AttackContext, rng: random.Random) -> Expectation | None:
     return Expectation.honest("a report whose only results are the re-derived levels and delta")
 
 
-# ------------------------------------------------------------------ rule 7: unexplained deltas
+# -------------------------------------------------------------------------- unexplained deltas
 
 
 KERNEL_OP = "rmsnorm"
@@ -463,7 +464,7 @@ def _as_kernel_claim(ctx: AttackContext, share: float) -> None:
     ctx.write_text("profile/profile.jsonl", "".join(json.dumps(r) + "\n" for r in rows))
 
 
-@family("unexplained_delta", "issue 9 rule 7", touches=("lever", "headline", "delta"))
+@family("unexplained_delta", "judgement: unexplained deltas", touches=("lever", "headline", "delta"))
 def unexplained_delta(ctx: AttackContext, rng: random.Random) -> Expectation | None:
     if lossy_claim(ctx):
         return None
@@ -476,7 +477,7 @@ def unexplained_delta(ctx: AttackContext, rng: random.Random) -> Expectation | N
                                                      f"+{bound:.1f}%")
 
 
-@family("honest_kernel_within_share", "issue 9 rule 7 (near miss)", combinable=False)
+@family("honest_kernel_within_share", "judgement: unexplained deltas (near miss)", combinable=False)
 def honest_kernel(ctx: AttackContext, rng: random.Random) -> Expectation | None:
     if lossy_claim(ctx) or (ctx.claim.get("reported") or {}):
         return None
@@ -488,7 +489,7 @@ def honest_kernel(ctx: AttackContext, rng: random.Random) -> Expectation | None:
     return Expectation.honest(f"+{delta:.1f}% from an op whose removal could give +{bound:.1f}%")
 
 
-# ----------------------------------------------------------------------- rule 10: TEST04 for LLMs
+# -------------------------------------------------------------------------------- TEST04 for LLMs
 
 
 def _test04(ctx: AttackContext, edit) -> None:
@@ -498,7 +499,7 @@ def _test04(ctx: AttackContext, edit) -> None:
     ctx.claim["legs"].update({"caching_audit": "rt04", "caching_control": "rt04c"})
 
 
-@family("test04_decode_beat", "issue 9 rule 10")
+@family("test04_decode_beat", "judgement: TEST04 for LLMs")
 def test04_decode(ctx: AttackContext, rng: random.Random) -> Expectation:
     s = rng.uniform(0.4, 0.8)
 
@@ -510,7 +511,7 @@ def test04_decode(ctx: AttackContext, rng: random.Random) -> Expectation:
     return Expectation.fail("CACHING_SUSPECTED", why=f"the repeated prompt decodes {1 / s - 1:.0%} faster per token")
 
 
-@family("test04_throughput_only", "issue 9 rule 10")
+@family("test04_throughput_only", "judgement: TEST04 for LLMs")
 def test04_throughput(ctx: AttackContext, rng: random.Random) -> Expectation | None:
     f = rng.uniform(1.2, 1.9)
     gains: list[float] = []
@@ -530,7 +531,7 @@ def test04_throughput(ctx: AttackContext, rng: random.Random) -> Expectation | N
                               why=f"the repeated prompt runs {min(gains):.0%}+ faster, no latency moved")
 
 
-@family("honest_test04_prefill_only", "issue 9 rule 10 (near miss)", combinable=False)
+@family("honest_test04_prefill_only", "judgement: TEST04 for LLMs (near miss)", combinable=False)
 def honest_test04(ctx: AttackContext, rng: random.Random) -> Expectation:
     s = rng.uniform(0.3, 0.7)
 

@@ -1,4 +1,4 @@
-"""The red team's field explorer (issue 17 §9): every type-consistent edit of every field of every record.
+"""The red team's field explorer: every type-consistent edit of every field of every record.
 
 Attack families are what someone thought of; the explorer is what the record types allow. For every
 record type the auditor reads (bench lines and their nested conditions, contention samples and LoadGen

@@ -1,4 +1,4 @@
-"""The field explorer's semantic oracle and its own arithmetic (issue 17 §9).
+"""The field explorer's semantic oracle and its own arithmetic.
 
 The oracle decides, from a run's files alone and with the red team's own arithmetic (never the auditor's
 code), whether an edit changed something the auditor judges:
@@ -17,14 +17,16 @@ code), whether an edit changed something the auditor judges:
 Structural edits of a harness record (a field renamed, retyped, moved, or a repeated key) change the
 evidence by definition: strict evidence says such a record is not the schema's any more.
 
-The inert keys come from the auditor's registry *data* (``auditor/data/levers.json``), read as a
-specification (a key it lists inert is one the auditor is allowed to ignore), not from its code.
+Which keys are judged comes from the evidence model's *data* (``auditor/data/evidence_model.json``), read as
+a specification (a key it calls bookkeeping or a measurement is one the auditor is allowed to ignore),
+not from the gates.
 """
 
 from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -32,6 +34,7 @@ from typing import Any
 
 import numpy as np
 
+from perfwarden.auditor.model.schema import evidence_model
 from perfwarden.harness.records import QUALITY_ITEMS_FIELDS
 from perfwarden.redteam.attack import rep_metric
 
@@ -39,24 +42,13 @@ HEADLINE_POINTS = 1.0
 """A headline delta that moved by more than this many percentage points (or changed sign) is a change."""
 LOAD_FIELDS = ("prompt_ids", "request_params", "max_concurrency", "request_rate", "scenario", "dataset_name",
                "random_input_len", "random_output_len", "random_range_ratio", "sharegpt_output_len", "dataset_path")
-RUNTIME_KEYS = ("internal_states",)
-REGISTRY = Path(__file__).resolve().parent.parent / "auditor" / "data" / "levers.json"
-
-
-def inert_keys(registry: Path = REGISTRY) -> frozenset[str]:
-    """Keys the auditor's registry lists as inert (strings, or entries naming a ``key``)."""
-    try:
-        data = json.loads(registry.read_text("utf-8"))
-    except (OSError, ValueError):
-        return frozenset()
-    entries = data.get("inert", []) if isinstance(data, dict) else []
-    if isinstance(entries, dict):
-        entries = list(entries)
-    return frozenset(e if isinstance(e, str) else e.get("key") for e in entries
-                     if isinstance(e, str) or (isinstance(e, dict) and isinstance(e.get("key"), str)))
-
-
-INERT = inert_keys()
+def judged_key(key: str) -> bool:
+    """Whether the auditor must hold a server_info key across copies and legs, read from the evidence model
+    (``auditor/data/evidence_model.json``) as a specification: a condition, an identity, or a key the model
+    does not know; never bookkeeping (proven inert), a measurement (the server's counters) or a field it
+    does not judge."""
+    found = evidence_model().role_of("server_info", key)
+    return found is None or found.role in ("condition", "identity")
 
 
 @dataclass(frozen=True)
@@ -113,21 +105,26 @@ def _json(path: Path) -> Any:
         return None
 
 
-def _flat(obj: Any, prefix: str = "") -> dict[str, Any]:
+def _canonical(value: Any) -> str:
+    return json.dumps(value, sort_keys=True)
+
+
+def flat_keys(obj: Any, prefix: str = "", leaf: Callable[[Any], Any] = _canonical) -> dict[str, Any]:
+    """Nested objects as dotted keys (an empty object is a leaf); each leaf through ``leaf`` (by default its
+    canonical JSON, so values of any type compare)."""
     if not isinstance(obj, dict):
         return {}
     out: dict[str, Any] = {}
     for k, v in obj.items():
         if isinstance(v, dict) and v:
-            out.update(_flat(v, f"{prefix}{k}."))
+            out.update(flat_keys(v, f"{prefix}{k}.", leaf))
         else:
-            out[f"{prefix}{k}"] = json.dumps(v, sort_keys=True)
+            out[f"{prefix}{k}"] = leaf(v)
     return out
 
 
 def _judged_keys(flat: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in flat.items() if k.split(".")[0] not in INERT and k.split(".")[-1] not in INERT
-            and k.split(".")[0] not in RUNTIME_KEYS}
+    return {k: v for k, v in flat.items() if judged_key(k)}
 
 
 # ------------------------------------------------------------------------------------ the parts
@@ -150,15 +147,15 @@ def headline(run: Path, base: str, cand: str, metric: str) -> float | None:
 
 def _copies(run: Path, leg: str) -> list[dict[str, Any]]:
     """Every copy of a leg's conditions, flattened, judged keys only."""
-    copies = [_judged_keys(_flat(_json(run / "legs" / leg / "server_info.json")))]
+    copies = [_judged_keys(flat_keys(_json(run / "legs" / leg / "server_info.json")))]
     for line in _lines(run / "legs" / leg / "bench_runs.jsonl"):
         if isinstance(line, dict) and isinstance(line.get("server_info"), dict):
-            copies.append(_judged_keys(_flat(line["server_info"])))
+            copies.append(_judged_keys(flat_keys(line["server_info"])))
     spec = _json(run / "legs" / leg / "leg.json")
     overlay = spec.get("overlay") if isinstance(spec, dict) else None
     config = overlay.get("config") if isinstance(overlay, dict) else None
     if isinstance(config, dict):
-        copies.append(_judged_keys(_flat(config)))
+        copies.append(_judged_keys(flat_keys(config)))
     return copies
 
 

@@ -227,7 +227,7 @@ class Worker:
         outcome.codes = sorted({f.code for f in verdict.findings if f.severity != "INFO"})
         outcome.verdict = verdict.verdict + (" degraded" if verdict.degraded else "") + \
             ("" if verdict.seal == "sealed" else " (unsealed)")
-        # Unsealed evidence is never banked (issue 17 §8): there a PASS on an edited number is the seal's
+        # Unsealed evidence is never banked: there a PASS on an edited number is the seal's
         # absence, not a gate's miss; a record no longer shaped as its schema is refused sealed or not.
         bankable = verdict.seal == "sealed" or outcome.structural
         outcome.success = (verdict.verdict in SUCCESS_VERDICTS and bankable) or bool(verdict.degraded)

@@ -54,7 +54,6 @@ from pydantic import ValidationError
 
 from perfwarden.auditor.claim_file import ClaimError, load_claim
 from perfwarden.auditor.evidence import RunLoader
-from perfwarden.auditor.findings import Findings
 from perfwarden.harness import jsonl as jsonl_formats
 from perfwarden.harness.records import Claim, LegSpec
 from perfwarden.orchestrator.answer_key import AnswerKeyError, load_answer_key
@@ -207,7 +206,7 @@ def _check_jsonl(data: bytes, schema: type) -> None:
         obj = strict_json(line)
         if not isinstance(obj, dict):
             raise Damage(f"line {number} is not an object")
-        # A foreign bench line (no schema_version) may carry fields perfwarden does not read (issue 17).
+        # A foreign bench line (no schema_version) may carry fields perfwarden does not read.
         kind = jsonl_formats.FOREIGN_SCHEMAS.get(schema, schema) if obj.get("schema_version") is None else schema
         try:  # decoded from the line itself: a schema's raw-JSON fields (msgspec.Raw) cannot be converted
             msgspec.json.decode(line, type=kind)
@@ -818,7 +817,7 @@ class Fuzzer:
 
 def _json_object(run: Path, path: Path) -> Any:
     """The auditor's reader of one JSON record of a leg (the loader is made at the call, inside its try)."""
-    return RunLoader(run, Findings()).json_object(path, True, "record")
+    return RunLoader(run).json_object(path, True, "record")
 
 
 def _files(root: Path) -> list[str]:

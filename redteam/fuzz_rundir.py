@@ -1,4 +1,4 @@
-"""Fuzz run directories as *input* to ``run --resume``, ``measure`` and ``audit --save`` (issue 16 §7).
+"""Fuzz run directories as *input* to ``run --resume``, ``measure`` and ``audit --save``.
 
 A run directory someone else prepared is hostile input to the commands that continue or add to it. One
 input = a copy of a real synthetic run (finished, or killed at a crash point so resume has work left)

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from perfwarden.auditor import registry
+from perfwarden.auditor.model import roles
 from perfwarden.harness.records import (Claim, DeclaredLever, IsolatedSpeedup, LegRefs, ProvidedBaseline,
                                         write_json_atomic)
 from perfwarden.harness.seal import GENESIS_MAC, encode_entry, key_id
@@ -48,7 +48,7 @@ class Mutation:
     must_include: tuple[str, ...]
     must_exclude: tuple[str, ...] = ()
     family: str = "judgement"
-    """The property the mutation attacks (issue 13's numbering where it has one)."""
+    """The property the mutation attacks (``workload``, ``consistency``, ``seal`` …; else ``judgement``)."""
     applies: Callable[[Path, Claim], bool] = lambda run, claim: True
     """Whether the mutation makes sense on this fixture (e.g. it needs a leg the harness marked failed)."""
 
@@ -358,7 +358,7 @@ def _a_knob(info: dict[str, Any]) -> tuple[str, Any]:
     """A knob of ``info`` (not a runtime or inert key) and a different value for it."""
     for key in sorted(info):
         value = info[key]
-        if registry.is_inert(key) or isinstance(value, (dict, list)) or value is None:
+        if roles.is_inert(key) or isinstance(value, (dict, list)) or value is None:
             continue
         if isinstance(value, bool):
             return key, not value
@@ -403,12 +403,16 @@ def busy_machine(run: Path, claim: Claim) -> Claim:
 
 def contention_missing(run: Path, claim: Claim) -> Claim:
     """Contention: the candidate's lines, written by perfwarden's harness (schema_version 1), carry no
-    contention sample."""
+    contention sample. A foreign baseline's lines are labelled the harness's too: the legs keep one writer,
+    so the missing sample is the only thing the mutation changes."""
     def edit(line):
         line = {k: v for k, v in line.items() if k != "contention"}
         line.setdefault("schema_version", 1)
         return line
     _edit_cand(run, claim, edit)
+    base = _bench_lines(run, _baseline(claim))
+    if any("schema_version" not in line for line in base):
+        _write_bench(run, _baseline(claim), [{**line, "schema_version": line.get("schema_version", 1)} for line in base])
     return claim
 
 

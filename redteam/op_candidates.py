@@ -1,4 +1,4 @@
-"""The op-level exploit catalogue as the red team's op-bench candidates (issue 17 §7, §9).
+"""The op-level exploit catalogue as the red team's op-bench candidates.
 
 Every file of ``proof/op_exploits`` (each named after the public catalogue entry it comes from) and every
 shipped honest alternative is benchmarked by the op bench (``redteam/op_catalogue.run``, in its sandbox). An

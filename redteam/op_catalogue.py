@@ -1,4 +1,4 @@
-"""The op-level exploit catalogue (``proof/op_exploits``, issue 17 §9) run through the op bench.
+"""The op-level exploit catalogue (``proof/op_exploits``) run through the op bench.
 
 ``load_catalogue`` reads each file's docstring header (the op, the public catalogue entry, what must refuse
 it) without importing it; ``run`` benchmarks every entry and the shipped honest alternatives with the op

@@ -1,4 +1,4 @@
-"""The red-team producer: its only objective is a fake win the auditor banks (issue 9).
+"""The red-team producer: its only objective is a fake win the auditor banks.
 
 Its deterministic brain applies *attack families* -- one small registered function each, in
 ``redteam/families_*.py`` -- to copies of clean fixtures and recorded runs, alone and combined,

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One command that verifies perfwarden's GPU path on a CUDA host and prints one table (issue 18 §6).
+# One command that verifies perfwarden's GPU path on a CUDA host and prints one table.
 #
 #   bash scripts/gpu_check.sh [OUT_DIR]
 #

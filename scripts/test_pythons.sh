@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Run the test suite on other Python versions (issue 13 §7: the suite must pass on 3.11, 3.12, 3.13).
+# Run the test suite on other Python versions (the suite must pass on every supported Python: 3.11, 3.12, 3.13).
 #
 # Builds a throwaway virtual environment per interpreter (outside the repository), installs perfwarden
 # with every dependency that has a wheel for that Python except torch and the packages that only make

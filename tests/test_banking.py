@@ -14,7 +14,8 @@ from typing import get_args
 
 import pytest
 
-from perfwarden.agents.base import FixDecision, Proposal, VerdictSummary
+from perfwarden.agents.base import FixDecision, Proposal
+from perfwarden.harness.verdict_summary import VerdictSummary
 from perfwarden.auditor import audit, banking
 from perfwarden.harness.records import Action, Verdict, VerdictLabel
 from perfwarden.orchestrator import graph

@@ -101,7 +101,7 @@ def test_a_profile_line_over_its_bound_is_refused_unread(tmp_path):
     """A profile line's shapes decode to ten times their bytes: a line over ``PROFILE_LINE_BYTES`` (real
     ones are under 1 KiB) is corrupt and hashed while skipped, never decoded."""
     from perfwarden.auditor.evidence import RunLoader
-    from perfwarden.auditor.findings import Findings
+    from perfwarden.auditor.gates.reading import check_reading
     from perfwarden.harness.safe_read import PROFILE_LINE_BYTES
 
     profile = tmp_path / "profile" / "profile.jsonl"
@@ -109,11 +109,10 @@ def test_a_profile_line_over_its_bound_is_refused_unread(tmp_path):
     shapes = ",".join(["[1,5,576]"] * (PROFILE_LINE_BYTES // 10 + 1))
     profile.write_text('{"name": "rmsnorm", "self_time_us": 1.0, "shapes": [[1,1,576]]}\n'
                        '{"name": "mm", "self_time_us": 2.0, "shapes": [' + shapes + ']}\n')
-    findings = Findings()
-    loader = RunLoader(tmp_path, findings)
+    loader = RunLoader(tmp_path)
     peak = _peak(loader.profile)
     records = loader.profile()
     assert [r.name for _, r in records] == ["rmsnorm"]
-    corrupt = [f for f in findings.items if f.code == "EVIDENCE_CORRUPT"]
+    corrupt = [f for f in check_reading(loader.problems).findings if f.code == "EVIDENCE_CORRUPT"]
     assert corrupt and "bound" in corrupt[0].message and corrupt[0].evidence[0].line == 2
     assert peak < 2 * PROFILE_LINE_BYTES, peak  # at most the bound in pieces: the shapes were never decoded

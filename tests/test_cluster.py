@@ -85,8 +85,14 @@ def two_nodes(tmp_path_factory):
     system): yields that store's path."""
     from perfwarden.orchestrator import cluster
 
+    import ray._private.ray_constants as ray_constants
+
     keys = tmp_path_factory.mktemp("cluster-keys")
     with pytest.MonkeyPatch.context() as patch:
+        # Ray reads RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER once, when first imported: a test earlier in this worker
+        # that prepared for a remote address (ray_env.prepare) leaves it on, and ray.init would then rewrite
+        # 127.0.0.1 to this host's external address, where the loopback cluster does not listen.
+        patch.setattr(ray_constants, "ENABLE_RAY_CLUSTER", False)
         patch.setenv("PERFWARDEN_KEY_DIR", str(keys))
         patch.setenv("RAY_AUTH_TOKEN_PATH", str(tmp_path_factory.mktemp("ray-token") / "auth_token"))
         with cluster.simulated(2):

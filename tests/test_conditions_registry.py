@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from perfwarden.auditor import registry
+from perfwarden.auditor.model import roles
 from perfwarden.auditor.gates import measurement
 from perfwarden.auditor.gates.process import _wrong
 from perfwarden.harness.process_conditions import THREAD_ENV, process_conditions
@@ -61,11 +62,11 @@ def test_a_measured_entry_must_name_a_key_its_measurement_flipped(monkeypatch):
 
 
 def test_a_parent_never_makes_its_children_inert():
-    assert registry.is_inert("process.pid") and registry.is_inert("port")
-    assert not registry.is_inert("process") and not registry.is_inert("process.cpu_count")
-    assert not registry.is_inert("process.platform") and not registry.is_inert("portx")
-    assert not registry.is_inert("cpu_count") and not registry.is_inert("model_path")
-    assert registry.is_inert("internal_states")  # a runtime outcome, not a condition
+    assert roles.is_inert("process.pid") and roles.is_inert("port")
+    assert not roles.is_inert("process") and not roles.is_inert("process.cpu_count")
+    assert not roles.is_inert("process.platform") and not roles.is_inert("portx")
+    assert not roles.is_inert("cpu_count") and not roles.is_inert("model_path")
+    assert roles.is_inert("internal_states")  # a runtime outcome, not a condition
     for key in ("process.cpu_count", "process_conditions.cpus_allowed", "process_conditions.thread_env.OMP_NUM_THREADS"):
         assert registry.lever_class(key)[0] == "B", key
 

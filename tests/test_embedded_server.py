@@ -20,6 +20,7 @@ import pytest
 
 pytest.importorskip("torch")  # the embedded engine runs the model on torch (3.11 only here)
 
+from perfwarden.harness import embedded_requests as R  # noqa: E402
 from perfwarden.harness import embedded_server as S  # noqa: E402
 from perfwarden.harness.embedded_engine import (  # noqa: E402
     GenParams,
@@ -102,18 +103,18 @@ def test_knob_args_round_trip_through_the_server_parser():
 
 def test_request_validation_refuses_what_it_cannot_honour():
     cfg = S.build_config({"threads": 1, "max_seq_len": 64, "default_max_tokens": 16})
-    params, stream, usage = S.parse_common({"max_tokens": 4, "temperature": 0, "seed": 3, "ignore_eos": True,
+    params, stream, usage = R.parse_common({"max_tokens": 4, "temperature": 0, "seed": 3, "ignore_eos": True,
                                             "stream": True, "stream_options": {"include_usage": True}}, cfg, 10)
     assert (params.max_tokens, params.temperature, params.seed, params.ignore_eos, stream, usage) == (
         4, 0.0, 3, True, True, True)
-    assert S.parse_common({}, cfg, 10)[0].max_tokens == 16
+    assert R.parse_common({}, cfg, 10)[0].max_tokens == 16
     for body, needle in [({"n": 2}, "'n'"), ({"stop": ["\n"]}, "'stop'"), ({"max_tokens": 60}, "'max_tokens'"),
                          ({"temperature": "hot"}, "'temperature'"), ({"logprobs": 3}, "'logprobs'"),
                          ({"seed": 1.5}, "'seed'")]:
-        with pytest.raises(S.RequestError, match=needle):
-            S.parse_common(body, cfg, 10)
-    with pytest.raises(S.RequestError, match="max_seq_len"):
-        S.parse_common({}, cfg, 64)
+        with pytest.raises(R.RequestError, match=needle):
+            R.parse_common(body, cfg, 10)
+    with pytest.raises(R.RequestError, match="max_seq_len"):
+        R.parse_common({}, cfg, 64)
 
 
 # ------------------------------------------------------------------------------- pure decoding parts
@@ -158,7 +159,7 @@ def test_incremental_detokenizer_streams_exactly_the_full_text():
     tok = M.load_tokenizer()
     text = "Caf\u00e9 au lait \U0001f600 costs 3\u20ac \u2014 na\u00efve r\u00e9sum\u00e9."
     ids = tok.encode(text, add_special_tokens=False)
-    detok = S.IncrementalDetokenizer(tok)
+    detok = R.IncrementalDetokenizer(tok)
     pieces = [detok.add([i]) for i in ids] + [detok.flush()]
     assert "".join(pieces) == tok.decode(ids) == text
     assert all("\ufffd" not in p for p in pieces)  # partial characters are held back, never streamed

@@ -12,7 +12,6 @@ import pytest
 
 from perfwarden.auditor.audit import audit_path
 from perfwarden.auditor.evidence import RunLoader
-from perfwarden.auditor.findings import Findings
 from perfwarden.auditor.gates import engine_witness
 from perfwarden.harness import vllm_metrics
 
@@ -30,7 +29,7 @@ def run(tmp_path) -> Path:
 
 
 def gate(run: Path, leg: str = "base"):
-    loader = RunLoader(run, Findings())
+    loader = RunLoader(run)
     leg_ev = loader.leg(leg)
     return engine_witness.check_engine_witness(run, engine_witness.load_engine_witness(loader, leg_ev), leg_ev)
 

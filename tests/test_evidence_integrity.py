@@ -16,8 +16,9 @@ import msgspec
 import numpy as np
 import pytest
 
-from perfwarden.auditor.evidence import RunLoader, missing_rep_numbers
-from perfwarden.auditor.findings import Findings
+from perfwarden.auditor.evidence import RunLoader
+from perfwarden.auditor.gates import reading
+from perfwarden.auditor.gates.reading import missing_rep_numbers
 from perfwarden.auditor.gates import measurement
 from perfwarden.auditor.rederive import RepError, rederive_rep
 from perfwarden.auditor.serverlog import PRESENT, parse_server_log
@@ -90,12 +91,13 @@ def test_missing_rep_numbers_is_constant_in_the_rep_ids():
 
 def test_absurd_rep_id_and_issued_are_decided_in_constant_memory():
     tracemalloc.start()
-    loader = RunLoader(FIXTURES / "int-rep-absurd-id" / "run", Findings())
+    loader = RunLoader(FIXTURES / "int-rep-absurd-id" / "run")
     cand = loader.leg("cand")
     peak = tracemalloc.get_traced_memory()[1]
     tracemalloc.stop()
     assert len(cand.reps) == 4 and peak < 20_000_000
-    assert any(f.code == "EVIDENCE_CORRUPT" and "rep id" in f.message for f in loader.findings.items)
+    assert any(f.code == "EVIDENCE_CORRUPT" and "rep id" in f.message
+               for f in reading.check_reading(loader.problems).findings)
     assert problems({**make_rep("cand", 0, throughput=110.0), "issued": 10**15})[0][0] == "missing"
 
 
@@ -225,10 +227,10 @@ def test_contention_is_judged_on_the_whole_machine(sample, busy):
 
 
 def test_missing_samples_flag_harness_lines_and_note_foreign_ones(tmp_path):
-    loader = RunLoader(FIXTURES / "int-contention-missing" / "run", Findings())
+    loader = RunLoader(FIXTURES / "int-contention-missing" / "run")
     result = measurement.check_contention(FIXTURES / "int-contention-missing" / "run", loader.leg("cand"))
     assert [(f.code, f.severity, f.action) for f in result.findings] == [("EVIDENCE_MISSING", "FLAG", "remeasure")]
-    loader = RunLoader(FIXTURES / "int-foreign-sglang-pair" / "run", Findings())
+    loader = RunLoader(FIXTURES / "int-foreign-sglang-pair" / "run")
     result = measurement.check_contention(FIXTURES / "int-foreign-sglang-pair" / "run", loader.leg("cand"))
     assert not result.findings and "foreign bench file" in result.not_checked[0]
 
@@ -257,7 +259,7 @@ def _legs(tmp_path, base_times, cand_times, **kw):
     cand = [make_rep("cand", k, throughput=t, started_at=s, **kw)
             for k, (t, s) in enumerate(zip(CAND_TPUT, cand_times))]
     build(tmp_path, base_reps=base, cand_reps=cand)
-    loader = RunLoader(tmp_path, Findings())
+    loader = RunLoader(tmp_path)
     return loader.leg("base"), loader.leg("cand")
 
 

@@ -6,9 +6,10 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
-from perfwarden.auditor.evidence import LegEvidence, check_named_folders
+from perfwarden.auditor.evidence import LegEvidence
+from perfwarden.auditor.gates.reading import check_named_folders
 from perfwarden.auditor.gates.measurement import check_contention
-from perfwarden.auditor.gates.rep_witnesses import loadgen_findings
+from perfwarden.auditor.model.witnesses import loadgen_findings
 from perfwarden.auditor.loadgen_logs import LoadgenRep
 from perfwarden.auditor.rederive import RepMetrics
 from perfwarden.auditor.stated import Stated

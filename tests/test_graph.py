@@ -14,7 +14,9 @@ from pathlib import Path
 import pytest
 from langgraph.runtime import Runtime
 
-from perfwarden.agents.base import BankedChange, VerdictSummary
+from perfwarden.agents.base import BankedChange
+from perfwarden.auditor import acceptance
+from perfwarden.harness.verdict_summary import VerdictSummary
 from perfwarden.harness.records import Claim, DeclaredLever, Headline, LegRefs
 from perfwarden.harness.target_config import EmbeddedConfig, knob
 from perfwarden.orchestrator import graph as G
@@ -285,15 +287,17 @@ def test_lab_noise_goes_to_the_run_logs_not_the_terminal(tmp_path, capfd):
 def test_a_random_weights_baseline_goes_on_to_the_search_but_another_flag_does_not(tmp_path):
     """weights=random: the baseline FLAGs CORRECTNESS_UNVERIFIABLE every time, so re-measuring it would
     spend the budget for nothing; any other FLAG is still re-measured."""
-    from perfwarden.agents.base import FindingSummary
+    from perfwarden.harness.verdict_summary import FindingSummary
 
     runtime = Runtime(context=RunContext(lab=SyntheticLab(), settings=settings(kernels=False)))
 
     def route(*codes: str) -> str:
         v = VerdictSummary(seq=1, scope="baseline", verdict="FLAG", action="flag", path="v", claim="c",
                            findings=[FindingSummary(code=c, severity="FLAG", message="m") for c in codes])
-        return G.after_audit({"last_verdict": v, "baseline_attempts": 1, "baseline_s": 0.0,
-                              "started_at": time.time()}, runtime)
+        state = {"baseline_attempts": 1, "baseline_s": 0.0, "started_at": time.time()}
+        # the decision the auditor node records with the verdict, which the router reads
+        decided = acceptance.decide(v, remeasure_left=G._baseline_fits(state, runtime.context))
+        return G.after_audit({**state, "last_verdict": v.model_copy(update={"acceptance": decided})}, runtime)
 
     assert route("CORRECTNESS_UNVERIFIABLE") == "pick"
     assert route("CORRECTNESS_UNVERIFIABLE", "CONTENDED_LEG") == "baseline"
@@ -368,7 +372,7 @@ def test_a_checkpoint_from_before_the_typed_state_is_refused_with_a_clear_messag
     with pytest.raises(RunUsageError) as info:
         run_graph(run, settings(), SyntheticLab(), resume=True)
     message = str(info.value)
-    assert "run-state version 1" in message and "resumes version 2 only" in message
+    assert "run-state version 1" in message and "resumes versions 2, 3 only" in message
     assert "perfwarden review" in message
     after = {p: p.read_bytes() for p in run.rglob("*") if p.is_file() and p.name not in bookkeeping}
     assert after == before  # nothing in the run was touched

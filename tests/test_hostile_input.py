@@ -41,7 +41,7 @@ from typer.testing import CliRunner
 
 from perfwarden.auditor.audit import ClaimError, audit_path
 from perfwarden.auditor.evidence import RunLoader
-from perfwarden.auditor.findings import Findings
+from perfwarden.auditor.gates import reading
 from perfwarden.harness import jsonl
 from perfwarden.harness.records import Claim, LegSpec, QualityEval, Verdict, write_json_atomic
 from perfwarden.orchestrator.cli import app
@@ -760,10 +760,11 @@ def test_readers_never_raise_and_account_for_every_line(content, schema):
         for ref, record in report.records:  # a foreign bench line decodes as the foreign schema (issue 17)
             assert type(record) in (schema, jsonl.FOREIGN_SCHEMAS.get(schema))
             assert msgspec.json.decode(ref.raw(), type=type(record)) == record
-        loader = RunLoader(Path(tmp), Findings())
+        loader = RunLoader(Path(tmp))
         obj, _ = loader.json_object(path, True, "object")
         if obj is None:
-            assert loader.findings.items and all(f.severity == "FAIL" for f in loader.findings.items)
+            found = reading.check_reading(loader.problems).findings
+            assert found and all(f.severity == "FAIL" for f in found)
         else:
             assert isinstance(obj, dict)
         assert re.fullmatch(r"[0-9a-f]{64}", report.sha256)

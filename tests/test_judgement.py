@@ -12,6 +12,7 @@ import pytest
 from typer.testing import CliRunner
 
 from perfwarden.auditor import registry
+from perfwarden.auditor.model import roles
 from perfwarden.auditor.gates import prose
 from perfwarden.orchestrator.cli import app
 from perfwarden.orchestrator.answer_key import AnswerKeyError, answer_problems, load_answer_key, parse_answer_key
@@ -34,7 +35,7 @@ SGLANG_VLLM_NUMERICS = ["quantization", "torchao_config", "kv_cache_dtype", "spe
 
 @pytest.mark.parametrize("key", SGLANG_VLLM_NUMERICS)
 def test_registry_knows_the_numerics_and_scheduling_knobs(key):
-    assert registry.is_known(key) and registry.lever_class(key)[0] in ("A", "B")
+    assert roles.is_known(key) and registry.lever_class(key)[0] in ("A", "B")
 
 
 def test_lossiness_lives_with_the_knobs():
@@ -53,7 +54,7 @@ def test_every_embedded_server_info_key_is_known():
         from perfwarden.auditor.gates.conditions import flatten
 
         keys |= set(flatten(json.loads(info.read_text())))
-    unknown = sorted(k for k in keys if not registry.is_known(k))
+    unknown = sorted(k for k in keys if not roles.is_known(k))
     assert keys and unknown == []
 
 

@@ -19,8 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from fake_openai_server import FakeOpenAIServer  # noqa: E402
 
 from perfwarden.auditor.evidence import RunLoader  # noqa: E402
-from perfwarden.auditor.findings import Findings  # noqa: E402
-from perfwarden.auditor.gates import rep_witnesses  # noqa: E402
+from perfwarden.auditor.model import witnesses as rep_witnesses  # noqa: E402
 from perfwarden.harness.bench_writer import BENCH_LINE_VERSION, build_bench_line  # noqa: E402
 from perfwarden.harness.jsonl import BenchRunLine, read_jsonl  # noqa: E402
 from perfwarden.harness import loadgen_client  # noqa: E402
@@ -148,9 +147,11 @@ def test_server_scenario_rep_writes_a_decodable_sglang_line_and_loadgen_logs(ser
     counters = msgspec.json.decode(rec.server_counters)
     moved = {k: counters["after"][k] - counters["before"][k] for k in counters["after"]}
     assert moved == {"requests_completed": n, "requests_failed": 0, "requests_cancelled": 0, "tokens_generated": 5 * n}
-    leg = RunLoader(tmp_path, Findings()).leg("base")
+    leg = RunLoader(tmp_path).leg("base")
     # Server's samples per second spans more than the rep (not read); its tokens per second spans the requests
-    assert set(leg.loadgen[0].detail) == set(leg.loadgen[0].summary) == {"tokens_per_second", "max_latency_s"}
+    assert set(leg.loadgen[0].detail) == set(leg.loadgen[0].summary) == {"tokens_per_second", "max_latency_s",
+                                                                          "min_latency_s", "mean_latency_s"}
+    assert leg.loadgen[0].version and leg.loadgen[0].power  # a real LoadGen: every clock witness is held
     witnessed = rep_witnesses.check_witnesses(tmp_path, leg)
     assert not witnessed.findings and not witnessed.not_checked
 

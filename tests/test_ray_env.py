@@ -22,6 +22,9 @@ def ray_vars(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
     for name in list(os.environ):
         if name.startswith("RAY_"):
             monkeypatch.delenv(name)
+    for name in (ray_env.USAGE_STATS, ray_env.AUTH_MODE, ray_env.KEEP_LOOPBACK, ray_env.TOKEN):
+        monkeypatch.setenv(name, "")  # recorded as absent, so what ray_env.prepare sets is undone after the test
+        monkeypatch.delenv(name)
     monkeypatch.setenv("HOME", str(tmp_path))
     return tmp_path
 

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from perfwarden.agents.base import BankedChange, VerdictSummary
+from perfwarden.agents.base import BankedChange
+from perfwarden.harness.verdict_summary import VerdictSummary
 from perfwarden.harness.target_config import EmbeddedConfig
 from perfwarden.orchestrator.cli import app
 from perfwarden.orchestrator.exit_codes import ExitCode
@@ -46,7 +47,8 @@ def _state() -> dict:
 def test_the_written_report_is_the_versioned_record_and_reads_back():
     record = build_report(_state(), EmbeddedConfig())
     written = json.loads(json.dumps(record.model_dump(mode="json")))
-    assert written["report_version"] == REPORT_VERSION == 4
+    assert written["report_version"] == REPORT_VERSION == 5
+    assert written["verdicts"][0]["acceptance"]["accepted"] is True  # the run's decision, written with it
     assert parse_report(written) == record
     assert written["final_configuration"] == [{"knob": "max_batch_size", "baseline": 1, "final": 2,
                                                "lever_class": "B", "lossless": True}]
@@ -73,8 +75,22 @@ def test_a_version_3_report_reads_as_the_throughput_run_it_was():
                                                                                            "output_throughput", None)
 
 
+def test_a_version_4_report_reads_with_no_acceptance_decision_recorded():
+    """Version 4 (the run's objective) recorded no acceptance decision on its summaries: they read with none,
+    never with one guessed from the label."""
+    summary = VerdictSummary(seq=1, scope="baseline", verdict="FLAG", action="remeasure",
+                             path="verdicts/001-baseline.json", claim="claims/001-baseline.json",
+                             seal="sealed").model_dump(mode="json")
+    del summary["acceptance"]
+    objective = {"objective": "throughput", "metric": "output_throughput", "higher_is_better": True, "slo": None}
+    old = {**unversioned_report([]), "report_version": 4, "objective": objective, "verdicts": [summary]}
+    record = parse_report(old)
+    assert record.report_version == REPORT_VERSION and record.objective.metric == "output_throughput"
+    assert [v.acceptance for v in record.verdicts] == [None]
+
+
 @pytest.mark.parametrize("change,message", [
-    ({"report_version": 5}, "newer than the 4"),
+    ({"report_version": 6}, "newer than the 5"),
     ({"report_version": "two"}, "not a version number"),
     ({"report_version": 0}, "no migration from it"),
     ({"banked": ["claims/002-patch.json"]}, "banked.0"),  # the old guessed shapes: a string names nothing typed

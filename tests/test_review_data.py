@@ -20,7 +20,8 @@ from perfwarden.orchestrator.review.compare import pair_entries
 from perfwarden.orchestrator.review.evidence import LineReader
 from perfwarden.orchestrator.review.export import csv_safe, md_cell
 from perfwarden.orchestrator.review.model import VerdictEntry, load_review
-from perfwarden.orchestrator.review.summary import is_banked, match_report_item
+from perfwarden.orchestrator.review.model import is_banked
+from perfwarden.orchestrator.review.summary import match_report_item
 from perfwarden.orchestrator.review.svg import Row, downsample, nice_ticks, strip_plot
 
 runner = CliRunner()

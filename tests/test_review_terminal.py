@@ -18,7 +18,8 @@ from typer.testing import CliRunner
 from perfwarden.orchestrator.cli import app
 from perfwarden.orchestrator.review.compare import compare
 from perfwarden.orchestrator.review.model import ReviewError, load_review
-from perfwarden.orchestrator.review.terminal import print_comparison, print_review, printable
+from perfwarden.orchestrator.render import printable
+from perfwarden.orchestrator.review.terminal import print_comparison, print_review
 
 runner = CliRunner()
 WIDTH = 80

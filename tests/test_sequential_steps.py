@@ -10,7 +10,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from perfwarden.agents.base import FindingSummary, Proposal, StepLook, VerdictSummary
+from perfwarden.agents.base import Proposal, StepLook
+from perfwarden.harness.verdict_summary import FindingSummary, VerdictSummary
 from perfwarden.orchestrator import stepping
 from perfwarden.orchestrator.runner import run_graph
 from perfwarden.orchestrator.settings import RunSettings

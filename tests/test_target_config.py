@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from perfwarden.auditor import registry
+from perfwarden.auditor.model import roles
 from perfwarden.harness.target_config import (TARGET_CONFIGS, ConfigError, EmbeddedConfig, SGLangConfig,
                                               parse_set_args)
 from perfwarden.orchestrator.embedded_lab import EmbeddedLab
@@ -25,7 +26,7 @@ def test_every_knob_has_the_registrys_class_and_lossiness(target):
     lossy_keys = set(lossiness["lossless_values"]) | set(lossiness.get("always_lossy", []))
     unknown = set()
     for name, spec in model.specs().items():
-        assert not registry.is_inert(name), f"{target}.{name} is a knob, the registry calls it inert"
+        assert not roles.is_inert(name), f"{target}.{name} is a knob, the registry calls it inert"
         cls, why = registry.lever_class(name)
         if cls is None:
             unknown.add(name)

@@ -21,7 +21,6 @@ import pytest
 from machine_quiet import skip_if_contended
 
 from perfwarden.auditor.evidence import RunLoader
-from perfwarden.auditor.findings import Findings
 from perfwarden.auditor.gates import engine_witness
 from perfwarden.harness import vllm_metrics
 
@@ -46,7 +45,7 @@ def cli(*args: str, timeout: float) -> subprocess.CompletedProcess:
 
 
 def witness_findings(run: Path, leg: str):
-    loader = RunLoader(run, Findings())
+    loader = RunLoader(run)
     leg_ev = loader.leg(leg)
     return engine_witness.check_engine_witness(run, engine_witness.load_engine_witness(loader, leg_ev), leg_ev)
 

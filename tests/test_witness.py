@@ -16,9 +16,8 @@ import msgspec
 import pytest
 
 from perfwarden.auditor.evidence import RunLoader
-from perfwarden.auditor.findings import Findings
-from perfwarden.auditor.gates import rep_witnesses
-from perfwarden.auditor.gates.witness import EXACT, Stated, Tolerance, compare
+from perfwarden.auditor.model import witnesses as rep_witnesses
+from perfwarden.auditor.model.compare import EXACT, Stated, Tolerance, compare
 from perfwarden.auditor.loadgen_logs import _half_unit
 from perfwarden.harness.bench_writer import BENCH_LINE_VERSION, RequestRecord, build_bench_line
 from perfwarden.harness.jsonl import BenchRunLine
@@ -68,7 +67,7 @@ def _run(tmp_path: Path, **kw) -> tuple[Path, Path]:
 
 
 def _witness(run: Path, leg: str = "cand"):
-    return rep_witnesses.check_witnesses(run, RunLoader(run, Findings()).leg(leg))
+    return rep_witnesses.check_witnesses(run, RunLoader(run).leg(leg))
 
 
 def test_the_clean_case_has_every_witness_and_no_finding(tmp_path):

@@ -14,6 +14,7 @@ from perfwarden.auditor.coherence import coherence_score
 from perfwarden.auditor.evidence import LegEvidence, QualityRecords, line_evidence
 from perfwarden.auditor.findings import Findings, GateResult, finding
 from perfwarden.auditor.gates.conditions import flatten, key_evidence
+from perfwarden.auditor.model.schema import evidence_model
 from perfwarden.harness.records import QUALITY_ITEMS_FIELDS, Claim, QualityEval
 
 PARITY_MIN_IDENTICAL = 0.75
@@ -167,7 +168,7 @@ def check_quality(run: Path, claim: Claim, records: QualityRecords, base_name: s
     The comparison must be the harness's own: the candidate's record names the compared baseline leg as
     its baseline, that leg has its own record of the same eval on the same item set, and the baseline
     score the candidate record quotes is that record's score. An eval graded against the candidate
-    itself, another leg or another item set compares nothing, so it counts as missing (issue 9 rule 3)."""
+    itself, another leg or another item set compares nothing, so it counts as missing."""
     if not lossy:
         return GateResult()
     severity = "FAIL" if claim.mechanism.support == "supported" else "FLAG"
@@ -219,6 +220,11 @@ def check_quality(run: Path, claim: Claim, records: QualityRecords, base_name: s
             or qe.n != bq.n:
         return missing(f"the legs' {eval_id!r} results are not on one registered item set (candidate items "
                        f"{dc!r}, n={qe.n}; baseline items {db!r}, n={bq.n}; registered {spec.items_sha256!r})", ev + bev)
+    differ = quality_conditions_differ(qe, bq)
+    if differ:
+        return missing(f"the legs' {eval_id!r} results were taken under different conditions: "
+                       + "; ".join(f"{k} {c!r} in the candidate's, {b!r} in the baseline's" for k, c, b in differ[:5])
+                       + " (the evidence model's conditions and identities of a quality record)", ev + bev)
     if qe.baseline_score is not None and abs(qe.baseline_score - bq.score) > BASELINE_SCORE_TOLERANCE:
         return missing(f"the candidate's record says the baseline scored {qe.baseline_score!r}; the baseline's own "
                        f"record says {bq.score!r}: the stated comparison is not the harness's", ev + bev)
@@ -231,6 +237,21 @@ def check_quality(run: Path, claim: Claim, records: QualityRecords, base_name: s
             f"{drop:.4g} > {spec.max_drop})", measured=round(drop, 6), threshold=spec.max_drop, evidence=ev + bev,
             action="eject", gate="quality")])
     return GateResult()
+
+
+def quality_conditions_differ(cand: QualityEval, base: QualityEval) -> list[tuple[str, object, object]]:
+    """The fields both quality records state that the evidence model calls a condition or an identity of the
+    eval, where they differ (the item set and the eval id are judged above): (field, candidate's, baseline's)."""
+    model = evidence_model()
+    c = {**cand.model_dump(exclude_unset=True), **(cand.model_extra or {})}
+    b = {**base.model_dump(exclude_unset=True), **(base.model_extra or {})}
+    out = []
+    for key in sorted(set(c) & set(b)):
+        found = model.role_of("quality_eval", key)
+        if found is not None and found.role in ("condition", "identity") and c[key] != b[key] \
+                and key not in ("eval_id", *ITEMS_DIGEST_FIELDS):
+            out.append((key, c[key], b[key]))
+    return out
 
 
 def check_spec_decode_documented(claim: Claim, detected_spec: bool, raw_signal: bool) -> GateResult:

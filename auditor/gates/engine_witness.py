@@ -1,5 +1,5 @@
-"""Every rep on a real engine has a second witness: the engine's own counters (issue 17 item 3,
-issue 18 item 2). A pure gate over what the loader read.
+"""Every rep on a real engine has a second witness: the engine's own counters. A pure gate over what
+the loader read.
 
 The harness samples vLLM's ``/metrics`` just before and just after each rep (``harness/vllm_metrics.py``,
 ``legs/<leg>/engine_metrics.jsonl``). The engine counted the rep's requests independently of

@@ -1,4 +1,4 @@
-"""Unexplained deltas FAIL (issue 9 rule 7).
+"""Unexplained deltas FAIL.
 
 A kernel change can only speed up the time its op takes. Removing the op entirely is the most it can
 do: with share ``f`` of the run's own profile, time falls by at most ``f`` (throughput rises by at most

@@ -1,4 +1,4 @@
-"""Evidence cannot go missing or be edited unseen (issue 13 §4 manifest, §5 seal). A pure gate.
+"""Evidence cannot go missing or be edited unseen (the manifest and the seal chain). A pure gate.
 
 A run the harness recorded carries its manifest and seal chain (``evidence.jsonl``, read and verified by
 ``auditor/manifest.py``). This gate decides, from that and from what is on disk now:

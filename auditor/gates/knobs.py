@@ -1,4 +1,4 @@
-"""Unknown knobs fail closed (issue 9 rule 1).
+"""Unknown knobs fail closed.
 
 A changed ``server_info`` key that ``levers.json`` does not know is *unclassified*: the producer's word
 about its class or losslessness counts for nothing. Its change must show exact greedy parity or pass a
@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from perfwarden.auditor import registry
+from perfwarden.auditor.model import roles
 from perfwarden.auditor.evidence import LegEvidence
 from perfwarden.auditor.findings import GateResult, finding
 from perfwarden.auditor.gates.conditions import declared_keys, is_declared, key_evidence
@@ -20,7 +20,7 @@ from perfwarden.harness.records import Claim
 
 def unknown_knobs(diff: dict[str, list[Any]]) -> list[str]:
     """Keys of the server_info diff the registry cannot classify, in diff order."""
-    return [key for key in diff if not registry.is_known(key)]
+    return [key for key in diff if not roles.is_known(key)]
 
 
 def check_unknown_knobs(run: Path, claim: Claim, diff: dict[str, list[Any]], base: LegEvidence,

@@ -1,7 +1,7 @@
 """Lever class (A: kernel/implementation, B: orthogonal serving lever), engagement, and raw signals.
 
 The class is judged from the server_info diff *and* from raw signals, because a diff can hide a lever
-(e.g. speculative decoding switched on by a default) while the raw cannot (issue 9 rule 2): a non-null
+(e.g. speculative decoding switched on by a default) while the raw cannot: a non-null
 ``accept_length``, a speculative method's engagement or acceptance lines in ``server.log`` (the embedded
 target's ``ENGAGED prompt_lookup``/``prompt_lookup rid=…`` lines, sglang's ``accept len:`` decode lines,
 vLLM's ``SpecDecoding metrics:``), a response cache's engagement or hits, a kernel override's
@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from perfwarden.auditor import registry
+from perfwarden.auditor.model import mechanisms, roles
 from perfwarden.auditor.evidence import LegEvidence, line_evidence
 from perfwarden.auditor.findings import Findings, GateResult, finding
 from perfwarden.auditor.gates.conditions import declared_keys, flatten
@@ -36,12 +37,13 @@ ACCEPTANCE_TOLERANCE = 0.05
 
 def raw_signals(leg: LegEvidence) -> list[Signal]:
     """Every mechanism the leg's raw says ran: log lines (the first ``serverlog.MAX_SIGNALS`` of each
-    kind) and a non-null ``accept_length``."""
+    kind), a non-null ``accept_length`` and the server's own counters (the evidence model's
+    ``mechanisms``, ``auditor/model/mechanisms.py``)."""
     out: list[Signal] = list(leg.log.signals) if leg.log else []
     accepts = [r for r in leg.reps if r.accept_length is not None]
     if accepts:
         out.append(Signal("spec_decode", 0, f"accept_length={accepts[0].accept_length!r} in rep {accepts[0].rep}"))
-    return out
+    return out + mechanisms.counter_signals(leg)
 
 
 def candidate_only(base: LegEvidence, cand: LegEvidence) -> list[Signal]:
@@ -71,13 +73,13 @@ def detect_lever(diff: dict[str, list[Any]], base: LegEvidence, cand: LegEvidenc
     signals: list[str] = []
     classes: set[str] = set()
     for key in diff:
-        if registry.is_inert(key):
+        if roles.is_inert(key):
             continue
         cls, why = registry.lever_class(key)
         if cls:
             classes.add(cls)
             signals.append(f"diff {key!r}: class {cls} ({why})")
-        elif not registry.is_known(key):
+        elif not roles.is_known(key):
             signals.append(f"diff {key!r}: unclassified knob (no class)")
     for s in candidate_only(base, cand):
         cls = FAMILY_CLASS[s.family]

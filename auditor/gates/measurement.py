@@ -71,7 +71,7 @@ def calibrate_band(metric: str, base: LegEvidence, aa_legs: list[LegEvidence], n
                    n_cand: int) -> tuple[float, str]:
     """Noise band for one metric: what the baseline's own reps show (else the default), widened -- never
     narrowed -- by the reps of same-config legs (declared A/A legs and uncited twins): a producer's
-    choice of legs can only make the statistics more conservative (issue 17 §5)."""
+    choice of legs can only make the statistics more conservative."""
     own, own_source = _pooled_band(metric, [base], n_base, n_cand)
     own_label = f"baseline_reps ({own_source})" if own_source else "default"
     if not aa_legs:
@@ -174,8 +174,8 @@ def check_headline(run: Path, claim: Claim, comp: Comparison | None, n_reps: tup
 
 PRIMARY_METRICS = ("output_throughput", "median_ttft_ms", "p99_ttft_ms", "median_tpot_ms", "p99_tpot_ms",
                    "median_itl_ms", "p99_itl_ms", "median_e2e_latency_ms", "p99_e2e_latency_ms")
-"""Metrics a user of the server feels: every one is checked whatever the headline metric is (issue 9
-rule 5), so a TTFT headline cannot hide a throughput loss nor a throughput headline a tail-ITL stall."""
+"""Metrics a user of the server feels: every one is checked whatever the headline metric is, so a
+TTFT headline cannot hide a throughput loss nor a throughput headline a tail-ITL stall."""
 
 
 def disclosure_tolerance_pts(worse_pct: float, band_pct: float) -> float:

@@ -289,7 +289,7 @@ def audit_rig(run: Path, rows: list[tuple[LineRef, OpBenchLine]], claimed_ref: s
     return GateResult(r.out, r.not_checked, value=result)
 
 
-# ------------------------------------------------------------------ the plausibility bound (issue 17 §7)
+# -------------------------------------------------------------------------------- the plausibility bound
 
 ROOFLINE_MARGIN = 0.5
 """A candidate's median call may be at most this far under the rig's floor (the time its measured bandwidth

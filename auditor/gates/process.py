@@ -1,4 +1,4 @@
-"""Process-level conditions are recorded and well-formed (issue 17 item 2). A pure gate.
+"""Process-level conditions are recorded and well-formed. A pure gate.
 
 The harness measures, from outside each server it launches, what the process may use (cores, CPU
 affinity, cgroup quota, priority, thread environment, engine: ``harness/process_conditions.py``) and
@@ -71,5 +71,6 @@ def check_process_conditions(run: Path, legs: list[LegEvidence]) -> GateResult:
                                     f"server_info.json: {why}", evidence=evidence, action="eject", gate=GATE))
     notes = [] if recorded or findings else [
         "process conditions (cores, affinity, cgroup quota, thread environment): no leg's server_info.json records "
-        "them (a run older than issue 17, or a foreign file), so only what the servers report is compared"]
+        "them (a run recorded before the harness wrote them, or a foreign file), so only what the servers report "
+        "is compared"]
     return GateResult(findings=findings, not_checked=notes)

@@ -1,6 +1,6 @@
 """Claims in prose: every number in a report traces to the re-derived value it claims to be.
 
-Tracing is by meaning (issue 9 rule 6). Each number is read with its clause: its unit (``%``, ``x``,
+Tracing is by meaning. Each number is read with its clause: its unit (``%``, ``x``,
 ``ms``/``s``, ``tok/s``, ``req/s``), the metric the clause names (throughput, TTFT, TPOT, ITL, e2e,
 latency; median or p99), the leg it names (baseline/candidate or a leg's name) and what kind of value
 it is (a delta, a rep spread, the noise band, a CI, a p-value, a level). It traces only to a value of

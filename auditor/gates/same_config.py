@@ -1,4 +1,4 @@
-"""Same-config legs: A/A evidence the claim did not choose (issue 17 §5).
+"""Same-config legs: A/A evidence the claim did not choose.
 
 A producer picks which legs a claim cites. Every other leg of the run that was measured with the
 baseline's configuration and load is a re-measurement of the baseline, whether the claim cites it or
@@ -21,8 +21,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from perfwarden.auditor import registry, stats
+from perfwarden.auditor.model import roles
 from perfwarden.auditor.evidence import LegEvidence, RunLoader, _plain_name, line_evidence
-from perfwarden.auditor.findings import Findings, GateResult, finding
+from perfwarden.auditor.findings import GateResult, finding
+from perfwarden.auditor.gates import reading
 from perfwarden.auditor.gates import conditions, workload
 from perfwarden.auditor.gates.measurement import calibrate_band
 from perfwarden.auditor.rederive import METRICS
@@ -35,7 +37,7 @@ def is_same_config(run: Path, claim: Claim, base: LegEvidence, leg: LegEvidence)
         return False
     diff = conditions.diff_server_info(base.server_info, leg.server_info)
     diff.update(conditions.union_diff(run, base, leg))
-    if any(not registry.is_inert(key) for key in diff):
+    if any(not roles.is_inert(key) for key in diff):
         return False
     return workload.same_load(run, claim.model_copy(update={"lever": None}), base, leg)
 
@@ -53,10 +55,11 @@ def same_config_legs(run: Path, claim: Claim, base: LegEvidence, cited: set[str]
     """Uncited legs measured with the baseline's configuration and load, each read on its own."""
     out = []
     for name in uncited_legs(run, cited):
-        scratch = Findings()
-        leg = RunLoader(run, scratch).leg(name)
+        loader = RunLoader(run)
+        leg = loader.leg(name)
         failed = leg.spec is not None and leg.spec.status == "failed"
-        if failed or any(f.severity == "FAIL" for f in scratch.items) or not is_same_config(run, claim, base, leg):
+        unread = any(f.severity == "FAIL" for f in reading.check_reading(loader.problems).findings)
+        if failed or unread or not is_same_config(run, claim, base, leg):
             continue
         out.append(leg)
     return out

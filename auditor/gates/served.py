@@ -1,4 +1,4 @@
-"""Parity comes from what was served (issue 9 rule 4).
+"""Parity comes from what was served.
 
 A parity dump (``outputs.jsonl``) is a separate set of requests; the texts the server returned during the
 timed reps (``generated_texts`` keyed by ``prompt_ids`` in ``bench_runs.jsonl``) are what was measured.

@@ -1,4 +1,4 @@
-"""Every server_info key is one the leg's target reports (issue 17 §2). A pure gate.
+"""Every server_info key is one the leg's target reports. A pure gate.
 
 The conditions gate judges keys whose values *differ*; a key the registry does not know, held equal in
 both legs, said nothing, so a producer could add any field (one the engine honours that the registry

@@ -1,4 +1,4 @@
-"""Reps of different legs do not overlap in time (issue 17 item 4). A pure gate.
+"""Reps of different legs do not overlap in time. A pure gate.
 
 Two servers measured at once contend for the same cores, memory bandwidth and caches: each leg's reps
 then measure the other leg as much as their own change, and a candidate timed while the baseline

@@ -1,6 +1,6 @@
 """Workload parity: the compared legs ran the same load, unless the load is the declared change.
 
-What defines the load (issue 13 §1), read from every rep's bench line (sglang's own fields and the
+What defines the load, read from every rep's bench line (sglang's own fields and the
 ones perfwarden's LoadGen client adds) and from each leg's ``leg.json``:
 
 - the prompt set and the requests issued per rep: a digest of the rep's prompt ids (order-free), or

@@ -1,4 +1,4 @@
-"""What keeps the op bench's verdict out of the candidate's reach (issue 17 §7).
+"""What keeps the op bench's verdict out of the candidate's reach.
 
 A candidate runs in a sandboxed worker, but inside that worker it can reach everything: the clock, the
 protocol stream, the seeds, the inputs and the outputs it hands back. So nothing that decides is taken

@@ -181,7 +181,7 @@ def run_opbench(
         "timing": _timing_record(floor, secret), "roofline": roofline,
         "contention": {"start": contention_start, "end": contention_end}, "backends": _backend_records(backends),
     })
-    seal_file(out_path, out_path.parent / "rig.json")  # issue 13 §5: evidence the harness wrote is sealed as written
+    seal_file(out_path, out_path.parent / "rig.json")  # evidence the harness wrote is sealed as written
     return out_path
 
 

@@ -21,8 +21,8 @@ from typing import Any, Iterator
 
 from perfwarden.orchestrator.render import fmt_value, md_cell, printable
 from perfwarden.orchestrator.review.compare import Comparison, metric_rows
-from perfwarden.orchestrator.review.model import RunReview, VerdictEntry
-from perfwarden.orchestrator.review.summary import LEVER_CLASSES, banked, fmt_pct, is_banked
+from perfwarden.orchestrator.review.model import RunReview, VerdictEntry, is_banked
+from perfwarden.orchestrator.review.summary import LEVER_CLASSES, banked, fmt_pct
 
 FORMATS = ("md", "json", "csv")
 
@@ -89,10 +89,6 @@ def md_table(headers: list[str], rows: list[list[object]]) -> str:
 
 def md_table_row(row: list[object]) -> str:
     return "| " + " | ".join(md_cell(c) for c in row) + " |"
-
-
-def review_md(review: RunReview) -> str:
-    return "".join(review_md_pieces(review))
 
 
 def review_md_pieces(review: RunReview) -> Iterator[str]:
@@ -175,10 +171,6 @@ def _csv(headers: list[str] | None, rows: list[list[object]]) -> str:
         writer.writerow(headers)
     writer.writerows([[csv_safe(c) for c in row] for row in rows])
     return buf.getvalue()
-
-
-def review_csv(review: RunReview) -> str:
-    return "".join(review_csv_pieces(review))
 
 
 def review_csv_pieces(review: RunReview) -> Iterator[str]:

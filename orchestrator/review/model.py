@@ -18,7 +18,7 @@ from typing import Any, Iterator, NamedTuple
 
 from pydantic import ValidationError
 
-from perfwarden.auditor import banking
+from perfwarden.auditor import acceptance, banking
 from perfwarden.harness.jsonl import LineIssue, iter_raw_lines
 from perfwarden.harness.records import Claim, RunManifest, Verdict, shown_verdict
 from perfwarden.harness.safe_read import (MESSAGE_CHARS, RECORD_BYTES, VERDICT_BYTES, check_regular, exists,
@@ -26,13 +26,12 @@ from perfwarden.harness.safe_read import (MESSAGE_CHARS, RECORD_BYTES, VERDICT_B
 from perfwarden.harness.strict_json import StrictJsonError, loads
 from perfwarden.agents.base import BankedChange
 from perfwarden.harness.objective import OBJECTIVE_FILE, RunObjective
+from perfwarden.harness.verdict_summary import Acceptance
 from perfwarden.orchestrator.report_record import FinalKnob, ReportError, ReportRecord, read_report
 
 AUDITED_NOW = "(audited now, not saved)"
 """``VerdictEntry.path`` of a verdict the review produced itself because the run had none saved."""
 
-HEADLINE_KEEPING_ACTIONS = banking.FLAG_BANKING_ACTIONS
-"""FLAG actions that still bank the change (the auditor's banking rule, ``auditor/banking.py``)."""
 KEEP = 500
 """Verdicts a review holds whole (every one of a trail up to this long). A longer trail is streamed: its
 counts, gate table and banked results cover every verdict, and only the ``KEEP`` most severe ones
@@ -116,6 +115,13 @@ def banked_headline(entry: VerdictEntry) -> str:
     return "no re-derived headline"
 
 
+def decided_text(decision: Acceptance | None) -> str:
+    """A recorded decision in a few words: ``accepted (noise_only)``; ``-`` when none is recorded."""
+    if decision is None:
+        return "-"
+    return f"{'accepted' if decision.accepted else 'not accepted'} ({decision.basis})"
+
+
 class TrailRow(NamedTuple):
     """One verdict of the trail as the summaries need it (a few hundred bytes, whatever the verdict)."""
 
@@ -131,11 +137,19 @@ class TrailRow(NamedTuple):
     banked: bool
     headline: str
     seal: str = "unsealed"
+    decision: Acceptance | None = None
+    """The run's acceptance decision on this verdict, as report.json records it (None: no report, or one
+    of a version that recorded none)."""
 
     @property
     def shown(self) -> str:
         """The verdict as every surface shows it (``PASS (unsealed)``)."""
         return shown_verdict(self.verdict, self.seal)
+
+    @property
+    def decided(self) -> str:
+        """The run's decision in a few words (``-`` when none is recorded)."""
+        return decided_text(self.decision)
 
 
 _SEVERITY_RANK = {"FAIL": 0, "FLAG": 1}
@@ -151,6 +165,10 @@ class TrailSummary:
     scopes: set[str] = field(default_factory=set)
     gates: dict[tuple[str, str], tuple[tuple, Counter]] = field(default_factory=dict)
     """(gate, scope) -> (where first seen in seq order, severity counts)."""
+    decisions: dict[str, Acceptance] = field(default_factory=dict)
+    """Verdict file -> the run's decision on it, from report.json (read, never re-derived)."""
+    disagreements: list[str] = field(default_factory=list)
+    """Recorded decisions that accept a verdict whose own file the acceptance rule refuses."""
 
     @property
     def total(self) -> int:
@@ -158,9 +176,13 @@ class TrailSummary:
 
     def add(self, entry: VerdictEntry) -> None:
         v = entry.verdict
+        decision = self.decisions.get(entry.path)
         self.rows.append(TrailRow(v.claim_seq, entry.path, entry.key, v.scope, v.claim, entry.lever_name,
                                   entry.lever_class, v.verdict, v.action, is_banked(entry), banked_headline(entry),
-                                  v.seal))
+                                  v.seal, decision))
+        kinder = acceptance.kinder_than_rule(v, decision) if decision is not None else None
+        if kinder is not None and len(self.disagreements) < KEEP:
+            self.disagreements.append(f"report.json's decision on {entry.path!r} is not the auditor's: {kinder}")
         self.counts[v.verdict] += 1
         self.scopes.add(v.scope)
         for i, f in enumerate(v.findings):
@@ -252,6 +274,10 @@ class RunReview:
                 entry = VerdictEntry(verdict, row.path, *_cached_claim(self.root, verdict.claim, claims))
             yield entry
 
+    def decided(self, entry: VerdictEntry) -> str:
+        """The run's recorded decision on a verdict, in a few words (``-``: the run recorded none)."""
+        return decided_text(self.summary.decisions.get(entry.path))
+
     @property
     def run_id(self) -> str:
         return self.manifest.id if self.manifest is not None else self.root.name
@@ -339,12 +365,14 @@ def _cached_claim(root: Path, rel: str, cache: dict[str, tuple[Claim | None, str
     return cache[rel]
 
 
-def load_saved_verdicts(root: Path, keep: int | None = None) -> tuple[list[VerdictEntry], TrailSummary]:
+def load_saved_verdicts(root: Path, keep: int | None = None, decisions: dict[str, Acceptance] | None = None
+                        ) -> tuple[list[VerdictEntry], TrailSummary]:
     """Every ``verdicts/*.json`` (hidden temp files of atomic writes are skipped), read one at a time:
-    the summary of all of them, and the ``keep`` (default ``KEEP``) most severe held whole, in seq order."""
+    the summary of all of them, and the ``keep`` (default ``KEEP``) most severe held whole, in seq order.
+    ``decisions``: the run's recorded decision per verdict file (report.json), shown and checked per row."""
     keep = KEEP if keep is None else keep
     vdir = root / "verdicts"
-    summary = TrailSummary()
+    summary = TrailSummary(decisions=dict(decisions or {}))
     if not vdir.is_dir():
         return [], summary
     heap: list[_Kept] = []
@@ -428,6 +456,15 @@ def read_run_report(root: Path) -> ReportRecord | None:
         raise ReviewError(str(exc)) from None
 
 
+def recorded_decisions(report: ReportRecord | None) -> dict[str, Acceptance]:
+    """Verdict file -> the run's decision on it, as report.json records it (a report of version 4 or
+    older recorded none)."""
+    if report is None:
+        return {}
+    summaries = [*report.verdicts, *([report.bundle] if report.bundle is not None else [])]
+    return {v.path: v.acceptance for v in summaries if v.acceptance is not None}
+
+
 def read_events(root: Path, notes: list[str], limit: int = 2000) -> list[dict[str, Any]]:
     """Orchestrator step records; the timeline shows at most ``limit`` of them (a long run's steps
     would otherwise dominate the page)."""
@@ -467,6 +504,8 @@ def load_review(path: Path, audit_if_needed: bool = True) -> RunReview:
     notes: list[str] = []
     audited_now = False
     summary = None
+    report = read_run_report(root)
+    decisions = recorded_decisions(report)
     if single is not None:
         verdict = read_verdict(single)  # named on the command line: any regular file, wherever it is
         claim, note = read_claim(root, verdict.claim)
@@ -476,7 +515,7 @@ def load_review(path: Path, audit_if_needed: bool = True) -> RunReview:
             rel = str(single)
         entries = [VerdictEntry(verdict, rel, claim, note)]
     else:
-        entries, summary = load_saved_verdicts(root)
+        entries, summary = load_saved_verdicts(root, decisions=decisions)
         if not entries and audit_if_needed and (root / "claims").is_dir():
             entries = audit_claims_now(root)
             summary, audited_now = TrailSummary.of(entries), bool(entries)
@@ -487,7 +526,12 @@ def load_review(path: Path, audit_if_needed: bool = True) -> RunReview:
             notes.append(f"{summary.total:,} verdicts: the {len(entries):,} most severe (FAIL, then FLAG, then PASS; "
                          f"earliest first) are shown in detail and {summary.total - len(entries):,} are left out of "
                          f"the detail; the counts, gate table and banked results cover all {summary.total:,}")
-    report = read_run_report(root)
+    if summary is None:
+        summary = TrailSummary(decisions=decisions)
+        for entry in entries:
+            summary.add(entry)
+        summary.finish()
+    notes += summary.disagreements
     return RunReview(root=root, entries=entries, manifest=read_manifest(root, notes),
                      objective=read_objective(root, notes), audited_now=audited_now,
                      report_banked=report.banked if report else None,

@@ -24,10 +24,9 @@ from perfwarden.auditor.rederive import METRICS
 from perfwarden.harness.records import Verdict
 from perfwarden.orchestrator.review.compare import PLOT_METRICS, Comparison, Pair, metric_rows
 from perfwarden.orchestrator.review.evidence import STATUS_TEXT, LineReader
-from perfwarden.orchestrator.review.model import (KEEP, RunReview, VerdictEntry,
-                                                  read_server_info)
+from perfwarden.orchestrator.review.model import KEEP, RunReview, VerdictEntry, is_banked, read_server_info
 from perfwarden.orchestrator.render import fmt_value
-from perfwarden.orchestrator.review.summary import LEVER_CLASSES, SEVERITIES, banked, fmt_pct, gates_of, is_banked
+from perfwarden.orchestrator.review.summary import LEVER_CLASSES, SEVERITIES, banked, fmt_pct, gates_of
 from perfwarden.orchestrator.review import search_plot
 from perfwarden.orchestrator.review.svg import Reference, Row, TimelineNode, esc, strip_plot, timeline
 
@@ -556,10 +555,11 @@ def trail_table(review: RunReview, tag: str) -> str:
                  f"<td>{badge(v.verdict, v.shown)}</td>{td(v.action)}{td(e.headline_metric)}"
                  f"{td(fmt_pct(v.headline_claimed), True)}{td(fmt_pct(v.headline_rederived), True)}"
                  f"{td(v.lever_declared or '-')}{td(v.lever_detected or '-')}"
-                 f"{td(', '.join(sorted({f.code for f in v.findings if f.severity != 'INFO'})) or '-')}")
+                 f"{td(', '.join(sorted({f.code for f in v.findings if f.severity != 'INFO'})) or '-')}"
+                 f"{td(review.decided(e))}")
         rows.append(f"<tr{attrs}>{cells}</tr>")
     heads = "".join(f"<th>{h}</th>" for h in ("claim", "scope", "verdict", "action", "metric", "claimed",
-                                               "re-derived", "lever decl.", "lever det.", "codes"))
+                                               "re-derived", "lever decl.", "lever det.", "codes", "run's decision"))
     return (f'<section class="block"><h2>verdict trail</h2><div class="scroll"><table><thead><tr>{heads}</tr>'
             f'</thead><tbody>{"".join(rows)}</tbody></table></div></section>')
 

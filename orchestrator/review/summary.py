@@ -14,8 +14,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from perfwarden.agents.base import BankedChange
-from perfwarden.orchestrator.review.model import (HEADLINE_KEEPING_ACTIONS, RunReview, TrailRow,  # noqa: F401
-                                                  VerdictEntry, is_banked)
+from perfwarden.orchestrator.review.model import RunReview, TrailRow, VerdictEntry
 
 LEVER_CLASSES = {"A": "class A (kernel/implementation)", "B": "class B (orthogonal serving lever)",
                  None: "no lever (baseline/profile/harness)"}

@@ -16,7 +16,7 @@ from rich.text import Text
 
 from perfwarden.auditor import banking
 from perfwarden.harness.records import Finding
-from perfwarden.orchestrator.render import Clipped, finding_block, fmt_value, printable, safe_text  # noqa: F401 - printable is re-exported
+from perfwarden.orchestrator.render import Clipped, finding_block, fmt_value, safe_text
 from perfwarden.orchestrator.review.compare import PLOT_METRICS, Comparison, Pair, metric_rows
 from perfwarden.orchestrator.review.evidence import LineReader
 from perfwarden.orchestrator.review.model import AUDITED_NOW, KEEP, RunReview, VerdictEntry
@@ -167,7 +167,7 @@ def details_section(review: RunReview, reader: LineReader) -> Group:
     for entry in flagged:
         v = entry.verdict
         parts.append(t((entry.key, "bold"), "  ", (v.shown, VERDICT_STYLE[v.verdict]), "  ", v.action,
-                       "  ", v.claim))
+                       "  ", v.claim, ("  run's decision: ", "dim"), review.decided(entry)))
         inner: list[RenderableType] = [finding_block(f, quoted_evidence(f, reader)) for f in v.findings]
         inner += [t(("not checked: ", "dim"), item) for item in v.not_checked]
         if v.degraded:
