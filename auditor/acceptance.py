@@ -33,7 +33,8 @@ PERFORMANCE_ONLY_CODES = frozenset({"CORRECTNESS_UNVERIFIABLE"})
 """A baseline FLAGged only for these is sound for measuring (random weights: correctness cannot be judged,
 speed can). The search goes on; its patch verdicts carry the same FLAG, so nothing is banked as correct."""
 NOISE_ONLY_CODES = frozenset({"NOISY_BASELINE"})
-"""A baseline FLAGged only for these after every re-measure shows the machine's noise, not bad evidence."""
+"""A baseline FLAGged only for these with no re-measure left (the bound or the budget spent) shows the machine's
+noise, not bad evidence."""
 FINAL_REFUSALS: frozenset[RefusingBasis] = frozenset({"unsealed", "unknown_code", "unknown_scope", "inconsistent"})
 """Refusals that no resubmission or re-measure answers: they are about the run's seal or the verdict record
 itself, not about what the findings ask of the claim."""
@@ -101,9 +102,9 @@ def _baseline(v: Judged, remeasure_left: bool) -> Acceptance:
     if remeasure_left:
         return _refuse("remeasure", f"{v.verdict} ({_codes_text(found)}): measured again while a re-measure fits")
     if v.verdict == "FLAG" and found and found <= NOISE_ONLY_CODES:
-        return _accept("noise_only", f"FLAG only for {_codes_text(found)} after every re-measure: the machine's "
+        return _accept("noise_only", f"FLAG only for {_codes_text(found)} with no re-measure left: the machine's "
                                      "noise; each step is judged on its own interleaved legs")
-    return _refuse("refused", f"{v.verdict} ({_codes_text(found)}) after every re-measure: nothing is compared "
+    return _refuse("refused", f"{v.verdict} ({_codes_text(found)}) with no re-measure left: nothing is compared "
                               "against this baseline")
 
 

@@ -19,7 +19,7 @@ from perfwarden.harness.verdict_parts import LegWitnesses
 
 AcceptingBasis = Literal["pass", "performance_only", "noise_only", "downgraded", "flag_only"]
 """Why a verdict was accepted: ``pass``; a baseline FLAGged only for codes that leave speed measurable
-(``performance_only``) or only for its noise after every re-measure (``noise_only``); a patch or bundle FLAG
+(``performance_only``) or only for its noise with no re-measure left (``noise_only``); a patch or bundle FLAG
 whose every ask is a downgraded headline (``downgraded``); a harness FLAG whose every ask is ``flag``,
 left to the end-to-end A/B to settle (``flag_only``)."""
 RefusingBasis = Literal["refused", "remeasure", "unsealed", "unknown_code", "unknown_scope", "inconsistent"]
