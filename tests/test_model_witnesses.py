@@ -80,6 +80,22 @@ def test_one_witness_moved_alone_is_caught(tmp_path, edit, witness):
     assert any(witness in f.message for f in found), [f.message for f in found]
 
 
+def test_loadgen_stamps_a_completion_when_the_client_reports_it_later_by_the_lag_only(tmp_path):
+    """LoadGen's stamp is the client's report, which follows the stream's end (16 ms on a real vLLM run under
+    load, where the old equality refused an honest rep); far later, or any earlier, was edited."""
+    from datetime import datetime, timedelta
+
+    def later(ms: int):
+        form = "%m-%d-%Y %H:%M:%S.%f"
+        return lambda v: (datetime.strptime(v, form) + timedelta(milliseconds=ms)).strftime(form)[:-3]
+
+    run = _copy(tmp_path)
+    _edit_detail(run, "power_end", later(40))  # the last completion reported 40 ms after the stream ended
+    assert _judged(run) == []
+    _edit_detail(run, "power_end", later(200))
+    assert any("power window" in f.message for f in _judged(run))
+
+
 @pytest.mark.parametrize("key", ["power_begin", "result_mean_latency_ns", "result_min_latency_ns"])
 def test_a_real_loadgen_log_without_a_figure_it_always_writes_lost_a_witness(tmp_path, key):
     run = _copy(tmp_path)
