@@ -17,6 +17,9 @@ CATALOG: dict[str, str] = {
     "CONDITIONS_DIFFER": "The legs differ in more than the declared change (a confound).",
     "CONDITIONS_MISREPORTED": "The producer's summary of the conditions misstates what the servers reported.",
     "CONTENDED_LEG": "Another busy process, or a busy machine, shared the CPU during a rep.",
+    "CLIENT_LAG": "A rep's client times exceed the engine's own account of them by more than the client's "
+                  "transport: its tokens reached the client late (a stalled frontend or client) or its line was "
+                  "stretched; the engine's counters cannot tell which, so the rep is re-measured (added).",
     "NOT_INTERLEAVED": "Compared legs were measured in separate blocks, not interleaved: drift can pose as a delta (added).",
     # statistics
     "NOISY_BASELINE": "Baseline rep spread exceeds the noise band; re-measure.",

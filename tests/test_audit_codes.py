@@ -7,10 +7,12 @@ the auditor.
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
 
+from perfwarden.auditor.audit import audit_path
 from perfwarden.auditor.codes import CATALOG
 from perfwarden.orchestrator.synth import COHERENT_TEXTS as COHERENT, GIBBERISH_TEXTS, make_rep, write_jsonl
 
@@ -125,6 +127,22 @@ def test_contended_leg(tmp_path):
     v = audit(tmp_path, build(tmp_path, base_reps=base))
     f = next(f for f in v.findings if f.code == "CONTENDED_LEG")
     assert v.verdict == "FLAG" and v.action == "remeasure" and f.evidence[0].line == 2
+
+
+def test_client_lag(tmp_path):
+    """A real vLLM leg whose rep 0 delivered three requests' first text 0.85 s after the engine counted it
+    (tests/data/vllm-lag): re-measured, never banked, and the evidence names the line and the witness."""
+    run = tmp_path / "run"
+    shutil.copytree(Path(__file__).parent / "data" / "vllm-lag", run)
+    (run / "claims").mkdir()
+    claim = run / "claims" / "base.json"
+    claim.write_text(json.dumps({"legs": {"baseline": "bundle"}, "producer": "integrator", "scope": "baseline",
+                                 "seq": 1}))
+    v = audit_path(run, claim)
+    f = next(f for f in v.findings if f.code == "CLIENT_LAG")
+    assert v.verdict == "FLAG" and v.action == "remeasure" and f.severity == "FLAG"
+    assert [(e.file, e.line) for e in f.evidence] == [("legs/bundle/bench_runs.jsonl", 1),
+                                                      ("legs/bundle/engine_metrics.jsonl", 1)]
 
 
 def test_noisy_baseline_scope(tmp_path):

@@ -62,18 +62,57 @@ def test_shrunk_ttfts_disagree_with_the_engine(run):
 
 
 def test_a_stretched_baseline_disagrees_with_the_engine(run):
-    """A handicapped baseline: latencies and TTFTs stretched by half again."""
+    """A handicapped baseline: latencies and TTFTs stretched by half again, and its span with them (which
+    leaves the engine's sample window: a FAIL)."""
     edit_lines(run, "bench_runs.jsonl", lambda i, row: {
         **row, "ttfts": [t * 1.5 for t in row["ttfts"]], "latencies": [t * 1.5 for t in row["latencies"]],
         "duration": row["duration"] * 1.5, "ended_at": row["started_at"] + (row["ended_at"] - row["started_at"]) * 1.5})
     assert ("EVIDENCE_CORRUPT", "FAIL") in codes(gate(run))
 
 
+def test_a_baseline_stretched_inside_its_span_is_never_banked_on(run):
+    """The coherent variant: each request's TTFT and latency pushed later by what its rep's span leaves it
+    (its token gaps, counts, start, the rep's duration and window untouched: the line stays self-consistent).
+    The engine's counters cannot tell it from a late delivery (the next test), so the rep is re-measured: a
+    FLAG that no acceptance rule takes."""
+    def stretch(i, row):
+        span = min(row["ended_at"] - row["started_at"], row["duration"]) - 0.01
+        push = [max(span - s - lat, 0.0) for s, lat in zip(row["request_starts"], row["latencies"])]
+        return {**row, "ttfts": [t + d for t, d in zip(row["ttfts"], push)],
+                "latencies": [t + d for t, d in zip(row["latencies"], push)]}
+    edit_lines(run, "bench_runs.jsonl", stretch)
+    result = gate(run)
+    assert codes(result) == [("CLIENT_LAG", "FLAG")] * 2
+    assert all(f.action == "remeasure" for f in result.findings)
+    verdict = audit_path(run, run / "claims" / "base.json")
+    assert verdict.verdict != "PASS" and "remeasure" in verdict.actions
+
+
+LAG = Path(__file__).parent / "data" / "vllm-lag"
+"""Two legs of a real vLLM run (the suite's vLLM test in CI, 2-core machine, 2026-11-28), copied as
+recorded: rep 0 of ``bundle`` delivered the first text of three requests with their last (TTFT 1.994 s
+= latency), 0.85 s after the engine counted their first token; rep 1 of ``bundle-test04`` delivered
+everything about 0.5 s late. The engine's counts agree exactly; only the client's times are longer."""
+
+
+@pytest.mark.parametrize("leg, rep, what", [("bundle", 0, ["TTFT sum"]),
+                                            ("bundle-test04", 1, ["TTFT sum", "end-to-end latency sum"])])
+def test_a_real_late_delivery_is_re_measured_not_called_corrupt(leg, rep, what):
+    loader = RunLoader(LAG)
+    leg_ev = loader.leg(leg)
+    result = engine_witness.check_engine_witness(LAG, engine_witness.load_engine_witness(loader, leg_ev), leg_ev)
+    assert [(f.code, f.severity, f.action) for f in result.findings] == [("CLIENT_LAG", "FLAG", "remeasure")]
+    assert f"rep {rep} " in result.findings[0].message
+    assert [w.split(":")[0] for w in result.findings[0].measured["lags"]] == [f"{w} (s)" for w in what]
+    assert result.value == len(leg_ev.reps) == 3
+
+
 def test_swapped_witness_records_do_not_witness_their_reps(run):
     edit_lines(run, vllm_metrics.WITNESS_FILE, lambda i, row: {**row, "rep": 1 - row["rep"]})
     result = gate(run)
-    assert codes(result) == [("EVIDENCE_CORRUPT", "FAIL")] * 2
-    assert all("outside the samples' window" in f.message for f in result.findings)
+    corrupt = [f for f in result.findings if f.code == "EVIDENCE_CORRUPT"]
+    assert [f.severity for f in corrupt] == ["FAIL"] * 2
+    assert all("outside the samples' window" in f.message for f in corrupt)
 
 
 def test_a_missing_record_a_malformed_one_and_a_second_one(run):

@@ -10,18 +10,23 @@ perfwarden's client, so the bench line must agree with the difference of the two
   (``vllm:generation_tokens_total``) = its output tokens; tokens prefilled (``vllm:prompt_tokens_total``) =
   its input tokens where the line has them; observations of the TTFT and end-to-end histograms = its
   successful requests. The server is idle between the samples except for the rep's own requests.
-- **times, within a stated band** (``TIME_SLACK_REL``, ``TIME_SLACK_ABS_S``): the engine times a request
-  from its arrival at the server, the client from its send, so the engine's TTFT and end-to-end sums
-  can be at most the client's (plus clock slack) and at least the client's less the transport the
-  client adds (``TRANSPORT_SHARE`` of it, or ``TRANSPORT_ABS_S`` per request, whichever is larger).
-  A line whose times were shrunk (a faster candidate) or stretched (a handicapped baseline) leaves this
-  band; honest reps measured here sit well inside it (docs/benchmarks.md, "vLLM and the embedded
-  target").
+- **times, at most the client's** (``TIME_SLACK_REL``, ``TIME_SLACK_ABS_S``): the engine times a request
+  from its arrival at the server's frontend to the moment the frontend processed its token, the client
+  from its send to the moment the text reached it, so the engine's TTFT and end-to-end sums are at most
+  the client's plus clock slack. A line whose times were shrunk (a faster candidate) breaks this: one
+  of the two accounts is false.
+- **times, at least the client's less its transport** (``TRANSPORT_SHARE`` of the client's sum, or
+  ``TRANSPORT_ABS_S`` per request, whichever is larger). Beyond it the tokens reached the client later
+  than the engine produced them, which an honest rep does when its frontend or client stalls: a real
+  vLLM rep on 2 busy cores delivered three requests' first text 0.85 s after the engine counted it,
+  its TTFT sum 53% over the engine's (another rep: 82%; docs/benchmarks.md). A stretched line (a
+  handicapped baseline) looks the same, and nothing the engine counts tells them apart, so this is
+  CLIENT_LAG (FLAG, re-measure): the rep is never banked on and a re-measure settles it.
 - **the window**: the rep's recorded start and end lie between the two samples, so the samples
   witness this rep and not another.
 
-Any disagreement is EVIDENCE_CORRUPT (FAIL): one of the two accounts is false, and the bench line is
-the one a producer can reach. A witness record that is not one (unknown field, wrong type, repeated
+Any other disagreement is EVIDENCE_CORRUPT (FAIL): one of the two accounts is false, and the bench line
+is the one a producer can reach. A witness record that is not one (unknown field, wrong type, repeated
 rep) is EVIDENCE_CORRUPT too; a rep of a harness-written vLLM leg without its record is EVIDENCE_MISSING
 (FLAG, re-measure: a run killed between the line and its record leaves one). A leg whose server is not
 vLLM, or a foreign file (``vllm bench serve`` results carry no counters), is listed as not checked.
@@ -129,15 +134,28 @@ def disagreements(rep: RepMetrics, record: vllm_metrics.WitnessRecord) -> list[t
         counts.append(("input tokens", d.get("vllm:prompt_tokens_total"), rep.metrics["total_input_tokens"]))
     out = [(what, float("nan") if eng is None else eng, line) for what, eng, line in counts
            if eng is None or abs(eng - line) > COUNT_TOLERANCE]
+    for what, eng, line in _time_sums(rep, d):
+        if eng is None or eng > line * (1 + TIME_SLACK_REL) + n * TIME_SLACK_ABS_S:
+            out.append((what, float("nan") if eng is None else eng, line))
+    return out
+
+
+def lags(rep: RepMetrics, record: vllm_metrics.WitnessRecord) -> list[tuple[str, float, float]]:
+    """(what, the engine's figure, the line's figure) for every time sum the client's exceeds by more than
+    its transport (module docstring: a late delivery or a stretched line)."""
+    n = float(rep.n_ok)
+    return [(what, eng, line) for what, eng, line in _time_sums(rep, vllm_metrics.delta(record))
+            if eng is not None and eng < line - max(line * TRANSPORT_SHARE, n * TRANSPORT_ABS_S)]
+
+
+def _time_sums(rep: RepMetrics, d: dict[str, float]) -> list[tuple[str, float | None, float]]:
+    """(what, the engine's sum or None, the line's sum) for each time both accounts can state."""
+    out = []
     for what, series, key in (("TTFT sum (s)", "vllm:time_to_first_token_seconds_sum", "ttft_s"),
                               ("end-to-end latency sum (s)", "vllm:e2e_request_latency_seconds_sum", "e2e_s")):
-        eng, line = d.get(series), rep.sums.get(key)
-        if line is None:
-            continue
-        high = line * (1 + TIME_SLACK_REL) + n * TIME_SLACK_ABS_S
-        low = line - max(line * TRANSPORT_SHARE, n * TRANSPORT_ABS_S)
-        if eng is None or not low <= eng <= high:
-            out.append((what, float("nan") if eng is None else eng, line))
+        line = rep.sums.get(key)
+        if line is not None:
+            out.append((what, d.get(series), line))
     return out
 
 
@@ -148,13 +166,22 @@ def compare(run: Path, rep: RepMetrics, record: vllm_metrics.WitnessRecord, ref:
             record.before_at - WINDOW_SLACK_S <= rep.started_at and rep.ended_at <= record.after_at + WINDOW_SLACK_S):
         problems.append(f"the rep ran {rep.started_at:.3f}..{rep.ended_at:.3f}, outside the samples' window "
                         f"{record.before_at:.3f}..{record.after_at:.3f}")
-    if not problems:
-        return []
-    return [finding(
-        "EVIDENCE_CORRUPT", "FAIL", f"rep {rep.rep} of leg {rep.leg!r} disagrees with the engine's own counters "
-        f"({record.source}): " + "; ".join(problems),
-        measured={"disagreements": problems},
-        threshold={"count_tolerance": COUNT_TOLERANCE, "time_slack_rel": TIME_SLACK_REL,
-                   "time_slack_abs_s": TIME_SLACK_ABS_S, "transport_share": TRANSPORT_SHARE,
-                   "transport_abs_s": TRANSPORT_ABS_S},
-        evidence=[line_evidence(run, rep.ref), ref], action="eject", gate=GATE)]
+    late = [f"{what}: engine {eng:.6g}, line {line:.6g}" for what, eng, line in lags(rep, record)]
+    threshold = {"count_tolerance": COUNT_TOLERANCE, "time_slack_rel": TIME_SLACK_REL,
+                 "time_slack_abs_s": TIME_SLACK_ABS_S, "transport_share": TRANSPORT_SHARE,
+                 "transport_abs_s": TRANSPORT_ABS_S}
+    evidence = [line_evidence(run, rep.ref), ref]
+    out = []
+    if problems:
+        out.append(finding(
+            "EVIDENCE_CORRUPT", "FAIL", f"rep {rep.rep} of leg {rep.leg!r} disagrees with the engine's own "
+            f"counters ({record.source}): " + "; ".join(problems),
+            measured={"disagreements": problems}, threshold=threshold, evidence=evidence, action="eject", gate=GATE))
+    if late:
+        out.append(finding(
+            "CLIENT_LAG", "FLAG", f"rep {rep.rep} of leg {rep.leg!r}: the client's times exceed the engine's "
+            f"({record.source}) by more than its transport: " + "; ".join(late) + ". Its tokens reached the client "
+            "late (a stalled frontend or client) or its line was stretched, which the engine's counters cannot "
+            "tell apart; re-measure", measured={"lags": late}, threshold=threshold, evidence=evidence,
+            action="remeasure", gate=GATE))
+    return out
