@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 import numpy as np
 
+from perfwarden.auditor.float_columns import flat_float_array, float_array
 from perfwarden.harness.strict_json import StrictJsonError, loads
 from perfwarden.harness.jsonl import FOREIGN_STATED, NULL, BenchRunLine, ForeignBenchRunLine, LineRef
 
@@ -183,8 +184,8 @@ class RepMetrics:
 def _as_array(values, name: str, n: int) -> np.ndarray:
     if len(values) != n:
         raise RepError("corrupt", f"{name!r} has {len(values)} entries, expected {n}")
-    try:  # fromiter with a known count skips asarray's shape/dtype discovery pass
-        arr = np.fromiter(values, dtype=float, count=n)
+    try:
+        arr = float_array(values)
     except (OverflowError, ValueError, TypeError) as exc:  # e.g. an integer beyond float range
         raise RepError("corrupt", f"{name!r} holds values that are not finite numbers ({exc})") from None
     if not np.all(np.isfinite(arr)):
@@ -600,7 +601,7 @@ def _gaps(line: BenchRunLine, ref: LineRef, ok: np.ndarray, all_ok: bool,
         return None, None, None
     ok_lists = itl_lists if all_ok else list(itertools.compress(itl_lists, ok))
     lens = np.fromiter(map(len, ok_lists), dtype=np.intp, count=len(ok_lists))
-    gaps = np.fromiter(itertools.chain.from_iterable(ok_lists), dtype=float, count=int(lens.sum()))
+    gaps = flat_float_array(ok_lists, int(lens.sum()))
     if not np.all(np.isfinite(gaps)) or np.any(gaps < 0):
         raise RepError("corrupt", f"line {ref.line}: 'itls' holds negative or non-finite gaps")
     if gaps.size and float(gaps.max()) > MAX_SECONDS:
