@@ -234,7 +234,9 @@ def _quantiles(values: np.ndarray, qs: tuple[float, ...]) -> list[float]:
     for (h, lo_rank, hi_rank), (lo, hi) in zip(ranks, edges):
         under = values < lo
         below = int(np.count_nonzero(under))
-        inside = values[~under & (values <= hi)]
+        keep = np.logical_not(under, out=under)  # in place: no second mask of the whole array
+        keep &= values <= hi
+        inside = np.compress(keep, values)  # half the time of values[keep] on a sparse mask
         if not (below <= lo_rank and hi_rank < below + inside.size):
             return [float(x) for x in np.percentile(values, [100.0 * q for q in qs])]
         part = np.partition(inside, sorted({lo_rank - below, hi_rank - below}))
@@ -357,8 +359,25 @@ def _prompt_digests(line: BenchRunLine, n: int, in_lens: np.ndarray | None) -> t
             raise RepError("corrupt", f"'prompt_ids' has {len(line.prompt_ids)} entries, expected {n}")
         joined = "\x00".join(sorted(map(str, line.prompt_ids)))
         ids = hashlib.sha256(joined.encode("utf-8", "surrogatepass")).hexdigest()
-    lens = hashlib.sha256(np.sort(in_lens).tobytes()).hexdigest() if in_lens is not None else None
+    lens = hashlib.sha256(sorted_lengths(in_lens).tobytes()).hexdigest() if in_lens is not None else None
     return ids, lens
+
+
+COUNTING_SORT_MAX = 1 << 20
+"""Largest value ``sorted_lengths`` sorts by counting (its count table stays within 8 MiB)."""
+
+
+def sorted_lengths(values: np.ndarray) -> np.ndarray:
+    """``np.sort(values)`` bit for bit, for the non-negative values ``_as_array`` returns.
+
+    Token lengths are small whole numbers: counted (``bincount``) and written back in order in two
+    linear passes, ~30x faster than a comparison sort of a 100k-request rep. Anything else -- a
+    fraction, a negative zero, a value past ``COUNTING_SORT_MAX`` -- is sorted by numpy."""
+    if values.size and float(values.max()) < COUNTING_SORT_MAX:
+        whole = values.astype(np.int64)
+        if np.array_equal(whole, values) and not np.signbit(values).any():
+            return np.repeat(np.arange(int(whole.max()) + 1, dtype=values.dtype), np.bincount(whole))
+    return np.sort(values)
 
 
 def _timing_digest(*arrays: np.ndarray | None) -> str:
@@ -464,9 +483,11 @@ def check_concurrency(line: BenchRunLine, ref: LineRef, starts: np.ndarray | Non
     limit = line.max_concurrency
     if limit is None or starts is None or limit < 1 or not starts.size:
         return []
-    times = np.concatenate([starts, starts + ends - CONCURRENCY_SLACK_S])
-    steps = np.concatenate([np.ones(starts.size, dtype=np.int64), -np.ones(starts.size, dtype=np.int64)])
-    order = np.lexsort((steps, times))  # at one instant, ends (-1) before starts (+1)
+    times = np.concatenate([starts + ends - CONCURRENCY_SLACK_S, starts])
+    steps = np.concatenate([-np.ones(starts.size, dtype=np.int64), np.ones(starts.size, dtype=np.int64)])
+    # A stable sort keeps the ends (-1, listed first) before the starts (+1) at one instant. Timsort
+    # also runs in a fraction of a quicksort's time on the nearly ordered times a rep writes.
+    order = np.argsort(times, kind="stable")
     peak = int(np.cumsum(steps[order]).max())
     if peak <= limit:
         return []
@@ -594,20 +615,24 @@ def _stated_value(value: Any, name: str, ref: LineRef) -> Any:
 def _gaps(line: BenchRunLine, ref: LineRef, ok: np.ndarray, all_ok: bool,
           problems: list[tuple[str, str]]) -> tuple[np.ndarray | None, np.ndarray | None, np.ndarray | None]:
     """The successful requests' gap counts, their flattened gaps and per-request sums (None without
-    ``itls``). Flattened in C (chain + fromiter), never element by element in Python: a 100k-request
+    ``itls``). Flattened in C (``float_columns``), never element by element in Python: a 100k-request
     rep holds millions of gaps. The counts are taken once (the sums and the chunk check reuse them)."""
     itl_lists = line.itls
     if itl_lists is None:
         return None, None, None
-    ok_lists = itl_lists if all_ok else list(itertools.compress(itl_lists, ok))
+    # The masks as Python bools / indices: iterating a numpy mask makes one numpy scalar per request.
+    ok_lists = itl_lists if all_ok else list(itertools.compress(itl_lists, ok.tolist()))
     lens = np.fromiter(map(len, ok_lists), dtype=np.intp, count=len(ok_lists))
     gaps = flat_float_array(ok_lists, int(lens.sum()))
-    if not np.all(np.isfinite(gaps)) or np.any(gaps < 0):
-        raise RepError("corrupt", f"line {ref.line}: 'itls' holds negative or non-finite gaps")
-    if gaps.size and float(gaps.max()) > MAX_SECONDS:
-        raise RepError("corrupt", f"line {ref.line}: an inter-token gap of {float(gaps.max())!r} s is not a time")
+    if gaps.size:
+        low, high = float(gaps.min()), float(gaps.max())  # a NaN propagates into both and fails both tests
+        if not (low >= 0 and math.isfinite(high)):
+            raise RepError("corrupt", f"line {ref.line}: 'itls' holds negative or non-finite gaps")
+        if high > MAX_SECONDS:
+            raise RepError("corrupt", f"line {ref.line}: an inter-token gap of {high!r} s is not a time")
     if not all_ok:  # a failed request's partial gaps are times too: bounded like the others
-        failed_max = max((max(g) for g in itertools.compress(itl_lists, ~ok) if g), default=0.0)
+        failed = (itl_lists[i] for i in np.flatnonzero(~ok).tolist())
+        failed_max = max((max(g) for g in failed if g), default=0.0)
         if not math.isfinite(failed_max) or failed_max > line.duration:
             problems.append(("corrupt", f"line {ref.line}: a failed request's gap of {failed_max!r} s "
                              "exceeds the rep's duration"))
@@ -735,7 +760,8 @@ def _derive_metrics(line: BenchRunLine, ref: LineRef, result: RepMetrics, ok_idx
         else:
             result.missing += ["median_itl_ms", "p99_itl_ms"]
         result.mean_output_len = float(ok_out.mean())
-        result.output_len_quantiles = tuple(float(q) for q in np.percentile(ok_out, [10, 50, 90]))
+        low, mid, high = _quantiles(ok_out, (0.1, 0.5, 0.9))
+        result.output_len_quantiles = (low, mid, high)
         budget = result.workload.get("request_params.max_tokens")
         if isinstance(budget, int) and not isinstance(budget, bool) and budget >= 1 and float(ok_out.max()) > budget:
             problems.append(("corrupt", f"line {ref.line}: a request returned {int(ok_out.max())} tokens, "
