@@ -620,8 +620,8 @@ def _gaps(line: BenchRunLine, ref: LineRef, ok: np.ndarray, all_ok: bool,
     itl_lists = line.itls
     if itl_lists is None:
         return None, None, None
-    # The masks as Python bools / indices: iterating a numpy mask makes one numpy scalar per request.
-    ok_lists = itl_lists if all_ok else list(itertools.compress(itl_lists, ok.tolist()))
+    failed = [] if all_ok else np.flatnonzero(~ok).tolist()
+    ok_lists = _kept(itl_lists, ok, failed) if failed else itl_lists
     lens = np.fromiter(map(len, ok_lists), dtype=np.intp, count=len(ok_lists))
     gaps = flat_float_array(ok_lists, int(lens.sum()))
     if gaps.size:
@@ -630,13 +630,27 @@ def _gaps(line: BenchRunLine, ref: LineRef, ok: np.ndarray, all_ok: bool,
             raise RepError("corrupt", f"line {ref.line}: 'itls' holds negative or non-finite gaps")
         if high > MAX_SECONDS:
             raise RepError("corrupt", f"line {ref.line}: an inter-token gap of {high!r} s is not a time")
-    if not all_ok:  # a failed request's partial gaps are times too: bounded like the others
-        failed = (itl_lists[i] for i in np.flatnonzero(~ok).tolist())
-        failed_max = max((max(g) for g in failed if g), default=0.0)
+    if failed:  # a failed request's partial gaps are times too: bounded like the others
+        failed_max = max((max(itl_lists[i]) for i in failed if itl_lists[i]), default=0.0)
         if not math.isfinite(failed_max) or failed_max > line.duration:
             problems.append(("corrupt", f"line {ref.line}: a failed request's gap of {failed_max!r} s "
                              "exceeds the rep's duration"))
     return lens, gaps, _segment_sums(gaps, lens)
+
+
+def _kept(items: list[Any], ok: np.ndarray, failed: list[int]) -> list[Any]:
+    """The ``items`` of the successful requests (``ok``; ``failed`` lists the others, ascending). A rep's
+    few failed requests cost a few slice copies; many, one ``compress`` over the mask as Python bools
+    (iterating the numpy mask itself would make one numpy scalar per request)."""
+    if len(failed) > len(items) // 64:
+        return list(itertools.compress(items, ok.tolist()))
+    kept: list[Any] = []
+    start = 0
+    for i in failed:
+        kept += items[start:i]
+        start = i + 1
+    kept += items[start:]
+    return kept
 
 
 def _check_latencies(ref: LineRef, ok_idx: np.ndarray, ok_ttft: np.ndarray, e2e: np.ndarray | None,

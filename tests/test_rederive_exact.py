@@ -101,3 +101,14 @@ def test_gaps_of_successful_requests_only_feed_the_metrics() -> None:
     want = np.percentile([0.010, 0.030] * 5 + [0.020] * 5, [50, 99]) * 1000.0
     assert (rep.metrics["median_itl_ms"], rep.metrics["p99_itl_ms"]) == (float(want[0]), float(want[1]))
     assert rep.n_ok == 10
+
+
+@pytest.mark.parametrize("failed", [[], [0], [7], [199], [3, 4, 5, 150], list(range(0, 200, 3)), list(range(200))])
+def test_successful_requests_gaps_are_kept_in_order(failed: list[int]) -> None:
+    """Few failures take the slices, many the compress: both keep exactly the successful requests' lists."""
+    from perfwarden.auditor.rederive import _kept
+
+    items = [[float(i)] for i in range(200)]
+    ok = np.ones(200, dtype=bool)
+    ok[failed] = False
+    assert _kept(items, ok, failed) == [items[i] for i in range(200) if ok[i]]
