@@ -188,10 +188,12 @@ def _as_array(values, name: str, n: int) -> np.ndarray:
         arr = float_array(values)
     except (OverflowError, ValueError, TypeError) as exc:  # e.g. an integer beyond float range
         raise RepError("corrupt", f"{name!r} holds values that are not finite numbers ({exc})") from None
-    if not np.all(np.isfinite(arr)):
-        raise RepError("corrupt", f"{name!r} holds non-finite values")
-    if np.any(arr < 0):
-        raise RepError("corrupt", f"{name!r} holds negative values")
+    if arr.size:
+        low, high = float(arr.min()), float(arr.max())  # a NaN propagates into both (one pass each, no mask)
+        if not (math.isfinite(low) and math.isfinite(high)):
+            raise RepError("corrupt", f"{name!r} holds non-finite values")
+        if low < 0:
+            raise RepError("corrupt", f"{name!r} holds negative values")
     return arr
 
 
@@ -359,7 +361,7 @@ def _prompt_digests(line: BenchRunLine, n: int, in_lens: np.ndarray | None) -> t
             raise RepError("corrupt", f"'prompt_ids' has {len(line.prompt_ids)} entries, expected {n}")
         joined = "\x00".join(sorted(map(str, line.prompt_ids)))
         ids = hashlib.sha256(joined.encode("utf-8", "surrogatepass")).hexdigest()
-    lens = hashlib.sha256(sorted_lengths(in_lens).tobytes()).hexdigest() if in_lens is not None else None
+    lens = hashlib.sha256(sorted_lengths(in_lens)).hexdigest() if in_lens is not None else None
     return ids, lens
 
 
@@ -381,9 +383,11 @@ def sorted_lengths(values: np.ndarray) -> np.ndarray:
 
 
 def _timing_digest(*arrays: np.ndarray | None) -> str:
-    h = hashlib.blake2b(digest_size=16)
+    # sha256 runs on the CPU's SHA extensions here (about twice blake2b's speed); the arrays are hashed
+    # in place, through the buffer protocol, without a bytes copy.
+    h = hashlib.sha256()
     for arr in arrays:
-        h.update(b"|" if arr is None else np.ascontiguousarray(arr, dtype=float).tobytes())
+        h.update(b"|" if arr is None else np.ascontiguousarray(arr, dtype=float))
     return h.hexdigest()
 
 

@@ -112,3 +112,14 @@ def test_successful_requests_gaps_are_kept_in_order(failed: list[int]) -> None:
     ok = np.ones(200, dtype=bool)
     ok[failed] = False
     assert _kept(items, ok, failed) == [items[i] for i in range(200) if ok[i]]
+
+
+@pytest.mark.parametrize(("bad", "message"), [(-0.25, "holds negative values"), (math.nan, "holds non-finite values"),
+                                              (math.inf, "holds non-finite values"),
+                                              (-math.inf, "holds non-finite values")])
+def test_a_per_request_time_that_is_not_a_time_is_named(bad: float, message: str) -> None:
+    itls = [[0.01]] * 50
+    line = _line(itls)
+    line.ttfts[17] = bad
+    with pytest.raises(RepError, match=f"'ttfts' {message}"):
+        rederive_rep(line, REF, "base", 0)
