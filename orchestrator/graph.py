@@ -349,6 +349,9 @@ def _kernel_proposals(state: RunState, ctx: RunContext) -> list[Proposal]:
 
 
 ACTIVE = ("pending", "benchmarked", "measuring")
+NEXT_CHANGE_NEEDS = 2.5
+"""A new change starts only with this many typical changes' time left: the change itself and the bundle after
+it, which replicates what was banked against the true baseline and measures more legs than one change."""
 
 
 def _typical_change_s(state: RunState) -> float:
@@ -374,9 +377,10 @@ def pick(state: RunState, runtime: Runtime[RunContext]) -> dict:
     study.tell(ctx, _run(state), state)
     remaining = ctx.remaining_s(state)
     typical = _typical_change_s({**state, "durations": durations})
-    if remaining <= 0 or remaining < 2.5 * typical:
+    if remaining <= 0 or remaining < NEXT_CHANGE_NEEDS * typical:
         skipped = [p.model_copy(update={"status": "skipped"}) for p in active]
-        note = f"budget: {remaining:.0f}s left, a change takes ~{typical:.0f}s; the search stops here"
+        note = (f"budget: {remaining:.0f}s left; one more change (~{typical:.0f}s) and the bundle after it need "
+                f"about {NEXT_CHANGE_NEEDS * typical:.0f}s; the search stops here")
         return {**update, "proposals": skipped, "notes": [note + (f" (skipped {[p.id for p in active]})" if active else "")],
                 "stage": "search stopped on budget"}
     new: list[Proposal] = []
