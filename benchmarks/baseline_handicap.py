@@ -27,10 +27,19 @@ Candidate causes, and the code that makes each:
    process as a step's candidate and as the next step's baseline; anything fixed at process start (thread
    placement, memory, compiled code) is one draw per leg, which rep-level statistics cannot see. Measured:
    the spread of per-process medians of fresh pairs against the spread within one process.
+5. **The partner's configuration.** Every experiment above is symmetric, so it cannot see a leg slowed by
+   what its partner is. The handicaps seen were one-sided: the same ``max_num_seqs=2`` served 67.6-71.0
+   tok/s beside a ``max_num_seqs=1`` partner and 56.7-57.2 beside a ``max_num_seqs=4`` one, and the
+   baseline config 31-33 beside the final bundle where it gave 36-40 beside itself. Measured (with
+   ``--partner-set``): one configuration's server beside a partner of its own configuration and beside a
+   partner of the other (fresh pairs, alternating), the ratio of its medians, and the CPU the idle partner's
+   processes used during its reps (``/proc/<pid>/stat``; the lab's contention sample excludes both servers'
+   processes, so it could not see this).
 
     python benchmarks/baseline_handicap.py --target embedded [--rounds 4] [--restarts 3] [--samples 8]
         [--max-tokens 16] [--json out.json]
     python benchmarks/baseline_handicap.py --target vllm --model DIR [--vllm-python PY] [--set max_num_seqs=2]
+        [--partner-set max_num_seqs=4 [--only-partner]]
 
 Needs a quiet machine for figures that mean anything: it prints the load average at start and end.
 """
@@ -49,6 +58,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from perfwarden.harness.contention import read_pid_stats
 from perfwarden.harness.loadgen_client import measure_rep
 from perfwarden.harness.prompts import varied_prompts
 from perfwarden.harness.records import RunDir
@@ -72,6 +82,8 @@ class Rep:
     started: int
     """0: the server submitted (or started) first; 1: second."""
     tput: float
+    partner_cpu_s: float | None = None
+    """CPU seconds the other server's processes used during this rep (None: not measured)."""
 
 
 def make_lab(args: argparse.Namespace) -> ServerLab:
@@ -114,13 +126,23 @@ def rounds(lab: ServerLab, root: Path, experiment: str, targets: dict[str, Serve
     for k in range(first_round, first_round + n):
         order = names if k % 2 == 0 else names[::-1]
         for position, name in enumerate(order):
+            others = [pid for other, t in targets.items() if other != name for pid in t.pids()]
+            before = partner_ticks(others)
             line = measure_rep(RunDir(root), name, k, targets[name].base_url, prompts, lab.load,
                                dataset_name="perfwarden-varied", exclude_pids=pids)
             if line is None:
                 raise RuntimeError(f"rep {k} of {name!r} was already on disk: use a fresh scratch directory")
-            out.append(Rep(experiment, name, process, k, position, names.index(name), float(line["output_throughput"])))
-            progress(f"{name} rep {k}: {out[-1].tput:.2f} tok/s")
+            partner_s = (partner_ticks(others) - before) / os.sysconf("SC_CLK_TCK")
+            out.append(Rep(experiment, name, process, k, position, names.index(name), float(line["output_throughput"]),
+                           partner_s))
+            progress(f"{name} rep {k}: {out[-1].tput:.2f} tok/s, partner used {partner_s:.2f} CPU s")
     return out
+
+
+def partner_ticks(pids: list[int]) -> int:
+    """utime + stime of ``pids`` now, in clock ticks (a process gone since is left out of both reads)."""
+    stats = read_pid_stats()
+    return sum(stats[p].cpu_ticks for p in pids if p in stats)
 
 
 def progress(text: str) -> None:
@@ -145,6 +167,30 @@ def run_experiments(lab: ServerLab, root: Path, config: dict[str, Any], n_rounds
         targets = start(lab, root / "restart", names if p % 2 == 0 else names[::-1], config, True)
         try:
             reps += rounds(lab, root / "restart", "restart", targets, 2, process=p + 1, first_round=p * 2)
+        finally:
+            stop(targets)
+    return reps
+
+
+def run_partner(lab: ServerLab, root: Path, config: dict[str, Any], partner: dict[str, Any], n_rounds: int,
+                pairs: int) -> list[Rep]:
+    """``pairs`` fresh pairs, alternating: the measured configuration beside a partner of its own
+    configuration (server ``*-same``) and beside a partner of ``partner`` (``*-other``); ``n_rounds`` rounds
+    each. The measured server is submitted first in every pair, so start order is the same on both sides."""
+    reps: list[Rep] = []
+    for p in range(pairs):
+        kind = "same" if p % 2 == 0 else "other"
+        names = [f"pair{p}-measured", f"pair{p}-{kind}"]
+        paths = RunDir(root / "partner")
+        targets = {names[0]: lab.make_target(paths.leg_dir(names[0]), config),
+                   names[1]: lab.make_target(paths.leg_dir(names[1]), config if kind == "same" else partner)}
+        t0 = time.time()
+        with ThreadPoolExecutor(max_workers=2) as pool:
+            list(pool.map(lambda name: targets[name].start(), names))
+        progress(f"started {names} in {time.time() - t0:.0f} s")
+        try:
+            reps += rounds(lab, root / "partner", f"partner-{kind}", targets, n_rounds, process=p + 1,
+                           first_round=p * n_rounds)
         finally:
             stop(targets)
     return reps
@@ -190,6 +236,29 @@ def figures(reps: list[Rep]) -> list[tuple[str, float | None, str]]:
          f"{len(medians)} fresh server processes, 2 reps each"),
         ("process: median spread within one process (%)", statistics.median(within) if within else None,
          "the same processes' own reps"),
+        *partner_figures(reps),
+    ]
+
+
+def partner_figures(reps: list[Rep]) -> list[tuple[str, float | None, str]]:
+    """The measured configuration beside the other configuration over beside its own, and what each idle
+    partner burned during the measured server's reps (empty without the partner experiment)."""
+    def measured(kind: str) -> list[Rep]:
+        return [r for r in reps if r.experiment == f"partner-{kind}" and r.server.endswith("-measured")]
+
+    same, other = measured("same"), measured("other")
+    if not same or not other:
+        return []
+
+    def cpu(rs: list[Rep]) -> float | None:
+        values = [r.partner_cpu_s for r in rs if r.partner_cpu_s is not None]
+        return statistics.median(values) if values else None
+
+    return [
+        ("partner: beside the other config / beside its own", ratio([r.tput for r in other], [r.tput for r in same]),
+         f"{len(other)} and {len(same)} reps of the measured configuration, fresh pairs alternating"),
+        ("partner CPU s per rep, own config (median)", cpu(same), "the idle partner's processes, /proc/<pid>/stat"),
+        ("partner CPU s per rep, other config (median)", cpu(other), "the idle partner's processes, /proc/<pid>/stat"),
     ]
 
 
@@ -204,21 +273,32 @@ def main() -> None:
     parser.add_argument("--restarts", type=int, default=3, help="fresh server pairs for the process experiment")
     parser.add_argument("--samples", type=int, default=8, help="prompts per rep (the run's offline_samples)")
     parser.add_argument("--max-tokens", type=int, default=16, help="tokens per request (the run's max_tokens)")
+    parser.add_argument("--partner-set", action="append", default=[], metavar="KNOB=VALUE",
+                        help="also measure the configuration beside a partner of this one (the partner experiment)")
+    parser.add_argument("--partner-pairs", type=int, default=4, help="fresh pairs of the partner experiment, alternating")
+    parser.add_argument("--only-partner", action="store_true", help="run only the partner experiment")
     parser.add_argument("--json", type=Path, help="also write every rep and figure here")
     args = parser.parse_args()
+    if args.only_partner and not args.partner_set:
+        sys.exit("--only-partner needs --partner-set KNOB=VALUE")
+    if not 2 <= args.partner_pairs <= 10:
+        sys.exit("--partner-pairs must be 2..10 (the load is bounded)")
     if not 2 <= args.rounds <= 20 or not 0 <= args.restarts <= 10:
         sys.exit("--rounds must be 2..20 and --restarts 0..10 (the load is bounded)")
     lab = make_lab(args)
     config = lab.base_config().model_dump()
+    partner = lab.config_model.of({**config, **parse_set_args(args.partner_set)}).model_dump()
     lab.prepare([LegPlan(leg="handicap", role="baseline", config=config)])  # weights converted once, up front
     load_before, t0 = os.getloadavg(), time.time()
     with tempfile.TemporaryDirectory(prefix="pw-handicap-") as scratch:
-        reps = run_experiments(lab, Path(scratch), config, args.rounds, args.restarts)
+        reps = [] if args.only_partner else run_experiments(lab, Path(scratch), config, args.rounds, args.restarts)
+        if args.partner_set:
+            reps += run_partner(lab, Path(scratch), config, partner, args.rounds, args.partner_pairs)
     load_after = os.getloadavg()
     print(f"target {args.target}, config {json.dumps({k: v for k, v in config.items() if k in dict(parse_set_args(args.set))})} "
           f"(else the target's defaults); {len(reps)} reps in {time.time() - t0:.0f} s; "
           f"load average {load_before[0]:.2f} at start, {load_after[0]:.2f} at end on {os.cpu_count()} cores")
-    print("Every server runs the same configuration: a ratio should read 1.00, a spread a few percent.")
+    print("Every measured server runs the same configuration: a ratio should read 1.00, a spread a few percent.")
     rows = figures(reps)
     for what, value, how in rows:
         shown = "-" if value is None else (f"{value:.3f}" if "spread" not in what else f"{value:.1f}%")
