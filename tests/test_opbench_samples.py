@@ -1,0 +1,91 @@
+"""An op bench line holds what the rig timed: as many figures as its ``rig.json`` says it took per trial,
+and no more time in all than the rig ran. Forgeries of the recorded rig ``rec-harness-clean`` (an honest
+1.10x rmsnorm, 20 per-call samples per trial, a 2.9 s rig): padding the candidate with fast samples, or
+stretching the reference's, is corrupt evidence (FAIL), not a speedup. Answers from design §3 (a number
+the rig did not measure is not evidence), written before the rule."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from perfwarden.auditor.audit import audit_path
+
+FIXTURE = Path(__file__).parents[1] / "proof" / "fixtures" / "rec-harness-clean" / "run"
+BENCH = Path("opbench") / "rmsnorm" / "opbench.jsonl"
+RIG = Path("opbench") / "rmsnorm" / "rig.json"
+CANDIDATE = "/work/main/harness/ops/rmsnorm_alt.py:rmsnorm"
+
+
+@pytest.fixture
+def run(tmp_path) -> Path:
+    out = tmp_path / "run"
+    shutil.copytree(FIXTURE, out)
+    return out
+
+
+def edit_rows(run: Path, fn) -> None:
+    path = run / BENCH
+    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    path.write_text("".join(json.dumps(fn(row)) + "\n" for row in rows))
+
+
+def edit_rig(run: Path, **changes) -> None:
+    path = run / RIG
+    path.write_text(json.dumps({**json.loads(path.read_text()), **changes}))
+
+
+def verdict(run: Path):
+    return audit_path(run, run / "claims" / "001-harness.json")
+
+
+def corrupt(v) -> list[str]:
+    return [f.message for f in v.findings if f.code == "EVIDENCE_CORRUPT" and f.severity == "FAIL"]
+
+
+def test_the_recorded_rig_passes(run):
+    v = verdict(run)
+    assert v.verdict == "PASS", [f.message for f in v.findings]
+
+
+def test_a_candidate_padded_with_fast_samples_is_corrupt(run):
+    """A thousand copies of the candidate's fastest call appended to each of its trials: its median drops,
+    and nothing but the rig's stated iterations says those calls never ran."""
+    edit_rows(run, lambda r: {**r, "times_ms": r["times_ms"] + [min(r["times_ms"])] * 1000}
+              if r["backend"] == CANDIDATE else r)
+    v = verdict(run)
+    assert v.verdict == "FAIL" and corrupt(v), [f.message for f in v.findings]
+    assert any("1020" in m and "20" in m for m in corrupt(v))
+
+
+def test_a_reference_stretched_past_the_rigs_run_is_corrupt(run):
+    """The reference's calls made a thousand times slower, their count kept: the candidate's speedup soars,
+    and the reference's calls alone now take longer than the whole rig ran (2.9 s)."""
+    edit_rows(run, lambda r: {**r, "times_ms": [t * 1000 for t in r["times_ms"]]}
+              if r["backend"] == "reference" else r)
+    v = verdict(run)
+    assert v.verdict == "FAIL" and corrupt(v), [f.message for f in v.findings]
+
+
+def test_the_rigs_iterations_restated_with_the_padding_still_exceed_its_run(run):
+    """The coherent variant: every line padded to 20,020 figures of its own median and the rig's ``iters``
+    restated to match; the figures then add to more time than the rig's run."""
+    def pad(r):
+        med = sorted(r["times_ms"])[len(r["times_ms"]) // 2]
+        return {**r, "times_ms": r["times_ms"] + [med] * 20000}
+    edit_rows(run, pad)
+    edit_rig(run, iters=20020)
+    v = verdict(run)
+    assert v.verdict == "FAIL" and corrupt(v), [f.message for f in v.findings]
+
+
+def test_a_rig_that_states_no_iterations_is_not_taken_on_trust(run):
+    path = run / RIG
+    rig = json.loads(path.read_text())
+    del rig["iters"]
+    path.write_text(json.dumps(rig))
+    v = verdict(run)
+    assert v.verdict != "PASS"
