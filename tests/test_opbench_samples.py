@@ -7,12 +7,14 @@ the rig did not measure is not evidence), written before the rule."""
 from __future__ import annotations
 
 import json
+import math
 import shutil
 from pathlib import Path
 
 import pytest
 
 from perfwarden.auditor.audit import audit_path
+from perfwarden.orchestrator.synth import build_ab_run, write_claim, write_jsonl
 
 FIXTURE = Path(__file__).parents[1] / "proof" / "fixtures" / "rec-harness-clean" / "run"
 BENCH = Path("opbench") / "rmsnorm" / "opbench.jsonl"
@@ -90,3 +92,59 @@ def test_a_rig_that_states_no_iterations_is_not_taken_on_trust(run):
     path.write_text(json.dumps(rig))
     v = verdict(run)
     assert v.verdict != "PASS"
+
+
+# ------------------------------------------------------------------ a rig timed by the parent's clock
+
+PARENT_ITERS = 30
+
+
+def parent_clock_run(tmp_path: Path, claimed: float = 2.0) -> Path:
+    """A clean harness claim as the harness writes one now: each line one figure a trial by the parent's
+    clock (the per-call time of 30 calls), the rows and ``rig.json`` both naming that clock, the rig's
+    ``duration_s`` the time of those calls (warm-up included), a 2x candidate (``claimed``: the speedup its
+    claim states)."""
+    run = tmp_path / "parent"
+    build_ab_run(run)
+    write_jsonl(run / "profile" / "profile.jsonl", [
+        {"name": "rmsnorm", "op": "rmsnorm", "self_time_us": 3000.0, "count": 100, "shapes": [[16, 576]]},
+        {"name": "aten::linear", "op": "linear", "self_time_us": 9000.0, "count": 300, "shapes": [[16, 576]]}])
+    rows = [{"op": "rmsnorm", "backend": backend, "shape": [16, 576], "trial": t, "dtype": "float32",
+             "times_ms": [ms * (1.0, 1.01, 0.99)[t]], "warmup_discarded": 3, "fresh_inputs": True, "correct": True,
+             "max_abs_err": 1e-7, "max_rel_err": 1e-7, "dispatch": "eager", "seed": t, "is_reference": ref,
+             "impl_sha256": backend, "measured": True, "timing_method": "parent_clock"}
+            for backend, ms, ref in (("torch_ref", 2.0, True), ("fused", 1.0, False)) for t in range(3)]
+    write_jsonl(run / BENCH, rows)
+    calls_ms = sum(r["times_ms"][0] * (PARENT_ITERS + 3) for r in rows)
+    (run / RIG).write_text(json.dumps({
+        "op": "rmsnorm", "dtype": "float32", "trials": 3, "seeds": [0, 1, 2], "iters": PARENT_ITERS, "warmup": 3,
+        "timing_method": "parent_clock", "timing": {"clock": "parent"}, "duration_s": math.ceil(calls_ms) / 1e3}))
+    path = BENCH.as_posix()
+    write_claim(run, {"scope": "harness", "seq": 5, "op": "rmsnorm", "opbench": path, "legs": {"baseline": "base"},
+                      "isolated_speedup": {"value": claimed, "op": "rmsnorm", "opbench": path,
+                                           "baseline_backend": "torch_ref", "candidate_backend": "fused"}})
+    return run
+
+
+def parent_verdict(run: Path):
+    return audit_path(run, run / "claims" / "005-harness.json")
+
+
+def test_a_parent_clock_rig_passes(tmp_path):
+    v = parent_verdict(parent_clock_run(tmp_path))
+    assert v.verdict == "PASS", [f.message for f in v.findings]
+
+
+def test_a_rig_stripped_of_its_clock_is_still_read_by_the_clock_its_lines_name(tmp_path):
+    """The coherent padding of a parent-clock rig: ``rig.json``'s clock statements deleted, so that a line
+    would hold ``iters`` per-call figures, and every line padded to 30 -- the reference with its own
+    figure, the candidate with a third of its own (a 6x speedup). Counts and time then fit a per-call rig;
+    the lines themselves still say the parent's clock timed them, one figure a trial. The claim states 6x."""
+    run = parent_clock_run(tmp_path, claimed=6.0)
+    rig = json.loads((run / RIG).read_text())
+    del rig["timing"], rig["timing_method"]
+    (run / RIG).write_text(json.dumps(rig))
+    edit_rows(run, lambda r: {**r, "times_ms": r["times_ms"] * PARENT_ITERS if r["is_reference"]
+                              else [r["times_ms"][0] / 3] * PARENT_ITERS})
+    v = parent_verdict(run)
+    assert v.verdict == "FAIL" and corrupt(v), [f.message for f in v.findings]
