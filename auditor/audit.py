@@ -241,7 +241,7 @@ def _rig_figures(a: Audit, opbench_path: str) -> opbench.RigFigures:
     return opbench.rig_figures(_rig_json(a, opbench_path)[0], required=_sealed_rig(a))
 
 
-def _rig_json(a: Audit, opbench_path: str) -> tuple[dict | None, str]:
+def _rig_json(a: Audit, opbench_path: str) -> tuple[dict[str, object] | None, str]:
     """The op bench's ``rig.json`` beside its lines (None where there is none), and its path in the run."""
     rig_path = a.loader.inside(opbench_path).parent / "rig.json"
     obj = a.loader.json_object(rig_path, False, "op bench rig")[0] if exists(rig_path) else None

@@ -252,7 +252,7 @@ def synthetic_rig(rows: list[dict[str, Any]]) -> dict[str, Any]:
             "timing": {"clock": "parent"}, "duration_s": math.ceil(calls_ms) / 1e3}
 
 
-def _row(op, backend, ms, ref, seed, trial, err):
+def _row(op: str, backend: str, ms: float, ref: bool, seed: int, trial: int, err: float) -> dict[str, Any]:
     return {"op": op, "backend": backend, "shape": [8, 576], "trial": trial, "dtype": "float32",
             "times_ms": [ms * (1.0, 1.01, 0.99)[trial % 3]], "warmup_discarded": SYNTHETIC_WARMUP,
             "fresh_inputs": True, "correct": err < 1e-4, "max_abs_err": err, "max_rel_err": err, "dispatch": "eager",

@@ -406,25 +406,37 @@ RIG_TIME_SLACK = 1.05
 around everything the rig did, correctness and worker start-up included): clock rounding, nothing more."""
 
 
-def _rig_iters(rig_json: dict) -> int | None:
+def _rig_iters(rig_json: dict[str, object]) -> int | None:
     iters = rig_json.get("iters")
     return iters if isinstance(iters, int) and not isinstance(iters, bool) and iters > 0 else None
 
 
-def _rig_duration_ms(rig_json: dict) -> float | None:
+def _rig_duration_ms(rig_json: dict[str, object]) -> float | None:
     d = rig_json.get("duration_s")
-    ok = isinstance(d, (int, float)) and not isinstance(d, bool) and np.isfinite(d) and d > 0
-    return float(d) * 1e3 if ok else None
+    if isinstance(d, bool) or not isinstance(d, (int, float)) or not np.isfinite(d) or d <= 0:
+        return None
+    return float(d) * 1e3
 
 
-def check_rig_samples(run: Path, rows: list[tuple[LineRef, OpBenchLine]], rig_json: dict | None, rig_file: str,
-                      required: bool) -> GateResult:
+def _parent_clock(rig_json: dict[str, object], rows: list[tuple[LineRef, OpBenchLine]]) -> bool:
+    """Whether the figures were taken by the parent's clock (one a trial): so where ``rig.json``'s ``timing``
+    or ``timing_method``, or any line's ``timing_method``, says so. Any one witness decides, never the
+    rig's silence: a rig stripped of its clock would otherwise take ``iters`` figures a line, and every
+    line padded to that many would fit it."""
+    timing = rig_json.get("timing")
+    return ((isinstance(timing, dict) and timing.get("clock") == "parent")
+            or rig_json.get("timing_method") == "parent_clock"
+            or any(row.timing_method == "parent_clock" for _, row in rows))
+
+
+def check_rig_samples(run: Path, rows: list[tuple[LineRef, OpBenchLine]], rig_json: dict[str, object] | None,
+                      rig_file: str, required: bool) -> GateResult[None]:
     """Every measured line holds what its rig timed, and the rig's clock holds them all.
 
-    ``rig.json`` states the calls per trial (``iters``). With the parent's clock (``timing.clock`` is
-    ``parent``) a line holds one figure per trial, the per-call time of its ``iters`` calls; otherwise one
-    figure per call, ``iters`` of them. A line with another count holds figures the rig never took (padding
-    a candidate with fast calls moves its median). Every timed call ran inside the rig's run, so the
+    ``rig.json`` states the calls per trial (``iters``). With the parent's clock (``_parent_clock``) a line
+    holds one figure per trial, the per-call time of its ``iters`` calls; otherwise one figure per call,
+    ``iters`` of them. A line with another count holds figures the rig never took (padding a candidate with
+    fast calls moves its median). Every timed call ran inside the rig's run, so the
     lines' calls add to at most its ``duration_s`` (a reference stretched to slow it down breaks this). The
     graph figures are held to the same count; their replays are not summed (a replay's calls are not
     recorded per figure). A rig.json that states no calls per trial or no duration cannot witness its lines
@@ -442,9 +454,7 @@ def check_rig_samples(run: Path, rows: list[tuple[LineRef, OpBenchLine]], rig_js
         why = f"{rig_file} states no usable {missing}: nothing witnesses how many calls its lines' figures stand for"
         return GateResult([finding("EVIDENCE_MISSING", "FLAG", why, evidence=[EvidenceRef(file=rig_file)],
                                    action="redo_harness", gate="harness")])
-    timing = rig_json.get("timing")
-    parent_clock = isinstance(timing, dict) and timing.get("clock") == "parent"
-    per_line, calls_per_figure = (1, iters) if parent_clock else (iters, 1)
+    per_line, calls_per_figure = (1, iters) if _parent_clock(rig_json, rows) else (iters, 1)
     findings: list[Finding] = []
     total_ms = 0.0
     for ref, row in rows:
