@@ -221,6 +221,8 @@ def audit_harness(a: Audit) -> None:
         a.not_checked.append("served shapes: no profile.jsonl lists the shapes the server serves")
     iso = claim.isolated_speedup
     figures = _rig_figures(a, path)
+    rig_json, rig_file = _rig_json(a, path)
+    a.gate("harness", lambda: opbench.check_rig_samples(a.run, rows, rig_json, rig_file, _sealed_rig(a)))
     result = a.gate("harness", lambda: opbench.audit_rig(
         a.run, rows, iso.baseline_backend if iso else None, iso.candidate_backend if iso else None,
         server_info, profile_rows, op, claimed_speedup=iso.value if iso else None, rig=figures))
@@ -236,9 +238,19 @@ def audit_harness(a: Audit) -> None:
 def _rig_figures(a: Audit, opbench_path: str) -> opbench.RigFigures:
     """The memory roofline the op bench recorded beside its lines (``rig.json``); required -- a missing
     figure fails closed -- where the run carries a seal chain, whose harness always records one."""
+    return opbench.rig_figures(_rig_json(a, opbench_path)[0], required=_sealed_rig(a))
+
+
+def _rig_json(a: Audit, opbench_path: str) -> tuple[dict[str, object] | None, str]:
+    """The op bench's ``rig.json`` beside its lines (None where there is none), and its path in the run."""
     rig_path = a.loader.inside(opbench_path).parent / "rig.json"
     obj = a.loader.json_object(rig_path, False, "op bench rig")[0] if exists(rig_path) else None
-    return opbench.rig_figures(obj, required=a.manifest is not None and a.manifest[0] is not None)
+    return obj, rig_path.relative_to(a.run).as_posix() if rig_path.is_relative_to(a.run) else str(rig_path)
+
+
+def _sealed_rig(a: Audit) -> bool:
+    """Whether the run carries a seal chain, whose harness always writes a full rig.json."""
+    return a.manifest is not None and a.manifest[0] is not None
 
 
 def audit_patch(a: Audit, bundle: bool = False) -> None:

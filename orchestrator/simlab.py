@@ -182,7 +182,7 @@ class SyntheticLab:
                 rows.append(_row(op, c, 0.5 if wrong else 1.0, False, seed, t, 0.3 if wrong else 1e-7))
         path = RunDir(run).opbench(op)
         write_jsonl(path, rows)
-        seal.write_json(path.parent / "rig.json", SYNTHETIC_RIG)  # the roofline the auditor bounds a speedup by
+        seal.write_json(path.parent / "rig.json", synthetic_rig(rows))
         return path
 
     def quality(self, run: Path, leg: LegPlan, baseline: LegPlan) -> str:
@@ -237,12 +237,26 @@ SYNTHETIC_RIG = {"dtype": "float32", "device": {"device": "synthetic"},
 """The simulated rig's memory roofline: 1 MB per call at 10 GB/s, a 0.1 ms floor (the fastest simulated call
 is 0.5 ms), as the op bench's ``rig.json`` states it."""
 
+SYNTHETIC_ITERS, SYNTHETIC_WARMUP = 30, 3
+"""Calls per simulated trial (as many as the lab's real op bench times) and calls discarded before them."""
 
-def _row(op, backend, ms, ref, seed, trial, err):
+
+def synthetic_rig(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """``rig.json`` as the harness writes it for ``rows``: one figure a trial by the parent's clock, each the
+    per-call time of ``SYNTHETIC_ITERS`` calls, and a ``duration_s`` that is the time of the calls the rows
+    stand for (warm-up and timed, rounded up to the millisecond), nothing added: the auditor holds the rows'
+    calls to it."""
+    calls_ms = sum(t * (SYNTHETIC_ITERS + SYNTHETIC_WARMUP) for r in rows for t in r["times_ms"])
+    return {**SYNTHETIC_RIG, "trials": len({r["trial"] for r in rows}), "seeds": sorted({r["seed"] for r in rows}),
+            "iters": SYNTHETIC_ITERS, "warmup": SYNTHETIC_WARMUP, "timing_method": "parent_clock",
+            "timing": {"clock": "parent"}, "duration_s": math.ceil(calls_ms) / 1e3}
+
+
+def _row(op: str, backend: str, ms: float, ref: bool, seed: int, trial: int, err: float) -> dict[str, Any]:
     return {"op": op, "backend": backend, "shape": [8, 576], "trial": trial, "dtype": "float32",
-            "times_ms": [ms, ms * 1.01, ms * 0.99], "warmup_discarded": 3, "fresh_inputs": True,
-            "correct": err < 1e-4, "max_abs_err": err, "max_rel_err": err, "dispatch": "eager", "seed": seed,
-            "is_reference": ref, "impl_sha256": backend, "measured": True}
+            "times_ms": [ms * (1.0, 1.01, 0.99)[trial % 3]], "warmup_discarded": SYNTHETIC_WARMUP,
+            "fresh_inputs": True, "correct": err < 1e-4, "max_abs_err": err, "max_rel_err": err, "dispatch": "eager",
+            "seed": seed, "is_reference": ref, "impl_sha256": backend, "measured": True}
 
 
 def _write_torn(path: Path, line: dict[str, Any]) -> None:

@@ -6,6 +6,7 @@ the figure and does not fails closed (FLAG)."""
 from __future__ import annotations
 
 import json
+import math
 
 from pathlib import Path
 
@@ -26,15 +27,28 @@ def _rows(backend: str, ms: float, ref: bool = False) -> list[dict]:
              "is_reference": ref, "impl_sha256": backend} for t, s in enumerate((0, 1, 2))]
 
 
+def _rig(rows: list[dict]) -> dict:
+    """``rig.json`` as a harness that timed call by call writes it: ``iters`` calls a trial, one figure each (no
+    parent's clock), and a ``duration_s`` that is the time of the calls the rows stand for (warm-up ones at the
+    line's mean), rounded up to the millisecond and nothing added."""
+    iters, warmup = len(rows[0]["times_ms"]), rows[0]["warmup_discarded"]
+    calls_ms = sum(sum(r["times_ms"]) * (iters + warmup) / iters for r in rows)
+    return {"op": "rmsnorm", "dtype": "float32", "trials": len({r["trial"] for r in rows}),
+            "seeds": sorted({r["seed"] for r in rows}), "iters": iters, "warmup": warmup,
+            "duration_s": math.ceil(calls_ms) / 1e3}
+
+
 def _case(run: Path, ref_ms: float, cand_ms: float, roofline: dict | None) -> Path:
     build(run)
     write_jsonl(run / "profile" / "profile.jsonl", [
         {"name": "rmsnorm", "op": "rmsnorm", "self_time_us": 3000.0, "count": 100, "shapes": [list(SHAPE)]},
         {"name": "aten::linear", "op": "linear", "self_time_us": 9000.0, "count": 300, "shapes": [list(SHAPE)]}])
-    write_jsonl(run / "opbench" / "rmsnorm" / "opbench.jsonl", _rows("torch_ref", ref_ms, True) + _rows("fused", cand_ms))
+    rows = _rows("torch_ref", ref_ms, True) + _rows("fused", cand_ms)
+    write_jsonl(run / "opbench" / "rmsnorm" / "opbench.jsonl", rows)
+    rig = _rig(rows)
     if roofline is not None:
-        (run / "opbench" / "rmsnorm" / "rig.json").write_text(json.dumps(
-            {"op": "rmsnorm", "dtype": "float32", "roofline": roofline}), encoding="utf-8")
+        rig["roofline"] = roofline
+    (run / "opbench" / "rmsnorm" / "rig.json").write_text(json.dumps(rig), encoding="utf-8")
     path = "opbench/rmsnorm/opbench.jsonl"
     return write_claim(run, {"scope": "harness", "seq": 5, "op": "rmsnorm", "opbench": path, "legs": {"baseline": "base"},
                              "isolated_speedup": {"value": round(ref_ms / cand_ms, 3), "op": "rmsnorm", "opbench": path,

@@ -17,7 +17,7 @@ from perfwarden.auditor.findings import GateResult, finding
 from perfwarden.auditor.gates.conditions import flatten
 from perfwarden.harness.jsonl import LineRef, OpBenchLine, ProfileLine
 from perfwarden.harness.profile_ops import canonical_op
-from perfwarden.harness.records import Finding
+from perfwarden.harness.records import EvidenceRef, Finding
 
 # rtol by dtype (torch.testing defaults, relaxed 10x for fused reductions), used when a row has none.
 DEFAULT_RTOL = {"float32": 1e-4, "fp32": 1e-4, "float16": 1e-2, "fp16": 1e-2, "bfloat16": 5e-2, "bf16": 5e-2,
@@ -397,3 +397,81 @@ def op_fraction(profile_rows, op: str) -> float | None:
         return None
     mine = sum(r.self_time_us for _, r in profile_rows if canonical_op(r) == op.lower())
     return mine / total
+
+
+# ----------------------------------------------------------------------- what the rig says it timed
+
+RIG_TIME_SLACK = 1.05
+"""The lines' calls may add to at most this share of the rig's whole run (``duration_s``, a wall clock read
+around everything the rig did, correctness and worker start-up included): clock rounding, nothing more."""
+
+
+def _rig_iters(rig_json: dict[str, object]) -> int | None:
+    iters = rig_json.get("iters")
+    return iters if isinstance(iters, int) and not isinstance(iters, bool) and iters > 0 else None
+
+
+def _rig_duration_ms(rig_json: dict[str, object]) -> float | None:
+    d = rig_json.get("duration_s")
+    if isinstance(d, bool) or not isinstance(d, (int, float)) or not np.isfinite(d) or d <= 0:
+        return None
+    return float(d) * 1e3
+
+
+def _parent_clock(rig_json: dict[str, object], rows: list[tuple[LineRef, OpBenchLine]]) -> bool:
+    """Whether the figures were taken by the parent's clock (one a trial): so where ``rig.json``'s ``timing``
+    or ``timing_method``, or any line's ``timing_method``, says so. Any one witness decides, never the
+    rig's silence: a rig stripped of its clock would otherwise take ``iters`` figures a line, and every
+    line padded to that many would fit it."""
+    timing = rig_json.get("timing")
+    return ((isinstance(timing, dict) and timing.get("clock") == "parent")
+            or rig_json.get("timing_method") == "parent_clock"
+            or any(row.timing_method == "parent_clock" for _, row in rows))
+
+
+def check_rig_samples(run: Path, rows: list[tuple[LineRef, OpBenchLine]], rig_json: dict[str, object] | None,
+                      rig_file: str, required: bool) -> GateResult[None]:
+    """Every measured line holds what its rig timed, and the rig's clock holds them all.
+
+    ``rig.json`` states the calls per trial (``iters``). With the parent's clock (``_parent_clock``) a line
+    holds one figure per trial, the per-call time of its ``iters`` calls; otherwise one figure per call,
+    ``iters`` of them. A line with another count holds figures the rig never took (padding a candidate with
+    fast calls moves its median). Every timed call ran inside the rig's run, so the
+    lines' calls add to at most its ``duration_s`` (a reference stretched to slow it down breaks this). The
+    graph figures are held to the same count; their replays are not summed (a replay's calls are not
+    recorded per figure). A rig.json that states no calls per trial or no duration cannot witness its lines
+    (the harness always states both): a FLAG; so is a sealed run without one. An unsealed bench with no
+    rig.json at all (a hand-made or foreign bench) is listed as not checked."""
+    if rig_json is None:
+        why = "op bench figures against the rig's iterations and clock: no rig.json"
+        if not required:
+            return GateResult(not_checked=[why])
+        return GateResult([finding("EVIDENCE_MISSING", "FLAG", f"{why} in a sealed run", action="redo_harness",
+                                   gate="harness")])
+    iters, duration_ms = _rig_iters(rig_json), _rig_duration_ms(rig_json)
+    if iters is None or duration_ms is None:
+        missing = " and ".join(n for n, v in (("iters", iters), ("duration_s", duration_ms)) if v is None)
+        why = f"{rig_file} states no usable {missing}: nothing witnesses how many calls its lines' figures stand for"
+        return GateResult([finding("EVIDENCE_MISSING", "FLAG", why, evidence=[EvidenceRef(file=rig_file)],
+                                   action="redo_harness", gate="harness")])
+    per_line, calls_per_figure = (1, iters) if _parent_clock(rig_json, rows) else (iters, 1)
+    findings: list[Finding] = []
+    total_ms = 0.0
+    for ref, row in rows:
+        counts = [(name, len(figs)) for name, figs in (("times_ms", row.times_ms), ("graph_times_ms", row.graph_times_ms))
+                  if figs is not None and len(figs) != per_line]
+        if counts:
+            findings.append(finding(
+                "EVIDENCE_CORRUPT", "FAIL", f"line {ref.line} ({row.backend!r}, shape {shape_key(row.shape)}, trial "
+                f"{row.trial}) holds " + ", ".join(f"{n} {name}" for name, n in counts) + f" where {rig_file} "
+                f"timed {iters} calls per trial ({per_line} figure{'s' if per_line != 1 else ''} a line): figures the "
+                "rig never took", measured=dict(counts), threshold=per_line,
+                evidence=[line_evidence(run, ref), EvidenceRef(file=rig_file)], action="eject", gate="harness"))
+        total_ms += sum(row.times_ms or ()) * calls_per_figure
+    if total_ms > duration_ms * RIG_TIME_SLACK:
+        findings.append(finding(
+            "EVIDENCE_CORRUPT", "FAIL", f"the op bench's timed calls add to {total_ms / 1e3:.4g} s, longer than "
+            f"the rig's whole run ({duration_ms / 1e3:.4g} s in {rig_file}): its lines state time the rig never "
+            "spent", measured=round(total_ms / 1e3, 6), threshold=round(duration_ms / 1e3 * RIG_TIME_SLACK, 6),
+            evidence=[line_evidence(run, rows[0][0]), EvidenceRef(file=rig_file)], action="eject", gate="harness"))
+    return GateResult(findings)

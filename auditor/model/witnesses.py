@@ -364,6 +364,8 @@ APPLIED_ELSEWHERE = {
     "aggregates_from_arrays": "auditor/rederive.py (counts exactly) and gates/measurement.py check_line_aggregates",
     "loadgen_issued": "auditor/rederive.py (the line's issued) and gates/workload.py (LoadGen's issued count)",
     "engine_counters": "gates/engine_witness.py (vLLM's /metrics around each rep)",
+    "opbench_rig_count": "gates/opbench.py check_rig_samples (an op bench's lines against its rig.json)",
+    "opbench_rig_time": "gates/opbench.py check_rig_samples (an op bench's lines against its rig.json)",
 }
 """The model's witness relations applied where the quantities are read or by their own gate."""
 
