@@ -66,7 +66,7 @@ class _Overflow:
     code: str
     count: int = 0
     severity: Severity = "INFO"
-    actions: set = field(default_factory=set)
+    actions: set[Action] = field(default_factory=set)
     evidence: list[EvidenceRef] = field(default_factory=list)
 
     def add(self, f: Finding, weight: int) -> None:

@@ -117,7 +117,7 @@ def read_rep_logs(run: Path, folder: Path, rel: str) -> LoadgenRep:
             for name, (keys, factor) in SUMMARY_KEYS.items():
                 entry = next((e for e in map(summary.entry, keys) if e is not None), None)
                 value = parse_number(entry.value) if entry is not None else None
-                if value is not None:
+                if entry is not None and value is not None:
                     out.summary[name] = Stated(f"LoadGen's summary ({entry.key})", value * factor,
                                                _evidence(f"{rel}/{SUMMARY}", entry.ref))
                     out.summary_resolution[name] = _half_unit(entry.value) * factor

@@ -208,7 +208,8 @@ def read_runs(reference: Path | str, compliance: Path | str) -> tuple[dict[str, 
 def required_lines(ref: RunLogs, comp: RunLogs) -> tuple[dict[str, str], dict[str, tuple[Score, Score]]]:
     """Each run's scenario and its (detail, summary) scores; raise :class:`MlperfLogError` when a line
     the verdict needs (scenario, validity, the scenario's score in both logs) is absent."""
-    scen, scores = {}, {}
+    scen: dict[str, str] = {}
+    scores: dict[str, tuple[Score, Score]] = {}
     for run in (ref, comp):
         scen[run.label] = detail_scenario(run)
         summary_scenario(run)

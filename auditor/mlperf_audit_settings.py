@@ -6,6 +6,7 @@ the runs carry the right ones.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -58,7 +59,11 @@ def _summary_setting(summary: SummaryLog, name: str) -> tuple[Any, LineRef | Non
     return (ent.value, ent.ref) if ent is not None else (None, None)
 
 
-def _signatures(get, ref_get, warnings: list[tuple[str, LineRef]] | None
+SettingReader = Callable[[str], tuple[Any, LineRef | None]]
+"""One run's setting by name: its logged JSON value (None when not stated) and the line stating it."""
+
+
+def _signatures(get: SettingReader, ref_get: SettingReader, warnings: list[tuple[str, LineRef]] | None
                 ) -> tuple[list[str], list[str], list[LineRef], bool]:
     sigs: list[str] = []
     signals: list[str] = []
@@ -125,7 +130,7 @@ def check_audit_settings(ref: RunLogs, comp: RunLogs, detection: TestDetection,
                          test: str | None) -> list[Finding]:
     """The compliance run must carry the (declared or detected) test's audit settings, and only
     those; the reference must carry none."""
-    out = []
+    out: list[Finding] = []
     gate = "audit_settings"
     ev = list(detection.evidence)
     if not detection.keys_present:

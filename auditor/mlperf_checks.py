@@ -50,9 +50,10 @@ def check_log_errors(run: RunLogs) -> list[Finding]:
     n_detail = run.detail.num_errors()
     n_summary = run.summary.errors_reported
     if n_detail or n_summary:
-        refs = [r.ref for r in run.detail.errors()[:5]]
-        if run.detail.record("num_errors") is not None:
-            refs.append(run.detail.record("num_errors").ref)
+        refs: list[LineRef | None] = [r.ref for r in run.detail.errors()[:5]]  # _finding drops a None
+        stated = run.detail.record("num_errors")
+        if stated is not None:
+            refs.append(stated.ref)
         refs.append(run.summary.errors_ref)
         return [_finding(
             MLPERF_LOG_ERRORS, "FLAG", "loadgen_errors",
@@ -211,8 +212,13 @@ def check_scenarios(ref: RunLogs, comp: RunLogs, ref_scenario: str, comp_scenari
     return [_finding(CONDITIONS_DIFFER, "FAIL", "scenario",
                      f"scenarios differ: reference {ref_scenario!r}, compliance {comp_scenario!r}",
                      measured={"reference": ref_scenario, "compliance": comp_scenario},
-                     threshold="equal", refs=[ref.detail.record("effective_scenario").ref,
-                                              comp.detail.record("effective_scenario").ref])]
+                     threshold="equal", refs=_line_refs(ref, "effective_scenario") + _line_refs(comp, "effective_scenario"))]
+
+
+def _line_refs(run: RunLogs, key: str) -> list[LineRef]:
+    """Where the detail log states ``key``: its first line, or none when the log has no such line."""
+    rec = run.detail.record(key)
+    return [rec.ref] if rec is not None else []
 
 
 def _compare_key(ref: RunLogs, comp: RunLogs, key: str, severity: Severity, why: str,
@@ -341,14 +347,14 @@ def check_different_runs(ref: RunLogs, comp: RunLogs) -> list[Finding]:
                 f"all {len(shared)} result statistics of the compliance run equal the reference's to "
                 "full precision: the compliance results are a copy of the reference run",
                 measured={"identical": len(same), "compared": len(shared)}, threshold="not all equal",
-                refs=[comp.detail.record(k).ref for k in same[:5]]))
+                refs=[comp.detail.first[k].ref for k in same[:5]]))
         elif len(shared) >= 4 and 2 * len(same) >= len(shared):
             out.append(_finding(
                 MLPERF_SAME_RUN, "FLAG", gate,
                 f"{len(same)} of {len(shared)} result statistics are identical to full precision in "
                 f"both runs ({', '.join(same[:4])}...): possibly the same run",
                 measured={"identical": same, "compared": len(shared)}, threshold="< half identical",
-                refs=[comp.detail.record(k).ref for k in same[:5]]))
+                refs=[comp.detail.first[k].ref for k in same[:5]]))
         for key in ("test_datetime", "power_begin"):
             r, c = ref.detail.record(key), comp.detail.record(key)
             if r is not None and c is not None and r.value == c.value:

@@ -10,7 +10,7 @@ import math
 import re
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
-from typing import Any, Literal
+from typing import Any, Literal, TypeGuard
 
 from perfwarden.auditor.mlperf_findings import CACHING_SUSPECTED, MLPERF_THRESHOLD, _finding
 from perfwarden.harness.jsonl import LineRef
@@ -112,7 +112,7 @@ def detail_scenario(run: RunLogs) -> str:
     if rec is None:
         raise MlperfLogError(f"{run.label} detail log {str(run.detail.path)!r} has no "
                              f"{'effective_scenario'!r} line", path=run.detail.path, kind="missing")
-    if rec.value not in SCENARIOS:
+    if not isinstance(rec.value, str) or rec.value not in SCENARIOS:
         raise MlperfLogError(f"{run.label} detail log line {rec.line}: unknown scenario {rec.value!r}",
                              path=run.detail.path, line=rec.line)
     return rec.value
@@ -130,7 +130,7 @@ def summary_scenario(run: RunLogs) -> str:
     return ent.value
 
 
-def _is_number(v: Any) -> bool:
+def _is_number(v: object) -> TypeGuard[int | float]:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
@@ -152,7 +152,7 @@ def detail_score(run: RunLogs, scenario: str) -> Score:
     if not _is_number(rec.value):
         raise MlperfLogError(f"{run.label} detail log line {rec.line}: {key!r} is {rec.value!r}, not a "
                              "finite number", path=run.detail.path, line=rec.line)
-    kind = "latency" if scenario in STREAM_SCENARIOS else "throughput"
+    kind: Literal["throughput", "latency"] = "latency" if scenario in STREAM_SCENARIOS else "throughput"
     return Score(scenario, float(rec.value), kind, key, "detail", rec.ref, raw=rec.value)
 
 
@@ -177,7 +177,7 @@ def summary_score(run: RunLogs, scenario: str) -> Score:
     if v is None:
         raise MlperfLogError(f"{run.label} summary log line {ent.line}: {key!r} is {ent.value!r}, not "
                              "a finite number", path=s.path, line=ent.line)
-    kind = "latency" if scenario in STREAM_SCENARIOS else "throughput"
+    kind: Literal["throughput", "latency"] = "latency" if scenario in STREAM_SCENARIOS else "throughput"
     return Score(scenario, float(v), kind, ent.key, "summary", ent.ref, text=ent.value)
 
 
@@ -227,7 +227,7 @@ def values_agree(summary_text: str, detail_value: Any) -> bool:
         return st == str(detail_value).strip()
     if isinstance(s, int) and isinstance(d, int):
         return s == d
-    tol = 0.5 * 10 ** (-_decimals(st)) + 0.5 * 10 ** (-_decimals(repr(d))) + 1e-9 * max(abs(s), abs(d))
+    tol = 0.5 * 10.0 ** (-_decimals(st)) + 0.5 * 10.0 ** (-_decimals(repr(d))) + 1e-9 * max(abs(s), abs(d))
     return abs(float(s) - float(d)) <= tol
 
 

@@ -48,7 +48,8 @@ from perfwarden.auditor.mlperf_findings import CONDITIONS_DIFFER, MLPERF_AUDIT_S
 from perfwarden.auditor.mlperf_scores import _as_number
 from perfwarden.auditor.model.schema import RequiredSetting, SettingRequirement, evidence_model
 from perfwarden.harness.mlperf_log import DetailLog, SummaryLog, parse_number
-from perfwarden.harness.records import Finding
+from perfwarden.harness.jsonl import LineRef
+from perfwarden.harness.records import Finding, Severity
 
 AUDIT_KEYS: dict[str, tuple[str, ...]] = {
     "TEST01": ("accuracy_log_rng_seed", "accuracy_log_sampling_target", "accuracy_log_probability"),
@@ -150,7 +151,7 @@ def _same(a: Any, b: Any) -> bool:
     na, nb = _as_number(a), _as_number(b)
     if a is not None and b is not None and na is not None and nb is not None:
         return na == nb
-    return a == b
+    return bool(a == b)
 
 
 def _allowed(d: SettingDiff) -> bool:
@@ -168,7 +169,11 @@ def check_settings(ref: DetailLog, comp: DetailLog, scenario: str, test: str | N
     """Findings for every setting of the compliance run that differs from the reference's."""
     diffs = setting_diffs(ref, comp, scenario, test, summaries)
     gate = "settings"
-    fail, flag, one_sided, foreign, info = [], [], [], [], []
+    fail: list[SettingDiff] = []
+    flag: list[SettingDiff] = []
+    one_sided: list[SettingDiff] = []
+    foreign: list[SettingDiff] = []
+    info: list[SettingDiff] = []
     for d in diffs:
         if d.klass in ("derived", "covered", "unused") or (d.klass == "audit" and (d.owner == test or test is None)):
             continue
@@ -182,17 +187,26 @@ def check_settings(ref: DetailLog, comp: DetailLog, scenario: str, test: str | N
             flag.append(d)
         else:
             fail.append(d)
-    out = []
-    refs = lambda ds: [r for d in ds for r in (_ref(ref, d.key), _ref(comp, d.key))]  # noqa: E731
-    show = lambda ds: "; ".join(f"{d.key} {d.reference!r} vs {d.compliance!r}" for d in ds[:6])  # noqa: E731
-    measured = lambda ds: {d.key: {"reference": d.reference, "compliance": d.compliance} for d in ds}  # noqa: E731
+    out: list[Finding] = []
+
+    def refs(ds: list[SettingDiff]) -> list[LineRef | None]:
+        return [r for d in ds for r in (_ref(ref, d.key), _ref(comp, d.key))]
+
+    def show(ds: list[SettingDiff]) -> str:
+        return "; ".join(f"{d.key} {d.reference!r} vs {d.compliance!r}" for d in ds[:6])
+
+    def measured(ds: list[SettingDiff]) -> dict[str, dict[str, Any]]:
+        return {d.key: {"reference": d.reference, "compliance": d.compliance} for d in ds}
+
     if foreign:
-        owners = sorted({d.owner for d in foreign})
+        # An audit setting always names the test that owns it (``classify``); the filter only says so.
+        owners = sorted({d.owner for d in foreign if d.owner is not None})
         out.append(_finding(MLPERF_AUDIT_SETTINGS, "FAIL", gate,
                             f"the {test} compliance run carries audit settings of {', '.join(owners)} "
                             f"({show(foreign)}): it was not started with {test}'s audit.config alone",
                             measured=measured(foreign), threshold="the reference's value", refs=refs(foreign)))
-    for ds, sev in ((fail, "FAIL"), (flag, "FLAG")):
+    graded: tuple[tuple[list[SettingDiff], Severity], ...] = ((fail, "FAIL"), (flag, "FLAG"))
+    for ds, sev in graded:
         if ds:
             why = "; ".join(sorted({_WHY.get(d.klass, _WHY["equal"]) for d in ds}))
             out.append(_finding(CONDITIONS_DIFFER, sev, gate,
@@ -216,7 +230,7 @@ def check_settings(ref: DetailLog, comp: DetailLog, scenario: str, test: str | N
     return out
 
 
-def _ref(log: DetailLog, key: str):
+def _ref(log: DetailLog, key: str) -> LineRef | None:
     rec = log.record(key)
     return rec.ref if rec is not None else None
 

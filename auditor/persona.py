@@ -13,7 +13,7 @@ import os
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, JsonValue
 
 from perfwarden.auditor.codes import CATALOG
 from perfwarden.auditor.findings import Findings, choose_action, verdict_label
@@ -51,8 +51,12 @@ class PersonaEvidence(BaseModel):
     line: int | None = None
 
 
+# pydantic types a schema's extra values as JsonValue, and a list[str] is no list[JsonValue] (lists are invariant).
+_CATALOG_CODES: list[JsonValue] = [code for code in sorted(CATALOG)]
+
+
 class PersonaFinding(BaseModel):
-    code: str = Field(json_schema_extra={"enum": sorted(CATALOG)})
+    code: str = Field(json_schema_extra={"enum": _CATALOG_CODES})
     severity: Literal["FLAG", "FAIL"]
     message: str = Field(json_schema_extra={"maxLength": 100})
     evidence: list[PersonaEvidence] = Field(default_factory=list, json_schema_extra={"maxItems": 1})
@@ -108,7 +112,7 @@ def _read_end(path: Path, run: Path, what: str, tail: bool) -> tuple[bytes, bool
         return handle.read(EXCERPT_BYTES), size > EXCERPT_BYTES
 
 
-def shortened(items: list, shown: int) -> list:
+def shortened(items: list[str], shown: int) -> list[str]:
     """The first ``shown`` items, and how many more there are."""
     return items[:shown] + ([f"... and {len(items) - shown} more"] if len(items) > shown else [])
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import fnmatch
 import os
+from collections.abc import Iterable
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
@@ -33,7 +34,8 @@ def levers() -> dict[str, Any]:
 
 
 def mechanisms() -> dict[str, Any]:
-    return load("mechanisms.json")["mechanisms"]
+    table: dict[str, Any] = load("mechanisms.json")["mechanisms"]  # shipped package data, read as JSON
+    return table
 
 
 class RegistryError(ValueError):
@@ -75,10 +77,11 @@ def _user_quality_evals(path: str, mtime_ns: int) -> dict[str, QualityEvalSpec]:
         data = loads(read_bytes(path, limit=RECORD_BYTES, what="quality registry"), what="quality registry")
         evals = _UserRegistry.model_validate(data).evals
     except (OSError, UnicodeDecodeError, ValueError) as exc:
+        reason = str(exc)
         if isinstance(exc, ValidationError):
             err = exc.errors()[0]
-            exc = f"{err['msg']} at {'.'.join(map(str, err['loc']))!r}"
-        raise RegistryError(f"quality registry {path!r} is unusable: {exc}") from None
+            reason = f"{err['msg']} at {'.'.join(map(str, err['loc']))!r}"
+        raise RegistryError(f"quality registry {path!r} is unusable: {reason}") from None
     clash = sorted(set(evals) & set(_package_quality_evals()))
     if clash:
         raise RegistryError(f"quality registry {path!r} redefines shipped evals {clash!r}; register new ids instead")
@@ -104,7 +107,7 @@ def quality_evals() -> dict[str, QualityEvalSpec]:
     return evals
 
 
-def _match(key: str, patterns) -> str | None:
+def _match(key: str, patterns: Iterable[str]) -> str | None:
     for pattern in patterns:
         if fnmatch.fnmatchcase(key, pattern):
             return pattern
@@ -191,7 +194,8 @@ def is_response_cache_key(key: str) -> bool:
 
 def targets() -> dict[str, Any]:
     """Target name -> its entry in ``target_keys.json`` (what that target's server_info holds, and why)."""
-    return load("target_keys.json")["targets"]
+    table: dict[str, Any] = load("target_keys.json")["targets"]  # shipped package data, read as JSON
+    return table
 
 
 @lru_cache(maxsize=None)

@@ -173,7 +173,7 @@ SignalKind = tuple[Family, str | None, bool]
 """(family, op, hit): what mechanism lines are counted and held by."""
 
 # (family, pattern) -- each pattern means the mechanism *ran*, not merely that a flag was printed.
-SIGNAL_PATTERNS: list[tuple[Family, re.Pattern]] = [
+SIGNAL_PATTERNS: list[tuple[Family, re.Pattern[str]]] = [
     ("spec_decode", re.compile(r"\bENGAGED\s+(prompt_lookup|speculative\w*)", re.IGNORECASE)),
     ("spec_decode", re.compile(r"\bprompt_lookup rid=\S+ verify_steps=\d+")),
     ("spec_decode", re.compile(r"\baccept len:\s*[0-9.]+")),                       # sglang decode log
@@ -267,13 +267,13 @@ class _Anchored:
     trying the pattern with case folding at every position of the line (a few microseconds a line: most of
     the cost of a log of millions of ``ENGAGED`` lines)."""
 
-    def __init__(self, pattern: re.Pattern, anchors: tuple[str, ...]):
+    def __init__(self, pattern: re.Pattern[str], anchors: tuple[str, ...]):
         if not pattern.flags & re.IGNORECASE or re.search(r"\\[A-Z]", pattern.pattern):
             raise ValueError(f"{pattern.pattern!r}: no twin (not IGNORECASE, or an upper-case escape)")
         self.twin = re.compile(pattern.pattern.lower(), pattern.flags & ~re.IGNORECASE)
         self.anchors = anchors
 
-    def search(self, folded: str) -> re.Match | None:
+    def search(self, folded: str) -> re.Match[str] | None:
         # No match starts before the first anchor: the search begins there (``\b`` still sees the
         # character before it), and the timestamp and logger name in front are never tried.
         starts = [at for at in map(folded.find, self.anchors) if at >= 0]

@@ -182,7 +182,8 @@ def _peak_rss_mb() -> float:
 def run_attack(base: Base, names: list[str], families: dict[str, Family], seed: str, workdir: Path,
                out: Path | None) -> AttackResult | None:
     """Copy the base, apply the families in order, audit blind, judge; write a fixture on success."""
-    from perfwarden.auditor.audit import ClaimError, audit_path  # lazy: scipy: the auditor, only when attacking
+    from perfwarden.auditor.audit import audit_path  # lazy: scipy: the auditor, only when attacking
+    from perfwarden.auditor.claim_file import ClaimError
 
     dest = workdir / "run"
     if dest.exists():
@@ -474,7 +475,8 @@ def auditor_docs() -> str:
 def llm_round(brain: LLMRedTeam, bases: list[Base], workdir: Path, out: Path | None, seed: str
               ) -> list[AttackResult]:
     """One LLM-invented attack per base, audited blind and judged like the deterministic ones."""
-    from perfwarden.auditor.audit import ClaimError, audit_path  # lazy: scipy: the auditor, only when attacking
+    from perfwarden.auditor.audit import audit_path  # lazy: scipy: the auditor, only when attacking
+    from perfwarden.auditor.claim_file import ClaimError
 
     results = []
     for base in bases:

@@ -287,6 +287,17 @@ def test_response_cache_is_caching(tmp_path):
     assert v.verdict == "FAIL" and "CACHING_SUSPECTED" in codes(v)
 
 
+def test_response_cache_shown_by_counters_alone_is_caching(tmp_path):
+    """The candidate's own counters show cache hits and its server log is gone: the caching gate still
+    names the cache (from the counters) instead of failing on the missing log and dropping its finding."""
+    info = {**BASE_INFO, "port": 8101, "internal_states": [{"response_cache_hits": 5}]}
+    claim = build(tmp_path, cand_info=info)
+    (tmp_path / "legs" / "cand" / "server.log").unlink()
+    v = audit(tmp_path, claim)
+    assert v.verdict == "FAIL" and "AUDITOR_DEGRADED" not in codes(v), v.not_checked
+    assert any(f.code == "CACHING_SUSPECTED" and f.severity == "FAIL" and f.gate == "caching" for f in v.findings)
+
+
 def test_warm_vs_cold_prefix_cache(tmp_path):
     cand = [make_rep("cand", k, throughput=t, cache_hit_rate=0.8, started_at=1001.0 + 2 * k) for k, t in enumerate(CAND_TPUT)]
     base = [make_rep("base", k, throughput=t, cache_hit_rate=0.0, started_at=1000.0 + 2 * k) for k, t in enumerate(BASE_TPUT)]

@@ -17,6 +17,7 @@ from perfwarden.auditor.findings import Findings, GateResult, finding
 from perfwarden.auditor.gates.conditions import flatten, key_evidence
 from perfwarden.auditor.gates.correctness import server_flag
 from perfwarden.auditor.gates.lever import raw_signals
+from perfwarden.harness.records import Finding
 
 PREFIX_HIT_RATE_MAX_GAP = 0.10
 """Prefix-cache hit rates of two legs may differ by this much (absolute) before warm-vs-cold confounds."""
@@ -24,10 +25,10 @@ TEST04_THRESHOLD_PCT = 10.0
 """TEST04's own threshold: the repeated-sample run may not beat the reference by more than 10%."""
 
 
-def check_response_cache(run: Path, legs: list[LegEvidence]) -> GateResult:
+def check_response_cache(run: Path, legs: list[LegEvidence]) -> GateResult[None]:
     """A response cache returns stored answers: it measures the cache, not the server. Read from
     server_info (the knob) and from the raw (the log's engagement and hit lines, hit counters)."""
-    out = []
+    out: list[Finding] = []
     for leg in legs:
         info = flatten(leg.server_info or {})
         for key in info:
@@ -39,17 +40,21 @@ def check_response_cache(run: Path, legs: list[LegEvidence]) -> GateResult:
         signals = [s for s in raw_signals(leg) if s.family == "response_cache"]
         if signals:
             hits = [s for s in signals if s.hit]
-            n_hits = leg.log.signal_count("response_cache", hit=True)  # every line, not only those held
+            log = leg.log
+            # The log counts every line, not only those held. A leg whose log is gone can still show the cache
+            # through its own counters: those signals are counted and the finding stands without a log line.
+            n_hits = log.signal_count("response_cache", hit=True) if log is not None else len(hits)
+            n_signals = log.signal_count("response_cache") if log is not None else len(signals)
             what = f"{n_hits} response-cache hit(s)" if hits else "a response cache engaged"
-            out.append(finding("CACHING_SUSPECTED", "FAIL", f"server log of {leg.name!r} shows {what} "
-                               f"({signals[0].text[:100]!r})", measured=n_hits or leg.log.signal_count("response_cache"),
-                               threshold=0,
-                               evidence=[leg.log.evidence(run, (hits or signals)[0].line)], action="eject",
-                               gate="caching"))
+            source = "server log" if log is not None else "raw"
+            out.append(finding("CACHING_SUSPECTED", "FAIL", f"{source} of {leg.name!r} shows {what} "
+                               f"({signals[0].text[:100]!r})", measured=n_hits or n_signals, threshold=0,
+                               evidence=[log.evidence(run, (hits or signals)[0].line)] if log is not None else [],
+                               action="eject", gate="caching"))
     return GateResult(findings=out)
 
 
-def check_prefix_warmth(run: Path, base: LegEvidence, cand: LegEvidence) -> GateResult:
+def check_prefix_warmth(run: Path, base: LegEvidence, cand: LegEvidence) -> GateResult[None]:
     """Prefix-cache hit rates must match across legs, or one leg ran warm and the other cold."""
     findings = Findings()
     not_checked: list[str] = []
@@ -79,7 +84,7 @@ def _beat_pct(reference: LegEvidence, other: LegEvidence, metric: str, higher_is
     return (mo / mr - 1.0) * 100.0 if higher_is_better else (mr / mo - 1.0) * 100.0
 
 
-def check_test04_leg(run: Path, reference: LegEvidence, caching: LegEvidence) -> GateResult:
+def check_test04_leg(run: Path, reference: LegEvidence, caching: LegEvidence) -> GateResult[None]:
     """The one-prompt-repeated leg must not beat the varied-prompt leg beyond what prefix caching (or a
     shorter prompt) explains. Both only shorten prefill, i.e. TTFT; decode time per token cannot be
     cached legitimately. So: a TPOT beat is caching; a throughput beat that TTFT does not explain is

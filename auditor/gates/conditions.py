@@ -21,8 +21,8 @@ from perfwarden.auditor import registry
 from perfwarden.auditor.evidence import LegEvidence
 from perfwarden.auditor.findings import Findings, GateResult
 from perfwarden.auditor.model import roles, statements
-from perfwarden.auditor.model.statements import (MISSING as _MISSING, ConditionCopy, canonical as _canonical,  # noqa: F401
-                                                 diff_server_info, flatten, key_evidence, leg_copies, union_diff)
+from perfwarden.auditor.model.statements import (MISSING as _MISSING, ConditionCopy, diff_server_info, flatten,
+                                                 key_evidence, leg_copies, union_diff)
 from perfwarden.auditor.model.statements import same as _same
 from perfwarden.harness.records import Claim
 
@@ -63,9 +63,10 @@ def derived_is_inert(key: str, values: list[Any], declared: set[str], base: LegE
     except (TypeError, ValueError):
         return False, f"{key!r} budgets are not numbers: {values!r}"
     peaks = [leg.log.usage_peaks[rule["usage_pattern"]] if leg.log else None for leg in (base, cand)]
-    if any(p is None for p in peaks):
+    known = [p for p in peaks if p is not None]
+    if len(known) != len(peaks):
         return False, f"no usage lines in the server logs prove {key!r} inert (unproven means confound)"
-    used = [p * b if p <= 1.0 else p for p, b in zip(peaks, budgets)]
+    used = [p * b if p <= 1.0 else p for p, b in zip(known, budgets)]
     limit = 0.9 * min(budgets)
     if max(used) < limit:
         return True, f"peak usage {max(used):.0f} stayed below 90% of the smaller budget {min(budgets):.0f}"
@@ -120,7 +121,7 @@ def check_conditions(run: Path, claim: Claim, base: LegEvidence, cand: LegEviden
     return GateResult(findings.items, [], diff)
 
 
-def check_reported_conditions(run: Path, claim: Claim, legs: dict[str, LegEvidence]) -> GateResult:
+def check_reported_conditions(run: Path, claim: Claim, legs: dict[str, LegEvidence]) -> GateResult[None]:
     """A producer summary of conditions must match what each server reported."""
     findings = Findings()
     conditions = claim.reported.get("conditions") if isinstance(claim.reported, dict) else None

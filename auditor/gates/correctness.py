@@ -15,7 +15,7 @@ from perfwarden.auditor.evidence import LegEvidence, QualityRecords, line_eviden
 from perfwarden.auditor.findings import Findings, GateResult, finding
 from perfwarden.auditor.gates.conditions import flatten, key_evidence
 from perfwarden.auditor.model.schema import evidence_model
-from perfwarden.harness.records import QUALITY_ITEMS_FIELDS, Claim, QualityEval
+from perfwarden.harness.records import QUALITY_ITEMS_FIELDS, Claim, EvidenceRef, QualityEval, Severity
 
 PARITY_MIN_IDENTICAL = 0.75
 """Lossless changes: at least this fraction of greedy outputs must be identical to the baseline's.
@@ -44,7 +44,7 @@ def random_weight_keys(leg: LegEvidence) -> list[tuple[str, Any]]:
     return [(k, v) for k, v in flatten(leg.server_info).items() if registry.random_weights_value(k, v)]
 
 
-def check_random_weights(run: Path, legs: list[LegEvidence]) -> GateResult:
+def check_random_weights(run: Path, legs: list[LegEvidence]) -> GateResult[bool]:
     """A leg on random weights (a performance-only run) makes correctness unverifiable: its outputs are
     noise by construction, so the reference cannot be held to the coherence check (that noise is
     expected, not a broken server) and no parity or quality eval on it can show that the change keeps
@@ -161,7 +161,7 @@ def items_digest(qe: QualityEval) -> str | None:
 
 
 def check_quality(run: Path, claim: Claim, records: QualityRecords, base_name: str, cand_name: str,
-                  lossy: list[str]) -> GateResult:
+                  lossy: list[str]) -> GateResult[None]:
     """A lossy change needs a completed, registered quality eval that the harness recorded for both
     compared legs, on the same eval and the same items, and no worse than its tolerance.
 
@@ -171,11 +171,11 @@ def check_quality(run: Path, claim: Claim, records: QualityRecords, base_name: s
     itself, another leg or another item set compares nothing, so it counts as missing."""
     if not lossy:
         return GateResult()
-    severity = "FAIL" if claim.mechanism.support == "supported" else "FLAG"
+    severity: Severity = "FAIL" if claim.mechanism.support == "supported" else "FLAG"
     eval_id = claim.correctness.quality_eval_id
     why = ", ".join(lossy)
 
-    def missing(message: str, ev=None) -> GateResult:
+    def missing(message: str, ev: list[EvidenceRef] | None = None) -> GateResult[None]:
         return GateResult(findings=[finding("QUALITY_EVAL_MISSING", severity, message, evidence=ev or [],
                                             threshold="a completed registered eval of both compared legs",
                                             action="eject", gate="quality")])
@@ -254,7 +254,7 @@ def quality_conditions_differ(cand: QualityEval, base: QualityEval) -> list[tupl
     return out
 
 
-def check_spec_decode_documented(claim: Claim, detected_spec: bool, raw_signal: bool) -> GateResult:
+def check_spec_decode_documented(claim: Claim, detected_spec: bool, raw_signal: bool) -> GateResult[None]:
     """Speculative decoding must document its draft and acceptance. When the raw carries the acceptance
     (``accept_length``, engagement/acceptance lines in the log) the auditor reads it there, so missing
     paperwork is INFO; without any raw signal it is a FLAG (the method may not even have run)."""
@@ -270,7 +270,7 @@ def check_spec_decode_documented(claim: Claim, detected_spec: bool, raw_signal: 
                                         "raw acceptance signal", action="flag", gate="quality")])
 
 
-def check_output_length(run: Path, base: LegEvidence, cand: LegEvidence) -> GateResult:
+def check_output_length(run: Path, base: LegEvidence, cand: LegEvidence) -> GateResult[None]:
     """Truncation or early EOS shows as a shift in output lengths; tok/s then measures something else."""
     findings = Findings()
     b = [r.mean_output_len for r in base.reps if r.n_ok]
@@ -289,7 +289,7 @@ def check_output_length(run: Path, base: LegEvidence, cand: LegEvidence) -> Gate
     return GateResult(findings.items, [])
 
 
-def server_flag(info: dict | None, key: str) -> bool:
+def server_flag(info: dict[str, Any] | None, key: str) -> bool:
     """Truthy knob value in server_info ("off", "false", "none", 0 are off)."""
     if not info:
         return False

@@ -42,7 +42,7 @@ from perfwarden.auditor.evidence import LegEvidence, RunLoader, TextFile, line_e
 from perfwarden.auditor.findings import GateResult, finding
 from perfwarden.auditor.rederive import RepMetrics
 from perfwarden.harness import vllm_metrics
-from perfwarden.harness.records import EvidenceRef
+from perfwarden.harness.records import EvidenceRef, Finding
 
 GATE = "engine_witness"
 COUNT_TOLERANCE = 0
@@ -96,11 +96,14 @@ def check_engine_witness(run: Path, tf: TextFile | None, leg: LegEvidence) -> Ga
     return GateResult(findings=findings, value=held)
 
 
-def _records(run: Path, tf: TextFile | None, leg: str) -> tuple[dict[int, tuple], list]:
+def _records(run: Path, tf: TextFile | None, leg: str
+             ) -> tuple[dict[int, tuple[vllm_metrics.WitnessRecord, EvidenceRef]], list[Finding]]:
     """rep -> (record, its evidence); a line that is not a record, or a second record of one rep, is a finding."""
-    out: dict[int, tuple] = {}
-    findings = []
-    for i, text in enumerate(tf.lines if tf is not None else [], 1):
+    out: dict[int, tuple[vllm_metrics.WitnessRecord, EvidenceRef]] = {}
+    findings: list[Finding] = []
+    if tf is None:
+        return out, findings
+    for i, text in enumerate(tf.lines, 1):
         if not text.strip():
             continue
         ref = EvidenceRef(file=str(tf.path.relative_to(run)), line=i, excerpt=text[:120])
@@ -159,7 +162,7 @@ def _time_sums(rep: RepMetrics, d: dict[str, float]) -> list[tuple[str, float | 
     return out
 
 
-def compare(run: Path, rep: RepMetrics, record: vllm_metrics.WitnessRecord, ref: EvidenceRef) -> list:
+def compare(run: Path, rep: RepMetrics, record: vllm_metrics.WitnessRecord, ref: EvidenceRef) -> list[Finding]:
     """Findings for one rep against its witness record."""
     problems = [f"{what}: engine {eng:.6g}, line {line:.6g}" for what, eng, line in disagreements(rep, record)]
     if rep.started_at is not None and rep.ended_at is not None and not (

@@ -12,6 +12,7 @@ from __future__ import annotations
 from perfwarden.auditor import stats
 from perfwarden.auditor.findings import GateResult, finding
 from perfwarden.auditor.gates.opbench import op_fraction
+from perfwarden.harness.jsonl import LineRef, ProfileLine
 from perfwarden.harness.records import Claim, Comparison
 
 KERNEL_KEYS = ("op_overrides", "kernel_patches")
@@ -32,14 +33,16 @@ def kernel_only(claim: Claim) -> bool:
     return all(k.split(".", 1)[0] in KERNEL_KEYS for k in lever.config_keys)
 
 
-def check_unexplained_delta(claim: Claim, head: Comparison | None, profile_rows) -> GateResult:
+def check_unexplained_delta(claim: Claim, head: Comparison | None,
+                            profile_rows: list[tuple[LineRef, ProfileLine]] | None) -> GateResult[float]:
     """FAIL a real e2e improvement larger than the changed ops' whole profile share could give."""
-    if not kernel_only(claim) or head is None or not head.significant:
+    lever = claim.lever  # never None past kernel_only; named here so that the type says so too
+    if lever is None or not kernel_only(claim) or head is None or not head.significant:
         return GateResult()
     if not profile_rows:
         return GateResult(not_checked=["unexplained delta: no profile in the run, so the changed op's share (the "
                                        "Amdahl bound) is unknown"])
-    ops = sorted({op.lower() for op in claim.lever.kernel_ops})
+    ops = sorted({op.lower() for op in lever.kernel_ops})
     fraction = sum(op_fraction(profile_rows, op) or 0.0 for op in ops)
     bound = share_bound_pct(fraction, head.higher_is_better)
     improvement = stats.improvement_pct(head.delta_pct, head.higher_is_better)

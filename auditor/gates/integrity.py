@@ -28,6 +28,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass, field
+from typing import Literal
 
 from perfwarden.auditor.findings import GateResult, finding
 from perfwarden.auditor.manifest import ChainLink, FileState, KeyChoice, Manifest
@@ -73,7 +74,8 @@ def _chain_ref(link: ChainLink | None) -> list[EvidenceRef]:
     return [EvidenceRef(file=CHAIN, line=link.line, sha256=link.sha256, excerpt=link.excerpt)]
 
 
-def _fail(code: str, message: str, evidence: list[EvidenceRef], measured=None, threshold=None) -> Finding:
+def _fail(code: str, message: str, evidence: list[EvidenceRef], measured: object = None,
+          threshold: object = None) -> Finding:
     return finding(code, "FAIL", message, measured=measured, threshold=threshold, evidence=evidence,
                    action="eject", gate=GATE)
 
@@ -82,7 +84,7 @@ def _names(items: list[str]) -> str:
     return ", ".join(repr(i) for i in items[:_LIST]) + (f", … ({len(items)} in all)" if len(items) > _LIST else "")
 
 
-def check_integrity(ev: IntegrityEvidence) -> GateResult:
+def check_integrity(ev: IntegrityEvidence) -> GateResult[Seal | Literal["unsealed"]]:
     m = ev.manifest
     if ev.chain_error is not None:
         return GateResult([_fail("EVIDENCE_MISSING", f"the seal chain cannot be read: {ev.chain_error}",

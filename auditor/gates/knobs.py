@@ -24,7 +24,7 @@ def unknown_knobs(diff: dict[str, list[Any]]) -> list[str]:
 
 
 def check_unknown_knobs(run: Path, claim: Claim, diff: dict[str, list[Any]], base: LegEvidence,
-                        cand: LegEvidence) -> GateResult:
+                        cand: LegEvidence) -> GateResult[list[str]]:
     """One UNKNOWN_KNOB FLAG per unclassified key that differs between the legs (declared or not: an
     undeclared one is also a confound, which the conditions gate FAILs)."""
     declared = declared_keys(claim)

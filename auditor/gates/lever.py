@@ -109,7 +109,7 @@ def _declares(claim: Claim, signal: Signal) -> bool:
     return signal.detail in ops or bool(keys & {"op_overrides", "kernel_patches", f"op_overrides.{signal.detail}"})
 
 
-def check_undeclared_signals(run: Path, claim: Claim, base: LegEvidence, cand: LegEvidence) -> GateResult:
+def check_undeclared_signals(run: Path, claim: Claim, base: LegEvidence, cand: LegEvidence) -> GateResult[None]:
     """A mechanism only the candidate's raw shows, which the claim does not declare, is a second
     difference between the legs: a confound (FAIL), whatever the server_info diff says."""
     out = []
@@ -129,7 +129,7 @@ def check_undeclared_signals(run: Path, claim: Claim, base: LegEvidence, cand: L
 
 
 def check_orthogonal(claim: Claim, detected: str | None, signals: list[str], cand: LegEvidence,
-                     run: Path) -> GateResult:
+                     run: Path) -> GateResult[None]:
     """A class-B lever presented as a kernel/implementation win is reclassified (headline downgraded)."""
     findings = Findings()
     declared = claim.lever.lever_class if claim.lever else None
@@ -149,7 +149,7 @@ def raw_acceptance_rate(leg: LegEvidence) -> tuple[float | None, int | None]:
     return leg.log.acceptance_rate() if leg.log else (None, None)
 
 
-def draft_width(info: dict | None) -> int | None:
+def draft_width(info: dict[str, Any] | None) -> int | None:
     """Draft tokens per verify step the server reports (bounds what an accept length implies)."""
     flat = flatten(info or {})
     for key in _DRAFT_WIDTH_KEYS:
@@ -159,7 +159,7 @@ def draft_width(info: dict | None) -> int | None:
     return None
 
 
-def check_acceptance_rate(run: Path, claim: Claim, cand: LegEvidence) -> GateResult:
+def check_acceptance_rate(run: Path, claim: Claim, cand: LegEvidence) -> GateResult[None]:
     """A claimed ``acceptance_rate`` (accepted / drafted tokens) must match the raw: the log's counts
     when it has them, else what the raw ``accept_length`` implies (``L - 1 <= rate * draft width``)."""
     claimed = claim.mechanism.acceptance_rate
@@ -169,7 +169,7 @@ def check_acceptance_rate(run: Path, claim: Claim, cand: LegEvidence) -> GateRes
     accepts = [r.accept_length for r in cand.reps if r.accept_length is not None]
     length = float(np.median(accepts)) if accepts else None
 
-    def mismatch(message: str, raw: Any, evidence: list[EvidenceRef]) -> GateResult:
+    def mismatch(message: str, raw: Any, evidence: list[EvidenceRef]) -> GateResult[None]:
         return GateResult(findings=[finding("REPORTED_MISMATCH", "FLAG", message, measured=raw, threshold=claimed,
                                             evidence=evidence, action="downgrade_headline", gate="lever")])
 
@@ -195,7 +195,7 @@ def check_acceptance_rate(run: Path, claim: Claim, cand: LegEvidence) -> GateRes
     return GateResult(not_checked=["acceptance rate: the raw has no acceptance counts to check the claimed rate"])
 
 
-def check_engagement(claim: Claim, cand: LegEvidence, run: Path) -> GateResult:
+def check_engagement(claim: Claim, cand: LegEvidence, run: Path) -> GateResult[None]:
     """Every declared kernel op must show an engagement line in the candidate's server log."""
     findings = Findings()
     ops = claim.lever.kernel_ops if claim.lever else []

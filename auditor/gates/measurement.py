@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, TypeGuard
 
 import numpy as np
 
@@ -18,7 +18,8 @@ from perfwarden.auditor.findings import Findings, GateResult, finding
 from perfwarden.auditor.rederive import LATENCY_METRICS, METRICS, RepMetrics
 from perfwarden.auditor.sequential import HORIZON_REPS
 from perfwarden.auditor.serverlog import ERROR_PATTERNS, FATAL_PATTERNS  # noqa: F401 - re-exported (moved)
-from perfwarden.harness.records import Claim, Comparison, EvidenceRef, Finding, MetricStats, shadows
+from perfwarden.harness.records import (Action, Claim, Comparison, EvidenceRef, Finding, MetricStats, Severity,
+                                        shadows)
 
 # Tolerance for a line's own aggregates vs our re-derivation. Wider for e2e/TPOT when the file has no
 # per-request latency array (we then rebuild e2e as ttft + sum(itls), ~1% off sglang's own clock).
@@ -111,7 +112,7 @@ def significant_worse(comp: Comparison, base: LegEvidence, cand: LegEvidence) ->
 
 
 def check_headline(run: Path, claim: Claim, comp: Comparison | None, n_reps: tuple[int, int],
-                   contended: bool = False, worse: bool = False, changed: bool = True) -> GateResult:
+                   contended: bool = False, worse: bool = False, changed: bool = True) -> GateResult[None]:
     """The headline must be a real change: outside the noise band and significant at the rep level.
 
     ``worse``: the candidate is significantly worse, outside the band -- a regression (DELTA_REGRESSION),
@@ -186,7 +187,7 @@ def disclosure_tolerance_pts(worse_pct: float, band_pct: float) -> float:
 
 def check_hidden_regressions(comparisons: dict[str, Comparison], headline_metric: str, base: LegEvidence,
                              cand: LegEvidence, disclosed: dict[str, float] | None = None,
-                             reference: str = "") -> GateResult:
+                             reference: str = "") -> GateResult[None]:
     """No primary metric may regress behind the headline unless the claim states the regression at its
     measured size: a disclosure counts only within the noise band of the measured regression, so a
     blanket or inflated disclosure covers nothing (INFO for a truthful one, FLAG otherwise).
@@ -226,13 +227,13 @@ def check_hidden_regressions(comparisons: dict[str, Comparison], headline_metric
     return GateResult(findings=out)
 
 
-def line_evidence_for(leg: LegEvidence, index: int):
+def line_evidence_for(leg: LegEvidence, index: int) -> EvidenceRef:
     rep = leg.reps[min(index, len(leg.reps) - 1)]
     run = rep.ref.path.parents[2]
     return line_evidence(run, rep.ref)
 
 
-def check_noisy_baseline(run: Path, base: LegEvidence, aa_legs: list[LegEvidence], metric: str) -> GateResult:
+def check_noisy_baseline(run: Path, base: LegEvidence, aa_legs: list[LegEvidence], metric: str) -> GateResult[None]:
     """Baseline rep spread must sit inside what same-session A/A reps show (or the documented default)."""
     findings = Findings()
     values = [r.metrics[metric] for r in base.reps if metric in r.metrics]
@@ -264,7 +265,7 @@ def check_noisy_baseline(run: Path, base: LegEvidence, aa_legs: list[LegEvidence
     return GateResult(findings.items, [])
 
 
-def check_drift(run: Path, claim: Claim, base: LegEvidence, band_pct: float) -> GateResult:
+def check_drift(run: Path, claim: Claim, base: LegEvidence, band_pct: float) -> GateResult[None]:
     """A previously provided baseline number must agree with the re-derived one."""
     findings = Findings()
     not_checked: list[str] = []
@@ -299,7 +300,7 @@ OTHERS_CORE_SHARE = 0.25
 """Other processes together using max(half a core, a quarter of the cores) contend with the rep."""
 
 
-def machine_cores(sample: dict) -> float | None:
+def machine_cores(sample: dict[str, Any]) -> float | None:
     """Cores the server could use: the smallest of the CPU count, this process's affinity and its
     cgroup quota, where recorded."""
     values = [sample.get(k) for k in ("ncpu", "ncpu_available", "cpu_quota_cores")]
@@ -307,7 +308,7 @@ def machine_cores(sample: dict) -> float | None:
     return min(usable) if usable else None
 
 
-def sample_contention(sample: dict, judge_load: bool = True) -> list[str]:
+def sample_contention(sample: dict[str, Any], judge_load: bool = True) -> list[str]:
     """Why one contention sample shows a busy machine (empty when it does not). Judged on the whole
     machine: any one other process past half a core, the summed CPU of every other process, the
     machine's busy share while the server idled (samples are taken just before and after the load),
@@ -377,7 +378,7 @@ _CORE_KEYS = ("ncpu", "ncpu_available", "cpu_quota_cores")
 _FIGURES = (*_CORE_KEYS, "cpu_busy_pct", "loadavg", "loadavg_1m", "busy", "busy_processes", "other_busy", "error")
 
 
-def _check_figures(sample: dict) -> None:
+def _check_figures(sample: dict[str, Any]) -> None:
     """Every figure the judgement reads is a number where the sample states it (null: not measured). One
     written as a string or a list would be skipped, and the rep judged quiet (found by the field explorer)."""
     imitations = [k for k in sample if isinstance(k, str) and shadows(k, _FIGURES)]
@@ -392,7 +393,7 @@ def _check_figures(sample: dict) -> None:
         raise ContentionFormatError(f"contention loadavg {load!r} is not a number or a list of numbers")
 
 
-def _unjudgeable(sample: dict) -> bool:
+def _unjudgeable(sample: dict[str, Any]) -> bool:
     """A sample stating a machine-wide figure (load average, busy share) but no core count: it is judged per
     core, so without one it shows nothing -- not a quiet machine (found by the field explorer)."""
     figures = [sample.get(k) for k in ("loadavg", "loadavg_1m", "cpu_busy_pct")]
@@ -410,7 +411,7 @@ JUDGED_FIGURES = ("ncpu", "loadavg", "cpu_busy_pct", "busy")
 """Figures every start/end sample the harness took holds (every version): one absent or null was removed."""
 
 
-def _harness_gap(sample: dict, version: int, nested: bool) -> list[str]:
+def _harness_gap(sample: dict[str, Any], version: int, nested: bool) -> list[str]:
     """The judged machine-wide figures a harness-written sample lacks: the harness writes them together, so one
     missing was removed, and the sample cannot show a quiet machine (found by the field explorer: a dropped load
     average left the rep judged quiet). A start/end sample without an error holds every judged figure set, and
@@ -430,7 +431,7 @@ WINDOW_VERSION = 3
 """The bench line version from which the harness writes the rep's CPU window beside its samples."""
 
 
-def _window_removed(contention: dict, version: int | None) -> bool:
+def _window_removed(contention: dict[str, Any], version: int | None) -> bool:
     """A line of version 3 or later whose two samples were both taken carries its window (the harness reads
     the same /proc for both): without it the window was removed, and the load average it replaces would
     judge a neighbour that ran between the samples as absent."""
@@ -439,11 +440,11 @@ def _window_removed(contention: dict, version: int | None) -> bool:
             and all(isinstance(x, dict) and x.get("error") is None for x in samples))
 
 
-def _number(value: Any) -> bool:
+def _number(value: object) -> TypeGuard[int | float]:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
-def _samples(contention: Any) -> list[dict]:
+def _samples(contention: Any) -> list[dict[str, Any]]:
     """The samples of one rep's contention record: ``{"start": s, "end": s}``, or one flat sample."""
     if not isinstance(contention, dict):
         raise ContentionFormatError(f"contention is {type(contention).__name__}, not an object")
@@ -462,7 +463,7 @@ LEGACY_FIELDS = frozenset({"loadavg_1m", "busy_processes", "other_busy"})
 BUSY_FIELDS = frozenset({"pid", "name", "cpu_pct"})
 
 
-def validate_sample_fields(contention: dict, version: int) -> None:
+def validate_sample_fields(contention: dict[str, Any], version: int) -> None:
     """A harness line's contention record holds only the harness's fields: ``start``/``end`` samples
     (version 2 lines: nothing else), or one flat sample of the earlier format. Raises
     ``ContentionFormatError`` on a field the harness never writes."""
@@ -485,10 +486,13 @@ def validate_sample_fields(contention: dict, version: int) -> None:
                                     f"{', '.join(map(repr, extra[:5]))}")
 
 
-def check_contention(run: Path, leg: LegEvidence, severity: str = "FLAG") -> GateResult:
+def check_contention(run: Path, leg: LegEvidence, severity: Severity = "FLAG") -> GateResult[None]:
     """Another busy process -- or a busy machine -- during a rep makes that rep measure the neighbour
     too. A rep perfwarden's harness wrote without a sample cannot show its machine was quiet."""
-    findings, not_checked, unsampled, errored = [], [], [], []
+    findings: list[Finding] = []
+    not_checked: list[RepMetrics] = []
+    unsampled: list[RepMetrics] = []
+    errored: list[RepMetrics] = []
     for rep in leg.reps:
         if rep.contention is None:
             (unsampled if rep.schema_version is not None else not_checked).append(rep)
@@ -551,7 +555,7 @@ def check_contention(run: Path, leg: LegEvidence, severity: str = "FLAG") -> Gat
     return GateResult(findings=findings, not_checked=notes)
 
 
-def _busy_list(sample: dict) -> list[tuple[str, float]]:
+def _busy_list(sample: dict[str, Any]) -> list[tuple[str, float]]:
     """Other busy processes listed in one sample (``busy``/``busy_processes``/``other_busy``)."""
     out = []
     for key in ("busy", "busy_processes", "other_busy"):
@@ -570,7 +574,7 @@ def _busy_list(sample: dict) -> list[tuple[str, float]]:
     return out
 
 
-def _top_busy(samples: list[dict]) -> float | None:
+def _top_busy(samples: list[dict[str, Any]]) -> float | None:
     procs = [cpu for x in samples for _, cpu in _busy_list(x)]
     return max(procs) if procs else None
 
@@ -579,7 +583,7 @@ class ContentionFormatError(ValueError):
     """A contention sample the harness could not have written: the evidence is corrupt."""
 
 
-def check_interleaving(run: Path, base: LegEvidence, cand: LegEvidence) -> GateResult:
+def check_interleaving(run: Path, base: LegEvidence, cand: LegEvidence) -> GateResult[None]:
     """Compared legs must interleave in time (A B A B ..., or randomized), judged from rep start
     times: legs measured in separate blocks let slow drift of the machine masquerade as a delta."""
     legs = (base, cand)
@@ -625,7 +629,7 @@ def order_finding(run: Path, base: LegEvidence, cand: LegEvidence,
         action="remeasure", gate="interleaving")
 
 
-def check_errors(run: Path, leg: LegEvidence, severity: str, action: str) -> GateResult[int]:
+def check_errors(run: Path, leg: LegEvidence, severity: Severity, action: Action) -> GateResult[int]:
     """Failed requests in a leg; returns the count."""
     findings = Findings()
     total = sum(r.n_errors for r in leg.reps)
@@ -639,28 +643,30 @@ def check_errors(run: Path, leg: LegEvidence, severity: str, action: str) -> Gat
     return GateResult(findings.items, [], total)
 
 
-def check_crash(run: Path, leg: LegEvidence, expected_reps: int | None) -> GateResult:
+def check_crash(run: Path, leg: LegEvidence, expected_reps: int | None) -> GateResult[None]:
     """Do no harm: a server that died fails the change. Death needs evidence -- the leg marked failed,
     a fatal log line (a kill, a segfault, an exit status), or a logged error in a leg that failed.
     Fewer reps than the baseline is not such evidence: a torn last line is the writer's interruption
     (already EVIDENCE_CORRUPT at FLAG), and any other shortfall is missing evidence to re-measure."""
-    findings = []
-    failed = leg.spec is not None and leg.spec.status == "failed"
-    if failed:
+    findings: list[Finding] = []
+    spec = leg.spec
+    failed = spec is not None and spec.status == "failed"
+    if spec is not None and failed:
         findings.append(finding("SERVER_CRASH", "FAIL", f"leg {leg.name!r} failed: "
-                                f"{leg.spec.failure or 'no reason recorded'}",
+                                f"{spec.failure or 'no reason recorded'}",
                                 evidence=[leg.spec_file.evidence(run, leg.spec_file.key_line("status"))]
                                 if leg.spec_file else [], action="eject", gate="crash"))
     fatal = False
-    crash = leg.log.crash_line(failed) if leg.log is not None else None
-    if crash is not None:
+    log = leg.log
+    crash = log.crash_line(failed) if log is not None else None
+    if log is not None and crash is not None:
         i, text = crash
         fatal = True
         findings.append(finding("SERVER_CRASH", "FAIL", f"server log of {leg.name!r} line {i}: {text!r}",
-                                evidence=[leg.log.evidence(run, i)], action="eject", gate="crash"))
-    short = expected_reps is not None and leg.reps and len(leg.reps) < expected_reps
+                                evidence=[log.evidence(run, i)], action="eject", gate="crash"))
+    missing = expected_reps - len(leg.reps) if expected_reps is not None and leg.reps else 0
+    short = missing > 0
     if short and not (failed or fatal):
-        missing = expected_reps - len(leg.reps)
         explained = 1 if leg.torn_tail else 0
         explained += leg.corrupt_reps
         if missing > explained:
@@ -685,7 +691,7 @@ def _rel_path(run: Path, path: Path) -> str:
         return str(path)
 
 
-def check_line_aggregates(run: Path, leg: LegEvidence) -> GateResult:
+def check_line_aggregates(run: Path, leg: LegEvidence) -> GateResult[None]:
     """A bench line's own aggregates must agree with its per-request arrays. Counts that differ and
     aggregates off by 10x or more (a unit error) already made the rep corrupt while it was read
     (``rederive``); what remains here is a few percent up to 10x: the line misstates its own data
@@ -710,7 +716,7 @@ def check_line_aggregates(run: Path, leg: LegEvidence) -> GateResult:
 
 
 def check_reported_numbers(claim: Claim, leg_stats: dict[str, dict[str, MetricStats]],
-                           headline_delta: float | None) -> GateResult:
+                           headline_delta: float | None) -> GateResult[None]:
     """Cross-check numbers the producer reported; nulls mean "not reported" and raise nothing."""
     findings = Findings()
     reported = claim.reported if isinstance(claim.reported, dict) else {}

@@ -23,7 +23,7 @@ GOODPUT = "request_goodput"
 """The goodput metric (vLLM's name: good requests per second)."""
 
 
-def check_headline_objective(claim: Claim, sealed: RunObjective | None) -> GateResult:
+def check_headline_objective(claim: Claim, sealed: RunObjective | None) -> GateResult[None]:
     """A patch or bundle claim of a run that sealed its objective headlines that objective's metric."""
     metric = claim.headline.metric
     if sealed is None or claim.scope not in ("patch", "bundle") or metric == sealed.metric:
@@ -34,7 +34,7 @@ def check_headline_objective(claim: Claim, sealed: RunObjective | None) -> GateR
         threshold=sealed.metric, evidence=[EvidenceRef(file=OBJECTIVE_FILE)], action="flag", gate=GATE)])
 
 
-def check_unjudgeable_goodput(run: Path, base: LegEvidence, cand: LegEvidence) -> GateResult:
+def check_unjudgeable_goodput(run: Path, base: LegEvidence, cand: LegEvidence) -> GateResult[None]:
     """A goodput headline whose reps include a goodput of 0 (no request met the SLO) has no ratio to judge: a
     candidate at 0 where the baseline is not is a regression (DELTA_REGRESSION), a baseline at 0 leaves any
     gain unmeasurable (DELTA_NOT_SIGNIFICANT); both FAIL. Empty when every rep has a positive goodput."""

@@ -48,7 +48,7 @@ def _wrong(record: Any) -> str | None:
     return None
 
 
-def check_process_conditions(run: Path, legs: list[LegEvidence]) -> GateResult:
+def check_process_conditions(run: Path, legs: list[LegEvidence]) -> GateResult[None]:
     findings, recorded = [], 0
     for leg in legs:
         if leg.server_info is None:

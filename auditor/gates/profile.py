@@ -16,7 +16,7 @@ HOT_RANK = 5
 
 
 def check_routed_op(run: Path, rows: list[tuple[LineRef, ProfileLine]], op: str | None,
-                    reported_share) -> GateResult[list[tuple[str, float]]]:
+                    reported_share: object) -> GateResult[list[tuple[str, float]]]:
     findings = Findings()
     ranking = rank_ops(rows)
     if not ranking:

@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 import re
 from bisect import bisect_left, bisect_right
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -79,7 +79,7 @@ SMALL_COUNT = 16
 CONTEXT_CHARS = 160
 """How far before/after a number its goal/count/range words are looked for (bounded: linear time)."""
 
-FAMILIES: dict[str, re.Pattern] = {
+FAMILIES: dict[str, re.Pattern[str]] = {
     "throughput": re.compile(r"throughput|tok/s|tokens/s|tokens per second|req/s|requests per second|\bqps\b", re.I),
     "ttft": re.compile(r"\bttft\b|time to first token|first[- ]token", re.I),
     "tpot": re.compile(r"\btpot\b|time per output token|per[- ]output[- ]token|decode time per token", re.I),
@@ -96,7 +96,7 @@ FAMILY_METRICS: dict[str, tuple[str, ...]] = {
     "latency": ("median_ttft_ms", "p99_ttft_ms", "median_tpot_ms", "p99_tpot_ms", "median_itl_ms", "p99_itl_ms",
                 "median_e2e_latency_ms", "p99_e2e_latency_ms"),
 }
-STAT_WORDS: dict[str, re.Pattern] = {
+STAT_WORDS: dict[str, re.Pattern[str]] = {
     "spread": re.compile(r"\bspread|\brange\b|\bvar(ied|iation)\b|\bcv\b", re.I),
     "band": re.compile(r"\bnoise\b|\bband\b", re.I),
     "worst": re.compile(r"\bworst\b", re.I),
@@ -132,13 +132,13 @@ RESULT_UNIT = re.compile(r"[-+]?\d[\d,]*(?:\.\d+)?\s?(?:%|×|x\b|tok/s|tokens/s|
 """A number with a result's unit: checked even inside code, where identifiers and logs are not."""
 
 
-def _code_span(m: re.Match) -> str:
+def _code_span(m: re.Match[str]) -> str:
     """Inline code is an identifier or a command (not checked) unless it is a bare result (`25%`)."""
     inner = m.group(1).strip()
     return f" {inner} " if RESULT_UNIT.fullmatch(inner) else " "
 
 
-def _prose_lines(tf: TextFile):
+def _prose_lines(tf: TextFile) -> Iterator[tuple[int, str, str]]:
     """Lines to read, with what is not prose removed. Inside fenced blocks (commands, logs) only numbers
     with a result's unit (%, x, tok/s, req/s) are kept: a result does not hide in a code block."""
     in_fence = False
@@ -313,7 +313,11 @@ def candidates(q: Quoted, pool: list[Traceable], headline_metric: str) -> list[f
     return [t.value for t in pool if t.kind in ("count", "config", "ratio", "quality")]
 
 
-def _meaning(q: Quoted, headline_metric: str) -> tuple:
+Meaning = tuple[bool, str, str | None, tuple[str, ...], tuple[str, ...], tuple[str, ...]]
+"""(p-value, unit, statistic, legs, families, metrics): what a quoted number's candidates depend on."""
+
+
+def _meaning(q: Quoted, headline_metric: str) -> Meaning:
     """What ``candidates`` depends on: numbers with the same meaning share one sorted candidate list."""
     return (q.pvalue, q.unit, q.stat, q.legs, q.families, tuple(sorted(_metrics_for(q, headline_metric))))
 
@@ -340,12 +344,12 @@ def check_report(run: Path, report: TextFile, pool: list[Traceable], headline_me
             evidence[line_no] = [report.evidence(run, line_no)]
         return evidence[line_no]
 
-    by_meaning: dict[tuple, list[float]] = {}
+    by_meaning: dict[Meaning, list[float]] = {}
     checked = 0
     leg_names = list(leg_names)
     for line_no, _raw, text in _prose_lines(report):
         flagged: set[str] = set()
-        speculative_in: dict[str, re.Match | None] = {}
+        speculative_in: dict[str, re.Match[str] | None] = {}
         for quoted, clause in read_numbers(text, baseline, candidate, leg_names):
             if quoted is None:
                 continue

@@ -28,7 +28,8 @@ from perfwarden.auditor.gates import reading
 from perfwarden.auditor.gates import conditions, workload
 from perfwarden.auditor.gates.measurement import calibrate_band
 from perfwarden.auditor.rederive import METRICS
-from perfwarden.harness.records import Claim, Comparison, HeadlineReference, RunDir
+from perfwarden.harness.records import Claim, Comparison, RunDir
+from perfwarden.harness.verdict_parts import HeadlineReference
 
 
 def is_same_config(run: Path, claim: Claim, base: LegEvidence, leg: LegEvidence) -> bool:

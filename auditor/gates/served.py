@@ -44,7 +44,7 @@ def _shown(text: str | bytes) -> str:
     return repr(text[:40]) if isinstance(text, str) else f"a text past the {SERVED_TEXT_CHARS:,}-character bound"
 
 
-def check_dump_matches_served(run: Path, leg: LegEvidence, served: Served | None) -> GateResult:
+def check_dump_matches_served(run: Path, leg: LegEvidence, served: Served | None) -> GateResult[None]:
     """The leg's parity dump must say what its server returned where the prompts coincide."""
     if served is None or not leg.outputs:
         return GateResult(not_checked=[f"dump vs served ({leg.name}): " + (
@@ -68,7 +68,7 @@ def check_dump_matches_served(run: Path, leg: LegEvidence, served: Served | None
 
 def check_served_parity(run: Path, base: LegEvidence, cand: LegEvidence, base_served: Served | None,
                         cand_served: Served | None, lossy: bool, min_identical: float = PARITY_MIN_IDENTICAL
-                        ) -> GateResult:
+                        ) -> GateResult[float]:
     """For a lossless change the candidate's server must have returned the baseline's texts."""
     if (base_served is None) != (cand_served is None):
         missing, other = (base, cand) if base_served is None else (cand, base)

@@ -74,7 +74,7 @@ def unattributable(target: str | None, leg: LegEvidence) -> str | None:
 
 
 def check_target_keys(run: Path, target: str | None, legs: list[LegEvidence],
-                      reported: Iterable[str] = ()) -> GateResult:
+                      reported: Iterable[str] = ()) -> GateResult[None]:
     """One UNKNOWN_KNOB FLAG per leg whose server_info holds keys its target does not report; ``reported``:
     keys the knobs gate already flagged (a changed unclassified knob), not named twice."""
     already = set(reported)

@@ -40,7 +40,7 @@ def window(rep: RepMetrics) -> tuple[float, float] | None:
     return rep.started_at, max(rep.ended_at, rep.started_at + rep.duration_s)
 
 
-def check_overlap(run: Path, legs: list[LegEvidence], concurrent: bool) -> GateResult:
+def check_overlap(run: Path, legs: list[LegEvidence], concurrent: bool) -> GateResult[None]:
     """Every pair of reps from two different legs of ``legs`` must not overlap in time."""
     if concurrent:
         return GateResult(not_checked=["rep overlap between legs: the claim declares its legs concurrent "
@@ -73,8 +73,9 @@ def overlapping_pairs(run: Path, stamped: list[tuple[float, float, str, RepMetri
             if a_leg == leg:
                 continue
             overlap = min(a_end, end) - start
-            pair = tuple(sorted((a_leg, leg)))
-            if overlap > OVERLAP_SLACK_S and overlap > worst.get(pair, (0.0,))[0]:
+            first, second = sorted((a_leg, leg))
+            pair = (first, second)
+            if overlap > OVERLAP_SLACK_S and overlap > (worst[pair][0] if pair in worst else 0.0):
                 worst[pair] = (overlap, a_rep, rep)
         active.append((start, end, leg, rep))
     out = []

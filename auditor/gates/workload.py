@@ -23,12 +23,14 @@ set" (sglang omits unset arguments).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from perfwarden.auditor.evidence import LegEvidence, line_evidence
 from perfwarden.auditor.findings import GateResult, finding
-from perfwarden.auditor.gates.conditions import _canonical, declared_keys, is_declared
+from perfwarden.auditor.gates.conditions import declared_keys, is_declared
+from perfwarden.auditor.model.statements import canonical
 from perfwarden.auditor.rederive import RepMetrics, flatten_json
 from perfwarden.harness.records import Claim, Finding
 
@@ -42,16 +44,20 @@ _DESCRIBED = {
 """Descriptors whose absence from both legs is reported as not checked."""
 
 
-def _values(reps: list[RepMetrics], key: str) -> dict[tuple, tuple[Any, RepMetrics]]:
+Stated = Mapping[tuple[Any, ...], tuple[Any, RepMetrics | None]]
+"""Canonical value -> (value, the first rep stating it, or None when only the leg's spec states it)."""
+
+
+def _values(reps: list[RepMetrics], key: str) -> dict[tuple[Any, ...], tuple[Any, RepMetrics]]:
     """Canonical value -> (value, first rep stating it); an absent key reads as None."""
-    out: dict[tuple, tuple[Any, RepMetrics]] = {}
+    out: dict[tuple[Any, ...], tuple[Any, RepMetrics]] = {}
     for rep in reps:
         value = rep.workload.get(key)
-        out.setdefault(_canonical(value), (value, rep))
+        out.setdefault(canonical(value), (value, rep))
     return out
 
 
-def _show(values: dict[tuple, tuple[Any, RepMetrics]]) -> Any:
+def _show(values: Stated) -> Any:
     items = [v for v, _ in values.values()]
     return items[0] if len(items) == 1 else items
 
@@ -77,7 +83,7 @@ def _leg_consistency(run: Path, leg: LegEvidence, keys: set[str]) -> list[Findin
     wrong = []
     for key, stated in spec.items():
         lines = {c: vr for c, vr in _values(leg.reps, key).items() if any(key in r.workload for r in leg.reps)}
-        if lines and _canonical(stated) not in lines:
+        if lines and canonical(stated) not in lines:
             wrong.append((key, stated, _show(lines), next(iter(lines.values()))[1]))
     if wrong:
         key, stated, lines_value, rep = wrong[0]
@@ -122,13 +128,13 @@ def _between_legs(run: Path, claim: Claim, base: LegEvidence, cand: LegEvidence,
             continue
         if _recorded_group(key) in skipped:
             continue
-        sides = []
+        sides: list[Stated] = []
         for leg in (base, cand):
-            values = _values(leg.reps, key) if any(key in r.workload for r in leg.reps) else {}
+            values: Stated = _values(leg.reps, key) if any(key in r.workload for r in leg.reps) else {}
             if not values and key in specs[leg.name]:
-                values = {_canonical(specs[leg.name][key]): (specs[leg.name][key], None)}
+                values = {canonical(specs[leg.name][key]): (specs[leg.name][key], None)}
             if not values:
-                values = {_canonical(None): (None, None)}
+                values = {canonical(None): (None, None)}
             sides.append(values)
         if set(sides[0]) == set(sides[1]):
             continue
@@ -205,7 +211,7 @@ def same_load(run: Path, claim: Claim, base: LegEvidence, leg: LegEvidence) -> b
     return not findings and not notes
 
 
-def check_workload(run: Path, claim: Claim, base: LegEvidence, cand: LegEvidence) -> GateResult:
+def check_workload(run: Path, claim: Claim, base: LegEvidence, cand: LegEvidence) -> GateResult[None]:
     """Workload parity between the compared legs (module docstring)."""
     if not base.reps or not cand.reps:
         return GateResult(not_checked=["workload: a leg has no usable rep"])
