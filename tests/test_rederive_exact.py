@@ -123,3 +123,20 @@ def test_a_per_request_time_that_is_not_a_time_is_named(bad: float, message: str
     line.ttfts[17] = bad
     with pytest.raises(RepError, match=f"'ttfts' {message}"):
         rederive_rep(line, REF, "base", 0)
+
+
+@pytest.mark.parametrize("extra", [-1, 0, 1])
+@pytest.mark.parametrize("kind", ["ties_at_the_brackets", "nan", "descending"])
+def test_quantiles_compared_a_block_at_a_time_equal_numpy(kind: str, extra: int) -> None:
+    """The bracketing pass reads the array in blocks: a last block of one value, ties that straddle a
+    block's edge, and a NaN (numpy's own percentile then) give numpy's answer bit for bit."""
+    from perfwarden.auditor.rederive import SELECT_BLOCK
+
+    rng = np.random.default_rng(11)
+    n = 3 * SELECT_BLOCK + extra
+    values = {"ties_at_the_brackets": lambda: rng.integers(0, 7, n).astype(float),
+              "nan": lambda: np.where(np.arange(n) == 2 * SELECT_BLOCK, math.nan, rng.random(n)),
+              "descending": lambda: np.sort(rng.lognormal(-4, 0.3, n))[::-1].copy()}[kind]()
+    want = np.percentile(values, [50, 99])
+    got = _quantiles(values, (0.5, 0.99))
+    assert np.array([got]).tobytes() == np.array([want]).tobytes()
