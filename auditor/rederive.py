@@ -24,7 +24,6 @@ from __future__ import annotations
 import hashlib
 import itertools
 import math
-import operator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -218,9 +217,10 @@ def _quantiles(values: np.ndarray, qs: tuple[float, ...]) -> list[float]:
 
     Small arrays: one ``np.percentile`` call (a single partition around every order statistic needed).
     Large arrays (a rep's million inter-token gaps): the order statistics are first bracketed by a
-    strided sample, then only the values inside the brackets are partitioned -- a few comparison passes
-    instead of a selection over everything. The counts below each bracket prove the bracket holds the
-    wanted ranks; when they do not (adversarial data), the full selection runs. Exact either way.
+    strided sample, then only the values inside the brackets are partitioned -- one comparison pass
+    (``_bracketed``) instead of a selection over everything. The counts below each bracket prove the
+    bracket holds the wanted ranks; when they do not (adversarial data), the full selection runs. Exact
+    either way.
     """
     n = values.size
     if n < SELECT_SAMPLE_MIN:
@@ -236,17 +236,40 @@ def _quantiles(values: np.ndarray, qs: tuple[float, ...]) -> list[float]:
         margin = 8 + int(8 * np.sqrt(m * q * (1 - q)))  # 8 standard deviations of the sample's rank at q
         edges.append((sample[max(0, int(np.floor(pos)) - margin)], sample[min(m - 1, int(np.ceil(pos)) + margin)]))
     out = []
-    for (h, lo_rank, hi_rank), (lo, hi) in zip(ranks, edges):
-        under = values < lo
-        below = int(np.count_nonzero(under))
-        keep = np.logical_not(under, out=under)  # in place: no second mask of the whole array
-        keep &= values <= hi
-        inside = np.compress(keep, values)  # half the time of values[keep] on a sparse mask
+    for (h, lo_rank, hi_rank), (below, inside) in zip(ranks, _bracketed(values, edges)):
         if not (below <= lo_rank and hi_rank < below + inside.size):
             return [float(x) for x in np.percentile(values, [100.0 * q for q in qs])]
         part = np.partition(inside, sorted({lo_rank - below, hi_rank - below}))
         out.append(_lerp(float(part[lo_rank - below]), float(part[hi_rank - below]), h - lo_rank))
     return out
+
+
+SELECT_BLOCK = 1 << 16
+"""Values ``_bracketed`` compares per step: a block (512 KiB of float64) stays in cache through every
+bracket's comparisons, count and compress, so a large array is read from memory once for all the
+quantiles instead of three times for each (two quantiles of 3M gaps: ~17 -> ~10 ms)."""
+
+
+def _bracketed(values: np.ndarray, edges: list[tuple[float, float]]) -> list[tuple[int, np.ndarray]]:
+    """For each ``(lo, hi)``: how many values are below ``lo``, and the values in ``[lo, hi]`` (in order).
+
+    A NaN is neither below nor inside any bracket, so the caller's count check sends an array holding
+    one to numpy's own percentile, as a comparison over the whole array would."""
+    below = [0] * len(edges)
+    inside: list[list[np.ndarray]] = [[] for _ in edges]
+    under = np.empty(min(SELECT_BLOCK, values.size), dtype=bool)
+    within = np.empty_like(under)
+    for start in range(0, values.size, SELECT_BLOCK):
+        block = values[start:start + SELECT_BLOCK]
+        low_mask, high_mask = under[:block.size], within[:block.size]
+        for k, (lo, hi) in enumerate(edges):
+            np.less(block, lo, out=low_mask)
+            below[k] += int(np.count_nonzero(low_mask))
+            np.logical_not(low_mask, out=low_mask)
+            np.less_equal(block, hi, out=high_mask)
+            low_mask &= high_mask
+            inside[k].append(np.compress(low_mask, block))  # half the time of block[mask] on a sparse mask
+    return [(count, np.concatenate(parts)) for count, parts in zip(below, inside)]
 
 
 def _median_p99(values: np.ndarray) -> tuple[float, float]:
@@ -619,7 +642,7 @@ def _stated_value(value: Any, name: str, ref: LineRef) -> Any:
     return raw_json(value, name, ref) if isinstance(value, msgspec.Raw) else value
 
 
-def _gaps(line: BenchRunLine, ref: LineRef, ok: np.ndarray, all_ok: bool,
+def _gaps(line: BenchRunLine, ref: LineRef, ok: np.ndarray, failed: list[int],
           problems: list[tuple[str, str]]) -> tuple[np.ndarray | None, np.ndarray | None, np.ndarray | None]:
     """The successful requests' gap counts, their flattened gaps and per-request sums (None without
     ``itls``). Flattened in C (``float_columns``), never element by element in Python: a 100k-request
@@ -627,7 +650,6 @@ def _gaps(line: BenchRunLine, ref: LineRef, ok: np.ndarray, all_ok: bool,
     itl_lists = line.itls
     if itl_lists is None:
         return None, None, None
-    failed = [] if all_ok else np.flatnonzero(~ok).tolist()
     ok_lists = _kept(itl_lists, ok, failed) if failed else itl_lists
     lens = np.fromiter(map(len, ok_lists), dtype=np.intp, count=len(ok_lists))
     gaps = flat_float_array(ok_lists, int(lens.sum()))
@@ -688,8 +710,12 @@ def rederive_rep(line: BenchRunLine, ref: LineRef, leg: str, rep_index: int) -> 
     problems += check_array_lengths(line, ref, n)
     out_lens = _as_array(line.output_lens, "output_lens", n)
     ttfts = _as_array(line.ttfts, "ttfts", n)
-    ok = np.fromiter(map(operator.not_, line.errors), dtype=bool, count=n)
-    n_ok = int(ok.sum())
+    # The failed requests (a non-empty error) picked in C by truthiness, as ``not error`` would judge each:
+    # a fraction of the time of one numpy bool per request through the iterator protocol.
+    failed = list(itertools.compress(range(n), line.errors))
+    ok = np.ones(n, dtype=bool)
+    ok[failed] = False
+    n_ok = n - len(failed)
     result = _new_record(line, ref, leg, rep, n, n_ok)
     in_lens = _as_array(line.input_lens, "input_lens", n) if line.input_lens is not None else None
     result.prompt_digest, result.lens_digest = _prompt_digests(line, n, in_lens)
@@ -710,7 +736,7 @@ def rederive_rep(line: BenchRunLine, ref: LineRef, leg: str, rep_index: int) -> 
     ok_idx = np.flatnonzero(ok)
     ok_ttft = ttfts if all_ok else ttfts[ok_idx]
     ok_out = out_lens if all_ok else out_lens[ok_idx]
-    gap_counts, gaps, sums = _gaps(line, ref, ok, all_ok, problems)
+    gap_counts, gaps, sums = _gaps(line, ref, ok, failed, problems)
     if line.schema_version is not None and gap_counts is not None:
         problems += check_chunks(ref, gap_counts, ok_out, ok_idx)
     if all_latencies is not None:

@@ -425,6 +425,8 @@ def _int_depth(info: Any, depth: int = 0) -> int | None:
 def _out_of_range(values: list[Any]) -> Any:
     """The first integer of ``values`` outside the range, or None (``min``/``max`` run in C; a list
     mixing strings and integers, such as prompt ids, is filtered first)."""
+    if values and type(values[0]) is int and _within_int64(values):
+        return None
     ints = values if values and type(values[0]) is int else [v for v in values if type(v) is int]
     try:
         low, high = (min(ints), max(ints)) if ints else (0, 0)
@@ -434,6 +436,18 @@ def _out_of_range(values: list[Any]) -> Any:
     if low < INT_MIN or high > INT_MAX:
         return next(v for v in ints if not INT_MIN <= v <= INT_MAX)
     return None
+
+
+def _within_int64(values: list[Any]) -> bool:
+    """Whether numpy takes ``values`` as signed 64-bit integers: it raises for any integer outside that
+    range, whatever else the list holds, so success proves every integer in it is inside ``[INT_MIN,
+    INT_MAX]``. One C pass of about two-thirds the time of a ``min`` and a ``max`` over a token-length
+    list; anything numpy refuses (an integer past 2**63, None, a word) is judged by the exact path."""
+    try:
+        np.array(values, dtype=np.int64)
+    except (OverflowError, ValueError, TypeError):
+        return False
+    return True
 
 
 def check_struct_ints(record: Any, what: str | None = None) -> None:

@@ -103,6 +103,19 @@ def test_gaps_of_successful_requests_only_feed_the_metrics() -> None:
     assert rep.n_ok == 10
 
 
+def test_a_null_or_empty_error_is_a_success_and_any_text_a_failure() -> None:
+    """``errors`` as sglang and foreign files write it: an empty string or null is a success, any text a
+    failure, and the failed requests' gaps stay out of the ITL quantiles."""
+    itls = [[0.010], [7.0], [0.020], [6.0], [0.030], [0.040]]
+    errors: list[str | None] = ["", "HTTP 500", None, " ", None, ""]
+    line = _line(itls)
+    line.errors = errors
+    rep = rederive_rep(line, REF, "base", 0)
+    assert (rep.n_ok, rep.n_errors, rep.error_samples) == (4, 2, ["HTTP 500", " "])
+    want = np.percentile([0.010, 0.020, 0.030, 0.040], [50, 99]) * 1000.0
+    assert (rep.metrics["median_itl_ms"], rep.metrics["p99_itl_ms"]) == (float(want[0]), float(want[1]))
+
+
 @pytest.mark.parametrize("failed", [[], [0], [7], [199], [3, 4, 5, 150], list(range(0, 200, 3)), list(range(200))])
 def test_successful_requests_gaps_are_kept_in_order(failed: list[int]) -> None:
     """Few failures take the slices, many the compress: both keep exactly the successful requests' lists."""
@@ -123,3 +136,20 @@ def test_a_per_request_time_that_is_not_a_time_is_named(bad: float, message: str
     line.ttfts[17] = bad
     with pytest.raises(RepError, match=f"'ttfts' {message}"):
         rederive_rep(line, REF, "base", 0)
+
+
+@pytest.mark.parametrize("extra", [-1, 0, 1])
+@pytest.mark.parametrize("kind", ["ties_at_the_brackets", "nan", "descending"])
+def test_quantiles_compared_a_block_at_a_time_equal_numpy(kind: str, extra: int) -> None:
+    """The bracketing pass reads the array in blocks: a last block of one value, ties that straddle a
+    block's edge, and a NaN (numpy's own percentile then) give numpy's answer bit for bit."""
+    from perfwarden.auditor.rederive import SELECT_BLOCK
+
+    rng = np.random.default_rng(11)
+    n = 3 * SELECT_BLOCK + extra
+    values = {"ties_at_the_brackets": lambda: rng.integers(0, 7, n).astype(float),
+              "nan": lambda: np.where(np.arange(n) == 2 * SELECT_BLOCK, math.nan, rng.random(n)),
+              "descending": lambda: np.sort(rng.lognormal(-4, 0.3, n))[::-1].copy()}[kind]()
+    want = np.percentile(values, [50, 99])
+    got = _quantiles(values, (0.5, 0.99))
+    assert np.array([got]).tobytes() == np.array([want]).tobytes()

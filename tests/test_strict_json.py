@@ -200,3 +200,16 @@ def test_the_vllm_args_parser_carries_its_own_bound():
     with pytest.raises(VllmArgsError, match="bound"):
         parse_args("{'a': '" + "x" * MAX_ARGS_CHARS + "'}")
     assert parse_args("{'a': 1, 'b': <E.X: 1>}") == {"a": 1}
+
+
+@pytest.mark.parametrize("values, bad", [
+    ([5, 2**63 - 1, INT_MIN], None),  # the signed 64-bit range numpy takes
+    ([5, 2**63, INT_MAX], None),  # past it, inside the unsigned range: judged by the exact path
+    ([5] * 1000 + [INT_MAX + 1], INT_MAX + 1),
+    ([5, INT_MIN - 1, 7], INT_MIN - 1),
+    ([5, "7", INT_MAX + 1], INT_MAX + 1),  # a list mixing words and integers
+])
+def test_an_integer_list_is_held_to_the_range_past_the_signed_64_bit_one(values, bad):
+    """A long integer list is proven in range by one numpy conversion; whatever numpy refuses is judged
+    exactly, so an integer just past either end is still named, and one inside the unsigned range passes."""
+    assert strict_json._out_of_range(values) == bad
