@@ -148,3 +148,36 @@ def test_a_rig_stripped_of_its_clock_is_still_read_by_the_clock_its_lines_name(t
                               else [r["times_ms"][0] / 3] * PARENT_ITERS})
     v = parent_verdict(run)
     assert v.verdict == "FAIL" and corrupt(v), [f.message for f in v.findings]
+
+
+# ------------------------------------------------------- every witness moved at once, in a sealed run
+
+
+def test_a_sealed_op_bench_forged_coherently_is_tampered_evidence(tmp_path, monkeypatch):
+    """The forger moves every witness the rule reads together: the candidate padded with copies of its
+    fastest figure, ``iters`` restated to the padded count, ``duration_s`` stretched to hold it, and every
+    clock statement (rig.json's and each line's) turned to per-call timing. Nothing inside the op bench's
+    files disagrees any more; the harness sealed them, so the seal does (FAIL, never banked). Without a seal
+    the same files are foreign evidence, at best PASS (unsealed), which the graph refuses to bank."""
+    from perfwarden.orchestrator.runner import run_graph
+    from perfwarden.orchestrator.settings import RunSettings
+    from perfwarden.orchestrator.simlab import SyntheticLab
+
+    monkeypatch.setenv("PERFWARDEN_KEY_DIR", str(tmp_path / "keys"))
+    run = tmp_path / "run"
+    run_graph(run, RunSettings(target="synthetic", levers=[]), SyntheticLab(), capture_logs=False)
+    claim = next((run / "claims").glob("*-harness.json"))
+    assert audit_path(run, claim).verdict == "PASS"  # the honest simulated rig
+    bench = next((run / "opbench").glob("*/opbench.jsonl"))
+    rig_path = bench.parent / "rig.json"
+    rig = json.loads(rig_path.read_text())
+    rows = [json.loads(line) for line in bench.read_text().splitlines() if line.strip()]
+    pad = rig["iters"] * 4
+    bench.write_text("".join(json.dumps({**r, "timing_method": "per_call",
+                                         "times_ms": r["times_ms"] + [min(r["times_ms"])] * pad}) + "\n"
+                             for r in rows))
+    rig_path.write_text(json.dumps({**rig, "iters": len(rows[0]["times_ms"]) + pad, "timing_method": "per_call",
+                                    "timing": {}, "duration_s": rig["duration_s"] * 100}))
+    v = audit_path(run, claim)
+    assert v.verdict == "FAIL" and "EVIDENCE_TAMPERED" in {f.code for f in v.findings}, \
+        [f.message for f in v.findings]
