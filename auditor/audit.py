@@ -220,8 +220,9 @@ def audit_harness(a: Audit) -> None:
     if profile_rows is None:
         a.not_checked.append("served shapes: no profile.jsonl lists the shapes the server serves")
     iso = claim.isolated_speedup
-    figures = _rig_figures(a, path)
+    # rig.json read once for the roofline and for the figures' count and time: two reads could see two files
     rig_json, rig_file = _rig_json(a, path)
+    figures = opbench.rig_figures(rig_json, required=_sealed_rig(a))
     a.gate("harness", lambda: opbench.check_rig_samples(a.run, rows, rig_json, rig_file, _sealed_rig(a)))
     result = a.gate("harness", lambda: opbench.audit_rig(
         a.run, rows, iso.baseline_backend if iso else None, iso.candidate_backend if iso else None,
