@@ -18,9 +18,11 @@ What is measured, in ONE process run, interleaved and repeated (``--rounds``, me
     completeness -- is part of the time. If the auditor cannot be imported yet (a gate module
     missing), ``RunLoader`` loading both legs is timed instead, and the script says so.
 
-The ratio (b)/(a) is printed against the 1.5x target as the median of the per-round ratios (each
-round times (a) and (b) back to back, alternating which goes first, so a slow spell on a shared machine
-hits both sides of a pair); the ratio of medians and of minima are printed too.
+The ratio (b)/(a) is printed against its 0.9x target as the median of the per-round ratios (each
+round times (a), (b) and (a) with the GC paused back to back, the three rotating through the three
+positions round by round, so a slow spell on a shared machine hits every side of a round and no side
+always runs first); the ratio of medians and of minima are printed too. The ratio to the GC-paused parse
+is printed the same way against its 1.3x target (design §7).
 
 Memory: the audit is run in a fresh subprocess per file size and its peak RSS (``VmHWM``, the same
 high-water mark as ``getrusage(RUSAGE_SELF).ru_maxrss`` but not inherited over fork+exec from this
@@ -65,7 +67,8 @@ import record
 from perfwarden.harness import seal
 from perfwarden.orchestrator.synth import write_claim, write_leg, write_manifest
 
-TARGET_RATIO = 1.5
+TARGET_RATIO = 0.9
+TARGET_GC_PAUSED_RATIO = 1.3
 WORDS = ("the model said that a quick answer is often the best one when the question is clear and "
          "short so we keep it brief and plain").split()
 
@@ -304,8 +307,8 @@ def throughput(run: Path, rounds: int) -> Throughput:
     bare_parse(run)  # warm the page cache once, untimed
     bare_t, audit_t, strict_t = [], [], []
     for r in range(rounds):
-        order = [("bare", bare_parse), ("audit", audit)] if r % 2 == 0 else [("audit", audit), ("bare", bare_parse)]
-        order.append(("bare-gc-paused", bare_parse_gc_paused))
+        sides = [("bare", bare_parse), ("audit", audit), ("bare-gc-paused", bare_parse_gc_paused)]
+        order = sides[r % 3:] + sides[:r % 3]
         for name, fn in order:
             t, out = timed(fn, run)
             {"bare": bare_t, "audit": audit_t, "bare-gc-paused": strict_t}[name].append(t)
@@ -318,9 +321,11 @@ def throughput(run: Path, rounds: int) -> Throughput:
     print(f"ratio audit/bare   : {ratio:.2f}x median of the per-round (adjacent, paired) ratios "
           f"{[round(x, 2) for x in paired]}; ratio of medians {a / b:.2f}x, of minima {min(audit_t) / min(bare_t):.2f}x"
           f"  (target <= {TARGET_RATIO}x: {'MET' if ratio <= TARGET_RATIO else 'MISSED'})")
-    strict = statistics.median(x / y for x, y in zip(audit_t, strict_t))
-    print(f"ratio audit/bare with the GC paused in both: {strict:.2f}x (bare-gc-paused median "
-          f"{statistics.median(strict_t):.3f} s)")
+    strict_paired = [x / y for x, y in zip(audit_t, strict_t)]
+    strict = statistics.median(strict_paired)
+    print(f"ratio audit/bare with the GC paused in both: {strict:.2f}x median of the per-round ratios "
+          f"{[round(x, 2) for x in strict_paired]} (bare-gc-paused median {statistics.median(strict_t):.3f} s)"
+          f"  (target <= {TARGET_GC_PAUSED_RATIO}x: {'MET' if strict <= TARGET_GC_PAUSED_RATIO else 'MISSED'})")
     return Throughput(bare_s=b, audit_s=a, ratio=ratio, paired=paired, gc_paused_ratio=strict)
 
 
