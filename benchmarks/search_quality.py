@@ -19,6 +19,15 @@ whole configuration of ``KNOBS`` (80 configurations). Surfaces:
 - ``interacting``: hand-written so that one knob at a time stalls (a larger batch only fills when the
   scheduler waits; prompt lookup helps at small batches only).
 
+``--objective goodput``: every search optimizes request goodput at the SLO ``GOODPUT_SLO`` (TTFT at most
+130 ms) instead of output throughput. The simulated TTFT is modelled, not measured, on every surface: the
+lab's 80 ms median, multiplied by ``TTFT_EFFECTS`` (larger batches and longer waits delay the first token),
+with the lab's +-5% spread over its 16 requests. A configuration's noise-free goodput is its surface factor
+times the share of its requests within the SLO (``goodput_factor``); the effects are chosen so that every
+configuration is at least 7% inside or outside the SLO (all or none of its requests meet it), and so that
+the SLO binds: the throughput surfaces' best configurations (batch 16) break it, so the grid's best under
+goodput is another configuration.
+
 Samplers: ``tpe`` (the default), ``random`` (uniform draws of the same study), ``grid`` (every grid point
 once, in a seeded order, cut at the budget) and ``coordinate`` (one knob at a time). The figure per search:
 the banked configuration's true gain on the surface (noise-free) as a share of the grid's best gain. The
@@ -33,6 +42,7 @@ import argparse
 import functools
 import itertools
 import json
+import math
 import statistics
 import sys
 import tempfile
@@ -49,6 +59,11 @@ SAMPLERS = ("tpe", "random", "grid", "coordinate")
 BASELINE = {"max_batch_size": 1, "batch_wait_ms": 0.0, "prompt_lookup": False, "attn_implementation": "sdpa"}
 """The embedded target's defaults for ``KNOBS``: where every search starts."""
 Surface = Callable[[dict[str, Any]], float]
+TTFT_EFFECTS: dict[str, dict[Any, float]] = {"max_batch_size": {1: 1.0, 2: 1.1, 4: 1.25, 8: 1.45, 16: 2.6},
+                                             "batch_wait_ms": {0.0: 1.0, 5.0: 1.04, 20.0: 1.2, 40.0: 1.8}}
+"""Multipliers of the simulated median TTFT (``--objective goodput``): products 1.0-1.51 meet the SLO,
+1.74 and above break it (no product in between)."""
+GOODPUT_SLO = "ttft_ms=130"
 
 
 def interacting(config: dict[str, Any]) -> float:
@@ -123,21 +138,52 @@ def grid_best(surface: Surface) -> tuple[float, dict[str, Any]]:
     return surface(best), best
 
 
-def one_run(surface_name: str, sampler: str, seed: int, budget: int, root: Path) -> dict[str, Any]:
+def ttft_factor(config: dict[str, Any]) -> float:
+    """The simulated median TTFT's multiplier at ``config`` (``TTFT_EFFECTS``)."""
+    return math.prod(table.get(config.get(knob), 1.0) for knob, table in TTFT_EFFECTS.items())
+
+
+def goodput_factor(surface: Surface) -> Surface:
+    """``surface`` under the goodput objective: the throughput factor times the share of the lab's requests
+    whose TTFT meets ``GOODPUT_SLO`` (goodput = good requests / duration, and the lab's requests all carry
+    the same tokens, so it scales as throughput times that share)."""
+    from perfwarden.harness.slo import parse_slo
+    from perfwarden.orchestrator.simlab import BASE_TTFT_MS, REQUESTS_PER_REP
+    from perfwarden.orchestrator.synth import _spread
+
+    bound = parse_slo(GOODPUT_SLO).ttft_ms
+    assert bound is not None
+
+    def factor(config: dict[str, Any]) -> float:
+        ttfts = _spread(BASE_TTFT_MS * ttft_factor(config), REQUESTS_PER_REP, 0.05)
+        return surface(config) * sum(t <= bound for t in ttfts) / len(ttfts)
+
+    return factor
+
+
+def one_run(surface_name: str, sampler: str, seed: int, budget: int, root: Path,
+            objective: str = "throughput") -> dict[str, Any]:
     from perfwarden.agents.integrator import final_changes
+    from perfwarden.harness.slo import parse_slo
     from perfwarden.orchestrator.runner import run_graph
     from perfwarden.orchestrator.settings import RunSettings
     from perfwarden.orchestrator.simlab import BASE, SyntheticLab
 
     surface = SURFACES[surface_name]
-    lab = SyntheticLab(effects={"prompt_lookup": {"tput": 1.0, "accept_length": 1.8}}, surface=surface, seed=seed)
+    effects: dict[str, dict[str, Any]] = {"prompt_lookup": {"tput": 1.0, "accept_length": 1.8}}
+    goodput = objective == "goodput"
+    if goodput:
+        effects.update({knob: {"ttft": table} for knob, table in TTFT_EFFECTS.items()})
+    lab = SyntheticLab(effects=effects, surface=surface, seed=seed)
     settings = RunSettings(target="synthetic", kernels=False, levers=list(KNOBS), sampler=sampler, seed=seed,
-                           max_proposals=budget, budget_minutes=600, study_batch=1)
+                           max_proposals=budget, budget_minutes=600, study_batch=1, objective=objective,
+                           slo=parse_slo(GOODPUT_SLO) if goodput else None)
     started = time.perf_counter()
     state = run_graph(root / f"{surface_name}-{sampler}-{seed}", settings, lab, capture_logs=True)
     final = {**{k: BASE.get(k) for k in KNOBS}, **final_changes(state["banked"])}
+    judged = goodput_factor(surface) if goodput else surface
     return {"steps": len(state["proposals"]), "banked": len(state["banked"]), "final": {k: final[k] for k in KNOBS},
-            "factor": surface(final), "wall_s": time.perf_counter() - started}
+            "factor": judged(final), "wall_s": time.perf_counter() - started}
 
 
 def share(factor: float, best: float, start: float) -> float:
@@ -180,28 +226,33 @@ def main() -> int:
     parser.add_argument("--seeds", default="0-9", help="e.g. 0-9 or 0,1,2")
     parser.add_argument("--surfaces", default="smooth,recorded")
     parser.add_argument("--samplers", default=",".join(SAMPLERS))
+    parser.add_argument("--objective", choices=("throughput", "goodput"), default="throughput",
+                        help=f"goodput: request goodput at {GOODPUT_SLO} with a modelled TTFT (module docstring)")
     record.add_flag(parser)
     args = parser.parse_args()
     seeds = _seeds(args.seeds)
     surfaces = [s for s in args.surfaces.split(",") if s]
     samplers = [s for s in args.samplers.split(",") if s]
-    print(f"budget: {args.budget} A/B steps per search; {len(grid())} configurations in the grid; seeds {seeds}")
+    print(f"budget: {args.budget} A/B steps per search; {len(grid())} configurations in the grid; seeds {seeds}; "
+          f"objective {args.objective}" + (f" at {GOODPUT_SLO} (TTFT modelled: TTFT_EFFECTS)" if args.objective == "goodput" else ""))
     if "recorded" in surfaces:
         print(f"recorded surface: {RECORDED.name}: {json.dumps(_recorded_table()[1])}")
     verdict_ok = True
+    tag = f", objective goodput at {GOODPUT_SLO} (modelled TTFT)" if args.objective == "goodput" else ""
     figures: list[record.Figure] = []
     with tempfile.TemporaryDirectory(prefix="pw-search-quality-") as tmp:
         for surface_name in surfaces:
-            best, where = grid_best(SURFACES[surface_name])
-            start = SURFACES[surface_name](BASELINE)
-            top = sorted((SURFACES[surface_name](c) for c in grid()), reverse=True)
+            judged = goodput_factor(SURFACES[surface_name]) if args.objective == "goodput" else SURFACES[surface_name]
+            best, where = grid_best(judged)
+            start = judged(BASELINE)
+            top = sorted((judged(c) for c in grid()), reverse=True)
             near = sum(f - start >= 0.95 * (best - start) for f in top)
             print(f"\n== surface {surface_name}: the true baseline {start:.3f}x; grid best {best:.3f}x at {where}; "
                   f"{near} of {len(top)} configurations within 95% of the best gain")
             shares: dict[str, list[float]] = {s: [] for s in samplers}
             for seed in seeds:
                 for sampler in samplers:
-                    r = one_run(surface_name, sampler, seed, args.budget, Path(tmp))
+                    r = one_run(surface_name, sampler, seed, args.budget, Path(tmp), args.objective)
                     shares[sampler].append(share(r["factor"], best, start))
                     print(f"  {sampler:<10} seed {seed}: {r['steps']:>2} steps, {r['banked']} banked -> {r['factor']:.3f}x, "
                           f"{shares[sampler][-1]:6.1%} of the best gain ({r['wall_s']:.0f}s)", flush=True)
@@ -209,12 +260,12 @@ def main() -> int:
             for line in summary(shares, seeds):
                 print(line)
             figures += [record.Figure(
-                f"share of the grid's best gain banked within {args.budget} A/B steps, surface {surface_name}, "
+                f"share of the grid's best gain banked within {args.budget} A/B steps, surface {surface_name}{tag}, "
                 f"sampler {name}, seeds {args.seeds}",
                 f"median **{statistics.median(v):.1%}**, worst seed {min(v):.1%}") for name, v in shares.items()]
             if "tpe" in shares and "random" in shares:
                 figures.append(record.Figure(
-                    f"TPE's margin over random search within {args.budget} A/B steps, surface {surface_name}, "
+                    f"TPE's margin over random search within {args.budget} A/B steps, surface {surface_name}{tag}, "
                     f"seeds {args.seeds}", tpe_margin(shares["tpe"], shares["random"])))
             if surface_name == "recorded" and "tpe" in shares and "random" in shares:
                 verdict_ok = statistics.median(shares["tpe"]) > statistics.median(shares["random"])

@@ -146,8 +146,8 @@ class SyntheticLab:
                 rng = random.Random(f"{self.seed}:{plan.leg}:{k}")
                 slowed = math.prod(f for part, f in self.handicap.items() if part in plan.leg)
                 tput = 100.0 * eff["tput"] * slowed * math.exp(rng.gauss(0, self.cv))
-                line = make_rep(plan.leg, k, throughput=tput, ttft_ms=80.0 * eff["ttft"],
-                                accept_length=eff.get("accept_length"), n_requests=16, output_len=16,
+                line = make_rep(plan.leg, k, throughput=tput, ttft_ms=BASE_TTFT_MS * eff["ttft"],
+                                accept_length=eff.get("accept_length"), n_requests=REQUESTS_PER_REP, output_len=16,
                                 start_step_s=0.0,
                                 contention=self.hog if self.contended is True or (
                                     isinstance(self.contended, str) and self.contended in plan.leg) else None,
@@ -226,6 +226,12 @@ def _rep_start(paths: RunDir, k: int, position: int, n_legs: int) -> float:
     except (OSError, ValueError, TypeError, AttributeError):
         t0 = 1_700_000_000.0
     return t0 + 10.0 + 10.0 * (k * n_legs + position)
+
+
+BASE_TTFT_MS = 80.0
+"""A simulated rep's median TTFT before the knobs' ``ttft`` effects multiply it."""
+REQUESTS_PER_REP = 16
+"""Requests per simulated rep (their TTFTs spread +-5% around the median: ``synth.make_rep``)."""
 
 
 def _at(effect: float | dict, value: Any) -> float:
