@@ -36,10 +36,18 @@ Candidate causes, and the code that makes each:
    processes used during its reps (``/proc/<pid>/stat``; the lab's contention sample excludes both servers'
    processes, so it could not see this).
 
+6. **How many servers a step holds up.** A bundle step starts four servers at once (the bundle, its
+   baseline, the TEST04 caching audit and its control); every other step two. In a ``--target vllm`` run
+   (max_num_seqs 1 -> 2, load 3-5 from the run itself) both the bundle's baseline and the bundle were
+   10-15% slower than their same-config legs of two-server steps. Measured (with ``--crowd N``): every
+   server of one configuration, in groups of two and of ``N`` started at once, alternating, every server
+   measured in rounds as the lab measures a step's legs; the ratio of the crowd's reps to the pairs', and the
+   CPU the idle servers used during each rep.
+
     python benchmarks/baseline_handicap.py --target embedded [--rounds 4] [--restarts 3] [--samples 8]
         [--max-tokens 16] [--json out.json]
     python benchmarks/baseline_handicap.py --target vllm --model DIR [--vllm-python PY] [--set max_num_seqs=2]
-        [--partner-set max_num_seqs=4 [--only-partner]]
+        [--partner-set max_num_seqs=4 [--only-partner]] [--crowd 4 [--crowd-groups 4] [--only-crowd]]
 
 Needs a quiet machine for figures that mean anything: it prints the load average at start and end.
 """
@@ -196,6 +204,23 @@ def run_partner(lab: ServerLab, root: Path, config: dict[str, Any], partner: dic
     return reps
 
 
+def run_crowd(lab: ServerLab, root: Path, config: dict[str, Any], n_rounds: int, groups: int, size: int) -> list[Rep]:
+    """``groups`` fresh groups of one configuration, alternating between two servers (``crowd-pair``) and
+    ``size`` servers (``crowd-crowd``), each group started at once and measured for ``n_rounds`` rounds over
+    every one of its servers, as the lab measures a step's legs."""
+    reps: list[Rep] = []
+    for g in range(groups):
+        kind = "pair" if g % 2 == 0 else "crowd"
+        names = [f"group{g}-{i}" for i in range(2 if kind == "pair" else size)]
+        targets = start(lab, root / "crowd", names, config, True)
+        try:
+            reps += rounds(lab, root / "crowd", f"crowd-{kind}", targets, n_rounds, process=g + 1,
+                           first_round=g * n_rounds)
+        finally:
+            stop(targets)
+    return reps
+
+
 # ------------------------------------------------------------------------------------------ figures
 
 
@@ -237,6 +262,27 @@ def figures(reps: list[Rep]) -> list[tuple[str, float | None, str]]:
         ("process: median spread within one process (%)", statistics.median(within) if within else None,
          "the same processes' own reps"),
         *partner_figures(reps),
+        *crowd_figures(reps),
+    ]
+
+
+def crowd_figures(reps: list[Rep]) -> list[tuple[str, float | None, str]]:
+    """Every rep of a server among ``N`` over every rep of one in a pair, and the idle servers' CPU (empty
+    without the crowd experiment)."""
+    pair = [r for r in reps if r.experiment == "crowd-pair"]
+    crowd = [r for r in reps if r.experiment == "crowd-crowd"]
+    if not pair or not crowd:
+        return []
+
+    def cpu(rs: list[Rep]) -> float | None:
+        values = [r.partner_cpu_s for r in rs if r.partner_cpu_s is not None]
+        return statistics.median(values) if values else None
+
+    return [
+        ("crowd: among N servers / in a pair", ratio([r.tput for r in crowd], [r.tput for r in pair]),
+         f"{len(crowd)} and {len(pair)} reps, groups alternating, every server measured"),
+        ("crowd: idle servers' CPU s per rep, pair (median)", cpu(pair), "the other servers' processes, /proc/<pid>/stat"),
+        ("crowd: idle servers' CPU s per rep, crowd (median)", cpu(crowd), "the other servers' processes"),
     ]
 
 
@@ -277,10 +323,18 @@ def main() -> None:
                         help="also measure the configuration beside a partner of this one (the partner experiment)")
     parser.add_argument("--partner-pairs", type=int, default=4, help="fresh pairs of the partner experiment, alternating")
     parser.add_argument("--only-partner", action="store_true", help="run only the partner experiment")
+    parser.add_argument("--crowd", type=int, default=0, metavar="N",
+                        help="also measure servers in groups of N against groups of two (the crowd experiment)")
+    parser.add_argument("--crowd-groups", type=int, default=4, help="fresh groups of the crowd experiment, alternating")
+    parser.add_argument("--only-crowd", action="store_true", help="run only the crowd experiment")
     parser.add_argument("--json", type=Path, help="also write every rep and figure here")
     args = parser.parse_args()
     if args.only_partner and not args.partner_set:
         sys.exit("--only-partner needs --partner-set KNOB=VALUE")
+    if args.only_crowd and not args.crowd:
+        sys.exit("--only-crowd needs --crowd N")
+    if args.crowd and not (3 <= args.crowd <= 6 and 2 <= args.crowd_groups <= 10):
+        sys.exit("--crowd must be 3..6 and --crowd-groups 2..10 (the load is bounded)")
     if not 2 <= args.partner_pairs <= 10:
         sys.exit("--partner-pairs must be 2..10 (the load is bounded)")
     if not 2 <= args.rounds <= 20 or not 0 <= args.restarts <= 10:
@@ -291,7 +345,10 @@ def main() -> None:
     lab.prepare([LegPlan(leg="handicap", role="baseline", config=config)])  # weights converted once, up front
     load_before, t0 = os.getloadavg(), time.time()
     with tempfile.TemporaryDirectory(prefix="pw-handicap-") as scratch:
-        reps = [] if args.only_partner else run_experiments(lab, Path(scratch), config, args.rounds, args.restarts)
+        only = args.only_partner or args.only_crowd
+        reps = [] if only else run_experiments(lab, Path(scratch), config, args.rounds, args.restarts)
+        if args.crowd:
+            reps += run_crowd(lab, Path(scratch), config, args.rounds, args.crowd_groups, args.crowd)
         if args.partner_set:
             reps += run_partner(lab, Path(scratch), config, partner, args.rounds, args.partner_pairs)
     load_after = os.getloadavg()
