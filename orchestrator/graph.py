@@ -694,7 +694,12 @@ def bundle(state: RunState, runtime: Runtime[RunContext]) -> dict:
             LegPlan(leg="bundle-test04-control", role="candidate", config=final, prompts="same_length",
                     purpose="TEST04 control: distinct prompts of the repeated prompt's length")]
     try:
-        _measure(ctx, run, legs, ctx.settings.reps)
+        # Two servers up at a time, as in every other step: the bundle's A/B first, then the TEST04 pair
+        # (compared with each other only). Four servers up at once slowed every leg of a vLLM bundle step
+        # against its same-config legs (benchmarks/baseline_handicap.py --crowd: 0.967, the idle servers
+        # burning 0.40 CPU s per rep against 0.12 beside one partner).
+        _measure(ctx, run, legs[:2], ctx.settings.reps)
+        _measure(ctx, run, legs[2:], ctx.settings.reps)
     except LabError as exc:
         return {"bundle_done": True, "notes": [f"bundle failed: {exc}"], "pending_claim": None}
     notes = []
