@@ -13,7 +13,7 @@ import math
 import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, TypeVar, overload
 
 
 from perfwarden.auditor import banking, registry, snapshot, stats, witnesses
@@ -38,6 +38,9 @@ from perfwarden.harness.slo import GoodputBasis
 from perfwarden.harness.verdict_parts import HeadlineReference, LegWitnesses
 
 AUDITOR_VERSION = "1.0.0"
+
+T = TypeVar("T")
+R = TypeVar("R")
 
 
 @dataclass
@@ -77,7 +80,13 @@ class Audit:
     """The seal chain as read before the gates (manifest, error reading it); None until read."""
     """The run's seal key file as given (``--key``), for audits this audit runs itself (bundle components)."""
 
-    def gate(self, name: str, fn: Callable[[], Any]) -> Any:
+    @overload
+    def gate(self, name: str, fn: Callable[[], GateResult[T]]) -> T | None: ...
+
+    @overload
+    def gate(self, name: str, fn: Callable[[], R]) -> R | None: ...
+
+    def gate(self, name: str, fn: Callable[[], object]) -> object:
         """Run one gate; an exception in our own code degrades the verdict instead of crashing it.
 
         A pure gate returns a ``GateResult`` (or a plain list of findings): its findings and
