@@ -13,11 +13,12 @@ import math
 import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, TypeVar, overload
 
 
 from perfwarden.auditor import banking, registry, snapshot, stats, witnesses
-from perfwarden.auditor.claim_file import ClaimError, load_claim  # noqa: F401 - re-exported
+# Re-exported: the orchestrator, the review and the red team load claims and catch their errors from here.
+from perfwarden.auditor.claim_file import ClaimError as ClaimError, load_claim as load_claim
 from perfwarden.auditor.evidence import LegEvidence, QualityRecords, RunLoader, _plain_name
 from perfwarden.auditor.findings import Findings, GateResult, decide, deciding_actions
 from perfwarden.auditor.gates import (caching, conditions, correctness, engine_witness, explain, foreign_run,
@@ -29,13 +30,17 @@ from perfwarden.auditor.model import witnesses as rep_witnesses
 from perfwarden.auditor.rederive import METRICS
 from perfwarden.harness.jsonl import chain_seal_id
 from perfwarden.harness.objective import RunObjective
-from perfwarden.harness.records import (Claim, Comparison, Finding, LegWitnesses, MetricStats, RunDir, Verdict,
-                                        write_json_atomic)
+from perfwarden.harness.records import (Claim, Comparison, Finding, IsolatedSpeedup, LeverClass, MetricStats, RunDir,
+                                        Seal, Verdict, VerdictCorrectness, write_json_atomic)
 from perfwarden.harness.safe_read import REPORT_BYTES, exists
 from perfwarden.harness.safe_write import check_name
 from perfwarden.harness.slo import GoodputBasis
+from perfwarden.harness.verdict_parts import HeadlineReference, LegWitnesses
 
 AUDITOR_VERSION = "1.0.0"
+
+T = TypeVar("T")
+R = TypeVar("R")
 
 
 @dataclass
@@ -51,10 +56,10 @@ class Audit:
     not_checked: list[str] = field(default_factory=list)
     degraded: list[str] = field(default_factory=list)
     diff: dict[str, list[Any]] = field(default_factory=dict)
-    lever_detected: str | None = None
+    lever_detected: LeverClass | None = None
     lever_signals: list[str] = field(default_factory=list)
-    correctness: str = "not_applicable"
-    seal: str = "unsealed"
+    correctness: VerdictCorrectness = "not_applicable"
+    seal: Seal = "unsealed"
     """Set by the integrity gate; a gate that could not run leaves it unsealed (fail closed)."""
     headline_rederived: float | None = None
     """The headline delta against the claim's own baseline (what the claim's figure is checked against)."""
@@ -75,7 +80,13 @@ class Audit:
     """The seal chain as read before the gates (manifest, error reading it); None until read."""
     """The run's seal key file as given (``--key``), for audits this audit runs itself (bundle components)."""
 
-    def gate(self, name: str, fn: Callable[[], Any]) -> Any:
+    @overload
+    def gate(self, name: str, fn: Callable[[], GateResult[T]]) -> T | None: ...
+
+    @overload
+    def gate(self, name: str, fn: Callable[[], R]) -> R | None: ...
+
+    def gate(self, name: str, fn: Callable[[], object]) -> object:
         """Run one gate; an exception in our own code degrades the verdict instead of crashing it.
 
         A pure gate returns a ``GateResult`` (or a plain list of findings): its findings and
@@ -98,9 +109,7 @@ class Audit:
             return None
         return result
 
-    def leg(self, name: str | None, need_outputs: bool = False, need_conditions: bool = False) -> LegEvidence | None:
-        if not name:
-            return None
+    def leg(self, name: str, need_outputs: bool = False, need_conditions: bool = False) -> LegEvidence:
         leg = self.loader.leg(name, need_outputs, need_conditions)
         if name not in self.legs_stats and leg.reps:
             self.legs_stats[name] = measurement.leg_metric_stats(leg.reps)
@@ -110,17 +119,18 @@ class Audit:
 # ----------------------------------------------------------------------------------------- scopes
 
 
-def _require(a: Audit, role: str, name: str | None) -> bool:
+def _require(a: Audit, role: str, name: str | None) -> str | None:
+    """The leg the claim names for ``role``; None, and a FAIL, where it names none."""
     if not name:
         a.findings.add("EVIDENCE_MISSING", "FAIL", f"the {a.claim.scope} claim names no {role} leg", gate="evidence")
-        return False
-    return True
+        return None
+    return name
 
 
 def _aa_legs(a: Audit, base: LegEvidence) -> list[LegEvidence]:
     """Same-config evidence: the declared A/A legs and every uncited leg measured with the baseline's
     configuration and load (they widen the noise band, never narrow it)."""
-    declared = [leg for leg in (a.leg(n) for n in a.claim.legs.aa) if leg is not None and leg.reps]
+    declared = [leg for leg in (a.leg(n) for n in a.claim.legs.aa if n) if leg.reps]
     legs = a.claim.legs
     cited = {n for n in (legs.baseline, legs.candidate, legs.validation, legs.caching_audit, legs.caching_control,
                          *legs.aa) if n}
@@ -133,10 +143,10 @@ def _aa_legs(a: Audit, base: LegEvidence) -> list[LegEvidence]:
 
 def audit_baseline(a: Audit) -> None:
     claim = a.claim
-    if not _require(a, "baseline", claim.legs.baseline):
+    base_name = _require(a, "baseline", claim.legs.baseline)
+    if base_name is None:
         return
-    base = a.leg(claim.legs.baseline, need_outputs=True)
-    assert base is not None  # the name is set (_require)
+    base = a.leg(base_name, need_outputs=True)
     if not base.reps:
         a.findings.add("EVIDENCE_MISSING", "FAIL", f"baseline {base.name!r} has no usable rep", gate="evidence")
         return
@@ -256,12 +266,13 @@ def _sealed_rig(a: Audit) -> bool:
 
 def audit_patch(a: Audit, bundle: bool = False) -> None:
     claim = a.claim
-    if not (_require(a, "baseline", claim.legs.baseline) and _require(a, "candidate", claim.legs.candidate)):
+    base_name = _require(a, "baseline", claim.legs.baseline)
+    cand_name = _require(a, "candidate", claim.legs.candidate) if base_name is not None else None
+    if base_name is None or cand_name is None:
         return
     a.gate("objective", lambda: objective.check_headline_objective(claim, a.objective))
-    base = a.leg(claim.legs.baseline, need_outputs=True, need_conditions=True)
-    cand = a.leg(claim.legs.candidate, need_outputs=True, need_conditions=True)
-    assert base is not None and cand is not None  # both names are set (_require)
+    base = a.leg(base_name, need_outputs=True, need_conditions=True)
+    cand = a.leg(cand_name, need_outputs=True, need_conditions=True)
     legs = {base.name: base, cand.name: cand}
     if claim.legs.validation:
         val = a.leg(claim.legs.validation)
@@ -272,12 +283,7 @@ def audit_patch(a: Audit, bundle: bool = False) -> None:
     a.gate("crash", lambda: measurement.check_crash(a.run, cand, len(base.reps) or None))
     a.gate("errors", lambda: _errors(a, base, cand))
     for leg in (base, cand):
-        a.gate("contention", lambda leg=leg: measurement.check_contention(a.run, leg))
-        _engine_witness(a, leg)
-        a.gate("mechanisms", lambda leg=leg: mechanisms.check_mechanisms(a.run, leg))
-        a.gate("aggregates", lambda leg=leg: measurement.check_line_aggregates(a.run, leg))
-        a.gate("condition_copies", lambda leg=leg: conditions.check_condition_copies(a.run, leg))
-        a.gate("witness", lambda leg=leg: rep_witnesses.check_witnesses(a.run, leg, _sealed(a)))
+        _leg_gates(a, leg)
     a.gate("workload", lambda: workload.check_workload(a.run, claim, base, cand))
     a.gate("foreign_identities", lambda: foreign_run.check_identities(a.run, [base, cand]))
     a.gate("parity", lambda: parity.check_parity(a.run, base, cand, _sealed(a)))
@@ -346,12 +352,23 @@ def audit_patch(a: Audit, bundle: bool = False) -> None:
     elif bundle:
         a.not_checked.append("TEST04-style caching leg: none was measured")
 
-    if claim.isolated_speedup is not None:
-        a.gate("isolated_vs_e2e", lambda: _isolated_vs_e2e(a, base, cand))
+    iso = claim.isolated_speedup
+    if iso is not None:
+        a.gate("isolated_vs_e2e", lambda: _isolated_vs_e2e(a, iso, base, cand))
     a.gate("reported", lambda: measurement.check_reported_numbers(claim, a.legs_stats, a.headline_rederived))
 
 
-def _significance(a: Audit, head: Comparison | None, base: LegEvidence, cand: LegEvidence) -> GateResult:
+def _leg_gates(a: Audit, leg: LegEvidence) -> None:
+    """The gates a patch audit runs on each of its two legs alone."""
+    a.gate("contention", lambda: measurement.check_contention(a.run, leg))
+    _engine_witness(a, leg)
+    a.gate("mechanisms", lambda: mechanisms.check_mechanisms(a.run, leg))
+    a.gate("aggregates", lambda: measurement.check_line_aggregates(a.run, leg))
+    a.gate("condition_copies", lambda: conditions.check_condition_copies(a.run, leg))
+    a.gate("witness", lambda: rep_witnesses.check_witnesses(a.run, leg, _sealed(a)))
+
+
+def _significance(a: Audit, head: Comparison | None, base: LegEvidence, cand: LegEvidence) -> GateResult[None]:
     """The headline's significance gate; a goodput headline with a rep where no request met the SLO has no
     ratio to test and is judged apart (``objective.check_unjudgeable_goodput``)."""
     if head is None and a.claim.headline.metric == objective.GOODPUT:
@@ -387,7 +404,7 @@ def _quality_records(a: Audit, lossy: list[str], base: LegEvidence, cand: LegEvi
     return a.loader.quality_pair(eval_id, base.name, cand.name)
 
 
-def _profile_rows(a: Audit):
+def _profile_rows(a: Audit) -> opbench.ProfileRows | None:
     return a.loader.profile() if a.loader.paths.profile.is_file() else None
 
 
@@ -395,7 +412,7 @@ def _served_gates(a: Audit, base: LegEvidence, cand: LegEvidence, lossy: bool, u
     """Parity from what was served: each leg's dump against its own served texts, then served texts
     across legs (exact for an unclassified knob)."""
     base_served, cand_served = base.served, cand.served
-    results = [served.check_dump_matches_served(a.run, base, base_served),
+    results: list[GateResult[None] | GateResult[float]] = [served.check_dump_matches_served(a.run, base, base_served),
                served.check_dump_matches_served(a.run, cand, cand_served),
                served.check_served_parity(a.run, base, cand, base_served, cand_served, lossy,
                                           1.0 if unknown_knob else correctness.PARITY_MIN_IDENTICAL)]
@@ -406,7 +423,7 @@ def _served_gates(a: Audit, base: LegEvidence, cand: LegEvidence, lossy: bool, u
         a.correctness = "failed"
 
 
-def _errors(a: Audit, base: LegEvidence, cand: LegEvidence) -> GateResult:
+def _errors(a: Audit, base: LegEvidence, cand: LegEvidence) -> GateResult[None]:
     base_errors = sum(r.n_errors for r in base.reps)
     cand_errors = sum(r.n_errors for r in cand.reps)
     results = [measurement.check_errors(a.run, base, "FLAG", "remeasure")]
@@ -417,7 +434,7 @@ def _errors(a: Audit, base: LegEvidence, cand: LegEvidence) -> GateResult:
     return GateResult([f for r in results for f in r.findings])
 
 
-def _latency(a: Audit, base: LegEvidence, cand: LegEvidence) -> GateResult:
+def _latency(a: Audit, base: LegEvidence, cand: LegEvidence) -> GateResult[None]:
     """Latency regressions behind the headline, against the claim's baseline and, where that baseline is
     handicapped, against its same-config legs too: a baseline slow in its latencies as well would otherwise
     hide a regression the candidate shows against the level its configuration really serves at."""
@@ -434,9 +451,9 @@ def _latency(a: Audit, base: LegEvidence, cand: LegEvidence) -> GateResult:
     return GateResult(findings=own.findings + more)
 
 
-def _isolated_vs_e2e(a: Audit, base: LegEvidence, cand: LegEvidence) -> None:
-    """An isolated speedup must come from an honest rig and be consistent with the e2e delta."""
-    iso = a.claim.isolated_speedup
+def _isolated_vs_e2e(a: Audit, iso: IsolatedSpeedup, base: LegEvidence, cand: LegEvidence) -> None:
+    """An isolated speedup (``iso``, the claim's) must come from an honest rig and be consistent with the
+    e2e delta."""
     head = a.comparisons.get(a.claim.headline.metric)
     e2e_real = head is not None and head.significant
     if iso.opbench:
@@ -551,15 +568,16 @@ def audit_claim(run: Path, claim: Claim, claim_ref: str, claim_sha: str, key: Pa
         findings.add("EVIDENCE_MISSING", "FAIL", f"run directory {str(run)!r} does not exist", gate="evidence")
     else:
         a.gate(f"scope:{claim.scope}", lambda: SCOPES[claim.scope](a))
-        if claim.report:
-            a.gate("prose", lambda: _prose(a))
+        report = claim.report
+        if report:
+            a.gate("prose", lambda: _prose(a, report))
         a.seal = a.gate("integrity", lambda: _integrity(a, key_choice)) or "unsealed"
         _witnesses(a)
     a.gate("reading", lambda: _reading(a))
     return build_verdict(a, claim_ref, claim_sha)
 
 
-def _reading(a: Audit) -> GateResult:
+def _reading(a: Audit) -> GateResult[None]:
     """What the loader met while reading, and what the legs it loaded show as a whole (``gates/reading.py``),
     judged after every other gate has read its files."""
     legs = a.loader.loaded_legs()
@@ -581,7 +599,7 @@ def _sealed(a: Audit) -> bool:
     return manifest is not None and manifest.verified and manifest.broken is None
 
 
-def _integrity(a: Audit, key: KeyChoice) -> GateResult:
+def _integrity(a: Audit, key: KeyChoice) -> GateResult[Seal]:
     """Gather what the integrity gate decides from (the manifest, the files on disk, the claim's legs)
     after every other gate has read its files, so each file's digest is computed once."""
     on_disk = []
@@ -621,8 +639,9 @@ def _read_chain(a: Audit, key: KeyChoice) -> tuple[Manifest | None, str | None]:
         return None, f"{str(chain)!r}: {exc}"
 
 
-def _prose(a: Audit):
-    tf = a.loader.text(a.loader.inside(a.claim.report), True, "report", limit=REPORT_BYTES)
+def _prose(a: Audit, report: str) -> GateResult[int] | None:
+    """The producer's report (``report``, the claim's) traced against the re-derived values."""
+    tf = a.loader.text(a.loader.inside(report), True, "report", limit=REPORT_BYTES)
     if tf is None:
         return None
     return prose.check_report(a.run, tf, traceable_pool(a), a.claim.headline.metric, a.claim.legs.baseline,
@@ -679,7 +698,8 @@ def _quality_values(a: Audit) -> list[prose.Traceable]:
 def build_verdict(a: Audit, claim_ref: str, claim_sha: str) -> Verdict:
     items = a.findings.items
     label, action = decide(items, degraded=bool(a.degraded))
-    headline, references, note = a.headline_rederived, [], None
+    references: list[HeadlineReference] = []
+    headline, note = a.headline_rederived, None
     if a.claim.scope in ("patch", "bundle"):
         headline, references, note = same_config.conservative_headline(
             a.claim.legs.baseline or "", a.comparisons.get(a.claim.headline.metric), a.fairer)

@@ -43,6 +43,9 @@ VerdictScope = Literal["baseline", "profile", "harness", "patch", "bundle", "mlp
 VerdictLabel = Literal["PASS", "FLAG", "FAIL"]
 Seal = Literal["sealed", "unsealed"]
 """Whether a verdict's evidence carried a seal chain verified with the run's key."""
+VerdictCorrectness = Literal["verified", "unverifiable", "failed", "not_applicable"]
+"""What a verdict says of the candidate's outputs: checked and equivalent, not checkable, not equivalent,
+or nothing to check."""
 
 
 def shown_verdict(label: str, seal: str) -> str:
@@ -640,7 +643,7 @@ class Verdict(Record):
     """What the detection rests on."""
     server_info_diff: dict[str, list[Any]] = Field(default_factory=dict)
     """Keys whose values differ between baseline and candidate ``server_info``: [baseline, candidate]."""
-    correctness: Literal["verified", "unverifiable", "failed", "not_applicable"] = "not_applicable"
+    correctness: VerdictCorrectness = "not_applicable"
     """Correctness status."""
     not_checked: list[str] = Field(default_factory=list)
     """Checks that could not be made, with the reason (never reported as passed)."""

@@ -15,7 +15,8 @@ from perfwarden.auditor.evidence import LegEvidence, QualityRecords, line_eviden
 from perfwarden.auditor.findings import Findings, GateResult, finding
 from perfwarden.auditor.gates.conditions import flatten, key_evidence
 from perfwarden.auditor.model.schema import evidence_model
-from perfwarden.harness.records import QUALITY_ITEMS_FIELDS, Claim, EvidenceRef, QualityEval, Severity
+from perfwarden.harness.records import (QUALITY_ITEMS_FIELDS, Claim, EvidenceRef, QualityEval, Severity,
+                                        VerdictCorrectness)
 
 PARITY_MIN_IDENTICAL = 0.75
 """Lossless changes: at least this fraction of greedy outputs must be identical to the baseline's.
@@ -88,7 +89,7 @@ def check_reference_coherence(run: Path, ref: LegEvidence) -> GateResult[bool]:
 
 
 def check_parity(run: Path, claim: Claim, base: LegEvidence, cand: LegEvidence, lossy: bool,
-                 random_weights: bool = False) -> GateResult[str]:
+                 random_weights: bool = False) -> GateResult[VerdictCorrectness]:
     """Greedy parity vs the true baseline; returns the correctness status.
 
     ``random_weights``: a leg served random weights (``check_random_weights``): the reference is noise by

@@ -23,7 +23,7 @@ from perfwarden.auditor.findings import Findings, GateResult, finding
 from perfwarden.auditor.gates.conditions import declared_keys, flatten
 from perfwarden.auditor.serverlog import (NOT_ENGAGED_RX, RESPONSE_CACHE_HIT,  # noqa: F401
                                                  SIGNAL_PATTERNS, LogSignal)  # re-exported: the patterns moved
-from perfwarden.harness.records import Claim, EvidenceRef
+from perfwarden.harness.records import Claim, EvidenceRef, LeverClass
 
 Signal = LogSignal
 """One raw sign that a mechanism ran in a leg (the log's are found by ``serverlog.scan_server_log``)."""
@@ -67,7 +67,8 @@ def signal_evidence(run: Path, leg: LegEvidence, signal: Signal) -> list[Evidenc
     return [line_evidence(run, rep.ref)] if rep is not None else []
 
 
-def detect_lever(diff: dict[str, list[Any]], base: LegEvidence, cand: LegEvidence) -> tuple[str | None, list[str]]:
+def detect_lever(diff: dict[str, list[Any]], base: LegEvidence, cand: LegEvidence
+                 ) -> tuple[LeverClass | None, list[str]]:
     """Detected lever class and the signals it rests on. Any B signal makes the change class B; an
     unknown knob contributes no class (it is classified by nobody)."""
     signals: list[str] = []

@@ -7,8 +7,10 @@ with fresh inputs every timed iteration and warm-up discarded.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypedDict, Unpack
 
 import numpy as np
 
@@ -17,7 +19,7 @@ from perfwarden.auditor.findings import GateResult, finding
 from perfwarden.auditor.gates.conditions import flatten
 from perfwarden.harness.jsonl import LineRef, OpBenchLine, ProfileLine
 from perfwarden.harness.profile_ops import canonical_op
-from perfwarden.harness.records import EvidenceRef, Finding
+from perfwarden.harness.records import Action, EvidenceRef, Finding, Severity
 
 # rtol by dtype (torch.testing defaults, relaxed 10x for fused reductions), used when a row has none.
 DEFAULT_RTOL = {"float32": 1e-4, "fp32": 1e-4, "float16": 1e-2, "fp16": 1e-2, "bfloat16": 5e-2, "bf16": 5e-2,
@@ -29,8 +31,11 @@ PLAUSIBLE_SPEEDUP = 10.0
 SPEEDUP_TOLERANCE = 0.10
 """Claimed vs re-derived isolated speedup may differ by 10% before it is a mismatch."""
 
+ProfileRows = list[tuple[LineRef, ProfileLine]]
+"""``profile.jsonl``'s lines as the loader read them."""
 
-def shape_key(shape) -> str:
+
+def shape_key(shape: object) -> str:
     return "x".join(str(s) for s in shape) if isinstance(shape, list) else str(shape)
 
 
@@ -85,13 +90,14 @@ def device_kind(device: object) -> str | None:
     return device.strip().lower().split(":", 1)[0]
 
 
-def served_dispatch(server_info: dict | None) -> str | None:
+def served_dispatch(server_info: dict[str, object] | None) -> str | None:
     """Dispatch path the server runs: explicit ``dispatch`` key, else inferred from its knobs."""
     if not server_info:
         return None
     info = flatten(server_info)
-    if isinstance(info.get("dispatch"), str):
-        return info["dispatch"]
+    dispatch = info.get("dispatch")
+    if isinstance(dispatch, str):
+        return dispatch
     if any(info.get(k) in (True, "true", "1", 1) for k in ("torch_compile", "enable_torch_compile")):
         return "compiled"
     if "disable_cuda_graph" in info:
@@ -99,13 +105,13 @@ def served_dispatch(server_info: dict | None) -> str | None:
     return "eager"
 
 
-def served_device(server_info: dict | None) -> str | None:
+def served_device(server_info: dict[str, object] | None) -> str | None:
     """Device the server serves on, when its server_info says (``device``, as sglang and the embedded
     target report it)."""
     return device_kind(flatten(server_info).get("device")) if server_info else None
 
 
-def served_shapes(profile_rows: list[tuple[LineRef, ProfileLine]] | None, op: str) -> set[str] | None:
+def served_shapes(profile_rows: ProfileRows | None, op: str) -> set[str] | None:
     if not profile_rows:
         return None
     shapes: set[str] = set()
@@ -128,7 +134,7 @@ class RigResult:
 
 def geomean_speedup(ref: Backend, cand: Backend, shapes: set[str], path: TimingPath) -> dict[str, float]:
     """Per shape: reference median / candidate median on one timing path (shapes lacking it are left out)."""
-    out = {}
+    out: dict[str, float] = {}
     for shape in sorted(shapes):
         rt, ct = ref.median_ms(shape, path), cand.median_ms(shape, path)
         if rt and ct:
@@ -136,8 +142,18 @@ def geomean_speedup(ref: Backend, cand: Backend, shapes: set[str], path: TimingP
     return out
 
 
-def _geomean(values) -> float:
+def _geomean(values: Iterable[float]) -> float:
     return float(np.exp(np.mean(np.log(list(values)))))
+
+
+class _FindingDetails(TypedDict, total=False):
+    """What a rig finding may carry beyond its code and message (``finding``'s keywords). ``action`` left
+    out takes the rig's; given, even as None, it is the finding's own."""
+
+    measured: object
+    threshold: object
+    evidence: list[EvidenceRef]
+    action: Action | None
 
 
 @dataclass
@@ -145,12 +161,12 @@ class _Rig:
     """One rig audit in progress: where its findings go and at what severity they count."""
 
     run: Path
-    severity: str
-    action: str
+    severity: Severity
+    action: Action
     out: list[Finding] = field(default_factory=list)
     not_checked: list[str] = field(default_factory=list)
 
-    def add(self, code: str, message: str, severity: str | None = None, **kw) -> None:
+    def add(self, code: str, message: str, severity: Severity | None = None, **kw: Unpack[_FindingDetails]) -> None:
         kw.setdefault("action", self.action)
         self.out.append(finding(code, severity or self.severity, message, gate="harness", **kw))
 
@@ -168,7 +184,7 @@ def _pick(backends: dict[str, Backend], claimed_ref: str | None, claimed_cand: s
 
 
 def _check_self_compare(r: _Rig, ref: Backend, cand: Backend, refs: list[Backend], claimed_ref: str | None,
-                        claimed_cand: str | None, first: list) -> None:
+                        claimed_cand: str | None, first: list[EvidenceRef]) -> None:
     """Same backend name, same implementation digest, or a claimed reference that is not the rig's."""
     same_digest = ref.digests() & cand.digests()
     if ref.name == cand.name or same_digest or (claimed_ref and claimed_ref == claimed_cand):
@@ -180,7 +196,7 @@ def _check_self_compare(r: _Rig, ref: Backend, cand: Backend, refs: list[Backend
               f"implementation {refs[0].name!r}", evidence=first)
 
 
-def _check_correctness(r: _Rig, ref: Backend, cand: Backend, first: list) -> None:
+def _check_correctness(r: _Rig, ref: Backend, cand: Backend, first: list[EvidenceRef]) -> None:
     """Correct over enough seeds with dtype-aware tolerance, fresh inputs, warm-up discarded, L2 flushed."""
     seeds = {row.seed for _, row in cand.rows if row.seed is not None}
     for ref_line, row in cand.rows:
@@ -213,8 +229,8 @@ def _check_correctness(r: _Rig, ref: Backend, cand: Backend, first: list) -> Non
               threshold="l2_flushed true", evidence=[line_evidence(r.run, lr)])
 
 
-def _check_served(r: _Rig, ref: Backend, cand: Backend, server_info: dict | None, profile_rows, op: str,
-                  first: list) -> TimingPath:
+def _check_served(r: _Rig, ref: Backend, cand: Backend, server_info: dict[str, object] | None,
+                  profile_rows: ProfileRows | None, op: str, first: list[EvidenceRef]) -> TimingPath:
     """Device, dispatch path and shapes must be what the server runs; returns the timing path it pays."""
     device = served_device(server_info)
     rig_devices = ref.devices() | cand.devices()
@@ -246,8 +262,8 @@ def _check_served(r: _Rig, ref: Backend, cand: Backend, server_info: dict | None
 
 
 def audit_rig(run: Path, rows: list[tuple[LineRef, OpBenchLine]], claimed_ref: str | None, claimed_cand: str | None,
-              server_info: dict | None, profile_rows, op: str, severity: str = "FAIL",
-              action: str = "redo_harness", claimed_speedup: float | None = None,
+              server_info: dict[str, object] | None, profile_rows: ProfileRows | None, op: str,
+              severity: Severity = "FAIL", action: Action = "redo_harness", claimed_speedup: float | None = None,
               rig: RigFigures | None = None) -> GateResult[RigResult]:
     """Every harness gate over one op benchmark; its value is the re-derived speedup on the timing path
     of the dispatch the server runs. ``rig``: what ``rig.json`` says about the rig's memory roofline
@@ -310,14 +326,16 @@ class RigFigures:
     dtype: str | None = None
 
 
-def rig_figures(rig_json: dict | None, required: bool) -> RigFigures:
+def rig_figures(rig_json: dict[str, object] | None, required: bool) -> RigFigures:
     """Read ``rig.json``'s ``roofline`` (``{shape: {bytes_moved, bandwidth_gb_s, floor_ms}}``), values unjudged."""
-    roof = rig_json.get("roofline") if isinstance(rig_json, dict) else None
+    if not isinstance(rig_json, dict):  # the loader's object, or None where there is none
+        return RigFigures(required=required)
+    roof = rig_json.get("roofline")
     if not isinstance(roof, dict):
         return RigFigures(required=required)
     per_shape = {str(k): (v.get("bytes_moved"), v.get("bandwidth_gb_s")) for k, v in roof.items() if isinstance(v, dict)}
-    dtype = rig_json.get("dtype") if isinstance(rig_json.get("dtype"), str) else None
-    return RigFigures(per_shape, recorded=True, required=required, dtype=dtype)
+    dtype = rig_json.get("dtype")
+    return RigFigures(per_shape, recorded=True, required=required, dtype=dtype if isinstance(dtype, str) else None)
 
 
 def _positive(value: object) -> float | None:
@@ -342,7 +360,7 @@ def floor_ms(figures: RigFigures, shape: str) -> float | None:
 
 
 def _check_plausible(r: _Rig, ref: Backend, cand: Backend, result: RigResult, figures: RigFigures,
-                     first: list) -> None:
+                     first: list[EvidenceRef]) -> None:
     """A speedup is implausible when the candidate's time is under what the rig's measured bandwidth allows
     for the op's bytes. Where the rig recorded no roofline: the fixed ceiling, FLAG, and said so -- unless
     the harness sealed the run, which always records one (then an absent figure is itself a FLAG)."""
@@ -355,7 +373,8 @@ def _check_plausible(r: _Rig, ref: Backend, cand: Backend, result: RigResult, fi
                   measured=round(result.speedup, 3), threshold=PLAUSIBLE_SPEEDUP, evidence=first, action="redo_harness")
         return
     path = result.timing_path
-    missing, under = [], []
+    missing: list[str] = []
+    under: list[tuple[str, float, float, float | None]] = []
     for shape in sorted(result.per_shape):
         floor, mine = floor_ms(figures, shape), cand.median_ms(shape, path)
         if floor is None:
@@ -389,7 +408,7 @@ def amdahl_bound_pct(speedup: float, fraction: float) -> float:
     return (1.0 / ((1.0 - fraction) + fraction / speedup) - 1.0) * 100.0
 
 
-def op_fraction(profile_rows, op: str) -> float | None:
+def op_fraction(profile_rows: ProfileRows | None, op: str) -> float | None:
     if not profile_rows:
         return None
     total = sum(r.self_time_us for _, r in profile_rows)
