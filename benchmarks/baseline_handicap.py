@@ -274,16 +274,18 @@ def crowd_figures(reps: list[Rep]) -> list[tuple[str, float | None, str]]:
     if not pair or not crowd:
         return []
 
-    def cpu(rs: list[Rep]) -> float | None:
-        values = [r.partner_cpu_s for r in rs if r.partner_cpu_s is not None]
-        return statistics.median(values) if values else None
-
     return [
         ("crowd: among N servers / in a pair", ratio([r.tput for r in crowd], [r.tput for r in pair]),
          f"{len(crowd)} and {len(pair)} reps, groups alternating, every server measured"),
-        ("crowd: idle servers' CPU s per rep, pair (median)", cpu(pair), "the other servers' processes, /proc/<pid>/stat"),
-        ("crowd: idle servers' CPU s per rep, crowd (median)", cpu(crowd), "the other servers' processes"),
+        ("crowd: idle servers' CPU s per rep, pair (median)", median_cpu(pair), "the other servers' processes, /proc/<pid>/stat"),
+        ("crowd: idle servers' CPU s per rep, crowd (median)", median_cpu(crowd), "the other servers' processes"),
     ]
+
+
+def median_cpu(reps: list[Rep]) -> float | None:
+    """The median CPU seconds the other servers used during ``reps`` (None when none was read)."""
+    values = [r.partner_cpu_s for r in reps if r.partner_cpu_s is not None]
+    return statistics.median(values) if values else None
 
 
 def partner_figures(reps: list[Rep]) -> list[tuple[str, float | None, str]]:
@@ -296,15 +298,11 @@ def partner_figures(reps: list[Rep]) -> list[tuple[str, float | None, str]]:
     if not same or not other:
         return []
 
-    def cpu(rs: list[Rep]) -> float | None:
-        values = [r.partner_cpu_s for r in rs if r.partner_cpu_s is not None]
-        return statistics.median(values) if values else None
-
     return [
         ("partner: beside the other config / beside its own", ratio([r.tput for r in other], [r.tput for r in same]),
          f"{len(other)} and {len(same)} reps of the measured configuration, fresh pairs alternating"),
-        ("partner CPU s per rep, own config (median)", cpu(same), "the idle partner's processes, /proc/<pid>/stat"),
-        ("partner CPU s per rep, other config (median)", cpu(other), "the idle partner's processes, /proc/<pid>/stat"),
+        ("partner CPU s per rep, own config (median)", median_cpu(same), "the idle partner's processes, /proc/<pid>/stat"),
+        ("partner CPU s per rep, other config (median)", median_cpu(other), "the idle partner's processes, /proc/<pid>/stat"),
     ]
 
 
