@@ -22,7 +22,7 @@ from perfwarden.auditor.evidence import LegEvidence, line_evidence
 from perfwarden.auditor.findings import Findings, GateResult, finding
 from perfwarden.auditor.gates.conditions import declared_keys, flatten
 from perfwarden.auditor.serverlog import (NOT_ENGAGED_RX, RESPONSE_CACHE_HIT,  # noqa: F401
-                                                 SIGNAL_PATTERNS, LogSignal)  # re-exported for the modules that import them from this gate
+                                                 SIGNAL_PATTERNS, LogSignal)  # re-exported for their importers
 from perfwarden.harness.records import Claim, EvidenceRef, LeverClass
 
 Signal = LogSignal
