@@ -28,7 +28,8 @@ CATALOG: dict[str, str] = {
     "DELTA_REGRESSION": "The headline got worse: the candidate is worse than the baseline outside the noise band and "
                         "significantly at the rep level -- a regression, not an undecided delta (added).",
     "UNREPRESENTATIVE_BASELINE": "The claim's baseline is significantly slower than the other legs of the run measured "
-                                 "with its configuration and load: the delta rests on a handicapped baseline (added).",
+                                 "with its configuration and load: the delta rests on a handicapped baseline, or on a "
+                                 "machine slower while the step ran (added).",
     "HIDDEN_LATENCY_REGRESSION": "A throughput headline hides a TTFT/TPOT/ITL/e2e regression.",
     # lever
     "ORTHOGONAL_LEVER": "A class-B serving lever (spec decode, batching, caching, …) is presented as a kernel win.",

@@ -126,7 +126,9 @@ def check_representative_baseline(run: Path, claim: Claim, base: LegEvidence, ca
                              win.improvement_pct, win.p_value, pool_band, handicap.improvement_pct)
     evidence = [line_evidence(run, base.reps[0].ref)] + [line_evidence(run, leg.reps[0].ref) for leg in twins[:3]]
     what = (f"baseline {base.name!r} is {handicap.improvement_pct:.2f}% worse on {metric} than its same-config "
-            f"leg(s) {names} (band ±{band:.2f}%, p={handicap.p_value:.3g}): a handicapped baseline. Against their "
+            f"leg(s) {names} (band ±{band:.2f}%, p={handicap.p_value:.3g}): a handicapped baseline, or the machine "
+            "slower while this step ran than while they did (both legs of a step share the machine's speed; legs "
+            f"of other steps may not). Against their "
             f"{len(others)} reps the candidate is {win.described()}")
     measured = {"baseline_vs_twins_pct": round(-handicap.improvement_pct, 4),
                 "candidate_vs_same_config_pct": round(win.improvement_pct, 4), "claimed_pct": claim.headline.value}
@@ -136,7 +138,7 @@ def check_representative_baseline(run: Path, claim: Claim, base: LegEvidence, ca
             f"{win.delta_pct:+.2f}%", measured=measured, threshold={"noise_band_pct": round(band, 4)},
             evidence=evidence, action="downgrade_headline", gate="representative")], value=fairer)
     return GateResult(findings=[finding(
-        "UNREPRESENTATIVE_BASELINE", "FAIL", what + ": no real win, so the claimed one is the baseline's handicap",
+        "UNREPRESENTATIVE_BASELINE", "FAIL", what + ": no real win against them, so the claimed one is not banked",
         measured=measured, threshold={"noise_band_pct": round(pool_band, 4), "alpha": stats.ALPHA},
         evidence=evidence, action="eject", gate="representative")], value=fairer)
 
