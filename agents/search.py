@@ -278,9 +278,18 @@ def trial_outcome(p: Proposal, verdicts: list[VerdictSummary], factor: float) ->
     measured against; feasible only when the last patch verdict PASSed and the proposal was banked."""
     own = [v for v in verdicts if v.proposal == p.id and v.scope == "patch"]
     last = own[-1] if own else None
-    if last is None or last.headline_rederived is None:
+    if last is None:
         return None, INFEASIBLE
-    value = factor * (1.0 + last.headline_rederived / 100.0)
+    delta = last.headline_rederived
+    if delta is None and last.headline_claimed is not None and any(f.code == "DELTA_REGRESSION" for f in last.findings):
+        # A regression the auditor found but could not size (a goodput of zero: every request outside the
+        # SLO leaves no ratio to re-derive). The study is told the producer's own measured delta, never
+        # banked: told as a failed trial it taught TPE nothing, and TPE kept drawing configurations that
+        # break the SLO (search_quality.py --objective goodput: the same steps as random search, every seed).
+        delta = last.headline_claimed
+    if delta is None:
+        return None, INFEASIBLE
+    value = factor * (1.0 + delta / 100.0)
     return value, FEASIBLE if p.status == "banked" else INFEASIBLE
 
 

@@ -138,3 +138,28 @@ def test_the_random_baseline_draws_uniformly_where_tpe_exploits():
         share[sampler] = drawn.count(16) / len(drawn)
         assert set(drawn) == {2, 4, 8, 16}
     assert share["tpe"] > 0.5 > 0.4 > share["random"], share  # uniform: 1/4 expected
+
+
+def _rejected_step(rederived: float | None, claimed: float | None, codes: list[str]):
+    from perfwarden.agents.base import Proposal
+    from perfwarden.harness.verdict_summary import FindingSummary, VerdictSummary
+    step = Proposal(id="cfg-t3", kind="config", producer="config-tuner", config={"max_batch_size": 16}, status="rejected")
+    verdict = VerdictSummary(seq=4, scope="patch", verdict="FAIL", action="eject", path="verdicts/004-patch.json",
+                             claim="claims/004-patch.json", proposal="cfg-t3", headline_metric="request_goodput",
+                             headline_claimed=claimed, headline_rederived=rederived,
+                             findings=[FindingSummary(code=c, severity="FAIL", message=c) for c in codes])
+    return step, [verdict]
+
+
+def test_a_regression_the_auditor_could_not_size_is_told_as_its_measured_value_not_as_a_failed_trial():
+    """A step whose goodput fell to zero (every request outside the SLO): the auditor finds DELTA_REGRESSION but
+    re-derives no ratio. The study must learn it as the worst value (0 x the factor), or TPE, which learns
+    nothing from a failed trial, keeps drawing configurations that break the SLO."""
+    step, verdicts = _rejected_step(None, -100.0, ["DELTA_REGRESSION"])
+    assert search.trial_outcome(step, verdicts, 1.5) == (0.0, search.INFEASIBLE)
+    # without a regression found (the audit could not judge the step at all), nothing is told but a failure
+    step, verdicts = _rejected_step(None, -100.0, ["EVIDENCE_MISSING"])
+    assert search.trial_outcome(step, verdicts, 1.5) == (None, search.INFEASIBLE)
+    # a re-derived figure always wins over the producer's own
+    step, verdicts = _rejected_step(-20.0, -100.0, ["DELTA_REGRESSION"])
+    assert search.trial_outcome(step, verdicts, 1.5) == (pytest.approx(1.2), search.INFEASIBLE)
