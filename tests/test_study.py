@@ -10,7 +10,9 @@ import pytest
 from optuna.trial import TrialState
 
 from perfwarden.agents import search
+from perfwarden.agents.base import Proposal
 from perfwarden.harness.target_config import EmbeddedConfig, SGLangConfig
+from perfwarden.harness.verdict_summary import FindingSummary, VerdictSummary
 from perfwarden.orchestrator.review.search_plot import clean_rows, history_svg
 from perfwarden.orchestrator.runner import checkpoint_path, run_graph
 from perfwarden.orchestrator.settings import RunSettings
@@ -141,8 +143,6 @@ def test_the_random_baseline_draws_uniformly_where_tpe_exploits():
 
 
 def _rejected_step(rederived: float | None, claimed: float | None, codes: list[str]):
-    from perfwarden.agents.base import Proposal
-    from perfwarden.harness.verdict_summary import FindingSummary, VerdictSummary
     step = Proposal(id="cfg-t3", kind="config", producer="config-tuner", config={"max_batch_size": 16}, status="rejected")
     verdict = VerdictSummary(seq=4, scope="patch", verdict="FAIL", action="eject", path="verdicts/004-patch.json",
                              claim="claims/004-patch.json", proposal="cfg-t3", headline_metric="request_goodput",
