@@ -564,6 +564,8 @@ def audit_claim(run: Path, claim: Claim, claim_ref: str, claim_sha: str, key: Pa
     a.manifest = _read_chain(a, key_choice)
     if a.manifest[0] is not None and a.manifest[0].verified and a.manifest[0].broken is None:
         loader.line_sealed = frozenset(f.path for f in a.manifest[0].files.values() if f.lines and not f.whole)
+        loader.sealed_line_lengths = {f.path: {line.offset: line.length for line in f.lines}
+                                      for f in a.manifest[0].files.values() if f.lines and not f.whole}
     if not run.is_dir():
         findings.add("EVIDENCE_MISSING", "FAIL", f"run directory {str(run)!r} does not exist", gate="evidence")
     else:

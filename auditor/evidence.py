@@ -194,6 +194,9 @@ class RunLoader:
         self.notes: list[str] = []
         """What the loader read but did not check (a foreign file's fields perfwarden does not know)."""
         self.line_sealed: frozenset[str] = frozenset()
+        # {file: {byte offset: length}} of the lines a verified seal lists: a read-size hint for the long
+        # bench lines (harness/jsonl.iter_raw_lines checks every byte as it would without it).
+        self.sealed_line_lengths: dict[str, dict[int, int]] = {}
         """Files (relative to the run) whose every line a *verified* seal chain says the harness appended
         through its own writer, which cannot write a repeated key: their lines skip that scan. A line
         whose bytes differ from the sealed ones is EVIDENCE_TAMPERED (integrity gate) anyway."""
@@ -480,7 +483,8 @@ class RunLoader:
             # No enumerate(): it keeps the previous item alive while the next line is read, i.e. two
             # reps' decoded arrays at once. Here ``line`` is dropped before the next read.
             for ref, line in iter_jsonl(path, BenchRunLine, issues, digest, self.run, BENCH_LINE_BYTES,
-                                        check_keys=_rel(self.run, path) not in self.line_sealed, cite=True):
+                                        check_keys=_rel(self.run, path) not in self.line_sealed, cite=True,
+                                        line_lengths=self.sealed_line_lengths.get(_rel(self.run, path))):
                 index += 1
                 self._lines_seen += 1
                 served.add(ref, line)

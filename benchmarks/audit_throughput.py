@@ -15,7 +15,10 @@ What is measured, in ONE process run, interleaved and repeated (``--rounds``, me
     sha256 of every input file, all patch gates), on a run *sealed* the way the harness seals it
     (``evidence.jsonl``, key beside the run directory, handed over as ``--key`` would), so the seal's
     verification -- chain MACs, every listed file against its sealed digest, the manifest's
-    completeness -- is part of the time. If the auditor cannot be imported yet (a gate module
+    completeness -- is part of the time. The seal also lists each line's offset and length, so the
+    audit reads a long rep line with one read of that length (every byte still checked: see
+    ``harness/jsonl.iter_raw_lines``); (a) has no seal to say where lines end and assembles each from
+    1 MiB chunks, as the audit does for a file no verified seal lists line by line. If the auditor cannot be imported yet (a gate module
     missing), ``RunLoader`` loading both legs is timed instead, and the script says so.
 
 The ratio (b)/(a) is printed against its 0.9x target as the median of the per-round ratios (each

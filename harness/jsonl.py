@@ -21,11 +21,11 @@ import hashlib
 import os
 import queue
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Annotated, Any, Generic, Literal, TypeVar
+from typing import Annotated, Any, BinaryIO, Generic, Literal, TypeVar
 
 import msgspec
 
@@ -95,7 +95,8 @@ class ReadReport(Generic[T]):
 def iter_raw_lines(path: Path, issues: list[LineIssue], digest: "hashlib._Hash | None" = None,
                    root: Path | None = None, max_line: int = LINE_BYTES,
                    cite: bool = False, keep_tail: bool = False,
-                   taken: "list[Callable[[], str]] | None" = None) -> Iterator[tuple[LineRef, bytes]]:
+                   taken: "list[Callable[[], str]] | None" = None,
+                   line_lengths: Mapping[int, int] | None = None) -> Iterator[tuple[LineRef, bytes]]:
     """Yield complete (newline-terminated) lines with their location; report a torn tail.
 
     The file is opened with :func:`perfwarden.harness.safe_read.open_regular`: it must be a regular
@@ -111,6 +112,11 @@ def iter_raw_lines(path: Path, issues: list[LineIssue], digest: "hashlib._Hash |
     ``taken`` (with ``cite``): a long line's sha256 is taken on a worker thread while the consumer decodes
     the line (:func:`sha256_meanwhile`): the ref is yielded without its digest and a callable that waits
     for it is appended to ``taken`` (the consumer puts it in the ref, :func:`iter_jsonl`).
+    ``line_lengths``: ``{byte offset: length}`` of the lines a verified seal says the file holds. A line
+    that starts at one of them and runs past the read chunk is read with one read of its length
+    (:func:`_read_whole_line`) instead of being assembled from chunks: a 70 MB rep line is copied once,
+    not twice. The length is only a read size, never trusted: what was read must agree with the bytes
+    already hashed, hold no newline and be followed by one, or the reader reads on in chunks.
     """
     path = Path(path)
     line_no = 0
@@ -122,6 +128,16 @@ def iter_raw_lines(path: Path, issues: list[LineIssue], digest: "hashlib._Hash |
         hasher = _Hasher(digest, os.fstat(handle.fileno()).st_size) if digest is not None else None
         try:
             while True:
+                if line_lengths is not None and not pieces and oversize is None:
+                    whole = _read_whole_line(handle, b"", line_lengths.get(offset), max_line)
+                    if whole is not None:
+                        line_no += 1
+                        holder, fresh = whole
+                        del whole
+                        size = len(holder[0])
+                        yield from _whole_line(path, holder, fresh, line_no, offset, hasher, cite, taken)
+                        offset += size + 1
+                        continue
                 chunk = handle.read(_READ_CHUNK)
                 if not chunk:
                     break
@@ -162,6 +178,16 @@ def iter_raw_lines(path: Path, issues: list[LineIssue], digest: "hashlib._Hash |
                         yield slot.pop()
                 if start < len(chunk):
                     rest = chunk[start:] if start else chunk
+                    if line_lengths is not None and not pieces and oversize is None:
+                        whole = _read_whole_line(handle, rest, line_lengths.get(offset), max_line)
+                        if whole is not None:
+                            line_no += 1
+                            holder, fresh = whole
+                            del whole, rest, chunk
+                            size = len(holder[0])
+                            yield from _whole_line(path, holder, fresh, line_no, offset, hasher, cite, taken)
+                            offset += size + 1
+                            continue
                     if oversize is None and pending + len(rest) > max_line:
                         oversize = _start_oversize(pieces)
                         pieces = []
@@ -191,6 +217,47 @@ def iter_raw_lines(path: Path, issues: list[LineIssue], digest: "hashlib._Hash |
             yield _line_ref(path, line_no + 1, offset, tail, cite, None), tail
     elif line_no == 0:
         issues.append(LineIssue("empty_file", LineRef(path, 0, 0, 0), f"{path.name!r} is empty"))
+
+
+def _read_whole_line(handle: BinaryIO, prefix: bytes, length: int | None,
+                     max_line: int) -> tuple[list[bytes], int] | None:
+    """The line of ``length`` bytes that starts with ``prefix`` (its first bytes, already read and hashed;
+    the file stands just after them), read again from its start in one read, with the number of its
+    bytes not hashed yet; or None, the file where it stood, when the stated length is not this line's.
+    The line comes in a one-item list, so that the caller can hand it on without keeping a reference.
+
+    The length comes from the seal chain, so it is checked against the bytes and never trusted: the
+    bytes read must begin with ``prefix`` (the file did not change under the reader), hold no newline
+    after it, and be followed by one. A line that ends within the next chunk gains nothing here."""
+    if length is None or length - len(prefix) <= _READ_CHUNK or length > max_line:
+        return None
+    position = handle.tell()
+    handle.seek(position - len(prefix))
+    line = handle.read(length)
+    after = handle.read(1)
+    if (len(line) == length and after == b"\n" and line.startswith(prefix)
+            and line.find(b"\n", len(prefix)) < 0):
+        return [line], length + 1 - len(prefix)
+    del line
+    handle.seek(position)
+    return None
+
+
+def _whole_line(path: Path, holder: list[bytes], fresh: int, line_no: int, offset: int, hasher: "_Hasher | None",
+                cite: bool, taken: "list[Callable[[], str]] | None") -> Iterator[tuple[LineRef, bytes]]:
+    """Hash the ``fresh`` bytes at the end of a line :func:`_read_whole_line` read (its newline is the
+    last of them) and yield the line as :func:`iter_raw_lines` yields every line (taken out of
+    ``holder``: this frame then holds the only reference, and gives it away)."""
+    line = holder.pop()
+    if hasher is not None:
+        hasher.feed_line(memoryview(line)[len(line) + 1 - fresh:])
+        hasher.feed(b"\n")
+    if line.endswith(b"\r"):
+        line = line[:-1]
+    if line.strip():
+        slot = [(_line_ref(path, line_no, offset, line, cite, taken), line)]
+        del line
+        yield slot.pop()
 
 
 def _line_ref(path: Path, line_no: int, offset: int, line: bytes, cite: bool,
@@ -234,24 +301,36 @@ class _Hasher:
 
     def __init__(self, digest: "hashlib._Hash", size: int):
         self._digest = digest
-        self._queue: queue.Queue[bytes | None] | None = None
+        self._queue: queue.Queue[bytes | memoryview | None] | None = None
         self._thread: threading.Thread | None = None
         if size >= self.THREAD_MIN_BYTES:
-            chunks: queue.Queue[bytes | None] = queue.Queue(maxsize=self.QUEUE_CHUNKS)
+            chunks: queue.Queue[bytes | memoryview | None] = queue.Queue(maxsize=self.QUEUE_CHUNKS)
             self._queue = chunks
             self._thread = threading.Thread(target=self._run, args=(chunks,), name="perfwarden-sha256", daemon=True)
             self._thread.start()
 
-    def _run(self, chunks: "queue.Queue[bytes | None]") -> None:
-        update, get = self._digest.update, chunks.get
+    def _run(self, chunks: "queue.Queue[bytes | memoryview | None]") -> None:
+        update, get, done = self._digest.update, chunks.get, chunks.task_done
         while (chunk := get()) is not None:
             update(chunk)
+            del chunk
+            done()
 
-    def feed(self, chunk: bytes) -> None:
+    def feed(self, chunk: bytes | memoryview) -> None:
         if self._queue is None:
             self._digest.update(chunk)
         else:
             self._queue.put(chunk)
+
+    def feed_line(self, line: memoryview) -> None:
+        """Feed a whole long line as one item, once everything fed before is hashed: the worker then
+        holds at most the previous line while the reader decodes this one, instead of the reader
+        waiting on a queue of its pieces."""
+        if self._queue is None:
+            self._digest.update(line)
+        else:
+            self._queue.join()
+            self._queue.put(line)
 
     def close(self) -> None:
         """Wait until every fed chunk is hashed (the digest is complete after this)."""
@@ -359,19 +438,21 @@ def _finished_foreign_tail(line: bytes, decoder: Any, foreign: Any, check_keys: 
 
 def iter_jsonl(path: Path, schema: type[T], issues: list[LineIssue], digest: "hashlib._Hash | None" = None,
                root: Path | None = None, max_line: int = LINE_BYTES, check_keys: bool = True,
-               depth_first: bool = False, cite: bool = False) -> Iterator[tuple[LineRef, T]]:
+               depth_first: bool = False, cite: bool = False,
+               line_lengths: Mapping[int, int] | None = None) -> Iterator[tuple[LineRef, T]]:
     """Streaming variant of :func:`read_jsonl` for files too large to hold (bench runs).
 
     Strict (module docstring): an unknown field is a ``corrupt`` issue, except in a foreign bench line
     (``foreign_fields`` issue, the record still yielded). ``check_keys=False`` only for a file whose
     lines a verified seal proves the harness wrote (see :func:`decode_line`). ``depth_first``: measure
-    the nesting before decoding (small records; the bench schema bounds its own nesting)."""
+    the nesting before decoding (small records; the bench schema bounds its own nesting).
+    ``line_lengths``: a verified seal's line lengths by offset, a read-size hint (:func:`iter_raw_lines`)."""
     decoder = msgspec.json.Decoder(schema)
     foreign: msgspec.json.Decoder[Any] | None = (msgspec.json.Decoder(FOREIGN_SCHEMAS[schema])
                                                  if schema in FOREIGN_SCHEMAS else None)
     taken: list[Callable[[], str]] = []  # a long line's sha256, taken on the hashing worker meanwhile
     for ref, line in iter_raw_lines(path, issues, digest, root, max_line, cite,
-                                    keep_tail=foreign is not None, taken=taken):
+                                    keep_tail=foreign is not None, taken=taken, line_lengths=line_lengths):
         if issues and issues[-1].kind == "torn_tail" and issues[-1].ref.line == ref.line:
             record = _finished_foreign_tail(line, decoder, foreign, check_keys)
             if record is None:
