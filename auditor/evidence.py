@@ -19,7 +19,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from pydantic import ValidationError
 
@@ -29,7 +29,7 @@ from perfwarden.auditor.rederive import RepError, RepMetrics, rederive_rep
 from perfwarden.auditor.serverlog import ServerLog, scan_server_log
 from perfwarden.harness.objective import RunObjective
 from perfwarden.harness.jsonl import (CITE_HEAD_BYTES, BenchRunLine, LineIssue, LineRef, OpBenchLine, OutputLine,
-                                      ProfileLine, iter_jsonl, read_jsonl)
+                                      ProfileLine, ReadReport, iter_jsonl, read_jsonl)
 from perfwarden.harness.records import (QUALITY_ITEMS_FIELDS, EvidenceRef, LegSpec, QualityEval, RunDir,
                                         shadowing_fields, unknown_fields, wrong_types)
 from perfwarden.harness.safe_read import (BENCH_LINE_BYTES, LINE_BYTES, LOG_LINE_CHARS, PROFILE_LINE_BYTES, RECORD_BYTES,
@@ -56,6 +56,8 @@ STANDARD_ARRAYS = {"itls": "ITL metrics (and e2e/TPOT when there is no 'latencie
 # request timeline inside the rep) would silently not be made (found by the red team's field explorer).
 HARNESS_ARRAYS = {"latencies": "each request's latency against its TTFT and gaps, and e2e/TPOT as measured",
                    "request_starts": "the request timeline inside the rep's duration"}
+
+T = TypeVar("T")
 
 
 def line_evidence(run: Path, ref: LineRef) -> EvidenceRef:
@@ -189,8 +191,9 @@ class RunLoader:
         self._lines_seen = 0
         self._run_started: float | None | bool = False
         """Unix time the run started (run.json), None when unknown; False until read."""
-        self._manifest: dict | None | bool = False
-        """run.json as an object (None when absent or unreadable: the loader reported why); False until read."""
+        self._manifest: dict[str, Any] | None = None
+        """run.json as an object (None when absent or unreadable: the loader reported why)."""
+        self._manifest_read = False
         self.notes: list[str] = []
         """What the loader read but did not check (a foreign file's fields perfwarden does not know)."""
         self.line_sealed: frozenset[str] = frozenset()
@@ -294,7 +297,7 @@ class RunLoader:
         return log
 
     def json_object(self, path: Path, required: bool, what: str,
-                    limit: int = RECORD_BYTES) -> tuple[dict | None, TextFile | None]:
+                    limit: int = RECORD_BYTES) -> tuple[dict[str, Any] | None, TextFile | None]:
         data = self._bytes(path, required, what, limit)
         if data is None:
             return None, None
@@ -367,7 +370,7 @@ class RunLoader:
                      [EvidenceRef(file=_rel(self.run, leg_dir))])
             return leg
         spec_obj, leg.spec_file = self.json_object(self.paths.leg_spec(name), False, f"leg spec of {name!r}")
-        if spec_obj is not None:
+        if spec_obj is not None and leg.spec_file is not None:  # json_object returns both or no object
             try:
                 leg.spec = LegSpec.model_validate(spec_obj)
                 self._refuse_wrong_types(LegSpec, spec_obj, f"leg spec of {name!r}", leg.spec_file)
@@ -395,9 +398,10 @@ class RunLoader:
         return leg
 
     # ---------------------------------------------------------------- consistency across reps
-    def manifest(self) -> dict | None:
+    def manifest(self) -> dict[str, Any] | None:
         """run.json as an object, read once (None when absent or unreadable; an unreadable one is reported)."""
-        if self._manifest is False:
+        if not self._manifest_read:
+            self._manifest_read = True
             self._manifest = self.json_object(self.paths.manifest, False, "run manifest")[0] \
                 if exists(self.paths.manifest) else None
         return self._manifest
@@ -511,6 +515,8 @@ class RunLoader:
                         self.met("rep_unusable_missing" if kind == "missing" else "rep_unusable",
                                  f"leg {name!r} rep at line {ref.line}: {message}", [line_evidence(self.run, ref)])
                     continue
+                if rep is None:  # a line of another leg, reported above
+                    continue
                 if rep.rep in seen:
                     first = seen[rep.rep]
                     same = first.ref.raw() == ref.raw()
@@ -539,7 +545,7 @@ class RunLoader:
         leg.absent_arrays = absent
         return reps
 
-    def _refuse_wrong_types(self, model: type, obj: dict, what: str, tf: TextFile | None) -> bool:
+    def _refuse_wrong_types(self, model: type, obj: dict[str, Any], what: str, tf: TextFile | None) -> bool:
         """A harness record holding a field of another JSON type than its schema's is corrupt:
         pydantic would coerce ``"0.5"`` to a number and ``1`` to ``True``, so two readers would disagree."""
         wrong = wrong_types(model, obj)
@@ -559,10 +565,11 @@ class RunLoader:
         return report.records
 
     # ---------------------------------------------------------------- other raw files
-    def jsonl(self, path: Path, schema: type, what: str, max_line: int = LINE_BYTES) -> list | None:
+    def jsonl(self, path: Path, schema: type[T], what: str,
+              max_line: int = LINE_BYTES) -> list[tuple[LineRef, T]] | None:
         if not self.present(path, True, what):
             return None
-        report = read_jsonl(path, schema, root=self.run, max_line=max_line, cite=True)
+        report: ReadReport[T] = read_jsonl(path, schema, root=self.run, max_line=max_line, cite=True)
         self._digest(path, report.sha256)
         self.report_issues(report.issues, what)
         return report.records
@@ -578,7 +585,7 @@ class RunLoader:
         if leg and not exists(path):
             path = self.paths.quality(eval_id)
         obj, tf = self.json_object(path, False, f"quality eval {eval_id!r}")
-        if obj is None:
+        if obj is None or tf is None:  # json_object returns both or no object
             return None, tf
         try:
             record = QualityEval.model_validate(obj)
@@ -655,12 +662,33 @@ def served_digest(text: str) -> bytes:
     return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).digest()
 
 
+DIGEST_STAND_IN = "\udcff"
+"""First character of the text a parity dump made from served texts holds for a text counted only by its
+digest: a lone surrogate, which no text a reader decoded can hold (the JSON decoder refuses them), so a
+stand-in equals another only when their digests are equal, and never equals a text."""
+
+
+def digest_stand_in(digest: bytes) -> str:
+    """The dump text standing for a served text known only by its digest."""
+    return DIGEST_STAND_IN + digest.hex()
+
+
+def stood_in_digest(text: str) -> bytes | None:
+    """The digest a dump text stands for (None for a text)."""
+    if not text.startswith(DIGEST_STAND_IN):
+        return None
+    try:
+        return bytes.fromhex(text[len(DIGEST_STAND_IN):])
+    except ValueError:
+        return None
+
+
 @dataclass
 class Served:
     """What one leg's server returned, per prompt id: the texts (a text held once, or its digest past the
     bound) and the first line serving each."""
 
-    texts: dict[str, Counter] = field(default_factory=dict)
+    texts: dict[str, Counter[str | bytes]] = field(default_factory=dict)
     first_ref: dict[str, LineRef] = field(default_factory=dict)
     positional: bool = False
     """Keyed by request position, not prompt id: a foreign file (``vllm bench serve --save-detailed``)
@@ -735,4 +763,9 @@ def positional_ids(line: BenchRunLine) -> list[str | int]:
 def served_dump(served: Served) -> list[tuple[LineRef, OutputLine]]:
     """A leg's parity dump from what its server returned (one line per prompt: its most frequent text),
     each citing the first bench line that served it."""
-    return [(served.first_ref[pid], OutputLine(prompt_id=pid, text=served.modal(pid))) for pid in served.texts]
+    dump = []
+    for pid in served.texts:
+        text = served.modal(pid)
+        dump.append((served.first_ref[pid], OutputLine(prompt_id=pid, text=text if isinstance(text, str)
+                                                        else digest_stand_in(text))))
+    return dump

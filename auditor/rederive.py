@@ -24,6 +24,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -124,7 +125,7 @@ class RepMetrics:
     output_len_quantiles: tuple[float, float, float] = (math.nan, math.nan, math.nan)
     accept_length: float | None = None
     cache_hit_rate: float | None = None
-    contention: dict | None = None
+    contention: dict[str, Any] | None = None
     started_at: float | None = None
     ended_at: float | None = None
     """Unix time the rep ended, when the line records it (reps of different legs must not overlap)."""
@@ -180,7 +181,7 @@ class RepMetrics:
     model, tokenizer, load shape), only the fields it holds."""
 
 
-def _as_array(values, name: str, n: int) -> np.ndarray:
+def _as_array(values: Sequence[float], name: str, n: int) -> np.ndarray:
     if len(values) != n:
         raise RepError("corrupt", f"{name!r} has {len(values)} entries, expected {n}")
     try:
@@ -327,7 +328,7 @@ def flatten_json(obj: Any, prefix: str = "") -> dict[str, Any]:
     return flat
 
 
-def raw_object(raw: msgspec.Raw, name: str, ref: LineRef) -> dict | None:
+def raw_object(raw: msgspec.Raw, name: str, ref: LineRef) -> dict[str, Any] | None:
     """A raw-JSON field that must hold an object (or null)."""
     value = raw_json(raw, name, ref)
     if value is not None and not isinstance(value, dict):
@@ -357,11 +358,11 @@ def _workload(line: BenchRunLine, ref: LineRef) -> dict[str, Any]:
     return out
 
 
-LOADGEN_FIELDS = {"dir": str, "settings": dict, "wall_s": (int, float)}
+LOADGEN_FIELDS: dict[str, type | tuple[type, ...]] = {"dir": str, "settings": dict, "wall_s": (int, float)}
 """What the harness writes in a bench line's ``loadgen`` object (``harness/loadgen_client.measure_rep``)."""
 
 
-def _check_loadgen(line: BenchRunLine, value: dict, ref: LineRef) -> None:
+def _check_loadgen(line: BenchRunLine, value: dict[str, Any], ref: LineRef) -> None:
     """A harness line's ``loadgen`` object holds only the harness's fields, each of its type."""
     if line.schema_version is None:
         return
@@ -387,7 +388,8 @@ def _prompt_digests(line: BenchRunLine, n: int, in_lens: np.ndarray | None) -> t
             raise RepError("corrupt", f"'prompt_ids' has {len(line.prompt_ids)} entries, expected {n}")
         joined = "\x00".join(sorted(map(str, line.prompt_ids)))
         ids = hashlib.sha256(joined.encode("utf-8", "surrogatepass")).hexdigest()
-    lens = hashlib.sha256(sorted_lengths(in_lens)).hexdigest() if in_lens is not None else None
+    lens = (hashlib.sha256(np.ascontiguousarray(sorted_lengths(in_lens)).data).hexdigest()
+            if in_lens is not None else None)
     return ids, lens
 
 
@@ -413,7 +415,7 @@ def _timing_digest(*arrays: np.ndarray | None) -> str:
     # in place, through the buffer protocol, without a bytes copy.
     h = hashlib.sha256()
     for arr in arrays:
-        h.update(b"|" if arr is None else np.ascontiguousarray(arr, dtype=float))
+        h.update(b"|" if arr is None else np.ascontiguousarray(arr, dtype=float).data)
     return h.hexdigest()
 
 
@@ -423,15 +425,15 @@ def _first_over(values: np.ndarray, limit: float) -> int | None:
     return int(over[0]) if over.size else None
 
 
-def _check_header(line: BenchRunLine, ref: LineRef, rep: int, n: int) -> list[tuple[str, str]]:
+def _check_header(line: BenchRunLine, ref: LineRef, rep: int, n: int, duration: float) -> list[tuple[str, str]]:
     """Checks on the line's scalars: rep id, start time, duration, issued count (constant memory)."""
     problems = []
     if not 0 <= rep <= MAX_REP_ID:
         problems.append(("corrupt", f"line {ref.line}: rep id {rep!r} is outside 0..{MAX_REP_ID}"))
     if line.started_at is not None and not (math.isfinite(line.started_at) and 0 <= line.started_at <= MAX_STARTED_AT):
         problems.append(("corrupt", f"line {ref.line}: started_at {line.started_at!r} is not a unix time"))
-    if line.duration > MAX_SECONDS:
-        problems.append(("corrupt", f"line {ref.line}: duration {line.duration!r} s is beyond {MAX_SECONDS:g} s"))
+    if duration > MAX_SECONDS:
+        problems.append(("corrupt", f"line {ref.line}: duration {duration!r} s is beyond {MAX_SECONDS:g} s"))
     problems += _check_version(line, ref)
     if line.issued is not None:
         if line.issued > n:
@@ -461,17 +463,17 @@ def check_array_lengths(line: BenchRunLine, ref: LineRef, n: int) -> list[tuple[
     return problems
 
 
-def check_issue_delays(line: BenchRunLine, ref: LineRef, n: int) -> list[tuple[str, str]]:
+def check_issue_delays(line: BenchRunLine, ref: LineRef, n: int, duration: float) -> list[tuple[str, str]]:
     """A request is sent after LoadGen issued it and inside the rep: each delay finite, >= 0, within
     the duration."""
     if line.issue_delays is None or len(line.issue_delays) != n:
         return []
     delays = _as_array(line.issue_delays, "issue_delays", n)
-    i = _first_over(delays, line.duration + max(TIMELINE_SLACK_S, TIMELINE_SLACK_REL * line.duration))
+    i = _first_over(delays, duration + max(TIMELINE_SLACK_S, TIMELINE_SLACK_REL * duration))
     if i is None:
         return []
     return [("corrupt", f"line {ref.line}: request {i} waited {float(delays[i]):.6g} s after LoadGen issued it, "
-             f"in a rep of {line.duration:.6g} s")]
+             f"in a rep of {duration:.6g} s")]
 
 
 def check_chunks(ref: LineRef, gaps: np.ndarray, ok_out: np.ndarray, ok_idx: np.ndarray) -> list[tuple[str, str]]:
@@ -599,22 +601,37 @@ def _check_scale(line: BenchRunLine, ref: LineRef, m: dict[str, float]) -> list[
     return problems
 
 
-def _check_required(line: BenchRunLine, ref: LineRef) -> None:
+@dataclass(frozen=True)
+class Required:
+    """What a rep cannot be re-derived without, present and checked: its clock and its request outcomes."""
+
+    duration: float
+    errors: list[str | None]
+    output_lens: list[int]
+    ttfts: list[float]
+
+
+def _check_required(line: BenchRunLine, ref: LineRef) -> Required:
     """The arrays and the clock a rep cannot be re-derived without."""
     for name in _REQUIRED_ARRAYS:
         if getattr(line, name) is None:
             raise RepError("missing", f"line {ref.line} has no {name!r} array")
-    if line.duration is None:
+    errors, duration, output_lens, ttfts = line.errors, line.duration, line.output_lens, line.ttfts
+    if errors is None or output_lens is None or ttfts is None:  # the arrays above: the check narrows their types
+        raise RepError("missing", f"line {ref.line} has no 'errors', 'output_lens' or 'ttfts' array")
+    if duration is None:
         raise RepError("missing", f"line {ref.line} has no 'duration'")
-    if not math.isfinite(line.duration) or line.duration <= 0:
-        raise RepError("corrupt", f"line {ref.line} has duration {line.duration!r}")
+    if not math.isfinite(duration) or duration <= 0:
+        raise RepError("corrupt", f"line {ref.line} has duration {duration!r}")
+    return Required(duration, errors, output_lens, ttfts)
 
 
-def _new_record(line: BenchRunLine, ref: LineRef, leg: str, rep: int, n: int, n_ok: int) -> RepMetrics:
+def _new_record(line: BenchRunLine, ref: LineRef, leg: str, rep: int, n: int, n_ok: int,
+                duration: float) -> RepMetrics:
     contention = raw_object(line.contention, "contention", ref)
     server_info = raw_object(line.server_info, "server_info", ref)
     return RepMetrics(leg=leg, rep=rep, ref=ref, n_requests=n, n_ok=n_ok, n_errors=n - n_ok,
-                      duration_s=float(line.duration), accept_length=line.accept_length,
+                      duration_s=float(duration), accept_length=line.accept_length,
                       contention=contention, started_at=line.started_at, ended_at=line.ended_at,
                       schema_version=line.schema_version, loadgen_dir=loadgen_dir(line.loadgen, ref),
                       issued=line.issued, workload=_workload(line, ref),
@@ -642,7 +659,7 @@ def _stated_value(value: Any, name: str, ref: LineRef) -> Any:
     return raw_json(value, name, ref) if isinstance(value, msgspec.Raw) else value
 
 
-def _gaps(line: BenchRunLine, ref: LineRef, ok: np.ndarray, failed: list[int],
+def _gaps(line: BenchRunLine, ref: LineRef, ok: np.ndarray, failed: list[int], duration: float,
           problems: list[tuple[str, str]]) -> tuple[np.ndarray | None, np.ndarray | None, np.ndarray | None]:
     """The successful requests' gap counts, their flattened gaps and per-request sums (None without
     ``itls``). Flattened in C (``float_columns``), never element by element in Python: a 100k-request
@@ -661,7 +678,7 @@ def _gaps(line: BenchRunLine, ref: LineRef, ok: np.ndarray, failed: list[int],
             raise RepError("corrupt", f"line {ref.line}: an inter-token gap of {high!r} s is not a time")
     if failed:  # a failed request's partial gaps are times too: bounded like the others
         failed_max = max((max(itl_lists[i]) for i in failed if itl_lists[i]), default=0.0)
-        if not math.isfinite(failed_max) or failed_max > line.duration:
+        if not math.isfinite(failed_max) or failed_max > duration:
             problems.append(("corrupt", f"line {ref.line}: a failed request's gap of {failed_max!r} s "
                              "exceeds the rep's duration"))
     return lens, gaps, _segment_sums(gaps, lens)
@@ -688,7 +705,7 @@ def _check_latencies(ref: LineRef, ok_idx: np.ndarray, ok_ttft: np.ndarray, e2e:
     problems = []
     if e2e is not None and np.any(e2e + 1e-9 < ok_ttft):
         problems.append(("corrupt", f"line {ref.line}: a request ends before its first token"))
-    if all_latencies is not None and sums is not None:
+    if all_latencies is not None and sums is not None and e2e is not None:
         need = ok_ttft + sums
         short = np.flatnonzero(e2e + np.maximum(LATENCY_SLACK_S, LATENCY_SLACK_REL * e2e) < need)
         if short.size:
@@ -701,30 +718,31 @@ def _check_latencies(ref: LineRef, ok_idx: np.ndarray, ok_ttft: np.ndarray, e2e:
 
 def rederive_rep(line: BenchRunLine, ref: LineRef, leg: str, rep_index: int) -> RepMetrics:
     """Re-derive one rep; raise ``RepError`` when a needed array is absent or the rep is inconsistent."""
-    _check_required(line, ref)
-    n = len(line.errors)
+    required = _check_required(line, ref)
+    duration, errors = required.duration, required.errors
+    n = len(errors)
     rep = line.rep if line.rep is not None else rep_index
-    problems = _check_header(line, ref, rep, n)
-    if line.duration > MAX_SECONDS:  # nothing measured against this clock can mean anything
+    problems = _check_header(line, ref, rep, n, duration)
+    if duration > MAX_SECONDS:  # nothing measured against this clock can mean anything
         raise RepError.of(problems)
     problems += check_array_lengths(line, ref, n)
-    out_lens = _as_array(line.output_lens, "output_lens", n)
-    ttfts = _as_array(line.ttfts, "ttfts", n)
+    out_lens = _as_array(required.output_lens, "output_lens", n)
+    ttfts = _as_array(required.ttfts, "ttfts", n)
     # The failed requests (a non-empty error) picked in C by truthiness, as ``not error`` would judge each:
     # a fraction of the time of one numpy bool per request through the iterator protocol.
-    failed = list(itertools.compress(range(n), line.errors))
+    failed = list(itertools.compress(range(n), errors))
     ok = np.ones(n, dtype=bool)
     ok[failed] = False
     n_ok = n - len(failed)
-    result = _new_record(line, ref, leg, rep, n, n_ok)
+    result = _new_record(line, ref, leg, rep, n, n_ok, duration)
     in_lens = _as_array(line.input_lens, "input_lens", n) if line.input_lens is not None else None
     result.prompt_digest, result.lens_digest = _prompt_digests(line, n, in_lens)
-    result.error_samples = list(itertools.islice(filter(None, line.errors), 3))
+    result.error_samples = list(itertools.islice(filter(None, errors), 3))
     starts = _as_array(line.request_starts, "request_starts", n) if line.request_starts is not None else None
     all_latencies = _as_array(line.latencies, "latencies", n) if line.latencies is not None else None
-    problems += check_issue_delays(line, ref, n)
+    problems += check_issue_delays(line, ref, n, duration)
     if n_ok == 0:  # a rep whose every request failed is request errors, not corrupt evidence
-        problems += _check_timeline(ref, line.duration, ttfts, starts,
+        problems += _check_timeline(ref, duration, ttfts, starts,
                                     all_latencies if all_latencies is not None else np.zeros(n))
         if problems:
             raise RepError.of(problems)
@@ -736,9 +754,10 @@ def rederive_rep(line: BenchRunLine, ref: LineRef, leg: str, rep_index: int) -> 
     ok_idx = np.flatnonzero(ok)
     ok_ttft = ttfts if all_ok else ttfts[ok_idx]
     ok_out = out_lens if all_ok else out_lens[ok_idx]
-    gap_counts, gaps, sums = _gaps(line, ref, ok, failed, problems)
+    gap_counts, gaps, sums = _gaps(line, ref, ok, failed, duration, problems)
     if line.schema_version is not None and gap_counts is not None:
         problems += check_chunks(ref, gap_counts, ok_out, ok_idx)
+    e2e: np.ndarray | None
     if all_latencies is not None:
         e2e = all_latencies if all_ok else all_latencies[ok_idx]
     else:
@@ -749,7 +768,7 @@ def rederive_rep(line: BenchRunLine, ref: LineRef, leg: str, rep_index: int) -> 
     if e2e is not None and all_latencies is None:
         ends = np.zeros(n)
         ends[ok_idx] = e2e
-    problems += _check_timeline(ref, line.duration, ttfts, starts, ends)
+    problems += _check_timeline(ref, duration, ttfts, starts, ends)
     if all_latencies is not None:
         problems += check_concurrency(line, ref, starts, all_latencies)
     result.max_latency_s = float(ends.max()) if ends.size else None
@@ -785,14 +804,14 @@ def _derive_metrics(line: BenchRunLine, ref: LineRef, result: RepMetrics, ok_idx
     with np.errstate(over="ignore", invalid="ignore"):
         m = result.metrics
         total_out = float(ok_out.sum())
-        m["output_throughput"] = total_out / line.duration
-        m["request_throughput"] = n_ok / line.duration
+        m["output_throughput"] = total_out / result.duration_s
+        m["request_throughput"] = n_ok / result.duration_s
         m["completed"] = float(n_ok)
         m["total_output_tokens"] = total_out
         if in_lens is not None:
             total_in = float((in_lens if all_ok else in_lens[ok_idx]).sum())
             m["total_input_tokens"] = total_in
-            m["total_throughput"] = (total_out + total_in) / line.duration
+            m["total_throughput"] = (total_out + total_in) / result.duration_s
         else:
             result.missing.append("total_throughput")
         result.sums["ttft_s"] = float(ok_ttft.sum())

@@ -19,6 +19,7 @@ from perfwarden.auditor.audit import audit_path
 from perfwarden.auditor.evidence import SERVED_TEXT_CHARS, ServedReader
 from perfwarden.auditor.gates.served import consistent, same_text
 from perfwarden.harness.jsonl import BenchRunLine, LineRef
+from perfwarden.orchestrator.synth import COHERENT_TEXTS
 
 FIXTURES = Path(__file__).resolve().parents[1] / "proof" / "fixtures"
 ENGLISH = "The quick brown fox jumps over the lazy dog, and then it rests in the shade. "
@@ -74,6 +75,37 @@ def test_a_text_known_by_its_digest_never_agrees_with_a_dump_but_compares_across
     assert isinstance(modal, bytes)
     assert not consistent("Paris is", modal)  # fail closed: the prefix cannot be shown
     assert same_text(modal, "Paris is") and not same_text(modal, "Paris was")
+
+
+def test_a_dump_made_from_texts_known_by_their_digest_is_judged_not_crashed(tmp_path):
+    """A foreign run with no parity dump is given one from its served texts (positional); past the bound
+    a text is known only by its digest. The dump holds a stand-in for it (a text no decoder yields): it
+    agrees with the same digest and nothing else, and the coherence check scores the texts it can read
+    (it once crashed on the digest's bytes)."""
+    from perfwarden.auditor.evidence import LegEvidence, digest_stand_in, served_dump, stood_in_digest
+    from perfwarden.auditor.gates.correctness import check_reference_coherence
+
+    reader = ServedReader()
+    ref = LineRef(Path("bench_runs.jsonl"), 1, 0, 2, digest="0" * 64, head=b"{}")  # as the loader cites it
+    texts = list(COHERENT_TEXTS[:6])
+    reader.add(ref, BenchRunLine(prompt_ids=[f"p{k}" for k in range(6)], generated_texts=texts))
+    reader.held_chars = SERVED_TEXT_CHARS  # the bound reached: the next new text is counted by digest
+    reader.add(ref, BenchRunLine(prompt_ids=["q"], generated_texts=["Paris is the capital of France."]))
+    served = reader.result()
+    assert served is not None
+    dump = served_dump(served)
+    stand_ins = [o.text for _, o in dump if stood_in_digest(o.text) is not None]
+    assert len(stand_ins) == 1 and all(isinstance(o.text, str) for _, o in dump)
+    digest = served.modal("q")
+    assert isinstance(digest, bytes) and stand_ins[0] == digest_stand_in(digest)
+    assert consistent(stand_ins[0], digest) and not consistent(stand_ins[0], digest[::-1])
+    assert not consistent("Paris is", digest)
+    leg = LegEvidence(name="base")
+    leg.outputs = dump
+    assert check_reference_coherence(tmp_path, leg).value is True
+    leg.outputs = [(r, o) for r, o in dump if stood_in_digest(o.text) is not None]
+    judged = check_reference_coherence(tmp_path, leg)  # nothing readable: unjudgeable, fail closed
+    assert judged.value is False and [f.code for f in judged.findings] == ["NONCOHERENT_REFERENCE"]
 
 
 @pytest.mark.slow

@@ -11,7 +11,7 @@ import numpy as np
 
 from perfwarden.auditor import registry
 from perfwarden.auditor.coherence import coherence_score
-from perfwarden.auditor.evidence import LegEvidence, QualityRecords, line_evidence
+from perfwarden.auditor.evidence import LegEvidence, QualityRecords, line_evidence, stood_in_digest
 from perfwarden.auditor.findings import Findings, GateResult, finding
 from perfwarden.auditor.gates.conditions import flatten, key_evidence
 from perfwarden.auditor.model.schema import evidence_model
@@ -73,8 +73,9 @@ def check_reference_coherence(run: Path, ref: LegEvidence) -> GateResult[bool]:
     findings = Findings()
     if not ref.outputs:
         return GateResult(findings.items, [], None)
-    texts = [o.text for _, o in ref.outputs]
-    result = coherence_score(texts)
+    # A text known only by its digest (a dump made from served texts past their bound) cannot be scored.
+    scored_outputs = [(r, o) for r, o in ref.outputs if stood_in_digest(o.text) is None]
+    result = coherence_score([o.text for _, o in scored_outputs])
     if not result.is_coherent:
         scored = [(i, s.score) for i, s in enumerate(result.per_text) if s.score is not None]
         worst = min(scored, key=lambda kv: kv[1])[0] if scored else 0
@@ -83,7 +84,8 @@ def check_reference_coherence(run: Path, ref: LegEvidence) -> GateResult[bool]:
                      f"on the coherence check (threshold {result.threshold:.3f}): parity against them is "
                      "unverifiable", measured=None if result.score is None else round(result.score, 4),
                      threshold=result.threshold,
-                     evidence=[line_evidence(run, ref.outputs[worst][0])], action="eject", gate="coherence")
+                     evidence=[line_evidence(run, (scored_outputs or ref.outputs)[worst][0])], action="eject",
+                     gate="coherence")
         return GateResult(findings.items, [], False)
     return GateResult(findings.items, [], True)
 

@@ -20,16 +20,18 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from perfwarden.auditor.evidence import SERVED_TEXT_CHARS, LegEvidence, Served, line_evidence, served_digest
+from perfwarden.auditor.evidence import (SERVED_TEXT_CHARS, LegEvidence, Served, line_evidence, served_digest,
+                                         stood_in_digest)
 from perfwarden.auditor.findings import GateResult, finding
 from perfwarden.auditor.gates.correctness import PARITY_MIN_IDENTICAL
 
 
 def consistent(a: str, b: str | bytes) -> bool:
     """Two greedy continuations of one prompt, cut at different points: one is a prefix of the other. A
-    served text held only as its digest (past ``SERVED_TEXT_CHARS``) cannot be shown to agree: it does not."""
+    served text held only as its digest (past ``SERVED_TEXT_CHARS``) cannot be shown to agree: it does not,
+    unless ``a`` stands for that same digest (a dump made from the served texts themselves)."""
     if isinstance(b, bytes):
-        return False
+        return stood_in_digest(a) == b
     return a.startswith(b) or b.startswith(a)
 
 
