@@ -12,8 +12,8 @@ from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from perfwarden.harness.records import Claim, LeverClass, Mechanism
-from perfwarden.harness.verdict_summary import VerdictSummary
+from perfwarden.formats.records import Claim, LeverClass, Mechanism
+from perfwarden.formats.verdict_summary import VerdictSummary
 
 ProposalKind = Literal["config", "kernel"]
 ProposalStatus = Literal["pending", "benchmarked", "measuring", "banked", "rejected", "skipped"]

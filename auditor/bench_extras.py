@@ -26,8 +26,8 @@ import numpy as np
 
 from perfwarden.auditor import goodput
 from perfwarden.auditor.rederive import TIMELINE_SLACK_REL, TIMELINE_SLACK_S, RepError, raw_json
-from perfwarden.harness.jsonl import BenchRunLine, ForeignBenchRunLine, LineRef
-from perfwarden.harness.slo import GoodputSlo, SloError, parse_slo
+from perfwarden.formats.jsonl import BenchRunLine, ForeignBenchRunLine, LineRef
+from perfwarden.formats.slo import GoodputSlo, SloError, parse_slo
 
 MAX_CLOCK_S = 1e10
 """A ``perf_counter`` reading (seconds since boot on Linux) beyond ~317 years is not a clock reading."""

@@ -27,15 +27,15 @@ from perfwarden.auditor import bench_extras
 from perfwarden.auditor.loadgen_logs import LoadgenRep, read_rep_logs
 from perfwarden.auditor.rederive import RepError, RepMetrics, rederive_rep
 from perfwarden.auditor.serverlog import ServerLog, scan_server_log
-from perfwarden.harness.objective import RunObjective
-from perfwarden.harness.jsonl import (CITE_HEAD_BYTES, BenchRunLine, LineIssue, LineRef, OpBenchLine, OutputLine,
+from perfwarden.formats.jsonl import (CITE_HEAD_BYTES, BenchRunLine, LineIssue, LineRef, OpBenchLine, OutputLine,
                                       ProfileLine, iter_jsonl, read_jsonl)
-from perfwarden.harness.records import (QUALITY_ITEMS_FIELDS, EvidenceRef, LegSpec, QualityEval, RunDir,
+from perfwarden.formats.objective import RunObjective
+from perfwarden.formats.records import (QUALITY_ITEMS_FIELDS, EvidenceRef, LegSpec, QualityEval, RunDir,
                                         shadowing_fields, unknown_fields, wrong_types)
-from perfwarden.harness.safe_read import (BENCH_LINE_BYTES, LINE_BYTES, LOG_LINE_CHARS, PROFILE_LINE_BYTES, RECORD_BYTES,
+from perfwarden.formats.safe_read import (BENCH_LINE_BYTES, LINE_BYTES, LOG_LINE_CHARS, PROFILE_LINE_BYTES, RECORD_BYTES,
                                           TEXT_BYTES, RefusedInput, check_regular, exists, iter_chunks, read_bytes)
-from perfwarden.harness.slo import GoodputSlo
-from perfwarden.harness.strict_json import StrictJsonError, loads
+from perfwarden.formats.slo import GoodputSlo
+from perfwarden.formats.strict_json import StrictJsonError, loads
 
 _EXCERPT = 200
 assert _EXCERPT <= CITE_HEAD_BYTES  # an excerpt is cut from the bytes a cited line keeps

@@ -31,8 +31,8 @@ import msgspec
 import numpy as np
 
 from perfwarden.auditor.float_columns import flat_float_array, float_array
-from perfwarden.harness.strict_json import StrictJsonError, loads
-from perfwarden.harness.jsonl import FOREIGN_STATED, NULL, BenchRunLine, ForeignBenchRunLine, LineRef
+from perfwarden.formats.jsonl import FOREIGN_STATED, NULL, BenchRunLine, ForeignBenchRunLine, LineRef
+from perfwarden.formats.strict_json import StrictJsonError, loads
 
 if TYPE_CHECKING:  # bench_extras reads lines with this module's helpers: typing only, no import cycle
     from perfwarden.auditor.bench_extras import RepGoodput, StatedRun

@@ -64,7 +64,7 @@ import msgspec
 import numpy as np
 import record
 
-from perfwarden.harness import seal
+from perfwarden.formats import seal
 from perfwarden.orchestrator.synth import write_claim, write_leg, write_manifest
 
 TARGET_RATIO = 0.9

@@ -19,9 +19,9 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from perfwarden.auditor.codes import CATALOG
-from perfwarden.harness.records import Action, VerdictLabel
-from perfwarden.harness.safe_read import RECORD_BYTES, STRING_CHARS, long_string, read_bytes
-from perfwarden.harness.strict_json import StrictJsonError, loads
+from perfwarden.formats.records import Action, VerdictLabel
+from perfwarden.formats.safe_read import RECORD_BYTES, STRING_CHARS, long_string, read_bytes
+from perfwarden.formats.strict_json import StrictJsonError, loads
 
 ANSWER_KEY_NAME = "answer_key.json"
 

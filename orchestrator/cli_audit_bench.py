@@ -21,7 +21,7 @@ import typer
 from rich.console import Console
 
 from perfwarden.auditor.rederive import METRICS
-from perfwarden.harness.slo import GoodputSlo, SloError, parse_slo
+from perfwarden.formats.slo import GoodputSlo, SloError, parse_slo
 from perfwarden.orchestrator.bench_import import BenchImport, BenchInputError, Engine, lay_out
 from perfwarden.orchestrator.exit_codes import EXIT_BY_VERDICT, ExitCode
 from perfwarden.orchestrator.render import print_error, print_verdict, printable

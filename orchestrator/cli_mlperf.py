@@ -30,7 +30,7 @@ from rich.table import Table
 from rich.text import Text
 
 from perfwarden.auditor import mlperf
-from perfwarden.harness.records import MlperfCompliance, Verdict
+from perfwarden.formats.records import MlperfCompliance, Verdict
 from perfwarden.orchestrator.exit_codes import EXIT_BY_VERDICT, ExitCode
 from perfwarden.orchestrator.render import finding_block, print_error, print_notes, safe_text
 

@@ -20,21 +20,21 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from perfwarden.agents.config_tuner import parse_levers
 from perfwarden.auditor.claim_file import ClaimError
+from perfwarden.formats.objective import OBJECTIVES
+from perfwarden.formats.safe_write import RefusedWrite
+from perfwarden.formats.seal import SealError
+from perfwarden.formats.slo import SloError, parse_slo
 from perfwarden.harness import run_lock
-from perfwarden.harness.objective import OBJECTIVES
-from perfwarden.harness.safe_write import RefusedWrite
-from perfwarden.harness.slo import SloError, parse_slo
-from perfwarden.harness.seal import SealError
 from perfwarden.harness.target_config import TARGET_CONFIGS, ConfigError, SGLangConfig, parse_set_args
 from perfwarden.orchestrator.exit_codes import ExitCode, disk_full, no_space_message
+from perfwarden.orchestrator.lab_spec import lab_for
 from perfwarden.orchestrator.render import VERDICT_STYLE, print_error, safe_text
 from perfwarden.orchestrator.settings import RunSettings, settings_error
 from perfwarden.orchestrator.step_lines import StepLine, StepLines
-from perfwarden.orchestrator.lab_spec import lab_for
 
 if TYPE_CHECKING:  # the run's machinery is imported only when a run starts (other commands stay fast)
-    from perfwarden.harness.verdict_summary import VerdictSummary
-    from perfwarden.harness.records import Claim
+    from perfwarden.formats.records import Claim
+    from perfwarden.formats.verdict_summary import VerdictSummary
     from perfwarden.orchestrator.lab import LegPlan
 
 

@@ -16,9 +16,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from perfwarden.auditor import mlperf
+from perfwarden.formats.safe_read import RECORD_BYTES, read_bytes
+from perfwarden.formats.strict_json import loads
 from perfwarden.orchestrator.backtest import CaseResult
-from perfwarden.harness.safe_read import RECORD_BYTES, read_bytes
-from perfwarden.harness.strict_json import loads
 
 
 def _case_dirs(corpus: Path) -> dict[str, Path]:

@@ -22,7 +22,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from perfwarden.harness.records import QualityEval, write_json_atomic
+from perfwarden.formats.records import QualityEval, write_json_atomic
 from perfwarden.orchestrator.synth import (BASE_INFO, BASE_TPUT, CAND_TPUT, COHERENT_TEXTS, build_ab_run,
                                     fixture_builder_main, reps, write_fixture, write_jsonl)
 

@@ -34,9 +34,9 @@ from typing import Any
 import msgspec
 from pydantic import BaseModel
 
+from perfwarden.formats import jsonl as line_schemas
+from perfwarden.formats import records
 from perfwarden.redteam import field_explorer_oracle as oracle
-from perfwarden.harness import jsonl as line_schemas
-from perfwarden.harness import records
 
 EXPLORER_BASES = ("seal-syn-clean", "seal-rec-clean", "rec-harness-clean", "jdg-eval-comparable")
 """Clean runs the explorer edits: the sealed synthetic and recorded runs (every harness record of a patch

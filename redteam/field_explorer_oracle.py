@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 
 from perfwarden.auditor.model.schema import evidence_model
-from perfwarden.harness.records import QUALITY_ITEMS_FIELDS
+from perfwarden.formats.records import QUALITY_ITEMS_FIELDS
 from perfwarden.redteam.attack import rep_metric
 
 HEADLINE_POINTS = 1.0

@@ -20,10 +20,10 @@ from pathlib import Path
 from typing import Any
 
 from perfwarden.auditor.audit import ClaimError, audit_path
+from perfwarden.formats import seal as seal_mod
+from perfwarden.formats.records import SealHead, write_json_atomic
 from perfwarden.redteam import field_explorer as fx
 from perfwarden.redteam import field_explorer_oracle as oracle
-from perfwarden.harness import seal as seal_mod
-from perfwarden.harness.records import SealHead, write_json_atomic
 
 SUCCESS_VERDICTS = ("PASS",)
 """An edit that changed what the auditor judges and got one of these (no finding at FLAG or above)."""

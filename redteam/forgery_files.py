@@ -14,8 +14,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from perfwarden.harness import seal
-from perfwarden.harness.records import EVIDENCE_DIRS, EVIDENCE_FILE
+from perfwarden.formats import seal
+from perfwarden.formats.records import EVIDENCE_DIRS, EVIDENCE_FILE
 from perfwarden.redteam.field_explorer_oracle import rederivable, rederive
 from perfwarden.redteam.field_explorer_run import reseal
 

@@ -24,7 +24,7 @@ from typing import Any
 
 from perfwarden.auditor.audit import audit_path
 from perfwarden.auditor.claim_file import ClaimError
-from perfwarden.harness.records import write_json_atomic
+from perfwarden.formats.records import write_json_atomic
 from perfwarden.redteam import forgery as fg
 from perfwarden.redteam import forgery_more
 from perfwarden.redteam.forgery_files import seal_again, seal_fresh

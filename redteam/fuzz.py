@@ -18,7 +18,7 @@ The oracle, for every input:
   for patch/bundle, their server_info and parity dumps; the op benchmark; the profile; the report)
   and that is, after mutation, missing (when required), not a regular file inside the run, not UTF-8,
   not strict JSON (NaN/Infinity, out-of-range floats, nesting past the parser's limit), or a record that
-  does not validate against its shared schema (``harness/jsonl.py``, ``harness/records.py``), or a
+  does not validate against its shared schema (``formats/jsonl.py``, ``formats/records.py``), or a
   JSONL file with a torn last line. A mutation that leaves every such file well-formed (a changed
   number, a dropped or duplicated line, an edit to a field no gate reads) may legitimately PASS, so it
   is not counted: the oracle only claims what it can prove. Auditor findings beyond it (a FAIL where
@@ -54,8 +54,8 @@ from pydantic import ValidationError
 
 from perfwarden.auditor.claim_file import ClaimError, load_claim
 from perfwarden.auditor.evidence import RunLoader
-from perfwarden.harness import jsonl as jsonl_formats
-from perfwarden.harness.records import Claim, LegSpec
+from perfwarden.formats import jsonl as jsonl_formats
+from perfwarden.formats.records import Claim, LegSpec
 from perfwarden.orchestrator.answer_key import AnswerKeyError, load_answer_key
 from perfwarden.orchestrator.cli import app
 from perfwarden.orchestrator.review.model import ReviewError, read_verdict

@@ -64,7 +64,7 @@ from typing import Any, Callable, Iterator
 
 from pydantic import BaseModel
 
-from perfwarden.harness import seal
+from perfwarden.formats import seal
 from perfwarden.orchestrator.crashpoints import ENV
 from perfwarden.orchestrator.settings import RunSettings
 from perfwarden.orchestrator.simlab import SyntheticLab

@@ -27,7 +27,7 @@ from typer.testing import CliRunner
 
 from perfwarden.auditor import mlperf
 from perfwarden.auditor.audit import audit_path
-from perfwarden.harness.records import EvidenceRef, Finding, Verdict
+from perfwarden.formats.records import EvidenceRef, Finding, Verdict
 from perfwarden.orchestrator.cli import app
 from perfwarden.orchestrator.cli_mlperf import render as render_mlperf
 from perfwarden.orchestrator.render import printable, print_verdict

@@ -19,7 +19,7 @@ import pytest
 
 from perfwarden.agents import integrator
 from perfwarden.agents.base import BankedChange, Proposal
-from perfwarden.harness.records import Mechanism
+from perfwarden.formats.records import Mechanism
 from perfwarden.orchestrator import study
 from perfwarden.orchestrator.runner import run_graph
 from perfwarden.orchestrator.settings import RunSettings

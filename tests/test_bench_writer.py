@@ -14,6 +14,7 @@ import msgspec
 import numpy as np
 import pytest
 
+from perfwarden.formats.jsonl import BenchRunLine, read_jsonl
 from perfwarden.harness import contention as C
 from perfwarden.harness.bench_writer import (
     RequestRecord,
@@ -26,7 +27,6 @@ from perfwarden.harness.bench_writer import (
     reps_to_run,
     seal_torn_tail,
 )
-from perfwarden.harness.jsonl import BenchRunLine, read_jsonl
 
 CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus" / "sglang" / "bench_serving_llamacpp_smollm2.jsonl"
 

@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from perfwarden.harness import node_identity, seal
-from perfwarden.harness.seal_stream import EvidenceSink, StreamChain, StreamRefused
+from perfwarden.formats import seal
+from perfwarden.formats.seal_stream import EvidenceSink, StreamChain, StreamRefused
+from perfwarden.harness import node_identity
 from perfwarden.orchestrator.lab import LegPlan
 from perfwarden.orchestrator.runner import RunUsageError, run_graph
 from perfwarden.orchestrator.settings import RunSettings
@@ -170,8 +171,8 @@ def test_a_lab_a_node_could_not_rebuild_is_refused(tmp_path, two_nodes):
 @pytest.mark.slow
 def test_backtest_and_red_team_fan_out_with_the_same_results(two_nodes):
     from perfwarden.orchestrator import cluster
-    from perfwarden.orchestrator.paths import default_fixture_roots
     from perfwarden.orchestrator.backtest import run_backtest
+    from perfwarden.orchestrator.paths import default_fixture_roots
     from perfwarden.redteam import red_team
 
     root = default_fixture_roots()[0]

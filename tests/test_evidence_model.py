@@ -26,12 +26,13 @@ import pytest
 from pydantic import BaseModel
 
 from perfwarden.auditor import registry
-from perfwarden.auditor.model import roles
 from perfwarden.auditor.gates.conditions import flatten
+from perfwarden.auditor.model import roles
 from perfwarden.auditor.model import doc
 from perfwarden.auditor.model.schema import EvidenceModel, ModelError, _check, evidence_model
-from perfwarden.harness import contention, jsonl, loadgen_client, node_identity, records, vllm_metrics
-from perfwarden.harness.objective import RunObjective
+from perfwarden.formats import jsonl, records, vllm_metrics
+from perfwarden.formats.objective import RunObjective
+from perfwarden.harness import contention, loadgen_client, node_identity
 from perfwarden.harness.process_conditions import process_conditions
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -18,8 +18,8 @@ import pytest
 from typer.testing import CliRunner
 
 from perfwarden.auditor.audit import ClaimError, audit_path
-from perfwarden.harness.jsonl import BenchRunLine
-from perfwarden.harness.records import QualityEval, Record
+from perfwarden.formats.jsonl import BenchRunLine
+from perfwarden.formats.records import QualityEval, Record
 from perfwarden.orchestrator.cli import app
 from perfwarden.orchestrator.paths import default_fixture_roots
 from perfwarden.redteam import field_explorer as fx

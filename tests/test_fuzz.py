@@ -122,7 +122,7 @@ def test_oracle_rules(tmp_path):
 
 
 def test_must_read_follows_the_scope():
-    from perfwarden.harness.records import Claim
+    from perfwarden.formats.records import Claim
 
     patch = must_read(Claim(scope="patch", legs={"baseline": "b", "candidate": "c"}))
     assert patch["legs/b/bench_runs.jsonl"] == ("bench", True) and patch["legs/c/server_info.json"] == ("server_info", True)
@@ -172,7 +172,7 @@ def test_a_verdict_nested_900_deep_is_an_input_error_for_review(run):
 def test_a_huge_integer_in_a_loadgen_log_is_corrupt_not_an_internal_error(tmp_path):
     """Input 3906: ``float(10**400)`` raised OverflowError inside the reader (an internal error, exit 3
     marked degraded); now the line is a malformed LoadGen line like any other."""
-    from perfwarden.harness.mlperf_log import MlperfLogError, read_detail
+    from perfwarden.formats.mlperf_log import MlperfLogError, read_detail
 
     src = Path(__file__).parent / "data" / "mlperf" / "test04_e01_v41_offline_resnet50_cisco" / "reference"
     detail = tmp_path / "mlperf_log_detail.txt"
@@ -212,7 +212,7 @@ def test_the_crash_pattern_is_linear_on_repeated_worker_lines():
 def test_a_number_beyond_any_float_in_server_info_is_compared_not_a_gate_crash(run):
     """benchmarks/fuzz.py (seed 0, input 1605): threads=10**400 in one leg's server_info crashed the
     conditions gate (int too large for float), so the verdict was degraded instead of decided. Such a
-    number is outside the one integer range (``harness/strict_json.py``): corrupt evidence, decided; the
+    number is outside the one integer range (``formats/strict_json.py``): corrupt evidence, decided; the
     largest integer inside it still reaches the gate and is compared."""
     from perfwarden.auditor.audit import audit_path
 
@@ -235,7 +235,7 @@ def test_a_detail_log_ending_in_60_mb_of_nul_bytes_is_refused_without_reading_th
     in the message."""
     import resource
 
-    from perfwarden.harness.mlperf_log import MLLOG_LINE_BYTES, MlperfLogError, read_detail
+    from perfwarden.formats.mlperf_log import MLLOG_LINE_BYTES, MlperfLogError, read_detail
 
     path = tmp_path / "mlperf_log_detail.txt"
     with open(path, "wb") as handle:
@@ -341,7 +341,7 @@ def test_measure_into_a_run_whose_seal_chain_it_cannot_continue_is_an_input_erro
     server starts."""
     from typer.testing import CliRunner
 
-    from perfwarden.harness import seal
+    from perfwarden.formats import seal
     from perfwarden.orchestrator.cli import app
 
     run = tmp_path / "run"

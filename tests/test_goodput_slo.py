@@ -12,7 +12,7 @@ import pytest
 from typer.testing import CliRunner
 
 from perfwarden.auditor import goodput
-from perfwarden.harness.slo import GoodputSlo, SloError, parse_slo
+from perfwarden.formats.slo import GoodputSlo, SloError, parse_slo
 from perfwarden.orchestrator.cli import app
 
 REC = Path(__file__).parents[1] / "proof" / "recordings" / "vllm-max-num-seqs"

@@ -16,8 +16,8 @@ from langgraph.runtime import Runtime
 
 from perfwarden.agents.base import BankedChange
 from perfwarden.auditor import acceptance
-from perfwarden.harness.verdict_summary import VerdictSummary
-from perfwarden.harness.records import Claim, DeclaredLever, Headline, LegRefs
+from perfwarden.formats.records import Claim, DeclaredLever, Headline, LegRefs
+from perfwarden.formats.verdict_summary import VerdictSummary
 from perfwarden.harness.target_config import EmbeddedConfig, knob
 from perfwarden.orchestrator import graph as G
 from perfwarden.orchestrator.runner import RunUsageError, run_graph
@@ -287,7 +287,7 @@ def test_lab_noise_goes_to_the_run_logs_not_the_terminal(tmp_path, capfd):
 def test_a_random_weights_baseline_goes_on_to_the_search_but_another_flag_does_not(tmp_path):
     """weights=random: the baseline FLAGs CORRECTNESS_UNVERIFIABLE every time, so re-measuring it would
     spend the budget for nothing; any other FLAG is still re-measured."""
-    from perfwarden.harness.verdict_summary import FindingSummary
+    from perfwarden.formats.verdict_summary import FindingSummary
 
     runtime = Runtime(context=RunContext(lab=SyntheticLab(), settings=settings(kernels=False)))
 
@@ -446,7 +446,7 @@ def test_a_forged_pass_verdict_does_not_get_a_component_into_a_bundle(tmp_path):
     """Verdict files are not sealed: a producer can write ``verdicts/<seq>-patch.json`` saying PASS. The
     bundle audit audits each component's claim again instead of believing the file."""
     from perfwarden.auditor.audit import audit_path
-    from perfwarden.harness.seal import find_key_file
+    from perfwarden.formats.seal import find_key_file
 
     run = tmp_path / "run"
     run_graph(run, settings(levers=["max_batch_size=2"], kernels=False), SyntheticLab())

@@ -27,9 +27,9 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from perfwarden.auditor.audit import ClaimError, audit_path, load_claim
-from perfwarden.harness import jsonl
-from perfwarden.harness.records import write_json_atomic
-from perfwarden.harness.safe_read import CLAIM_BYTES, RefusedInput, read_bytes
+from perfwarden.formats import jsonl
+from perfwarden.formats.records import write_json_atomic
+from perfwarden.formats.safe_read import CLAIM_BYTES, RefusedInput, read_bytes
 from perfwarden.orchestrator.cli import app
 from perfwarden.orchestrator.paths import default_fixture_roots
 from perfwarden.orchestrator.settings import RunSettings

@@ -2,9 +2,9 @@
 pyproject.toml (``[tool.importlinter]``) on this tree, and fails on a copy with one forbidden import added.
 
 The contracts: no arrow runs up the layers (proof > the red team's fuzzers > orchestrator > the red-team
-producer > producers | auditor > skills > harness), the harness imports nothing above it, the auditor
-never imports a producer, the orchestrator, the red team or proof, the running system never imports
-proof/, and no package's modules import each other in a cycle.
+producer > producers | auditor > harness | skills > formats), the harness imports nothing above it, the
+auditor imports only the formats and the skills, the running system never imports proof/, and no
+package's modules import each other in a cycle.
 """
 
 from __future__ import annotations
@@ -21,7 +21,8 @@ import pytest
 
 from source_tree import ROOT, source_files
 
-PACKAGES = ("agents", "auditor", "harness", "orchestrator", "proof", "redteam", "skills")
+PACKAGES = tuple(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-dir"].values())
+"""Every top-level folder the project installs as ``perfwarden.<name>`` (each folder is its package's name)."""
 LINT = ("import sys; from importlinter.cli import lint_imports_command; "
         "sys.argv[0] = 'lint-imports'; sys.exit(lint_imports_command())")
 
@@ -85,8 +86,10 @@ def copy(tmp_path_factory) -> Path:
 
 
 @pytest.mark.parametrize("module,line,contract", [
-    ("auditor/stats.py", "from perfwarden.orchestrator import exit_codes", "the auditor never imports"),
-    ("harness/jsonl.py", "from perfwarden.agents import base", "the harness imports nothing above it"),
+    ("auditor/stats.py", "from perfwarden.orchestrator import exit_codes", "the auditor imports only"),
+    ("auditor/stats.py", "from perfwarden.harness import sandbox", "the auditor imports only"),
+    ("harness/targets.py", "from perfwarden.agents import base", "the harness imports nothing above it"),
+    ("formats/seal.py", "from perfwarden.harness import sandbox", "no arrow runs up"),
     ("orchestrator/paths.py", "import perfwarden.proof.build_cases", "the running system never imports proof/"),
     ("harness/opbench/phases.py", "from perfwarden.harness.opbench import runner", "no import cycle"),
 ])

@@ -21,9 +21,9 @@ from perfwarden.auditor.findings import decide
 from perfwarden.auditor.mlperf import audit
 from perfwarden.auditor.mlperf_findings import CODES
 from perfwarden.auditor.mlperf_scores import Score, threshold_rule, values_agree
-from perfwarden.harness.jsonl import LineRef
-from perfwarden.harness.mlperf_log import MlperfLogError, read_detail, read_summary
-from perfwarden.harness.records import Verdict
+from perfwarden.formats.jsonl import LineRef
+from perfwarden.formats.mlperf_log import MlperfLogError, read_detail, read_summary
+from perfwarden.formats.records import Verdict
 from perfwarden.orchestrator.cli_mlperf import audit_mlperf
 
 DATA = Path(__file__).resolve().parent / "data" / "mlperf"

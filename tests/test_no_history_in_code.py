@@ -15,7 +15,7 @@ from pathlib import Path
 
 from source_tree import ROOT, source_files
 
-FOLDERS = ("agents", "auditor", "benchmarks", "harness", "orchestrator", "proof", "redteam", "scripts", "skills")
+FOLDERS = ("agents", "auditor", "benchmarks", "formats", "harness", "orchestrator", "proof", "redteam", "scripts", "skills")
 """The project's code outside its tests."""
 
 SUFFIXES = (".py", ".sh")

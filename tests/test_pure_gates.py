@@ -15,7 +15,7 @@ import pytest
 
 import perfwarden.auditor.gates as gates_pkg
 from perfwarden.auditor.evidence import line_evidence
-from perfwarden.harness.jsonl import LineRef, read_jsonl
+from perfwarden.formats.jsonl import LineRef, read_jsonl
 from perfwarden.orchestrator.backtest import _audit_blind
 
 

@@ -8,8 +8,8 @@ import pytest
 from pydantic import ValidationError
 from typer.testing import CliRunner
 
-from perfwarden.harness import records
-from perfwarden.harness.records import Claim, LegSpec, Verdict
+from perfwarden.formats import records
+from perfwarden.formats.records import Claim, LegSpec, Verdict
 from perfwarden.orchestrator.cli import app
 
 

@@ -12,7 +12,7 @@ import pytest
 from typer.testing import CliRunner
 
 from perfwarden.agents.base import BankedChange
-from perfwarden.harness.verdict_summary import VerdictSummary
+from perfwarden.formats.verdict_summary import VerdictSummary
 from perfwarden.harness.target_config import EmbeddedConfig
 from perfwarden.orchestrator.cli import app
 from perfwarden.orchestrator.exit_codes import ExitCode

@@ -25,7 +25,7 @@ from run_objective import assert_goodput_headlines
 
 from perfwarden.auditor.evidence import RunLoader
 from perfwarden.auditor.gates import engine_witness
-from perfwarden.harness import vllm_metrics
+from perfwarden.formats import vllm_metrics
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 

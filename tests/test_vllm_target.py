@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from perfwarden.harness import vllm_metrics, vllm_target
+from perfwarden.formats import vllm_metrics
+from perfwarden.harness import vllm_target
 from perfwarden.harness.target_config import ConfigError, VLLMConfig
 from perfwarden.harness.vllm_target import VLLMEnvError, engine_report, flag_args, parse_args_line, parse_log
 

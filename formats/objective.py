@@ -15,8 +15,8 @@ from typing import Literal
 
 from pydantic import model_validator
 
-from perfwarden.harness.records import SCHEMA_VERSION, Record
-from perfwarden.harness.slo import GoodputSlo
+from perfwarden.formats.records import SCHEMA_VERSION, Record
+from perfwarden.formats.slo import GoodputSlo
 
 Objective = Literal["throughput", "goodput", "ttft_p99", "tpot_p99"]
 """What the search optimizes: output tokens per second, requests per second meeting the SLO, or a tail latency."""

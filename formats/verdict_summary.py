@@ -13,9 +13,9 @@ from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from perfwarden.harness.records import (Action, Claim, LeverClass, Scope, Seal, Severity, Verdict, VerdictLabel,
+from perfwarden.formats.records import (Action, Claim, LeverClass, Scope, Seal, Severity, Verdict, VerdictLabel,
                                         shown_verdict)
-from perfwarden.harness.verdict_parts import LegWitnesses
+from perfwarden.formats.verdict_parts import LegWitnesses
 
 AcceptingBasis = Literal["pass", "performance_only", "noise_only", "downgraded", "flag_only"]
 """Why a verdict was accepted: ``pass``; a baseline FLAGged only for codes that leave speed measurable

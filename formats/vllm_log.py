@@ -18,7 +18,7 @@ import ast
 import re
 from typing import Any
 
-from perfwarden.harness.strict_json import check_depth
+from perfwarden.formats.strict_json import check_depth
 
 MAX_ARGS_CHARS = 256 * 1024
 """Longest ``{...}`` text parsed (a real one is a few KB)."""

@@ -2,7 +2,7 @@
 there, as it arrives.
 
 A worker node never holds a run's key. Its lab writes into a scratch copy of the legs it measures;
-every harness write there goes through ``harness/seal.py`` as always, but the scratch run's "chain" is a
+every harness write there goes through ``formats/seal.py`` as always, but the scratch run's "chain" is a
 :class:`StreamChain`: it writes the bytes locally (so the lab reads back what it wrote, e.g. which reps
 exist) and sends each write to the head's :class:`EvidenceSink` -- a bench line as its record, a whole
 file as its bytes, a removal as its name -- which writes it into the real run and seals it with the
@@ -23,9 +23,9 @@ import threading
 from pathlib import Path, PurePosixPath
 from typing import Any, Callable
 
-from perfwarden.harness import safe_write, seal
-from perfwarden.harness.records import EVIDENCE_DIRS, EVIDENCE_FILE
-from perfwarden.harness.records import append_unsealed_jsonl as plain_append_jsonl
+from perfwarden.formats import safe_write, seal
+from perfwarden.formats.records import EVIDENCE_DIRS, EVIDENCE_FILE
+from perfwarden.formats.records import append_unsealed_jsonl as plain_append_jsonl
 
 Send = Callable[[str, str, Any], None]
 STREAM_DIRS = EVIDENCE_DIRS

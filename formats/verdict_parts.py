@@ -1,4 +1,4 @@
-"""Parts of a verdict (``harness.records.Verdict``) that say what was checked and against what: the second
+"""Parts of a verdict (``formats.records.Verdict``) that say what was checked and against what: the second
 witnesses each leg's reps were held against, and the references the headline was re-derived against.
 Formats only, like every record of the harness: the auditor computes them."""
 

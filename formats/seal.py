@@ -2,7 +2,7 @@
 
 A run recorded by the harness carries ``<run>/evidence.jsonl``: one entry per line or file the harness
 wrote, in order, each chained to the previous one by an HMAC-SHA256 keyed with a per-run secret
-(format: ``perfwarden.harness.jsonl.SealEntry``). The same file is the run's *manifest* (every leg,
+(format: ``perfwarden.formats.jsonl.SealEntry``). The same file is the run's *manifest* (every leg,
 rep and file the harness wrote, and which legs it marked failed) and its *seal* (nobody without the
 key can change, drop, reorder or add to what it lists without breaking a link).
 
@@ -64,12 +64,12 @@ from typing import Any
 
 import msgspec
 
-from perfwarden.harness import safe_write
-from perfwarden.harness.jsonl import DECODE_ERRORS, SEAL_ENTRY, SealEntry, chain_seal_id, decode_line
-from perfwarden.harness.records import (EVIDENCE_DIRS, EVIDENCE_FILE, RUN_SEARCH_DEPTH, SealHead, SealKey,
+from perfwarden.formats import safe_write
+from perfwarden.formats.jsonl import DECODE_ERRORS, SEAL_ENTRY, SealEntry, chain_seal_id, decode_line
+from perfwarden.formats.records import (EVIDENCE_DIRS, EVIDENCE_FILE, RUN_SEARCH_DEPTH, SealHead, SealKey,
                                         jsonl_text, key_store_dir, key_store_path, write_json_atomic)
-from perfwarden.harness.safe_read import KEY_BYTES, RECORD_BYTES, open_regular, read_bytes
-from perfwarden.harness.strict_json import loads
+from perfwarden.formats.safe_read import KEY_BYTES, RECORD_BYTES, open_regular, read_bytes
+from perfwarden.formats.strict_json import loads
 
 log = logging.getLogger(__name__)
 
@@ -664,7 +664,7 @@ def held(run: Path | str) -> Iterator[None]:
 
 def attach(run: Path | str, chain: Any) -> None:
     """Make ``chain`` the chain of ``run`` in this process (a cluster worker's scratch run: its writes stream
-    to the head, harness/seal_stream.py ``StreamChain``); :func:`begin` and every writer then use it."""
+    to the head, formats/seal_stream.py ``StreamChain``); :func:`begin` and every writer then use it."""
     with _REGISTRY_LOCK:
         _CHAINS[Path(run).resolve()] = chain
 
@@ -696,7 +696,7 @@ def forget(run: Path | str) -> None:
 def write_json(path: Path | str, payload: Any, root: Path | str | None = None) -> None:
     """Write JSON atomically; in a sealed run, replaced and sealed in one hold of the chain's lock
     (``Chain.write_file``). Nothing below the run's root (the chain's, else ``root``) is written through a
-    link (``harness.safe_write``)."""
+    link (``formats.safe_write``)."""
     chain = chain_for(path)
     if chain is None:
         write_json_atomic(Path(path), payload, root)

@@ -25,7 +25,7 @@ First occurrence of a key wins here too, with all occurrences recorded. A summar
 ``MLPerf Results Summary`` header, or without the closing ``No errors encountered`` / ``N ERRORS``
 line that LoadGen always writes last, is an error (not a summary / truncated).
 
-Every record carries a :class:`perfwarden.harness.jsonl.LineRef` (file, line, byte offset, length) so
+Every record carries a :class:`perfwarden.formats.jsonl.LineRef` (file, line, byte offset, length) so
 a finding can cite the exact raw line and its sha256.
 """
 
@@ -40,9 +40,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from perfwarden.harness.jsonl import LineIssue, LineRef, iter_raw_lines
-from perfwarden.harness.safe_read import RefusedInput, check_regular
-from perfwarden.harness.strict_json import StrictJsonError, loads
+from perfwarden.formats.jsonl import LineIssue, LineRef, iter_raw_lines
+from perfwarden.formats.safe_read import RefusedInput, check_regular
+from perfwarden.formats.strict_json import StrictJsonError, loads
 
 DETAIL_FILENAME = "mlperf_log_detail.txt"
 SUMMARY_FILENAME = "mlperf_log_summary.txt"

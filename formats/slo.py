@@ -95,7 +95,7 @@ class GoodputBasis(BaseModel):
     slo: GoodputSlo
     """The SLO every rep's goodput was re-derived at."""
     source: SloSource
-    """``sealed``: the run sealed it at its start (``objective.json``, ``harness/objective.py``), before any rep;
+    """``sealed``: the run sealed it at its start (``objective.json``, ``formats/objective.py``), before any rep;
     ``recorded``: the bench lines record it (and each line's own ``request_goodput`` is this SLO's);
     ``claim_witnessed``: the claim states it, the lines record none, and each line's own
     ``request_goodput`` is reproduced at it; ``claim``: the claim states it and nothing in the lines

@@ -29,8 +29,8 @@ from typing import Annotated, Any, Generic, Literal, TypeVar
 
 import msgspec
 
-from perfwarden.harness.safe_read import LINE_BYTES, RefusedInput, open_regular, size_text
-from perfwarden.harness.strict_json import StrictJsonError, decode_typed, describe
+from perfwarden.formats.safe_read import LINE_BYTES, RefusedInput, open_regular, size_text
+from perfwarden.formats.strict_json import StrictJsonError, decode_typed, describe
 
 T = TypeVar("T")
 
@@ -98,7 +98,7 @@ def iter_raw_lines(path: Path, issues: list[LineIssue], digest: "hashlib._Hash |
                    taken: "list[Callable[[], str]] | None" = None) -> Iterator[tuple[LineRef, bytes]]:
     """Yield complete (newline-terminated) lines with their location; report a torn tail.
 
-    The file is opened with :func:`perfwarden.harness.safe_read.open_regular`: it must be a regular
+    The file is opened with :func:`perfwarden.formats.safe_read.open_regular`: it must be a regular
     file, inside ``root`` when one is given (raises ``RefusedInput``, an ``OSError``, otherwise).
 
     Blank lines are skipped (they carry nothing). ``digest`` is fed the whole file, so the caller
@@ -289,7 +289,7 @@ def sha256_meanwhile(line: bytes) -> Callable[[], str]:
 
 
 # What decoding one hostile line can raise: msgspec's own errors, a strict-JSON rule broken
-# (``harness/strict_json.py``), and what msgspec lets escape on hostile bytes (invalid UTF-8 inside a
+# (``formats/strict_json.py``), and what msgspec lets escape on hostile bytes (invalid UTF-8 inside a
 # string, nesting deeper than its recursion limit). Each means the line is corrupt; none may escape a reader.
 DECODE_ERRORS = (msgspec.DecodeError, msgspec.ValidationError, StrictJsonError, UnicodeDecodeError, RecursionError)
 
@@ -308,7 +308,7 @@ def _issue_kind(exc: BaseException, line: bytes) -> Literal["corrupt", "missing_
 
 def decode_line(decoder: "msgspec.json.Decoder[T]", line: bytes, check_keys: bool = True,
                 depth: bool = False) -> T:
-    """Decode one JSONL line under the strict rules (:func:`perfwarden.harness.strict_json.decode_typed`).
+    """Decode one JSONL line under the strict rules (:func:`perfwarden.formats.strict_json.decode_typed`).
     ``check_keys`` off only for a line whose bytes a verified seal proves the harness's own writer
     produced (it cannot write a repeated key)."""
     return decode_typed(decoder, line, check_keys=check_keys, depth=depth)
@@ -588,7 +588,7 @@ SealKind = Literal["open", "line", "file", "cut", "gone"]
 
 
 class SealEntry(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
-    """One line of ``evidence.jsonl``: the run's manifest and seal chain (``perfwarden.harness.seal``).
+    """One line of ``evidence.jsonl``: the run's manifest and seal chain (``perfwarden.formats.seal``).
 
     Every entry says what the harness wrote and is chained to the one before it:
     ``mac = HMAC-SHA256(key, prev ‖ body)`` where ``body`` is the entry's canonical JSON without its

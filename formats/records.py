@@ -6,7 +6,7 @@ the code paths that produced the measurements (design §3).
 
 Small, human-edited records (manifests, leg specs, claims, verdicts, quality evals) are versioned
 pydantic models with a docstring per field. Large line-oriented files (``bench_runs.jsonl``,
-``opbench.jsonl``, ``profile.jsonl``, ``outputs.jsonl``) are read by ``perfwarden.harness.jsonl``.
+``opbench.jsonl``, ``profile.jsonl``, ``outputs.jsonl``) are read by ``perfwarden.formats.jsonl``.
 """
 
 from __future__ import annotations
@@ -22,9 +22,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_serializer, model_validator
 
-from perfwarden.harness import safe_write
-from perfwarden.harness.slo import GoodputBasis, GoodputSlo
-from perfwarden.harness.verdict_parts import HeadlineReference, LegWitnesses  # noqa: F401 - re-exported
+from perfwarden.formats import safe_write
+from perfwarden.formats.slo import GoodputBasis, GoodputSlo
+from perfwarden.formats.verdict_parts import HeadlineReference, LegWitnesses  # noqa: F401 - re-exported
 
 SCHEMA_VERSION = 1
 """Major version of the persisted record schemas written by this perfwarden. A record of a newer major
@@ -757,7 +757,7 @@ class SealHead(Record):
 
 def write_json_atomic(path: Path, payload: Any, root: Path | str | None = None) -> None:
     """Write JSON so that readers see either the old file or the whole new one, never a torn file;
-    inside ``root`` without following a link (``harness.safe_write``)."""
+    inside ``root`` without following a link (``formats.safe_write``)."""
     safe_write.write_json(path, payload, root)
 
 
@@ -779,7 +779,7 @@ def jsonl_text(record: dict[str, Any]) -> str:
 
 
 EVIDENCE_FILE = "evidence.jsonl"
-"""The seal chain and manifest at a sealed run's root (``RunDir.evidence``, ``perfwarden.harness.seal``)."""
+"""The seal chain and manifest at a sealed run's root (``RunDir.evidence``, ``perfwarden.formats.seal``)."""
 EVIDENCE_DIRS = ("legs", "profile", "opbench", "quality")
 """Folders of a run that hold harness evidence."""
 RUN_SEARCH_DEPTH = 6
@@ -885,7 +885,7 @@ class RunDir:
 
     @property
     def evidence(self) -> Path:
-        """The seal chain and manifest of everything the harness wrote (``perfwarden.harness.seal``)."""
+        """The seal chain and manifest of everything the harness wrote (``perfwarden.formats.seal``)."""
         return self.root / "evidence.jsonl"
 
     def legs(self) -> list[str]:

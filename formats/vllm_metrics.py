@@ -2,26 +2,26 @@
 
 A bench line is perfwarden's client's account of a rep. vLLM keeps its own account on ``/metrics``
 (Prometheus text): requests finished, tokens generated and prefilled, and histograms of TTFT,
-inter-token latency and end-to-end latency. The harness samples those series just before and just
-after each rep (the server is idle then: nothing else sends it requests) and appends both samples,
-sealed, to ``legs/<leg>/engine_metrics.jsonl``; the auditor's gate (``auditor/gates/
+inter-token latency and end-to-end latency. The harness samples those series
+(``harness/vllm_target.py`` ``sample_metrics``) just before and just after each rep (the server is idle
+then: nothing else sends it requests) and appends both samples, sealed, to
+``legs/<leg>/engine_metrics.jsonl``; the auditor's gate (``auditor/gates/
 engine_witness.py``) holds the bench line against the difference. A bench line edited, forged or
 copied from another rep disagrees with what the engine counted.
 
 This module is the one parser of that text and the one definition of the record; it imports nothing
-heavy, so the auditor reads the record with it without importing any producer code.
+heavy and opens no connection, so the auditor reads the record with it without importing any producer code.
 """
 
 from __future__ import annotations
 
 import math
 import re
-import time
 from typing import Any
 
 import msgspec
 
-from perfwarden.harness.strict_json import decode_typed
+from perfwarden.formats.strict_json import decode_typed
 
 WITNESS_FILE = "engine_metrics.jsonl"
 """File of a leg's witness records, beside its ``bench_runs.jsonl``."""
@@ -97,18 +97,6 @@ def labels_of(text: str, series: str) -> dict[str, str]:
             if m and m.group(2):
                 return dict(re.findall(r'(\w+)="((?:[^"\\]|\\.)*)"', m.group(2)))
     return {}
-
-
-def sample(client: Any, base_url: str) -> tuple[dict[str, float], float]:
-    """The witness series from a running server's ``/metrics`` (an ``httpx.Client``), and when."""
-    at = time.time()
-    response = client.get(f"{base_url}/metrics")
-    response.raise_for_status()
-    values = parse_metrics(response.text)
-    missing = [s for s in WITNESS_SERIES if s not in values]
-    if missing:
-        raise MetricsError(f"{base_url}/metrics has no {missing!r}: not a vLLM engine this witness knows")
-    return values, at
 
 
 def delta(record: WitnessRecord) -> dict[str, float]:
