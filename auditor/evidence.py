@@ -32,8 +32,9 @@ from perfwarden.formats.jsonl import (CITE_HEAD_BYTES, BenchRunLine, LineIssue, 
 from perfwarden.formats.objective import RunObjective
 from perfwarden.formats.records import (QUALITY_ITEMS_FIELDS, EvidenceRef, LegSpec, QualityEval, RunDir,
                                         shadowing_fields, unknown_fields, wrong_types)
-from perfwarden.formats.safe_read import (BENCH_LINE_BYTES, LINE_BYTES, LOG_LINE_CHARS, PROFILE_LINE_BYTES, RECORD_BYTES,
-                                          TEXT_BYTES, RefusedInput, check_regular, exists, iter_chunks, read_bytes)
+from perfwarden.formats.safe_read import (BENCH_LINE_BYTES, LINE_BYTES, LOG_LINE_CHARS, PROFILE_LINE_BYTES,
+                                          RECORD_BYTES, TEXT_BYTES, RefusedInput, check_regular, exists, iter_chunks,
+                                          read_bytes)
 from perfwarden.formats.slo import GoodputSlo
 from perfwarden.formats.strict_json import StrictJsonError, loads
 

@@ -100,11 +100,11 @@ from typing import Any
 from perfwarden.auditor.findings import decide, finding
 from perfwarden.auditor.mlperf_audit_settings import TestDetection, check_audit_settings, detect_test
 from perfwarden.auditor.mlperf_checks import (check_different_runs, check_duplicates, check_log_errors,
-                                             check_same_benchmark, check_scenarios, check_summary_detail,
-                                             check_validity, check_versions)
+                                              check_same_benchmark, check_scenarios, check_summary_detail,
+                                              check_validity, check_versions)
 from perfwarden.auditor.mlperf_findings import EVIDENCE_CORRUPT, EVIDENCE_MISSING, MLPERF_INVALID_RESULT
 from perfwarden.auditor.mlperf_scores import (TESTS, RunLogs, Score, check_threshold, detail_scenario, detail_score,
-                                             require_validity, summary_scenario, summary_score)
+                                              require_validity, summary_scenario, summary_score)
 from perfwarden.auditor.mlperf_settings import check_own_audit_values, check_settings
 from perfwarden.formats.jsonl import iter_raw_lines
 from perfwarden.formats.mlperf_log import MlperfLogError, find_logs, read_detail, read_summary

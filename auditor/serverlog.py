@@ -41,7 +41,7 @@ import numpy.typing as npt
 
 from perfwarden.auditor import registry
 from perfwarden.auditor.batch_lines import (BatchLines, Lines, bigrams, confined, holding_literal, line_starts,
-                                           present_literals)
+                                            present_literals)
 from perfwarden.auditor.log_splitter import LongLine, Splitter
 from perfwarden.auditor.rederive import flatten_json
 from perfwarden.formats.records import EvidenceRef

@@ -104,7 +104,7 @@ elif mode in ("read", "lines"):
                 lines += len(parts)
     out["lines"] = lines + (1 if carry else 0)
 elif mode == "review":
-    from perfwarden.orchestrator.cli import app
+    from perfwarden.cli.main import app
     try:
         sys.stdout = open(os.devnull, "w")
         app(["review", target, "--html", sys.argv[3]])

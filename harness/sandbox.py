@@ -98,8 +98,9 @@ _ETC_FILES = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "alternatives", "loca
 """What of ``/etc`` the loader and libc need; ``passwd``, ``shadow`` and the rest stay outside."""
 _MERGED_USR = ("bin", "sbin", "lib", "lib32", "lib64", "libx32")
 _GPU_NODES = ("/dev/nvidia*", "/dev/nvidia-caps", "/dev/dri")
-_PACKAGES = ("perfwarden.agents", "perfwarden.auditor", "perfwarden.formats", "perfwarden.harness",
-             "perfwarden.orchestrator", "perfwarden.proof", "perfwarden.redteam", "perfwarden.skills")
+_PACKAGES = ("perfwarden.agents", "perfwarden.auditor", "perfwarden.cli", "perfwarden.formats", "perfwarden.harness",
+             "perfwarden.orchestrator", "perfwarden.proof", "perfwarden.redteam", "perfwarden.skills",
+             "perfwarden.verify")
 
 
 SHM_DIR = "/dev/shm"

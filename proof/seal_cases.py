@@ -35,7 +35,7 @@ from perfwarden.orchestrator.embedded_lab import EMBEDDED_BASE, EmbeddedLab
 from perfwarden.orchestrator.lab import LegPlan
 from perfwarden.orchestrator.paths import shared_corpus
 from perfwarden.orchestrator.synth import (BASE_INFO, CAND_TPUT, build_ab_run, make_rep, reps, write_claim, write_leg,
-                                    write_manifest)
+                                           write_manifest)
 from perfwarden.proof.record_cases import _claim, _own_regressions
 
 SEAL_CODES = ["EVIDENCE_TAMPERED", "EVIDENCE_MISSING"]

@@ -553,7 +553,7 @@ class LiveRedTeam:
 
 
 def make_producer(settings: Any) -> LiveRedTeam:
-    """The typed seam ``orchestrator/cli_run.py`` loads for ``--red-team``."""
+    """The typed seam ``cli/run.py`` loads for ``--red-team``."""
     return LiveRedTeam()
 
 

@@ -180,7 +180,7 @@ def test_the_terminal_shows_one_line_per_step_with_its_audits(tmp_path):
 
     from rich.console import Console
 
-    from perfwarden.orchestrator.cli_run import TerminalWatcher
+    from perfwarden.cli.run import TerminalWatcher
 
     console = Console(file=io.StringIO(), width=250)
     run_graph(tmp_path / "run", RunSettings(target="synthetic", levers=["batch_wait_ms=40", "max_batch_size=4"],

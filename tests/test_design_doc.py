@@ -81,10 +81,11 @@ its file is absent: once it exists, the test asks for it to be taken out, so the
 its reason."""
 
 PATH_TOKEN = re.compile(r"(?<![\w./~$@-])((?:\.ci|[A-Za-z_][\w-]*)/[\w.*<>…/+-]*)")
-PACKAGE_FOLDERS = sorted(tomllib.loads((ROOT / "pyproject.toml").read_text("utf-8"))["tool"]["setuptools"]["package-dir"]
-                         .values())
+PACKAGE_FOLDERS = sorted(
+    tomllib.loads((ROOT / "pyproject.toml").read_text("utf-8"))["tool"]["setuptools"]["package-dir"].values())
 """The top-level folders pyproject installs as ``perfwarden.<name>``."""
-MODULE_TOKEN = re.compile(r"(?<![\w./])(?:perfwarden\.)?(" + "|".join(PACKAGE_FOLDERS) + r")\.([a-z_]\w*)")
+MODULE_TOKEN = re.compile(r"(?<![\w./])(?:perfwarden\.)?(" + "|".join(PACKAGE_FOLDERS) + r")\.(?!py\b)([a-z_]\w*)")
+"""A dotted module name; ``redteam.py`` (the CLI's module of that name) is a file name, not one."""
 LINK_TARGET = re.compile(r"\]\(([^)\s#]+)(?:#[^)]*)?\)")
 PLACEHOLDER = re.compile(r"<[^<>]*>|…")
 
@@ -137,7 +138,7 @@ def linked_paths(document: Path, text: str) -> set[str]:
 
 
 def named_modules(text: str, files: set[str], folders: set[str]) -> list[str]:
-    """Dotted module names (``formats.records.Claim``, ``perfwarden.redteam.fuzz``) whose module is not in
+    """Dotted module names (``formats.records.Claim``, ``perfwarden.redteam.attack``) whose module is not in
     the tree."""
     missing = []
     for package, module in MODULE_TOKEN.findall(text):

@@ -307,7 +307,7 @@ def test_the_server_logs_model_lines_are_copies_of_its_identity():
 
 
 def test_every_record_type_the_auditor_reads_has_a_model():
-    from perfwarden.redteam.field_explorer import RECORD_TYPES
+    from perfwarden.verify.field_explorer import RECORD_TYPES
 
     assert {rt.name for rt in RECORD_TYPES} <= set(MODEL.records)
 

@@ -1,6 +1,6 @@
 """A bounded, seeded fuzz of every command and reader over mutated real fixtures (issue 12 §6).
 
-The engine and its oracle are ``perfwarden.redteam.fuzz`` (its docstring says what counts as damaged
+The engine and its oracle are ``fuzzing.fuzz`` (its docstring says what counts as damaged
 evidence). Here hypothesis draws the choices, so a failure shrinks to the fewest, smallest mutations
 and replays from the printed choices; ``derandomize`` makes the suite run the same inputs every time.
 ``benchmarks/fuzz.py`` runs the same engine over >= 10,000 inputs in parallel processes. Set
@@ -17,8 +17,8 @@ import pytest
 from hypothesis import HealthCheck, given, note, settings
 from hypothesis import strategies as st
 
-from perfwarden.redteam.fuzz import (Fuzzer, HypothesisChooser, evidence_damage, file_damage, fixture_seeds,
-                                   mlperf_seeds, must_read)
+from fuzzing.fuzz import (Fuzzer, HypothesisChooser, evidence_damage, file_damage, fixture_seeds,
+                          mlperf_seeds, must_read)
 
 SCALE = int(os.environ.get("PERFWARDEN_FUZZ_SCALE", "1"))
 FUZZ = settings(max_examples=60 * SCALE, deadline=None, derandomize=SCALE == 1, database=None,
@@ -159,7 +159,7 @@ def test_a_verdict_nested_900_deep_is_an_input_error_for_review(run):
     """Input 4564: the review loaded it, then its JSON export failed."""
     from typer.testing import CliRunner
 
-    from perfwarden.orchestrator.cli import app
+    from perfwarden.cli.main import app
 
     (run / "verdicts").mkdir()
     (run / "verdicts" / "001-patch.json").write_text(
@@ -274,7 +274,7 @@ def test_a_copy_of_the_conditions_beyond_any_float_is_a_misreport_not_a_gate_cra
 
 @pytest.fixture(scope="module")
 def rundir_fuzzer(tmp_path_factory):
-    from perfwarden.redteam.fuzz_rundir import RundirFuzzer
+    from fuzzing.fuzz_rundir import RundirFuzzer
 
     # devices=False: no /dev/zero or 2 GiB --key here (no address-space limit in the suite).
     return RundirFuzzer(tmp_path_factory.mktemp("fuzz-rundir"), timeout_s=20, devices=False)
@@ -297,8 +297,8 @@ def test_every_planted_payload_runs_under_a_permissive_loader(tmp_path):
     import ormsgpack
     from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
-    from perfwarden.redteam.fuzz import RandomChooser
-    from perfwarden.redteam.fuzz_rundir import CALLABLES, EXT_SHAPES, RawExt, pack
+    from fuzzing.fuzz import RandomChooser
+    from fuzzing.fuzz_rundir import CALLABLES, EXT_SHAPES, RawExt, pack
 
     loader = JsonPlusSerializer(allowed_msgpack_modules=True)
     for n, ((module, name, args), code) in enumerate(itertools.product(CALLABLES, sorted(EXT_SHAPES))):
@@ -313,7 +313,7 @@ def test_every_planted_payload_runs_under_a_permissive_loader(tmp_path):
 
 def test_the_oracle_sees_a_write_through_a_link_and_markup_in_a_report(tmp_path):
     from perfwarden.orchestrator.review.export import md_cell
-    from perfwarden.redteam.fuzz_rundir import HOSTILE_TEXT, Box, RunSeed, injected, snapshot
+    from fuzzing.fuzz_rundir import HOSTILE_TEXT, Box, RunSeed, injected, snapshot
 
     box = Box(tmp_path, RunSeed("x", tmp_path), "resume")
     for d in (box.run, box.outside, box.markers):
@@ -341,8 +341,8 @@ def test_measure_into_a_run_whose_seal_chain_it_cannot_continue_is_an_input_erro
     server starts."""
     from typer.testing import CliRunner
 
+    from perfwarden.cli.main import app
     from perfwarden.formats import seal
-    from perfwarden.orchestrator.cli import app
 
     run = tmp_path / "run"
     monkeypatch.setenv("PERFWARDEN_KEY_DIR", str(tmp_path / "their-keys"))
@@ -364,8 +364,8 @@ def test_resuming_a_run_whose_seal_chain_it_cannot_continue_is_an_input_error(tm
 
     from typer.testing import CliRunner
 
-    from perfwarden.orchestrator.cli import app
-    from perfwarden.redteam.fuzz_rundir import SEED_SETTINGS, _fork_run
+    from perfwarden.cli.main import app
+    from fuzzing.fuzz_rundir import SEED_SETTINGS, _fork_run
 
     run = tmp_path / "run"
     monkeypatch.setenv("PERFWARDEN_KEY_DIR", str(tmp_path / "keys"))
@@ -383,8 +383,8 @@ def test_resuming_a_run_whose_pending_claim_is_gone_is_an_input_error(tmp_path, 
     ended exit 1 "the run stopped on ClaimError"; it is a bad run directory: exit 3 naming the claim."""
     from typer.testing import CliRunner
 
-    from perfwarden.orchestrator.cli import app
-    from perfwarden.redteam.fuzz_rundir import SEED_SETTINGS, _fork_run
+    from perfwarden.cli.main import app
+    from fuzzing.fuzz_rundir import SEED_SETTINGS, _fork_run
 
     run = tmp_path / "run"
     monkeypatch.setenv("PERFWARDEN_KEY_DIR", str(tmp_path / "keys"))

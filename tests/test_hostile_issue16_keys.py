@@ -33,7 +33,7 @@ def cli(*args: str, timeout: float = 30) -> subprocess.CompletedProcess:
     def limit() -> None:
         resource.setrlimit(resource.RLIMIT_AS, (3 << 30, 3 << 30))
 
-    return subprocess.run([sys.executable, "-m", "perfwarden.orchestrator.cli", *args], capture_output=True,
+    return subprocess.run([sys.executable, "-m", "perfwarden.cli.main", *args], capture_output=True,
                           text=True, timeout=timeout, preexec_fn=limit, stdin=subprocess.DEVNULL)
 
 

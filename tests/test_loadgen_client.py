@@ -25,21 +25,21 @@ from perfwarden.formats.records import RunDir  # noqa: E402
 from perfwarden.harness import loadgen_client  # noqa: E402
 from perfwarden.harness.bench_writer import BENCH_LINE_VERSION, build_bench_line  # noqa: E402
 from perfwarden.harness.loadgen_client import (  # noqa: E402
-    ClientBug,
-    LoadSettings,
-    SSEDecoder,
-    StreamResult,
-    apply_event,
-    completions_url,
-    encode_payload,
-    loadgen_test_settings,
-    measure_rep,
-    offline_sample_count,
-    request_payload,
-    run_rep,
-    stream_completion,
-    to_record,
-)
+                                               ClientBug,
+                                               LoadSettings,
+                                               SSEDecoder,
+                                               StreamResult,
+                                               apply_event,
+                                               completions_url,
+                                               encode_payload,
+                                               loadgen_test_settings,
+                                               measure_rep,
+                                               offline_sample_count,
+                                               request_payload,
+                                               run_rep,
+                                               stream_completion,
+                                               to_record,
+                                               )
 from perfwarden.harness.prompts import Prompt, varied_prompts  # noqa: E402
 
 pytest.importorskip("mlperf_loadgen")

@@ -21,8 +21,8 @@ import pytest
 from perfwarden.auditor import serverlog
 from perfwarden.auditor.audit import audit_path
 from perfwarden.auditor.serverlog import (ERROR_PATTERNS, FATAL_PATTERNS, NOT_ENGAGED_RX, SIGNAL_GUARDS,
-                                                 SIGNAL_PATTERNS, fold, parse_server_log, scan_server_log,
-                                                 usage_patterns)
+                                          SIGNAL_PATTERNS, fold, parse_server_log, scan_server_log,
+                                          usage_patterns)
 from perfwarden.formats import safe_read
 from perfwarden.orchestrator.paths import default_fixture_roots
 

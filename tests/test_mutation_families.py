@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from perfwarden.orchestrator.backtest import score_fixture
 from perfwarden.redteam.mutations import (CLEAN_FIXTURES, COMMITTED, MUTATIONS, SEAL_MUTATIONS, SEALED_COMMITTED,
-                                        mutate)
+                                          mutate)
+from perfwarden.verify.backtest import score_fixture
 
 FIXTURES = Path(__file__).resolve().parents[1] / "proof" / "fixtures"
 

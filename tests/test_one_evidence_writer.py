@@ -37,8 +37,8 @@ def _audit(fixture: Path):
 
 def test_one_function_named_append_jsonl_in_the_code():
     found = []
-    for path in sorted(p for folder in ("formats", "harness", "orchestrator", "agents", "auditor", "redteam", "proof")
-                       for p in source_files(".py", under=folder) if "fixtures" not in p.parts):
+    folders = ("formats", "harness", "orchestrator", "agents", "auditor", "redteam", "verify", "cli", "proof")
+    for path in sorted(p for folder in folders for p in source_files(".py", under=folder) if "fixtures" not in p.parts):
         text = path.read_text("utf-8")
         if "append_jsonl" not in text:
             continue

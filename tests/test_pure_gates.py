@@ -16,7 +16,7 @@ import pytest
 import perfwarden.auditor.gates as gates_pkg
 from perfwarden.auditor.evidence import line_evidence
 from perfwarden.formats.jsonl import LineRef, read_jsonl
-from perfwarden.orchestrator.backtest import _audit_blind
+from perfwarden.verify.backtest import _audit_blind
 
 
 class OutputLineProbe(msgspec.Struct):

@@ -20,10 +20,10 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from perfwarden.cli.main import app
 from perfwarden.formats import seal
 from perfwarden.formats.records import QualityEval, append_unsealed_jsonl, write_json_atomic
 from perfwarden.formats.safe_read import RefusedInput
-from perfwarden.orchestrator.cli import app
 from perfwarden.orchestrator.paths import default_fixture_roots
 from perfwarden.orchestrator.settings import RunSettings
 
@@ -34,7 +34,7 @@ SECRET = b"outside the run: must stay as it is\n"
 
 def cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
     """The CLI in a subprocess: a command that blocks (a FIFO) or starts a server fails on the timeout."""
-    return subprocess.run([sys.executable, "-m", "perfwarden.orchestrator.cli", *args], capture_output=True,
+    return subprocess.run([sys.executable, "-m", "perfwarden.cli.main", *args], capture_output=True,
                           text=True, timeout=timeout, env=os.environ.copy())
 
 

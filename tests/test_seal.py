@@ -348,7 +348,7 @@ def test_an_unusable_key_file_is_invalid_input(tmp_path):
 def test_cli_audit_with_key(tmp_path):
     from typer.testing import CliRunner
 
-    from perfwarden.orchestrator.cli import app
+    from perfwarden.cli.main import app
 
     fixture = _fixture(tmp_path)
     run = fixture / "run"
@@ -441,7 +441,7 @@ def test_measure_then_audit_on_the_embedded_target(tmp_path):
     from perfwarden.orchestrator.synth import write_claim
 
     run = tmp_path / "run"
-    cli = [sys.executable, "-m", "perfwarden.orchestrator.cli"]
+    cli = [sys.executable, "-m", "perfwarden.cli.main"]
     measured = subprocess.run(cli + ["measure", "--out", str(run), "--leg", "base", "--reps", "2", "--scenario",
                                      "offline", "--max-tokens", "4"], capture_output=True, text=True, timeout=540)
     assert measured.returncode == 0, measured.stderr[-3000:]

@@ -17,8 +17,8 @@ import pytest
 from typer.testing import CliRunner
 
 from perfwarden.auditor import manifest
+from perfwarden.cli.main import app
 from perfwarden.formats import jsonl
-from perfwarden.orchestrator.cli import app
 from perfwarden.orchestrator.runner import run_graph
 from perfwarden.orchestrator.settings import RunSettings
 from perfwarden.orchestrator.simlab import SyntheticLab

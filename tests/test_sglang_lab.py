@@ -23,12 +23,12 @@ from typer.testing import CliRunner
 from perfwarden.agents import integrator
 from perfwarden.agents.base import Proposal
 from perfwarden.auditor.audit import audit_claim
+from perfwarden.cli.main import app
 from perfwarden.formats import seal
 from perfwarden.formats.records import RunManifest, write_json_atomic
 from perfwarden.harness.prompts import parity_prompts
 from perfwarden.harness.sglang_target import SGLangEnvError, check_model_path, find_sglang_python
 from perfwarden.harness.target_config import SGLangConfig
-from perfwarden.orchestrator.cli import app
 from perfwarden.orchestrator.lab import LabError, LegPlan
 from perfwarden.orchestrator.sglang_lab import SGLangLab
 

@@ -102,7 +102,7 @@ def test_an_interpreter_without_vllm_is_a_clear_error(tmp_path, monkeypatch):
 def test_cli_refuses_before_anything_runs(tmp_path, monkeypatch, argv, code, message):
     from typer.testing import CliRunner
 
-    from perfwarden.orchestrator.cli import app
+    from perfwarden.cli.main import app
 
     monkeypatch.delenv(vllm_target.PYTHON_ENV, raising=False)
     monkeypatch.chdir(tmp_path)
@@ -134,7 +134,7 @@ def test_a_resumed_vllm_run_names_no_program_and_loads_none_of_its_own_files(tmp
     before the person's interpreter is even probed; a resume without an interpreter is told how."""
     from typer.testing import CliRunner
 
-    from perfwarden.orchestrator.cli import app
+    from perfwarden.cli.main import app
 
     monkeypatch.delenv(vllm_target.PYTHON_ENV, raising=False)
     marker = tmp_path / "probed"

@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-CLI = [sys.executable, "-m", "perfwarden.orchestrator.cli"]
+CLI = [sys.executable, "-m", "perfwarden.cli.main"]
 CRASH_AT = "before:integrator#10"
 """Where the base run is killed: half-way through the search (baseline, profile and eight steps audited,
 the study holding their trials), so a resume still asks and tells the study, measures, audits and banks."""

@@ -31,7 +31,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from perfwarden.auditor import goodput
-from perfwarden.auditor.bench_extras import RepGoodput
+from perfwarden.auditor.bench_records import RepGoodput
 from perfwarden.auditor.evidence import LegEvidence, line_evidence
 from perfwarden.auditor.findings import GateResult, finding
 from perfwarden.auditor.rederive import RepMetrics

@@ -22,7 +22,7 @@ from perfwarden.auditor.findings import Findings, GateResult, finding
 from perfwarden.auditor.gates.conditions import declared_keys, flatten
 from perfwarden.auditor.model import mechanisms, roles
 from perfwarden.auditor.serverlog import (NOT_ENGAGED_RX, RESPONSE_CACHE_HIT,  # noqa: F401
-                                                 SIGNAL_PATTERNS, LogSignal)  # re-exported for their importers
+                                          SIGNAL_PATTERNS, LogSignal)  # re-exported for their importers
 from perfwarden.formats.records import Claim, EvidenceRef, LeverClass
 
 Signal = LogSignal

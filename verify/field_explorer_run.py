@@ -22,8 +22,8 @@ from typing import Any
 from perfwarden.auditor.audit import ClaimError, audit_path
 from perfwarden.formats import seal as seal_mod
 from perfwarden.formats.records import SealHead, write_json_atomic
-from perfwarden.redteam import field_explorer as fx
-from perfwarden.redteam import field_explorer_oracle as oracle
+from perfwarden.verify import field_explorer as fx
+from perfwarden.verify import field_explorer_oracle as oracle
 
 SUCCESS_VERDICTS = ("PASS",)
 """An edit that changed what the auditor judges and got one of these (no finding at FLAG or above)."""
@@ -393,9 +393,9 @@ def write_fixtures(report: ExplorerReport, fixtures: dict[str, Path], out: Path)
         write_json_atomic(dest / "answer_key.json", {
             "schema_version": 1, "frozen": time.strftime("%Y-%m-%d", time.gmtime()),
             "answers": [{"claim": base.claim_rel, "verdict": ["FLAG", "FAIL"], "must_include_any": []}],
-            "provenance": f"field explorer (redteam/field_explorer.py): edit {o.name!r} of {o.base!r}"
+            "provenance": f"field explorer (verify/field_explorer.py): edit {o.name!r} of {o.base!r}"
                           + (", sealed again with the run's key" if base.key else ""),
-            "rationale": f"The edit changed {', '.join(o.changed)} as the oracle (redteam/field_explorer_oracle.py) "
+            "rationale": f"The edit changed {', '.join(o.changed)} as the oracle (verify/field_explorer_oracle.py) "
                          "judges it from the files alone, so the claim must not PASS as if nothing changed. Answer "
                          "written before the fixture's files; when the explorer ran, the auditor answered "
                          f"{o.verdict}."})

@@ -10,11 +10,11 @@ from __future__ import annotations
 from pathlib import Path
 
 from perfwarden.formats.records import Verdict
-from perfwarden.orchestrator.backtest import LABELS, CaseResult, Report
 from perfwarden.orchestrator.review.evidence import LineReader
 from perfwarden.orchestrator.review.model import RunReview, VerdictEntry, read_claim
 from perfwarden.orchestrator.review.report_html import (badge, data_attrs, filter_bar, page, table, td, verdict_body)
 from perfwarden.orchestrator.review.svg import esc
+from perfwarden.verify.backtest import LABELS, CaseResult, Report
 
 BACKTEST_PATH = "(backtest: audited blind, not saved)"
 

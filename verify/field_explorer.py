@@ -36,7 +36,7 @@ from pydantic import BaseModel
 
 from perfwarden.formats import jsonl as line_schemas
 from perfwarden.formats import records
-from perfwarden.redteam import field_explorer_oracle as oracle
+from perfwarden.verify import field_explorer_oracle as oracle
 
 EXPLORER_BASES = ("seal-syn-clean", "seal-rec-clean", "rec-harness-clean", "jdg-eval-comparable")
 """Clean runs the explorer edits: the sealed synthetic and recorded runs (every harness record of a patch

@@ -13,8 +13,8 @@ from rich.console import Console
 from perfwarden.auditor import registry
 from perfwarden.auditor.claim_file import ClaimError, load_claim
 from perfwarden.auditor.manifest import KeyFileError, read_operator_key
+from perfwarden.cli.lock import hold_or_exit
 from perfwarden.formats.safe_write import check_dir
-from perfwarden.orchestrator.cli_lock import hold_or_exit
 from perfwarden.orchestrator.exit_codes import EXIT_BY_VERDICT, ExitCode, disk_full
 from perfwarden.orchestrator.render import print_error, print_verdict
 

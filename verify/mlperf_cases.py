@@ -18,7 +18,7 @@ from pathlib import Path
 from perfwarden.auditor import mlperf
 from perfwarden.formats.safe_read import RECORD_BYTES, read_bytes
 from perfwarden.formats.strict_json import loads
-from perfwarden.orchestrator.backtest import CaseResult
+from perfwarden.verify.backtest import CaseResult
 
 
 def _case_dirs(corpus: Path) -> dict[str, Path]:

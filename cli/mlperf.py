@@ -9,7 +9,7 @@ directory with them under ``performance/run_1/``). The test type is detected fro
 run's audit settings (see :func:`perfwarden.auditor.mlperf.detect_test`); ``--test``
 overrides it, and a compliance run whose settings do not match the declared test is a FAIL.
 
-Exit codes (the CLI contract in ``orchestrator/cli.py``): 0 PASS, 10 FLAG, 20 FAIL, 3 unreadable or
+Exit codes (the CLI contract in ``cli/main.py``): 0 PASS, 10 FLAG, 20 FAIL, 3 unreadable or
 invalid input (verdict ``error``; with ``--json`` an object with ``"verdict": "error"`` and a
 ``message``), 2 usage error (e.g. an unknown ``--test``).
 """

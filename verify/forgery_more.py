@@ -14,12 +14,12 @@ from pathlib import Path
 from typing import Any
 
 from perfwarden.auditor.model.schema import evidence_model
-from perfwarden.redteam import forgery_oracle as oracle
-from perfwarden.redteam.field_explorer_oracle import flat_keys
-from perfwarden.redteam.forgery import (BaseView, Edit, Forgery, _bench, _folder, _rep_subsets, _write_bench,
-                                        moved_subsets, records_moved)
-from perfwarden.redteam.forgery_files import Line, edit_detail, edit_json, edit_summary, read_lines, rederive_aggregates
-from perfwarden.redteam.forgery_oracle import Expectation, Expected
+from perfwarden.verify import forgery_oracle as oracle
+from perfwarden.verify.field_explorer_oracle import flat_keys
+from perfwarden.verify.forgery import (BaseView, Edit, Forgery, _bench, _folder, _rep_subsets, _write_bench,
+                                       moved_subsets, records_moved)
+from perfwarden.verify.forgery_files import Line, edit_detail, edit_json, edit_summary, read_lines, rederive_aggregates
+from perfwarden.verify.forgery_oracle import Expectation, Expected
 
 REFUSE: Expectation = "refuse"
 

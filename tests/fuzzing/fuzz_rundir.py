@@ -68,7 +68,8 @@ from perfwarden.formats import seal
 from perfwarden.orchestrator.crashpoints import ENV
 from perfwarden.orchestrator.settings import RunSettings
 from perfwarden.orchestrator.simlab import SyntheticLab
-from perfwarden.redteam.fuzz import Chooser, Hang, Outcome, _alarm, _app, raw_controls
+
+from fuzzing.fuzz import Chooser, Hang, Outcome, _alarm, _app, raw_controls
 
 CONTRACT = {"resume": {0, 1, 3}, "measure": {0, 1, 3}, "audit-save": {0, 10, 20, 3}}
 """Exit codes each command may return (README's command table; ``run`` 130 is Ctrl-C, never sent here)."""

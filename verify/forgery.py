@@ -32,10 +32,10 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from perfwarden.redteam import forgery_oracle as oracle
-from perfwarden.redteam.forgery_files import (Line, detail_values, edit_detail, edit_json, edit_lines, edit_summary,
-                                              read_lines, rederive_aggregates)
-from perfwarden.redteam.forgery_oracle import Expected
+from perfwarden.verify import forgery_oracle as oracle
+from perfwarden.verify.forgery_files import (Line, detail_values, edit_detail, edit_json, edit_lines, edit_summary,
+                                             read_lines, rederive_aggregates)
+from perfwarden.verify.forgery_oracle import Expected
 
 Edit = Callable[[Path], None]
 

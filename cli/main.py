@@ -1,6 +1,6 @@
 """The ``perfwarden`` command line.
 
-Exit codes are part of the contract (scripts and CI depend on them): see ``exit_codes.py``.
+Exit codes are part of the contract (scripts and CI depend on them): see ``orchestrator/exit_codes.py``.
 """
 
 from __future__ import annotations
@@ -12,8 +12,15 @@ from typing import Any
 import typer
 from rich.console import Console
 
-from perfwarden.orchestrator import (cli_audit, cli_audit_bench, cli_backtest, cli_cluster, cli_measure, cli_mlperf,
-                                     cli_redteam, cli_review, cli_run)
+from perfwarden.cli import audit as cli_audit
+from perfwarden.cli import audit_bench as cli_audit_bench
+from perfwarden.cli import backtest as cli_backtest
+from perfwarden.cli import cluster as cli_cluster
+from perfwarden.cli import measure as cli_measure
+from perfwarden.cli import mlperf as cli_mlperf
+from perfwarden.cli import redteam as cli_redteam
+from perfwarden.cli import review as cli_review
+from perfwarden.cli import run as cli_run
 from perfwarden.orchestrator.exit_codes import ExitCode, disk_full, no_space_message
 from perfwarden.orchestrator.render import print_error
 

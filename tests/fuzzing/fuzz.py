@@ -54,15 +54,15 @@ from pydantic import ValidationError
 
 from perfwarden.auditor.claim_file import ClaimError, load_claim
 from perfwarden.auditor.evidence import RunLoader
+from perfwarden.cli.main import app
 from perfwarden.formats import jsonl as jsonl_formats
 from perfwarden.formats.records import Claim, LegSpec
-from perfwarden.orchestrator.answer_key import AnswerKeyError, load_answer_key
-from perfwarden.orchestrator.cli import app
 from perfwarden.orchestrator.review.model import ReviewError, read_verdict
+from perfwarden.verify.answer_key import AnswerKeyError, load_answer_key
 
 T = TypeVar("T")
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+REPO_ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = REPO_ROOT / "proof" / "fixtures"
 MLPERF_CASES = REPO_ROOT / "tests" / "data" / "mlperf"
 

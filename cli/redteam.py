@@ -102,7 +102,7 @@ def _forge(forgeries: int, workers: int, out: Path) -> dict:
     """The coherent-forgery explorer's report, under its own key."""
     if not forgeries:
         return {}
-    from perfwarden.redteam import forgery_run
+    from perfwarden.verify import forgery_run
 
     root = default_fixture_roots()[0]
     fixtures = [root / name for name in forgery_run.FORGERY_BASES]
@@ -111,7 +111,7 @@ def _forge(forgeries: int, workers: int, out: Path) -> dict:
 
 def _explore_and_ops(edits: int, workers: int, ops: bool, seed: int, out: Path) -> dict:
     """The field explorer's and the op catalogue's reports, each under its own key."""
-    from perfwarden.redteam import field_explorer, field_explorer_run
+    from perfwarden.verify import field_explorer, field_explorer_run
 
     data: dict = {}
     if edits:
@@ -120,7 +120,7 @@ def _explore_and_ops(edits: int, workers: int, ops: bool, seed: int, out: Path) 
         data["explorer"] = field_explorer_run.explore(fixtures, edits=edits, workers=workers, seed=seed,
                                                       out=out).to_json()
     if ops:
-        from perfwarden.redteam.op_candidates import op_bench_candidates
+        from perfwarden.verify.op_candidates import op_bench_candidates
 
         data["op_catalogue"] = op_bench_candidates()
     return data

@@ -16,8 +16,8 @@ from typing import Any
 
 from perfwarden.formats import seal
 from perfwarden.formats.records import EVIDENCE_DIRS, EVIDENCE_FILE
-from perfwarden.redteam.field_explorer_oracle import rederivable, rederive
-from perfwarden.redteam.field_explorer_run import reseal
+from perfwarden.verify.field_explorer_oracle import rederivable, rederive
+from perfwarden.verify.field_explorer_run import reseal
 
 Line = dict[str, Any]
 THROUGHPUTS = frozenset({"request_throughput", "output_throughput", "total_throughput", "input_throughput"})

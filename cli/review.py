@@ -24,8 +24,8 @@ from perfwarden.orchestrator.exit_codes import ExitCode
 from perfwarden.orchestrator.render import print_error, safe_text
 from perfwarden.orchestrator.review.compare import compare as pair_reviews
 from perfwarden.orchestrator.review.export import FORMATS, export_pieces
-from perfwarden.orchestrator.review.report_html import render_compare_html, render_review_html
 from perfwarden.orchestrator.review.model import ReviewError, load_review
+from perfwarden.orchestrator.review.report_html import render_compare_html, render_review_html
 from perfwarden.orchestrator.review.terminal import print_comparison, print_review
 
 Format = Enum("Format", {name: name for name in FORMATS}, type=str)

@@ -25,9 +25,9 @@ from typing import Any
 from perfwarden.auditor.audit import audit_path
 from perfwarden.auditor.claim_file import ClaimError
 from perfwarden.formats.records import write_json_atomic
-from perfwarden.redteam import forgery as fg
-from perfwarden.redteam import forgery_more
-from perfwarden.redteam.forgery_files import seal_again, seal_fresh
+from perfwarden.verify import forgery as fg
+from perfwarden.verify import forgery_more
+from perfwarden.verify.forgery_files import seal_again, seal_fresh
 
 FORGERY_BASES = ("seal-rec-clean",)
 """Sealed clean A/B runs recorded on a real target with LoadGen (every witness the model names is there)."""
@@ -206,7 +206,7 @@ def write_fixtures(report: ForgeryReport, fixtures: dict[str, Path], out: Path) 
         write_json_atomic(dest / "answer_key.json", {
             "schema_version": 1, "frozen": time.strftime("%Y-%m-%d", time.gmtime()),
             "answers": [{"claim": claim_rel, "verdict": ["FLAG", "FAIL"], "must_include_any": []}],
-            "provenance": f"coherent-forgery explorer (redteam/forgery.py): {o.name!r} of {o.base!r}, sealed "
+            "provenance": f"coherent-forgery explorer (verify/forgery.py): {o.name!r} of {o.base!r}, sealed "
                           "afresh over the forged files",
             "rationale": f"The evidence model says: {o.why}; so the claim must not PASS. Answer written before the "
                          f"fixture's files; when the explorer ran, the auditor answered {o.verdict}."})

@@ -10,12 +10,12 @@ from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from perfwarden.cli.lock import hold_or_exit
 from perfwarden.formats.records import RunDir, RunManifest, write_json_atomic
 from perfwarden.formats.safe_write import RefusedWrite
 from perfwarden.formats.seal import SealError
 from perfwarden.formats.strict_json import StrictJsonError, loads
 from perfwarden.harness.target_config import TARGET_CONFIGS, ConfigError, parse_set_args
-from perfwarden.orchestrator.cli_lock import hold_or_exit
 from perfwarden.orchestrator.exit_codes import ExitCode
 from perfwarden.orchestrator.lab import LegPlan, check_leg_writes
 from perfwarden.orchestrator.render import print_error, printable, safe_text

@@ -14,14 +14,14 @@ from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 
-from perfwarden.orchestrator.cli_audit import use_quality_registry
-from perfwarden.orchestrator.cli_review import write_text_atomic
+from perfwarden.cli.audit import use_quality_registry
+from perfwarden.cli.review import write_text_atomic
 from perfwarden.orchestrator.exit_codes import ExitCode
 from perfwarden.orchestrator.paths import default_fixture_roots, shared_corpus
 from perfwarden.orchestrator.render import Clipped, hanging, print_error, safe_text
 
 if TYPE_CHECKING:
-    from perfwarden.orchestrator.backtest import CaseResult, Report
+    from perfwarden.verify.backtest import CaseResult, Report
 
 MLPERF_CORPORA = ("mlperf", "mlperf-more")
 """Shared MLPerf compliance corpora folded into the backtest (beside the shipped fixtures)."""
@@ -43,7 +43,7 @@ def backtest(
 ) -> None:
     """Run the auditor blind over every fixture, then score it against the answer keys.
     Exit 0 when every fixture agrees, 1 otherwise, 3 when a claim or an answer key is unreadable."""
-    from perfwarden.orchestrator.backtest import run_backtest  # the auditor's imports are heavy: only when used
+    from perfwarden.verify.backtest import run_backtest  # the auditor's imports are heavy: only when used
 
     use_quality_registry(quality_registry, Console(stderr=True, soft_wrap=True, highlight=False))
     roots = list(dirs) if dirs else default_fixture_roots()
@@ -51,7 +51,7 @@ def backtest(
     for corpus in [*(shared_corpus() / name for name in MLPERF_CORPORA), SHIPPED_MLPERF] if mlperf else ():
         if (corpus / "manifest.json").is_file():
             # lazy: scipy: the auditor, only for this command
-            from perfwarden.orchestrator.mlperf_cases import mlperf_results
+            from perfwarden.verify.mlperf_cases import mlperf_results
 
             extra.append(lambda corpus=corpus: mlperf_results(corpus))
     fan_out = None
@@ -94,7 +94,7 @@ def _cluster_map(address: str, registry: Path | None, err_console: Console):
 
 
 def _score_on_node(fn, registry: Path | None, fixture: Path):
-    from perfwarden.orchestrator.cli_audit import use_quality_registry
+    from perfwarden.cli.audit import use_quality_registry
 
     if registry is not None:
         use_quality_registry(registry, Console(stderr=True, soft_wrap=True, highlight=False))
@@ -104,8 +104,8 @@ def _score_on_node(fn, registry: Path | None, fixture: Path):
 def write_html(report: Report, roots: list[Path], path: Path) -> None:
     """Write the backtest's HTML view (exit 3 when the file cannot be written)."""
     # lazy: scipy: the auditor, only for --html
-    from perfwarden.orchestrator.review.backtest_html import render_backtest_html
-    from perfwarden.orchestrator.backtest import find_fixtures  # lazy: scipy: the auditor, only for --html
+    from perfwarden.verify.backtest import find_fixtures  # lazy: scipy: the auditor, only for --html
+    from perfwarden.verify.backtest_html import render_backtest_html
 
     runs = {fixture.name: fixture / "run" for fixture in find_fixtures(roots)}
     page = render_backtest_html(report, runs)
@@ -134,7 +134,7 @@ def result_block(result: CaseResult) -> Table:
 
 
 def print_report(report: Report, console: Console) -> None:
-    from perfwarden.orchestrator.backtest import LABELS  # lazy: scipy: the auditor, only for this command
+    from perfwarden.verify.backtest import LABELS  # lazy: scipy: the auditor, only for this command
 
     n_ok = sum(r.agrees for r in report.results)
     console.print(Text(f"fixtures: {len(report.results)}, {n_ok} agree with their answer key", style="bold"))

@@ -5,7 +5,7 @@ only afterwards, for scoring. A fixture agrees when the verdict and action are a
 ``must_include`` code and one code of each ``must_include_any`` group is raised, no ``must_exclude`` code
 is (INFO findings don't count as raised), and every ``must_note`` string appears in one of the verdict's
 ``not_checked`` entries (a check the auditor must say it could not make, e.g. ``"unsealed"``). The
-key's format: ``orchestrator/answer_key.py``.
+key's format: ``verify/answer_key.py``.
 
 A fixture whose run was sealed by the harness ships its key beside (never inside) the run directory,
 ``<fixture>/seal.key``: the backtest hands it to the auditor as an operator would with ``--key``.
@@ -20,8 +20,8 @@ from typing import Any, Callable
 
 from perfwarden.auditor import banking
 from perfwarden.auditor.audit import ClaimError, audit_path
-from perfwarden.orchestrator.answer_key import (ANSWER_KEY_NAME, Answer, AnswerKeyError, answer_problems,
-                                                 load_answer_key)
+from perfwarden.verify.answer_key import (ANSWER_KEY_NAME, Answer, AnswerKeyError, answer_problems,
+                                          load_answer_key)
 
 __all__ = ["AnswerKeyError", "CaseResult", "Report", "find_fixtures", "run_backtest", "score_fixture"]
 
