@@ -12,8 +12,8 @@ from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from perfwarden.harness.records import Claim, LeverClass, Mechanism
-from perfwarden.harness.verdict_summary import VerdictSummary
+from perfwarden.formats.records import Claim, LeverClass, Mechanism
+from perfwarden.formats.verdict_summary import VerdictSummary
 
 ProposalKind = Literal["config", "kernel"]
 ProposalStatus = Literal["pending", "benchmarked", "measuring", "banked", "rejected", "skipped"]
@@ -203,7 +203,7 @@ class AttackProducer(Protocol):
     """The seam for ``perfwarden run --red-team``: a producer whose only goal is a banked fake win. Its
     claims go through the same auditor node (the graph's ``red_team`` node, after the bundle audit);
     every one must be refused, and the report lists them. ``redteam/red_team.py`` provides it as
-    ``make_producer(settings: RunSettings) -> AttackProducer`` (orchestrator/cli_run.py loads it)."""
+    ``make_producer(settings: RunSettings) -> AttackProducer`` (cli/run.py loads it)."""
 
     name: str
 

@@ -19,11 +19,11 @@ from pydantic.json_schema import JsonValue
 from perfwarden.agents import config_tuner
 from perfwarden.agents.base import FixDecision, Proposal
 from perfwarden.agents.config_tuner import KnobStep, Tried
-from perfwarden.harness.llm_client import LLMClient, LLMOutputError, LLMUnavailable
 from perfwarden.agents.own_figures import LegReading
-from perfwarden.harness import safe_write
+from perfwarden.formats import safe_write
+from perfwarden.formats.verdict_summary import VerdictSummary
+from perfwarden.harness.llm_client import LLMClient, LLMOutputError, LLMUnavailable
 from perfwarden.harness.target_config import TargetConfig
-from perfwarden.harness.verdict_summary import VerdictSummary
 from perfwarden.skills import fence, render_skill
 
 

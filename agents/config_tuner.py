@@ -29,8 +29,8 @@ from pydantic import BaseModel, ConfigDict
 
 from perfwarden.agents.base import BankedChange, FixDecision, Proposal
 from perfwarden.agents.own_figures import own_regressions, read_reps, rep_values
+from perfwarden.formats.verdict_summary import VerdictSummary
 from perfwarden.harness.target_config import ConfigError, TargetConfig
-from perfwarden.harness.verdict_summary import VerdictSummary
 
 MAX_TRIES = 2
 """Times one (knob, value) may be measured (against different best configurations)."""

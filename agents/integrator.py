@@ -2,7 +2,7 @@
 
 It states what it believes (lever class, headline kind, mechanism), the conditions it thinks both legs
 ran with, and the headline figure it read from its own client's bench lines (``own_figures.py``, or its
-LLM brain's statement of it); the auditor checks all of it against the raw. Every claim is a ``harness.records.Claim``.
+LLM brain's statement of it); the auditor checks all of it against the raw. Every claim is a ``formats.records.Claim``.
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from typing import Any, Literal, cast
 
 from perfwarden.agents import sequential
 from perfwarden.agents.base import BankedChange, Proposal, StepLook, apply_overlay
-from perfwarden.harness.objective import RunObjective
-from perfwarden.harness.records import (Claim, Correctness, DeclaredLever, Headline, IsolatedSpeedup, KernelPatch,
+from perfwarden.formats.objective import RunObjective
+from perfwarden.formats.records import (Claim, Correctness, DeclaredLever, Headline, IsolatedSpeedup, KernelPatch,
                                         LegRefs, Mechanism, Overlay)
 
 INERT_FOR_LEG_NAMES = ("=", " ", "/", ":", ".")

@@ -11,8 +11,8 @@ shapes, which runs only inside the sandbox.
 from __future__ import annotations
 
 from perfwarden.agents.base import Proposal
+from perfwarden.formats.records import Claim
 from perfwarden.harness.ops.alternatives import for_op
-from perfwarden.harness.records import Claim
 
 
 def profile_claim(op: str | None) -> Claim:

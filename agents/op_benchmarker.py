@@ -13,8 +13,8 @@ from statistics import median
 import msgspec
 
 from perfwarden.agents.base import Proposal
-from perfwarden.harness.jsonl import OpBenchLine, decode_line
-from perfwarden.harness.records import Claim, Headline, IsolatedSpeedup, LegRefs
+from perfwarden.formats.jsonl import OpBenchLine, decode_line
+from perfwarden.formats.records import Claim, Headline, IsolatedSpeedup, LegRefs
 
 
 _OPBENCH_LINE = msgspec.json.Decoder(OpBenchLine)

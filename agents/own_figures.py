@@ -14,8 +14,8 @@ from statistics import median
 import msgspec
 from pydantic import BaseModel, ConfigDict
 
-from perfwarden.harness.jsonl import DECODE_ERRORS, BenchRunLine, decode_line
-from perfwarden.harness.slo import GoodputSlo
+from perfwarden.formats.jsonl import DECODE_ERRORS, BenchRunLine, decode_line
+from perfwarden.formats.slo import GoodputSlo
 
 
 class LegReading(BaseModel):

@@ -41,9 +41,9 @@ from optuna.distributions import BaseDistribution, CategoricalDistribution, IntD
 from optuna.trial import TrialState
 
 from perfwarden.agents.base import BankedChange, Proposal
-from perfwarden.harness.target_config import TargetConfig
+from perfwarden.formats.verdict_summary import VerdictSummary
 from perfwarden.harness import run_lock
-from perfwarden.harness.verdict_summary import VerdictSummary
+from perfwarden.harness.target_config import TargetConfig
 
 STUDY_NAME = "perfwarden-config-search"
 SamplerName = Literal["tpe", "random", "grid", "coordinate"]

@@ -26,8 +26,8 @@ from typing import Callable, Protocol, Sequence
 
 from perfwarden.auditor import banking, codes
 from perfwarden.auditor.findings import ACTION_PRECEDENCE, Asking, deciding_actions, unsealed_refusal, verdict_label
-from perfwarden.harness.records import Action, Seal, VerdictLabel
-from perfwarden.harness.verdict_summary import Acceptance, AcceptingBasis, RefusingBasis, VerdictSummary
+from perfwarden.formats.records import Action, Seal, VerdictLabel
+from perfwarden.formats.verdict_summary import Acceptance, AcceptingBasis, RefusingBasis, VerdictSummary
 
 PERFORMANCE_ONLY_CODES = frozenset({"CORRECTNESS_UNVERIFIABLE"})
 """A baseline FLAGged only for these is sound for measuring (random weights: correctness cannot be judged,

@@ -28,14 +28,14 @@ from perfwarden.auditor.manifest import KeyChoice, KeyFileError, Manifest, obser
 from perfwarden.auditor.model import mechanisms, parity, roles
 from perfwarden.auditor.model import witnesses as rep_witnesses
 from perfwarden.auditor.rederive import METRICS
-from perfwarden.harness.jsonl import chain_seal_id
-from perfwarden.harness.objective import RunObjective
-from perfwarden.harness.records import (Claim, Comparison, Finding, IsolatedSpeedup, LeverClass, MetricStats, RunDir,
+from perfwarden.formats.jsonl import chain_seal_id
+from perfwarden.formats.objective import RunObjective
+from perfwarden.formats.records import (Claim, Comparison, Finding, IsolatedSpeedup, LeverClass, MetricStats, RunDir,
                                         Seal, Verdict, VerdictCorrectness, write_json_atomic)
-from perfwarden.harness.safe_read import REPORT_BYTES, exists
-from perfwarden.harness.safe_write import check_name
-from perfwarden.harness.slo import GoodputBasis
-from perfwarden.harness.verdict_parts import HeadlineReference, LegWitnesses
+from perfwarden.formats.safe_read import REPORT_BYTES, exists
+from perfwarden.formats.safe_write import check_name
+from perfwarden.formats.slo import GoodputBasis
+from perfwarden.formats.verdict_parts import HeadlineReference, LegWitnesses
 
 AUDITOR_VERSION = "1.0.0"
 

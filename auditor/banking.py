@@ -29,7 +29,7 @@ from __future__ import annotations
 from typing import Literal, Sequence, Union
 
 from perfwarden.auditor.findings import ACTION_PRECEDENCE, deciding_actions, unsealed_refusal
-from perfwarden.harness.records import Action, Scope, Seal, Verdict, VerdictLabel
+from perfwarden.formats.records import Action, Scope, Seal, Verdict, VerdictLabel
 
 BankedAs = Literal["as_claimed", "downgraded"]
 """``as_claimed``: a PASS, banked with its re-derived headline; ``downgraded``: a FLAG whose change is

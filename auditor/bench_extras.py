@@ -1,6 +1,6 @@
 """What the evidence loader takes from a bench line beside its re-derived metrics, in the same pass.
 
-- **Goodput** (``RepGoodput``): the SLO the line records (a foreign line's ``goodput`` field, which
+- **Goodput** (``RepGoodput``, ``auditor/bench_records.py``): the SLO the line records (a foreign line's ``goodput`` field, which
   ``vllm bench serve --metadata goodput=...`` writes), the line's own ``request_goodput``, and how many of
   its successful requests met each SLO in play (the recorded one and the claim's) -- counted while the
   per-request arrays are decoded, so the gates never need the arrays again (memory stays one rep).
@@ -20,14 +20,13 @@ import calendar
 import json
 import math
 import time
-from dataclasses import dataclass, field
-
 import numpy as np
 
 from perfwarden.auditor import goodput
+from perfwarden.auditor.bench_records import RepGoodput, StatedRun
 from perfwarden.auditor.rederive import TIMELINE_SLACK_REL, TIMELINE_SLACK_S, RepError, raw_json
-from perfwarden.harness.jsonl import BenchRunLine, ForeignBenchRunLine, LineRef
-from perfwarden.harness.slo import GoodputSlo, SloError, parse_slo
+from perfwarden.formats.jsonl import BenchRunLine, ForeignBenchRunLine, LineRef
+from perfwarden.formats.slo import GoodputSlo, SloError, parse_slo
 
 MAX_CLOCK_S = 1e10
 """A ``perf_counter`` reading (seconds since boot on Linux) beyond ~317 years is not a clock reading."""
@@ -35,33 +34,6 @@ DATE_FORMAT = "%Y%m%d-%H%M%S"
 """``vllm bench serve``'s ``date``: local wall time, to the second, taken after the benchmark ended."""
 IDENTITIES = ("model_id", "tokenizer_id")
 """What a foreign line names of the run that both legs must share."""
-
-
-@dataclass(frozen=True)
-class RepGoodput:
-    """One rep's goodput evidence."""
-
-    recorded: GoodputSlo | None
-    """The SLO the line records (None: it records none)."""
-    reported: float | None
-    """The line's own ``request_goodput`` (None: its writer computed none)."""
-    good: dict[GoodputSlo, int] = field(default_factory=dict)
-    """Successful requests that met each SLO in play (empty when the line has no ``latencies``)."""
-    derivable: bool = True
-    """False when the line lacks the per-request latencies goodput is derived from."""
-
-
-@dataclass(frozen=True)
-class StatedRun:
-    """What one foreign line states of the run it measured."""
-
-    identities: dict[str, str]
-    """``model_id``/``tokenizer_id`` -> the value as canonical JSON text (``null`` when absent)."""
-    window: tuple[float, float] | None
-    """First request start to last request end on the benchmark's ``perf_counter`` clock (None: no
-    ``start_times``)."""
-    wall_end: float | None
-    """``date`` as seconds of its own calendar (its time zone unknown: only differences mean anything)."""
 
 
 def rep_goodput(line: BenchRunLine, ref: LineRef, claim_slo: GoodputSlo | None) -> RepGoodput | None:

@@ -11,9 +11,9 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from perfwarden.harness.records import Claim, unknown_fields, wrong_types
-from perfwarden.harness.safe_read import CLAIM_BYTES, STRING_CHARS, long_string, read_bytes
-from perfwarden.harness.strict_json import StrictJsonError, loads
+from perfwarden.formats.records import Claim, unknown_fields, wrong_types
+from perfwarden.formats.safe_read import CLAIM_BYTES, STRING_CHARS, long_string, read_bytes
+from perfwarden.formats.strict_json import StrictJsonError, loads
 
 
 class ClaimError(ValueError):

@@ -27,15 +27,16 @@ from perfwarden.auditor import bench_extras
 from perfwarden.auditor.loadgen_logs import LoadgenRep, read_rep_logs
 from perfwarden.auditor.rederive import RepError, RepMetrics, rederive_rep
 from perfwarden.auditor.serverlog import ServerLog, scan_server_log
-from perfwarden.harness.objective import RunObjective
-from perfwarden.harness.jsonl import (CITE_HEAD_BYTES, BenchRunLine, LineIssue, LineRef, OpBenchLine, OutputLine,
+from perfwarden.formats.jsonl import (CITE_HEAD_BYTES, BenchRunLine, LineIssue, LineRef, OpBenchLine, OutputLine,
                                       ProfileLine, ReadReport, iter_jsonl, read_jsonl)
-from perfwarden.harness.records import (QUALITY_ITEMS_FIELDS, EvidenceRef, LegSpec, QualityEval, RunDir,
+from perfwarden.formats.objective import RunObjective
+from perfwarden.formats.records import (QUALITY_ITEMS_FIELDS, EvidenceRef, LegSpec, QualityEval, RunDir,
                                         shadowing_fields, unknown_fields, wrong_types)
-from perfwarden.harness.safe_read import (BENCH_LINE_BYTES, LINE_BYTES, LOG_LINE_CHARS, PROFILE_LINE_BYTES, RECORD_BYTES,
-                                          TEXT_BYTES, RefusedInput, check_regular, exists, iter_chunks, read_bytes)
-from perfwarden.harness.slo import GoodputSlo
-from perfwarden.harness.strict_json import StrictJsonError, loads
+from perfwarden.formats.safe_read import (BENCH_LINE_BYTES, LINE_BYTES, LOG_LINE_CHARS, PROFILE_LINE_BYTES,
+                                          RECORD_BYTES, TEXT_BYTES, RefusedInput, check_regular, exists, iter_chunks,
+                                          read_bytes)
+from perfwarden.formats.slo import GoodputSlo
+from perfwarden.formats.strict_json import StrictJsonError, loads
 
 _EXCERPT = 200
 assert _EXCERPT <= CITE_HEAD_BYTES  # an excerpt is cut from the bytes a cited line keeps
@@ -198,7 +199,7 @@ class RunLoader:
         """What the loader read but did not check (a foreign file's fields perfwarden does not know)."""
         self.line_sealed: frozenset[str] = frozenset()
         # {file: {byte offset: length}} of the lines a verified seal lists: a read-size hint for the long
-        # bench lines (harness/jsonl.iter_raw_lines checks every byte as it would without it).
+        # bench lines (formats/jsonl.iter_raw_lines checks every byte as it would without it).
         self.sealed_line_lengths: dict[str, dict[int, int]] = {}
         """Files (relative to the run) whose every line a *verified* seal chain says the harness appended
         through its own writer, which cannot write a repeated key: their lines skip that scan. A line

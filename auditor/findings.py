@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, Generic, Protocol, Sequence, TypeVar
 
 from perfwarden.auditor.codes import known
-from perfwarden.harness.records import Action, EvidenceRef, Finding, Seal, Severity, VerdictLabel, shown_verdict
+from perfwarden.formats.records import Action, EvidenceRef, Finding, Seal, Severity, VerdictLabel, shown_verdict
 
 # Most decisive first.
 ACTION_PRECEDENCE: tuple[Action, ...] = (

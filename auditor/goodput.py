@@ -15,7 +15,7 @@ import math
 
 import numpy as np
 
-from perfwarden.harness.slo import GoodputSlo
+from perfwarden.formats.slo import GoodputSlo
 
 MS_PER_S = 1000.0
 """vLLM's ``MILLISECONDS_TO_SECONDS_CONVERSION``: a limit in ms is divided by it, never the times multiplied,

@@ -24,10 +24,10 @@ from pathlib import Path
 from typing import Any
 
 from perfwarden.auditor.stated import Stated
-from perfwarden.harness.jsonl import LineRef
-from perfwarden.harness.mlperf_log import (MlperfLogError, parse_number, read_detail, read_summary)
-from perfwarden.harness.records import EvidenceRef
-from perfwarden.harness.safe_read import exists
+from perfwarden.formats.jsonl import LineRef
+from perfwarden.formats.mlperf_log import (MlperfLogError, parse_number, read_detail, read_summary)
+from perfwarden.formats.records import EvidenceRef
+from perfwarden.formats.safe_read import exists
 
 DETAIL = "mlperf_log_detail.txt"
 SUMMARY = "mlperf_log_summary.txt"

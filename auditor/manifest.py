@@ -1,7 +1,7 @@
 """Read a run's seal chain (``evidence.jsonl``) into a manifest, verify it, and look at the bytes on disk.
 
 This is the auditor's own reader: it shares only *formats* with the harness (``SealEntry`` in
-``harness/jsonl.py``, ``SealKey``/``SealHead`` and the key store location in ``harness/records.py``)
+``formats/jsonl.py``, ``SealKey``/``SealHead`` and the key store location in ``formats/records.py``)
 and recomputes every MAC and digest itself with ``hmac``/``hashlib``. If the harness's writer had a
 bug, this reader would not share it.
 
@@ -27,10 +27,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from perfwarden.harness.jsonl import DECODE_ERRORS, SEAL_ENTRY, LineIssue, SealEntry, decode_line, iter_raw_lines
-from perfwarden.harness.strict_json import loads
-from perfwarden.harness.records import SealHead, SealKey, key_store_dir, key_store_path
-from perfwarden.harness.safe_read import KEY_BYTES, open_regular, read_bytes
+from perfwarden.formats.jsonl import DECODE_ERRORS, SEAL_ENTRY, LineIssue, SealEntry, decode_line, iter_raw_lines
+from perfwarden.formats.records import SealHead, SealKey, key_store_dir, key_store_path
+from perfwarden.formats.safe_read import KEY_BYTES, open_regular, read_bytes
+from perfwarden.formats.strict_json import loads
 
 EVIDENCE_FILE = "evidence.jsonl"
 GENESIS_MAC = "0" * 64

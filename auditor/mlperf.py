@@ -2,8 +2,8 @@
 
 The auditor re-derives the verdict of the official ``verify_performance.py`` scripts from the raw
 LoadGen logs of a reference run and a compliance run, and goes further where those scripts are blind.
-Every rule is a small pure function over the parsed logs (``perfwarden.harness.mlperf_log``) that
-returns :class:`~perfwarden.harness.records.Finding` objects carrying the measured value, the
+Every rule is a small pure function over the parsed logs (``perfwarden.formats.mlperf_log``) that
+returns :class:`~perfwarden.formats.records.Finding` objects carrying the measured value, the
 threshold and the raw lines (file, line, sha256) it rests on. :func:`audit` composes them. The rules
 live in modules by concern -- ``mlperf_scores`` (scores, pass bands), ``mlperf_checks`` (validity,
 summary vs detail, same benchmark, different runs), ``mlperf_audit_settings`` (which test the settings
@@ -100,15 +100,15 @@ from typing import Any
 from perfwarden.auditor.findings import decide, finding
 from perfwarden.auditor.mlperf_audit_settings import TestDetection, check_audit_settings, detect_test
 from perfwarden.auditor.mlperf_checks import (check_different_runs, check_duplicates, check_log_errors,
-                                             check_same_benchmark, check_scenarios, check_summary_detail,
-                                             check_validity, check_versions)
+                                              check_same_benchmark, check_scenarios, check_summary_detail,
+                                              check_validity, check_versions)
 from perfwarden.auditor.mlperf_findings import EVIDENCE_CORRUPT, EVIDENCE_MISSING, MLPERF_INVALID_RESULT
-from perfwarden.auditor.mlperf_settings import check_own_audit_values, check_settings
 from perfwarden.auditor.mlperf_scores import (TESTS, RunLogs, Score, check_threshold, detail_scenario, detail_score,
-                                             require_validity, summary_scenario, summary_score)
-from perfwarden.harness.jsonl import iter_raw_lines
-from perfwarden.harness.mlperf_log import MlperfLogError, find_logs, read_detail, read_summary
-from perfwarden.harness.records import EvidenceRef, Finding, MlperfCompliance, Verdict
+                                              require_validity, summary_scenario, summary_score)
+from perfwarden.auditor.mlperf_settings import check_own_audit_values, check_settings
+from perfwarden.formats.jsonl import iter_raw_lines
+from perfwarden.formats.mlperf_log import MlperfLogError, find_logs, read_detail, read_summary
+from perfwarden.formats.records import EvidenceRef, Finding, MlperfCompliance, Verdict
 
 AUDITOR_VERSION = "mlperf-1"
 

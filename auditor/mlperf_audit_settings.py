@@ -12,9 +12,9 @@ from typing import Any, Literal
 
 from perfwarden.auditor.mlperf_findings import CONDITIONS_DIFFER, MLPERF_AUDIT_SETTINGS, _finding
 from perfwarden.auditor.mlperf_scores import RunLogs, _as_number
-from perfwarden.harness.jsonl import LineRef
-from perfwarden.harness.mlperf_log import DetailLog, SummaryLog
-from perfwarden.harness.records import Finding
+from perfwarden.formats.jsonl import LineRef
+from perfwarden.formats.mlperf_log import DetailLog, SummaryLog
+from perfwarden.formats.records import Finding
 
 @dataclass(frozen=True)
 class TestDetection:

@@ -10,14 +10,14 @@ import re
 from typing import Any
 
 from perfwarden.auditor.mlperf_findings import (CONDITIONS_DIFFER, MLPERF_DUPLICATE_KEY,
-                                                       MLPERF_INVALID_RESULT, MLPERF_LOADGEN_VERSION,
-                                                       MLPERF_LOG_ERRORS, MLPERF_SAME_RUN, REPORTED_MISMATCH,
-                                                       _finding, file_evidence)
+                                                MLPERF_INVALID_RESULT, MLPERF_LOADGEN_VERSION,
+                                                MLPERF_LOG_ERRORS, MLPERF_SAME_RUN, REPORTED_MISMATCH,
+                                                _finding, file_evidence)
 from perfwarden.auditor.mlperf_scores import (_PCT_LATENCY, _PCT_TH_LATENCY, RunLogs, Score, _as_number,
-                                                     _is_number, scores_agree, values_agree)
-from perfwarden.harness.jsonl import LineRef
-from perfwarden.harness.mlperf_log import DetailLog
-from perfwarden.harness.records import Finding, Severity
+                                              _is_number, scores_agree, values_agree)
+from perfwarden.formats.jsonl import LineRef
+from perfwarden.formats.mlperf_log import DetailLog
+from perfwarden.formats.records import Finding, Severity
 
 # -------------------------------------------------------------------------------------- validity
 

@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from perfwarden.auditor.findings import finding
-from perfwarden.harness.jsonl import LineRef
-from perfwarden.harness.records import EvidenceRef, Finding, Severity
+from perfwarden.formats.jsonl import LineRef
+from perfwarden.formats.records import EvidenceRef, Finding, Severity
 
 # ------------------------------------------------------------------------------------------ codes
 

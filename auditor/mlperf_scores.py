@@ -13,9 +13,9 @@ from decimal import Decimal, InvalidOperation
 from typing import Any, Literal, TypeGuard
 
 from perfwarden.auditor.mlperf_findings import CACHING_SUSPECTED, MLPERF_THRESHOLD, _finding
-from perfwarden.harness.jsonl import LineRef
-from perfwarden.harness.mlperf_log import DetailLog, MlperfLogError, SummaryLog, parse_number
-from perfwarden.harness.records import Finding
+from perfwarden.formats.jsonl import LineRef
+from perfwarden.formats.mlperf_log import DetailLog, MlperfLogError, SummaryLog, parse_number
+from perfwarden.formats.records import Finding
 
 TestName = Literal["TEST01", "TEST04", "TEST05"]
 TESTS: tuple[str, ...] = ("TEST01", "TEST04", "TEST05")

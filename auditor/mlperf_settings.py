@@ -47,9 +47,9 @@ from perfwarden.auditor.mlperf_checks import _TEST_PARAMS as TEST_PARAMS
 from perfwarden.auditor.mlperf_findings import CONDITIONS_DIFFER, MLPERF_AUDIT_SETTINGS, _finding
 from perfwarden.auditor.mlperf_scores import _as_number
 from perfwarden.auditor.model.schema import RequiredSetting, SettingRequirement, evidence_model
-from perfwarden.harness.mlperf_log import DetailLog, SummaryLog, parse_number
-from perfwarden.harness.jsonl import LineRef
-from perfwarden.harness.records import Finding, Severity
+from perfwarden.formats.jsonl import LineRef
+from perfwarden.formats.mlperf_log import DetailLog, SummaryLog, parse_number
+from perfwarden.formats.records import Finding, Severity
 
 AUDIT_KEYS: dict[str, tuple[str, ...]] = {
     "TEST01": ("accuracy_log_rng_seed", "accuracy_log_sampling_target", "accuracy_log_probability"),

@@ -11,15 +11,14 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Literal
+from typing import Literal, Protocol, TypeVar
 
 from pydantic import BaseModel, Field, JsonValue
 
 from perfwarden.auditor.codes import CATALOG
 from perfwarden.auditor.findings import Findings, choose_action, verdict_label
-from perfwarden.harness.llm_client import LLMClient, LLMOutputError, LLMUnavailable
-from perfwarden.harness.records import EvidenceRef, Finding, Verdict
-from perfwarden.harness.safe_read import TEXT_BYTES, open_regular
+from perfwarden.formats.records import EvidenceRef, Finding, Verdict
+from perfwarden.formats.safe_read import TEXT_BYTES, open_regular
 from perfwarden.skills import fence, load_skill, render_prompt
 
 EXCERPT_LINES = 40
@@ -38,6 +37,22 @@ enforce a schema-only bound, and an answer of 2 MiB must not become a 2 MiB name
 EXCERPT_BYTES = 512 << 10
 """Bytes read per file for those lines: the end of a server log, the start of the outputs (a log at its
 256 MiB bound is read once, by the audit, not a second time whole for 40 lines)."""
+
+
+class PersonaUnanswered(Exception):
+    """The persona's model gave no usable answer (unreachable, out of time or budget, or not the schema
+    however often it was asked): the verdict is marked degraded and the run goes on."""
+
+
+Answer = TypeVar("Answer", bound=BaseModel)
+
+
+class PersonaModel(Protocol):
+    """The one thing the persona asks of a model: an object matching ``schema``, or ``PersonaUnanswered``.
+    The caller builds it around its own LLM client (``orchestrator/persona_model.py``), so the auditor runs
+    no producer code to reach a model."""
+
+    def complete_json(self, system: str, user: str, schema: type[Answer]) -> Answer: ...
 
 
 # Bounds below are the schema's only (``json_schema_extra``): structured output stops a model's loop at
@@ -132,7 +147,7 @@ def build_prompt(run: Path, claim_json: str, verdict: Verdict) -> str:
                          rederived=rederived, excerpts=raw_excerpts(run, verdict))
 
 
-def apply_persona(run: Path, claim_json: str, verdict: Verdict, client: LLMClient | None) -> Verdict:
+def apply_persona(run: Path, claim_json: str, verdict: Verdict, client: PersonaModel | None) -> Verdict:
     """Add the persona's findings (escalate only). Returns a new verdict; the input is not modified."""
     if client is None:
         return verdict
@@ -140,7 +155,7 @@ def apply_persona(run: Path, claim_json: str, verdict: Verdict, client: LLMClien
     try:
         answer = client.complete_json("You are the patch-auditor. Follow the instructions in the user message.",
                                       prompt, PersonaAnswer)
-    except (LLMUnavailable, LLMOutputError) as exc:
+    except PersonaUnanswered as exc:
         return verdict.model_copy(update={"degraded": True,
                                           "degraded_reasons": verdict.degraded_reasons + [f"LLM persona: {exc}"]})
     persona = Findings()  # at most MAX_LISTED per code, the rest one summary with their worst severity (design §3)

@@ -26,17 +26,16 @@ import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import msgspec
 import numpy as np
 
+from perfwarden.auditor.bench_records import RepGoodput, StatedRun
 from perfwarden.auditor.float_columns import flat_float_array, float_array
-from perfwarden.harness.strict_json import StrictJsonError, loads
-from perfwarden.harness.jsonl import FOREIGN_STATED, NULL, BenchRunLine, ForeignBenchRunLine, LineRef
+from perfwarden.formats.jsonl import FOREIGN_STATED, NULL, BenchRunLine, ForeignBenchRunLine, LineRef
+from perfwarden.formats.strict_json import StrictJsonError, loads
 
-if TYPE_CHECKING:  # bench_extras reads lines with this module's helpers: typing only, no import cycle
-    from perfwarden.auditor.bench_extras import RepGoodput, StatedRun
 
 # Metric -> whether higher is better. The one place that says which way each metric improves.
 # ``request_goodput`` depends on an SLO, so a rep has it only once the audit decided the SLO

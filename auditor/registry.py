@@ -16,8 +16,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from perfwarden.harness.safe_read import RECORD_BYTES, read_bytes
-from perfwarden.harness.strict_json import loads
+from perfwarden.formats.safe_read import RECORD_BYTES, read_bytes
+from perfwarden.formats.strict_json import loads
 
 QUALITY_REGISTRY_ENV = "PERFWARDEN_QUALITY_REGISTRY"
 """Environment variable naming a user's quality-eval registry file (``--quality-registry`` sets it)."""

@@ -41,12 +41,12 @@ import numpy.typing as npt
 
 from perfwarden.auditor import registry
 from perfwarden.auditor.batch_lines import (BatchLines, Lines, bigrams, confined, holding_literal, line_starts,
-                                           present_literals)
+                                            present_literals)
 from perfwarden.auditor.log_splitter import LongLine, Splitter
 from perfwarden.auditor.rederive import flatten_json
-from perfwarden.harness.strict_json import check_depth, loads
-from perfwarden.harness.vllm_log import NON_DEFAULT_ARGS, parse_args, speculative_fields
-from perfwarden.harness.records import EvidenceRef
+from perfwarden.formats.records import EvidenceRef
+from perfwarden.formats.strict_json import check_depth, loads
+from perfwarden.formats.vllm_log import NON_DEFAULT_ARGS, parse_args, speculative_fields
 
 CopySource = Literal["effective_config", "server_args", "vllm_args", "engaged", "model_loaded", "serving"]
 
@@ -141,7 +141,7 @@ def _server_args(expr: str) -> dict[str, Any]:
 
 
 def _vllm_args(expr: str) -> dict[str, Any]:
-    """The literal entries of vLLM's ``non-default args`` dict (``harness/vllm_log.py``, the parser the
+    """The literal entries of vLLM's ``non-default args`` dict (``formats/vllm_log.py``, the parser the
     harness reads the same line with), ``speculative_config`` under server_info's names."""
     out = parse_args(expr)
     out.update(speculative_fields(out.pop("speculative_config", None)))

@@ -4,7 +4,7 @@ A reader (``audit`` without ``--save``, ``review``, ``backtest``) never takes th
 (``harness/run_lock.py``): a run can take hours and its user wants to look at it meanwhile. What it can
 observe mid-write is settled by the seal chain: the harness appends a line and seals it, or renames a
 whole file into place and seals it, inside one hold of an exclusive ``flock`` on ``evidence.jsonl``
-(``harness/seal.py``), so evidence the chain covers never changes without the chain changing with it.
+(``formats/seal.py``), so evidence the chain covers never changes without the chain changing with it.
 Claims, verdicts and reports are unsealed but replaced by rename: a reader sees the old file or the new.
 
 So the audit is bracketed by the chain's identity and size, each taken under a *shared* ``flock`` (which
@@ -27,7 +27,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TypeVar
 
-from perfwarden.harness.safe_read import open_regular
+from perfwarden.formats.safe_read import open_regular
 
 EVIDENCE_FILE = "evidence.jsonl"
 ATTEMPTS = 3

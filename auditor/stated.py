@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from perfwarden.harness.records import EvidenceRef
+from perfwarden.formats.records import EvidenceRef
 
 
 @dataclass(frozen=True)

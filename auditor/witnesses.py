@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from perfwarden.auditor.evidence import LegEvidence
 from perfwarden.auditor.gates.engine_witness import is_vllm_leg
-from perfwarden.harness.verdict_parts import LegWitnesses
+from perfwarden.formats.verdict_parts import LegWitnesses
 
 
 def leg_witnesses(leg: LegEvidence, engine_held: int | None, sealed: bool) -> LegWitnesses:

@@ -17,7 +17,7 @@ What is measured, in ONE process run, interleaved and repeated (``--rounds``, me
     verification -- chain MACs, every listed file against its sealed digest, the manifest's
     completeness -- is part of the time. The seal also lists each line's offset and length, so the
     audit reads a long rep line with one read of that length (every byte still checked: see
-    ``harness/jsonl.iter_raw_lines``); (a) has no seal to say where lines end and assembles each from
+    ``formats/jsonl.iter_raw_lines``); (a) has no seal to say where lines end and assembles each from
     1 MiB chunks, as the audit does for a file no verified seal lists line by line. If the auditor cannot be imported yet (a gate module
     missing), ``RunLoader`` loading both legs is timed instead, and the script says so.
 
@@ -67,7 +67,7 @@ import msgspec
 import numpy as np
 import record
 
-from perfwarden.harness import seal
+from perfwarden.formats import seal
 from perfwarden.orchestrator.synth import write_claim, write_leg, write_manifest
 
 TARGET_RATIO = 0.9

@@ -66,10 +66,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from perfwarden.formats.records import RunDir
 from perfwarden.harness.contention import read_pid_stats
 from perfwarden.harness.loadgen_client import measure_rep
 from perfwarden.harness.prompts import varied_prompts
-from perfwarden.harness.records import RunDir
 from perfwarden.harness.target_config import parse_set_args
 from perfwarden.harness.targets import ServerTarget
 from perfwarden.orchestrator.embedded_lab import EmbeddedLab, ServerLab

@@ -61,7 +61,7 @@ ENGAGED_TARGET_S = 15.0
 LINE_TARGET_MIB = 1024.0
 REVIEW_TARGET_MIB = 500.0
 RECORD_MIB, CLAIM_MIB = 16, 1
-"""The bounds of ``leg.json``/``server_info.json`` and of a claim (``harness/safe_read.py``)."""
+"""The bounds of ``leg.json``/``server_info.json`` and of a claim (``formats/safe_read.py``)."""
 
 _CHILD = r"""
 import json, os, resource, sys, time
@@ -104,7 +104,7 @@ elif mode in ("read", "lines"):
                 lines += len(parts)
     out["lines"] = lines + (1 if carry else 0)
 elif mode == "review":
-    from perfwarden.orchestrator.cli import app
+    from perfwarden.cli.main import app
     try:
         sys.stdout = open(os.devnull, "w")
         app(["review", target, "--html", sys.argv[3]])

@@ -41,12 +41,13 @@ import httpx
 
 from perfwarden.agents import config_tuner, integrator, own_figures
 from perfwarden.agents.brains import Brains, KernelCode
-from perfwarden.harness.llm_client import LLMClient
 from perfwarden.auditor.gates.measurement import HEADLINE_TOLERANCE_PTS
 from perfwarden.auditor.persona import apply_persona
-from perfwarden.harness.records import Verdict
+from perfwarden.formats.records import Verdict
+from perfwarden.harness.llm_client import LLMClient
 from perfwarden.harness.target_config import EmbeddedConfig
 from perfwarden.orchestrator import graph
+from perfwarden.orchestrator.persona_model import persona_model
 from perfwarden.orchestrator.runner import run_graph
 from perfwarden.orchestrator.settings import RunSettings
 from perfwarden.orchestrator.simlab import SyntheticLab
@@ -133,7 +134,7 @@ def questions(m: Material, n: int) -> dict[str, list[Callable[[Brains, LLMClient
         verdict = Verdict.model_validate_json((m.run / v.path).read_text())
 
         def ask(brains: Brains, client: LLMClient) -> bool:
-            out = apply_persona(m.run, claim, verdict, client)
+            out = apply_persona(m.run, claim, verdict, persona_model(client))
             brains.notes.extend(out.degraded_reasons[len(verdict.degraded_reasons):])  # why, in the table
             return not out.degraded and not (out.model_extra or {}).get("persona_ignored")
         return ask

@@ -2,11 +2,11 @@
 
     .venv/bin/python benchmarks/fuzz.py [--inputs 10000] [--workers N] [--seed 0] [--timeout 30]
     .venv/bin/python benchmarks/fuzz.py --replay 1234          # one input, verbosely
-    .venv/bin/python benchmarks/fuzz.py --rundir [--inputs 10000]   # run directories as input (redteam/fuzz_rundir.py)
+    .venv/bin/python benchmarks/fuzz.py --rundir [--inputs 10000]   # run directories as input (tests/fuzzing/fuzz_rundir.py)
     .venv/bin/python benchmarks/fuzz.py --llm-stub [--budget-minutes 1]  # runs against a hostile LLM endpoint
     .venv/bin/python benchmarks/fuzz.py --writers [--tries 100]     # concurrent writers on one run
 
-The engine and its oracle are ``perfwarden.redteam.fuzz`` (read its docstring for what counts as damaged
+The engine and its oracle are ``fuzzing.fuzz`` (read its docstring for what counts as damaged
 evidence, and why a mutation no gate reads may legitimately PASS); the test suite runs a bounded
 hypothesis fuzz of the same engine (``tests/test_fuzz.py``). Input ``i`` is fully determined by
 ``--seed`` and ``i`` (a ``random.Random``), so any failure printed here replays with ``--replay``.
@@ -19,7 +19,7 @@ inputs over the memory bound, peak memory, and the gate crashes that failed open
 though not a false PASS). Exit status 0 when every count that must be zero is zero.
 
 ``--rundir`` fuzzes run directories as input to ``run --resume``, ``measure`` and ``audit --save``
-instead (``perfwarden.redteam.fuzz_rundir``: links, FIFOs, crafted checkpoints and settings, hostile leg
+instead (``fuzzing.fuzz_rundir``: links, FIFOs, crafted checkpoints and settings, hostile leg
 names; its docstring says what is planted and how the oracle sees it). Printed: code executions, writes
 outside the run, tracebacks, internal errors, exit codes outside the contract, hangs, injections into
 report.md, raw controls, memory. Its scratch lies on /dev/shm when there is one (a run is copied per input).
@@ -41,6 +41,8 @@ from pathlib import Path
 
 import record
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # the fuzzers are test tools, never installed
+
 _FUZZER = None
 _MEMORY = 0
 _CURRENT: Path | None = None
@@ -49,10 +51,10 @@ _CURRENT: Path | None = None
 
 def _fuzzer(work: Path, timeout: int, memory_limit: int, rundir: bool, seeds: Path | None = None):
     if rundir:
-        from perfwarden.redteam.fuzz_rundir import RundirFuzzer
+        from fuzzing.fuzz_rundir import RundirFuzzer
 
         return RundirFuzzer(work, timeout_s=timeout, memory_limit=memory_limit, seeds_root=seeds)
-    from perfwarden.redteam.fuzz import Fuzzer
+    from fuzzing.fuzz import Fuzzer
 
     return Fuzzer(work, timeout_s=timeout, memory_limit=memory_limit)
 
@@ -67,7 +69,7 @@ def _init(scratch: str, timeout: int, memory: int, rundir: bool) -> None:
 
 
 def _chunk(args: tuple[int, list[int]]) -> dict:
-    from perfwarden.redteam.fuzz import RandomChooser
+    from fuzzing.fuzz import RandomChooser
 
     seed, indices = args
     counts: collections.Counter = collections.Counter()
@@ -103,7 +105,7 @@ def _on_node(timeout: int, memory: int, rundir: bool, chunk: tuple[int, list[int
     try:
         seeds = None
         if rundir:
-            from perfwarden.redteam.fuzz_rundir import build_seeds
+            from fuzzing.fuzz_rundir import build_seeds
 
             seeds = scratch / "seeds"
             build_seeds(seeds)
@@ -115,7 +117,7 @@ def _on_node(timeout: int, memory: int, rundir: bool, chunk: tuple[int, list[int
 
 
 def replay(seed: int, index: int, timeout: int, rundir: bool) -> None:
-    from perfwarden.redteam.fuzz import RandomChooser
+    from fuzzing.fuzz import RandomChooser
 
     scratch = Path(tempfile.mkdtemp(prefix="pw-fuzz-replay-", dir=_scratch_root(rundir)))
     try:
@@ -138,7 +140,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--timeout", type=int, default=None, help="seconds per input before it counts as a hang "
                         "(default 30; 10 with --rundir)")
     parser.add_argument("--rundir", action="store_true", help="fuzz run directories as input to run --resume, "
-                        "measure and audit --save (perfwarden.redteam.fuzz_rundir) instead of the readers")
+                        "measure and audit --save (fuzzing.fuzz_rundir) instead of the readers")
     parser.add_argument("--memory-gib", type=float, default=4.0, help="address-space limit per worker")
     parser.add_argument("--chunk", type=int, default=25)
     parser.add_argument("--replay", type=int, default=None, help="run input N of --seed alone and print it")
@@ -163,14 +165,14 @@ def main() -> int:
         replay(args.seed, args.replay, args.timeout, args.rundir)
         return 0
     if args.rundir:
-        from perfwarden.redteam.fuzz_rundir import PROBLEMS
+        from fuzzing.fuzz_rundir import PROBLEMS
     else:
-        from perfwarden.redteam.fuzz import PROBLEMS
+        from fuzzing.fuzz import PROBLEMS
 
     memory = int(args.memory_gib * (1 << 30))
     scratch = tempfile.mkdtemp(prefix="pw-fuzz-", dir=_scratch_root(args.rundir))
     if args.rundir:  # the seed runs, recorded once for every worker
-        from perfwarden.redteam.fuzz_rundir import build_seeds
+        from fuzzing.fuzz_rundir import build_seeds
 
         build_seeds(Path(scratch) / "seeds")
     chunks = [(args.seed, list(range(k, min(k + args.chunk, args.inputs)))) for k in range(0, args.inputs, args.chunk)]
@@ -258,7 +260,6 @@ def _writers_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _writers(args: argparse.Namespace) -> int:
     """``--writers``: the engine is a test tool, outside the installed package."""
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
     import writers_fuzz
 
     done = writers_fuzz.run_tries(args.tries, args.seed, args.out)

@@ -45,7 +45,7 @@ def _fmt(x: float | None, digits: int = 4) -> str:
 
 
 def _rows(path: Path) -> dict[tuple[str, str], dict]:
-    from perfwarden.harness.jsonl import OpBenchLine, read_jsonl
+    from perfwarden.formats.jsonl import OpBenchLine, read_jsonl
 
     cells: dict[tuple[str, str], dict] = {}
     for _, r in read_jsonl(path, OpBenchLine).records:

@@ -70,9 +70,9 @@ def slim(contention: Any) -> Any:
 
 def measure_config(run: Path, name: str, config: dict[str, Any], reps: int, lab: Any) -> dict[str, Any]:
     """One configuration on its own server: ``reps`` LoadGen reps, their throughputs and contention."""
+    from perfwarden.formats.records import RunDir
     from perfwarden.harness.loadgen_client import measure_rep
     from perfwarden.harness.prompts import varied_prompts
-    from perfwarden.harness.records import RunDir
 
     paths = RunDir(run)
     paths.leg_dir(name).mkdir(parents=True, exist_ok=True)
@@ -91,7 +91,7 @@ def measure_config(run: Path, name: str, config: dict[str, Any], reps: int, lab:
 
 
 def record(reps: int, threads: int, witness_every: int, limit: int | None) -> dict[str, Any]:
-    from perfwarden.harness import seal
+    from perfwarden.formats import seal
     from perfwarden.harness.target_config import EmbeddedConfig
     from perfwarden.harness.targets import prepare_weights
     from perfwarden.orchestrator.embedded_lab import EmbeddedLab

@@ -35,8 +35,8 @@ from pathlib import Path
 from rich.console import Console
 
 from perfwarden.auditor.audit import audit_path, write_verdict
-from perfwarden.orchestrator.review.report_html import render_review_html
 from perfwarden.orchestrator.review.model import load_review
+from perfwarden.orchestrator.review.report_html import render_review_html
 from perfwarden.orchestrator.review.terminal import print_review
 from perfwarden.orchestrator.synth import make_rep, write_claim, write_leg, write_manifest
 
@@ -87,7 +87,7 @@ def review_in_process(run: Path, html: Path) -> tuple[float, int, int]:
 
 def review_cli(run: Path, html: Path) -> tuple[float, int]:
     """Seconds of ``perfwarden review RUN --html FILE`` in a fresh interpreter (imports included)."""
-    cmd = [sys.executable, "-c", "from perfwarden.orchestrator.cli import main; main()", "review", str(run),
+    cmd = [sys.executable, "-c", "from perfwarden.cli.main import main; main()", "review", str(run),
            "--html", str(html)]
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, capture_output=True, text=True)

@@ -89,7 +89,7 @@ REAL_CHANGES = ({"max_batch_size": 2}, {"max_batch_size": 4}, {"max_batch_size":
 
 def real(nodes: int, steps: int, reps: int, root: Path) -> dict[str, Any]:
     """``steps`` real embedded A/B steps submitted at once to ``nodes`` one-CPU nodes; their wall time."""
-    from perfwarden.harness import seal
+    from perfwarden.formats import seal
     from perfwarden.harness.target_config import EmbeddedConfig
     from perfwarden.harness.targets import prepare_weights
     from perfwarden.orchestrator import cluster

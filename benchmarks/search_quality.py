@@ -147,7 +147,7 @@ def goodput_factor(surface: Surface) -> Surface:
     """``surface`` under the goodput objective: the throughput factor times the share of the lab's requests
     whose TTFT meets ``GOODPUT_SLO`` (goodput = good requests / duration, and the lab's requests all carry
     the same tokens, so it scales as throughput times that share)."""
-    from perfwarden.harness.slo import parse_slo
+    from perfwarden.formats.slo import parse_slo
     from perfwarden.orchestrator.simlab import BASE_TTFT_MS, REQUESTS_PER_REP
     from perfwarden.orchestrator.synth import _spread
 
@@ -164,7 +164,7 @@ def goodput_factor(surface: Surface) -> Surface:
 def one_run(surface_name: str, sampler: str, seed: int, budget: int, root: Path,
             objective: str = "throughput") -> dict[str, Any]:
     from perfwarden.agents.integrator import final_changes
-    from perfwarden.harness.slo import parse_slo
+    from perfwarden.formats.slo import parse_slo
     from perfwarden.orchestrator.runner import run_graph
     from perfwarden.orchestrator.settings import RunSettings
     from perfwarden.orchestrator.simlab import BASE, SyntheticLab

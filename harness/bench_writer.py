@@ -44,8 +44,8 @@ from typing import Any, Literal
 import msgspec
 import numpy as np
 
-from perfwarden.harness.jsonl import DECODE_ERRORS, LineIssue, iter_raw_lines
-from perfwarden.harness import safe_write, seal
+from perfwarden.formats import safe_write, seal
+from perfwarden.formats.jsonl import DECODE_ERRORS, LineIssue, iter_raw_lines
 
 BENCH_LINE_VERSION = 3
 """The bench line's own version (``schema_version`` of a line). 3 adds the rep's CPU window
@@ -269,7 +269,7 @@ def seal_torn_tail(path: Path) -> bytes:
 
     The fragment is kept beside the file, never silently dropped; it was never a complete record.
 
-    In a sealed run (``perfwarden.harness.seal``) everything after the last *sealed* line is cut the
+    In a sealed run (``perfwarden.formats.seal``) everything after the last *sealed* line is cut the
     same way (kept in ``<path>.unsealed``, recorded in the chain): a line written just before a crash
     but never sealed is not evidence either, so the rep it holds is measured again.
     """

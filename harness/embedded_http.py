@@ -15,30 +15,53 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from perfwarden.harness.embedded_engine import DoneEvent, Event, GenRequest, TokenEvent
+from perfwarden.harness.embedded_engine import DoneEvent, Engine, Event, GenRequest, TokenEvent
 from perfwarden.harness.embedded_requests import (IncrementalDetokenizer, RequestError, chat_prompt_ids,
                                                   completion_prompt_ids, error_body, parse_common, sse)
-from perfwarden.harness.model import MODEL_NAME
+from perfwarden.harness.model import MODEL_NAME, ModelInfo
 from perfwarden.harness.structured_output import GrammarTokenizer, SchemaError, grammar_for
+from perfwarden.harness.target_config import EmbeddedConfig
 
-if TYPE_CHECKING:  # the server imports this module when it builds its app: annotations only, no cycle
-    from perfwarden.harness.embedded_server import EmbeddedServer
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
+
+    from perfwarden.harness.model import CausalLM
 
 log = logging.getLogger("perfwarden.embedded")
+
+
+class LoadedServer(Protocol):
+    """What the routes read of the server they serve: ``embedded_server.EmbeddedServer`` once loaded (the
+    server builds this app, so this module names what it needs instead of importing the server)."""
+
+    @property
+    def cfg(self) -> EmbeddedConfig: ...
+    @property
+    def engine(self) -> Engine: ...
+    @property
+    def info(self) -> ModelInfo: ...
+    @property
+    def model(self) -> CausalLM: ...
+    @property
+    def tokenizer(self) -> PreTrainedTokenizerBase: ...
+    @property
+    def overrides(self) -> list[Any]: ...
+    def override_calls(self) -> dict[str, int]: ...
+    def server_info(self) -> dict[str, Any]: ...
 
 
 @dataclass
 class Call:
     """One generation request in flight: everything its answer needs."""
 
-    server: EmbeddedServer
+    server: LoadedServer
     chat: bool
     prompt_len: int
     stream: bool
@@ -103,7 +126,7 @@ async def read_body(request: Request) -> dict[str, Any]:
     return body
 
 
-async def make_request(server: EmbeddedServer, grammars: GrammarTokenizer, body: dict[str, Any], chat: bool,
+async def make_request(server: LoadedServer, grammars: GrammarTokenizer, body: dict[str, Any], chat: bool,
                        emit: Callable[[Event], None], arrival: float) -> tuple[GenRequest, bool, bool]:
     """The engine request a body asks for, and its stream flags; ``RequestError`` when it cannot be served."""
     vocab_size = grammars.vocab_size
@@ -122,7 +145,7 @@ async def make_request(server: EmbeddedServer, grammars: GrammarTokenizer, body:
     return req, stream, include_usage
 
 
-async def generate(server: EmbeddedServer, grammars: GrammarTokenizer, request: Request, chat: bool) -> Response:
+async def generate(server: LoadedServer, grammars: GrammarTokenizer, request: Request, chat: bool) -> Response:
     """Validate, submit, and answer one completion or chat request."""
     arrival = time.monotonic()
     loop = asyncio.get_running_loop()
@@ -211,8 +234,8 @@ async def collected(call: Call) -> JSONResponse:
                          "choices": [choice], "usage": event.usage})
 
 
-def build_app(server: EmbeddedServer) -> Starlette:
-    """The starlette application over a loaded ``EmbeddedServer``."""
+def build_app(server: LoadedServer) -> Starlette:
+    """The starlette application over a loaded server (``embedded_server.EmbeddedServer``)."""
     cfg = server.cfg
     grammars = GrammarTokenizer(server.tokenizer, int(server.model.config.vocab_size))
 

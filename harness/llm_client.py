@@ -31,7 +31,7 @@ from typing import Any, TypeVar
 import openai
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from perfwarden.harness import strict_json
+from perfwarden.formats import strict_json
 from perfwarden.harness.llm_transport import Deadline, EndpointUnavailable, HttpAnswer, post_json
 
 T = TypeVar("T", bound=BaseModel)

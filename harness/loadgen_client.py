@@ -55,19 +55,19 @@ from typing import Any, Literal
 import httpx
 import msgspec
 
+from perfwarden.formats import safe_write, seal
+from perfwarden.formats.records import RunDir
+from perfwarden.formats.safe_read import RECORD_BYTES, read_bytes
+from perfwarden.formats.strict_json import loads
 from perfwarden.harness.bench_writer import (
-    RequestRecord,
-    append_bench_line,
-    build_bench_line,
-    rep_exists,
-    seal_torn_tail,
-)
+                                             RequestRecord,
+                                             append_bench_line,
+                                             build_bench_line,
+                                             rep_exists,
+                                             seal_torn_tail,
+                                             )
 from perfwarden.harness.contention import close_cpu_window, open_cpu_window, sample_contention, wait_until_idle
 from perfwarden.harness.prompts import Prompt, estimate_tokens
-from perfwarden.harness import safe_write, seal
-from perfwarden.harness.records import RunDir
-from perfwarden.harness.safe_read import RECORD_BYTES, read_bytes
-from perfwarden.harness.strict_json import loads
 
 Scenario = Literal["Server", "Offline"]
 Endpoint = Literal["completions", "chat"]

@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, cast
 
-from perfwarden.harness.strict_json import loads
+from perfwarden.formats.strict_json import loads
 
 if TYPE_CHECKING:  # torch and transformers load in the functions that use them (seconds to import)
     import torch

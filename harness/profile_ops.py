@@ -1,33 +1,15 @@
-"""Which logical op a profile row measures, and the ops ranked by their share of profiled time.
-
-The profile's own reading of its rows (``harness/jsonl.py`` ``ProfileLine``), kept beside the record
-format so that the producer that routes the hot op (the graph's profile step) and the auditor that
-re-derives the routed op's rank (``auditor/gates/profile.py``) read one definition, and neither imports
-the other (a producer that picked the hot op with the auditor's own function would hand the auditor
-its own answer to check).
+"""The ops of a profile ranked by their share of profiled time, fragments merged: the producer's reading
+of its own profile (the graph's profile step routes the hottest overridable op). The auditor ranks the
+same rows with its own arithmetic (``auditor/gates/profile.py``); both name ops by
+``formats/op_names.py``.
 """
 
 from __future__ import annotations
 
-import re
 from collections import defaultdict
 
-from perfwarden.harness.jsonl import LineRef, ProfileLine
-
-_FRAGMENT_SUFFIX = re.compile(r"(_\d+|<.*>|\(.*\)|_kernel|_fwd|_impl|::\w+)$")
-
-
-def canonical_op(row: ProfileLine) -> str:
-    """Logical op of a profile row: its ``op`` field, else its kernel name without fragment suffixes
-    (``rmsnorm_kernel_0``, ``rmsnorm_kernel<float>`` and ``rmsnorm`` are one op)."""
-    if row.op:
-        return row.op.strip().lower()
-    name = row.name.strip().lower()
-    while True:
-        stripped = _FRAGMENT_SUFFIX.sub("", name)
-        if stripped == name or not stripped:
-            return name
-        name = stripped
+from perfwarden.formats.jsonl import LineRef, ProfileLine
+from perfwarden.formats.op_names import canonical_op
 
 
 def merged_op_times(rows: list[tuple[LineRef, ProfileLine]]) -> dict[str, float]:

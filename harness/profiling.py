@@ -15,7 +15,8 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from perfwarden.harness import ops, safe_write, seal
+from perfwarden.formats import safe_write, seal
+from perfwarden.harness import ops
 from perfwarden.harness.model import load_model, load_random_model
 from perfwarden.harness.prompts import varied_prompts
 from perfwarden.harness.target_config import EmbeddedConfig

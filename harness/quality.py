@@ -15,7 +15,7 @@ eval is written with ``completed: false`` (the auditor then does not accept it).
 ``echo`` and ``logprobs``, as vLLM does), otherwise computed in-process with the leg's model. Lower is
 better; ``n`` is the number of scored tokens.
 
-Results are ``perfwarden.harness.records.QualityEval`` written to ``<run>/quality/<eval>@<leg>.json``
+Results are ``perfwarden.formats.records.QualityEval`` written to ``<run>/quality/<eval>@<leg>.json``
 (``RunDir.quality(eval_id, leg)``), with the baseline's score copied in when the baseline result is
 given. Extra fields (kept by the record) carry what a reviewer needs: per-item responses, the error
 count, the item set digest (``items_sha256``, the field the auditor compares across legs), the prompt
@@ -38,10 +38,10 @@ from typing import Any
 
 import httpx
 
-from perfwarden.harness import seal
-from perfwarden.harness.records import QualityEval, RunDir
-from perfwarden.harness.safe_read import RECORD_BYTES, read_bytes
-from perfwarden.harness.strict_json import loads
+from perfwarden.formats import seal
+from perfwarden.formats.records import QualityEval, RunDir
+from perfwarden.formats.safe_read import RECORD_BYTES, read_bytes
+from perfwarden.formats.strict_json import loads
 from perfwarden.harness.targets import EmbeddedTarget
 
 QA_EVAL_ID = "pw-qa-exact-v1"

@@ -19,7 +19,7 @@ process: its start time in ``/proc``), since the description can lag the lock by
 taking the lock and writing it, or be a dead writer's.
 
 Both files are input like any other in a run: opened without following a link, never a FIFO, device or
-folder (``harness.safe_write``), never blocked on (``LOCK_NB``); a bad description is named as such.
+folder (``formats.safe_write``), never blocked on (``LOCK_NB``); a bad description is named as such.
 
 A new run directory appears locked: :func:`hold` with ``create=True`` builds it in a hidden folder beside
 it, takes the lock and writes the description there, then renames it into place -- no instant exists at
@@ -50,9 +50,9 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from perfwarden.harness import safe_write
-from perfwarden.harness.records import RunDir
-from perfwarden.harness.safe_read import KiB, read_bytes
+from perfwarden.formats import safe_write
+from perfwarden.formats.records import RunDir
+from perfwarden.formats.safe_read import KiB, read_bytes
 
 HOLDER_BYTES = 4 * KiB
 """A holder description is a few short fields; a bigger file is not one."""

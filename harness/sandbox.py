@@ -71,8 +71,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Literal
 
-from perfwarden.harness.records import key_store_dir
-from perfwarden.harness.strict_json import StrictJsonError, loads
+from perfwarden.formats.records import key_store_dir
+from perfwarden.formats.strict_json import StrictJsonError, loads
 from perfwarden.harness.sandbox_limits import (JOIN_CGROUPS, Cgroups, MemoryBound, PidsBound, namespace_pids,
                                                no_sysv_shm_filter, tree_memory_bytes)
 
@@ -98,8 +98,9 @@ _ETC_FILES = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "alternatives", "loca
 """What of ``/etc`` the loader and libc need; ``passwd``, ``shadow`` and the rest stay outside."""
 _MERGED_USR = ("bin", "sbin", "lib", "lib32", "lib64", "libx32")
 _GPU_NODES = ("/dev/nvidia*", "/dev/nvidia-caps", "/dev/dri")
-_PACKAGES = ("perfwarden.agents", "perfwarden.auditor", "perfwarden.harness", "perfwarden.orchestrator",
-             "perfwarden.proof", "perfwarden.redteam", "perfwarden.skills")
+_PACKAGES = ("perfwarden.agents", "perfwarden.auditor", "perfwarden.cli", "perfwarden.formats", "perfwarden.harness",
+             "perfwarden.orchestrator", "perfwarden.proof", "perfwarden.redteam", "perfwarden.skills",
+             "perfwarden.verify")
 
 
 SHM_DIR = "/dev/shm"

@@ -15,16 +15,22 @@ import time
 import uuid
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
-
-if TYPE_CHECKING:
-    from perfwarden.harness.sandbox import Limits
+from typing import Literal, Protocol
 
 MemoryBound = Literal["cgroup_v1", "cgroup_v2", "rss_watchdog"]
 PidsBound = Literal["cgroup_v1", "cgroup_v2", "wall_time_only"]
 
 
 # ------------------------------------------------------------------------------------------ cgroups
+
+
+class CgroupLimits(Protocol):
+    """The bounds a child cgroup sets (``sandbox.Limits`` holds them with the rest of a sandbox's bounds)."""
+
+    @property
+    def memory_bytes(self) -> int: ...
+    @property
+    def pids(self) -> int: ...
 
 
 def own_cgroups(proc_self: Path = Path("/proc/self")) -> dict[str, tuple[str, Path]]:
@@ -60,7 +66,7 @@ def own_cgroups(proc_self: Path = Path("/proc/self")) -> dict[str, tuple[str, Pa
 class Cgroups:
     """Child cgroups of the caller's own (so every limit above ours still applies), one per sandbox."""
 
-    def __init__(self, limits: Limits):
+    def __init__(self, limits: CgroupLimits):
         self.dirs: list[Path] = []
         self.procs_files: list[Path] = []
         self.memory: MemoryBound = "rss_watchdog"
@@ -82,7 +88,7 @@ class Cgroups:
         if "pids" in own and self._make(own["pids"][1] / name, {"pids.max": limits.pids}):
             self.pids = "cgroup_v1"
 
-    def _try_v2(self, path: Path, limits: Limits) -> None:
+    def _try_v2(self, path: Path, limits: CgroupLimits) -> None:
         try:
             path.mkdir()
         except OSError:

@@ -22,7 +22,7 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from perfwarden.harness.strict_json import StrictJsonError, loads
+from perfwarden.formats.strict_json import StrictJsonError, loads
 
 LeverClass = Literal["A", "B"]
 MechanismName = Literal["baseline", "kv_quantization", "kv_compression", "compressed_attention",

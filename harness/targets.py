@@ -7,7 +7,7 @@ so the orchestrator records the right failure instead of a generic traceback.
 
 What is written into the leg directory:
 - ``server.log``: the server's stdout+stderr, appended, with one header line per start (sealed when the
-  server stops, see ``perfwarden.harness.seal``);
+  server stops, see ``perfwarden.formats.seal``);
 - ``server_info.json``: ``GET /server_info`` as the running server reports it (written atomically, sealed).
 """
 
@@ -27,10 +27,11 @@ from typing import Any, Literal, Protocol
 
 import httpx
 
-from perfwarden.harness import node_identity, safe_write, sandbox, seal
+from perfwarden.formats import safe_write, seal
+from perfwarden.harness import node_identity, sandbox
 from perfwarden.harness.model import ModelError, cache_root, ensure_converted
-from perfwarden.harness.target_config import EmbeddedConfig
 from perfwarden.harness.process_conditions import process_conditions
+from perfwarden.harness.target_config import EmbeddedConfig
 
 FailureKind = Literal["start_failure", "crash", "timeout"]
 

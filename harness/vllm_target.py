@@ -20,13 +20,14 @@ from __future__ import annotations
 import json
 import os
 import re
+import time
 from pathlib import Path
 from typing import Any
 
 import httpx
 
-from perfwarden.harness import vllm_metrics
-from perfwarden.harness.vllm_log import MAX_ARGS_CHARS, NON_DEFAULT_ARGS, VllmArgsError, parse_args, speculative_fields
+from perfwarden.formats import vllm_metrics
+from perfwarden.formats.vllm_log import MAX_ARGS_CHARS, NON_DEFAULT_ARGS, VllmArgsError, parse_args, speculative_fields
 from perfwarden.harness.target_config import VLLMConfig
 from perfwarden.harness.targets import (EngineEnvError, EngineProbe, ServerTarget, TargetStartError,
                                         find_engine_python)
@@ -134,7 +135,7 @@ def parse_log(text: str) -> dict[str, Any]:
 
 
 def parse_args_line(text: str) -> dict[str, Any] | None:
-    """The dict of a ``non-default args: {...}`` line (``harness/vllm_log.py``), or None when it is not one."""
+    """The dict of a ``non-default args: {...}`` line (``formats/vllm_log.py``), or None when it is not one."""
     try:
         return parse_args(text)
     except VllmArgsError:
@@ -232,3 +233,16 @@ class VllmTarget(ServerTarget):
             raise TargetStartError(f"vLLM did not apply the leg's knobs as asked: {'; '.join(mismatched)}",
                                    log_tail=self.log_tail())
         return info
+
+
+def sample_metrics(client: httpx.Client, base_url: str) -> tuple[dict[str, float], float]:
+    """The witness series (``formats/vllm_metrics.py``) from a running server's ``/metrics``, and when."""
+    at = time.time()
+    response = client.get(f"{base_url}/metrics")
+    response.raise_for_status()
+    values = vllm_metrics.parse_metrics(response.text)
+    missing = [s for s in vllm_metrics.WITNESS_SERIES if s not in values]
+    if missing:
+        raise vllm_metrics.MetricsError(f"{base_url}/metrics has no {missing!r}: "
+                                        "not a vLLM engine this witness knows")
+    return values, at

@@ -1,7 +1,7 @@
 """Lay out a run directory from benchmark result files a person already has (``perfwarden audit-bench``).
 
 The files are someone else's (``vllm bench serve --save-result --save-detailed``, or
-``sglang.bench_serving --output-details``), so they are read as hostile input (``harness/safe_read.py``:
+``sglang.bench_serving --output-details``), so they are read as hostile input (``formats/safe_read.py``:
 regular files, bounded) and copied byte for byte, never linked, through the harness's safe writers into
 the layout of design §2:
 
@@ -30,13 +30,13 @@ from pathlib import Path
 from typing import Literal
 
 from perfwarden.auditor.model import roles
-from perfwarden.harness import strict_json
-from perfwarden.harness.jsonl import BenchRunLine, LineIssue, iter_jsonl
-from perfwarden.harness.records import (Claim, Correctness, DeclaredLever, Headline, LegRefs, LegSpec, RunDir,
+from perfwarden.formats import strict_json
+from perfwarden.formats.jsonl import BenchRunLine, LineIssue, iter_jsonl
+from perfwarden.formats.records import (Claim, Correctness, DeclaredLever, Headline, LegRefs, LegSpec, RunDir,
                                         RunManifest, write_json_atomic)
-from perfwarden.harness.safe_read import RECORD_BYTES, TEXT_BYTES, GiB, iter_chunks, read_bytes
-from perfwarden.harness.safe_write import make_dirs, open_append, write_bytes
-from perfwarden.harness.slo import GoodputSlo
+from perfwarden.formats.safe_read import RECORD_BYTES, TEXT_BYTES, GiB, iter_chunks, read_bytes
+from perfwarden.formats.safe_write import make_dirs, open_append, write_bytes
+from perfwarden.formats.slo import GoodputSlo
 from perfwarden.harness.target_config import TARGET_CONFIGS, ConfigError
 from perfwarden.harness.vllm_target import MAX_LOG_LINE, parse_log, reported_info
 

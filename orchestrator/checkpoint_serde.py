@@ -32,8 +32,8 @@ from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
 from typing_extensions import TypedDict
 
 from perfwarden.auditor.acceptance import kinder_than_rule
-from perfwarden.harness.safe_write import RefusedWrite, check_name
-from perfwarden.harness.verdict_summary import VerdictSummary
+from perfwarden.formats.safe_write import RefusedWrite, check_name
+from perfwarden.formats.verdict_summary import VerdictSummary
 from perfwarden.orchestrator.state import RunState
 
 PLAIN_KINDS = ("null", "bytes", "bytearray")
@@ -73,7 +73,13 @@ OLDER_RECORD_NAMES: dict[tuple[str, str], type[BaseModel]] = {
 }
 """The names a checkpoint of run-state version 2 gives the records that live elsewhere now: revived as the
 record they name (tests/data/checkpoint-v2)."""
+FORMATS = "perfwarden.formats."
+HARNESS_FORMATS = "perfwarden.harness."
+"""The evidence formats' records as a checkpoint of an earlier perfwarden names them
+(``perfwarden.harness.<module>``): revived as the record they name, so such a run still resumes."""
 REVIVABLE: dict[tuple[str, str], type[BaseModel]] = {**_state_records(), **OLDER_RECORD_NAMES}
+REVIVABLE.update({(HARNESS_FORMATS + module.removeprefix(FORMATS), name): cls
+                  for (module, name), cls in list(REVIVABLE.items()) if module.startswith(FORMATS)})
 """Every ``(module, name)`` a checkpoint may name, and the record it revives as."""
 ALLOWED_TYPES: frozenset[tuple[str, str]] = frozenset(REVIVABLE)
 """The only types a checkpoint may name (the project's own run-state records)."""

@@ -13,7 +13,7 @@ console, a callback, an open client) is ever pickled.
 
 Evidence: the node's lab writes into a scratch copy of its legs on the worker; every write streams to
 the :class:`_Sink` actor pinned to the head node, which writes it into the run and seals it with the
-run's key (harness/seal_stream.py). The key never leaves the head; the worker runs with an empty key
+run's key (formats/seal_stream.py). The key never leaves the head; the worker runs with an empty key
 store. Each leg's ``server_info.json`` carries the worker's node identity (harness/node_identity.py), so
 an A/B whose legs ran on different nodes is CONDITIONS_DIFFER.
 
@@ -43,10 +43,11 @@ ray_env.prepare(ray_env.LOCAL)
 import ray  # noqa: E402
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy  # noqa: E402
 
-from perfwarden.harness import node_identity, safe_write, seal  # noqa: E402
-from perfwarden.harness.records import key_store_dir  # noqa: E402
-from perfwarden.harness.safe_read import RECORD_BYTES, read_bytes  # noqa: E402
-from perfwarden.harness.seal_stream import EvidenceSink, StreamChain  # noqa: E402
+from perfwarden.formats import safe_write, seal
+from perfwarden.formats.records import key_store_dir  # noqa: E402
+from perfwarden.formats.safe_read import RECORD_BYTES, read_bytes  # noqa: E402
+from perfwarden.formats.seal_stream import EvidenceSink, StreamChain  # noqa: E402
+from perfwarden.harness import node_identity  # noqa: E402
 from perfwarden.orchestrator.lab import Lab, LabError, LegPlan  # noqa: E402
 from perfwarden.orchestrator.lab_spec import RepCallback, SyntheticLabSpec, TargetLabSpec, build_lab, describe  # noqa: E402
 from perfwarden.orchestrator.ray_env import LOCAL, LOOPBACK, ClusterError  # noqa: E402

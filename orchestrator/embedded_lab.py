@@ -18,7 +18,8 @@ from typing import Any, ClassVar, Self
 
 import httpx
 
-from perfwarden.harness import safe_write, seal
+from perfwarden.formats import safe_write, seal
+from perfwarden.formats.records import LegSpec, Overlay, RunDir
 from perfwarden.harness.bench_writer import rep_exists
 from perfwarden.harness.loadgen_client import LoadSettings, measure_rep, request_params
 from perfwarden.harness.opbench import OpBenchError, alternatives_for, run_opbench_for_lab
@@ -26,7 +27,6 @@ from perfwarden.harness.ops import SUPPORTED_OPS
 from perfwarden.harness.profiling import profile_model
 from perfwarden.harness.prompts import parity_prompts, random_word_prompts, varied_prompts
 from perfwarden.harness.quality import run_quality_pair
-from perfwarden.harness.records import LegSpec, Overlay, RunDir
 from perfwarden.harness.target_config import EmbeddedConfig, TargetConfig
 from perfwarden.harness.targets import EmbeddedTarget, ServerTarget, TargetError, prepare_weights
 from perfwarden.orchestrator.lab import LabError, LegPlan, TargetLabSpec, check_leg_writes

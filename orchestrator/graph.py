@@ -43,22 +43,23 @@ from langgraph.runtime import Runtime
 from perfwarden.agents import config_tuner, kernel_extractor, own_figures
 from perfwarden.agents import integrator as integrator_agent
 from perfwarden.agents import op_benchmarker as op_benchmarker_agent
+from perfwarden.agents.base import BankedChange, Proposal, Rejection, apply_overlay
 from perfwarden.auditor import acceptance, banking
 from perfwarden.auditor.audit import audit_path, load_claim, write_verdict
 from perfwarden.auditor.findings import deciding_actions, verdict_label
 from perfwarden.auditor.persona import apply_persona
-from perfwarden.agents.base import BankedChange, Proposal, Rejection, apply_overlay
-from perfwarden.harness.jsonl import ProfileLine, read_jsonl
-from perfwarden.harness.safe_read import PROFILE_LINE_BYTES
+from perfwarden.formats import safe_write, seal
+from perfwarden.formats.jsonl import ProfileLine, read_jsonl
+from perfwarden.formats.records import Claim, RunDir, RunManifest, append_unsealed_jsonl, write_json_atomic
+from perfwarden.formats.safe_read import PROFILE_LINE_BYTES
+from perfwarden.formats.seal import find_key_file
+from perfwarden.formats.verdict_summary import FindingSummary, VerdictSummary
 from perfwarden.harness.profile_ops import rank_ops
-from perfwarden.harness import safe_write, seal
-from perfwarden.harness.records import Claim, RunDir, RunManifest, append_unsealed_jsonl, write_json_atomic
-from perfwarden.harness.seal import find_key_file
+from perfwarden.harness.target_config import TargetConfig
 from perfwarden.orchestrator import stepping, study
 from perfwarden.orchestrator.crashpoints import crash_point
-from perfwarden.harness.target_config import TargetConfig
-from perfwarden.harness.verdict_summary import FindingSummary, VerdictSummary
 from perfwarden.orchestrator.lab import LabError, LegPlan, run_base_config
+from perfwarden.orchestrator.persona_model import persona_model
 from perfwarden.orchestrator.report import write_report
 from perfwarden.orchestrator.state import STATE_VERSION, FixStep, RunContext, RunState
 
@@ -239,7 +240,7 @@ def auditor(state: RunState, runtime: Runtime[RunContext]) -> dict:
     # cluster, other steps' evidence streams in meanwhile: the audit holds the chain's writers off.
     with seal.held(run) if ctx.cluster is not None else contextlib.nullcontext():
         verdict = audit_path(run, run / rel, claim_root=run, key=find_key_file(run))
-    verdict = apply_persona(run, (run / rel).read_text("utf-8"), verdict, ctx.llm)
+    verdict = apply_persona(run, (run / rel).read_text("utf-8"), verdict, persona_model(ctx.llm))
     path = write_verdict(run, verdict)
     proposal = state.get("current") if verdict.scope in ("harness", "patch") else None
     summary = VerdictSummary.of(verdict, claim, str(path.relative_to(run)), proposal)

@@ -13,8 +13,8 @@ from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from perfwarden.harness import safe_write
-from perfwarden.harness.records import RunDir
+from perfwarden.formats import safe_write
+from perfwarden.formats.records import RunDir
 from perfwarden.harness.target_config import TargetConfig
 from perfwarden.orchestrator.settings import RunSettings
 

@@ -22,7 +22,7 @@ from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 
-from perfwarden.harness.records import Finding, Verdict, shown_verdict
+from perfwarden.formats.records import Finding, Verdict, shown_verdict
 
 VERDICT_STYLE = {"PASS": "bold green", "FLAG": "bold yellow", "FAIL": "bold red"}
 SEVERITY_STYLE = {"INFO": "dim", "FLAG": "yellow", "FAIL": "red"}

@@ -16,11 +16,11 @@ from typing import Any
 from perfwarden.agents import integrator, search
 from perfwarden.agents.base import Proposal
 from perfwarden.auditor import acceptance
-from perfwarden.harness import safe_write
-from perfwarden.harness.objective import RunObjective
-from perfwarden.harness.records import LegWitnesses, shown_verdict, write_json_atomic
+from perfwarden.formats import safe_write
+from perfwarden.formats.objective import RunObjective
+from perfwarden.formats.records import LegWitnesses, shown_verdict, write_json_atomic
+from perfwarden.formats.verdict_summary import Acceptance, VerdictSummary
 from perfwarden.harness.target_config import TargetConfig
-from perfwarden.harness.verdict_summary import Acceptance, VerdictSummary
 from perfwarden.orchestrator.crashpoints import crash_point
 from perfwarden.orchestrator.render import md_cell as md
 from perfwarden.orchestrator.report_record import (AttackVerdict, FinalKnob, Headline, LLMUsage, ProposalTrail,

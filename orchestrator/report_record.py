@@ -29,11 +29,11 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from perfwarden.agents.base import BankedChange, ProposalKind, ProposalStatus, Rejection
-from perfwarden.harness.objective import Objective, RunObjective
-from perfwarden.harness.records import LeverClass, Migration, SchemaVersionError, migrate
-from perfwarden.harness.safe_read import VERDICT_BYTES, read_bytes
-from perfwarden.harness.strict_json import StrictJsonError, loads
-from perfwarden.harness.verdict_summary import VerdictSummary
+from perfwarden.formats.objective import Objective, RunObjective
+from perfwarden.formats.records import LeverClass, Migration, SchemaVersionError, migrate
+from perfwarden.formats.safe_read import VERDICT_BYTES, read_bytes
+from perfwarden.formats.strict_json import StrictJsonError, loads
+from perfwarden.formats.verdict_summary import VerdictSummary
 
 REPORT_VERSION = 5
 """Version of ``report.json`` this perfwarden writes (the history is in the module docstring)."""

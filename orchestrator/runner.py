@@ -29,12 +29,13 @@ from pydantic import ValidationError
 
 from perfwarden.agents.base import AttackProducer
 from perfwarden.agents.brains import Brains
+from perfwarden.formats import safe_write
+from perfwarden.formats.objective import RunObjective
+from perfwarden.formats.records import RunDir, write_json_atomic
+from perfwarden.formats.safe_read import RECORD_BYTES, read_bytes
+from perfwarden.formats.strict_json import StrictJsonError, loads
+from perfwarden.harness import run_lock
 from perfwarden.harness.llm_client import LLMClient
-from perfwarden.harness import run_lock, safe_write
-from perfwarden.harness.objective import RunObjective
-from perfwarden.harness.records import RunDir, write_json_atomic
-from perfwarden.harness.safe_read import RECORD_BYTES, read_bytes
-from perfwarden.harness.strict_json import StrictJsonError, loads
 from perfwarden.orchestrator.checkpoint_serde import (CheckpointTypeError, StateOnlySerializer, check_names,
                                                       check_state)
 from perfwarden.orchestrator.crashpoints import crash_point

@@ -14,8 +14,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from perfwarden.harness.objective import Objective, RunObjective, objective_error
-from perfwarden.harness.slo import GoodputSlo
+from perfwarden.formats.objective import Objective, RunObjective, objective_error
+from perfwarden.formats.slo import GoodputSlo
 from perfwarden.harness.target_config import CODE_KNOBS, TARGET_CONFIGS
 
 def settings_error(exc: Any, what: str) -> str:
@@ -112,7 +112,7 @@ class RunSettings(BaseModel):
     max_red_team_attacks: int = Field(20, ge=0, le=1000)
     """Upper bound on red-team claims in one run. At most 1000 (the catalogue holds a few dozen)."""
     objective: Objective = "throughput"
-    """What the search optimizes and every step's headline states (``harness/objective.py``); fixed when
+    """What the search optimizes and every step's headline states (``formats/objective.py``); fixed when
     the run starts, sealed in ``objective.json``, never changed by a resume."""
     slo: GoodputSlo | None = None
     """The goodput objective's SLO (latency limits in ms a request must meet to count); no other objective

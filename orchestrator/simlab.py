@@ -17,15 +17,16 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Callable
 
-from perfwarden.harness import node_identity, safe_write, seal
+from perfwarden.formats import safe_write, seal
+from perfwarden.formats.records import LegSpec, Overlay, QualityEval, RunDir, jsonl_text
+from perfwarden.formats.strict_json import loads
+from perfwarden.harness import node_identity
 from perfwarden.harness.bench_writer import append_bench_line, rep_exists
 from perfwarden.harness.quality import load_items
-from perfwarden.harness.records import LegSpec, Overlay, QualityEval, RunDir, jsonl_text
 from perfwarden.harness.target_config import EmbeddedConfig, TargetConfig
 from perfwarden.orchestrator.crashpoints import armed, kill_now
 from perfwarden.orchestrator.lab import LabError, LegPlan, SyntheticLabSpec, check_leg_writes
 from perfwarden.orchestrator.synth import COHERENT_TEXTS, make_rep, write_jsonl
-from perfwarden.harness.strict_json import loads
 
 # It simulates the embedded target, so its true baseline is that target's defaults (one place).
 BASE = {**EmbeddedConfig.defaults(), "threads": 2}

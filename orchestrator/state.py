@@ -18,9 +18,9 @@ from typing import Annotated, Any, Callable, Literal, Protocol, TypedDict
 
 from perfwarden.agents.base import AttackProducer, BankedChange, FixAction, Proposal, Rejection
 from perfwarden.agents.brains import Brains
+from perfwarden.formats.records import Claim
+from perfwarden.formats.verdict_summary import VerdictSummary
 from perfwarden.harness.llm_client import LLMClient
-from perfwarden.harness.records import Claim
-from perfwarden.harness.verdict_summary import VerdictSummary
 from perfwarden.orchestrator.lab import Lab, LegPlan
 from perfwarden.orchestrator.settings import RunSettings
 

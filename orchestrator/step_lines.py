@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # the CLI imports this module before a run starts; the run's records load with the run
-    from perfwarden.harness.verdict_summary import VerdictSummary
+    from perfwarden.formats.verdict_summary import VerdictSummary
 
 STEP_OVER_NODES = frozenset({"pick", "bundle", "report", "red_team"})
 """Nodes the graph enters only once the step it was on is over (banked, dropped or skipped)."""

@@ -13,9 +13,9 @@ from pathlib import Path
 from perfwarden.agents import integrator as integrator_agent
 from perfwarden.agents import own_figures, sequential
 from perfwarden.agents.base import Proposal, StepLook
-from perfwarden.harness.verdict_summary import VerdictSummary
-from perfwarden.harness.jsonl import BenchRunLine
-from perfwarden.harness.records import RunDir
+from perfwarden.formats.jsonl import BenchRunLine
+from perfwarden.formats.records import RunDir
+from perfwarden.formats.verdict_summary import VerdictSummary
 from perfwarden.orchestrator.lab import LabError
 from perfwarden.orchestrator.state import RunContext, RunState
 

@@ -15,8 +15,8 @@ import numpy as np
 from pathlib import Path
 from typing import Any
 
-from perfwarden.harness import seal
-from perfwarden.harness.records import Claim, LegSpec, Overlay, QualityEval, RunManifest, write_json_atomic
+from perfwarden.formats import seal
+from perfwarden.formats.records import Claim, LegSpec, Overlay, QualityEval, RunManifest, write_json_atomic
 
 COHERENT_TEXTS = [
     "The capital of France is Paris, a city known for its museums and long history.",

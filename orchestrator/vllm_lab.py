@@ -4,7 +4,7 @@ What differs from the embedded lab, and why:
 
 - every rep has a second witness: vLLM's own ``/metrics`` counters (requests finished, tokens
   generated and prefilled, TTFT / inter-token / end-to-end histograms) are sampled just before and just
-  after the rep and appended, sealed, to ``legs/<leg>/engine_metrics.jsonl`` (``harness/vllm_metrics.py``);
+  after the rep and appended, sealed, to ``legs/<leg>/engine_metrics.jsonl`` (``formats/vllm_metrics.py``);
   the auditor holds each bench line against the difference;
 - each server answers one streamed request of the reps' own kind (endpoint, sampling, output budget)
   before its first rep, outside every rep's counter window: a server's first request of a kind pays
@@ -23,12 +23,12 @@ from typing import Any
 
 import httpx
 
-from perfwarden.harness import seal, vllm_metrics
+from perfwarden.formats import seal, vllm_metrics
+from perfwarden.formats.records import RunDir
 from perfwarden.harness.loadgen_client import auth_headers, completions_url, encode_payload, request_payload
-from perfwarden.harness.records import RunDir
 from perfwarden.harness.target_config import VLLMConfig
 from perfwarden.harness.targets import ServerTarget
-from perfwarden.harness.vllm_target import VllmTarget
+from perfwarden.harness.vllm_target import VllmTarget, sample_metrics
 from perfwarden.orchestrator.embedded_lab import EngineLab
 from perfwarden.orchestrator.lab import LegPlan
 
@@ -88,11 +88,11 @@ class VLLMLab(EngineLab):
         self._warm_up(target)
         try:
             with httpx.Client(timeout=METRICS_TIMEOUT_S) as client:
-                before, before_at = vllm_metrics.sample(client, target.base_url)
+                before, before_at = sample_metrics(client, target.base_url)
                 failure = super()._rep(paths, plan, k, target, pids)
                 if failure is not None:
                     return failure
-                after, after_at = vllm_metrics.sample(client, target.base_url)
+                after, after_at = sample_metrics(client, target.base_url)
         except (httpx.HTTPError, vllm_metrics.MetricsError) as exc:
             why = f"the engine's /metrics could not be sampled around rep {k}: {type(exc).__name__}: {exc}"
             self._fail_leg(paths, plan, why)

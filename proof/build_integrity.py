@@ -17,9 +17,9 @@ import json
 from pathlib import Path
 from typing import Any, Callable
 
-from perfwarden.harness.records import write_json_atomic
+from perfwarden.formats.records import write_json_atomic
 from perfwarden.orchestrator.synth import (BASE_INFO, BASE_TPUT, CAND_TPUT, COHERENT_TEXTS, build_ab_run, fixture_builder_main, write_case_table,
-                                    reps)
+                                           reps)
 
 CAND_INFO = {**BASE_INFO, "max_batch_size": 8, "port": 8101}
 PARAMS = {"max_tokens": 16, "temperature": 0, "stream": True, "stream_options": {"include_usage": True},

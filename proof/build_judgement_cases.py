@@ -22,9 +22,9 @@ from typing import Any, Callable
 
 import numpy as np
 
-from perfwarden.harness.records import QualityEval, write_json_atomic
+from perfwarden.formats.records import QualityEval, write_json_atomic
 from perfwarden.orchestrator.synth import (BASE_INFO, BASE_TPUT, CAND_TPUT, COHERENT_TEXTS, build_ab_run,
-                                    fixture_builder_main, reps, write_fixture, write_jsonl)
+                                           fixture_builder_main, reps, write_fixture, write_jsonl)
 
 CAND_INFO = {**BASE_INFO, "max_batch_size": 8, "port": 8101}
 KERNEL_INFO = {**BASE_INFO, "port": 8101, "op_overrides": {"rmsnorm": "ops/rmsnorm_fused.py:rmsnorm"}}

@@ -19,7 +19,7 @@ the run.
     python -m perfwarden.proof.build_mlperf_cases [--out proof/mlperf_fixtures]
 
 The output is a corpus in the shared corpora's layout (``manifest.json`` + ``cases/<id>/``), scored by
-``orchestrator/mlperf_cases.py`` with and without ``--test``; ``must_include``/``must_exclude`` name the codes
+``verify/mlperf_cases.py`` with and without ``--test``; ``must_include``/``must_exclude`` name the codes
 (at FLAG or FAIL) the verdict must and must not carry.
 """
 

@@ -32,9 +32,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from perfwarden.harness.records import write_json_atomic
-from perfwarden.redteam.forgery_files import (edit_detail, edit_json, edit_lines, edit_summary, read_lines,
-                                              rederive_aggregates, seal_again, write_lines)
+from perfwarden.formats.records import write_json_atomic
+from perfwarden.verify.forgery_files import (edit_detail, edit_json, edit_lines, edit_summary, read_lines,
+                                             rederive_aggregates, seal_again, write_lines)
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 BASE = "seal-rec-clean"

@@ -23,10 +23,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from perfwarden.harness.records import write_json_atomic
+from perfwarden.formats.records import write_json_atomic
 from perfwarden.orchestrator.synth import (BASE_INFO, BASE_TPUT, COHERENT_TEXTS, GIBBERISH_TEXTS, build_ab_run,
-                                    fixture_builder_main, reps, write_claim, write_leg, write_manifest,
-                                    write_quality_pair)
+                                           fixture_builder_main, reps, write_claim, write_leg, write_manifest,
+                                           write_quality_pair)
 
 PRETRAINED = {**BASE_INFO, "device": "cpu", "weights": "pretrained"}
 RANDOM = {**BASE_INFO, "device": "cpu", "weights": "random", "weights_digest": "sha256:" + "7" * 64,

@@ -18,10 +18,10 @@ import shutil
 from pathlib import Path
 from typing import Any, Callable
 
-from perfwarden.harness.records import write_json_atomic
+from perfwarden.formats.records import write_json_atomic
+from perfwarden.orchestrator.synth import BASE_TPUT, CAND_TPUT, fixture_builder_main, write_case_table
 from perfwarden.proof.build_integrity import (QUIET, RUN_T0, edit_lines, foreign, harness_ab, harness_reps, light,
                                               ab)
-from perfwarden.orchestrator.synth import BASE_TPUT, CAND_TPUT, fixture_builder_main, write_case_table
 
 STEP_S = 10.0
 """Seconds between the starts of consecutive rep slots (a rep here lasts ~1.3 s)."""

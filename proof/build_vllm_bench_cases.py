@@ -23,7 +23,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from perfwarden.harness.slo import GoodputSlo, parse_slo
+from perfwarden.formats.slo import GoodputSlo, parse_slo
 from perfwarden.orchestrator.bench_import import BenchImport, lay_out
 from perfwarden.orchestrator.synth import fixture_builder_main, write_fixture
 

@@ -7,7 +7,7 @@ on any of them:
   (harness/node_identity.py, under ``node``); two legs of one A/B on different nodes differ in an
   undeclared condition (CONDITIONS_DIFFER, FAIL eject). Both legs on one node: nothing differs (PASS).
 - **the seal across nodes**: a worker's evidence is streamed to the head and sealed there
-  (harness/seal_stream.py); the fixtures are written through that path (a worker scratch run whose
+  (formats/seal_stream.py); the fixtures are written through that path (a worker scratch run whose
   writes stream to an ``EvidenceSink`` on the head run, key beside the head run). A worker that then
   edits a streamed line in the head's run (a shared file system) changes sealed evidence
   (EVIDENCE_TAMPERED, FAIL eject); one that edits only its own scratch copy changes nothing the head
@@ -25,10 +25,10 @@ import tempfile
 from pathlib import Path
 from typing import Any, Callable
 
-from perfwarden.harness import seal
-from perfwarden.harness.seal_stream import EvidenceSink, StreamChain
-from perfwarden.proof.seal_cases import SEAL_CODES, _answer, _fresh, _sealed
+from perfwarden.formats import seal
+from perfwarden.formats.seal_stream import EvidenceSink, StreamChain
 from perfwarden.orchestrator.synth import BASE_INFO, build_ab_run
+from perfwarden.proof.seal_cases import SEAL_CODES, _answer, _fresh, _sealed
 
 NODE_A = {"host_id": "5f0c0a7e51f54b1c9a0e3d2b1c4d5e6f", "ray_node_id": "a1" * 28, "cpu_model": "AMD EPYC 9654",
           "cpu_cores": 192, "gpu_name": "NVIDIA H100 80GB HBM3", "gpu_uuid": "GPU-0b6e2c1a-3f7d-4e2a-9c1b-5d8e7f6a4b3c",
@@ -124,7 +124,7 @@ def build_all(out: Path) -> list[str]:
         claim = builder(fixture)
         _answer(fixture, claim, verdict, action, include, exclude, note, why,
                 "hand-built by proof/cluster_cases.py through the harness's sealed writers; the streamed cases "
-                "through harness/seal_stream.py (a worker scratch run streaming to the head's sink)",
+                "through formats/seal_stream.py (a worker scratch run streaming to the head's sink)",
                 frozen="2026-11-26")
         built.append(name)
     return built

@@ -16,7 +16,7 @@ import shutil
 from pathlib import Path
 from typing import Any, Callable
 
-from perfwarden.harness.records import write_json_atomic
+from perfwarden.formats.records import write_json_atomic
 from perfwarden.orchestrator.synth import BASE_INFO, build_ab_run, fixture_builder_main, write_claim, write_jsonl
 
 OP = "rmsnorm"

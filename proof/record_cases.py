@@ -25,9 +25,9 @@ from pathlib import Path
 from typing import Any
 
 from perfwarden.agents.op_benchmarker import pick_winner
+from perfwarden.formats.records import RunManifest, write_json_atomic
 from perfwarden.harness.opbench import run_opbench_for_lab
 from perfwarden.harness.profiling import profile_model
-from perfwarden.harness.records import RunManifest, write_json_atomic
 from perfwarden.harness.target_config import EmbeddedConfig
 from perfwarden.orchestrator.embedded_lab import EMBEDDED_BASE, EmbeddedLab
 from perfwarden.orchestrator.lab import LegPlan

@@ -3,7 +3,7 @@
 Every case's answer is in the CASES table below, written from the design's rules (missing or altered
 evidence fails closed; a harness-marked failed leg is never banked; an unsealed file is audited as-is
 and says so) *before* the auditor's integrity gate existed. The builders write raw evidence through
-the harness's own sealed writers (``perfwarden.harness.seal``), with the key kept beside the run
+the harness's own sealed writers (``perfwarden.formats.seal``), with the key kept beside the run
 (``<fixture>/seal.key``, ``seal.head``) -- never inside it -- so the backtest can hand it to the
 auditor as an operator would with ``perfwarden audit --key``.
 
@@ -28,14 +28,14 @@ import shutil
 from pathlib import Path
 from typing import Any, Callable
 
-from perfwarden.harness import seal
+from perfwarden.formats import seal
+from perfwarden.formats.records import LegSpec, Overlay, write_json_atomic
 from perfwarden.harness.bench_writer import append_bench_line
-from perfwarden.harness.records import LegSpec, Overlay, write_json_atomic
 from perfwarden.orchestrator.embedded_lab import EMBEDDED_BASE, EmbeddedLab
 from perfwarden.orchestrator.lab import LegPlan
 from perfwarden.orchestrator.paths import shared_corpus
 from perfwarden.orchestrator.synth import (BASE_INFO, CAND_TPUT, build_ab_run, make_rep, reps, write_claim, write_leg,
-                                    write_manifest)
+                                           write_manifest)
 from perfwarden.proof.record_cases import _claim, _own_regressions
 
 SEAL_CODES = ["EVIDENCE_TAMPERED", "EVIDENCE_MISSING"]

@@ -15,8 +15,8 @@ from typing import Any, Literal
 
 import numpy as np
 
-from perfwarden.harness import safe_write
-from perfwarden.harness.records import VerdictLabel, write_json_atomic
+from perfwarden.formats import safe_write
+from perfwarden.formats.records import VerdictLabel, write_json_atomic
 
 AttackKind = Literal["fake_win", "fail_worthy", "honest"]
 

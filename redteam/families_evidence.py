@@ -8,7 +8,7 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from perfwarden.harness.records import Claim
+from perfwarden.formats.records import Claim
 from perfwarden.redteam.attack import AttackContext, Expectation, family, rep_metric
 from perfwarden.redteam.family_tools import (GIBBERISH, cover_timeline, edit_bench, kernel_headline, lossy_claim,
                                              measured_delta, strip_aggregates)

@@ -10,7 +10,7 @@ A clean fixture has ``run/claims/<one patch claim>.json`` whose baseline and can
 ``bench_runs.jsonl`` and ``server_info.json``, and an answer key saying PASS.
 
 A *sealed* clean fixture (``seal.key`` beside its run: the harness sealed its evidence, see
-``perfwarden.harness.seal``) gets the ``SEAL_MUTATIONS`` instead: an attacker's edits made after the
+``perfwarden.formats.seal``) gets the ``SEAL_MUTATIONS`` instead: an attacker's edits made after the
 harness wrote (without the key), each with its answer. Note for new families: on a sealed fixture ANY
 edit of harness-written evidence is also ``EVIDENCE_TAMPERED`` at FAIL, so a content mutation's answer
 there is FAIL/eject whatever it is on an unsealed fixture.
@@ -30,9 +30,9 @@ from pathlib import Path
 from typing import Any, Callable
 
 from perfwarden.auditor.model import roles
-from perfwarden.harness.records import (Claim, DeclaredLever, IsolatedSpeedup, LegRefs, ProvidedBaseline,
+from perfwarden.formats.records import (Claim, DeclaredLever, IsolatedSpeedup, LegRefs, ProvidedBaseline,
                                         write_json_atomic)
-from perfwarden.harness.seal import GENESIS_MAC, encode_entry, key_id
+from perfwarden.formats.seal import GENESIS_MAC, encode_entry, key_id
 
 PROOF_FIXTURES = Path(__file__).resolve().parents[1] / "proof" / "fixtures"
 """The shipped fixtures (data of perfwarden.proof) the committed mutations are built from."""

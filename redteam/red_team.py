@@ -38,7 +38,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from perfwarden.auditor.codes import CATALOG
-from perfwarden.harness.records import (Claim, DeclaredLever, Headline, IsolatedSpeedup, LegRefs, VerdictLabel,
+from perfwarden.formats.records import (Claim, DeclaredLever, Headline, IsolatedSpeedup, LegRefs, VerdictLabel,
                                         write_json_atomic)
 # The family modules register on import, in this order (a plan draws from FAMILIES in order).
 from perfwarden.redteam import families_judgement, families_evidence  # noqa: F401, I001
@@ -553,7 +553,7 @@ class LiveRedTeam:
 
 
 def make_producer(settings: Any) -> LiveRedTeam:
-    """The typed seam ``orchestrator/cli_run.py`` loads for ``--red-team``."""
+    """The typed seam ``cli/run.py`` loads for ``--red-team``."""
     return LiveRedTeam()
 
 

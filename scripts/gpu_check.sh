@@ -45,7 +45,7 @@ if [[ "${PERFWARDEN_GPU_CHECK_SETUP:-0}" == 1 ]]; then
     fi
     if ! "$PY" -c 'import perfwarden.harness' 2>/dev/null; then  # fall back to a folder named perfwarden on PYTHONPATH
         shim=$(mktemp -d) && mkdir -p "$shim/perfwarden"
-        for d in agents auditor harness orchestrator proof redteam skills; do [[ -d $d ]] && ln -s "$REPO/$d" "$shim/perfwarden/$d"; done
+        for d in agents auditor cli formats harness orchestrator proof redteam skills verify; do [[ -d $d ]] && ln -s "$REPO/$d" "$shim/perfwarden/$d"; done
         export PYTHONPATH="$shim${PYTHONPATH:+:$PYTHONPATH}"
     fi
 fi

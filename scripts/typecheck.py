@@ -8,7 +8,7 @@ so it cannot see the project as Python imports it. This script lays the mapping 
 ``.typecheck/perfwarden/<name> -> ../../<folder>``, one per entry of ``[tool.setuptools] package-dir``
 (the table the install itself reads, so the two cannot disagree); ``[tool.mypy] mypy_path`` points at
 ``.typecheck``. mypy's messages name the links; they are printed with the checkout's own paths
-(``harness/seal.py``) so that an editor opens the file. The exit status is mypy's: 0 clean, 1 errors,
+(``formats/seal.py``) so that an editor opens the file. The exit status is mypy's: 0 clean, 1 errors,
 2 a usage error (this script's own refusals included).
 """
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from perfwarden.auditor.audit import audit_path
-from perfwarden.harness.records import Verdict
+from perfwarden.formats.records import Verdict
 from perfwarden.orchestrator.synth import BASE_INFO, BASE_TPUT, CAND_TPUT, build_ab_run, reps  # noqa: F401
 
 build = build_ab_run

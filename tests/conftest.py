@@ -1,7 +1,7 @@
 """Shared test setup.
 
 Every test gets its own seal key store (``PERFWARDEN_KEY_DIR``): runs recorded in tests are sealed
-(``perfwarden.harness.seal``) and their keys must never land in the user's real key store.
+(``perfwarden.formats.seal``) and their keys must never land in the user's real key store.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from perfwarden.harness.slo import parse_slo
+from perfwarden.formats.slo import parse_slo
 
 
 def assert_goodput_headlines(run: Path, report: dict, slo_arg: str) -> None:

@@ -17,15 +17,15 @@ from pydantic import ValidationError
 
 from perfwarden.agents.base import Proposal
 from perfwarden.auditor import acceptance
-from perfwarden.harness.records import Action
-from perfwarden.harness.verdict_summary import Acceptance, FindingSummary, VerdictSummary
+from perfwarden.formats.records import Action
+from perfwarden.formats.verdict_summary import Acceptance, FindingSummary, VerdictSummary
 from perfwarden.orchestrator import graph as G
 from perfwarden.orchestrator.checkpoint_serde import CheckpointTypeError, check_state
 from perfwarden.orchestrator.lab import LegPlan
+from perfwarden.orchestrator.review.model import load_review
 from perfwarden.orchestrator.runner import run_graph
 from perfwarden.orchestrator.settings import RunSettings
 from perfwarden.orchestrator.simlab import SyntheticLab
-from perfwarden.orchestrator.review.model import load_review
 from perfwarden.orchestrator.state import RunContext, RunState
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from perfwarden.orchestrator.cli import app
+from perfwarden.cli.main import app
 
 runner = CliRunner()
 REC = Path(__file__).parents[1] / "proof" / "recordings" / "vllm-max-num-seqs"

@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from perfwarden.orchestrator.cli import app
+from perfwarden.cli.main import app
 from perfwarden.orchestrator.paths import default_fixture_roots, shared_corpus
-from perfwarden.orchestrator.backtest import run_backtest
 from perfwarden.orchestrator.synth import write_claim
+from perfwarden.verify.backtest import run_backtest
 
 from auditor_cases import BASE_INFO, build, reps
 

@@ -55,7 +55,7 @@ def test_evidence_missing_bench_file(tmp_path):
 def test_evidence_tampered_sealed_line_edited_after_writing(tmp_path):
     """A run the harness sealed: one byte of a rep line changed afterwards. Every other attack (and the
     seal's missing-evidence rules): tests/test_seal.py."""
-    from perfwarden.harness import seal
+    from perfwarden.formats import seal
 
     seal.begin(tmp_path)  # the key goes to the test's key store, outside the run
     claim = build(tmp_path)
@@ -550,7 +550,7 @@ def test_a_handicapped_baseline_banks_the_twin_figure_and_masks_no_other_ask(tmp
 def test_the_conservative_headline_is_the_less_favourable_in_the_metric_s_direction():
     """On a lower-is-better headline (TTFT) the less favourable delta is the less negative one."""
     from perfwarden.auditor.gates.same_config import FairerReference, conservative_headline, pooled
-    from perfwarden.harness.records import Comparison
+    from perfwarden.formats.records import Comparison
 
     direct = Comparison(metric="median_ttft_ms", higher_is_better=False, delta_pct=-20.0, p_value=0.001,
                         noise_band_pct=2.0, noise_band_source="x", worst_candidate_vs_best_baseline_pct=15.0)
@@ -585,7 +585,7 @@ def test_a_baseline_that_is_not_handicapped_is_described_truly(values, says, nev
     """The message states the comparison that is true of the numbers: -7.39% is never "within the noise" of
     a ±5.36% band (the twins are simply worse than the baseline, which is no handicap)."""
     from perfwarden.auditor.gates.same_config import check_representative_baseline
-    from perfwarden.harness.records import Claim
+    from perfwarden.formats.records import Claim
 
     base, cand = _leg("base", [108.0, 107.6, 108.3]), _leg("cand", [120.0, 120.4, 119.8])
     claim = Claim(scope="patch", legs={"baseline": "base", "candidate": "cand"})

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from perfwarden.harness import jsonl, safe_read
+from perfwarden.formats import jsonl, safe_read
 from perfwarden.orchestrator.synth import COHERENT_TEXTS, reps
 
 from auditor_cases import audit, build, codes

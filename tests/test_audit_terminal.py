@@ -27,9 +27,9 @@ from typer.testing import CliRunner
 
 from perfwarden.auditor import mlperf
 from perfwarden.auditor.audit import audit_path
-from perfwarden.harness.records import EvidenceRef, Finding, Verdict
-from perfwarden.orchestrator.cli import app
-from perfwarden.orchestrator.cli_mlperf import render as render_mlperf
+from perfwarden.cli.main import app
+from perfwarden.cli.mlperf import render as render_mlperf
+from perfwarden.formats.records import EvidenceRef, Finding, Verdict
 from perfwarden.orchestrator.render import printable, print_verdict
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -189,8 +189,8 @@ def test_audit_mlperf_findings_read_as_blocks_at_80_columns():
 def test_backtest_results_read_at_80_columns_with_disagreements_as_paragraphs(tmp_path):
     """A real fixture copied under a 200-character hostile name, its answer changed so that the auditor
     disagrees: the result's names take at most two lines, each disagreement is shown whole."""
-    from perfwarden.orchestrator.backtest import run_backtest
-    from perfwarden.orchestrator.cli_backtest import print_report
+    from perfwarden.cli.backtest import print_report
+    from perfwarden.verify.backtest import run_backtest
 
     name = "fx-" + "long-fixture-name-" * 11 + "\x1b[2J"
     fixture = tmp_path / name

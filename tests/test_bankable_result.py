@@ -19,7 +19,7 @@ import pytest
 
 from perfwarden.agents import integrator
 from perfwarden.agents.base import BankedChange, Proposal
-from perfwarden.harness.records import Mechanism
+from perfwarden.formats.records import Mechanism
 from perfwarden.orchestrator import study
 from perfwarden.orchestrator.runner import run_graph
 from perfwarden.orchestrator.settings import RunSettings
@@ -180,7 +180,7 @@ def test_the_terminal_shows_one_line_per_step_with_its_audits(tmp_path):
 
     from rich.console import Console
 
-    from perfwarden.orchestrator.cli_run import TerminalWatcher
+    from perfwarden.cli.run import TerminalWatcher
 
     console = Console(file=io.StringIO(), width=250)
     run_graph(tmp_path / "run", RunSettings(target="synthetic", levers=["batch_wait_ms=40", "max_batch_size=4"],

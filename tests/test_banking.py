@@ -15,9 +15,9 @@ from typing import get_args
 import pytest
 
 from perfwarden.agents.base import FixDecision, Proposal
-from perfwarden.harness.verdict_summary import VerdictSummary
 from perfwarden.auditor import audit, banking
-from perfwarden.harness.records import Action, Verdict, VerdictLabel
+from perfwarden.formats.records import Action, Verdict, VerdictLabel
+from perfwarden.formats.verdict_summary import VerdictSummary
 from perfwarden.orchestrator import graph
 from perfwarden.orchestrator.paths import default_fixture_roots
 from perfwarden.orchestrator.review.model import VerdictEntry, is_banked, load_review
@@ -114,7 +114,7 @@ def test_a_flag_banks_only_when_every_deciding_finding_asks_what_banks(actions, 
 def test_a_verdict_file_is_judged_by_its_findings_too():
     """A verdict written before ``actions`` existed states its one most decisive action; the review reads
     every deciding finding's action as well, so ``downgrade_headline`` cannot hide a ``flag``."""
-    from perfwarden.harness.records import Finding
+    from perfwarden.formats.records import Finding
 
     findings = [Finding(code="UNREPRESENTATIVE_BASELINE", severity="FLAG", message="m", action="downgrade_headline"),
                 Finding(code="HIDDEN_LATENCY_REGRESSION", severity="FLAG", message="m", action="flag")]

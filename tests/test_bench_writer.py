@@ -14,19 +14,19 @@ import msgspec
 import numpy as np
 import pytest
 
+from perfwarden.formats.jsonl import BenchRunLine, read_jsonl
 from perfwarden.harness import contention as C
 from perfwarden.harness.bench_writer import (
-    RequestRecord,
-    accept_length_from_server_info,
-    aggregate,
-    append_bench_line,
-    build_bench_line,
-    existing_reps,
-    rep_exists,
-    reps_to_run,
-    seal_torn_tail,
-)
-from perfwarden.harness.jsonl import BenchRunLine, read_jsonl
+                                             RequestRecord,
+                                             accept_length_from_server_info,
+                                             aggregate,
+                                             append_bench_line,
+                                             build_bench_line,
+                                             existing_reps,
+                                             rep_exists,
+                                             reps_to_run,
+                                             seal_torn_tail,
+                                             )
 
 CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus" / "sglang" / "bench_serving_llamacpp_smollm2.jsonl"
 

@@ -18,7 +18,7 @@ from perfwarden.auditor import coherence
 from perfwarden.auditor.audit import audit_path
 from perfwarden.auditor.evidence import SERVED_TEXT_CHARS, ServedReader
 from perfwarden.auditor.gates.served import consistent, same_text
-from perfwarden.harness.jsonl import BenchRunLine, LineRef
+from perfwarden.formats.jsonl import BenchRunLine, LineRef
 from perfwarden.orchestrator.synth import COHERENT_TEXTS
 
 FIXTURES = Path(__file__).resolve().parents[1] / "proof" / "fixtures"
@@ -134,7 +134,7 @@ def test_a_profile_line_over_its_bound_is_refused_unread(tmp_path):
     ones are under 1 KiB) is corrupt and hashed while skipped, never decoded."""
     from perfwarden.auditor.evidence import RunLoader
     from perfwarden.auditor.gates.reading import check_reading
-    from perfwarden.harness.safe_read import PROFILE_LINE_BYTES
+    from perfwarden.formats.safe_read import PROFILE_LINE_BYTES
 
     profile = tmp_path / "profile" / "profile.jsonl"
     profile.parent.mkdir()

@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from perfwarden.harness import node_identity, seal
-from perfwarden.harness.seal_stream import EvidenceSink, StreamChain, StreamRefused
+from perfwarden.formats import seal
+from perfwarden.formats.seal_stream import EvidenceSink, StreamChain, StreamRefused
+from perfwarden.harness import node_identity
 from perfwarden.orchestrator.lab import LegPlan
 from perfwarden.orchestrator.runner import RunUsageError, run_graph
 from perfwarden.orchestrator.settings import RunSettings
@@ -70,7 +71,7 @@ def test_an_unreachable_cluster_is_exit_3_and_leaves_no_run(tmp_path, address):
     # Before the module's cluster fixture starts Ray in this process: a connected Ray would be reused.
     from typer.testing import CliRunner
 
-    from perfwarden.orchestrator.cli import app
+    from perfwarden.cli.main import app
 
     result = CliRunner().invoke(app, ["run", "--target", "synthetic", "--out", str(tmp_path / "run"),
                                       "--cluster", address])
@@ -171,8 +172,8 @@ def test_a_lab_a_node_could_not_rebuild_is_refused(tmp_path, two_nodes):
 def test_backtest_and_red_team_fan_out_with_the_same_results(two_nodes):
     from perfwarden.orchestrator import cluster
     from perfwarden.orchestrator.paths import default_fixture_roots
-    from perfwarden.orchestrator.backtest import run_backtest
     from perfwarden.redteam import red_team
+    from perfwarden.verify.backtest import run_backtest
 
     root = default_fixture_roots()[0]
     fixtures = [root / n for n in ("cluster-legs-on-two-nodes", "cluster-worker-edit-after-stream",

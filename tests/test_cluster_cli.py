@@ -24,7 +24,7 @@ from ray_sockets import MARK, Listener, end_marked, new_mark, stop, watch
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(900)]
 
-CLI = [sys.executable, "-m", "perfwarden.orchestrator.cli"]
+CLI = [sys.executable, "-m", "perfwarden.cli.main"]
 START_TIMEOUT_S = 180.0
 RUN_TIMEOUT_S = 300.0
 REAL_RUN_WATCH_S = 5.0

@@ -81,8 +81,11 @@ its file is absent: once it exists, the test asks for it to be taken out, so the
 its reason."""
 
 PATH_TOKEN = re.compile(r"(?<![\w./~$@-])((?:\.ci|[A-Za-z_][\w-]*)/[\w.*<>…/+-]*)")
-MODULE_TOKEN = re.compile(r"(?<![\w./])(?:perfwarden\.)?(agents|auditor|harness|orchestrator|proof|redteam|skills)"
-                          r"\.([a-z_]\w*)")
+PACKAGE_FOLDERS = sorted(
+    tomllib.loads((ROOT / "pyproject.toml").read_text("utf-8"))["tool"]["setuptools"]["package-dir"].values())
+"""The top-level folders pyproject installs as ``perfwarden.<name>``."""
+MODULE_TOKEN = re.compile(r"(?<![\w./])(?:perfwarden\.)?(" + "|".join(PACKAGE_FOLDERS) + r")\.(?!py\b)([a-z_]\w*)")
+"""A dotted module name; ``redteam.py`` (the CLI's module of that name) is a file name, not one."""
 LINK_TARGET = re.compile(r"\]\(([^)\s#]+)(?:#[^)]*)?\)")
 PLACEHOLDER = re.compile(r"<[^<>]*>|…")
 
@@ -109,7 +112,7 @@ def exists(name: str, files: set[str], folders: set[str]) -> bool:
 
 
 def named_paths(text: str, top: set[str]) -> set[str]:
-    """Paths a document names that start at a top-level entry of the tree (``harness/seal.py``,
+    """Paths a document names that start at a top-level entry of the tree (``formats/seal.py``,
     ``proof/fixtures/rw-*``): paths of a run directory (``legs/<leg>/…``), the home folder or outside the
     checkout are not the tree's."""
     found = set()
@@ -135,7 +138,7 @@ def linked_paths(document: Path, text: str) -> set[str]:
 
 
 def named_modules(text: str, files: set[str], folders: set[str]) -> list[str]:
-    """Dotted module names (``harness.records.Claim``, ``perfwarden.redteam.fuzz``) whose module is not in
+    """Dotted module names (``formats.records.Claim``, ``perfwarden.redteam.attack``) whose module is not in
     the tree."""
     missing = []
     for package, module in MODULE_TOKEN.findall(text):
@@ -179,6 +182,23 @@ def test_the_floor_plan_places_every_file_it_names_under_its_folder():
     assert {"harness", "auditor", "agents", "orchestrator", "proof"} <= set(plan), "the §1 bullets were not found"
     missing = {folder: [n for n in names if not exists(n, files, folders)] for folder, names in plan.items()}
     assert not {k: v for k, v in missing.items() if v}, f"docs/design.md §1 names files its folders lack: {missing}"
+
+
+def test_every_file_the_floor_plan_names_exists():
+    """Design §1 as a whole, its diagram included: every path it names (``harness/llm_client.py``,
+    ``orchestrator/persona_model.py``) and every file a bullet puts under its folder is in the tree, and the
+    diagram draws every installed package."""
+    files, folders = tree_entries()
+    top = {name.split("/", 1)[0] for name in files}
+    text = DESIGN.read_text("utf-8")
+    floor_plan = text.split("## 1. ", 1)[1].split("\n## 2. ", 1)[0]
+    named = named_paths(floor_plan, top) | {n for names in floor_plan_files(text, top).values() for n in names}
+    assert len(named) > 50, f"the §1 scan found only {sorted(named)}"
+    missing = sorted(n for n in named if not exists(n, files, folders))
+    assert not missing, f"docs/design.md §1 names paths that are not in the tree: {missing}"
+    diagram = floor_plan.split("```", 2)[1]
+    drawn = {line.split("/", 1)[0] for line in diagram.splitlines() if re.match(r"[a-z]+/ ", line)}
+    assert set(PACKAGE_FOLDERS) <= drawn, f"the §1 diagram does not draw {set(PACKAGE_FOLDERS) - drawn}"
 
 
 def test_a_linked_document_written_elsewhere_is_excused_only_while_it_is_absent():

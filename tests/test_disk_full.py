@@ -21,7 +21,7 @@ import pytest
 from perfwarden.orchestrator.exit_codes import ExitCode, disk_full, no_space_message
 
 FIXTURES = Path(__file__).resolve().parents[1] / "proof" / "fixtures"
-PERFWARDEN = [sys.executable, "-m", "perfwarden.orchestrator.cli"]
+PERFWARDEN = [sys.executable, "-m", "perfwarden.cli.main"]
 
 
 def _sqlite_full(tmp_path: Path) -> sqlite3.OperationalError:

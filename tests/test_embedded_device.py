@@ -166,7 +166,7 @@ def test_cuda_without_a_gpu_is_a_clean_start_error(tmp_path):
 @pytest.mark.slow  # over 2 s on a 2-core machine: the full suite runs it
 def test_measure_with_device_cuda_without_a_gpu_fails_the_leg_cleanly(tmp_path):
     run = tmp_path / "run"
-    done = subprocess.run([sys.executable, "-m", "perfwarden.orchestrator.cli", "measure", "--out", str(run), "--leg",
+    done = subprocess.run([sys.executable, "-m", "perfwarden.cli.main", "measure", "--out", str(run), "--leg",
                            "gpu", "--set", "device=cuda", "--reps", "1", "--scenario", "offline", "--max-tokens", "4"],
                           capture_output=True, text=True, timeout=280)
     assert done.returncode == 1, done.stderr[-2000:]

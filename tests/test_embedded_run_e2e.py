@@ -35,7 +35,7 @@ SLO_ARG = "ttft_ms=60000,tpot_ms=2000"
 def test_embedded_run_banks_batching_and_refuses_the_response_cache(tmp_path):
     skip_if_contended("a ten-minute embedded run")
     run = tmp_path / "run"
-    cmd = [sys.executable, "-m", "perfwarden.orchestrator.cli", "run", "--target", "embedded", "--out", str(run),
+    cmd = [sys.executable, "-m", "perfwarden.cli.main", "run", "--target", "embedded", "--out", str(run),
            "--levers", "max_batch_size=4,response_cache", "--no-kernels", "--budget-minutes", "12",
            "--baseline-remeasures", "0",
            "--objective", "goodput", "--slo", SLO_ARG]

@@ -13,7 +13,7 @@ import pytest
 from perfwarden.auditor.audit import audit_path
 from perfwarden.auditor.evidence import RunLoader
 from perfwarden.auditor.gates import engine_witness
-from perfwarden.harness import vllm_metrics
+from perfwarden.formats import vllm_metrics
 
 DATA = Path(__file__).parent / "data" / "vllm-run"
 

@@ -18,13 +18,13 @@ import pytest
 
 from perfwarden.auditor.evidence import RunLoader
 from perfwarden.auditor.gates import reading
-from perfwarden.auditor.gates.reading import missing_rep_numbers
 from perfwarden.auditor.gates import measurement
+from perfwarden.auditor.gates.reading import missing_rep_numbers
 from perfwarden.auditor.rederive import RepError, rederive_rep
 from perfwarden.auditor.serverlog import PRESENT, parse_server_log
+from perfwarden.formats.jsonl import BenchRunLine, LineRef, OutputLine, read_jsonl
+from perfwarden.formats.strict_json import JsonTooDeep, check_depth, json_depth, loads
 from perfwarden.harness.contention import parse_cpu_max
-from perfwarden.harness.strict_json import JsonTooDeep, check_depth, json_depth, loads
-from perfwarden.harness.jsonl import BenchRunLine, LineRef, OutputLine, read_jsonl
 from perfwarden.harness.loadgen_client import LoadSettings, request_params
 from perfwarden.orchestrator.synth import make_rep
 

@@ -26,12 +26,13 @@ import pytest
 from pydantic import BaseModel
 
 from perfwarden.auditor import registry
-from perfwarden.auditor.model import roles
 from perfwarden.auditor.gates.conditions import flatten
+from perfwarden.auditor.model import roles
 from perfwarden.auditor.model import doc
 from perfwarden.auditor.model.schema import EvidenceModel, ModelError, _check, evidence_model
-from perfwarden.harness import contention, jsonl, loadgen_client, node_identity, records, vllm_metrics
-from perfwarden.harness.objective import RunObjective
+from perfwarden.formats import jsonl, records, vllm_metrics
+from perfwarden.formats.objective import RunObjective
+from perfwarden.harness import contention, loadgen_client, node_identity
 from perfwarden.harness.process_conditions import process_conditions
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -306,7 +307,7 @@ def test_the_server_logs_model_lines_are_copies_of_its_identity():
 
 
 def test_every_record_type_the_auditor_reads_has_a_model():
-    from perfwarden.redteam.field_explorer import RECORD_TYPES
+    from perfwarden.verify.field_explorer import RECORD_TYPES
 
     assert {rt.name for rt in RECORD_TYPES} <= set(MODEL.records)
 

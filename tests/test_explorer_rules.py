@@ -7,13 +7,13 @@ import hashlib
 from pathlib import Path
 
 from perfwarden.auditor.evidence import LegEvidence
-from perfwarden.auditor.gates.reading import check_named_folders
 from perfwarden.auditor.gates.measurement import check_contention
-from perfwarden.auditor.model.witnesses import loadgen_findings
+from perfwarden.auditor.gates.reading import check_named_folders
 from perfwarden.auditor.loadgen_logs import LoadgenRep
+from perfwarden.auditor.model.witnesses import loadgen_findings
 from perfwarden.auditor.rederive import RepMetrics
 from perfwarden.auditor.stated import Stated
-from perfwarden.harness.jsonl import LineRef
+from perfwarden.formats.jsonl import LineRef
 
 
 def _rep(run: Path, leg: str, rep: int, version: int | None = 1, **kw) -> RepMetrics:

@@ -18,13 +18,13 @@ import pytest
 from typer.testing import CliRunner
 
 from perfwarden.auditor.audit import ClaimError, audit_path
-from perfwarden.harness.jsonl import BenchRunLine
-from perfwarden.harness.records import QualityEval, Record
-from perfwarden.orchestrator.cli import app
+from perfwarden.cli.main import app
+from perfwarden.formats.jsonl import BenchRunLine
+from perfwarden.formats.records import QualityEval, Record
 from perfwarden.orchestrator.paths import default_fixture_roots
-from perfwarden.redteam import field_explorer as fx
-from perfwarden.redteam import field_explorer_oracle as oracle
-from perfwarden.redteam import field_explorer_run as fxr
+from perfwarden.verify import field_explorer as fx
+from perfwarden.verify import field_explorer_oracle as oracle
+from perfwarden.verify import field_explorer_run as fxr
 
 FIXTURES = default_fixture_roots()[0]
 SEALED = FIXTURES / "seal-syn-clean"
@@ -212,7 +212,7 @@ def test_parity_dumps_over_different_prompts_are_missing_evidence(tmp_path):
 
 def test_op_catalogue_candidates_count_an_unrefused_exploit_and_a_refused_honest_alternative(monkeypatch):
     from perfwarden.redteam import op_catalogue
-    from perfwarden.redteam import op_candidates
+    from perfwarden.verify import op_candidates
 
     rows = [op_catalogue.Row("clock_patch", "rmsnorm", "exploit", True, "clock", 0.1, "KernelGuard"),
             op_catalogue.Row("stream_forge", "rmsnorm", "exploit", False, None, 5.0, "Wafer"),

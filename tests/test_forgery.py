@@ -11,7 +11,7 @@ import pytest
 
 from perfwarden.auditor.audit import audit_path
 from perfwarden.auditor.model.schema import evidence_model
-from perfwarden.redteam import forgery, forgery_more, forgery_oracle, forgery_run
+from perfwarden.verify import forgery, forgery_more, forgery_oracle, forgery_run
 
 ROOT = Path(__file__).resolve().parents[1]
 BASE = ROOT / "proof" / "fixtures" / "seal-rec-clean"

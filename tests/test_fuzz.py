@@ -1,6 +1,6 @@
 """A bounded, seeded fuzz of every command and reader over mutated real fixtures (issue 12 §6).
 
-The engine and its oracle are ``perfwarden.redteam.fuzz`` (its docstring says what counts as damaged
+The engine and its oracle are ``fuzzing.fuzz`` (its docstring says what counts as damaged
 evidence). Here hypothesis draws the choices, so a failure shrinks to the fewest, smallest mutations
 and replays from the printed choices; ``derandomize`` makes the suite run the same inputs every time.
 ``benchmarks/fuzz.py`` runs the same engine over >= 10,000 inputs in parallel processes. Set
@@ -17,8 +17,8 @@ import pytest
 from hypothesis import HealthCheck, given, note, settings
 from hypothesis import strategies as st
 
-from perfwarden.redteam.fuzz import (Fuzzer, HypothesisChooser, evidence_damage, file_damage, fixture_seeds,
-                                   mlperf_seeds, must_read)
+from fuzzing.fuzz import (Fuzzer, HypothesisChooser, evidence_damage, file_damage, fixture_seeds,
+                          mlperf_seeds, must_read)
 
 SCALE = int(os.environ.get("PERFWARDEN_FUZZ_SCALE", "1"))
 FUZZ = settings(max_examples=60 * SCALE, deadline=None, derandomize=SCALE == 1, database=None,
@@ -122,7 +122,7 @@ def test_oracle_rules(tmp_path):
 
 
 def test_must_read_follows_the_scope():
-    from perfwarden.harness.records import Claim
+    from perfwarden.formats.records import Claim
 
     patch = must_read(Claim(scope="patch", legs={"baseline": "b", "candidate": "c"}))
     assert patch["legs/b/bench_runs.jsonl"] == ("bench", True) and patch["legs/c/server_info.json"] == ("server_info", True)
@@ -159,7 +159,7 @@ def test_a_verdict_nested_900_deep_is_an_input_error_for_review(run):
     """Input 4564: the review loaded it, then its JSON export failed."""
     from typer.testing import CliRunner
 
-    from perfwarden.orchestrator.cli import app
+    from perfwarden.cli.main import app
 
     (run / "verdicts").mkdir()
     (run / "verdicts" / "001-patch.json").write_text(
@@ -172,7 +172,7 @@ def test_a_verdict_nested_900_deep_is_an_input_error_for_review(run):
 def test_a_huge_integer_in_a_loadgen_log_is_corrupt_not_an_internal_error(tmp_path):
     """Input 3906: ``float(10**400)`` raised OverflowError inside the reader (an internal error, exit 3
     marked degraded); now the line is a malformed LoadGen line like any other."""
-    from perfwarden.harness.mlperf_log import MlperfLogError, read_detail
+    from perfwarden.formats.mlperf_log import MlperfLogError, read_detail
 
     src = Path(__file__).parent / "data" / "mlperf" / "test04_e01_v41_offline_resnet50_cisco" / "reference"
     detail = tmp_path / "mlperf_log_detail.txt"
@@ -212,7 +212,7 @@ def test_the_crash_pattern_is_linear_on_repeated_worker_lines():
 def test_a_number_beyond_any_float_in_server_info_is_compared_not_a_gate_crash(run):
     """benchmarks/fuzz.py (seed 0, input 1605): threads=10**400 in one leg's server_info crashed the
     conditions gate (int too large for float), so the verdict was degraded instead of decided. Such a
-    number is outside the one integer range (``harness/strict_json.py``): corrupt evidence, decided; the
+    number is outside the one integer range (``formats/strict_json.py``): corrupt evidence, decided; the
     largest integer inside it still reaches the gate and is compared."""
     from perfwarden.auditor.audit import audit_path
 
@@ -235,7 +235,7 @@ def test_a_detail_log_ending_in_60_mb_of_nul_bytes_is_refused_without_reading_th
     in the message."""
     import resource
 
-    from perfwarden.harness.mlperf_log import MLLOG_LINE_BYTES, MlperfLogError, read_detail
+    from perfwarden.formats.mlperf_log import MLLOG_LINE_BYTES, MlperfLogError, read_detail
 
     path = tmp_path / "mlperf_log_detail.txt"
     with open(path, "wb") as handle:
@@ -274,7 +274,7 @@ def test_a_copy_of_the_conditions_beyond_any_float_is_a_misreport_not_a_gate_cra
 
 @pytest.fixture(scope="module")
 def rundir_fuzzer(tmp_path_factory):
-    from perfwarden.redteam.fuzz_rundir import RundirFuzzer
+    from fuzzing.fuzz_rundir import RundirFuzzer
 
     # devices=False: no /dev/zero or 2 GiB --key here (no address-space limit in the suite).
     return RundirFuzzer(tmp_path_factory.mktemp("fuzz-rundir"), timeout_s=20, devices=False)
@@ -297,8 +297,8 @@ def test_every_planted_payload_runs_under_a_permissive_loader(tmp_path):
     import ormsgpack
     from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
-    from perfwarden.redteam.fuzz import RandomChooser
-    from perfwarden.redteam.fuzz_rundir import CALLABLES, EXT_SHAPES, RawExt, pack
+    from fuzzing.fuzz import RandomChooser
+    from fuzzing.fuzz_rundir import CALLABLES, EXT_SHAPES, RawExt, pack
 
     loader = JsonPlusSerializer(allowed_msgpack_modules=True)
     for n, ((module, name, args), code) in enumerate(itertools.product(CALLABLES, sorted(EXT_SHAPES))):
@@ -313,7 +313,7 @@ def test_every_planted_payload_runs_under_a_permissive_loader(tmp_path):
 
 def test_the_oracle_sees_a_write_through_a_link_and_markup_in_a_report(tmp_path):
     from perfwarden.orchestrator.review.export import md_cell
-    from perfwarden.redteam.fuzz_rundir import HOSTILE_TEXT, Box, RunSeed, injected, snapshot
+    from fuzzing.fuzz_rundir import HOSTILE_TEXT, Box, RunSeed, injected, snapshot
 
     box = Box(tmp_path, RunSeed("x", tmp_path), "resume")
     for d in (box.run, box.outside, box.markers):
@@ -341,8 +341,8 @@ def test_measure_into_a_run_whose_seal_chain_it_cannot_continue_is_an_input_erro
     server starts."""
     from typer.testing import CliRunner
 
-    from perfwarden.harness import seal
-    from perfwarden.orchestrator.cli import app
+    from perfwarden.cli.main import app
+    from perfwarden.formats import seal
 
     run = tmp_path / "run"
     monkeypatch.setenv("PERFWARDEN_KEY_DIR", str(tmp_path / "their-keys"))
@@ -364,8 +364,8 @@ def test_resuming_a_run_whose_seal_chain_it_cannot_continue_is_an_input_error(tm
 
     from typer.testing import CliRunner
 
-    from perfwarden.orchestrator.cli import app
-    from perfwarden.redteam.fuzz_rundir import SEED_SETTINGS, _fork_run
+    from perfwarden.cli.main import app
+    from fuzzing.fuzz_rundir import SEED_SETTINGS, _fork_run
 
     run = tmp_path / "run"
     monkeypatch.setenv("PERFWARDEN_KEY_DIR", str(tmp_path / "keys"))
@@ -383,8 +383,8 @@ def test_resuming_a_run_whose_pending_claim_is_gone_is_an_input_error(tmp_path, 
     ended exit 1 "the run stopped on ClaimError"; it is a bad run directory: exit 3 naming the claim."""
     from typer.testing import CliRunner
 
-    from perfwarden.orchestrator.cli import app
-    from perfwarden.redteam.fuzz_rundir import SEED_SETTINGS, _fork_run
+    from perfwarden.cli.main import app
+    from fuzzing.fuzz_rundir import SEED_SETTINGS, _fork_run
 
     run = tmp_path / "run"
     monkeypatch.setenv("PERFWARDEN_KEY_DIR", str(tmp_path / "keys"))

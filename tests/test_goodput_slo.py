@@ -12,8 +12,8 @@ import pytest
 from typer.testing import CliRunner
 
 from perfwarden.auditor import goodput
-from perfwarden.harness.slo import GoodputSlo, SloError, parse_slo
-from perfwarden.orchestrator.cli import app
+from perfwarden.cli.main import app
+from perfwarden.formats.slo import GoodputSlo, SloError, parse_slo
 
 REC = Path(__file__).parents[1] / "proof" / "recordings" / "vllm-max-num-seqs"
 RESULTS = sorted(REC.glob("*-rep*.json"))

@@ -16,8 +16,8 @@ from langgraph.runtime import Runtime
 
 from perfwarden.agents.base import BankedChange
 from perfwarden.auditor import acceptance
-from perfwarden.harness.verdict_summary import VerdictSummary
-from perfwarden.harness.records import Claim, DeclaredLever, Headline, LegRefs
+from perfwarden.formats.records import Claim, DeclaredLever, Headline, LegRefs
+from perfwarden.formats.verdict_summary import VerdictSummary
 from perfwarden.harness.target_config import EmbeddedConfig, knob
 from perfwarden.orchestrator import graph as G
 from perfwarden.orchestrator.runner import RunUsageError, run_graph
@@ -287,7 +287,7 @@ def test_lab_noise_goes_to_the_run_logs_not_the_terminal(tmp_path, capfd):
 def test_a_random_weights_baseline_goes_on_to_the_search_but_another_flag_does_not(tmp_path):
     """weights=random: the baseline FLAGs CORRECTNESS_UNVERIFIABLE every time, so re-measuring it would
     spend the budget for nothing; any other FLAG is still re-measured."""
-    from perfwarden.harness.verdict_summary import FindingSummary
+    from perfwarden.formats.verdict_summary import FindingSummary
 
     runtime = Runtime(context=RunContext(lab=SyntheticLab(), settings=settings(kernels=False)))
 
@@ -382,7 +382,7 @@ def test_a_checkpoint_from_before_the_typed_state_is_refused_with_a_clear_messag
 def test_the_cli_says_why_an_old_checkpoint_cannot_resume(tmp_path):
     run = tmp_path / "run"
     shutil.copytree(DATA / "checkpoint-v1" / "run", run)
-    done = subprocess.run([sys.executable, "-m", "perfwarden.orchestrator.cli", "run", "--resume", str(run)],
+    done = subprocess.run([sys.executable, "-m", "perfwarden.cli.main", "run", "--resume", str(run)],
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 3
     assert "run-state version 1" in done.stderr and "Traceback" not in done.stderr
@@ -390,7 +390,7 @@ def test_the_cli_says_why_an_old_checkpoint_cannot_resume(tmp_path):
 
 @pytest.mark.slow
 def test_a_bad_lever_is_a_clear_error_before_anything_runs(tmp_path):
-    done = subprocess.run([sys.executable, "-m", "perfwarden.orchestrator.cli", "run", "--target", "synthetic",
+    done = subprocess.run([sys.executable, "-m", "perfwarden.cli.main", "run", "--target", "synthetic",
                            "--out", str(tmp_path / "run"), "--levers", "max_batch_size,warp_speed"],
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 3 and "unknown lever(s) ['warp_speed']" in done.stderr
@@ -446,7 +446,7 @@ def test_a_forged_pass_verdict_does_not_get_a_component_into_a_bundle(tmp_path):
     """Verdict files are not sealed: a producer can write ``verdicts/<seq>-patch.json`` saying PASS. The
     bundle audit audits each component's claim again instead of believing the file."""
     from perfwarden.auditor.audit import audit_path
-    from perfwarden.harness.seal import find_key_file
+    from perfwarden.formats.seal import find_key_file
 
     run = tmp_path / "run"
     run_graph(run, settings(levers=["max_batch_size=2"], kernels=False), SyntheticLab())
@@ -475,7 +475,7 @@ def test_sigkill_during_a_rep_then_resume(tmp_path):
     """The real CLI process is SIGKILLed while reps are being written; --resume finishes the run."""
     run = tmp_path / "run"
     env = {**os.environ, "PERFWARDEN_SIM_REP_DELAY": "0.05"}
-    cmd = [sys.executable, "-m", "perfwarden.orchestrator.cli", "run", "--target", "synthetic", "--out", str(run)]
+    cmd = [sys.executable, "-m", "perfwarden.cli.main", "run", "--target", "synthetic", "--out", str(run)]
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.time() + 60
     while time.time() < deadline:
@@ -517,7 +517,7 @@ def test_the_terminal_shows_one_budget_figure_the_runs_own(tmp_path):
 
     from rich.console import Console
 
-    from perfwarden.orchestrator.cli_run import TerminalWatcher
+    from perfwarden.cli.run import TerminalWatcher
 
     console = Console(file=io.StringIO(), width=250)  # not a terminal: one line per measurement
     watcher = TerminalWatcher(console, started=time.time())

@@ -42,9 +42,9 @@ from typer.testing import CliRunner
 from perfwarden.auditor.audit import ClaimError, audit_path
 from perfwarden.auditor.evidence import RunLoader
 from perfwarden.auditor.gates import reading
-from perfwarden.harness import jsonl
-from perfwarden.harness.records import Claim, LegSpec, QualityEval, Verdict, write_json_atomic
-from perfwarden.orchestrator.cli import app
+from perfwarden.cli.main import app
+from perfwarden.formats import jsonl
+from perfwarden.formats.records import Claim, LegSpec, QualityEval, Verdict, write_json_atomic
 from perfwarden.orchestrator.synth import BASE_INFO, build_ab_run, write_claim, write_jsonl, write_quality_pair
 
 # Modest and derandomized so the file runs in well under a minute and the same way every time; set

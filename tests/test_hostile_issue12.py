@@ -27,10 +27,10 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from perfwarden.auditor.audit import ClaimError, audit_path, load_claim
-from perfwarden.harness import jsonl
-from perfwarden.harness.records import write_json_atomic
-from perfwarden.harness.safe_read import CLAIM_BYTES, RefusedInput, read_bytes
-from perfwarden.orchestrator.cli import app
+from perfwarden.cli.main import app
+from perfwarden.formats import jsonl
+from perfwarden.formats.records import write_json_atomic
+from perfwarden.formats.safe_read import CLAIM_BYTES, RefusedInput, read_bytes
 from perfwarden.orchestrator.paths import default_fixture_roots
 from perfwarden.orchestrator.settings import RunSettings
 
@@ -57,7 +57,7 @@ def cli(*args: str, timeout: float = 60, memory_gib: float = 3.0) -> subprocess.
         cap = int(memory_gib * (1 << 30))
         resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
 
-    return subprocess.run([sys.executable, "-m", "perfwarden.orchestrator.cli", *args], capture_output=True,
+    return subprocess.run([sys.executable, "-m", "perfwarden.cli.main", *args], capture_output=True,
                           text=True, timeout=timeout, preexec_fn=limit)
 
 

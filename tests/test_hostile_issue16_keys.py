@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 
 from perfwarden.auditor.manifest import KeyFileError, resolve_key
-from perfwarden.harness import seal
-from perfwarden.harness.records import key_store_dir
+from perfwarden.formats import seal
+from perfwarden.formats.records import key_store_dir
 from perfwarden.orchestrator.paths import default_fixture_roots
 
 from test_hostile_issue12 import deadline  # noqa: E402 - one alarm helper for the hostile-input tests
@@ -33,7 +33,7 @@ def cli(*args: str, timeout: float = 30) -> subprocess.CompletedProcess:
     def limit() -> None:
         resource.setrlimit(resource.RLIMIT_AS, (3 << 30, 3 << 30))
 
-    return subprocess.run([sys.executable, "-m", "perfwarden.orchestrator.cli", *args], capture_output=True,
+    return subprocess.run([sys.executable, "-m", "perfwarden.cli.main", *args], capture_output=True,
                           text=True, timeout=timeout, preexec_fn=limit, stdin=subprocess.DEVNULL)
 
 
@@ -127,7 +127,7 @@ def test_the_writer_refuses_to_continue_a_chain_whose_seal_id_is_a_path(tmp_path
 def test_the_writer_makes_only_seal_ids_the_reader_accepts(tmp_path, run_id):
     """One pattern for both sides: whatever a run is called, the id the writer makes is one the reader
     (``records.is_seal_id``, ``key_store_path``) accepts, and its key lies in the store."""
-    from perfwarden.harness.records import is_seal_id, key_store_path
+    from perfwarden.formats.records import is_seal_id, key_store_path
 
     run = tmp_path / "run"
     run.mkdir()

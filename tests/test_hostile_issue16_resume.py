@@ -23,7 +23,7 @@ import pytest
 from langgraph.checkpoint.serde.jsonplus import EXT_CONSTRUCTOR_SINGLE_ARG, JsonPlusSerializer
 from typer.testing import CliRunner
 
-from perfwarden.orchestrator.cli import app
+from perfwarden.cli.main import app
 from perfwarden.orchestrator.runner import RunUsageError, run_graph
 from perfwarden.orchestrator.settings import RunSettings
 from perfwarden.orchestrator.simlab import SyntheticLab
@@ -31,7 +31,7 @@ from perfwarden.orchestrator.simlab import SyntheticLab
 
 def cli(*args: str) -> subprocess.CompletedProcess:
     """The real CLI in a subprocess (the attack as a person would meet it)."""
-    return subprocess.run([sys.executable, "-m", "perfwarden.orchestrator.cli", *args], capture_output=True,
+    return subprocess.run([sys.executable, "-m", "perfwarden.cli.main", *args], capture_output=True,
                           text=True, timeout=120, stdin=subprocess.DEVNULL)
 
 

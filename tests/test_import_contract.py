@@ -1,10 +1,10 @@
 """The import boundaries (issue 19) hold, and the check is real: ``lint-imports`` runs the contracts in
 pyproject.toml (``[tool.importlinter]``) on this tree, and fails on a copy with one forbidden import added.
 
-The contracts: no arrow runs up the layers (proof > the red team's fuzzers > orchestrator > the red-team
-producer > producers | auditor > skills > harness), the harness imports nothing above it, the auditor
-never imports a producer, the orchestrator, the red team or proof, the running system never imports
-proof/, and no package's modules import each other in a cycle.
+The contracts: no arrow runs up the layers (proof > cli > verify > orchestrator | redteam > agents | auditor
+> harness | skills > formats), the formats import no other package, the harness imports nothing above it,
+the auditor imports only the formats and the skills, the running system never imports proof/, and no
+package's modules import each other in a cycle; imports under ``if TYPE_CHECKING:`` count.
 """
 
 from __future__ import annotations
@@ -21,7 +21,8 @@ import pytest
 
 from source_tree import ROOT, source_files
 
-PACKAGES = ("agents", "auditor", "harness", "orchestrator", "proof", "redteam", "skills")
+PACKAGES = tuple(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-dir"].values())
+"""Every top-level folder the project installs as ``perfwarden.<name>`` (each folder is its package's name)."""
 LINT = ("import sys; from importlinter.cli import lint_imports_command; "
         "sys.argv[0] = 'lint-imports'; sys.exit(lint_imports_command())")
 
@@ -45,6 +46,22 @@ def test_no_contract_waives_an_import():
     every contract (the op bench's phases <-> runner cycle was waived so until its types moved out)."""
     contracts = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]["contracts"]
     assert {c["name"]: c["ignore_imports"] for c in contracts if c.get("ignore_imports")} == {}
+
+
+def test_type_only_imports_count():
+    """An import under ``if TYPE_CHECKING:`` is an edge too: a type-only arrow up or a type-only cycle is
+    split (a Protocol where the type is used), never left out of the graph."""
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]
+    assert not config.get("exclude_type_checking_imports", False)
+
+
+def test_the_auditor_may_import_only_the_formats_and_the_skills():
+    """The auditor's contract forbids every other package, a package added later included."""
+    contracts = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]["contracts"]
+    [auditor] = [c for c in contracts if c.get("source_modules") == ["perfwarden.auditor"]]
+    allowed = {"perfwarden.auditor", "perfwarden.formats", "perfwarden.skills"}
+    assert sorted(auditor["forbidden_modules"]) == sorted(f"perfwarden.{p}" for p in PACKAGES
+                                                          if f"perfwarden.{p}" not in allowed)
 
 
 def test_the_import_contract_holds():
@@ -85,8 +102,14 @@ def copy(tmp_path_factory) -> Path:
 
 
 @pytest.mark.parametrize("module,line,contract", [
-    ("auditor/stats.py", "from perfwarden.orchestrator import exit_codes", "the auditor never imports"),
-    ("harness/jsonl.py", "from perfwarden.agents import base", "the harness imports nothing above it"),
+    ("auditor/stats.py", "from perfwarden.orchestrator import exit_codes", "the auditor imports only"),
+    ("auditor/stats.py", "from perfwarden.harness import sandbox", "the auditor imports only"),
+    ("harness/targets.py", "from perfwarden.agents import base", "the harness imports nothing above it"),
+    ("formats/seal.py", "from perfwarden.harness import sandbox", "no arrow runs up"),
+    ("formats/seal.py", "from perfwarden.auditor import stats", "the formats import no other perfwarden package"),
+    ("verify/backtest.py", "from perfwarden.cli import main", "no arrow runs up"),
+    ("orchestrator/graph.py", "from perfwarden.redteam import attack", "no arrow runs up"),
+    ("harness/sandbox_limits.py", "from perfwarden.harness.sandbox import Limits", "no import cycle"),
     ("orchestrator/paths.py", "import perfwarden.proof.build_cases", "the running system never imports proof/"),
     ("harness/opbench/phases.py", "from perfwarden.harness.opbench import runner", "no import cycle"),
 ])

@@ -12,11 +12,11 @@ import pytest
 from typer.testing import CliRunner
 
 from perfwarden.auditor import registry
-from perfwarden.auditor.model import roles
 from perfwarden.auditor.gates import prose
-from perfwarden.orchestrator.cli import app
-from perfwarden.orchestrator.answer_key import AnswerKeyError, answer_problems, load_answer_key, parse_answer_key
+from perfwarden.auditor.model import roles
+from perfwarden.cli.main import app
 from perfwarden.orchestrator.synth import BASE_INFO, COHERENT_TEXTS, write_json_atomic
+from perfwarden.verify.answer_key import AnswerKeyError, answer_problems, load_answer_key, parse_answer_key
 
 from auditor_cases import audit, build, codes
 

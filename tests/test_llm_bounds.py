@@ -20,6 +20,7 @@ from perfwarden.auditor.audit import audit_path
 from perfwarden.auditor.persona import PersonaAnswer, apply_persona
 from perfwarden.harness.llm_client import ANSWER_BYTES, LLMClient, LLMOutputError, LLMUnavailable
 from perfwarden.harness.llm_transport import CLOSE_GRACE_S
+from perfwarden.orchestrator.persona_model import persona_model
 
 from auditor_cases import build
 from hostile_openai import MiB, HostileOpenAI, Request, variant_ids
@@ -131,7 +132,7 @@ def test_the_persona_marks_the_verdict_degraded_and_keeps_its_label(tmp_path, mo
     claim = build(tmp_path)
     verdict = audit_path(tmp_path, claim)
     with HostileOpenAI(mode, variant, drip_s=0.25) as srv:
-        out = apply_persona(tmp_path, claim.read_text(), verdict, client(srv))
+        out = apply_persona(tmp_path, claim.read_text(), verdict, persona_model(client(srv)))
         prompt = srv.requests[0].payload["messages"][1]["content"]
     assert out.degraded and any(r.startswith("LLM persona: ") for r in out.degraded_reasons)
     assert out.verdict == verdict.verdict and out.findings == verdict.findings
@@ -185,8 +186,8 @@ def test_a_flood_of_persona_findings_is_capped_and_keeps_its_worst_severity(tmp_
     flood += [{"code": f"MADE_UP_{i}", "severity": "FAIL", "message": "m", "evidence": []} for i in range(1000)]
     with ScriptedLLM([json.dumps({"findings": flood, "notes": "n"})]) as llm:
         out = apply_persona(tmp_path, claim.read_text(), verdict,
-                            LLMClient(model="scripted-model", base_url=llm.base_url, api_key="k", timeout_s=10,
-                                      max_retries=0))
+                            persona_model(LLMClient(model="scripted-model", base_url=llm.base_url, api_key="k",
+                                                    timeout_s=10, max_retries=0)))
         assert llm.requests[0]["response_format"]["json_schema"]["name"] == "PersonaAnswer"
     persona = [f for f in out.findings if f.gate == "llm_persona"]
     assert len(persona) == MAX_LISTED + 1 and persona[-1].omitted == 2000 - MAX_LISTED

@@ -20,27 +20,27 @@ from fake_openai_server import FakeOpenAIServer  # noqa: E402
 
 from perfwarden.auditor.evidence import RunLoader  # noqa: E402
 from perfwarden.auditor.model import witnesses as rep_witnesses  # noqa: E402
-from perfwarden.harness.bench_writer import BENCH_LINE_VERSION, build_bench_line  # noqa: E402
-from perfwarden.harness.jsonl import BenchRunLine, read_jsonl  # noqa: E402
+from perfwarden.formats.jsonl import BenchRunLine, read_jsonl  # noqa: E402
+from perfwarden.formats.records import RunDir  # noqa: E402
 from perfwarden.harness import loadgen_client  # noqa: E402
+from perfwarden.harness.bench_writer import BENCH_LINE_VERSION, build_bench_line  # noqa: E402
 from perfwarden.harness.loadgen_client import (  # noqa: E402
-    ClientBug,
-    LoadSettings,
-    SSEDecoder,
-    StreamResult,
-    apply_event,
-    completions_url,
-    encode_payload,
-    loadgen_test_settings,
-    measure_rep,
-    offline_sample_count,
-    request_payload,
-    run_rep,
-    stream_completion,
-    to_record,
-)
+                                               ClientBug,
+                                               LoadSettings,
+                                               SSEDecoder,
+                                               StreamResult,
+                                               apply_event,
+                                               completions_url,
+                                               encode_payload,
+                                               loadgen_test_settings,
+                                               measure_rep,
+                                               offline_sample_count,
+                                               request_payload,
+                                               run_rep,
+                                               stream_completion,
+                                               to_record,
+                                               )
 from perfwarden.harness.prompts import Prompt, varied_prompts  # noqa: E402
-from perfwarden.harness.records import RunDir  # noqa: E402
 
 pytest.importorskip("mlperf_loadgen")
 

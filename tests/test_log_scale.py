@@ -21,9 +21,9 @@ import pytest
 from perfwarden.auditor import serverlog
 from perfwarden.auditor.audit import audit_path
 from perfwarden.auditor.serverlog import (ERROR_PATTERNS, FATAL_PATTERNS, NOT_ENGAGED_RX, SIGNAL_GUARDS,
-                                                 SIGNAL_PATTERNS, fold, parse_server_log, scan_server_log,
-                                                 usage_patterns)
-from perfwarden.harness import safe_read
+                                          SIGNAL_PATTERNS, fold, parse_server_log, scan_server_log,
+                                          usage_patterns)
+from perfwarden.formats import safe_read
 from perfwarden.orchestrator.paths import default_fixture_roots
 
 FIXTURES = default_fixture_roots()[0]
@@ -243,7 +243,7 @@ def test_a_server_log_is_read_once_in_pieces_and_never_held(tmp_path, monkeypatc
 def test_the_persona_excerpt_reads_only_the_end_of_a_big_log(tmp_path, monkeypatch):
     """The LLM persona shows a log's last lines: it reads the end of the file, not the whole 8 MiB again."""
     from perfwarden.auditor import persona
-    from perfwarden.harness.records import Verdict
+    from perfwarden.formats.records import Verdict
 
     log = tmp_path / "legs" / "a" / "server.log"
     log.parent.mkdir(parents=True)

@@ -21,10 +21,10 @@ from perfwarden.auditor.findings import decide
 from perfwarden.auditor.mlperf import audit
 from perfwarden.auditor.mlperf_findings import CODES
 from perfwarden.auditor.mlperf_scores import Score, threshold_rule, values_agree
-from perfwarden.harness.jsonl import LineRef
-from perfwarden.harness.mlperf_log import MlperfLogError, read_detail, read_summary
-from perfwarden.harness.records import Verdict
-from perfwarden.orchestrator.cli_mlperf import audit_mlperf
+from perfwarden.cli.mlperf import audit_mlperf
+from perfwarden.formats.jsonl import LineRef
+from perfwarden.formats.mlperf_log import MlperfLogError, read_detail, read_summary
+from perfwarden.formats.records import Verdict
 
 DATA = Path(__file__).resolve().parent / "data" / "mlperf"
 CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus" / "mlperf"
@@ -462,7 +462,7 @@ def test_an_mlperf_verdict_digest_is_stable_and_names_its_inputs():
 def cli():
     """``audit-mlperf`` through the main app when it imports, else a local app with the command."""
     try:
-        from perfwarden.orchestrator.cli import app
+        from perfwarden.cli.main import app
     except ImportError:
         app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
         app.command("audit-mlperf")(audit_mlperf)
@@ -556,7 +556,7 @@ def test_backtest_folds_in_the_mlperf_corpora_with_and_without_test(corpus):
     test detected; every audit must land in the case's expected verdicts (issue 9 rule 9)."""
     if not (corpus / "manifest.json").is_file():
         pytest.skip(f"{corpus} absent")
-    from perfwarden.orchestrator.mlperf_cases import mlperf_results
+    from perfwarden.verify.mlperf_cases import mlperf_results
 
     results = mlperf_results(corpus)
     n_cases = len(json.loads((corpus / "manifest.json").read_text()))

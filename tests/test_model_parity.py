@@ -13,7 +13,7 @@ import pytest
 from perfwarden.auditor.evidence import RunLoader
 from perfwarden.auditor.model import parity
 from perfwarden.auditor.model.schema import evidence_model
-from perfwarden.harness.jsonl import FOREIGN_STATED, BenchRunLine, ForeignBenchRunLine
+from perfwarden.formats.jsonl import FOREIGN_STATED, BenchRunLine, ForeignBenchRunLine
 
 ROOT = Path(__file__).resolve().parents[1]
 RECORDED = ROOT / "proof" / "fixtures" / "seal-rec-clean" / "run"

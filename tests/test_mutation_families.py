@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from perfwarden.orchestrator.backtest import score_fixture
 from perfwarden.redteam.mutations import (CLEAN_FIXTURES, COMMITTED, MUTATIONS, SEAL_MUTATIONS, SEALED_COMMITTED,
-                                        mutate)
+                                          mutate)
+from perfwarden.verify.backtest import score_fixture
 
 FIXTURES = Path(__file__).resolve().parents[1] / "proof" / "fixtures"
 
@@ -49,7 +49,7 @@ def test_every_family_is_committed_for_one_clean_fixture():
                 if fams is None or m.family in fams}
     # every seal attack that applies, on each sealed clean fixture (the seal mutations are not applied
     # to unsealed fixtures: there every edit is unseen by design)
-    from perfwarden.harness.records import Claim
+    from perfwarden.formats.records import Claim
 
     for clean in SEALED_COMMITTED:
         run = FIXTURES / clean / "run"

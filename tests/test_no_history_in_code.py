@@ -15,7 +15,8 @@ from pathlib import Path
 
 from source_tree import ROOT, source_files
 
-FOLDERS = ("agents", "auditor", "benchmarks", "harness", "orchestrator", "proof", "redteam", "scripts", "skills")
+FOLDERS = ("agents", "auditor", "benchmarks", "cli", "formats", "harness", "orchestrator", "proof", "redteam", "scripts",
+           "skills", "verify")
 """The project's code outside its tests."""
 
 SUFFIXES = (".py", ".sh")

@@ -21,11 +21,11 @@ from typer.testing import CliRunner
 from perfwarden.agents import own_figures, search
 from perfwarden.auditor.audit import audit_path, load_claim
 from perfwarden.auditor.goodput import good_requests
-from perfwarden.harness.jsonl import BenchRunLine
-from perfwarden.harness.objective import RunObjective
-from perfwarden.harness.seal import find_key_file
-from perfwarden.harness.slo import GoodputSlo, parse_slo
-from perfwarden.orchestrator.cli import app
+from perfwarden.cli.main import app
+from perfwarden.formats.jsonl import BenchRunLine
+from perfwarden.formats.objective import RunObjective
+from perfwarden.formats.seal import find_key_file
+from perfwarden.formats.slo import GoodputSlo, parse_slo
 from perfwarden.orchestrator.exit_codes import ExitCode
 from perfwarden.orchestrator.review.model import load_review
 from perfwarden.orchestrator.runner import RunUsageError, run_graph

@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 
 from perfwarden.auditor.audit import audit_path
-from perfwarden.harness import records, safe_write, seal
-from perfwarden.harness.records import SealedEvidenceWrite, append_unsealed_jsonl, jsonl_text
-from perfwarden.proof.seal_cases import sealed_clean
+from perfwarden.formats import records, safe_write, seal
+from perfwarden.formats.records import SealedEvidenceWrite, append_unsealed_jsonl, jsonl_text
 from perfwarden.orchestrator.synth import make_rep
+from perfwarden.proof.seal_cases import sealed_clean
 
 from source_tree import source_files
 
@@ -37,15 +37,15 @@ def _audit(fixture: Path):
 
 def test_one_function_named_append_jsonl_in_the_code():
     found = []
-    for path in sorted(p for folder in ("harness", "orchestrator", "agents", "auditor", "redteam", "proof")
-                       for p in source_files(".py", under=folder) if "fixtures" not in p.parts):
+    folders = ("formats", "harness", "orchestrator", "agents", "auditor", "redteam", "verify", "cli", "proof")
+    for path in sorted(p for folder in folders for p in source_files(".py", under=folder) if "fixtures" not in p.parts):
         text = path.read_text("utf-8")
         if "append_jsonl" not in text:
             continue
         for node in ast.walk(ast.parse(text)):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == "append_jsonl":
                 found.append(str(path.relative_to(ROOT)))
-    assert found == ["harness/seal.py"]
+    assert found == ["formats/seal.py"]
 
 
 def test_why_a_plain_line_in_sealed_evidence_reads_as_tampering(tmp_path):

@@ -22,8 +22,8 @@ import pytest
 pytest.importorskip("torch")
 
 from perfwarden.auditor.audit import audit_path  # noqa: E402
+from perfwarden.formats.jsonl import OpBenchLine, read_jsonl  # noqa: E402
 from perfwarden.harness import opbench as ob  # noqa: E402
-from perfwarden.harness.jsonl import OpBenchLine, read_jsonl  # noqa: E402
 from perfwarden.harness.ops.alternatives import for_op  # noqa: E402
 from perfwarden.orchestrator.synth import write_claim, write_jsonl  # noqa: E402
 

@@ -13,8 +13,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from perfwarden.formats.jsonl import OpBenchLine, read_jsonl  # noqa: E402
 from perfwarden.harness import sandbox  # noqa: E402
-from perfwarden.harness.jsonl import OpBenchLine, read_jsonl  # noqa: E402
 from perfwarden.harness.opbench import alternatives_for, run_opbench, summarize  # noqa: E402
 from perfwarden.harness.opbench.backend import read_output_file  # noqa: E402
 from perfwarden.harness.opbench.rig import describe_device  # noqa: E402

@@ -11,7 +11,7 @@ import math
 from pathlib import Path
 
 from perfwarden.auditor.gates import opbench
-from perfwarden.harness.jsonl import read_jsonl, OpBenchLine
+from perfwarden.formats.jsonl import read_jsonl, OpBenchLine
 from perfwarden.orchestrator.synth import write_claim, write_jsonl
 
 from auditor_cases import audit, build, codes

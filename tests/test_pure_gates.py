@@ -15,8 +15,8 @@ import pytest
 
 import perfwarden.auditor.gates as gates_pkg
 from perfwarden.auditor.evidence import line_evidence
-from perfwarden.harness.jsonl import LineRef, read_jsonl
-from perfwarden.orchestrator.backtest import _audit_blind
+from perfwarden.formats.jsonl import LineRef, read_jsonl
+from perfwarden.verify.backtest import _audit_blind
 
 
 class OutputLineProbe(msgspec.Struct):

@@ -20,8 +20,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from fake_openai_server import FakeOpenAIServer  # noqa: E402
 
 from perfwarden.auditor import registry  # noqa: E402
+from perfwarden.formats.records import QualityEval, RunDir  # noqa: E402
 from perfwarden.harness import quality as Q  # noqa: E402
-from perfwarden.harness.records import QualityEval, RunDir  # noqa: E402
 
 # ------------------------------------------------------------------------------------------ scoring
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from perfwarden.auditor import audit as audit_module
-from perfwarden.harness import safe_write, seal
+from perfwarden.formats import safe_write, seal
 from perfwarden.harness.bench_writer import append_bench_line
 from perfwarden.orchestrator.runner import run_graph
 from perfwarden.orchestrator.settings import RunSettings

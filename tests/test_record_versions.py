@@ -8,9 +8,9 @@ import pytest
 from pydantic import ValidationError
 from typer.testing import CliRunner
 
-from perfwarden.harness import records
-from perfwarden.harness.records import Claim, LegSpec, Verdict
-from perfwarden.orchestrator.cli import app
+from perfwarden.cli.main import app
+from perfwarden.formats import records
+from perfwarden.formats.records import Claim, LegSpec, Verdict
 
 
 def test_current_and_minor_versions_read():

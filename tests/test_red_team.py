@@ -10,10 +10,10 @@ import shutil
 import pytest
 from typer.testing import CliRunner
 
-from perfwarden.redteam import red_team as rt
-from perfwarden.orchestrator.cli import app
+from perfwarden.cli.main import app
 from perfwarden.orchestrator.paths import default_fixture_roots
-from perfwarden.orchestrator.answer_key import load_answer_key
+from perfwarden.redteam import red_team as rt
+from perfwarden.verify.answer_key import load_answer_key
 
 from scripted_llm import ScriptedLLM
 
@@ -90,7 +90,7 @@ def test_a_planted_weakness_is_found_and_becomes_a_fixture(tmp_path, monkeypatch
     key = load_answer_key(fixture / "answer_key.json")
     assert key.answers[0].verdict == ["FLAG", "FAIL"] and key.answers[0].must_include_any == [["UNKNOWN_KNOB"]]
     monkeypatch.undo()
-    from perfwarden.orchestrator.backtest import run_backtest
+    from perfwarden.verify.backtest import run_backtest
 
     assert run_backtest([fixture]).agreement == 1.0  # the fixed auditor agrees with the attack's answer
 

@@ -10,7 +10,7 @@ import pytest
 
 from perfwarden.auditor.rederive import (COUNTING_SORT_MAX, MAX_SECONDS, RepError, _quantiles, check_concurrency,
                                          rederive_rep, sorted_lengths)
-from perfwarden.harness.jsonl import BenchRunLine, LineRef
+from perfwarden.formats.jsonl import BenchRunLine, LineRef
 
 REF = LineRef(Path("bench_runs.jsonl"), 1, 0, 0)
 

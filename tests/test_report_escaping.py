@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from perfwarden.orchestrator.cli import app
+from perfwarden.cli.main import app
 from perfwarden.orchestrator.report import build_report, render_markdown
 from perfwarden.orchestrator.review.search_plot import clean_rows, history_svg
 from perfwarden.orchestrator.runner import THREAD_ID, run_graph

@@ -12,9 +12,9 @@ import pytest
 from typer.testing import CliRunner
 
 from perfwarden.agents.base import BankedChange
-from perfwarden.harness.verdict_summary import VerdictSummary
+from perfwarden.cli.main import app
+from perfwarden.formats.verdict_summary import VerdictSummary
 from perfwarden.harness.target_config import EmbeddedConfig
-from perfwarden.orchestrator.cli import app
 from perfwarden.orchestrator.exit_codes import ExitCode
 from perfwarden.orchestrator.report import build_report
 from perfwarden.orchestrator.report_record import REPORT_VERSION, ReportError, ReportRecord, parse_report

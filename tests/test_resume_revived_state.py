@@ -15,11 +15,11 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from perfwarden.orchestrator.cli import app
+from perfwarden.cli.main import app
 from perfwarden.orchestrator.runner import run_graph
 from perfwarden.orchestrator.settings import RunSettings
 from perfwarden.orchestrator.simlab import SyntheticLab
-from perfwarden.redteam.fuzz_rundir import _edit_record, edit_state
+from fuzzing.fuzz_rundir import _edit_record, edit_state
 
 
 def unfinished_run(path: Path) -> Path:
@@ -122,7 +122,7 @@ def test_a_state_channel_stored_as_none_is_refused_not_a_reducer_typeerror(tmp_p
     """``notes=None`` stored, alone or with a pending note a reducer would add to it, is exit 3 naming the
     field, never the reducer's ``None + list`` TypeError (exit 1) seen once in fuzz --rundir (seed 0, input
     4402, not reproduced alone: this guards the path, it did not fail before)."""
-    from perfwarden.redteam.fuzz_rundir import add_write, pack
+    from fuzzing.fuzz_rundir import add_write, pack
 
     run = unfinished_run(tmp_path / "run")
     set_state(run, notes=None)
@@ -142,8 +142,8 @@ def test_the_fuzz_inputs_that_ended_in_exit_1_are_input_errors_now(tmp_path, ind
     writes, so it raised ``None + list`` before any check saw the state) and input 7502 (settings'
     ``recursion_limit`` true, read as 1: GraphRecursionError) both ended in exit 1; each is exit 3 now.
     The inputs are replayed exactly as the benchmark's ``--replay`` does."""
-    from perfwarden.redteam.fuzz import RandomChooser
-    from perfwarden.redteam.fuzz_rundir import RundirFuzzer
+    from fuzzing.fuzz import RandomChooser
+    from fuzzing.fuzz_rundir import RundirFuzzer
 
     outcome = RundirFuzzer(tmp_path, timeout_s=60, memory_limit=3 << 30).run_one(RandomChooser(index))
     assert outcome.exit_code == 3 and not outcome.problems, outcome
@@ -153,7 +153,7 @@ def test_a_settings_recursion_limit_too_low_to_finish_a_run_is_refused(tmp_path,
     resumed graph stopped on GraphRecursionError (exit 1); a limit below 100 is a settings error (exit 3)."""
     import json
 
-    from perfwarden.redteam.fuzz_rundir import SEED_SETTINGS, _fork_run
+    from fuzzing.fuzz_rundir import SEED_SETTINGS, _fork_run
 
     monkeypatch.setenv("PERFWARDEN_KEY_DIR", str(tmp_path / "keys"))
     run = tmp_path / "run"

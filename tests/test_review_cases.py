@@ -15,7 +15,7 @@ from pathlib import Path
 from auditor_cases import BASE_INFO, BASE_TPUT, CAND_TPUT, reps
 
 from perfwarden.auditor.audit import audit_path, write_verdict
-from perfwarden.harness import seal
+from perfwarden.formats import seal
 from perfwarden.orchestrator.synth import COHERENT_TEXTS, write_claim, write_leg, write_manifest
 
 EVIL = "<script>window.__pwned=1</script>"

@@ -14,8 +14,8 @@ from test_review_cases import EVIL, add_bundle, build_demo_run
 from typer.testing import CliRunner
 
 from perfwarden.agents.base import BankedChange
-from perfwarden.harness.records import EvidenceRef, Finding, Verdict
-from perfwarden.orchestrator.cli import app
+from perfwarden.cli.main import app
+from perfwarden.formats.records import EvidenceRef, Finding, Verdict
 from perfwarden.orchestrator.review.compare import pair_entries
 from perfwarden.orchestrator.review.evidence import LineReader
 from perfwarden.orchestrator.review.export import csv_safe, md_cell

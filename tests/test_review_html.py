@@ -13,12 +13,12 @@ import pytest
 from test_review_cases import EVIL, add_bundle, build_demo_run, build_variant
 from typer.testing import CliRunner
 
-from perfwarden.orchestrator.cli import app
+from perfwarden.cli.main import app
 from perfwarden.orchestrator.paths import default_fixture_roots
-from perfwarden.orchestrator.review.backtest_html import render_backtest_html
-from perfwarden.orchestrator.review.report_html import MAX_EVIDENCE_SHOWN, render_review_html
 from perfwarden.orchestrator.review.model import load_review
-from perfwarden.orchestrator.backtest import find_fixtures, run_backtest
+from perfwarden.orchestrator.review.report_html import MAX_EVIDENCE_SHOWN, render_review_html
+from perfwarden.verify.backtest import find_fixtures, run_backtest
+from perfwarden.verify.backtest_html import render_backtest_html
 
 runner = CliRunner()
 SVG_NS = "http://www.w3.org/2000/svg"

@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from perfwarden.harness.records import EvidenceRef, Finding, Verdict
-from perfwarden.orchestrator.cli import app
+from perfwarden.cli.main import app
+from perfwarden.formats.records import EvidenceRef, Finding, Verdict
 from perfwarden.orchestrator.review import model
 from perfwarden.orchestrator.review.report_html import render_review_html
 from perfwarden.orchestrator.review.summary import banked

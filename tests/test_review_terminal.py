@@ -15,10 +15,10 @@ from test_report_record import banked_entry, unversioned_report
 from test_review_cases import EVIL, add_bundle, build_demo_run, build_variant
 from typer.testing import CliRunner
 
-from perfwarden.orchestrator.cli import app
+from perfwarden.cli.main import app
+from perfwarden.orchestrator.render import printable
 from perfwarden.orchestrator.review.compare import compare
 from perfwarden.orchestrator.review.model import ReviewError, load_review
-from perfwarden.orchestrator.render import printable
 from perfwarden.orchestrator.review.terminal import print_comparison, print_review
 
 runner = CliRunner()

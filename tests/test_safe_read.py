@@ -1,4 +1,4 @@
-"""``harness/safe_read.py``: only regular files inside their root are read, never blocking, bounded."""
+"""``formats/safe_read.py``: only regular files inside their root are read, never blocking, bounded."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from perfwarden.harness import safe_read
-from perfwarden.harness.safe_read import RefusedInput, is_regular, long_string, open_regular, read_bytes
+from perfwarden.formats import safe_read
+from perfwarden.formats.safe_read import RefusedInput, is_regular, long_string, open_regular, read_bytes
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""Issue 16 §2: every write stays inside the run (``harness/safe_write.py``).
+"""Issue 16 §2: every write stays inside the run (``formats/safe_write.py``).
 
 A run directory is input to ``run --resume``, ``measure`` and ``audit --save``. For each file and folder
 those commands write, a link planted there (pointing at a file or folder outside the run, in tmp_path)
@@ -20,10 +20,10 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from perfwarden.harness import seal
-from perfwarden.harness.records import QualityEval, append_unsealed_jsonl, write_json_atomic
-from perfwarden.harness.safe_read import RefusedInput
-from perfwarden.orchestrator.cli import app
+from perfwarden.cli.main import app
+from perfwarden.formats import seal
+from perfwarden.formats.records import QualityEval, append_unsealed_jsonl, write_json_atomic
+from perfwarden.formats.safe_read import RefusedInput
 from perfwarden.orchestrator.paths import default_fixture_roots
 from perfwarden.orchestrator.settings import RunSettings
 
@@ -34,7 +34,7 @@ SECRET = b"outside the run: must stay as it is\n"
 
 def cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
     """The CLI in a subprocess: a command that blocks (a FIFO) or starts a server fails on the timeout."""
-    return subprocess.run([sys.executable, "-m", "perfwarden.orchestrator.cli", *args], capture_output=True,
+    return subprocess.run([sys.executable, "-m", "perfwarden.cli.main", *args], capture_output=True,
                           text=True, timeout=timeout, env=os.environ.copy())
 
 
@@ -225,7 +225,7 @@ def test_a_path_that_leaves_its_root_is_refused(tmp_path):
                                      ("../x", False), ("a/b", False), ("..", False), ("", False), (".x", False),
                                      ("-x", False), ("a\x00b", False), ("a b", False), ("x" * 129, False)])
 def test_one_validator_for_names_that_become_path_components(name, ok):
-    from perfwarden.harness import safe_write
+    from perfwarden.formats import safe_write
 
     if ok:
         assert safe_write.check_name(name) == name

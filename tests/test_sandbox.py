@@ -327,7 +327,7 @@ def test_os_system_runs_only_inside(box):
 
 
 def test_code_and_files_outside_cannot_be_truncated_or_hard_linked(box):
-    from perfwarden.harness import records  # any of perfwarden's own code files (no torch needed)
+    from perfwarden.formats import records  # any of perfwarden's own code files (no torch needed)
 
     code = Path(records.__file__)
     before = code.read_bytes()

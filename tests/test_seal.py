@@ -16,12 +16,12 @@ import pytest
 
 from perfwarden.auditor.audit import ClaimError, audit_path
 from perfwarden.auditor.manifest import read_manifest, resolve_key
-from perfwarden.harness import seal
+from perfwarden.formats import seal
+from perfwarden.formats.records import RunDir
 from perfwarden.harness.bench_writer import append_bench_line, rep_exists, reps_to_run
-from perfwarden.harness.records import RunDir
-from perfwarden.redteam import mutations
-from perfwarden.proof.seal_cases import sealed_clean
 from perfwarden.orchestrator.synth import build_ab_run, make_rep
+from perfwarden.proof.seal_cases import sealed_clean
+from perfwarden.redteam import mutations
 
 CLAIM = "claims/001-patch.json"
 
@@ -348,7 +348,7 @@ def test_an_unusable_key_file_is_invalid_input(tmp_path):
 def test_cli_audit_with_key(tmp_path):
     from typer.testing import CliRunner
 
-    from perfwarden.orchestrator.cli import app
+    from perfwarden.cli.main import app
 
     fixture = _fixture(tmp_path)
     run = fixture / "run"
@@ -441,7 +441,7 @@ def test_measure_then_audit_on_the_embedded_target(tmp_path):
     from perfwarden.orchestrator.synth import write_claim
 
     run = tmp_path / "run"
-    cli = [sys.executable, "-m", "perfwarden.orchestrator.cli"]
+    cli = [sys.executable, "-m", "perfwarden.cli.main"]
     measured = subprocess.run(cli + ["measure", "--out", str(run), "--leg", "base", "--reps", "2", "--scenario",
                                      "offline", "--max-tokens", "4"], capture_output=True, text=True, timeout=540)
     assert measured.returncode == 0, measured.stderr[-3000:]
@@ -471,7 +471,7 @@ def test_measure_then_audit_on_the_embedded_target(tmp_path):
 def test_a_hostile_manifest_is_never_read_outside_the_run_and_never_crashes(tmp_path):
     """Entries naming files outside the run (or impossible names) are linked correctly but forged
     (no key): the auditor reads nothing outside the run, does not degrade, and fails closed."""
-    from perfwarden.harness.seal import encode_entry
+    from perfwarden.formats.seal import encode_entry
 
     fixture = _fixture(tmp_path)
     (fixture / "seal.key").unlink()  # audited without the key: only the chain's structure is checked

@@ -1,8 +1,8 @@
 """A FIFO at the run's seal chain is refused, never waited on (``benchmarks/fuzz.py --rundir``).
 
 ``audit RUN --claim ...`` hung forever when ``evidence.jsonl`` was a FIFO: a plain ``open()`` blocks until
-a writer appears. The one seal-id reader (``harness.jsonl.chain_seal_id``, for the auditor and the
-harness) reads through ``harness/safe_read.py``.
+a writer appears. The one seal-id reader (``formats.jsonl.chain_seal_id``, for the auditor and the
+harness) reads through ``formats/safe_read.py``.
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ import pytest
 from typer.testing import CliRunner
 
 from perfwarden.auditor import manifest
-from perfwarden.harness import jsonl
-from perfwarden.orchestrator.cli import app
+from perfwarden.cli.main import app
+from perfwarden.formats import jsonl
 from perfwarden.orchestrator.runner import run_graph
 from perfwarden.orchestrator.settings import RunSettings
 from perfwarden.orchestrator.simlab import SyntheticLab

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from perfwarden.harness import jsonl
+from perfwarden.formats import jsonl
 
 CHUNK = jsonl._READ_CHUNK
 

@@ -7,7 +7,7 @@ import pytest
 
 from perfwarden.agents import config_tuner as T
 from perfwarden.agents.base import Proposal
-from perfwarden.harness.verdict_summary import FindingSummary, VerdictSummary
+from perfwarden.formats.verdict_summary import FindingSummary, VerdictSummary
 from perfwarden.harness.target_config import ConfigError, EmbeddedConfig
 
 BASE = EmbeddedConfig.defaults()

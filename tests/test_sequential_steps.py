@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from perfwarden.agents.base import Proposal, StepLook
-from perfwarden.harness.verdict_summary import FindingSummary, VerdictSummary
+from perfwarden.formats.verdict_summary import FindingSummary, VerdictSummary
 from perfwarden.orchestrator import stepping
 from perfwarden.orchestrator.runner import run_graph
 from perfwarden.orchestrator.settings import RunSettings

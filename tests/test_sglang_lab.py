@@ -21,14 +21,14 @@ import pytest
 from typer.testing import CliRunner
 
 from perfwarden.agents import integrator
-from perfwarden.auditor.audit import audit_claim
 from perfwarden.agents.base import Proposal
-from perfwarden.harness import seal
+from perfwarden.auditor.audit import audit_claim
+from perfwarden.cli.main import app
+from perfwarden.formats import seal
+from perfwarden.formats.records import RunManifest, write_json_atomic
 from perfwarden.harness.prompts import parity_prompts
-from perfwarden.harness.records import RunManifest, write_json_atomic
 from perfwarden.harness.sglang_target import SGLangEnvError, check_model_path, find_sglang_python
 from perfwarden.harness.target_config import SGLangConfig
-from perfwarden.orchestrator.cli import app
 from perfwarden.orchestrator.lab import LabError, LegPlan
 from perfwarden.orchestrator.sglang_lab import SGLangLab
 
@@ -136,7 +136,7 @@ def test_a_missing_model_or_an_environment_without_sglang_exits_3_before_anythin
 def test_a_resumed_sglang_run_checks_its_environment_again_and_a_bad_baseline_knob_is_refused(tmp_path, model_dir,
                                                                                                 sglang_python,
                                                                                                 monkeypatch):
-    from perfwarden.harness.records import write_json_atomic
+    from perfwarden.formats.records import write_json_atomic
     from perfwarden.orchestrator.settings import RunSettings
 
     run = tmp_path / "run"

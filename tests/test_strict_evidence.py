@@ -16,13 +16,13 @@ import pytest
 
 from perfwarden.auditor.claim_file import ClaimError, load_claim
 from perfwarden.auditor.gates import timeline
-from perfwarden.harness import seal
+from perfwarden.formats import seal
+from perfwarden.formats.jsonl import BenchRunLine, OutputLine, iter_jsonl, read_jsonl
+from perfwarden.formats.records import jsonl_text
+from perfwarden.formats.strict_json import RepeatedKey, repeated_key
 from perfwarden.harness.bench_writer import RequestRecord, build_bench_line
-from perfwarden.harness.jsonl import BenchRunLine, OutputLine, iter_jsonl, read_jsonl
-from perfwarden.harness.strict_json import RepeatedKey, repeated_key
-from perfwarden.harness.records import jsonl_text
-from perfwarden.proof.build_strict import interleaved
 from perfwarden.orchestrator.synth import make_rep, write_claim
+from perfwarden.proof.build_strict import interleaved
 
 from auditor_cases import BASE_TPUT, CAND_TPUT, audit, build, codes, reps
 
@@ -120,7 +120,7 @@ def test_repeated_key_agrees_with_the_exact_reader_on_random_spellings():
 
 
 def test_a_big_compact_line_is_decided_without_the_slow_reader(monkeypatch):
-    import perfwarden.harness.strict_json as strict_json
+    import perfwarden.formats.strict_json as strict_json
 
     line = json.dumps({"leg": "cand", "ttfts": [0.1] * 200_000, "itls": [[0.02] * 3] * 20_000,
                        "contention": {"start": {"t": 1.0}}}, separators=(",", ":")).encode()
@@ -295,8 +295,8 @@ def test_strict_fixtures_agree_with_their_answer_keys():
 
 
 def test_a_repeat_in_a_huge_line_is_refused_without_parsing_it_twice(monkeypatch):
-    import perfwarden.harness.jsonl as jsonl
-    import perfwarden.harness.strict_json as strict_json
+    import perfwarden.formats.jsonl as jsonl
+    import perfwarden.formats.strict_json as strict_json
 
     monkeypatch.setattr(strict_json, "NAME_REPEAT_BYTES", 1000)  # the bound, scaled down
     line = json.dumps({"ttfts": [0.1] * 500, "leg": "a"}).encode()

@@ -1,4 +1,4 @@
-"""One strict JSON decoder for every reader (``harness/strict_json.py``): each rule refused the same way
+"""One strict JSON decoder for every reader (``formats/strict_json.py``): each rule refused the same way
 by every file perfwarden reads, and the scans behind it in constant memory.
 
 The reader tests here go through the readers' public entry points (a claim, ``report.json``,
@@ -20,11 +20,11 @@ import pytest
 
 from perfwarden.auditor.claim_file import ClaimError, load_claim
 from perfwarden.auditor.serverlog import parse_server_log
-from perfwarden.harness import strict_json
-from perfwarden.harness.jsonl import OutputLine, chain_seal_id, read_jsonl
-from perfwarden.harness.mlperf_log import MlperfLogError, read_detail
-from perfwarden.harness.strict_json import INT_MAX, INT_MIN, JsonTooDeep, RepeatedKey, StrictJsonError, loads
-from perfwarden.harness.vllm_log import MAX_ARGS_CHARS, VllmArgsError, parse_args
+from perfwarden.formats import strict_json
+from perfwarden.formats.jsonl import OutputLine, chain_seal_id, read_jsonl
+from perfwarden.formats.mlperf_log import MlperfLogError, read_detail
+from perfwarden.formats.strict_json import INT_MAX, INT_MIN, JsonTooDeep, RepeatedKey, StrictJsonError, loads
+from perfwarden.formats.vllm_log import MAX_ARGS_CHARS, VllmArgsError, parse_args
 from perfwarden.harness.vllm_target import parse_args_line
 from perfwarden.orchestrator.report_record import ReportError, read_report
 

@@ -11,8 +11,8 @@ from optuna.trial import TrialState
 
 from perfwarden.agents import search
 from perfwarden.agents.base import Proposal
+from perfwarden.formats.verdict_summary import FindingSummary, VerdictSummary
 from perfwarden.harness.target_config import EmbeddedConfig, SGLangConfig
-from perfwarden.harness.verdict_summary import FindingSummary, VerdictSummary
 from perfwarden.orchestrator.review.search_plot import clean_rows, history_svg
 from perfwarden.orchestrator.runner import checkpoint_path, run_graph
 from perfwarden.orchestrator.settings import RunSettings

@@ -86,7 +86,7 @@ def _restated_defaults() -> list[str]:
 
     knobs = "|".join(sorted({k for model in TARGET_CONFIGS.values() for k in model.model_fields}))
     pattern = re.compile(r"\b\w*(?:config|knobs|cfg|base)\w*\.get\(\s*[\"'](?:" + knobs + r")[\"']\s*,")
-    return [f"{path.relative_to(ROOT)}:{i}" for folder in ("agents", "orchestrator", "harness")
+    return [f"{path.relative_to(ROOT)}:{i}" for folder in ("agents", "orchestrator", "harness", "cli")
             for path in source_files(".py", under=folder)
             for i, line in enumerate(path.read_text("utf-8").splitlines(), 1) if pattern.search(line)]
 

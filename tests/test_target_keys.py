@@ -18,7 +18,8 @@ from perfwarden.auditor.evidence import LegEvidence
 from perfwarden.auditor.gates.conditions import flatten
 from perfwarden.auditor.gates.process import FIELD_TYPES
 from perfwarden.auditor.gates.target_keys import check_target_keys
-from perfwarden.harness import node_identity, sandbox, vllm_metrics
+from perfwarden.formats import vllm_metrics
+from perfwarden.harness import node_identity, sandbox
 from perfwarden.harness.process_conditions import THREAD_ENV
 from perfwarden.harness.sglang_target import SglangTarget
 from perfwarden.harness.target_config import EMBEDDED_OPS, EmbeddedConfig, SGLangConfig, VLLMConfig

@@ -19,9 +19,9 @@ from typer.testing import CliRunner
 
 from perfwarden.auditor.audit import audit_path
 from perfwarden.auditor.banking import banks
+from perfwarden.cli.main import app
+from perfwarden.cli.run import TerminalWatcher
 from perfwarden.orchestrator import graph as G
-from perfwarden.orchestrator.cli import app
-from perfwarden.orchestrator.cli_run import TerminalWatcher
 from perfwarden.orchestrator.review.export import export
 from perfwarden.orchestrator.review.model import load_review
 from perfwarden.orchestrator.review.report_html import render_review_html
@@ -29,8 +29,8 @@ from perfwarden.orchestrator.review.terminal import print_review
 from perfwarden.orchestrator.runner import run_graph
 from perfwarden.orchestrator.settings import RunSettings
 from perfwarden.orchestrator.simlab import SyntheticLab
-from perfwarden.proof.seal_cases import sealed_clean
 from perfwarden.orchestrator.synth import build_ab_run
+from perfwarden.proof.seal_cases import sealed_clean
 
 runner = CliRunner()
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from perfwarden.auditor.audit import audit_path
-from perfwarden.harness.jsonl import BenchRunLine, LineIssue, iter_jsonl
+from perfwarden.formats.jsonl import BenchRunLine, LineIssue, iter_jsonl
 
 DATA = Path(__file__).parent / "data" / "vllm-bench-serve" / "results.jsonl"
 

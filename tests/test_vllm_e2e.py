@@ -25,7 +25,7 @@ from run_objective import assert_goodput_headlines
 
 from perfwarden.auditor.evidence import RunLoader
 from perfwarden.auditor.gates import engine_witness
-from perfwarden.harness import vllm_metrics
+from perfwarden.formats import vllm_metrics
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -46,7 +46,7 @@ def vllm_python() -> str:
 
 def cli(*args: str, timeout: float) -> subprocess.CompletedProcess:
     env = {**os.environ, "PERFWARDEN_VLLM_PYTHON": vllm_python()}
-    return subprocess.run([sys.executable, "-m", "perfwarden.orchestrator.cli", *args], capture_output=True,
+    return subprocess.run([sys.executable, "-m", "perfwarden.cli.main", *args], capture_output=True,
                           text=True, timeout=timeout, env=env)
 
 

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from perfwarden.harness import vllm_metrics, vllm_target
+from perfwarden.formats import vllm_metrics
+from perfwarden.harness import vllm_target
 from perfwarden.harness.target_config import ConfigError, VLLMConfig
 from perfwarden.harness.vllm_target import VLLMEnvError, engine_report, flag_args, parse_args_line, parse_log
 
@@ -101,7 +102,7 @@ def test_an_interpreter_without_vllm_is_a_clear_error(tmp_path, monkeypatch):
 def test_cli_refuses_before_anything_runs(tmp_path, monkeypatch, argv, code, message):
     from typer.testing import CliRunner
 
-    from perfwarden.orchestrator.cli import app
+    from perfwarden.cli.main import app
 
     monkeypatch.delenv(vllm_target.PYTHON_ENV, raising=False)
     monkeypatch.chdir(tmp_path)
@@ -133,7 +134,7 @@ def test_a_resumed_vllm_run_names_no_program_and_loads_none_of_its_own_files(tmp
     before the person's interpreter is even probed; a resume without an interpreter is told how."""
     from typer.testing import CliRunner
 
-    from perfwarden.orchestrator.cli import app
+    from perfwarden.cli.main import app
 
     monkeypatch.delenv(vllm_target.PYTHON_ENV, raising=False)
     marker = tmp_path / "probed"

@@ -16,15 +16,15 @@ import msgspec
 import pytest
 
 from perfwarden.auditor.evidence import RunLoader
+from perfwarden.auditor.loadgen_logs import _half_unit
 from perfwarden.auditor.model import witnesses as rep_witnesses
 from perfwarden.auditor.model.compare import EXACT, Stated, Tolerance, compare
-from perfwarden.auditor.loadgen_logs import _half_unit
+from perfwarden.formats.jsonl import BenchRunLine
+from perfwarden.formats.records import EvidenceRef, jsonl_text
 from perfwarden.harness.bench_writer import BENCH_LINE_VERSION, RequestRecord, build_bench_line
-from perfwarden.harness.jsonl import BenchRunLine
-from perfwarden.harness.records import EvidenceRef, jsonl_text
+from perfwarden.orchestrator.synth import BASE_TPUT, CAND_TPUT
 from perfwarden.proof.build_integrity import ab, edit_lines, foreign, light
 from perfwarden.proof.build_witness import build, counters, legs_v2
-from perfwarden.orchestrator.synth import BASE_TPUT, CAND_TPUT
 
 from auditor_cases import audit, codes
 

@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-CLI = [sys.executable, "-m", "perfwarden.orchestrator.cli"]
+CLI = [sys.executable, "-m", "perfwarden.cli.main"]
 CRASH_AT = "before:integrator#10"
 """Where the base run is killed: half-way through the search (baseline, profile and eight steps audited,
 the study holding their trials), so a resume still asks and tells the study, measures, audits and banks."""
@@ -140,7 +140,7 @@ def seal_problems(run: Path, keys: Path) -> list[str]:
     """What is wrong with the run's seal chain under its key: a broken link, a torn tail, a listed file
     that differs from what was sealed (the auditor's own reader, ``auditor/manifest.py``)."""
     from perfwarden.auditor.manifest import observe, read_manifest
-    from perfwarden.harness.jsonl import chain_seal_id
+    from perfwarden.formats.jsonl import chain_seal_id
 
     chain = run / "evidence.jsonl"
     seal_id = chain_seal_id(chain)

@@ -17,7 +17,7 @@ from perfwarden.auditor.findings import Findings, GateResult, finding
 from perfwarden.auditor.gates.conditions import flatten, key_evidence
 from perfwarden.auditor.gates.correctness import server_flag
 from perfwarden.auditor.gates.lever import raw_signals
-from perfwarden.harness.records import Finding
+from perfwarden.formats.records import Finding
 
 PREFIX_HIT_RATE_MAX_GAP = 0.10
 """Prefix-cache hit rates of two legs may differ by this much (absolute) before warm-vs-cold confounds."""

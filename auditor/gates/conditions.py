@@ -24,7 +24,7 @@ from perfwarden.auditor.model import roles, statements
 from perfwarden.auditor.model.statements import (MISSING as _MISSING, ConditionCopy, diff_server_info, flatten,
                                                  key_evidence, leg_copies, union_diff)
 from perfwarden.auditor.model.statements import same as _same
-from perfwarden.harness.records import Claim
+from perfwarden.formats.records import Claim
 
 check_condition_copies = statements.check_copies
 

@@ -15,7 +15,7 @@ from perfwarden.auditor.evidence import LegEvidence, QualityRecords, line_eviden
 from perfwarden.auditor.findings import Findings, GateResult, finding
 from perfwarden.auditor.gates.conditions import flatten, key_evidence
 from perfwarden.auditor.model.schema import evidence_model
-from perfwarden.harness.records import (QUALITY_ITEMS_FIELDS, Claim, EvidenceRef, QualityEval, Severity,
+from perfwarden.formats.records import (QUALITY_ITEMS_FIELDS, Claim, EvidenceRef, QualityEval, Severity,
                                         VerdictCorrectness)
 
 PARITY_MIN_IDENTICAL = 0.75
@@ -150,7 +150,7 @@ def check_parity(run: Path, claim: Claim, base: LegEvidence, cand: LegEvidence, 
 
 
 ITEMS_DIGEST_FIELDS = QUALITY_ITEMS_FIELDS
-"""Where a quality record names the items it scored (one place: ``harness.records``)."""
+"""Where a quality record names the items it scored (one place: ``formats.records``)."""
 BASELINE_SCORE_TOLERANCE = 1e-9
 
 

@@ -1,7 +1,7 @@
 """Every rep on a real engine has a second witness: the engine's own counters. A pure gate over what
 the loader read.
 
-The harness samples vLLM's ``/metrics`` just before and just after each rep (``harness/vllm_metrics.py``,
+The harness samples vLLM's ``/metrics`` just before and just after each rep (``formats/vllm_metrics.py``,
 ``legs/<leg>/engine_metrics.jsonl``). The engine counted the rep's requests independently of
 perfwarden's client, so the bench line must agree with the difference of the two samples:
 
@@ -41,8 +41,8 @@ import msgspec
 from perfwarden.auditor.evidence import LegEvidence, RunLoader, TextFile, line_evidence
 from perfwarden.auditor.findings import GateResult, finding
 from perfwarden.auditor.rederive import RepMetrics
-from perfwarden.harness import vllm_metrics
-from perfwarden.harness.records import EvidenceRef, Finding
+from perfwarden.formats import vllm_metrics
+from perfwarden.formats.records import EvidenceRef, Finding
 
 GATE = "engine_witness"
 COUNT_TOLERANCE = 0

@@ -12,8 +12,8 @@ from __future__ import annotations
 from perfwarden.auditor import stats
 from perfwarden.auditor.findings import GateResult, finding
 from perfwarden.auditor.gates.opbench import op_fraction
-from perfwarden.harness.jsonl import LineRef, ProfileLine
-from perfwarden.harness.records import Claim, Comparison
+from perfwarden.formats.jsonl import LineRef, ProfileLine
+from perfwarden.formats.records import Claim, Comparison
 
 KERNEL_KEYS = ("op_overrides", "kernel_patches")
 

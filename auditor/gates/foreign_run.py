@@ -32,7 +32,7 @@ from perfwarden.auditor.evidence import LegEvidence, line_evidence
 from perfwarden.auditor.findings import GateResult, finding
 from perfwarden.auditor.gates import measurement, timeline
 from perfwarden.auditor.rederive import RepMetrics
-from perfwarden.harness.records import Finding
+from perfwarden.formats.records import Finding
 
 GATE = "foreign_run"
 CLOCK_TOLERANCE_S = 5.0

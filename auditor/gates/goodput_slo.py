@@ -31,13 +31,13 @@ from __future__ import annotations
 from pathlib import Path
 
 from perfwarden.auditor import goodput
-from perfwarden.auditor.bench_extras import RepGoodput
+from perfwarden.auditor.bench_records import RepGoodput
 from perfwarden.auditor.evidence import LegEvidence, line_evidence
 from perfwarden.auditor.findings import GateResult, finding
 from perfwarden.auditor.rederive import RepMetrics
-from perfwarden.harness.objective import OBJECTIVE_FILE, RunObjective
-from perfwarden.harness.records import Claim, EvidenceRef, Finding
-from perfwarden.harness.slo import GoodputBasis, GoodputSlo
+from perfwarden.formats.objective import OBJECTIVE_FILE, RunObjective
+from perfwarden.formats.records import Claim, EvidenceRef, Finding
+from perfwarden.formats.slo import GoodputBasis, GoodputSlo
 
 GATE = "goodput_slo"
 METRIC = "request_goodput"

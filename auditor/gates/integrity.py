@@ -32,7 +32,7 @@ from typing import Literal
 
 from perfwarden.auditor.findings import GateResult, finding
 from perfwarden.auditor.manifest import ChainLink, FileState, KeyChoice, Manifest
-from perfwarden.harness.records import EvidenceRef, Finding, Seal
+from perfwarden.formats.records import EvidenceRef, Finding, Seal
 
 GATE = "integrity"
 CHAIN = "evidence.jsonl"

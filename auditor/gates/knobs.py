@@ -11,11 +11,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from perfwarden.auditor.model import roles
 from perfwarden.auditor.evidence import LegEvidence
 from perfwarden.auditor.findings import GateResult, finding
 from perfwarden.auditor.gates.conditions import declared_keys, is_declared, key_evidence
-from perfwarden.harness.records import Claim
+from perfwarden.auditor.model import roles
+from perfwarden.formats.records import Claim
 
 
 def unknown_knobs(diff: dict[str, list[Any]]) -> list[str]:

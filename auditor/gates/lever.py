@@ -17,13 +17,13 @@ from typing import Any
 import numpy as np
 
 from perfwarden.auditor import registry
-from perfwarden.auditor.model import mechanisms, roles
 from perfwarden.auditor.evidence import LegEvidence, line_evidence
 from perfwarden.auditor.findings import Findings, GateResult, finding
 from perfwarden.auditor.gates.conditions import declared_keys, flatten
+from perfwarden.auditor.model import mechanisms, roles
 from perfwarden.auditor.serverlog import (NOT_ENGAGED_RX, RESPONSE_CACHE_HIT,  # noqa: F401
-                                                 SIGNAL_PATTERNS, LogSignal)  # re-exported for their importers
-from perfwarden.harness.records import Claim, EvidenceRef, LeverClass
+                                          SIGNAL_PATTERNS, LogSignal)  # re-exported for their importers
+from perfwarden.formats.records import Claim, EvidenceRef, LeverClass
 
 Signal = LogSignal
 """One raw sign that a mechanism ran in a leg (the log's are found by ``serverlog.scan_server_log``)."""

@@ -18,7 +18,7 @@ from perfwarden.auditor.findings import Findings, GateResult, finding
 from perfwarden.auditor.rederive import LATENCY_METRICS, METRICS, RepMetrics
 from perfwarden.auditor.sequential import HORIZON_REPS
 from perfwarden.auditor.serverlog import ERROR_PATTERNS, FATAL_PATTERNS  # noqa: F401 - re-exported (moved)
-from perfwarden.harness.records import (Action, Claim, Comparison, EvidenceRef, Finding, MetricStats, Severity,
+from perfwarden.formats.records import (Action, Claim, Comparison, EvidenceRef, Finding, MetricStats, Severity,
                                         shadows)
 
 # Tolerance for a line's own aggregates vs our re-derivation. Wider for e2e/TPOT when the file has no

@@ -1,7 +1,7 @@
 """The run's sealed objective against the claim's headline, and a goodput headline no ratio can judge.
 A pure gate.
 
-A run seals what it optimizes before its first leg (``objective.json``, ``harness/objective.py``). A step of
+A run seals what it optimizes before its first leg (``objective.json``, ``formats/objective.py``). A step of
 a run that optimizes one metric and claims a win on another (a throughput win in a tail-latency run) is not
 the win the run looks for: CONDITIONS_MISREPORTED, FLAG (a claim restating the objective's figure may bank).
 The SLO a goodput figure is judged at is ``goodput_slo``'s decision, the sealed one first.
@@ -15,8 +15,8 @@ import numpy as np
 
 from perfwarden.auditor.evidence import LegEvidence, line_evidence
 from perfwarden.auditor.findings import GateResult, finding
-from perfwarden.harness.objective import OBJECTIVE_FILE, RunObjective
-from perfwarden.harness.records import Claim, EvidenceRef
+from perfwarden.formats.objective import OBJECTIVE_FILE, RunObjective
+from perfwarden.formats.records import Claim, EvidenceRef
 
 GATE = "objective"
 GOODPUT = "request_goodput"

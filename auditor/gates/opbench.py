@@ -17,9 +17,9 @@ import numpy as np
 from perfwarden.auditor.evidence import line_evidence
 from perfwarden.auditor.findings import GateResult, finding
 from perfwarden.auditor.gates.conditions import flatten
-from perfwarden.harness.jsonl import LineRef, OpBenchLine, ProfileLine
-from perfwarden.harness.profile_ops import canonical_op
-from perfwarden.harness.records import Action, EvidenceRef, Finding, Severity
+from perfwarden.formats.jsonl import LineRef, OpBenchLine, ProfileLine
+from perfwarden.formats.op_names import canonical_op
+from perfwarden.formats.records import Action, EvidenceRef, Finding, Severity
 
 # rtol by dtype (torch.testing defaults, relaxed 10x for fused reductions), used when a row has none.
 DEFAULT_RTOL = {"float32": 1e-4, "fp32": 1e-4, "float16": 1e-2, "fp16": 1e-2, "bfloat16": 5e-2, "bf16": 5e-2,

@@ -2,17 +2,30 @@
 
 from __future__ import annotations
 
+from collections import defaultdict
 from pathlib import Path
 
 from perfwarden.auditor.evidence import line_evidence
 from perfwarden.auditor.findings import Findings, GateResult
-from perfwarden.harness.jsonl import LineRef, ProfileLine
-from perfwarden.harness.profile_ops import canonical_op, rank_ops
+from perfwarden.formats.jsonl import LineRef, ProfileLine
+from perfwarden.formats.op_names import canonical_op
 
 HOT_SHARE = 0.05
 """An op worth optimizing takes at least this share of profiled time..."""
 HOT_RANK = 5
 """...and ranks among this many hottest ops after merging fragments."""
+
+
+def rank_ops(rows: list[tuple[LineRef, ProfileLine]]) -> list[tuple[str, float]]:
+    """(op, share of total self time), hottest first, each op's kernel fragments merged: the auditor's own
+    ranking of the profile's rows, never the producer's (which routed the op this gate checks)."""
+    merged: dict[str, float] = defaultdict(float)
+    for _, row in rows:
+        merged[canonical_op(row)] += row.self_time_us
+    total = sum(merged.values())
+    if total <= 0:
+        return []
+    return sorted(((op, t / total) for op, t in merged.items()), key=lambda kv: (-kv[1], kv[0]))
 
 
 def check_routed_op(run: Path, rows: list[tuple[LineRef, ProfileLine]], op: str | None,

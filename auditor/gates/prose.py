@@ -24,7 +24,7 @@ from pathlib import Path
 
 from perfwarden.auditor.evidence import TextFile
 from perfwarden.auditor.findings import Findings, GateResult
-from perfwarden.harness.records import EvidenceRef
+from perfwarden.formats.records import EvidenceRef
 
 # ------------------------------------------------------------------------------ the values a run has
 

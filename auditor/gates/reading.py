@@ -20,7 +20,7 @@ from perfwarden.auditor.evidence import (HARNESS_ARRAYS, STANDARD_ARRAYS, Foreig
 from perfwarden.auditor.findings import GateResult, finding
 from perfwarden.auditor.model.schema import evidence_model
 from perfwarden.auditor.rederive import RepMetrics
-from perfwarden.harness.records import EvidenceRef, Finding
+from perfwarden.formats.records import EvidenceRef, Finding
 
 GATE = "evidence"
 

@@ -21,15 +21,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from perfwarden.auditor import registry, stats
-from perfwarden.auditor.model import roles
 from perfwarden.auditor.evidence import LegEvidence, RunLoader, _plain_name, line_evidence
 from perfwarden.auditor.findings import GateResult, finding
 from perfwarden.auditor.gates import reading
 from perfwarden.auditor.gates import conditions, workload
 from perfwarden.auditor.gates.measurement import calibrate_band
+from perfwarden.auditor.model import roles
 from perfwarden.auditor.rederive import METRICS
-from perfwarden.harness.records import Claim, Comparison, RunDir
-from perfwarden.harness.verdict_parts import HeadlineReference
+from perfwarden.formats.records import Claim, Comparison, RunDir
+from perfwarden.formats.verdict_parts import HeadlineReference
 
 
 def is_same_config(run: Path, claim: Claim, base: LegEvidence, leg: LegEvidence) -> bool:

@@ -20,7 +20,7 @@ from perfwarden.auditor import registry
 from perfwarden.auditor.evidence import LegEvidence, line_evidence
 from perfwarden.auditor.findings import GateResult, finding
 from perfwarden.auditor.gates.conditions import flatten, key_evidence
-from perfwarden.harness.records import EvidenceRef, Finding
+from perfwarden.formats.records import EvidenceRef, Finding
 
 GATE = "target_keys"
 SHOWN = 8

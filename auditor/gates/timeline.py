@@ -25,7 +25,7 @@ from pathlib import Path
 from perfwarden.auditor.evidence import LegEvidence, line_evidence
 from perfwarden.auditor.findings import GateResult, finding
 from perfwarden.auditor.rederive import RepMetrics
-from perfwarden.harness.records import Finding
+from perfwarden.formats.records import Finding
 
 GATE = "overlap"
 OVERLAP_SLACK_S = 0.001

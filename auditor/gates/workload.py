@@ -32,7 +32,7 @@ from perfwarden.auditor.findings import GateResult, finding
 from perfwarden.auditor.gates.conditions import declared_keys, is_declared
 from perfwarden.auditor.model.statements import canonical
 from perfwarden.auditor.rederive import RepMetrics, flatten_json
-from perfwarden.harness.records import Claim, Finding
+from perfwarden.formats.records import Claim, Finding
 
 _DESCRIBED = {
     "request_params": "output budget and sampling parameters (request_params)",

@@ -20,7 +20,7 @@ from typing import Literal
 
 from perfwarden.auditor.findings import finding
 from perfwarden.auditor.stated import Stated  # noqa: F401 - re-exported: gates build statements here
-from perfwarden.harness.records import Action, Finding, Severity
+from perfwarden.formats.records import Action, Finding, Severity
 
 Relation = Literal["equal", "at_most", "at_least"]
 """``a`` equal to ``b``, at most ``b`` or at least ``b``, each within the tolerance."""

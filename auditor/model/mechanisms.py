@@ -23,8 +23,8 @@ from perfwarden.auditor.model.schema import CounterSignal, MechanismModel, evide
 from perfwarden.auditor.model.statements import flatten, key_evidence
 from perfwarden.auditor.rederive import RepMetrics
 from perfwarden.auditor.serverlog import Family, LogSignal
-from perfwarden.harness.jsonl import LineRef
-from perfwarden.harness.records import EvidenceRef, Finding
+from perfwarden.formats.jsonl import LineRef
+from perfwarden.formats.records import EvidenceRef, Finding
 
 GATE = "mechanisms"
 STATES = "internal_states.0."

@@ -27,7 +27,7 @@ from typing import Any
 from perfwarden.auditor.evidence import LegEvidence, line_evidence
 from perfwarden.auditor.findings import GateResult, finding
 from perfwarden.auditor.model.statements import LOG_KINDS
-from perfwarden.harness.records import EvidenceRef, Finding
+from perfwarden.formats.records import EvidenceRef, Finding
 
 GATE = "parity"
 

@@ -28,7 +28,7 @@ from perfwarden.auditor.findings import GateResult, finding
 from perfwarden.auditor.model.roles import NOT_COMPARED, role
 from perfwarden.auditor.rederive import flatten_json
 from perfwarden.auditor.serverlog import PRESENT
-from perfwarden.harness.records import EvidenceRef, Finding
+from perfwarden.formats.records import EvidenceRef, Finding
 
 MISSING = "<absent>"
 UNKNOWN = object()

@@ -47,12 +47,12 @@ from typing import Any
 
 from perfwarden.auditor.evidence import LegEvidence, line_evidence
 from perfwarden.auditor.findings import GateResult, finding
-from perfwarden.auditor.model.compare import EXACT, Relation, Tolerance, compare
 from perfwarden.auditor.loadgen_logs import LoadgenRep
+from perfwarden.auditor.model.compare import EXACT, Relation, Tolerance, compare
 from perfwarden.auditor.model.schema import evidence_model
 from perfwarden.auditor.rederive import OPTIONAL_ARRAYS, RepMetrics
 from perfwarden.auditor.stated import Stated
-from perfwarden.harness.records import Finding
+from perfwarden.formats.records import Finding
 
 GATE = "witness"
 CLOCK = Tolerance(abs=0.01, rel=0.002, why="LoadGen's clock and the client's read a few ms apart (recorded runs "

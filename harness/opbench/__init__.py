@@ -3,7 +3,7 @@
 ``run_opbench`` benchmarks a reference implementation of one op (``rmsnorm``, ``silu_mul``, ``rotary``)
 against candidate implementations (``path.py:function`` or ``module:function``, the override contract
 of ``perfwarden.harness.ops``) on the shapes the server serves and on the device it serves on, and
-writes ``<run>/opbench/<op>/opbench.jsonl`` (``perfwarden.harness.jsonl.OpBenchLine``) and ``rig.json``,
+writes ``<run>/opbench/<op>/opbench.jsonl`` (``perfwarden.formats.jsonl.OpBenchLine``) and ``rig.json``,
 which the auditor's harness gates re-derive everything from.
 
 How a rig earns the auditor's trust (design §4 "harness"):

@@ -20,12 +20,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, Literal
 
+from perfwarden.formats.strict_json import StrictJsonError, loads
 from perfwarden.harness import sandbox
 from perfwarden.harness.opbench import guard
 from perfwarden.harness.opbench.correctness import Check
 from perfwarden.harness.opbench.digest import parse_spec
 from perfwarden.harness.opbench.worker import PROTOCOL_PREFIX
-from perfwarden.harness.strict_json import StrictJsonError, loads
 
 Device = Literal["cpu", "cuda"]
 

@@ -7,12 +7,12 @@ import json
 import sys
 from pathlib import Path
 
+from perfwarden.formats.safe_read import RECORD_BYTES, read_bytes
+from perfwarden.formats.strict_json import loads
 from perfwarden.harness.opbench.backend import Device
 from perfwarden.harness.opbench.inputs import OPS, TOLERANCES, OpBenchError
 from perfwarden.harness.opbench.runner import alternatives_for, run_opbench
 from perfwarden.harness.opbench.summary import summarize
-from perfwarden.harness.safe_read import RECORD_BYTES, read_bytes
-from perfwarden.harness.strict_json import loads
 
 
 def target_device(run_dir: Path) -> Device:

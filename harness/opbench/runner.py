@@ -18,7 +18,10 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
-from perfwarden.harness import safe_write, sandbox
+from perfwarden.formats import safe_write
+from perfwarden.formats.records import RunDir, write_json_atomic
+from perfwarden.formats.seal import seal_file
+from perfwarden.harness import sandbox
 from perfwarden.harness.contention import sample_contention
 from perfwarden.harness.opbench import guard, phases
 from perfwarden.harness.opbench.backend import (OUTPUT_FILE_MAX_BYTES, Backend, Device, Timed, WorkerClient,
@@ -27,11 +30,9 @@ from perfwarden.harness.opbench.correctness import Check
 from perfwarden.harness.opbench.digest import (absolute_spec, impl_digest, parse_spec, reaches_reference, spec_file,
                                                uses_triton)
 from perfwarden.harness.opbench.inputs import OPS, TOLERANCES, OpBenchError, normalize_shapes
-from perfwarden.harness.opbench.worker import load_impl
 from perfwarden.harness.opbench.rig import describe_device
+from perfwarden.harness.opbench.worker import load_impl
 from perfwarden.harness.ops.alternatives import for_op
-from perfwarden.harness.records import RunDir, write_json_atomic
-from perfwarden.harness.seal import seal_file
 
 Dispatch = Literal["eager", "compiled"]
 
@@ -359,7 +360,7 @@ def _figures(result: phases.TrialFigures | str) -> Timed | str:
 def build_rows(op: str, backends: list[Backend], shapes: list[tuple[int, ...]], seeds: list[int], trials: int,
                dtype: str, atol: float, rtol: float, dispatch: str, warmup: int, device: str,
                timing_method: str) -> list[dict[str, Any]]:
-    """One ``opbench.jsonl`` row per (backend, shape, trial) (``perfwarden.harness.jsonl.OpBenchLine``)."""
+    """One ``opbench.jsonl`` row per (backend, shape, trial) (``perfwarden.formats.jsonl.OpBenchLine``)."""
     rows: list[dict[str, Any]] = []
     for b in backends:
         for shape in shapes:

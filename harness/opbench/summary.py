@@ -6,7 +6,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from perfwarden.harness.jsonl import OpBenchLine, read_jsonl
+from perfwarden.formats.jsonl import OpBenchLine, read_jsonl
 
 
 def _all_correct(values: list[bool | None]) -> bool | None:

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from perfwarden.harness.records import EvidenceRef
-from perfwarden.harness.safe_read import open_regular, read_bytes
+from perfwarden.formats.records import EvidenceRef
+from perfwarden.formats.safe_read import open_regular, read_bytes
 from perfwarden.orchestrator.review.model import inside
 
 EXCERPT = 200

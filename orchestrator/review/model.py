@@ -18,15 +18,15 @@ from typing import Any, Iterator, NamedTuple
 
 from pydantic import ValidationError
 
-from perfwarden.auditor import acceptance, banking
-from perfwarden.harness.jsonl import LineIssue, iter_raw_lines
-from perfwarden.harness.records import Claim, RunManifest, Verdict, shown_verdict
-from perfwarden.harness.safe_read import (MESSAGE_CHARS, RECORD_BYTES, VERDICT_BYTES, check_regular, exists,
-                                          long_string, read_bytes)
-from perfwarden.harness.strict_json import StrictJsonError, loads
 from perfwarden.agents.base import BankedChange
-from perfwarden.harness.objective import OBJECTIVE_FILE, RunObjective
-from perfwarden.harness.verdict_summary import Acceptance
+from perfwarden.auditor import acceptance, banking
+from perfwarden.formats.jsonl import LineIssue, iter_raw_lines
+from perfwarden.formats.objective import OBJECTIVE_FILE, RunObjective
+from perfwarden.formats.records import Claim, RunManifest, Verdict, shown_verdict
+from perfwarden.formats.safe_read import (MESSAGE_CHARS, RECORD_BYTES, VERDICT_BYTES, check_regular, exists,
+                                          long_string, read_bytes)
+from perfwarden.formats.strict_json import StrictJsonError, loads
+from perfwarden.formats.verdict_summary import Acceptance
 from perfwarden.orchestrator.report_record import FinalKnob, ReportError, ReportRecord, read_report
 
 AUDITED_NOW = "(audited now, not saved)"

@@ -21,13 +21,13 @@ from typing import Any, Iterable
 
 from perfwarden.auditor import banking
 from perfwarden.auditor.rederive import METRICS
-from perfwarden.harness.records import Verdict
+from perfwarden.formats.records import Verdict
+from perfwarden.orchestrator.render import fmt_value
+from perfwarden.orchestrator.review import search_plot
 from perfwarden.orchestrator.review.compare import PLOT_METRICS, Comparison, Pair, metric_rows
 from perfwarden.orchestrator.review.evidence import STATUS_TEXT, LineReader
 from perfwarden.orchestrator.review.model import KEEP, RunReview, VerdictEntry, is_banked, read_server_info
-from perfwarden.orchestrator.render import fmt_value
 from perfwarden.orchestrator.review.summary import LEVER_CLASSES, SEVERITIES, banked, fmt_pct, gates_of
-from perfwarden.orchestrator.review import search_plot
 from perfwarden.orchestrator.review.svg import Reference, Row, TimelineNode, esc, strip_plot, timeline
 
 MAX_EVIDENCE_SHOWN = 8

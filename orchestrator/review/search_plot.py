@@ -11,8 +11,8 @@ import math
 from pathlib import Path
 from typing import Any
 
-from perfwarden.harness.safe_read import VERDICT_BYTES, read_bytes
-from perfwarden.harness.strict_json import StrictJsonError, loads
+from perfwarden.formats.safe_read import VERDICT_BYTES, read_bytes
+from perfwarden.formats.strict_json import StrictJsonError, loads
 
 MAX_ROWS = 1000
 

@@ -15,7 +15,7 @@ from rich.table import Table
 from rich.text import Text
 
 from perfwarden.auditor import banking
-from perfwarden.harness.records import Finding
+from perfwarden.formats.records import Finding
 from perfwarden.orchestrator.render import Clipped, finding_block, fmt_value, safe_text
 from perfwarden.orchestrator.review.compare import PLOT_METRICS, Comparison, Pair, metric_rows
 from perfwarden.orchestrator.review.evidence import LineReader
