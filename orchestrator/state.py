@@ -14,7 +14,7 @@ import operator
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any, Callable, Literal, Protocol, TypedDict
+from typing import TYPE_CHECKING, Annotated, Callable, Literal, Protocol, TypedDict
 
 from perfwarden.agents.base import AttackProducer, BankedChange, FixAction, Proposal, Rejection
 from perfwarden.agents.brains import Brains
@@ -23,6 +23,11 @@ from perfwarden.harness.records import Claim
 from perfwarden.harness.verdict_summary import VerdictSummary
 from perfwarden.orchestrator.lab import Lab, LegPlan
 from perfwarden.orchestrator.settings import RunSettings
+
+if TYPE_CHECKING:  # Ray and Optuna load only when a run uses them: a cluster, a study sampler
+    import optuna
+
+    from perfwarden.orchestrator.cluster import Cluster
 
 STATE_VERSION = 3
 """Version of the checkpointed state. 1: plain dicts; 2: typed records; 3: each verdict summary carries the
@@ -152,9 +157,9 @@ class RunContext:
     run_dir: Path | None = None
     """The run directory from the command line (``run_graph`` sets it): every node reads and writes there,
     whatever folder a revived checkpoint names (None only in unit tests that build a context by hand)."""
-    cluster: Any = None
+    cluster: Cluster | None = None
     """The Ray cluster A/B steps fan out to (orchestrator/cluster.py ``Cluster``; None: this process)."""
-    study: Any = None
+    study: optuna.Study | None = None
     """The run's Optuna study, opened on first use (orchestrator/study.py)."""
     capture_logs: bool = True
     """Send in-process lab output (torch profiler, weight loading) to RUN/logs/ instead of the terminal."""
