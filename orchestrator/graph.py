@@ -60,6 +60,7 @@ from perfwarden.harness.target_config import TargetConfig
 from perfwarden.harness.verdict_summary import FindingSummary, VerdictSummary
 from perfwarden.orchestrator.lab import LabError, LegPlan, run_base_config
 from perfwarden.orchestrator.report import write_report
+from perfwarden.orchestrator.report_record import LLMUsage
 from perfwarden.orchestrator.state import STATE_VERSION, FixStep, RunContext, RunState
 
 BASELINE_LEG = "baseline"
@@ -802,9 +803,9 @@ def report(state: RunState, runtime: Runtime[RunContext]) -> RunState:
     llm_usage = None
     if ctx.llm is not None:
         u = ctx.llm.usage
-        llm_usage = {"model": ctx.llm.model, "calls": u.calls, "prompt_tokens": u.prompt_tokens,
-                     "completion_tokens": u.completion_tokens, "invalid_outputs": u.failures,
-                     "unavailable": u.unavailable, "fallbacks": fallbacks}
+        llm_usage = LLMUsage(model=ctx.llm.model, calls=u.calls, prompt_tokens=u.prompt_tokens,
+                             completion_tokens=u.completion_tokens, invalid_outputs=u.failures,
+                             unavailable=u.unavailable, fallbacks=fallbacks)
         notes.append(f"LLM {ctx.llm.model!r}: {u.calls} calls, {u.prompt_tokens} prompt + {u.completion_tokens} "
                      f"completion tokens, {u.failures} invalid outputs, {u.unavailable} unanswered asks; "
                      f"deterministic fallbacks: {fallbacks or 'none'}")
