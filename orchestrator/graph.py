@@ -273,20 +273,6 @@ def _pending_claim(state: RunState) -> str:
     return rel
 
 
-def _kernel_op(p: Proposal) -> str:
-    """The op a kernel change replaces (the kernel-extractor names one on every kernel proposal)."""
-    if p.op is None:
-        raise RuntimeError(f"{p.id}: a kernel change names no op")
-    return p.op
-
-
-def _ab_legs(p: Proposal) -> list[str]:
-    """A step's measured legs (baseline, candidate): the integrator node names them before its first claim."""
-    if p.legs is None:
-        raise RuntimeError(f"{p.id}: the step has no measured legs")
-    return p.legs
-
-
 def _answered(state: RunState) -> VerdictSummary:
     """The verdict the auditor node last recorded: what the router after it and the nodes it routes to read."""
     v = state.get("last_verdict")
@@ -379,7 +365,7 @@ def _kernel_proposals(state: RunState, ctx: RunContext) -> list[Proposal]:
     kernels = kernel_extractor.propose(hot, lab.overridable_ops(), alts, _best(state), reps=ctx.settings.reps,
                                        device=device)
     for i, k in enumerate(kernels):  # the LLM brain writes one more candidate per op (sandboxed later)
-        op = _kernel_op(k)
+        op = k.kernel_op()
         written = ctx.brains.write_kernel(_run(state), op, dict(hot).get(op, 0.0),
                                           state.get("served_shapes", {}).get(op, []), _reference_source(op), op, i,
                                           device=device, dtype=dtype)
@@ -464,7 +450,7 @@ def op_benchmarker(state: RunState, runtime: Runtime[RunContext]) -> RunState:
     ctx = runtime.context
     p = _proposal(state)
     run = _run(state)
-    op = _kernel_op(p)
+    op = p.kernel_op()
     shapes = state.get("served_shapes", {}).get(op, [])
     try:
         with _captured(ctx, run, f"op bench {op}"):
@@ -582,7 +568,7 @@ def _aa_for(state: RunState, ctx: RunContext, p: Proposal) -> list[str]:
 def _submit_patch(state: RunState, ctx: RunContext, p: Proposal, what: str) -> RunState:
     """Write the proposal's patch claim over its current legs, stating the headline figure the producer
     read from its own legs (or its LLM brain stated from them); the auditor node answers it."""
-    legs = _ab_legs(p)
+    legs = p.ab_legs()
     base_leg, cand_leg = legs
     p.attempts += 1
     objective = ctx.settings.run_objective()
@@ -696,7 +682,7 @@ def quality_eval(state: RunState, runtime: Runtime[RunContext]) -> RunState:
     """The auditor found the change lossy although the producer did not plan an eval: run it now."""
     ctx = runtime.context
     p = _proposal(state)
-    base_leg, cand_leg = _ab_legs(p)
+    base_leg, cand_leg = p.ab_legs()
     base = _base_knobs(ctx)
     p, note = _run_quality_eval(ctx, _run(state), p, LegPlan(leg=base_leg, role="baseline",
                                                              config=integrator_agent.baseline_config(base, p)),

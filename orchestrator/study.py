@@ -14,7 +14,7 @@ import optuna
 
 from perfwarden.agents import config_tuner, search
 from perfwarden.agents.base import Proposal
-from perfwarden.harness.target_config import TargetConfig
+from perfwarden.harness.target_config import MechanismName, TargetConfig
 from perfwarden.orchestrator.settings import RunSettings
 from perfwarden.orchestrator.state import RunContext, RunState
 
@@ -48,8 +48,8 @@ def trial_proposal(model: type[TargetConfig], asked: search.Asked, best: dict[st
     """A study trial as a proposal: the knobs it changes against the best, their lever class (B if any
     knob is), losslessness (all must be), and the mechanism a truthy speculative-decoding knob engages."""
     specs = {k: model.spec(k) for k in asked.change}
-    mechanism = next((s.mechanism for k, s in specs.items() if s.mechanism != "baseline" and asked.change[k]),
-                     "baseline")
+    mechanism: MechanismName = next((s.mechanism for k, s in specs.items()
+                                     if s.mechanism != "baseline" and asked.change[k]), "baseline")
     text = "+".join(f"{k}={v}" for k, v in sorted(asked.change.items()))
     pid = f"cfg-t{asked.number}-{text}"
     if len(pid) > 120:  # leg names are one path component: keep them short
