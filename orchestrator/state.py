@@ -14,7 +14,9 @@ import operator
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Callable, Literal, Protocol, TypedDict
+from typing import TYPE_CHECKING, Annotated, Callable, Literal, Protocol
+
+from typing_extensions import TypedDict  # pydantic validates a revived state (checkpoint_serde): it needs this one on 3.11
 
 from perfwarden.agents.base import AttackProducer, BankedChange, FixAction, Proposal, Rejection
 from perfwarden.agents.brains import Brains
