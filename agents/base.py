@@ -12,7 +12,7 @@ from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from perfwarden.formats.records import Claim, LeverClass, Mechanism
+from perfwarden.formats.records import Claim, LeverClass, Mechanism, MechanismName
 from perfwarden.formats.verdict_summary import VerdictSummary
 
 ProposalKind = Literal["config", "kernel"]
@@ -69,7 +69,7 @@ class Proposal(BaseModel):
     """Lever class the producer believes (the auditor judges it independently)."""
     headline_kind: Literal["e2e", "kernel", "isolated"] = "e2e"
     """How the producer presents its headline."""
-    mechanism: str = "baseline"
+    mechanism: MechanismName = "baseline"
     """ISB1 mechanism the producer declares."""
     mechanism_variant: str | None = None
     """Mechanism variant."""
@@ -112,6 +112,18 @@ class Proposal(BaseModel):
     """The Optuna study's trial number this step measures (agents/search.py; None: not from the study)."""
     look: StepLook | None = None
     """How the sequential rule ended the current legs' measurement (None: not measured yet, or fresh legs)."""
+
+    def kernel_op(self) -> str:
+        """The op a kernel change overrides (the kernel-extractor names one on every kernel proposal)."""
+        if self.op is None:
+            raise ValueError(f"{self.id}: a kernel change names no op")
+        return self.op
+
+    def ab_legs(self) -> list[str]:
+        """The current comparison's legs (baseline, candidate): the integrator names them before it measures."""
+        if self.legs is None:
+            raise ValueError(f"{self.id}: the step has no measured legs yet")
+        return self.legs
 
 
 FixAction = Literal["resubmit", "remeasure", "run_quality_eval", "reclassify", "disclose", "drop"]

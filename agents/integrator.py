@@ -87,14 +87,14 @@ def patch_claim(proposal: Proposal, base_leg: str, cand_leg: str, opbench_rel: s
     objective = objective or RunObjective()
     iso = None
     if proposal.kind == "kernel" and proposal.isolated_speedup:
-        iso = IsolatedSpeedup(value=proposal.isolated_speedup, op=proposal.op, opbench=opbench_rel,
+        iso = IsolatedSpeedup(value=proposal.isolated_speedup, op=proposal.kernel_op(), opbench=opbench_rel,
                               baseline_backend="reference", candidate_backend=proposal.chosen)
     return Claim(
         scope="patch", producer=proposal.producer,
         legs=LegRefs(baseline=base_leg, candidate=cand_leg, aa=list(aa_legs or [])),
         lever=DeclaredLever(name=proposal.id, lever_class=proposal.believed_class,
                             config_keys=sorted(proposal.config) if proposal.kind == "config" else [],
-                            kernel_ops=[proposal.op] if proposal.kind == "kernel" else []),
+                            kernel_ops=[proposal.kernel_op()] if proposal.kind == "kernel" else []),
         headline=Headline(metric=objective.metric, kind=proposal.headline_kind, value=proposal.stated_pct,
                           disclosed_regressions=proposal.disclosed_regressions, slo=objective.slo),
         correctness=Correctness(parity="exact_text", quality_eval_id=proposal.quality_eval_id),

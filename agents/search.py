@@ -104,10 +104,10 @@ def distributions(model: type[TargetConfig], space: dict[str, tuple[Any, ...]]) 
 
 
 def decode(model: type[TargetConfig], space: dict[str, tuple[Any, ...]], params: dict[str, Any]) -> dict[str, Any]:
-    """A trial's params as knob values."""
-    out = {}
+    """A trial's params as knob values (a trial of the study has a param for every knob of its space)."""
+    out: dict[str, Any] = {}
     for knob, values in space.items():
-        raw = params.get(knob)
+        raw = params[knob]
         if model.spec(knob).ordered and len(values) > 1:
             out[knob] = values[int(raw)]
         else:
@@ -243,15 +243,15 @@ def ask(study: optuna.Study, model: type[TargetConfig], space: dict[str, tuple[A
                 return None  # every configuration of the grid was measured
             study.enqueue_trial(point, skip_if_exists=False)
         study.sampler = make_sampler(sampler, seed, number, n_startup)
-        trial = study.ask(dists)
-        study._storage.set_trial_user_attr(trial._trial_id, FACTOR_ATTR, factor)
-        config = decode(model, space, trial.params)
+        drawn = study.ask(dists)
+        study._storage.set_trial_user_attr(drawn._trial_id, FACTOR_ATTR, factor)
+        config = decode(model, space, drawn.params)
         change = change_from(config, current)
         key = change_key(change)
         if change and key not in measured:
-            return Asked(trial.number, config, change)
+            return Asked(drawn.number, config, change)
         value = factor if not change else measured.get(key)
-        _tell(study, trial.number, value, FEASIBLE if not change else INFEASIBLE)
+        _tell(study, drawn.number, value, FEASIBLE if not change else INFEASIBLE)
         if sampler == "coordinate":
             return None  # the policy proposed a step it already measured: it has converged
     return None
@@ -344,15 +344,16 @@ def history(proposals: list[Proposal], verdicts: list[VerdictSummary]) -> list[H
     file was lost, plot the same way): a step's value is the factor of the configuration it was measured
     against times its audited delta; the best is the running factor of the banked configuration."""
     factors: dict[str, float] = {change_key({}): 1.0}
-    rows, best = [], 1.0
+    rows: list[HistoryRow] = []
+    best = 1.0
     for p in proposals:
         if p.kind != "config" or p.status not in ("banked", "rejected", "skipped"):
             continue
         factor = factors.get(change_key(p.against))
         value, constraint = trial_outcome(p, verdicts, factor) if factor is not None else (None, INFEASIBLE)
-        feasible = constraint <= 0.0 and value is not None
-        if feasible:
-            best = value
+        feasible = False
+        if value is not None and constraint <= 0.0:
+            feasible, best = True, value
             factors[change_key({**p.against, **p.config})] = value
         rows.append(HistoryRow(len(rows), value, feasible, best))
     return rows

@@ -21,7 +21,7 @@ import hashlib
 import os
 import queue
 import threading
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Generator, Iterator, Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -112,11 +112,9 @@ def iter_raw_lines(path: Path, issues: list[LineIssue], digest: "hashlib._Hash |
     ``taken`` (with ``cite``): a long line's sha256 is taken on a worker thread while the consumer decodes
     the line (:func:`sha256_meanwhile`): the ref is yielded without its digest and a callable that waits
     for it is appended to ``taken`` (the consumer puts it in the ref, :func:`iter_jsonl`).
-    ``line_lengths``: ``{byte offset: length}`` of the lines a verified seal says the file holds. A line
-    that starts at one of them and runs past the read chunk is read with one read of its length
-    (:func:`_read_whole_line`) instead of being assembled from chunks: a 70 MB rep line is copied once,
-    not twice. The length is only a read size, never trusted: what was read must agree with the bytes
-    already hashed, hold no newline and be followed by one, or the reader reads on in chunks.
+    ``line_lengths``: ``{byte offset: length}`` of the lines a verified seal lists. A line starting at one
+    and running past the read chunk is read in one read of that length, not assembled from chunks (a 70 MB
+    rep line copied once, not twice); the length is a read size, never trusted (:func:`_read_whole_line`).
     """
     path = Path(path)
     line_no = 0
@@ -129,14 +127,10 @@ def iter_raw_lines(path: Path, issues: list[LineIssue], digest: "hashlib._Hash |
         try:
             while True:
                 if line_lengths is not None and not pieces and oversize is None:
-                    whole = _read_whole_line(handle, b"", line_lengths.get(offset), max_line)
-                    if whole is not None:
-                        line_no += 1
-                        holder, fresh = whole
-                        del whole
-                        size = len(holder[0])
-                        yield from _whole_line(path, holder, fresh, line_no, offset, hasher, cite, taken)
-                        offset += size + 1
+                    size = yield from _sealed_line(handle, b"", line_lengths.get(offset), max_line, path,
+                                                   line_no + 1, offset, hasher, cite, taken)
+                    if size is not None:
+                        line_no, offset = line_no + 1, offset + size + 1
                         continue
                 chunk = handle.read(_READ_CHUNK)
                 if not chunk:
@@ -179,14 +173,10 @@ def iter_raw_lines(path: Path, issues: list[LineIssue], digest: "hashlib._Hash |
                 if start < len(chunk):
                     rest = chunk[start:] if start else chunk
                     if line_lengths is not None and not pieces and oversize is None:
-                        whole = _read_whole_line(handle, rest, line_lengths.get(offset), max_line)
-                        if whole is not None:
-                            line_no += 1
-                            holder, fresh = whole
-                            del whole, rest, chunk
-                            size = len(holder[0])
-                            yield from _whole_line(path, holder, fresh, line_no, offset, hasher, cite, taken)
-                            offset += size + 1
+                        size = yield from _sealed_line(handle, rest, line_lengths.get(offset), max_line, path,
+                                                       line_no + 1, offset, hasher, cite, taken)
+                        if size is not None:
+                            line_no, offset = line_no + 1, offset + size + 1
                             continue
                     if oversize is None and pending + len(rest) > max_line:
                         oversize = _start_oversize(pieces)
@@ -199,6 +189,15 @@ def iter_raw_lines(path: Path, issues: list[LineIssue], digest: "hashlib._Hash |
         finally:
             if hasher is not None:
                 hasher.close()
+    yield from _after_the_last_line(path, issues, line_no, offset, pieces, pending, oversize, max_line, keep_tail,
+                                    cite)
+
+
+def _after_the_last_line(path: Path, issues: list[LineIssue], line_no: int, offset: int, pieces: list[bytes],
+                         pending: int, oversize: "hashlib._Hash | None", max_line: int, keep_tail: bool,
+                         cite: bool) -> Iterator[tuple[LineRef, bytes]]:
+    """What :func:`iter_raw_lines` reports once the file is read: a torn last line (yielded too with
+    ``keep_tail`` when within the bound), or an empty file."""
     if oversize is not None:
         issue = _oversize_issue(path, line_no + 1, offset, pending, max_line, oversize)
         issues.append(LineIssue("torn_tail", issue.ref, f"last line {line_no + 1} of {path.name!r} has no newline "
@@ -211,7 +210,7 @@ def iter_raw_lines(path: Path, issues: list[LineIssue], digest: "hashlib._Hash |
                                 "newline: the writer did not finish it, so it is not evidence"))
         if keep_tail:
             tail = b"".join(pieces)
-            pieces = []
+            pieces.clear()  # the caller's list: the pieces are freed once joined
             tail = tail[:-1] if tail.endswith(b"\r") else tail
             # Cited like every other line: a finished foreign tail is evidence a finding may point at.
             yield _line_ref(path, line_no + 1, offset, tail, cite, None), tail
@@ -243,12 +242,19 @@ def _read_whole_line(handle: BinaryIO, prefix: bytes, length: int | None,
     return None
 
 
-def _whole_line(path: Path, holder: list[bytes], fresh: int, line_no: int, offset: int, hasher: "_Hasher | None",
-                cite: bool, taken: "list[Callable[[], str]] | None") -> Iterator[tuple[LineRef, bytes]]:
-    """Hash the ``fresh`` bytes at the end of a line :func:`_read_whole_line` read (its newline is the
-    last of them) and yield the line as :func:`iter_raw_lines` yields every line (taken out of
-    ``holder``: this frame then holds the only reference, and gives it away)."""
-    line = holder.pop()
+def _sealed_line(handle: BinaryIO, prefix: bytes, length: int | None, max_line: int, path: Path, line_no: int,
+                 offset: int, hasher: "_Hasher | None", cite: bool,
+                 taken: "list[Callable[[], str]] | None") -> Generator[tuple[LineRef, bytes], None, int | None]:
+    """The line a sealed ``length`` says starts at ``offset`` (:func:`_read_whole_line`), its new bytes
+    hashed and the line yielded as :func:`iter_raw_lines` yields every line; returns its length as read,
+    or None (nothing read, nothing yielded) when the length is not this line's."""
+    whole = _read_whole_line(handle, prefix, length, max_line)
+    if whole is None:
+        return None
+    holder, fresh = whole
+    del whole
+    line = holder.pop()  # this frame then holds the only reference, and gives it away
+    size = len(line)
     if hasher is not None:
         hasher.feed_line(memoryview(line)[len(line) + 1 - fresh:])
         hasher.feed(b"\n")
@@ -258,6 +264,7 @@ def _whole_line(path: Path, holder: list[bytes], fresh: int, line_no: int, offse
         slot = [(_line_ref(path, line_no, offset, line, cite, taken), line)]
         del line
         yield slot.pop()
+    return size
 
 
 def _line_ref(path: Path, line_no: int, offset: int, line: bytes, cite: bool,

@@ -28,8 +28,7 @@ from typing import Any, Callable, Iterator
 import ormsgpack
 from langgraph.checkpoint.serde import jsonplus
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
-from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
-from typing_extensions import TypedDict
+from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError, with_config
 
 from perfwarden.auditor.acceptance import kinder_than_rule
 from perfwarden.formats.safe_write import RefusedWrite, check_name
@@ -240,12 +239,15 @@ VERDICT_FILE = re.compile(r"verdicts/[^/\\]+\.json")
 """Where a verdict summary's ``path`` points (``write_verdict``): a file of the run's ``verdicts/``."""
 
 
+@with_config(ConfigDict(allow_inf_nan=False, extra="forbid"))
+class _CheckedRunState(RunState, total=False):
+    """``RunState``'s own fields, validated with NaN/inf refused and no unknown channel."""
+
+
 @functools.cache
-def _state_adapter() -> TypeAdapter:
-    """``RunState``'s own hints as a pydantic validator, with NaN/inf refused and no unknown channel."""
-    checked = TypedDict("CheckedRunState", typing.get_type_hints(RunState, include_extras=True), total=False)
-    checked.__pydantic_config__ = ConfigDict(allow_inf_nan=False, extra="forbid")  # type: ignore[attr-defined]
-    return TypeAdapter(checked)
+def _state_adapter() -> TypeAdapter[_CheckedRunState]:
+    """``RunState`` as a pydantic validator (built on first use: a run that never resumes never needs it)."""
+    return TypeAdapter(_CheckedRunState)
 
 
 def check_state(values: dict[str, Any], now: float) -> None:

@@ -33,7 +33,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, TypedDict
 
 from perfwarden.orchestrator import ray_env
 
@@ -51,6 +51,9 @@ from perfwarden.harness import node_identity  # noqa: E402
 from perfwarden.orchestrator.lab import Lab, LabError, LegPlan  # noqa: E402
 from perfwarden.orchestrator.lab_spec import RepCallback, SyntheticLabSpec, TargetLabSpec, build_lab, describe  # noqa: E402
 from perfwarden.orchestrator.ray_env import LOCAL, LOOPBACK, ClusterError  # noqa: E402
+
+if TYPE_CHECKING:
+    from ray.cluster_utils import Cluster as RayCluster
 
 __all__ = ["LOCAL", "LOOPBACK", "ClusterError", "Cluster", "connect", "fan_out", "loopback_cluster", "simulated"]
 NO_KEYS = "no-keys"
@@ -334,8 +337,16 @@ NODE_OBJECT_STORE_BYTES = 80 * 1024 * 1024
 """Each loopback node's object store: steps move evidence through the sink, never large objects."""
 
 
+class _NodeArgs(TypedDict):
+    """The arguments every loopback node starts with (``ray.cluster_utils.Cluster.add_node``)."""
+
+    node_ip_address: str
+    include_dashboard: bool
+    object_store_memory: int
+
+
 @contextlib.contextmanager
-def loopback_cluster(nodes: int, cpus_per_node: int = 1) -> Iterator[Any]:
+def loopback_cluster(nodes: int, cpus_per_node: int = 1) -> Iterator[RayCluster]:
     """A multi-node Ray cluster on this machine (``ray.cluster_utils.Cluster``): a head with no CPU slot (the
     driver and the sink) and ``nodes`` worker nodes, every node at 127.0.0.1 (Ray then binds all its ports
     there), the dashboard off, token authentication on with a 0600 token. Ray's files go to a temporary
@@ -348,8 +359,8 @@ def loopback_cluster(nodes: int, cpus_per_node: int = 1) -> Iterator[Any]:
     temp = tempfile.mkdtemp(prefix="pw-ray-")  # short: Ray's socket paths live under it (<108 bytes)
     saved = os.environ.get("RAY_TMPDIR")
     os.environ["RAY_TMPDIR"] = temp
-    common = {"node_ip_address": LOOPBACK, "include_dashboard": False,
-              "object_store_memory": NODE_OBJECT_STORE_BYTES}
+    common: _NodeArgs = {"node_ip_address": LOOPBACK, "include_dashboard": False,
+                         "object_store_memory": NODE_OBJECT_STORE_BYTES}
     sim = None
     try:
         sim = RayCluster(initialize_head=True, head_node_args={"num_cpus": 0, **common})
@@ -367,7 +378,7 @@ def loopback_cluster(nodes: int, cpus_per_node: int = 1) -> Iterator[Any]:
 
 
 @contextlib.contextmanager
-def simulated(nodes: int, cpus_per_node: int = 1) -> Iterator[Any]:
+def simulated(nodes: int, cpus_per_node: int = 1) -> Iterator[RayCluster]:
     """:func:`loopback_cluster` with this process connected as its driver. For tests and benchmarks."""
     with loopback_cluster(nodes, cpus_per_node) as sim:
         try:

@@ -35,7 +35,7 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Iterator, Protocol
 
 from langgraph.graph import END, START, StateGraph
 from langgraph.runtime import Runtime
@@ -61,10 +61,19 @@ from perfwarden.orchestrator.crashpoints import crash_point
 from perfwarden.orchestrator.lab import LabError, LegPlan, run_base_config
 from perfwarden.orchestrator.persona_model import persona_model
 from perfwarden.orchestrator.report import write_report
+from perfwarden.orchestrator.report_record import LLMUsage
 from perfwarden.orchestrator.state import STATE_VERSION, FixStep, RunContext, RunState
 
 BASELINE_LEG = "baseline"
-Node = Callable[[RunState, Runtime[RunContext]], dict]
+
+
+class Node(Protocol):
+    """A node: reads the state and the runtime's services, returns the channels it changed (LangGraph merges
+    them into the state through each channel's reducer). Added to the graph under its ``__name__``."""
+
+    __name__: str
+
+    def __call__(self, state: RunState, runtime: Runtime[RunContext]) -> RunState: ...
 
 
 # ----------------------------------------------------------------------------------------- helpers
@@ -85,7 +94,7 @@ def _proposal(state: RunState, pid: str | None = None) -> Proposal:
     return next(p for p in state["proposals"] if p.id == pid).model_copy(deep=True)
 
 
-def _submit(state: RunState, claim: Claim) -> dict[str, Any]:
+def _submit(state: RunState, claim: Claim) -> RunState:
     """Write a claim with the next sequence number; the auditor node answers it."""
     seq = state.get("seq", 0) + 1
     claim = claim.model_copy(update={"seq": seq})
@@ -109,7 +118,7 @@ def _best(state: RunState) -> dict[str, Any]:
     return integrator_agent.final_changes(state.get("banked", []))
 
 
-def _brain_notes(ctx: RunContext) -> dict[str, Any]:
+def _brain_notes(ctx: RunContext) -> RunState:
     """Move what the brains recorded into the state (so a resumed run's report still has it)."""
     notes, ctx.brains.notes = list(ctx.brains.notes), []
     fallbacks, ctx.brains.fallbacks = dict(ctx.brains.fallbacks), {}
@@ -167,7 +176,7 @@ def step(fn: Node) -> Node:
     name = fn.__name__
 
     @functools.wraps(fn)
-    def wrapper(state: RunState, runtime: Runtime[RunContext]) -> dict:
+    def wrapper(state: RunState, runtime: Runtime[RunContext]) -> RunState:
         state = _in_run(state, runtime.context)
         if runtime.context.llm is not None:  # every LLM ask of this step ends by the run's budget
             runtime.context.llm.time_left = functools.partial(runtime.context.remaining_s, state)
@@ -189,7 +198,7 @@ def step(fn: Node) -> Node:
 
 
 @step
-def setup(state: RunState, runtime: Runtime[RunContext]) -> dict:
+def setup(state: RunState, runtime: Runtime[RunContext]) -> RunState:
     ctx = runtime.context
     run = _run(state)
     run.mkdir(parents=True, exist_ok=True)
@@ -212,7 +221,7 @@ def _record_objective(run: Path, ctx: RunContext) -> None:
 
 
 @step
-def baseline(state: RunState, runtime: Runtime[RunContext]) -> dict:
+def baseline(state: RunState, runtime: Runtime[RunContext]) -> RunState:
     ctx = runtime.context
     attempt = state.get("baseline_attempts", 0)
     leg = BASELINE_LEG if attempt == 0 else f"{BASELINE_LEG}-r{attempt}"
@@ -231,10 +240,10 @@ def baseline(state: RunState, runtime: Runtime[RunContext]) -> dict:
 
 
 @step
-def auditor(state: RunState, runtime: Runtime[RunContext]) -> dict:
+def auditor(state: RunState, runtime: Runtime[RunContext]) -> RunState:
     ctx = runtime.context
     run = _run(state)
-    rel = state["pending_claim"]
+    rel = _pending_claim(state)
     claim, _ = load_claim(run / rel)
     # The harness holds the run's seal key outside the run directory; only the auditor gets it. With a
     # cluster, other steps' evidence streams in meanwhile: the audit holds the chain's writers off.
@@ -255,6 +264,14 @@ def _baseline_fits(state: RunState, ctx: RunContext) -> bool:
     the budget (it costs what this one cost)."""
     allowed = state.get("baseline_attempts", 0) <= ctx.settings.max_baseline_remeasures
     return allowed and ctx.remaining_s(state) > state.get("baseline_s", 0.0)
+
+
+def _pending_claim(state: RunState) -> str:
+    """The claim the auditor node answers: a producer node submitted it (``_submit``) and routed here."""
+    rel = state.get("pending_claim")
+    if rel is None:
+        raise RuntimeError("no claim to audit: no producer node submitted one")
+    return rel
 
 
 def _answered(state: RunState) -> VerdictSummary:
@@ -281,7 +298,7 @@ def after_audit(state: RunState, runtime: Runtime[RunContext]) -> str:
 
 
 @step
-def profile(state: RunState, runtime: Runtime[RunContext]) -> dict:
+def profile(state: RunState, runtime: Runtime[RunContext]) -> RunState:
     ctx = runtime.context
     run = _run(state)
     try:
@@ -291,7 +308,7 @@ def profile(state: RunState, runtime: Runtime[RunContext]) -> dict:
         return {"hot_ops": [], "notes": [f"profile failed: {exc}"], "last_verdict": None, "pending_claim": None}
     report = read_jsonl(RunDir(run).profile, ProfileLine, max_line=PROFILE_LINE_BYTES)
     ranking = rank_ops(report.records)
-    shapes: dict[str, list] = {}
+    shapes: dict[str, list[list[int]]] = {}
     for _, row in report.records:
         key = (row.op or row.name).lower()
         shapes.setdefault(key, [])
@@ -329,6 +346,14 @@ def _target_device(ctx: RunContext) -> str:
     return "cuda" if getattr(ctx.lab.config_model, "target", "") == "sglang" else "cpu"
 
 
+def _target_dtype(ctx: RunContext) -> str:
+    """The dtype the target computes in: its config's ``dtype`` knob (every target's config model has one)."""
+    dtype = getattr(_base_config(ctx), "dtype", None)
+    if dtype is None:
+        raise AttributeError(f"{type(_base_config(ctx)).__name__} has no dtype knob")
+    return str(dtype)
+
+
 def _kernel_proposals(state: RunState, ctx: RunContext) -> list[Proposal]:
     """The kernel-extractor's changes for the audited profile's hot ops (LLM candidates first)."""
     accepted = any(v.scope == "profile" and acceptance.recorded(v).accepted for v in state["verdicts"])
@@ -337,12 +362,13 @@ def _kernel_proposals(state: RunState, ctx: RunContext) -> list[Proposal]:
     lab = ctx.lab
     hot = list(state.get("hot_ops", []))
     alts = {op: lab.alternatives(op) for op in lab.overridable_ops()}
-    device, dtype = _target_device(ctx), str(_base_config(ctx).dtype)
+    device, dtype = _target_device(ctx), _target_dtype(ctx)
     kernels = kernel_extractor.propose(hot, lab.overridable_ops(), alts, _best(state), reps=ctx.settings.reps,
                                        device=device)
     for i, k in enumerate(kernels):  # the LLM brain writes one more candidate per op (sandboxed later)
-        written = ctx.brains.write_kernel(_run(state), k.op, dict(hot).get(k.op, 0.0),
-                                          state.get("served_shapes", {}).get(k.op, []), _reference_source(k.op), k.op, i,
+        op = k.kernel_op()
+        written = ctx.brains.write_kernel(_run(state), op, dict(hot).get(op, 0.0),
+                                          state.get("served_shapes", {}).get(op, []), _reference_source(op), op, i,
                                           device=device, dtype=dtype)
         if written:
             k.candidates.insert(0, written)
@@ -362,7 +388,7 @@ def _typical_change_s(state: RunState) -> float:
 
 
 @step
-def pick(state: RunState, runtime: Runtime[RunContext]) -> dict:
+def pick(state: RunState, runtime: Runtime[RunContext]) -> RunState:
     """Continue the current change, or start the next one (config step first, then kernels), unless one
     more typical change plus the bundle would overrun the budget."""
     ctx = runtime.context
@@ -374,7 +400,7 @@ def pick(state: RunState, runtime: Runtime[RunContext]) -> dict:
         return {"picked_at": state.get("picked_at", now)}  # still working on the same change
     if current:
         durations.append(now - state.get("picked_at", now))  # the previous change just finished
-    update: dict[str, Any] = {"durations": durations, "picked_at": now, "current": None}
+    update: RunState = {"durations": durations, "picked_at": now, "current": None}
     study.tell(ctx, _run(state), state)
     remaining = ctx.remaining_s(state)
     typical = _typical_change_s({**state, "durations": durations})
@@ -421,20 +447,21 @@ def route_pick(state: RunState, runtime: Runtime[RunContext]) -> str:
 
 
 @step
-def op_benchmarker(state: RunState, runtime: Runtime[RunContext]) -> dict:
+def op_benchmarker(state: RunState, runtime: Runtime[RunContext]) -> RunState:
     ctx = runtime.context
     p = _proposal(state)
     run = _run(state)
-    shapes = state.get("served_shapes", {}).get(p.op, [])
+    op = p.kernel_op()
+    shapes = state.get("served_shapes", {}).get(op, [])
     try:
-        with _captured(ctx, run, f"op bench {p.op}"):
-            path = ctx.lab.opbench(run, p.op, p.candidates, shapes)
+        with _captured(ctx, run, f"op bench {op}"):
+            path = ctx.lab.opbench(run, op, p.candidates, shapes)
     except LabError as exc:
         p.status, p.history = "rejected", p.history + [f"op bench failed: {exc}"]
         return {"proposals": [p], "pending_claim": None, "last_verdict": None,
                 "rejected": [Rejection(name=p.id, reason=f"op bench failed: {exc}")]}
     winner, speedup, ref = op_benchmarker_agent.pick_winner(path)
-    if winner is None:
+    if winner is None or speedup is None or ref is None:  # a winner comes with its speedup and reference
         p.status, p.history = "rejected", p.history + ["no correct candidate beat the reference"]
         return {"proposals": [p], "pending_claim": None, "last_verdict": None,
                 "rejected": [Rejection(name=p.id, reason="no correct candidate beat the reference")]}
@@ -451,7 +478,7 @@ def route_op_benchmarker(state: RunState) -> str:
 
 
 @step
-def harness_result(state: RunState, runtime: Runtime[RunContext]) -> dict:
+def harness_result(state: RunState, runtime: Runtime[RunContext]) -> RunState:
     p = _proposal(state)
     v = _answered(state)
     if acceptance.recorded(v).accepted:
@@ -476,7 +503,7 @@ def route_harness(state: RunState) -> str:
 
 
 @step
-def integrator(state: RunState, runtime: Runtime[RunContext]) -> dict:
+def integrator(state: RunState, runtime: Runtime[RunContext]) -> RunState:
     """Measure the step's A/B (best configuration vs best + change), plan the quality eval of a change
     the config model says is lossy, and submit the patch claim."""
     ctx = runtime.context
@@ -492,18 +519,18 @@ def integrator(state: RunState, runtime: Runtime[RunContext]) -> dict:
             if other.trial is not None and other.status == "pending" and other.id != p.id and other.legs is None:
                 ctx.cluster.submit(_ab_plans(ctx, other, integrator_agent.leg_names(other, other.attempts)),
                                    max(other.reps, ctx.settings.reps))
-    p.look, status = stepping.measure_sequentially(state, ctx, run, p, lambda n: _measure(ctx, run, legs, n))
-    p.reps = min(p.look.reps)
-    p.history.append(f"sequential: {p.look.action} at {p.look.reps[0]}+{p.look.reps[1]} reps (at most "
-                     f"{p.look.max_reps} per leg): {p.look.reason}")
+    look, status = stepping.measure_sequentially(state, ctx, run, p, lambda n: _measure(ctx, run, legs, n))
+    p.look, p.reps = look, min(look.reps)
+    p.history.append(f"sequential: {look.action} at {look.reps[0]}+{look.reps[1]} reps (at most "
+                     f"{look.max_reps} per leg): {look.reason}")
     p.status = "measuring"
     if p.mechanism == "speculative_decoding":
         p = config_tuner.document_spec_decode(p, run)
     notes = []
-    if not p.lossless and p.quality_eval_id is None and p.look.action == "win" and status.get(cand_leg, "ok") == "ok":
+    if not p.lossless and p.quality_eval_id is None and look.action == "win" and status.get(cand_leg, "ok") == "ok":
         p, note = _run_quality_eval(ctx, run, p, legs[0], legs[1])
         notes.append(note)
-    what = f"A/B {base_leg} vs {cand_leg} x{p.reps} reps, sequential {p.look.action} ({status.get(cand_leg, 'ok')})"
+    what = f"A/B {base_leg} vs {cand_leg} x{p.reps} reps, sequential {look.action} ({status.get(cand_leg, 'ok')})"
     submitted = _submit_patch(state, ctx, p, what)
     return {**submitted, "notes": notes + submitted.get("notes", [])}
 
@@ -539,13 +566,14 @@ def _aa_for(state: RunState, ctx: RunContext, p: Proposal) -> list[str]:
     return list(state.get("aa_legs") or []) if integrator_agent.baseline_config(base, p) == base else []
 
 
-def _submit_patch(state: RunState, ctx: RunContext, p: Proposal, what: str) -> dict:
+def _submit_patch(state: RunState, ctx: RunContext, p: Proposal, what: str) -> RunState:
     """Write the proposal's patch claim over its current legs, stating the headline figure the producer
     read from its own legs (or its LLM brain stated from them); the auditor node answers it."""
-    base_leg, cand_leg = p.legs
+    legs = p.ab_legs()
+    base_leg, cand_leg = legs
     p.attempts += 1
     objective = ctx.settings.run_objective()
-    reading = own_figures.read_ab(_run(state), p.legs, objective.metric, objective.slo)
+    reading = own_figures.read_ab(_run(state), legs, objective.metric, objective.slo)
     p.stated_pct, p.stated_by = ctx.brains.state_figure(p, reading) if reading is not None else (None, None)
     opbench_rel = f"opbench/{p.op}/opbench.jsonl" if p.kind == "kernel" else None
     submitted = _submit(state, integrator_agent.patch_claim(p, base_leg, cand_leg, opbench_rel, _aa_for(state, ctx, p),
@@ -556,7 +584,7 @@ def _submit_patch(state: RunState, ctx: RunContext, p: Proposal, what: str) -> d
 
 
 @step
-def fix(state: RunState, runtime: Runtime[RunContext]) -> dict:
+def fix(state: RunState, runtime: Runtime[RunContext]) -> RunState:
     ctx = runtime.context
     settings = ctx.settings
     p = _proposal(state)
@@ -600,7 +628,7 @@ def fix(state: RunState, runtime: Runtime[RunContext]) -> dict:
         action = "drop"
         decision = decision.model_copy(update={"reason": stop})
         p.history.append(stop)
-    update: dict[str, Any] = {"fix_action": action, **_brain_notes(ctx)}
+    update: RunState = {"fix_action": action, **_brain_notes(ctx)}
     if action == "drop":
         p.status = "rejected"
         return {**update, "proposals": [p], "fix_action": "done",
@@ -616,7 +644,7 @@ def fix(state: RunState, runtime: Runtime[RunContext]) -> dict:
     return {**update, "proposals": [p]}
 
 
-def _refuse(p: Proposal, v: VerdictSummary, history: str, reason: str) -> dict[str, Any]:
+def _refuse(p: Proposal, v: VerdictSummary, history: str, reason: str) -> RunState:
     """The step is given up: rejected with ``reason``, its history saying why after the verdict."""
     p.status = "rejected"
     p.history.append(f"patch audit {v.shown} ({v.action}): {history}")
@@ -644,15 +672,18 @@ FIX_ROUTES: dict[FixStep, str] = {"done": "pick", "drop": "pick", "run_quality_e
 
 
 def route_fix(state: RunState) -> str:
-    return FIX_ROUTES[state["fix_action"]]
+    action = state.get("fix_action")
+    if action is None:
+        raise RuntimeError("no fix step to route: the fix node has not decided one")
+    return FIX_ROUTES[action]
 
 
 @step
-def quality_eval(state: RunState, runtime: Runtime[RunContext]) -> dict:
+def quality_eval(state: RunState, runtime: Runtime[RunContext]) -> RunState:
     """The auditor found the change lossy although the producer did not plan an eval: run it now."""
     ctx = runtime.context
     p = _proposal(state)
-    base_leg, cand_leg = p.legs
+    base_leg, cand_leg = p.ab_legs()
     base = _base_knobs(ctx)
     p, note = _run_quality_eval(ctx, _run(state), p, LegPlan(leg=base_leg, role="baseline",
                                                              config=integrator_agent.baseline_config(base, p)),
@@ -668,14 +699,14 @@ def route_quality(state: RunState) -> str:
 
 
 @step
-def resubmit(state: RunState, runtime: Runtime[RunContext]) -> dict:
+def resubmit(state: RunState, runtime: Runtime[RunContext]) -> RunState:
     """Same legs, corrected claim (reclassified headline, a disclosed trade-off or a quality eval
     added): no re-measure."""
     return _submit_patch(state, runtime.context, _proposal(state), "resubmitted on the same legs")
 
 
 @step
-def bundle(state: RunState, runtime: Runtime[RunContext]) -> dict:
+def bundle(state: RunState, runtime: Runtime[RunContext]) -> RunState:
     """The net change (the final configuration's difference from the true baseline) against the true
     no-overlay baseline, with a TEST04 caching pair; its components are the banked steps that survive in it."""
     ctx = runtime.context
@@ -730,7 +761,7 @@ def _red_team_or_report(state: RunState, runtime: Runtime[RunContext]) -> str:
 
 
 @step
-def red_team(state: RunState, runtime: Runtime[RunContext]) -> dict:
+def red_team(state: RunState, runtime: Runtime[RunContext]) -> RunState:
     """``--red-team``: the attack producer submits claims to the same auditor node; every one must be
     refused (the report lists them, and any that passed)."""
     ctx = runtime.context
@@ -748,7 +779,7 @@ def route_red_team(state: RunState) -> str:
 
 
 @step
-def report(state: RunState, runtime: Runtime[RunContext]) -> dict:
+def report(state: RunState, runtime: Runtime[RunContext]) -> RunState:
     ctx = runtime.context
     study.tell(ctx, _run(state), state)  # steps the budget skipped are told too
     drained = _brain_notes(ctx)
@@ -759,9 +790,9 @@ def report(state: RunState, runtime: Runtime[RunContext]) -> dict:
     llm_usage = None
     if ctx.llm is not None:
         u = ctx.llm.usage
-        llm_usage = {"model": ctx.llm.model, "calls": u.calls, "prompt_tokens": u.prompt_tokens,
-                     "completion_tokens": u.completion_tokens, "invalid_outputs": u.failures,
-                     "unavailable": u.unavailable, "fallbacks": fallbacks}
+        llm_usage = LLMUsage(model=ctx.llm.model, calls=u.calls, prompt_tokens=u.prompt_tokens,
+                             completion_tokens=u.completion_tokens, invalid_outputs=u.failures,
+                             unavailable=u.unavailable, fallbacks=fallbacks)
         notes.append(f"LLM {ctx.llm.model!r}: {u.calls} calls, {u.prompt_tokens} prompt + {u.completion_tokens} "
                      f"completion tokens, {u.failures} invalid outputs, {u.unavailable} unanswered asks; "
                      f"deterministic fallbacks: {fallbacks or 'none'}")
@@ -772,7 +803,12 @@ def report(state: RunState, runtime: Runtime[RunContext]) -> dict:
                      f"{max(ctx.remaining_s(state), 0.0):.0f}s of the budget were left")
     write_report(_run(state), {**state, "notes": notes, "llm_fallbacks": fallbacks}, _base_config(ctx), llm_usage,
                  ctx.settings.run_objective())
-    return {"stage": "done", **{k: v for k, v in drained.items() if v}}
+    done: RunState = {"stage": "done"}
+    if drained.get("notes"):
+        done["notes"] = drained["notes"]
+    if drained.get("llm_fallbacks"):
+        done["llm_fallbacks"] = drained["llm_fallbacks"]
+    return done
 
 
 NODES: tuple[Node, ...] = (setup, baseline, auditor, profile, pick, op_benchmarker, harness_result, integrator, fix,
@@ -780,7 +816,7 @@ NODES: tuple[Node, ...] = (setup, baseline, auditor, profile, pick, op_benchmark
 """Every node; each is added under its function's name."""
 
 
-def build_graph() -> StateGraph:
+def build_graph() -> StateGraph[RunState, RunContext, RunState, RunState]:
     g = StateGraph(RunState, context_schema=RunContext)
     for fn in NODES:
         g.add_node(fn.__name__, fn)

@@ -10,6 +10,7 @@ is the decision recorded with it in the run state (``auditor/acceptance.py``), r
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +19,8 @@ from perfwarden.agents.base import Proposal
 from perfwarden.auditor import acceptance
 from perfwarden.formats import safe_write
 from perfwarden.formats.objective import RunObjective
-from perfwarden.formats.records import LegWitnesses, shown_verdict, write_json_atomic
+from perfwarden.formats.records import LeverClass, shown_verdict, write_json_atomic
+from perfwarden.formats.verdict_parts import LegWitnesses
 from perfwarden.formats.verdict_summary import Acceptance, VerdictSummary
 from perfwarden.harness.target_config import TargetConfig
 from perfwarden.orchestrator.crashpoints import crash_point
@@ -27,6 +29,7 @@ from perfwarden.orchestrator.report_record import (AttackVerdict, FinalKnob, Hea
                                                    RedTeam, Refusal, ReportObjective, ReportRecord, SearchHistoryRow,
                                                    SearchStep)
 from perfwarden.orchestrator.review import search_plot
+from perfwarden.orchestrator.state import RunState
 
 CLASS_TITLE = {"A": "kernel / implementation wins (class A)", "B": "orthogonal serving levers (class B)"}
 
@@ -43,18 +46,18 @@ def _change_text(change: dict[str, Any]) -> str:
     return ", ".join(parts) or "the true baseline"
 
 
-def _codes(codes: Any) -> str:
+def _codes(codes: Iterable[object]) -> str:
     return ", ".join(md(c) for c in codes) or "no code"
 
 
-def _pct(value: Any, digits: int = 2) -> str | None:
+def _pct(value: object, digits: int = 2) -> str | None:
     """A re-derived delta as ``+1.23%``; None when the state holds no number there."""
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         return f"{value:+.{digits}f}%"
     return None
 
 
-def _num(value: Any) -> str:
+def _num(value: object) -> str:
     """A headline figure for the verdict trail (``-`` when there is none)."""
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         return f"{value:+.2f}"
@@ -78,15 +81,15 @@ def search_path(proposals: list[Proposal], verdicts: list[VerdictSummary]) -> li
     return out
 
 
-def build_report(state: dict[str, Any], base_config: TargetConfig,
-                 llm_usage: dict[str, Any] | None = None, objective: RunObjective | None = None) -> ReportRecord:
+def build_report(state: RunState, base_config: TargetConfig,
+                 llm_usage: LLMUsage | None = None, objective: RunObjective | None = None) -> ReportRecord:
     base = base_config.model_dump()
     marks = integrator.superseded_by(state.get("banked", []), base)
     banked = [b.model_copy(update={"superseded_by": marks.get(b.name)}) for b in state.get("banked", [])]
     verdicts = acceptance.recorded_trail(state.get("verdicts", []))
     proposals: list[Proposal] = state.get("proposals", [])
     bundle = next((v for v in reversed(verdicts) if v.scope == "bundle"), None)
-    headlines: dict[str, list[Headline]] = {"A": [], "B": []}
+    headlines: dict[LeverClass, list[Headline]] = {"A": [], "B": []}
     notes = {v.path: v.headline_note for v in verdicts}
     for b in banked:
         headlines[b.lever_class].append(Headline(change=b.name, against=b.against,
@@ -114,7 +117,7 @@ def build_report(state: dict[str, Any], base_config: TargetConfig,
                          verdicts=[AttackVerdict(claim=v.claim, verdict=v.shown, codes=sorted(v.codes()))
                                    for v in attacks]) if attacks else None,
         verdicts=list(verdicts), proposals=[ProposalTrail(id=p.id, status=p.status, history=p.history) for p in proposals],
-        llm=LLMUsage.model_validate(llm_usage) if llm_usage is not None else None,
+        llm=llm_usage,
         notes=list(state.get("notes", [])))
 
 
@@ -229,7 +232,7 @@ def render_markdown(report: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _decided(decision: Any) -> str:
+def _decided(decision: object) -> str:
     """A dumped ``Acceptance`` as the verdict trail shows it: ``accepted (<basis>): <reason>``."""
     if not isinstance(decision, dict):
         return "not recorded"
@@ -302,8 +305,8 @@ def _search_lines(steps: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
-def write_report(run: Path, state: dict[str, Any], base_config: TargetConfig,
-                 llm_usage: dict[str, Any] | None = None, objective: RunObjective | None = None) -> dict[str, Any]:
+def write_report(run: Path, state: RunState, base_config: TargetConfig,
+                 llm_usage: LLMUsage | None = None, objective: RunObjective | None = None) -> dict[str, Any]:
     """Write report.json (the typed, versioned ``ReportRecord``) and report.md rendered from it."""
     report = build_report(state, base_config, llm_usage, objective).model_dump(mode="json")
     write_json_atomic(Path(run) / "report.json", report, run)

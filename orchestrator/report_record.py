@@ -24,7 +24,7 @@ the record does not have), is a ``ReportError`` naming what is wrong; the review
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -35,7 +35,7 @@ from perfwarden.formats.safe_read import VERDICT_BYTES, read_bytes
 from perfwarden.formats.strict_json import StrictJsonError, loads
 from perfwarden.formats.verdict_summary import VerdictSummary
 
-REPORT_VERSION = 5
+REPORT_VERSION: Final = 5
 """Version of ``report.json`` this perfwarden writes (the history is in the module docstring)."""
 
 

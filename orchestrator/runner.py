@@ -22,7 +22,7 @@ import time
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from langgraph.checkpoint.sqlite import SqliteSaver
 from pydantic import ValidationError
@@ -44,7 +44,11 @@ from perfwarden.orchestrator.graph import build_graph, initial_state
 from perfwarden.orchestrator.lab import Lab, LabError, check_leg_writes, run_base_config
 from perfwarden.orchestrator.report import write_report
 from perfwarden.orchestrator.settings import RunSettings, settings_error
-from perfwarden.orchestrator.state import RESUMABLE_STATE_VERSIONS, STATE_VERSION, RunContext, RunState, SilentWatcher
+from perfwarden.orchestrator.state import (RESUMABLE_STATE_VERSIONS, STATE_VERSION, RunContext, RunState, RunWatcher,
+                                           SilentWatcher)
+
+if TYPE_CHECKING:  # Ray loads only for --cluster
+    from perfwarden.orchestrator.cluster import Cluster
 
 THREAD_ID = "perfwarden-run"
 
@@ -175,7 +179,7 @@ def _empty_hint(run: Path) -> str:
     return " (the folder is empty: no run started in it; start one with `perfwarden run --out`)" if empty else ""
 
 
-def ensure_report(run: Path, state: dict[str, Any], context: RunContext) -> dict[str, Any]:
+def ensure_report(run: Path, state: RunState, context: RunContext) -> RunState:
     """A finished run has its report: rewrite it from the final state when the files are missing
     (deleted, or lost with the directory copied without them); an unfinished one is an error."""
     if state.get("stage") != "done":
@@ -227,7 +231,7 @@ def _describable(lab: Lab) -> None:
         raise RunUsageError(f"--cluster: {exc}") from None
 
 
-def _view(run: Path, settings: RunSettings, lab: Lab, watcher: Any) -> Any:
+def _view(run: Path, settings: RunSettings, lab: Lab, watcher: RunWatcher) -> Cluster:
     """The run's view of the joined cluster: its slots, the head's evidence sink, the lab's description the
     nodes build their labs from, and the terminal the nodes' rep events go to."""
     from perfwarden.orchestrator import cluster
@@ -277,7 +281,8 @@ def check_state_version(run: Path, values: dict[str, Any]) -> None:
 
 
 def run_graph(run: Path, settings: RunSettings, lab: Lab, *, resume: bool = False, llm: LLMClient | None = None,
-              checkpointer_url: str | None = None, watcher: Any = None, clock: Callable[[], float] = time.time,
+              checkpointer_url: str | None = None, watcher: RunWatcher | None = None,
+              clock: Callable[[], float] = time.time,
               brains: Brains | None = None, attacker: AttackProducer | None = None,
               capture_logs: bool = True, cluster: str | None = None) -> RunState:
     """Start a run (or resume one) and return its final state, holding the run's writer lock throughout
@@ -302,7 +307,7 @@ def run_graph(run: Path, settings: RunSettings, lab: Lab, *, resume: bool = Fals
 
 
 def _run_held(run: Path, settings: RunSettings, lab: Lab, *, resume: bool, llm: LLMClient | None,
-              checkpointer_url: str | None, watcher: Any, clock: Callable[[], float], brains: Brains | None,
+              checkpointer_url: str | None, watcher: RunWatcher | None, clock: Callable[[], float], brains: Brains | None,
               attacker: AttackProducer | None, capture_logs: bool, cluster: str | None) -> RunState:
     """The run, its writer lock held (``run_graph``)."""
     context = RunContext(lab=lab, settings=settings, llm=llm, brains=brains or Brains(llm=llm), clock=clock,

@@ -14,7 +14,9 @@ import operator
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any, Callable, Literal, Protocol, TypedDict
+from typing import TYPE_CHECKING, Annotated, Callable, Literal, Protocol
+
+from typing_extensions import TypedDict  # pydantic validates a revived state (checkpoint_serde): it needs this one on 3.11
 
 from perfwarden.agents.base import AttackProducer, BankedChange, FixAction, Proposal, Rejection
 from perfwarden.agents.brains import Brains
@@ -23,6 +25,11 @@ from perfwarden.formats.verdict_summary import VerdictSummary
 from perfwarden.harness.llm_client import LLMClient
 from perfwarden.orchestrator.lab import Lab, LegPlan
 from perfwarden.orchestrator.settings import RunSettings
+
+if TYPE_CHECKING:  # Ray and Optuna load only when a run uses them: a cluster, a study sampler
+    import optuna
+
+    from perfwarden.orchestrator.cluster import Cluster
 
 STATE_VERSION = 3
 """Version of the checkpointed state. 1: plain dicts; 2: typed records; 3: each verdict summary carries the
@@ -152,9 +159,9 @@ class RunContext:
     run_dir: Path | None = None
     """The run directory from the command line (``run_graph`` sets it): every node reads and writes there,
     whatever folder a revived checkpoint names (None only in unit tests that build a context by hand)."""
-    cluster: Any = None
+    cluster: Cluster | None = None
     """The Ray cluster A/B steps fan out to (orchestrator/cluster.py ``Cluster``; None: this process)."""
-    study: Any = None
+    study: optuna.Study | None = None
     """The run's Optuna study, opened on first use (orchestrator/study.py)."""
     capture_logs: bool = True
     """Send in-process lab output (torch profiler, weight loading) to RUN/logs/ instead of the terminal."""

@@ -7,12 +7,19 @@ behind these functions.
 
 from __future__ import annotations
 
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import optuna
 
 from perfwarden.agents import config_tuner, search
 from perfwarden.agents.base import Proposal
-from perfwarden.harness.target_config import TargetConfig
+from perfwarden.harness.target_config import MechanismName, TargetConfig
 from perfwarden.orchestrator.settings import RunSettings
+from perfwarden.orchestrator.state import RunContext, RunState
+
+if TYPE_CHECKING:  # Ray loads only when a run uses a cluster
+    from perfwarden.orchestrator.cluster import Cluster
 
 
 def sampler_of(settings: RunSettings) -> search.SamplerName:
@@ -23,14 +30,14 @@ def sampler_of(settings: RunSettings) -> search.SamplerName:
     return "coordinate" if settings.levers is not None else "tpe"
 
 
-def batch_size(settings: RunSettings, cluster: Any) -> int:
+def batch_size(settings: RunSettings, cluster: Cluster | None) -> int:
     """Steps asked at once: the setting, else one per cluster slot, else one."""
     if settings.study_batch:
         return settings.study_batch
-    return max(1, int(getattr(cluster, "slots", 1) or 1)) if cluster is not None else 1
+    return max(1, cluster.slots) if cluster is not None else 1
 
 
-def study_of(ctx: Any, run) -> Any:
+def study_of(ctx: RunContext, run: Path) -> optuna.Study:
     """The run's study, opened once per process (the runtime context caches it)."""
     if ctx.study is None:
         ctx.study = search.open_study(run, higher_is_better=ctx.settings.run_objective().higher_is_better)
@@ -41,8 +48,8 @@ def trial_proposal(model: type[TargetConfig], asked: search.Asked, best: dict[st
     """A study trial as a proposal: the knobs it changes against the best, their lever class (B if any
     knob is), losslessness (all must be), and the mechanism a truthy speculative-decoding knob engages."""
     specs = {k: model.spec(k) for k in asked.change}
-    mechanism = next((s.mechanism for k, s in specs.items() if s.mechanism != "baseline" and asked.change[k]),
-                     "baseline")
+    mechanism: MechanismName = next((s.mechanism for k, s in specs.items()
+                                     if s.mechanism != "baseline" and asked.change[k]), "baseline")
     text = "+".join(f"{k}={v}" for k, v in sorted(asked.change.items()))
     pid = f"cfg-t{asked.number}-{text}"
     if len(pid) > 120:  # leg names are one path component: keep them short
@@ -54,7 +61,7 @@ def trial_proposal(model: type[TargetConfig], asked: search.Asked, best: dict[st
                     trial=asked.number, rationale=f"study trial {asked.number}: {why}"[:200])
 
 
-def next_proposals(state: dict[str, Any], ctx: Any, run, base: dict[str, Any], best: dict[str, Any],
+def next_proposals(state: RunState, ctx: RunContext, run: Path, base: dict[str, Any], best: dict[str, Any],
                    room: int) -> list[Proposal]:
     """Up to ``batch_size`` new config steps against the current best (at most ``room``), asked of the
     study; empty when the search converged."""
@@ -85,7 +92,7 @@ def next_proposals(state: dict[str, Any], ctx: Any, run, base: dict[str, Any], b
     return out
 
 
-def tell(ctx: Any, run, state: dict[str, Any], proposals: list[Proposal] | None = None) -> None:
+def tell(ctx: RunContext, run: Path, state: RunState, proposals: list[Proposal] | None = None) -> None:
     """Tell the study every finished trial (idempotent; a run without a study has nothing to tell)."""
     proposals = state.get("proposals", []) if proposals is None else proposals
     if not any(p.trial is not None for p in proposals):

@@ -13,10 +13,10 @@ import json
 
 import numpy as np
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from perfwarden.formats import seal
-from perfwarden.formats.records import Claim, LegSpec, Overlay, QualityEval, RunManifest, write_json_atomic
+from perfwarden.formats.records import Claim, LegRole, LegSpec, Overlay, QualityEval, RunManifest, write_json_atomic
 
 COHERENT_TEXTS = [
     "The capital of France is Paris, a city known for its museums and long history.",
@@ -144,13 +144,17 @@ def make_rep(leg: str, rep: int, *, throughput: float, ttft_ms: float = 100.0, t
     return line
 
 
+LegStatus = Literal["ok", "failed"]
+"""``LegSpec.status``: whether the leg's server came up and its reps ran."""
+
+
 def write_manifest(run: Path, run_id: str = "synthetic", target: str = "synthetic", model: str = "model") -> None:
     write_json_atomic(Path(run) / "run.json", RunManifest(id=run_id, target=target, model=model))
 
 
-def write_leg(run: Path, leg: str, role: str, server_info: dict[str, Any], reps: list[dict[str, Any]],
+def write_leg(run: Path, leg: str, role: LegRole, server_info: dict[str, Any], reps: list[dict[str, Any]],
               log_lines: list[str] | None = None, outputs: list[str] | None = None,
-              overlay: dict[str, Any] | None = None, status: str = "ok", failure: str | None = None,
+              overlay: dict[str, Any] | None = None, status: LegStatus = "ok", failure: str | None = None,
               parent: str | None = None) -> Path:
     """Write one leg directory: leg.json, server_info.json, server.log, bench_runs.jsonl, outputs.jsonl.
 
@@ -250,11 +254,16 @@ def overlay_between(base_info: dict[str, Any], cand_info: dict[str, Any]) -> dic
     return {"config": config, "kernel_patches": patches}
 
 
-def build_ab_run(run: Path, *, base_info: dict | None = None, cand_info: dict | None = None,
-          base_reps: list[dict] | None = None, cand_reps: list[dict] | None = None,
+ExtraLeg = tuple[LegRole, dict[str, Any], list[dict[str, Any]]]
+"""A leg ``build_ab_run`` writes beside its A/B pair: its role, server info and reps."""
+
+
+def build_ab_run(run: Path, *, base_info: dict[str, Any] | None = None, cand_info: dict[str, Any] | None = None,
+          base_reps: list[dict[str, Any]] | None = None, cand_reps: list[dict[str, Any]] | None = None,
           base_log: list[str] | None = None, cand_log: list[str] | None = None,
           base_outputs: list[str] | None = COHERENT_TEXTS, cand_outputs: list[str] | None = COHERENT_TEXTS,
-          claim: dict | None = None, cand_status: str = "ok", extra_legs: dict | None = None) -> Path:
+          claim: dict[str, Any] | None = None, cand_status: LegStatus = "ok",
+          extra_legs: dict[str, ExtraLeg] | None = None) -> Path:
     """Write a clean A/B run (a real 10% throughput win of a declared class-B knob, 5 interleaved reps
     per leg, coherent identical outputs) with any part replaced; returns the claim path."""
     write_manifest(run)

@@ -94,6 +94,40 @@ def _report(run: Path, text: str) -> None:
     (run / "report.md").write_text(text)
 
 
+def _evidence_missing(run: Path) -> None:
+    build_ab_run(run)
+    (run / "legs/cand/bench_runs.jsonl").unlink()
+
+
+def _int8_with_eval(run: Path, score: float, base: float) -> None:
+    """A lossy int8 change that cites a completed quality eval scoring ``score`` against ``base``."""
+    _quality(run, score, base)
+    build_ab_run(run, cand_info={**BASE_INFO, "port": 8101, "quantization": "int8_dynamic"},
+                 claim={**INT8, "correctness": {"parity": "none", "quality_eval_id": "pw-qa-exact-v1"}})
+
+
+def _profile_claim(run: Path, op: str, rows: list[dict[str, Any]]) -> None:
+    """A profile of ``rows`` and a profile claim naming ``op`` the hot one."""
+    _profile(run, rows)
+    write_claim(run, {"scope": "profile", "seq": 1, "op": op})
+
+
+def _isolated_noise(run: Path) -> None:
+    _profile(run)
+    build_ab_run(run, cand_info=KERNEL_INFO, cand_log=["override rmsnorm engaged"],
+                 cand_reps=reps("cand", [100.3, 99.6, 101.0, 100.1, 99.2], 1),
+                 claim={**KERNEL_CLAIM, "isolated_speedup": {"value": 3.0, "op": "rmsnorm"}})
+
+
+def _amdahl_violation(run: Path) -> None:
+    _profile(run)
+    _opbench(run, _rows("torch_ref", 2.0, ref=True) + _rows("fused", 1.6))
+    build_ab_run(run, cand_info=KERNEL_INFO, cand_log=["override rmsnorm engaged"],
+                 claim={**KERNEL_CLAIM, "isolated_speedup": {
+                     "value": 1.25, "op": "rmsnorm", "opbench": "opbench/rmsnorm/opbench.jsonl",
+                     "baseline_backend": "torch_ref", "candidate_backend": "fused"}})
+
+
 # name -> (builder, verdict, action, must_include, must_exclude, rationale)
 CASES: dict[str, tuple[Callable[[Path], Any], str, str, list[str], list[str], str]] = {
     "syn-clean-patch-win": (lambda r: build_ab_run(r), "PASS", "pass", [], PATCH_CODES,
@@ -104,7 +138,7 @@ CASES: dict[str, tuple[Callable[[Path], Any], str, str, list[str], list[str], st
                                            claim={"headline": {"value": 0.3}, "lever": {"name": "none", "lever_class": "A"}}),
                     "FAIL", "eject", ["DELTA_NOT_SIGNIFICANT"], ["CONDITIONS_DIFFER", "HIDDEN_LATENCY_REGRESSION"],
                     "Same config on both legs: the delta is inside the noise band, so no win can be banked."),
-    "syn-evidence-missing": (lambda r: (build_ab_run(r), (r / "legs/cand/bench_runs.jsonl").unlink()), "FAIL", "eject",
+    "syn-evidence-missing": (_evidence_missing, "FAIL", "eject",
                              ["EVIDENCE_MISSING"], [], "The candidate's bench_runs.jsonl is gone: fail closed."),
     "syn-torn-tail": (_torn, "FLAG", "remeasure", ["EVIDENCE_CORRUPT"], ["DELTA_NOT_SIGNIFICANT"],
                       "The last line was never finished (writer killed): not evidence, a FLAG; the 5 complete reps "
@@ -156,13 +190,9 @@ CASES: dict[str, tuple[Callable[[Path], Any], str, str, list[str], list[str], st
     "syn-int8-no-eval": (lambda r: build_ab_run(r, cand_info={**BASE_INFO, "port": 8101, "quantization": "int8_dynamic"},
                                                 claim=INT8), "FAIL", "eject", ["QUALITY_EVAL_MISSING"], [],
                          "Lossy int8 claimed supported without a quality eval."),
-    "syn-int8-regression": (lambda r: (_quality(r, 0.30, 0.45), build_ab_run(
-        r, cand_info={**BASE_INFO, "port": 8101, "quantization": "int8_dynamic"},
-        claim={**INT8, "correctness": {"parity": "none", "quality_eval_id": "pw-qa-exact-v1"}})),
+    "syn-int8-regression": (lambda r: _int8_with_eval(r, 0.30, 0.45),
         "FAIL", "eject", ["QUALITY_REGRESSION"], ["QUALITY_EVAL_MISSING"], "The eval shows 0.45 -> 0.30."),
-    "syn-int8-eval-ok": (lambda r: (_quality(r, 0.44, 0.45), build_ab_run(
-        r, cand_info={**BASE_INFO, "port": 8101, "quantization": "int8_dynamic"},
-        claim={**INT8, "correctness": {"parity": "none", "quality_eval_id": "pw-qa-exact-v1"}})),
+    "syn-int8-eval-ok": (lambda r: _int8_with_eval(r, 0.44, 0.45),
         "PASS", "pass", [], ["QUALITY_EVAL_MISSING", "QUALITY_REGRESSION"], "A completed registered eval, -0.01."),
     "syn-output-length-shift": (lambda r: build_ab_run(r, cand_reps=cand_reps(output_len=48)), "FAIL", "eject",
                                 ["OUTPUT_LENGTH_SHIFT"], [], "Outputs 25% shorter: early EOS."),
@@ -206,17 +236,17 @@ CASES: dict[str, tuple[Callable[[Path], Any], str, str, list[str], list[str], st
     "syn-harness-implausible": (lambda r: _harness(r, _rows("torch_ref", 20.0, ref=True) + _rows("magic", 1.0), 20.0, cand="magic"),
                                 "FLAG", "redo_harness", ["IMPLAUSIBLE_SPEEDUP"], ["HARNESS_INCORRECT"],
                                 "20x on an elementwise op needs extra proof."),
-    "syn-profile-misattribution": (lambda r: (_profile(r, [{"name": "silu_mul_kernel_0", "self_time_us": 2000.0},
-                                                          {"name": "silu_mul_kernel_1", "self_time_us": 2100.0},
-                                                          {"name": "aten::linear", "self_time_us": 5000.0},
-                                                          {"name": "rotary", "self_time_us": 150.0}]),
-                                              write_claim(r, {"scope": "profile", "seq": 1, "op": "rotary"})),
+    "syn-profile-misattribution": (lambda r: _profile_claim(r, "rotary", [
+                                       {"name": "silu_mul_kernel_0", "self_time_us": 2000.0},
+                                       {"name": "silu_mul_kernel_1", "self_time_us": 2100.0},
+                                       {"name": "aten::linear", "self_time_us": 5000.0},
+                                       {"name": "rotary", "self_time_us": 150.0}]),
                                    "FAIL", "eject", ["PROFILE_MISATTRIBUTION"], [], "Rotary is 1.6% of the time."),
-    "syn-profile-fragmented-hot": (lambda r: (_profile(r, [{"name": "silu_mul_kernel_0", "self_time_us": 2000.0},
-                                                          {"name": "silu_mul_kernel_1", "self_time_us": 2100.0},
-                                                          {"name": "silu_mul_kernel_2", "self_time_us": 1900.0},
-                                                          {"name": "aten::linear", "self_time_us": 5000.0}]),
-                                              write_claim(r, {"scope": "profile", "seq": 1, "op": "silu_mul"})),
+    "syn-profile-fragmented-hot": (lambda r: _profile_claim(r, "silu_mul", [
+                                       {"name": "silu_mul_kernel_0", "self_time_us": 2000.0},
+                                       {"name": "silu_mul_kernel_1", "self_time_us": 2100.0},
+                                       {"name": "silu_mul_kernel_2", "self_time_us": 1900.0},
+                                       {"name": "aten::linear", "self_time_us": 5000.0}]),
                                    "PASS", "pass", [], ["PROFILE_MISATTRIBUTION"],
                                    "silu_mul is split under three kernel names; merged it is 55% of the time."),
     "syn-report-untraced": (lambda r: _report(r, "# Result\n\nThroughput rose 10.1%.\nWith int8 we would reach 180 tok/s "
@@ -237,16 +267,10 @@ CASES: dict[str, tuple[Callable[[Path], Any], str, str, list[str], list[str], st
                                       "mechanism": {"name": "speculative_decoding", "draft_model_id": "ngram", "acceptance_rate": 0.5}}),
                                   "FLAG", "downgrade_headline", ["ORTHOGONAL_LEVER"], ["CONDITIONS_DIFFER"],
                                   "accept_length in the raw means speculative decoding, headlined as a kernel win."),
-    "syn-isolated-noise": (lambda r: (_profile(r), build_ab_run(r, cand_info=KERNEL_INFO, cand_log=["override rmsnorm engaged"],
-                                                                cand_reps=reps("cand", [100.3, 99.6, 101.0, 100.1, 99.2], 1),
-                                                                claim={**KERNEL_CLAIM, "isolated_speedup": {"value": 3.0, "op": "rmsnorm"}})),
+    "syn-isolated-noise": (_isolated_noise,
                            "FAIL", "eject", ["ISOLATED_E2E_GAP", "DELTA_NOT_SIGNIFICANT"], [],
                            "3.0x isolated, e2e inside the noise band."),
-    "syn-amdahl-violation": (lambda r: (_profile(r), _opbench(r, _rows("torch_ref", 2.0, ref=True) + _rows("fused", 1.6)),
-                                        build_ab_run(r, cand_info=KERNEL_INFO, cand_log=["override rmsnorm engaged"],
-                                                     claim={**KERNEL_CLAIM, "isolated_speedup": {
-                                                         "value": 1.25, "op": "rmsnorm", "opbench": "opbench/rmsnorm/opbench.jsonl",
-                                                         "baseline_backend": "torch_ref", "candidate_backend": "fused"}})),
+    "syn-amdahl-violation": (_amdahl_violation,
                              "FLAG", "replace_headline_with_e2e", ["IMPLAUSIBLE_SPEEDUP"], ["DELTA_NOT_SIGNIFICANT"],
                              "1.25x on an op taking 24% of time bounds e2e at +5%; +10% measured came from elsewhere."),
 }

@@ -13,6 +13,7 @@ changes an answer.
 
 from __future__ import annotations
 
+import functools
 import json
 from pathlib import Path
 from typing import Any, Callable
@@ -461,7 +462,12 @@ def _foreign_pair(run: Path) -> None:
 def _order(run: Path, base_times: list[float], cand_times: list[float]) -> None:
     ab(run)
     for leg, times in (("base", base_times), ("cand", cand_times)):
-        edit_lines(run, leg, lambda line, times=times: {**line, "started_at": times[line["rep"]]})
+        edit_lines(run, leg, functools.partial(_started_at, times))
+
+
+def _started_at(times: list[float], line: dict[str, Any]) -> dict[str, Any]:
+    """A rep started at ``times[rep]``."""
+    return {**line, "started_at": times[line["rep"]]}
 
 
 def _torn_missing_rep(run: Path, *log: str) -> None:

@@ -38,7 +38,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from perfwarden.orchestrator.synth import BASE_INFO, REP_LATENCY_JITTER, build_ab_run, fixture_builder_main, make_rep, write_fixture
+from perfwarden.orchestrator.synth import (BASE_INFO, REP_LATENCY_JITTER, ExtraLeg, build_ab_run, fixture_builder_main,
+                                           make_rep, write_fixture)
 
 SLOT_S = 4.0
 """Seconds between consecutive rep starts (a rep of 256 tokens at >= 70 tok/s lasts < 3.7 s)."""
@@ -86,8 +87,8 @@ def schedule(legs: dict[str, list[float]], tpot: dict[str, float] | None = None)
 def build(case: Case) -> Callable[[Path], Any]:
     def _build(run: Path) -> Path:
         reps = schedule(case.legs, case.tpot)
-        extra = {name: ("aa" if name in case.declared_aa else "baseline", BASE_INFO, reps[name])
-                 for name in case.legs if name not in ("base", "cand")}
+        extra: dict[str, ExtraLeg] = {name: ("aa" if name in case.declared_aa else "baseline", BASE_INFO, reps[name])
+                                      for name in case.legs if name not in ("base", "cand")}
         disclosed = own_disclosure(reps["base"], reps["cand"], case.disclose)
         headline: dict[str, Any] = {"metric": "output_throughput", "value": case.headline, "kind": "e2e"}
         claim: dict[str, Any] = {"legs": {"baseline": "base", "candidate": "cand", "aa": list(case.declared_aa)},

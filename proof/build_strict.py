@@ -41,8 +41,8 @@ def scheduled(base_starts: list[float], cand_starts: list[float], base_ends: lis
               cand_ends: list[float] | None = None) -> tuple[list[dict], list[dict]]:
     base = light("base", (BASE_TPUT * 2)[:len(base_starts)], 0)
     cand = light("cand", (CAND_TPUT * 2)[:len(cand_starts)], 1)
-    base = [timed(x, s, (base_ends or [None] * len(base))[i]) for i, (x, s) in enumerate(zip(base, base_starts))]
-    cand = [timed(x, s, (cand_ends or [None] * len(cand))[i]) for i, (x, s) in enumerate(zip(cand, cand_starts))]
+    base = [timed(x, s, base_ends[i] if base_ends else None) for i, (x, s) in enumerate(zip(base, base_starts))]
+    cand = [timed(x, s, cand_ends[i] if cand_ends else None) for i, (x, s) in enumerate(zip(cand, cand_starts))]
     return base, cand
 
 

@@ -58,7 +58,8 @@ def v2(line: dict, leg: str, start: float, **counter_kw: Any) -> dict:
     return line
 
 
-def legs_v2(n_base: int = 5, n_cand: int = 5, cand_values: list[float] | None = None, **kw: Any):
+def legs_v2(n_base: int = 5, n_cand: int = 5, cand_values: list[float] | None = None,
+            **kw: Any) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     base = light("base", (BASE_TPUT * 2)[:n_base], 0, **kw)
     cand = light("cand", (cand_values or CAND_TPUT * 2)[:n_cand], 1, **kw)
     base = [v2(x, "base", RUN_T0 + 100 + STEP_S * k) for k, x in enumerate(base)]

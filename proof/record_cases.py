@@ -55,9 +55,10 @@ B_LEVER = {"lever_class": "B"}
 
 
 def _claim(base: str, cand: str, name: str, **extra: Any) -> dict[str, Any]:
-    body = {"seq": 1, "scope": "patch", "producer": "recorder", "legs": {"baseline": base, "candidate": cand},
-            "lever": {"name": name, "lever_class": "B", "config_keys": [name.split("=")[0]]},
-            "headline": {"metric": "output_throughput", "kind": "e2e"}}
+    body: dict[str, Any] = {"seq": 1, "scope": "patch", "producer": "recorder",
+                            "legs": {"baseline": base, "candidate": cand},
+                            "lever": {"name": name, "lever_class": "B", "config_keys": [name.split("=")[0]]},
+                            "headline": {"metric": "output_throughput", "kind": "e2e"}}
     for key, value in extra.items():
         body[key] = {**body.get(key, {}), **value} if isinstance(value, dict) and key in body else value
     return body

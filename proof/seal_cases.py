@@ -164,7 +164,7 @@ CASES: dict[str, tuple[Callable[[Path], Path], str, str, list[str], list[str], l
 
 # The recorded clean fixture: the embedded target really run (SmolLM2-135M on torch, LoadGen reps),
 # sealed by the real harness. Answer written before recording.
-RECORDED = {
+RECORDED: dict[str, tuple[str, str, list[str], list[str], list[str], str]] = {
     "seal-rec-clean": ("PASS", "pass", [], [*SEAL_CODES, "SERVER_CRASH", "CONDITIONS_DIFFER"], [],
                        "Baseline vs max_batch_size=4 recorded on the embedded target with the per-token latency "
                        "cost disclosed at the size the producer read from its own bench lines; every file sealed "

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import shutil
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, TypedDict
 
 from perfwarden.orchestrator.synth import (fixture_builder_main, COHERENT_TEXTS, GIBBERISH_TEXTS, make_rep, overlay_between,
                                     write_claim, write_jsonl, write_leg, write_manifest)
@@ -34,8 +34,19 @@ PLAIN_LOG = ["server ready", "token usage: 0.40", "token usage: 0.62"]
 # many requests in flight: a rep must last as long as its slowest request. 112 requests of 480 tokens,
 # all issued at once, keep every request inside its rep (with room for the I5 case's 2.2x TTFT);
 # tokens stream in chunks of 96 (sglang's --stream-interval), which keeps the files small.
-GEAK_REP = {"n_requests": 112, "output_len": 480, "input_len": 1024, "itl_chunk": 96, "start_step_s": 0.0,
-            "max_concurrency": None}
+class RepShape(TypedDict):
+    """The request shape of every GEAK rep (``make_rep``'s keyword arguments of the same names)."""
+
+    n_requests: int
+    output_len: int
+    input_len: int
+    itl_chunk: int
+    start_step_s: float
+    max_concurrency: int | None
+
+
+GEAK_REP: RepShape = {"n_requests": 112, "output_len": 480, "input_len": 1024, "itl_chunk": 96, "start_step_s": 0.0,
+                      "max_concurrency": None}
 
 
 def three_reps(leg: str, lo: float, mid: float, hi: float, ttft_ms: float, tpot_ms: float, offset: float,

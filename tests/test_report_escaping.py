@@ -22,6 +22,7 @@ from typer.testing import CliRunner
 
 from perfwarden.cli.main import app
 from perfwarden.orchestrator.report import build_report, render_markdown
+from perfwarden.orchestrator.report_record import LLMUsage
 from perfwarden.orchestrator.review.search_plot import clean_rows, history_svg
 from perfwarden.orchestrator.runner import THREAD_ID, run_graph
 from perfwarden.orchestrator.settings import RunSettings
@@ -105,9 +106,9 @@ def test_every_string_of_the_run_is_escaped_in_the_report(finished):
     model and fallbacks, the run directory: each carries a payload, none is interpreted."""
     run, state = finished
     report = build_report(state, SyntheticLab().base_config(),
-                          llm_usage={"model": "m", "calls": 1, "prompt_tokens": 1, "completion_tokens": 1,
-                                     "invalid_outputs": 0, "unavailable": 0,
-                                     "fallbacks": {"tuner": 1}}).model_dump(mode="json")
+                          llm_usage=LLMUsage(model="m", calls=1, prompt_tokens=1, completion_tokens=1,
+                                             invalid_outputs=0, unavailable=0,
+                                             fallbacks={"tuner": 1})).model_dump(mode="json")
     assert report["search_path"] and report["banked"] and report["final_configuration"]
     planted = _plant(report, cycle(PAYLOADS))
     md = render_markdown(planted)

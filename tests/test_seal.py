@@ -507,7 +507,7 @@ def test_sigkill_while_sealing_then_resume_verifies(tmp_path, after_s):
     from perfwarden.auditor.manifest import observe
 
     run = tmp_path / "run"
-    script = ("import sys, itertools\nfrom perfwarden.harness import seal\nrun = sys.argv[1]\nseal.begin(run)\n"
+    script = ("import sys, itertools\nfrom perfwarden.formats import seal\nrun = sys.argv[1]\nseal.begin(run)\n"
               "for k in itertools.count():\n"
               "    seal.append_jsonl(run + '/legs/a/bench_runs.jsonl', {'leg': 'a', 'rep': k, 'pad': 'x' * 4000})\n"
               "    seal.write_json(run + '/legs/a/leg.json', {'leg': 'a', 'status': 'ok', 'k': k})\n")
@@ -515,6 +515,8 @@ def test_sigkill_while_sealing_then_resume_verifies(tmp_path, after_s):
     deadline = time.time() + 30
     while not (run / "legs" / "a" / "bench_runs.jsonl").exists() and time.time() < deadline:
         time.sleep(0.01)
+    # A writer that never started (it could not import the seal) would leave this test nothing to check.
+    assert (run / "legs" / "a" / "bench_runs.jsonl").exists() and proc.poll() is None, proc.poll()
     time.sleep(after_s)
     proc.send_signal(signal.SIGKILL)
     proc.wait()

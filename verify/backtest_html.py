@@ -98,8 +98,8 @@ def case_card(i: int, res: CaseResult, reviews: dict[str, RunReview], readers: d
         parts.append("<h3>disagreements</h3><ul>" + "".join(f'<li class="problem">{esc(p)}</li>'
                                                             for p in res.problems) + "</ul>")
     review = reviews.get(res.fixture)
-    entry = next((e for e in review.entries if e.verdict is res.verdict_record), None) if review else None
-    if entry is not None:
+    entry = None if review is None else next((e for e in review.entries if e.verdict is res.verdict_record), None)
+    if review is not None and entry is not None:
         reader = readers.setdefault(res.fixture, LineReader(review.root))
         parts.append(f"<h3>verdict</h3>{verdict_body(entry, review, reader)}")
     else:

@@ -17,7 +17,8 @@ import csv
 import io
 import json
 import textwrap
-from typing import Any, Iterator
+from collections.abc import Iterator, Sequence
+from typing import Any
 
 from perfwarden.orchestrator.render import fmt_value, md_cell, printable
 from perfwarden.orchestrator.review.compare import Comparison, metric_rows
@@ -81,13 +82,13 @@ def compare_json(comp: Comparison) -> dict[str, Any]:
 # ---------------------------------------------------------------------------------------------- md
 
 
-def md_table(headers: list[str], rows: list[list[object]]) -> str:
+def md_table(headers: list[str], rows: Sequence[Sequence[object]]) -> str:
     out = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
     out += [md_table_row(row) for row in rows]
     return "\n".join(out)
 
 
-def md_table_row(row: list[object]) -> str:
+def md_table_row(row: Sequence[object]) -> str:
     return "| " + " | ".join(md_cell(c) for c in row) + " |"
 
 
@@ -164,7 +165,7 @@ def csv_safe(value: object) -> object:
         return "'" + printable(value)
 
 
-def _csv(headers: list[str] | None, rows: list[list[object]]) -> str:
+def _csv(headers: list[str] | None, rows: Sequence[Sequence[object]]) -> str:
     buf = io.StringIO()
     writer = csv.writer(buf, lineterminator="\n")
     if headers is not None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import heapq
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import InitVar, dataclass, field
 from pathlib import Path
 from typing import Any, Iterator, NamedTuple
 
@@ -247,12 +247,13 @@ class RunReview:
     """Orchestrator step records from ``events.jsonl`` (node, duration, error), when present."""
     label: str = ""
     """How the input was named on the command line (for titles and comparisons)."""
-    summary: TrailSummary | None = None
-    """Counts over the whole trail (``entries`` when not given)."""
+    summary: TrailSummary = field(init=False)
+    """Counts over the whole trail: ``whole_trail`` when given, else over ``entries``."""
+    whole_trail: InitVar[TrailSummary | None] = None
+    """The counts a loader gathered while it streamed a trail longer than ``entries``."""
 
-    def __post_init__(self) -> None:
-        if self.summary is None:
-            self.summary = TrailSummary.of(self.entries)
+    def __post_init__(self, whole_trail: TrailSummary | None) -> None:
+        self.summary = whole_trail if whole_trail is not None else TrailSummary.of(self.entries)
 
     @property
     def omitted(self) -> int:
@@ -536,7 +537,7 @@ def load_review(path: Path, audit_if_needed: bool = True) -> RunReview:
                      objective=read_objective(root, notes), audited_now=audited_now,
                      report_banked=report.banked if report else None,
                      report_final=report.final_configuration if report else None, notes=notes,
-                     events=read_events(root, notes), label=str(path), summary=summary)
+                     events=read_events(root, notes), label=str(path), whole_trail=summary)
 
 
 def read_server_info(root: Path, leg: str) -> tuple[dict[str, Any] | None, str | None]:

@@ -290,10 +290,10 @@ def rep_plots(entry: VerdictEntry, extra: list[tuple[str, VerdictEntry]] | None 
         center = base_stats.median if base_stats is not None else None
         comp = comps.get(metric)
         band = None
+        subtitle = "no baseline/candidate comparison: no noise band"
         if comp is not None and center is not None and math.isfinite(comp.noise_band_pct):
             band = (center * (1 - comp.noise_band_pct / 100), center * (1 + comp.noise_band_pct / 100))
-        subtitle = (f"noise band ±{comp.noise_band_pct:.2f}% around the baseline median: {comp.noise_band_source}"
-                    if band else "no baseline/candidate comparison: no noise band")
+            subtitle = f"noise band ±{comp.noise_band_pct:.2f}% around the baseline median: {comp.noise_band_source}"
         reference, pooled = fairer_reference(v, metric, entry.headline_metric)
         if reference is not None:
             rows.append(Row("same-config legs (fairer ref.)", pooled, reference.level))
@@ -425,7 +425,8 @@ def lever_html(entry: VerdictEntry, review: RunReview) -> str:
     if lever is None or not lever.components:
         return out
     by_name = {e.lever_name: e for e in review.entries if e.verdict.scope == "patch" and e.lever_name}
-    comp_rows, owner = [], {}
+    comp_rows: list[list[str]] = []
+    owner: dict[str, str] = {}
     for name in lever.components:
         src = by_name.get(name)
         if src is None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from perfwarden.agents.base import BankedChange
 from perfwarden.orchestrator.review.model import RunReview, TrailRow, VerdictEntry
@@ -78,7 +79,11 @@ def _ident(e: VerdictEntry | TrailRow) -> tuple[int, str, str]:
                                                                      e.verdict.claim)
 
 
-def match_report_item(item: BankedChange, entries: list[TrailRow] | list[VerdictEntry]) -> TrailRow | VerdictEntry | None:
+Entry = TypeVar("Entry", TrailRow, VerdictEntry)
+"""A verdict of the trail as a summary row, or held whole: both name their verdict file (``path``)."""
+
+
+def match_report_item(item: BankedChange, entries: list[Entry]) -> Entry | None:
     """The verdict a ``report.json`` banked entry names (its ``verdict`` file). None when no verdict of the
     run is that file (shown, never guessed)."""
     return next((e for e in entries if e.path == item.verdict), None)

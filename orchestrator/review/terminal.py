@@ -8,7 +8,7 @@ terminal. Indented blocks use ``Padding`` so wrapped lines keep their indent.
 
 from __future__ import annotations
 
-from rich.console import Console, Group, RenderableType
+from rich.console import Console, Group, JustifyMethod, RenderableType
 from rich.padding import Padding
 from rich.rule import Rule
 from rich.table import Table
@@ -213,7 +213,9 @@ def pair_block(pair: Pair) -> Group:
     rows = metric_rows(pair)
     if rows:
         table = Table(pad_edge=False, box=None, show_edge=False)
-        for col, just in (("role", "left"), ("metric", "left"), ("A", "right"), ("B", "right"), ("B vs A", "right")):
+        columns: list[tuple[str, JustifyMethod]] = [("role", "left"), ("metric", "left"), ("A", "right"), ("B", "right"),
+                                                    ("B vs A", "right")]
+        for col, just in columns:
             table.add_column(col, justify=just, overflow="fold")
         for row in rows:
             table.add_row(row.role, PLOT_METRICS[row.metric].split(",")[0].split(" (")[0],

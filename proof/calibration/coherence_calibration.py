@@ -10,7 +10,7 @@ must not be produced by the function under test). ``report`` scores the recorded
 ``perfwarden.auditor.coherence`` and prints the distributions and the threshold choice that
 ``coherence.md`` documents.
 
-Groups recorded (``max_new_tokens`` = 48, greedy, the project prompt set ``harness/prompts_data.py``):
+Groups recorded (``max_new_tokens`` = 48, greedy, the calibration's prompt set ``coherence_prompts.py``):
 
 - ``real_chat``: SmolLM2-135M-Instruct, chat template (how the embedded target serves chat) -- positive;
 - ``real_raw``: the real weights on the bare prompt text (completions), stopping at EOS;
@@ -85,7 +85,7 @@ def record() -> dict[str, Any]:
     import transformers
 
     from perfwarden.harness import model as M
-    from perfwarden.harness.prompts_data import PROMPTS
+    from perfwarden.proof.calibration.coherence_prompts import PROMPTS
 
     torch.set_num_threads(THREADS)
     prompts = [p.text for p in PROMPTS]
