@@ -29,6 +29,7 @@ from perfwarden.harness.target_config import TARGET_CONFIGS, ConfigError, SGLang
 from perfwarden.orchestrator.exit_codes import ExitCode, disk_full, no_space_message
 from perfwarden.orchestrator.lab_spec import lab_for
 from perfwarden.orchestrator.render import VERDICT_STYLE, print_error, safe_text
+from perfwarden.orchestrator.report import SEARCH_STOPS
 from perfwarden.orchestrator.settings import RunSettings, settings_error
 from perfwarden.orchestrator.step_lines import StepLine, StepLines
 
@@ -317,6 +318,9 @@ def _print_outcome(state: dict, run_dir: Path | str, started: float, metric: str
                                     + f" ({b.verdict})"))
     for r in state.get("rejected", []):
         console.print(safe_text(("refused", "red"), f" {r.name}: {r.reason} ({r.verdict or '-'})"))
+    stop = next((note for note in state.get("notes", []) if SEARCH_STOPS in note), None)
+    if stop is not None:  # why the search ended before the producers ran out of changes
+        console.print(safe_text(("search stopped", "yellow"), f": {stop}"))
     bundle = next((v for v in reversed(state.get("verdicts", [])) if v.scope == "bundle"), None)
     if bundle is not None and bundle.headline_rederived is not None:
         console.print(safe_text(("bundle", "bold"), f" vs the true baseline: {bundle.verdict} "

@@ -60,7 +60,7 @@ from perfwarden.orchestrator import stepping, study
 from perfwarden.orchestrator.crashpoints import crash_point
 from perfwarden.orchestrator.lab import LabError, LegPlan, run_base_config
 from perfwarden.orchestrator.persona_model import persona_model
-from perfwarden.orchestrator.report import write_report
+from perfwarden.orchestrator.report import SEARCH_STOPS, write_report
 from perfwarden.orchestrator.report_record import LLMUsage
 from perfwarden.orchestrator.state import STATE_VERSION, FixStep, RunContext, RunState
 
@@ -407,13 +407,13 @@ def pick(state: RunState, runtime: Runtime[RunContext]) -> RunState:
     if remaining <= 0 or remaining < NEXT_CHANGE_NEEDS * typical:
         skipped = [p.model_copy(update={"status": "skipped"}) for p in active]
         note = (f"budget: {remaining:.0f}s left; one more change (~{typical:.0f}s) and the bundle after it need "
-                f"about {NEXT_CHANGE_NEEDS * typical:.0f}s; the search stops here")
+                f"about {NEXT_CHANGE_NEEDS * typical:.0f}s; {SEARCH_STOPS}")
         return {**update, "proposals": skipped, "notes": [note + (f" (skipped {[p.id for p in active]})" if active else "")],
                 "stage": "search stopped on budget"}
     new: list[Proposal] = []
     nxt = next(iter(active), None)
     if nxt is None and len(state.get("proposals", [])) >= ctx.settings.max_proposals:
-        update["notes"] = [f"max_proposals={ctx.settings.max_proposals} changes tried: the search stops here"]
+        update["notes"] = [f"max_proposals={ctx.settings.max_proposals} changes tried: {SEARCH_STOPS}"]
     elif nxt is None and study.sampler_of(ctx.settings) != "coordinate":  # a study sampler asks the study
         room = ctx.settings.max_proposals - len(state.get("proposals", []))
         new = study.next_proposals(state, ctx, _run(state), _base_knobs(ctx), _best(state), room)

@@ -156,6 +156,20 @@ def _baseline_lines(verdicts: list[dict[str, Any]]) -> list[str]:
             "below.", ""]
 
 
+SEARCH_STOPS = "the search stops here"
+"""Ends every note that says why the search ended before the producers ran out of changes (the graph's
+budget and proposal bounds): the report and the terminal show it where nothing was tried."""
+
+
+def _nothing_banked(report: dict[str, Any]) -> str:
+    """Why the Banked section is empty: refused changes, or none tried (and, when the search stopped early,
+    why)."""
+    if report["search_path"]:
+        return "Nothing was banked: no change passed the auditor."
+    stop = next((note for note in report["notes"] if SEARCH_STOPS in note), None)
+    return "Nothing was banked: no change was tried" + (f" ({md(stop)})." if stop else ".")
+
+
 def render_markdown(report: dict[str, Any]) -> str:
     """report.md. Every string in it that came from the run (names, codes, paths, notes, knob values) goes
     through ``md`` (``render.md_cell``): the run's data cannot add a heading, link, HTML or control
@@ -166,7 +180,7 @@ def render_markdown(report: dict[str, Any]) -> str:
     lines += _baseline_lines(report["verdicts"])
     lines += ["## Banked", ""]
     if not report["banked"]:
-        lines += ["Nothing was banked: no change passed the auditor.", ""]
+        lines += [_nothing_banked(report), ""]
     for cls in ("A", "B"):
         lines += [f"### {CLASS_TITLE[cls]}", ""] + _banked_lines(report["headlines"][cls], metric) + [""]
     if report["bundle"]:

@@ -234,7 +234,10 @@ def test_the_baseline_sizes_the_first_step_so_a_slow_machine_does_not_overrun(tm
     state = run_graph(tmp_path / "run", settings(budget_minutes=10, kernels=False), SlowLab(), clock=lambda: now[0])
     assert state["proposals"] == [] and state["banked"] == []
     assert any("the search stops here" in n for n in state["notes"])
-    assert "the search stops here" in (tmp_path / "run" / "report.md").read_text()
+    report = (tmp_path / "run" / "report.md").read_text()
+    # nothing was refused: the Banked section says no change was tried, and why (not "none passed")
+    assert "Nothing was banked: no change was tried (budget" in report and "the search stops here" in report
+    assert "no change passed the auditor" not in report
 
 
 def test_a_baseline_is_not_remeasured_when_another_would_overrun_the_budget(tmp_path):
