@@ -492,6 +492,9 @@ class Engine:
         req.generated = list(ids)
         if ids:
             req.emit(TokenEvent(list(ids)))
+        # Admitted and completed like any request the engine answers: the totals must still say every
+        # request that reached the engine (a witness of the client's count) and never more finished than admitted.
+        self.counters.requests_admitted += 1
         self.counters.requests_completed += 1
         req.emit(DoneEvent(reason, self._usage(req, cached=True)))
         return True

@@ -6,12 +6,24 @@ Every test gets its own seal key store (``PERFWARDEN_KEY_DIR``): runs recorded i
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
+
+from embedded_alone_run import AloneRun, run_alone
 
 
 @pytest.fixture(autouse=True)
 def _private_key_store(tmp_path_factory, monkeypatch):
     monkeypatch.setenv("PERFWARDEN_KEY_DIR", str(tmp_path_factory.mktemp("keys")))
+
+
+@pytest.fixture(scope="session")
+def embedded_alone(tmp_path_factory: pytest.TempPathFactory) -> AloneRun:
+    """The real embedded run several quiet tests check (``embedded_alone_run``), made at most once a session.
+    Session-scoped fixtures are set up before module-scoped ones, so it runs before any test's own servers
+    or cluster start."""
+    return run_alone(Path(tmp_path_factory.mktemp("embedded-alone")))
 
 
 TIER_MARKERS = ("integration", "e2e", "quiet")

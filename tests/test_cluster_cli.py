@@ -19,6 +19,8 @@ from typing import Any
 
 import pytest
 
+from embedded_alone_run import ARGS as EMBEDDED_ARGS
+from embedded_alone_run import TIMEOUT_S as EMBEDDED_TIMEOUT_S
 from machine_quiet import skip_if_contended
 from ray_sockets import MARK, Listener, end_marked, new_mark, stop, watch
 
@@ -195,31 +197,30 @@ def test_joining_a_cluster_without_its_token_is_exit_3_and_leaves_no_run(tmp_pat
     assert not (tmp_path / "run").exists()
 
 
-EMBEDDED = ["run", "--target", "embedded", "--levers", "max_batch_size=4", "--no-kernels", "--baseline-remeasures",
-            "0", "--study-batch", "1", "--budget-minutes", "25"]
-"""One real step (batching, a large win on this target), the baseline measured once."""
-
-
 @pytest.mark.e2e
 @pytest.mark.quiet  # it judges real reps: scripts/test.sh runs it alone
-@pytest.mark.timeout(3600)
-def test_the_embedded_target_on_the_cluster_decides_as_it_does_alone(tmp_path, loopback):
+@pytest.mark.timeout(1800)
+def test_the_embedded_target_on_the_cluster_decides_as_it_does_alone(tmp_path, embedded_alone, loopback):
     """The real target's lab is rebuilt on a node from the run's settings: its servers start there, its evidence
-    streams to the head. Real reps are noisy, so what must match is what a clear win gives: the steps, what
-    is banked, and every verdict's label; a run the machine's load made CONTENDED_LEG cannot be judged."""
-    skip_if_contended("two embedded runs")
+    streams to the head. The run without a cluster is the session's shared one (``embedded_alone_run``, made
+    before the cluster started). Real reps are noisy, so what must match is what a clear win gives: the
+    steps, what is banked, and every verdict's label; a run the machine's load made CONTENDED_LEG cannot be
+    judged."""
+    assert embedded_alone.returncode == 0, embedded_alone.stderr[-3000:]
+    skip_if_contended("an embedded run on the cluster")
     address, env = loopback
-    alone, _ = _run([*EMBEDDED, "--out", str(tmp_path / "alone")], env, timeout_s=1500, watch_every_s=REAL_RUN_WATCH_S)
-    assert alone.returncode == 0, alone.stderr[-3000:]
-    spread, seen = _run([*EMBEDDED, "--cluster", address, "--out", str(tmp_path / "spread")], env, timeout_s=1500,
-                        watch_every_s=REAL_RUN_WATCH_S)
+    spread, seen = _run([*EMBEDDED_ARGS, "--cluster", address, "--out", str(tmp_path / "spread")], env,
+                        timeout_s=EMBEDDED_TIMEOUT_S, watch_every_s=REAL_RUN_WATCH_S)
     assert spread.returncode == 0, spread.stderr[-3000:]
     assert not _outside(seen), _outside(seen)
-    outcomes = {name: outcome(tmp_path / name) for name in ("alone", "spread")}
+    runs = {"alone": embedded_alone.run, "spread": tmp_path / "spread"}
+    outcomes = {name: outcome(run) for name, run in runs.items()}
     contended = [(name, v) for name, o in outcomes.items() for v in o["verdicts"] if "CONTENDED_LEG" in v[5]]
     if contended:
         assert all(v[2] != "PASS" for _, v in contended)
         pytest.skip(f"the machine was contended during the runs: {contended}")
+    info = json.loads((runs["spread"] / "legs/baseline/server_info.json").read_text())
+    assert info["node"]["ray_node_id"] and info["weights_digest"]  # a real server, on a node
     handicapped = [(name, v) for name, o in outcomes.items() for v in o["verdicts"] if "UNREPRESENTATIVE_BASELINE" in v[5]]
     if handicapped and outcomes["spread"]["banked"] != outcomes["alone"]["banked"]:
         # a step's baseline slower than its same-config legs of other steps: the machine's speed drifts in
@@ -232,6 +233,4 @@ def test_the_embedded_target_on_the_cluster_decides_as_it_does_alone(tmp_path, l
     # NOISY_BASELINE in one run and not in the other (seen: alone FLAG, spread PASS), and the run accepts
     # it the same way either way (acceptance.py, NOISE_ONLY_CODES). What each run decided must agree.
     assert [_decided(v) for v in outcomes["spread"]["verdicts"]] == [_decided(v) for v in outcomes["alone"]["verdicts"]]
-    assert _accepted(tmp_path / "spread") == _accepted(tmp_path / "alone")
-    info = json.loads((tmp_path / "spread/legs/baseline/server_info.json").read_text())
-    assert info["node"]["ray_node_id"] and info["weights_digest"]  # a real server, on a node
+    assert _accepted(runs["spread"]) == _accepted(runs["alone"])

@@ -56,16 +56,22 @@ def test_one_crash_point_of_the_resume_test_runs_alone_by_its_id():
         "tests/test_resume_anywhere.py::test_a_run_killed_here_resumes_to_the_same_result[rep_unsealed-9]"]
 
 
+JUDGING_FIXTURES = {"embedded_alone"}
+"""Fixtures that make a real timed run for the test that takes them (conftest.py): the test judges its timings."""
+
+
 def contention_judging_tests() -> set[str]:
-    """``file::test`` of every test function that asks ``machine_quiet`` whether it may spend its minutes:
-    those judge real timings, so they must run alone."""
+    """``file::test`` of every test function that asks ``machine_quiet`` whether it may spend its minutes, or
+    takes a fixture that made a real timed run: those judge real timings, so they must run alone."""
     found = set()
     for path in tracked_test_files():
         tree = ast.parse(path.read_text())
         for node in ast.walk(tree):
-            if isinstance(node, ast.FunctionDef) and node.name.startswith("test_") and any(
-                    isinstance(call, ast.Call) and getattr(call.func, "id", None) == "skip_if_contended"
-                    for call in ast.walk(node)):
+            if not (isinstance(node, ast.FunctionDef) and node.name.startswith("test_")):
+                continue
+            asks = any(isinstance(call, ast.Call) and getattr(call.func, "id", None) == "skip_if_contended"
+                       for call in ast.walk(node))
+            if asks or JUDGING_FIXTURES & {arg.arg for arg in node.args.args}:
                 found.add(f"tests/{path.name}::{node.name}")
     return found
 
@@ -73,7 +79,8 @@ def contention_judging_tests() -> set[str]:
 @pytest.mark.slow  # collecting the e2e modules imports the model stack
 def test_every_test_that_judges_real_timings_runs_alone():
     judging = contention_judging_tests()
-    assert len(judging) >= 2  # the embedded run and the vLLM run
+    assert len(judging) >= 3  # the embedded run, the same on a cluster, and the vLLM run
+    assert "tests/test_embedded_run_e2e.py::test_embedded_run_banks_batching_on_goodput_from_an_empty_weights_cache" in judging
     quiet = {test.split("[")[0] for test in collect("-m", "quiet", *sorted({t.split("::")[0] for t in judging}))}
     assert judging <= quiet, f"mark these @pytest.mark.quiet (scripts/test.sh runs them alone): {judging - quiet}"
 

@@ -3,8 +3,8 @@ converted SmolLM2-135M-Instruct): ``perfwarden run --target vllm --objective goo
 change judged on goodput at the SLO the run sealed (loose enough that batching keeps every request within
 it), and every rep
 of every leg has its engine witness, which agrees with the bench line rep by rep. One lever (and the
-bundle that replicates it against the true baseline): the refusal path runs on the real embedded target
-(``test_embedded_run_e2e``), and each further vLLM step costs a minute and a half on 2 cores.
+bundle that replicates it against the true baseline): the refusal of a real cache runs on the embedded
+target (``test_embedded_caching``), and each further vLLM step costs a minute and a half on 2 cores.
 
 The vLLM interpreter comes from ``PERFWARDEN_VLLM_PYTHON``, else ``.venv-vllm/bin/python`` in the
 checkout; without one the tests skip, unless ``PERFWARDEN_REQUIRE_VLLM=1`` (CI sets it after installing
