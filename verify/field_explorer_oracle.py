@@ -105,7 +105,7 @@ def _json(path: Path) -> Any:
         return None
 
 
-def json_object(value: Any) -> dict[str, Any]:
+def json_object(value: object) -> dict[str, Any]:
     """``value`` when it is a JSON object, else an empty one: a field an edit removed or retyped reads as
     holding nothing."""
     return value if isinstance(value, dict) else {}
