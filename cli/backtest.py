@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -47,13 +48,13 @@ def backtest(
 
     use_quality_registry(quality_registry, Console(stderr=True, soft_wrap=True, highlight=False))
     roots = list(dirs) if dirs else default_fixture_roots()
-    extra = []
+    extra: list[Callable[[], list[CaseResult]]] = []
     for corpus in [*(shared_corpus() / name for name in MLPERF_CORPORA), SHIPPED_MLPERF] if mlperf else ():
         if (corpus / "manifest.json").is_file():
             # lazy: scipy: the auditor, only for this command
             from perfwarden.verify.mlperf_cases import mlperf_results
 
-            extra.append(lambda corpus=corpus: mlperf_results(corpus))
+            extra.append(functools.partial(mlperf_results, corpus))
     fan_out = None
     if cluster is not None:
         fan_out = _cluster_map(cluster, quality_registry, err_console=Console(stderr=True, soft_wrap=True,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from contextlib import ExitStack
 from pathlib import Path
+from typing import Literal, TypeGuard, get_args
 
 import typer
 from rich.console import Console
@@ -11,13 +12,13 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from perfwarden.cli.lock import hold_or_exit
-from perfwarden.formats.records import RunDir, RunManifest, write_json_atomic
+from perfwarden.formats.records import LegRole, RunDir, RunManifest, write_json_atomic
 from perfwarden.formats.safe_write import RefusedWrite
 from perfwarden.formats.seal import SealError
 from perfwarden.formats.strict_json import StrictJsonError, loads
 from perfwarden.harness.target_config import TARGET_CONFIGS, ConfigError, parse_set_args
 from perfwarden.orchestrator.exit_codes import ExitCode
-from perfwarden.orchestrator.lab import LegPlan, check_leg_writes
+from perfwarden.orchestrator.lab import LegPlan, PromptSet, check_leg_writes
 from perfwarden.orchestrator.render import print_error, printable, safe_text
 from perfwarden.orchestrator.simlab import SyntheticLab
 
@@ -59,8 +60,11 @@ def measure(
         print_error(err, f"cannot record leg {leg!r} in {str(out)!r}: {exc}")
         raise typer.Exit(ExitCode.INVALID) from None
     config_model = TARGET_CONFIGS.get(target, SyntheticLab.config_model)
-    if scenario not in ("server", "offline") or prompts not in ("varied", "repeat"):
+    if scenario not in ("server", "offline") or not _is_cli_prompts(prompts):
         print_error(err, "--scenario must be server|offline and --prompts varied|repeat")
+        raise typer.Exit(ExitCode.USAGE)
+    if not _is_role(role):
+        print_error(err, f"--role must be one of {'|'.join(get_args(LegRole))}")
         raise typer.Exit(ExitCode.USAGE)
     try:
         raw = parse_set_args(set_)
@@ -78,8 +82,17 @@ def measure(
         _measure_leg(err, out, leg, role, lab_class, lab_kw, full, config, reps, prompts, target)
 
 
-def _measure_leg(err: Console, out: Path, leg: str, role: str, lab_class: type, lab_kw: dict, full: dict,
-                 config: dict, reps: int, prompts: str, target: str) -> None:
+def _is_cli_prompts(value: str) -> TypeGuard[Literal["varied", "repeat"]]:
+    """The prompt sets ``--prompts`` offers (``same_length`` is the run's own TEST04 control leg)."""
+    return value in ("varied", "repeat")
+
+
+def _is_role(value: str) -> TypeGuard[LegRole]:
+    return value in get_args(LegRole)
+
+
+def _measure_leg(err: Console, out: Path, leg: str, role: LegRole, lab_class: type, lab_kw: dict, full: dict,
+                 config: dict, reps: int, prompts: PromptSet, target: str) -> None:
     """Record the leg (the run's writer lock held) and print its reps."""
     paths = RunDir(out)
     model_name = lab_kw.get("model_path", "SmolLM2-135M-Instruct")

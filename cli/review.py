@@ -14,7 +14,6 @@ from __future__ import annotations
 import os
 import sys
 import tempfile
-from enum import Enum
 from pathlib import Path
 
 import typer
@@ -23,13 +22,10 @@ from rich.console import Console
 from perfwarden.orchestrator.exit_codes import ExitCode
 from perfwarden.orchestrator.render import print_error, safe_text
 from perfwarden.orchestrator.review.compare import compare as pair_reviews
-from perfwarden.orchestrator.review.export import FORMATS, export_pieces
+from perfwarden.orchestrator.review.export import ExportFormat, export_pieces
 from perfwarden.orchestrator.review.model import ReviewError, load_review
 from perfwarden.orchestrator.review.report_html import render_compare_html, render_review_html
 from perfwarden.orchestrator.review.terminal import print_comparison, print_review
-
-Format = Enum("Format", {name: name for name in FORMATS}, type=str)
-"""``--format`` choices (an Enum so typer validates them: a bad value is a usage error, exit 2)."""
 
 
 def write_text_atomic(path: Path, text: str) -> None:
@@ -50,7 +46,7 @@ def review(
     compare: Path | None = typer.Option(None, "--compare", help="A second run directory or verdict file: "
                                         "pair its verdicts with RUN_DIR's, claim by claim."),
     html: Path | None = typer.Option(None, "--html", help="Also write one self-contained HTML report to this file."),
-    fmt: Format | None = typer.Option(None, "--format", case_sensitive=False,
+    fmt: ExportFormat | None = typer.Option(None, "--format", case_sensitive=False,
                                       help="Print the review as md, json or csv instead of the terminal view."),
 ) -> None:
     """Review audit verdicts: trail by gate and scope, banked results per lever class, every FLAG/FAIL

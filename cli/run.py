@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
 from perfwarden.agents.config_tuner import parse_levers
 from perfwarden.auditor.claim_file import ClaimError
@@ -37,6 +37,7 @@ if TYPE_CHECKING:  # the run's machinery is imported only when a run starts (oth
     from perfwarden.formats.records import Claim
     from perfwarden.formats.verdict_summary import VerdictSummary
     from perfwarden.orchestrator.lab import LegPlan
+    from perfwarden.orchestrator.state import RunState
 
 
 def make_lab(settings: RunSettings, on_rep=None, engine_python: str | None = None):
@@ -79,7 +80,8 @@ class TerminalWatcher:
         self.progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                                  TimeElapsedColumn(), TextColumn("[dim]{task.fields[budget]}"),
                                  console=console, transient=True, redirect_stdout=False, redirect_stderr=False)
-        self.task = None
+        self.task: TaskID | None = None
+        """The progress bar of the measurement under way (None between measurements)."""
         self.steps = StepLines()
         """A step's audits are folded into one line, printed when the step is over."""
         self.remaining_s = 0.0
@@ -306,7 +308,7 @@ def _engine_interpreter(err: Console, settings: RunSettings, engine_python: str 
     return settings, python
 
 
-def _print_outcome(state: dict, run_dir: Path | str, started: float, metric: str) -> None:
+def _print_outcome(state: RunState, run_dir: Path | str, started: float, metric: str) -> None:
     """What the run banked and refused, the bundle, and where the report is (stdout); ``metric``: the run's
     objective, which every step's headline states."""
     console = Console(soft_wrap=True, highlight=False)

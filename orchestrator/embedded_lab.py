@@ -23,6 +23,7 @@ from perfwarden.formats.records import LegSpec, Overlay, RunDir
 from perfwarden.harness.bench_writer import rep_exists
 from perfwarden.harness.loadgen_client import LoadSettings, measure_rep, request_params
 from perfwarden.harness.opbench import OpBenchError, alternatives_for, run_opbench_for_lab
+from perfwarden.harness.opbench.backend import Device
 from perfwarden.harness.ops import SUPPORTED_OPS
 from perfwarden.harness.profiling import profile_model
 from perfwarden.harness.prompts import parity_prompts, random_word_prompts, varied_prompts
@@ -55,10 +56,11 @@ class ServerLab:
     config_model: ClassVar[type[TargetConfig]]
     model_name: str = ""
     """What run.json records as the model served."""
-    servers_at_once: ClassVar[bool] = True
+    servers_at_once: bool = True
     """True: every leg's server is up for the whole measurement (a CPU target, small model). False: one
     server at a time (a GPU holds one SGLang server's memory pool), started for each rep of its leg and
-    stopped after it, so the reps stay interleaved and every rep runs on a server started the same way."""
+    stopped after it, so the reps stay interleaved and every rep runs on a server started the same way.
+    A class's default; a lab whose device is a knob (vLLM) sets it per instance."""
     kernels: ClassVar[bool] = True
     """Whether the target has the kernel path (profile, op bench, op overrides)."""
 
@@ -346,6 +348,9 @@ class EmbeddedLab(ServerLab):
         batch = EmbeddedConfig.of(config).max_batch_size
         return {**config, "max_batch_size": max(8, batch), "batch_wait_ms": 5}
 
-    def _device(self) -> str:
+    def base_config(self) -> EmbeddedConfig:
+        return EmbeddedConfig.of(self.base_overrides)
+
+    def _device(self) -> Device:
         """The device the target serves on: the op bench runs there too."""
-        return "cuda" if EmbeddedConfig.of(self.base_config()).device.startswith("cuda") else "cpu"
+        return self.base_config().device

@@ -14,7 +14,7 @@ from typing import Any, Literal, Protocol
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from perfwarden.formats import safe_write
-from perfwarden.formats.records import RunDir
+from perfwarden.formats.records import LegRole, RunDir
 from perfwarden.harness.target_config import TargetConfig
 from perfwarden.orchestrator.settings import RunSettings
 
@@ -24,18 +24,21 @@ class LabError(RuntimeError):
     against the proposal; the run goes on."""
 
 
+PromptSet = Literal["varied", "repeat", "same_length"]
+"""A leg's prompts. varied: the hand-written mixed set; repeat: one prompt repeated (TEST04); same_length:
+distinct prompts of that one prompt's length (TEST04's control: only the repetition differs)."""
+
+
 class LegPlan(BaseModel):
     """A leg to measure: name, role and the full config its server runs with."""
 
     model_config = ConfigDict(extra="forbid")
 
     leg: str
-    role: Literal["baseline", "candidate", "validation", "caching_audit", "aa", "reference"]
+    role: LegRole
     config: dict[str, Any] = Field(default_factory=dict)
     overlay: dict[str, Any] = Field(default_factory=dict)
-    prompts: Literal["varied", "repeat", "same_length"] = "varied"
-    """varied: the hand-written mixed set; repeat: one prompt repeated (TEST04); same_length: distinct
-    prompts of that one prompt's length (TEST04's control: only the repetition differs)."""
+    prompts: PromptSet = "varied"
     parent: str | None = None
     purpose: str = ""
 

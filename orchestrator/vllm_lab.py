@@ -52,6 +52,9 @@ class VLLMLab(EngineLab):
         self.servers_at_once = self.base_config().device == "cpu"
         self._warmed: weakref.WeakSet[ServerTarget] = weakref.WeakSet()  # a new server process is a new object
 
+    def base_config(self) -> VLLMConfig:
+        return VLLMConfig.of(self.base_overrides)
+
     def _warm_up(self, target: ServerTarget) -> None:
         """One streamed request of the reps' own kind, read to its end, once per server process. Any
         failure is left to the rep: a server that cannot answer fails its rep, which records why."""

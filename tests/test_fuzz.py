@@ -355,6 +355,21 @@ def test_measure_into_a_run_whose_seal_chain_it_cannot_continue_is_an_input_erro
     assert not (run / "legs").exists()
 
 
+def test_measure_with_an_unknown_role_is_a_usage_error_before_anything_is_written(tmp_path):
+    """A ``--role`` that is no leg role was a pydantic traceback after run.json was written; it is exit 2
+    naming the roles, and the run directory is not made."""
+    from typer.testing import CliRunner
+
+    from perfwarden.cli.main import app
+
+    run = tmp_path / "run"
+    result = CliRunner().invoke(app, ["measure", "--target", "synthetic", "--out", str(run), "--leg", "m1",
+                                      "--role", "bogus"])
+    assert isinstance(result.exception, (SystemExit, type(None))), repr(result.exception)
+    assert result.exit_code == 2 and "baseline|candidate" in result.output, result.output
+    assert not run.exists()
+
+
 @pytest.mark.integration
 def test_resuming_a_run_whose_seal_chain_it_cannot_continue_is_an_input_error(tmp_path, monkeypatch):
     """benchmarks/fuzz.py --rundir (seed 0, input 4292): a resume whose auditor node looks the run's key up

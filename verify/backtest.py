@@ -20,6 +20,7 @@ from typing import Any, Callable
 
 from perfwarden.auditor import banking
 from perfwarden.auditor.audit import ClaimError, audit_path
+from perfwarden.formats.records import Verdict
 from perfwarden.verify.answer_key import (ANSWER_KEY_NAME, Answer, AnswerKeyError, answer_problems,
                                           load_answer_key)
 
@@ -46,7 +47,7 @@ class CaseResult:
     not_checked: list[str] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
     kind: str = "run"
-    verdict_record: Any = field(default=None, repr=False, compare=False)
+    verdict_record: Verdict | None = field(default=None, repr=False, compare=False)
     """The verdict object the auditor produced for this case, kept so ``backtest --html`` can drill
     down to findings and evidence; never used in scoring (None when the claim was unreadable)."""
 
@@ -67,11 +68,12 @@ def find_fixtures(roots: list[Path]) -> list[Path]:
     return sorted(found)
 
 
-def _audit_blind(fixture: Path) -> list[tuple[str, Any]]:
-    """Audit every claim of the fixture's run without looking at its answer key."""
+def _audit_blind(fixture: Path) -> list[tuple[str, Verdict | ClaimError]]:
+    """Audit every claim of the fixture's run without looking at its answer key: each claim's verdict,
+    or the error that made the claim unreadable."""
     run = fixture / "run"
     key = fixture / "seal.key" if (fixture / "seal.key").is_file() else None
-    out = []
+    out: list[tuple[str, Verdict | ClaimError]] = []
     for claim in sorted((run / "claims").glob("*.json")):
         rel = str(claim.relative_to(run))
         try:

@@ -405,8 +405,9 @@ def _other_leg_rel(base: ExplorerBase, rel: str) -> str | None:
     legs = base.claim.get("legs") or {}
     pair = {legs.get("baseline"): legs.get("candidate"), legs.get("candidate"): legs.get("baseline")}
     parts = rel.split("/")
-    if len(parts) >= 3 and parts[0] == "legs" and pair.get(parts[1]):
-        return "/".join(["legs", pair[parts[1]], *parts[2:]])
+    other = pair.get(parts[1]) if len(parts) >= 3 and parts[0] == "legs" else None
+    if other:
+        return "/".join(["legs", other, *parts[2:]])
     return None
 
 
@@ -431,6 +432,7 @@ def enumerate_edits(base: ExplorerBase) -> Iterator[Edit]:
                     for op in TEXT_OPS:
                         yield Edit(rt.name, rel, None, (key,), op)
                 continue
+            wheres: list[int | None]  # the records edited (Edit.where): a line, -1 every line, None the file
             if rt.layout == "jsonl":
                 recs = [json.loads(x) for x in text.splitlines() if x.strip()]
                 wheres = [0, -1] if len(recs) > 1 and rt.name == "bench_line" else [0]
@@ -479,7 +481,7 @@ def apply_edit(run: Path, base: ExplorerBase, edit: Edit) -> dict[str, bytes]:
 def rests_on(claim: dict[str, Any], rel: str) -> bool:
     """Whether the audit of ``claim`` reads the file ``rel`` (a leg it names, the run-wide records, the op
     bench and profile of a harness claim or a cited isolated speedup)."""
-    legs = claim.get("legs") if isinstance(claim.get("legs"), dict) else {}
+    legs = oracle.json_object(claim.get("legs"))
     named = {v for v in legs.values() if isinstance(v, str)} | {v for v in legs.get("aa") or [] if isinstance(v, str)}
     parts = rel.split("/")
     if parts[0] == "legs":

@@ -105,6 +105,12 @@ def _json(path: Path) -> Any:
         return None
 
 
+def json_object(value: object) -> dict[str, Any]:
+    """``value`` when it is a JSON object, else an empty one: a field an edit removed or retyped reads as
+    holding nothing."""
+    return value if isinstance(value, dict) else {}
+
+
 def _canonical(value: Any) -> str:
     return json.dumps(value, sort_keys=True)
 
@@ -254,7 +260,7 @@ def evidence(run: Path, legs: list[str]) -> tuple:
     whether it is the harness's (``schema_version`` set: a line without one is judged as a foreign file's).
     A field a line no longer holds is judged by what it feeds (headline, conditions, load, witnesses)."""
     files = tuple(sorted(str(p.relative_to(run)) for p in run.rglob("*") if p.is_file() and "claims" not in p.parts))
-    reps = []
+    reps: list[tuple[str, str] | tuple[str, bool, tuple[int, ...]]] = []
     for leg in legs:
         for line in _lines(run / "legs" / leg / "bench_runs.jsonl"):
             if not isinstance(line, dict):
@@ -383,7 +389,7 @@ def correctness(run: Path, legs: list[str], parity_kind: Any = "exact_text") -> 
 def op_speedup(run: Path, claim: dict[str, Any]) -> float | None:
     """A harness claim's isolated speedup, re-derived here: the reference's median time over the
     candidate's, on the rows of the claimed backends (medians over every timed call)."""
-    iso = claim.get("isolated_speedup") if isinstance(claim.get("isolated_speedup"), dict) else {}
+    iso = json_object(claim.get("isolated_speedup"))
     rel = claim.get("opbench") or iso.get("opbench")
     if not isinstance(rel, str) or ".." in rel:
         return None
@@ -402,12 +408,13 @@ def op_speedup(run: Path, claim: dict[str, Any]) -> float | None:
 def judge_run(run: Path, claim: dict[str, Any]) -> Judged:
     """The oracle's view of ``run`` under ``claim``."""
     _READ.clear()
-    legs_ref = claim.get("legs") if isinstance(claim.get("legs"), dict) else {}
+    legs_ref = json_object(claim.get("legs"))
     base, cand = legs_ref.get("baseline"), legs_ref.get("candidate")
     legs = [x for x in (base, cand) if isinstance(x, str)]
-    head = claim.get("headline") if isinstance(claim.get("headline"), dict) else {}
-    metric = head.get("metric") if isinstance(head.get("metric"), str) else "output_throughput"
-    lever = claim.get("lever") if isinstance(claim.get("lever"), dict) else {}
+    head = json_object(claim.get("headline"))
+    named = head.get("metric")
+    metric = named if isinstance(named, str) else "output_throughput"
+    lever = json_object(claim.get("lever"))
     declared = frozenset(k for k in lever.get("config_keys", []) if isinstance(k, str)) \
         if isinstance(lever.get("config_keys"), list) else frozenset()
     if claim.get("scope") == "harness":
@@ -417,8 +424,7 @@ def judge_run(run: Path, claim: dict[str, Any]) -> Judged:
         delta = headline(run, base, cand, metric) if base and cand else None
     return Judged(delta, conditions(run, legs, declared), load(run, legs),
                   (*evidence(run, legs), witnesses(run, legs),
-                   correctness(run, legs, (claim.get("correctness") or {}).get("parity", "exact_text")
-                               if isinstance(claim.get("correctness"), dict) else "exact_text")))
+                   correctness(run, legs, json_object(claim.get("correctness")).get("parity", "exact_text"))))
 
 
 # ------------------------------------------------------------------ a record's own aggregates

@@ -21,7 +21,7 @@ from typing import Any
 
 from perfwarden.auditor.audit import ClaimError, audit_path
 from perfwarden.formats import seal as seal_mod
-from perfwarden.formats.records import SealHead, write_json_atomic
+from perfwarden.formats.records import EVIDENCE_DIRS, EVIDENCE_FILE, SealHead, write_json_atomic
 from perfwarden.verify import field_explorer as fx
 from perfwarden.verify import field_explorer_oracle as oracle
 
@@ -36,7 +36,7 @@ def reseal(run: Path, key_file: Path) -> None:
     """Rebuild ``run``'s seal chain entry by entry over the files as they are now, with the run's own key:
     what a harness that wrote the edited bytes would have sealed. ``cut``/``gone`` entries are kept."""
     key = bytes.fromhex(seal_mod.read_key_file(key_file).key)
-    chain = run / seal_mod.EVIDENCE_FILE
+    chain = run / EVIDENCE_FILE
     entries = [json.loads(x) for x in chain.read_text("utf-8").splitlines() if x.strip()]
     contents: dict[str, bytes] = {}
     prev, out, mac, seq = seal_mod.GENESIS_MAC, [], seal_mod.GENESIS_MAC, -1
@@ -175,7 +175,7 @@ class Worker:
             (self.run / rel).write_bytes(data)
         if self.key and edit.record != "seal_entry" and edit.op not in fx.WRITER_CANNOT:
             reseal(self.run, self.key)
-        return digest, sorted({*new, *([seal_mod.EVIDENCE_FILE] if self.key else [])})
+        return digest, sorted({*new, *([EVIDENCE_FILE] if self.key else [])})
 
     def explore(self, edit: fx.Edit) -> tuple[str, Outcome | None]:
         """``("na" | "dup" | "<digest>", outcome)``: an outcome (audited) only where the oracle saw a change."""
@@ -271,7 +271,7 @@ def sealed_copy(fixture: Path, dest: Path) -> Path:
         raise ValueError(f"{fixture.name}: could not open a seal chain")
     for path in sorted(p for p in src.rglob("*") if p.is_file()):
         rel = path.relative_to(src)
-        if rel.parts[0] not in seal_mod.EVIDENCE_DIRS or "work" in rel.parts or "verdicts" in rel.parts:
+        if rel.parts[0] not in EVIDENCE_DIRS or "work" in rel.parts or "verdicts" in rel.parts:
             continue
         target = run / rel
         target.parent.mkdir(parents=True, exist_ok=True)

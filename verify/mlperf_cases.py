@@ -14,6 +14,7 @@ case by ``case_id`` or ``id``.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from perfwarden.auditor import mlperf
 from perfwarden.formats.safe_read import RECORD_BYTES, read_bytes
@@ -37,18 +38,24 @@ def _audit(case: Path, test: str | None) -> tuple[str, list[str], str]:
     return verdict.verdict, codes, verdict.mlperf.message if verdict.mlperf else ""
 
 
-def code_problems(entry: dict, codes: list[str]) -> list[str]:
+def code_problems(entry: dict[str, Any], codes: list[str]) -> list[str]:
     """A case may also name codes (at FLAG or FAIL) its verdict must and must not carry: the right
     verdict for the wrong reason does not agree (the project's own attack fixtures use this)."""
     problems = [f"missing code {c}" for c in entry.get("must_include", []) if c not in codes]
     return problems + [f"code {c} must not be raised" for c in entry.get("must_exclude", []) if c in codes]
 
 
-def _corpus_manifest(corpus: Path) -> list[dict]:
+def _corpus_manifest(corpus: Path) -> list[dict[str, Any]]:
     """The corpus's ``manifest.json``: its cases, read under the strict JSON rules."""
     entries = loads(read_bytes(corpus / "manifest.json", corpus, limit=RECORD_BYTES, what="corpus manifest"),
                     what="corpus manifest")
     return [entry for entry in entries if isinstance(entry, dict)] if isinstance(entries, list) else []
+
+
+def _case_id(entry: dict[str, Any]) -> str:
+    """The manifest's name of a case: ``case_id``, else ``id``. An entry naming neither is kept as ``"None"``
+    (no case directory is named so): it is reported as a case whose directory is missing, never dropped."""
+    return str(entry.get("case_id") or entry.get("id"))
 
 
 def mlperf_results(corpus: Path, label: str | None = None) -> list[CaseResult]:
@@ -57,14 +64,11 @@ def mlperf_results(corpus: Path, label: str | None = None) -> list[CaseResult]:
     label = label or corpus.name
     dirs = _case_dirs(corpus)
     runs: list[tuple[str, str | None, tuple[str, list[str], str]]] = []
-    manifest_tests = {}
-    for entry in _corpus_manifest(corpus):
-        manifest_tests[entry.get("case_id") or entry.get("id")] = entry.get("test")
+    manifest = {_case_id(c): c for c in _corpus_manifest(corpus)}
     for name, case in dirs.items():
-        test = manifest_tests.get(name)
+        test = manifest[name].get("test") if name in manifest else None
         for given in ([test, None] if test else [None]):
             runs.append((name, given, _audit(case, given)))
-    manifest = {(c.get("case_id") or c.get("id")): c for c in _corpus_manifest(corpus)}
     out = []
     for name, given, (verdict, codes, message) in runs:
         how = f"--test {given}" if given else "test detected"

@@ -18,6 +18,7 @@ import io
 import json
 import textwrap
 from collections.abc import Iterator, Sequence
+from enum import Enum
 from typing import Any
 
 from perfwarden.orchestrator.render import fmt_value, md_cell, printable
@@ -25,7 +26,17 @@ from perfwarden.orchestrator.review.compare import Comparison, metric_rows
 from perfwarden.orchestrator.review.model import RunReview, VerdictEntry, is_banked
 from perfwarden.orchestrator.review.summary import LEVER_CLASSES, banked, fmt_pct
 
-FORMATS = ("md", "json", "csv")
+
+class ExportFormat(str, Enum):
+    """The formats a review exports to (an Enum so that ``--format`` is validated by typer: a bad value is
+    a usage error, exit 2)."""
+
+    md = "md"
+    json = "json"
+    csv = "csv"
+
+
+FORMATS = tuple(f.value for f in ExportFormat)
 
 
 # -------------------------------------------------------------------------------------------- json
