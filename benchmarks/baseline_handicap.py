@@ -5,7 +5,7 @@ run, on an idle machine, while vLLM's own benchmark client saw no such gap with 
 interleaved or stopped. What differs is how the harness measures a leg pair. Every experiment below is
 an A/A test -- every server runs the SAME configuration -- so every ratio it prints should be 1.00 within
 the noise, and one that is not names a cause. Each is measured the way the lab measures a step
-(``orchestrator/embedded_lab.py`` ``ServerLab``: the target's own server per leg, ``measure_rep`` with the
+(``harness/labs/server_lab.py`` ``ServerLab``: the target's own server per leg, ``measure_rep`` with the
 run's LoadGen settings, ``wait_until_idle`` on every server before each rep), in one run, interleaved.
 
 Candidate causes, and the code that makes each:
@@ -68,12 +68,14 @@ from typing import Any
 
 from perfwarden.formats.records import RunDir
 from perfwarden.harness.contention import read_pid_stats
+from perfwarden.harness.labs.embedded import EmbeddedLab
+from perfwarden.harness.labs.lab import LegPlan
+from perfwarden.harness.labs.server_lab import ServerLab
 from perfwarden.harness.loadgen_client import measure_rep
 from perfwarden.harness.prompts import varied_prompts
 from perfwarden.harness.target_config import parse_set_args
 from perfwarden.harness.targets import ServerTarget
-from perfwarden.orchestrator.embedded_lab import EmbeddedLab, ServerLab
-from perfwarden.orchestrator.lab import LegPlan
+from perfwarden.orchestrator.lab_spec import lab_settings
 from perfwarden.orchestrator.settings import RunSettings
 
 
@@ -98,13 +100,13 @@ def make_lab(args: argparse.Namespace) -> ServerLab:
     settings = RunSettings(target=args.target, base_config=parse_set_args(args.set), model=args.model,
                            offline_samples=args.samples, max_tokens=args.max_tokens)
     if args.target == "vllm":
-        from perfwarden.orchestrator.vllm_lab import VLLMLab  # lazy: only a vLLM run needs it
+        from perfwarden.harness.labs.vllm import VLLMLab  # lazy: only a vLLM run needs it
 
         python = args.vllm_python or os.environ.get("PERFWARDEN_VLLM_PYTHON")
         if not args.model or not python:
             sys.exit("--target vllm needs --model DIR and --vllm-python PY (or PERFWARDEN_VLLM_PYTHON)")
-        return VLLMLab.from_settings(settings, python=python)
-    return EmbeddedLab.from_settings(settings)
+        return VLLMLab.from_settings(lab_settings(settings), python=python)
+    return EmbeddedLab.from_settings(lab_settings(settings))
 
 
 def start(lab: ServerLab, root: Path, names: list[str], config: dict[str, Any], together: bool) -> dict[str, ServerTarget]:

@@ -31,9 +31,10 @@ from pathlib import Path
 
 from perfwarden.auditor.evidence import RunLoader
 from perfwarden.auditor.gates import measurement
+from perfwarden.harness.labs.embedded import EmbeddedLab
+from perfwarden.harness.labs.lab import LegPlan
 from perfwarden.harness.target_config import EmbeddedConfig
-from perfwarden.orchestrator.embedded_lab import EmbeddedLab
-from perfwarden.orchestrator.lab import LegPlan
+from perfwarden.orchestrator.lab_spec import lab_settings
 from perfwarden.orchestrator.settings import RunSettings
 
 METRIC = "output_throughput"
@@ -140,7 +141,7 @@ def main() -> None:
         print("--reps must be 2..200", file=sys.stderr)
         sys.exit(3)
     settings = RunSettings.model_validate({})  # the defaults a run measures with
-    lab = EmbeddedLab(**EmbeddedLab.settings_kwargs(settings))
+    lab = EmbeddedLab(**EmbeddedLab.settings_kwargs(lab_settings(settings)))
     config = EmbeddedConfig.defaults()
     plans = [LegPlan(leg=LEGS[0], role="baseline", config=config, purpose="A/A noise record"),
              LegPlan(leg=LEGS[1], role="aa", config=config, purpose="A/A noise record: the same config again")]

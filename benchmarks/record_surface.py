@@ -92,13 +92,14 @@ def measure_config(run: Path, name: str, config: dict[str, Any], reps: int, lab:
 
 def record(reps: int, threads: int, witness_every: int, limit: int | None) -> dict[str, Any]:
     from perfwarden.formats import seal
+    from perfwarden.harness.labs.embedded import EmbeddedLab
     from perfwarden.harness.target_config import EmbeddedConfig
     from perfwarden.harness.targets import prepare_weights
-    from perfwarden.orchestrator.embedded_lab import EmbeddedLab
+    from perfwarden.orchestrator.lab_spec import lab_settings
     from perfwarden.orchestrator.settings import RunSettings
 
     settings = RunSettings(target="embedded", base_config={"threads": threads})  # the run's smallest load
-    lab = EmbeddedLab.from_settings(settings)
+    lab = EmbeddedLab.from_settings(lab_settings(settings))
     base = {**EmbeddedConfig.defaults(), "threads": threads}
     configs = grid()
     random.Random(ORDER_SEED).shuffle(configs)

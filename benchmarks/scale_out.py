@@ -92,9 +92,10 @@ def real(nodes: int, steps: int, reps: int, root: Path) -> dict[str, Any]:
     from perfwarden.formats import seal
     from perfwarden.harness.target_config import EmbeddedConfig
     from perfwarden.harness.targets import prepare_weights
+    from perfwarden.harness.labs.embedded import EmbeddedLab
+    from perfwarden.harness.labs.lab import LegPlan
     from perfwarden.orchestrator import cluster
-    from perfwarden.orchestrator.embedded_lab import EmbeddedLab
-    from perfwarden.orchestrator.lab import LegPlan
+    from perfwarden.orchestrator.lab_spec import lab_settings
     from perfwarden.orchestrator.settings import RunSettings
 
     settings = RunSettings(target="embedded", base_config={"threads": 1}, reps=reps)
@@ -106,7 +107,7 @@ def real(nodes: int, steps: int, reps: int, root: Path) -> dict[str, Any]:
                       parent=f"s{i}-base")] for i in range(steps)]
     with cluster.simulated(nodes):
         seal.begin(run)
-        view = cluster.Cluster(run, EmbeddedLab.from_settings(settings))
+        view = cluster.Cluster(run, EmbeddedLab.from_settings(lab_settings(settings)))
         try:
             started = time.perf_counter()
             for legs in plans:

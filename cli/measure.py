@@ -16,9 +16,9 @@ from perfwarden.formats.records import LegRole, RunDir, RunManifest, write_json_
 from perfwarden.formats.safe_write import RefusedWrite
 from perfwarden.formats.seal import SealError
 from perfwarden.formats.strict_json import StrictJsonError, loads
+from perfwarden.harness.labs.lab import LegPlan, PromptSet, check_leg_writes
 from perfwarden.harness.target_config import TARGET_CONFIGS, ConfigError, parse_set_args
 from perfwarden.orchestrator.exit_codes import ExitCode
-from perfwarden.orchestrator.lab import LegPlan, PromptSet, check_leg_writes
 from perfwarden.orchestrator.render import print_error, printable, safe_text
 from perfwarden.orchestrator.simlab import SyntheticLab
 
@@ -147,7 +147,7 @@ def _engine_lab(err: Console, target: str, model: str | None, sglang_python: str
         except SGLangEnvError as exc:
             print_error(err, exc)
             raise typer.Exit(ExitCode.INVALID) from None
-        from perfwarden.orchestrator.sglang_lab import SGLangLab  # lazy: httpx: only for an sglang target
+        from perfwarden.harness.labs.sglang import SGLangLab  # lazy: httpx: only for an sglang target
 
         return SGLangLab
     if target == "vllm":
@@ -159,15 +159,15 @@ def _engine_lab(err: Console, target: str, model: str | None, sglang_python: str
         except vllm_target.VLLMEnvError as exc:
             print_error(err, exc)
             raise typer.Exit(ExitCode.INVALID) from None
-        from perfwarden.orchestrator.vllm_lab import VLLMLab
+        from perfwarden.harness.labs.vllm import VLLMLab
 
         return VLLMLab
     if target == "synthetic":  # simulated reps with known effects (orchestrator/simlab.py): no server, no load
         lab_kw.clear()
         return SyntheticLab
-    from perfwarden.orchestrator import embedded_lab  # lazy: httpx, the harness: only when measuring
+    from perfwarden.harness.labs.embedded import EmbeddedLab  # lazy: httpx, the harness: only when measuring
 
-    return embedded_lab.EmbeddedLab
+    return EmbeddedLab
 
 
 def _num(value: object) -> str:

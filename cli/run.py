@@ -36,7 +36,7 @@ from perfwarden.orchestrator.step_lines import StepLine, StepLines
 if TYPE_CHECKING:  # the run's machinery is imported only when a run starts (other commands stay fast)
     from perfwarden.formats.records import Claim
     from perfwarden.formats.verdict_summary import VerdictSummary
-    from perfwarden.orchestrator.lab import LegPlan
+    from perfwarden.harness.labs.lab import LegPlan
     from perfwarden.orchestrator.state import RunState
 
 

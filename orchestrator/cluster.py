@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, TypedDict
 
+from perfwarden.harness.labs.lab import Lab, LabError, LegPlan, RepCallback, TargetLabSpec  # noqa: E402
 from perfwarden.orchestrator import ray_env
 
 # Read when Ray is imported. A caller that knows the address first (runner.py) prepares for it; whoever
@@ -48,9 +49,9 @@ from perfwarden.formats.records import key_store_dir  # noqa: E402
 from perfwarden.formats.safe_read import RECORD_BYTES, read_bytes  # noqa: E402
 from perfwarden.formats.seal_stream import EvidenceSink, StreamChain  # noqa: E402
 from perfwarden.harness import node_identity  # noqa: E402
-from perfwarden.orchestrator.lab import Lab, LabError, LegPlan  # noqa: E402
-from perfwarden.orchestrator.lab_spec import RepCallback, SyntheticLabSpec, TargetLabSpec, build_lab, describe  # noqa: E402
+from perfwarden.orchestrator.lab_spec import build_lab, describe  # noqa: E402
 from perfwarden.orchestrator.ray_env import LOCAL, LOOPBACK, ClusterError  # noqa: E402
+from perfwarden.orchestrator.simlab import SyntheticLabSpec  # noqa: E402
 
 if TYPE_CHECKING:
     from ray.cluster_utils import Cluster as RayCluster

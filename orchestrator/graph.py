@@ -54,11 +54,12 @@ from perfwarden.formats.records import Claim, RunDir, RunManifest, append_unseal
 from perfwarden.formats.safe_read import PROFILE_LINE_BYTES
 from perfwarden.formats.seal import find_key_file
 from perfwarden.formats.verdict_summary import FindingSummary, VerdictSummary
+from perfwarden.harness.labs.lab import LabError, LegPlan
 from perfwarden.harness.profile_ops import rank_ops
 from perfwarden.harness.target_config import TargetConfig
 from perfwarden.orchestrator import stepping, study
 from perfwarden.orchestrator.crashpoints import crash_point
-from perfwarden.orchestrator.lab import LabError, LegPlan, run_base_config
+from perfwarden.orchestrator.lab_spec import run_base_config
 from perfwarden.orchestrator.persona_model import persona_model
 from perfwarden.orchestrator.report import SEARCH_STOPS, write_report
 from perfwarden.orchestrator.report_record import LLMUsage
@@ -104,7 +105,7 @@ def _submit(state: RunState, claim: Claim) -> RunState:
 
 
 def _base_config(ctx: RunContext) -> TargetConfig:
-    """The run's true baseline as the target's config model (``lab.run_base_config``)."""
+    """The run's true baseline as the target's config model (``lab_spec.run_base_config``)."""
     return run_base_config(ctx.lab, ctx.settings)
 
 

@@ -35,13 +35,14 @@ from perfwarden.formats.records import RunDir, write_json_atomic
 from perfwarden.formats.safe_read import RECORD_BYTES, read_bytes
 from perfwarden.formats.strict_json import StrictJsonError, loads
 from perfwarden.harness import run_lock
+from perfwarden.harness.labs.lab import Lab, LabError, check_leg_writes
 from perfwarden.harness.llm_client import LLMClient
 from perfwarden.orchestrator.checkpoint_serde import (CheckpointTypeError, StateOnlySerializer, check_names,
                                                       check_state)
 from perfwarden.orchestrator.crashpoints import crash_point
 from perfwarden.orchestrator.exit_codes import disk_full
 from perfwarden.orchestrator.graph import build_graph, initial_state
-from perfwarden.orchestrator.lab import Lab, LabError, check_leg_writes, run_base_config
+from perfwarden.orchestrator.lab_spec import describe, run_base_config
 from perfwarden.orchestrator.report import write_report
 from perfwarden.orchestrator.settings import RunSettings, settings_error
 from perfwarden.orchestrator.state import (RESUMABLE_STATE_VERSIONS, STATE_VERSION, RunContext, RunState, RunWatcher,
@@ -223,8 +224,6 @@ def _connect(address: str) -> None:
 
 def _describable(lab: Lab) -> None:
     """A lab the nodes can rebuild from its description (orchestrator/lab_spec.py), else a usage error."""
-    from perfwarden.orchestrator.lab_spec import describe
-
     try:
         describe(lab)
     except LabError as exc:

@@ -3,7 +3,9 @@
 It stands in for a serving target where none can run: the graph's tests (routing, fix loops, bounds,
 crash and resume) run in seconds, and a user can watch the orchestrator and the auditor work without a
 model. Effects are multiplicative on throughput with seeded lognormal rep noise, so the auditor still
-decides from data. The real target is EmbeddedLab, which keeps its own end-to-end test.
+decides from data. The real target is EmbeddedLab, which keeps its own end-to-end test. This lab stays in
+the orchestrator, not in harness/labs/: it crashes the run at the orchestrator's crash points and writes
+the orchestrator's synthetic evidence (orchestrator/synth.py).
 """
 
 from __future__ import annotations
@@ -15,18 +17,36 @@ import random
 import time
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Literal
+
+from pydantic import BaseModel, ConfigDict
 
 from perfwarden.formats import safe_write, seal
 from perfwarden.formats.records import LegSpec, Overlay, QualityEval, RunDir, jsonl_text
 from perfwarden.formats.strict_json import loads
 from perfwarden.harness import node_identity
 from perfwarden.harness.bench_writer import append_bench_line, rep_exists
+from perfwarden.harness.labs.lab import LabError, LegPlan, check_leg_writes
 from perfwarden.harness.quality import load_items
 from perfwarden.harness.target_config import EmbeddedConfig, TargetConfig
 from perfwarden.orchestrator.crashpoints import armed, kill_now
-from perfwarden.orchestrator.lab import LabError, LegPlan, SyntheticLabSpec, check_leg_writes
 from perfwarden.orchestrator.synth import COHERENT_TEXTS, make_rep, write_jsonl
+
+
+class SyntheticLabSpec(BaseModel):
+    """The synthetic target by its parameters: what a cluster node rebuilds this lab from."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    kind: Literal["synthetic"] = "synthetic"
+    effects: dict[str, dict[str, Any]]
+    """Knob -> its effects (numbers, tables by knob value, log lines): ``SyntheticLab.effects``."""
+    cv: float
+    seed: int
+    rep_delay_s: float
+    contended: bool | str
+    fail_first_quality: bool
+
 
 # It simulates the embedded target, so its true baseline is that target's defaults (one place).
 BASE = {**EmbeddedConfig.defaults(), "threads": 2}

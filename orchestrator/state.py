@@ -22,8 +22,8 @@ from perfwarden.agents.base import AttackProducer, BankedChange, FixAction, Prop
 from perfwarden.agents.brains import Brains
 from perfwarden.formats.records import Claim
 from perfwarden.formats.verdict_summary import VerdictSummary
+from perfwarden.harness.labs.lab import Lab, LegPlan
 from perfwarden.harness.llm_client import LLMClient
-from perfwarden.orchestrator.lab import Lab, LegPlan
 from perfwarden.orchestrator.settings import RunSettings
 
 if TYPE_CHECKING:  # Ray and Optuna load only when a run uses them: a cluster, a study sampler

@@ -16,7 +16,7 @@ from perfwarden.agents.base import Proposal, StepLook
 from perfwarden.formats.jsonl import BenchRunLine
 from perfwarden.formats.records import RunDir
 from perfwarden.formats.verdict_summary import VerdictSummary
-from perfwarden.orchestrator.lab import LabError
+from perfwarden.harness.labs.lab import LabError
 from perfwarden.orchestrator.state import RunContext, RunState
 
 BUNDLE_LEGS_PER_BASELINE = 2.0

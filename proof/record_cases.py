@@ -26,11 +26,11 @@ from typing import Any
 
 from perfwarden.agents.op_benchmarker import pick_winner
 from perfwarden.formats.records import RunManifest, write_json_atomic
+from perfwarden.harness.labs.embedded import EMBEDDED_BASE, EmbeddedLab
+from perfwarden.harness.labs.lab import LegPlan
 from perfwarden.harness.opbench import run_opbench_for_lab
 from perfwarden.harness.profiling import profile_model
 from perfwarden.harness.target_config import EmbeddedConfig
-from perfwarden.orchestrator.embedded_lab import EMBEDDED_BASE, EmbeddedLab
-from perfwarden.orchestrator.lab import LegPlan
 
 RAISING_OVERRIDE = '''import torch
 

@@ -31,8 +31,8 @@ from typing import Any, Callable
 from perfwarden.formats import seal
 from perfwarden.formats.records import LegSpec, Overlay, write_json_atomic
 from perfwarden.harness.bench_writer import append_bench_line
-from perfwarden.orchestrator.embedded_lab import EMBEDDED_BASE, EmbeddedLab
-from perfwarden.orchestrator.lab import LegPlan
+from perfwarden.harness.labs.embedded import EMBEDDED_BASE, EmbeddedLab
+from perfwarden.harness.labs.lab import LegPlan
 from perfwarden.orchestrator.paths import shared_corpus
 from perfwarden.orchestrator.synth import (BASE_INFO, CAND_TPUT, build_ab_run, make_rep, reps, write_claim, write_leg,
                                            write_manifest)

@@ -19,9 +19,9 @@ from perfwarden.agents.base import Proposal
 from perfwarden.auditor import acceptance
 from perfwarden.formats.records import Action
 from perfwarden.formats.verdict_summary import Acceptance, FindingSummary, VerdictSummary
+from perfwarden.harness.labs.lab import LegPlan
 from perfwarden.orchestrator import graph as G
 from perfwarden.orchestrator.checkpoint_serde import CheckpointTypeError, check_state
-from perfwarden.orchestrator.lab import LegPlan
 from perfwarden.orchestrator.review.model import load_review
 from perfwarden.orchestrator.runner import run_graph
 from perfwarden.orchestrator.settings import RunSettings

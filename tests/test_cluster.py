@@ -13,7 +13,7 @@ import pytest
 from perfwarden.formats import seal
 from perfwarden.formats.seal_stream import EvidenceSink, StreamChain, StreamRefused
 from perfwarden.harness import node_identity
-from perfwarden.orchestrator.lab import LegPlan
+from perfwarden.harness.labs.lab import LegPlan
 from perfwarden.orchestrator.runner import RunUsageError, run_graph
 from perfwarden.orchestrator.settings import RunSettings
 from perfwarden.orchestrator.simlab import BASE, SyntheticLab

@@ -343,8 +343,8 @@ def test_request_params_are_the_body_without_the_prompt():
 
 
 def test_embedded_lab_writes_the_leg_workload_in_bench_line_terms():
-    from perfwarden.orchestrator.embedded_lab import EmbeddedLab
-    from perfwarden.orchestrator.lab import LegPlan
+    from perfwarden.harness.labs.embedded import EmbeddedLab
+    from perfwarden.harness.labs.lab import LegPlan
 
     lab = EmbeddedLab(max_tokens=16)
     wl = lab.workload(LegPlan(leg="base", role="baseline", config={}))

@@ -380,7 +380,7 @@ def test_audit_mlperf_shows_escape_sequences_as_text(tmp_path):
 
 def test_measure_progress_and_failure_show_escape_sequences_as_text(tmp_path, monkeypatch):
     """``measure`` needs the real model; its rendering is checked with a lab that reports hostile text."""
-    import perfwarden.orchestrator.embedded_lab as embedded_lab
+    import perfwarden.harness.labs.embedded as embedded_lab
 
     class HostileLab:
         def __init__(self, on_rep=None, **kw):

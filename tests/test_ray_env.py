@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from perfwarden.harness.labs.lab import LabError, TargetLabSpec
 from perfwarden.orchestrator import ray_env
-from perfwarden.orchestrator.lab import LabError
-from perfwarden.orchestrator.lab_spec import TargetLabSpec, build_lab, describe
+from perfwarden.orchestrator.lab_spec import build_lab, describe, lab_for, lab_settings
 from perfwarden.orchestrator.settings import RunSettings
 from perfwarden.orchestrator.simlab import SyntheticLab
 
@@ -112,11 +112,13 @@ def test_a_synthetic_lab_travels_as_its_parameters():
 
 
 def test_a_target_lab_travels_as_the_settings_it_was_built_from():
-    from perfwarden.orchestrator.embedded_lab import EmbeddedLab
+    from perfwarden.harness.labs.embedded import EmbeddedLab
 
-    settings = RunSettings(target="embedded", qps=3.0, max_tokens=8, base_config={"threads": 1})
+    run_settings = RunSettings(target="embedded", qps=3.0, max_tokens=8, base_config={"threads": 1})
+    settings = lab_settings(run_settings)
     spec = describe(EmbeddedLab.from_settings(settings, on_rep=print))
     assert isinstance(spec, TargetLabSpec) and spec.settings == settings and spec.engine_python is None
+    assert describe(lab_for(run_settings)) == spec
     rebuilt = build_lab(TargetLabSpec.model_validate_json(spec.model_dump_json()))
     assert isinstance(rebuilt, EmbeddedLab) and rebuilt.load == EmbeddedLab.from_settings(settings).load
     with pytest.raises(LabError, match="not built from a run's settings"):

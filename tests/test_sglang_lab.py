@@ -26,11 +26,11 @@ from perfwarden.auditor.audit import audit_claim
 from perfwarden.cli.main import app
 from perfwarden.formats import seal
 from perfwarden.formats.records import RunManifest, write_json_atomic
+from perfwarden.harness.labs.lab import LabError, LegPlan
+from perfwarden.harness.labs.sglang import SGLangLab
 from perfwarden.harness.prompts import parity_prompts
 from perfwarden.harness.sglang_target import SGLangEnvError, check_model_path, find_sglang_python
 from perfwarden.harness.target_config import SGLangConfig
-from perfwarden.orchestrator.lab import LabError, LegPlan
-from perfwarden.orchestrator.sglang_lab import SGLangLab
 
 STANDIN = Path(__file__).resolve().parent / "sglang_standin"
 runner = CliRunner()

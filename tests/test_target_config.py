@@ -6,9 +6,9 @@ import pytest
 
 from perfwarden.auditor import registry
 from perfwarden.auditor.model import roles
+from perfwarden.harness.labs.embedded import EmbeddedLab
 from perfwarden.harness.target_config import (TARGET_CONFIGS, ConfigError, EmbeddedConfig, SGLangConfig,
                                               parse_set_args)
-from perfwarden.orchestrator.embedded_lab import EmbeddedLab
 from perfwarden.orchestrator.simlab import SyntheticLab
 
 from source_tree import ROOT, source_files
@@ -93,12 +93,12 @@ def _restated_defaults() -> list[str]:
 
 def test_no_reader_restates_a_knob_default():
     """Issue 19 item 4: config travels as the model past ``defaults()``; ``max_batch_size``'s default was
-    restated in harness/profiling.py and orchestrator/embedded_lab.py."""
+    restated in harness/profiling.py and harness/labs/embedded.py."""
     assert _restated_defaults() == []
 
 
 def test_config_travels_as_the_model():
-    from perfwarden.orchestrator.lab import run_base_config
+    from perfwarden.orchestrator.lab_spec import run_base_config
     from perfwarden.orchestrator.settings import RunSettings
 
     lab = EmbeddedLab(base_overrides={"max_batch_size": 4})

@@ -159,7 +159,7 @@ def test_a_resumed_vllm_run_names_no_program_and_loads_none_of_its_own_files(tmp
 def test_the_lab_reads_its_device_from_the_config_model():
     """The lab's base config is the config model (issue 19 types end to end), not a dict: a lab built for a
     CPU host runs the two legs' servers at once (the start crashed on ``.get`` before)."""
-    from perfwarden.orchestrator.vllm_lab import VLLMLab
+    from perfwarden.harness.labs.vllm import VLLMLab
 
     lab = VLLMLab(model_path="/nonexistent/weights", python=sys.executable)
     assert lab.base_config().device == "cpu" and lab.servers_at_once is True

@@ -1,5 +1,5 @@
 """A vLLM server answers one request of the reps' own kind before its first rep, once per server process,
-outside every rep's counter window (orchestrator/vllm_lab.py): the engine's counters then witness the
+outside every rep's counter window (harness/labs/vllm.py): the engine's counters then witness the
 reps alone, and a server's first-request costs land in no measured rep."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import weakref
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import SimpleNamespace
 
+from perfwarden.harness.labs.vllm import WARMUP_PROMPT, VLLMLab
 from perfwarden.harness.loadgen_client import LoadSettings, request_payload
-from perfwarden.orchestrator.vllm_lab import WARMUP_PROMPT, VLLMLab
 
 
 class _Recorder(BaseHTTPRequestHandler):

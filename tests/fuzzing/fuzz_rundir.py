@@ -791,7 +791,7 @@ class RundirFuzzer:
             from perfwarden.orchestrator.graph import build_graph  # lazy: langgraph (the orchestrator extra)
 
             self._graph = build_graph()  # the same for every input; compiled per run as always
-        with mock.patch("perfwarden.orchestrator.embedded_lab.EmbeddedLab", StandInLab), \
+        with mock.patch("perfwarden.harness.labs.embedded.EmbeddedLab", StandInLab), \
                 mock.patch("os.fsync", lambda fd: None), mock.patch("typer.testing._get_command", lambda app: self._command), \
                 mock.patch("perfwarden.orchestrator.runner.build_graph", lambda: self._graph):
             result = self.runner.invoke(_app(), box.args)

@@ -17,10 +17,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from perfwarden.harness.labs.lab import LabSettings, RepCallback
+from perfwarden.harness.labs.server_lab import EngineLab
 from perfwarden.harness.sglang_target import SglangTarget
 from perfwarden.harness.target_config import SGLangConfig
 from perfwarden.harness.targets import ServerTarget
-from perfwarden.orchestrator.embedded_lab import EngineLab
 
 
 class SGLangLab(EngineLab):
@@ -30,7 +31,8 @@ class SGLangLab(EngineLab):
     servers_at_once = False
 
     @classmethod
-    def from_settings(cls, settings, python: str | None = None, on_rep=None) -> "SGLangLab":
+    def from_settings(cls, settings: LabSettings, python: str | None = None,
+                      on_rep: RepCallback | None = None) -> "SGLangLab":
         """``python``: the interpreter the person running perfwarden named (a run's settings never name one)."""
         if not settings.model or not python:
             raise ValueError("an SGLang run needs settings.model and the SGLang interpreter")

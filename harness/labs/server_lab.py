@@ -4,9 +4,10 @@
 server_info (what the server reported), server log and parity dump, then runs the reps interleaved,
 the order alternating each round (A B, B A, …: ``round_order``), so slow drift of the machine cannot
 masquerade as a delta nor favour the leg that runs second. Reps already on disk are
-skipped (resume never duplicates one). Two small instances: ``EmbeddedLab`` (SmolLM2-135M on torch,
-every leg's server up at once) and ``SGLangLab`` (orchestrator/sglang_lab.py: one server on the GPU at
-a time, started for each rep).
+skipped (resume never duplicates one). Its instances: ``EmbeddedLab`` (harness/labs/embedded.py:
+SmolLM2-135M on torch, every leg's server up at once), and over ``EngineLab`` ``SGLangLab``
+(harness/labs/sglang.py: one server on the GPU at a time, started for each rep) and ``VLLMLab``
+(harness/labs/vllm.py).
 """
 
 from __future__ import annotations
@@ -21,23 +22,12 @@ import httpx
 from perfwarden.formats import safe_write, seal
 from perfwarden.formats.records import LegSpec, Overlay, RunDir
 from perfwarden.harness.bench_writer import rep_exists
+from perfwarden.harness.labs.lab import LabError, LabSettings, LegPlan, RepCallback, TargetLabSpec, check_leg_writes
 from perfwarden.harness.loadgen_client import LoadSettings, measure_rep, request_params
-from perfwarden.harness.opbench import OpBenchError, alternatives_for, run_opbench_for_lab
-from perfwarden.harness.opbench.backend import Device
-from perfwarden.harness.ops import SUPPORTED_OPS
-from perfwarden.harness.profiling import profile_model
-from perfwarden.harness.prompts import parity_prompts, random_word_prompts, varied_prompts
+from perfwarden.harness.prompts import Prompt, parity_prompts, random_word_prompts, varied_prompts
 from perfwarden.harness.quality import run_quality_pair
-from perfwarden.harness.target_config import EmbeddedConfig, TargetConfig
-from perfwarden.harness.targets import EmbeddedTarget, ServerTarget, TargetError, prepare_weights
-from perfwarden.orchestrator.lab import LabError, LegPlan, TargetLabSpec, check_leg_writes
-from perfwarden.orchestrator.settings import RunSettings
-
-OPS_DIR = Path(__file__).resolve().parents[1] / "harness" / "ops"
-
-# The untuned starting point of a run: every knob at the config model's default (one sequence at a
-# time, no batching window, no tricks). Every knob is passed explicitly so server_info shows it set.
-EMBEDDED_BASE: dict[str, Any] = EmbeddedConfig.defaults()
+from perfwarden.harness.target_config import TargetConfig
+from perfwarden.harness.targets import ServerTarget, TargetError
 
 
 def round_order(legs: list[LegPlan], k: int) -> list[LegPlan]:
@@ -66,7 +56,8 @@ class ServerLab:
 
     def __init__(self, *, qps: float = 2.0, rep_seconds: float = 4.0, max_tokens: int = 16,
                  scenario: str = "Offline", offline_samples: int = 8, seed: int = 0, parity_tokens: int = 16,
-                 start_timeout_s: float = 180.0, on_rep=None, base_overrides: dict[str, Any] | None = None):
+                 start_timeout_s: float = 180.0, on_rep: RepCallback | None = None,
+                 base_overrides: dict[str, Any] | None = None) -> None:
         self.base_overrides = dict(base_overrides or {})
         """Knobs of the true baseline the run fixed (``--set``): the device the op bench runs on follows them."""
         if scenario == "Offline":  # one query of exactly ``offline_samples`` prompts, issued at once
@@ -80,25 +71,25 @@ class ServerLab:
                                      extra_body={"ignore_eos": True}, request_timeout_s=60.0)
         self.parity_tokens = parity_tokens
         self.start_timeout_s = start_timeout_s
-        self.on_rep = on_rep or (lambda leg, rep, status: None)
+        self.on_rep: RepCallback = on_rep or (lambda leg, rep, status: None)
         self.spec: TargetLabSpec | None = None
-        """The run settings (and engine interpreter) this lab was built from, when it was (``from_settings``)."""
+        """The lab settings (and engine interpreter) this lab was built from, when it was (``from_settings``)."""
 
     def describe(self) -> TargetLabSpec:
-        """This lab as plain data for a cluster node (orchestrator/lab_spec.py): only a lab built from a run's
+        """This lab as plain data for a cluster node (orchestrator/lab_spec.py): only a lab built from its
         settings has one (a lab built from constructor arguments could not be rebuilt the same on a node)."""
         if self.spec is None:
             raise LabError(f"this {type(self).__name__} was not built from a run's settings: it cannot be "
                            "described to a cluster node")
         return self.spec
 
-    def _built_from(self, settings: RunSettings, python: str | None = None) -> Self:
+    def _built_from(self, settings: LabSettings, python: str | None = None) -> Self:
         self.spec = TargetLabSpec(settings=settings, engine_python=python)
         return self
 
     @staticmethod
-    def settings_kwargs(settings) -> dict[str, Any]:
-        """The lab's constructor arguments from a run's settings."""
+    def settings_kwargs(settings: LabSettings) -> dict[str, Any]:
+        """The lab's constructor arguments from its settings."""
         return dict(qps=settings.qps, rep_seconds=settings.rep_seconds, max_tokens=settings.max_tokens,
                     scenario="Offline" if settings.scenario == "offline" else "Server",
                     offline_samples=settings.offline_samples, seed=settings.seed, parity_tokens=settings.max_tokens,
@@ -225,7 +216,7 @@ class ServerLab:
             return f"failed: {exc}"
 
     # ------------------------------------------------------------------ helpers
-    def _prompts(self, plan: LegPlan):
+    def _prompts(self, plan: LegPlan) -> list[Prompt]:
         if plan.prompts == "varied":
             return varied_prompts()
         # TEST04 pair: distinct random-word prompts of one length, and the first of them repeated, so
@@ -267,7 +258,7 @@ class ServerLab:
 
     def _parity_dump(self, paths: RunDir, leg: str, base_url: str) -> None:
         """Greedy outputs for the fixed parity prompts (outputs.jsonl), written whole or not at all."""
-        def one(prompt) -> dict[str, Any]:
+        def one(prompt: Prompt) -> dict[str, Any]:
             body = {"prompt": prompt.text, "max_tokens": self.parity_tokens, "temperature": 0, "seed": 0}
             try:
                 with httpx.Client(timeout=240.0) as client:
@@ -295,62 +286,10 @@ class EngineLab(ServerLab):
 
     kernels = False
 
-    def __init__(self, *, model_path: str, python: str, start_timeout_s: float = 900.0, **kwargs: Any):
+    def __init__(self, *, model_path: str, python: str, start_timeout_s: float = 900.0, **kwargs: Any) -> None:
         super().__init__(start_timeout_s=start_timeout_s, **kwargs)
         self.model_path = model_path
         """Weights directory every leg serves."""
         self.python = python
         """The engine environment's interpreter."""
         self.model_name = model_path
-
-
-class EmbeddedLab(ServerLab):
-    """Lab protocol over the embedded target (SmolLM2-135M-Instruct on torch, sandboxed per leg)."""
-
-    config_model = EmbeddedConfig
-    model_name = "SmolLM2-135M-Instruct"
-
-    @classmethod
-    def from_settings(cls, settings, on_rep=None) -> "EmbeddedLab":
-        return cls(**cls.settings_kwargs(settings), on_rep=on_rep)._built_from(settings)
-
-    def make_target(self, leg_dir: Path, config: dict[str, Any]) -> ServerTarget:
-        return EmbeddedTarget(leg_dir, config, start_timeout_s=self.start_timeout_s)
-
-    def prepare(self, legs: list[LegPlan]) -> None:
-        for plan in legs:
-            prepare_weights(plan.config)
-
-    def overridable_ops(self) -> list[str]:
-        return list(SUPPORTED_OPS)
-
-    def alternatives(self, op: str) -> list[str]:
-        return alternatives_for(op, device=self._device())
-
-    def profile(self, run: Path, config: TargetConfig) -> Path:
-        seal.begin(run)
-        try:
-            return profile_model(RunDir(run).profile, EmbeddedConfig.of(config), max_tokens=self.load.max_tokens)
-        except Exception as exc:  # the target's failure, not ours: recorded by the graph
-            raise LabError(f"profiling failed: {type(exc).__name__}: {exc}") from exc
-
-    def opbench(self, run: Path, op: str, candidates: list[str], shapes: list[list[int]]) -> Path:
-        seal.begin(run)
-        try:
-            return run_opbench_for_lab(Path(run), op, candidates, shapes, device=self._device())
-        except OpBenchError as exc:
-            raise LabError(f"op bench of {op!r} failed: {exc}") from exc
-
-    def quality_config(self, config: dict[str, Any]) -> dict[str, Any]:
-        """The eval servers batch (max_batch_size 8): scheduling knobs do not change greedy outputs
-        (batched == unbatched is tested in tests/test_embedded_server.py), and unbatched the eval would
-        cost minutes per leg."""
-        batch = EmbeddedConfig.of(config).max_batch_size
-        return {**config, "max_batch_size": max(8, batch), "batch_wait_ms": 5}
-
-    def base_config(self) -> EmbeddedConfig:
-        return EmbeddedConfig.of(self.base_overrides)
-
-    def _device(self) -> Device:
-        """The device the target serves on: the op bench runs there too."""
-        return self.base_config().device

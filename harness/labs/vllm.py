@@ -25,12 +25,12 @@ import httpx
 
 from perfwarden.formats import seal, vllm_metrics
 from perfwarden.formats.records import RunDir
+from perfwarden.harness.labs.lab import LabSettings, LegPlan, RepCallback
+from perfwarden.harness.labs.server_lab import EngineLab
 from perfwarden.harness.loadgen_client import auth_headers, completions_url, encode_payload, request_payload
 from perfwarden.harness.target_config import VLLMConfig
 from perfwarden.harness.targets import ServerTarget
 from perfwarden.harness.vllm_target import VllmTarget, sample_metrics
-from perfwarden.orchestrator.embedded_lab import EngineLab
-from perfwarden.orchestrator.lab import LegPlan
 
 METRICS_TIMEOUT_S = 10.0
 """Bound of one ``/metrics`` read (the server is idle when it is sampled)."""
@@ -47,7 +47,7 @@ class VLLMLab(EngineLab):
 
     config_model = VLLMConfig
 
-    def __init__(self, **kwargs: Any):
+    def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.servers_at_once = self.base_config().device == "cpu"
         self._warmed: weakref.WeakSet[ServerTarget] = weakref.WeakSet()  # a new server process is a new object
@@ -72,7 +72,8 @@ class VLLMLab(EngineLab):
             pass
 
     @classmethod
-    def from_settings(cls, settings, python: str | None = None, on_rep=None) -> "VLLMLab":
+    def from_settings(cls, settings: LabSettings, python: str | None = None,
+                      on_rep: RepCallback | None = None) -> "VLLMLab":
         """``python``: the interpreter the person running perfwarden named (a run's settings never name one)."""
         if not settings.model or not python:
             raise ValueError("a vLLM run needs settings.model and the vLLM interpreter")

@@ -1,28 +1,32 @@
-"""The lab: what the producers can ask to be measured, behind one interface.
+"""The lab: what the producers can ask to be measured, behind one interface, and what a lab is built from.
 
-``EmbeddedLab`` runs the real embedded CPU target with mlcommons-loadgen (harness/), ``SGLangLab`` the
-SGLang server on a GPU host (both ``ServerLab``, orchestrator/embedded_lab.py). The graph's unit
-tests use the synthetic lab (orchestrator/simlab.py) that writes raw evidence with known effects, so
-that routing can be tested in seconds; the real lab keeps its own end-to-end test.
+``EmbeddedLab`` (harness/labs/embedded.py) runs the real embedded CPU target with mlcommons-loadgen,
+``SGLangLab`` and ``VLLMLab`` the engines' servers (all ``ServerLab``, harness/labs/server_lab.py). A lab
+reads only its ``LabSettings``, which the orchestrator builds from a run's settings
+(orchestrator/lab_spec.py ``lab_settings``). The graph's unit tests use the synthetic lab
+(orchestrator/simlab.py) that writes raw evidence with known effects, so that routing can be tested in
+seconds; the real lab keeps its own end-to-end test.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import Any, Callable, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from perfwarden.formats import safe_write
 from perfwarden.formats.records import LegRole, RunDir
 from perfwarden.harness.target_config import TargetConfig
-from perfwarden.orchestrator.settings import RunSettings
 
 
 class LabError(RuntimeError):
     """The target misbehaved (server did not start, crashed, timed out): the target's fault, recorded
     against the proposal; the run goes on."""
 
+
+RepCallback = Callable[[str, int, str], None]
+"""``(leg, rep, status)``: a lab's report of one finished rep."""
 
 PromptSet = Literal["varied", "repeat", "same_length"]
 """A leg's prompts. varied: the hand-written mixed set; repeat: one prompt repeated (TEST04); same_length:
@@ -54,32 +58,42 @@ class LegPlan(BaseModel):
             raise ValueError(str(exc)) from None
 
 
-class SyntheticLabSpec(BaseModel):
-    """The synthetic target (orchestrator/simlab.py) by its parameters."""
+class LabSettings(BaseModel):
+    """What a real target's lab reads of a run's settings, and nothing else (the orchestrator's
+    ``RunSettings`` holds the bounds; ``lab_settings`` there copies these fields from it)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
-    kind: Literal["synthetic"] = "synthetic"
-    effects: dict[str, dict[str, Any]]
-    """Knob -> its effects (numbers, tables by knob value, log lines): ``SyntheticLab.effects``."""
-    cv: float
-    seed: int
-    rep_delay_s: float
-    contended: bool | str
-    fail_first_quality: bool
+    target: Literal["embedded", "sglang", "vllm"] = "embedded"
+    """Which lab: the embedded target, or an engine's server."""
+    model: str | None = None
+    """Weights directory every leg serves (sglang and vllm; the embedded target serves SmolLM2)."""
+    qps: float = Field(2.0, gt=0)
+    """Target QPS of the Server scenario."""
+    rep_seconds: float = Field(4.0, gt=0)
+    """LoadGen min_duration per rep (Server scenario)."""
+    max_tokens: int = Field(16, ge=1)
+    """Output tokens per request, and per parity-dump answer."""
+    scenario: Literal["server", "offline"] = "offline"
+    """LoadGen scenario."""
+    offline_samples: int = Field(8, ge=1)
+    """Samples in one Offline rep (all issued at once)."""
+    seed: int = Field(0, ge=0)
+    """Seed of prompt sampling and load schedules."""
+    base_config: dict[str, Any] = Field(default_factory=dict)
+    """Knobs of the true baseline the run fixed (``--set``); the device the target serves on is one."""
 
 
 class TargetLabSpec(BaseModel):
-    """A real target's lab, by the run settings it is built from (``from_settings``)."""
+    """A real target's lab, by the lab settings it is built from (``from_settings``)."""
 
     model_config = ConfigDict(extra="forbid")
 
     kind: Literal["target"] = "target"
-    settings: RunSettings
+    settings: LabSettings
     engine_python: str | None = None
     """The sglang or vllm environment's interpreter the person running perfwarden named; it must be the
     same path on every node."""
-
 
 
 def check_leg_writes(run: Path, legs: list[str]) -> None:
@@ -124,10 +138,3 @@ class Lab(Protocol):
 
     def base_config(self) -> TargetConfig:
         """The target's true-baseline knobs (its config model's defaults), as that model."""
-
-
-def run_base_config(lab: Lab, settings: Any) -> TargetConfig:
-    """The true baseline a run starts from: the lab's, with the knobs the run fixed (``--set``, kept in
-    its ``RunSettings.base_config``) over it, as the target's config model. One place for the graph and
-    the report a resume rewrites."""
-    return lab.config_model.of({**lab.base_config().model_dump(), **settings.base_config})
