@@ -13,7 +13,7 @@ refused with ``LabError``: a node never measures a different lab than the head w
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Union
+from typing import Annotated, Union
 
 from pydantic import Field
 
@@ -77,7 +77,7 @@ def build_lab(spec: SyntheticLabSpec | TargetLabSpec, on_rep: RepCallback | None
     return target_lab(spec.settings, on_rep=on_rep, engine_python=spec.engine_python)
 
 
-def run_base_config(lab: Lab, settings: Any) -> TargetConfig:
+def run_base_config(lab: Lab, settings: RunSettings) -> TargetConfig:
     """The true baseline a run starts from: the lab's, with the knobs the run fixed (``--set``, kept in
     its ``RunSettings.base_config``) over it, as the target's config model. One place for the graph and
     the report a resume rewrites."""

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from perfwarden.harness.labs.lab import LabError, TargetLabSpec
+from perfwarden.harness.labs.lab import LabError, LabSettings, TargetLabSpec
 from perfwarden.orchestrator import ray_env
 from perfwarden.orchestrator.lab_spec import build_lab, describe, lab_for, lab_settings
 from perfwarden.orchestrator.settings import RunSettings
@@ -168,3 +168,13 @@ def test_the_socket_check_sees_a_marked_processs_listening_socket(tmp_path):
     finally:
         end_marked(mark)
         proc.wait(timeout=10)
+
+
+def test_a_lab_settings_record_copies_every_field_it_has_from_the_run_settings():
+    """A field added to ``LabSettings`` and not copied by ``lab_settings`` would silently keep its default."""
+    run_settings = RunSettings(target="embedded", model="/weights", qps=3.5, rep_seconds=2.0, max_tokens=9,
+                               scenario="server", offline_samples=5, seed=11, base_config={"threads": 1})
+    assert lab_settings(run_settings).model_dump() == {name: getattr(run_settings, name)
+                                                       for name in LabSettings.model_fields}
+    with pytest.raises(ValueError, match="synthetic"):
+        lab_settings(RunSettings(target="synthetic"))
