@@ -2,7 +2,8 @@
 left by a killed writer is taken over, readers never wait on a writer and see a consistent run.
 
 The command-line tests run real ``perfwarden`` processes on an interrupted synthetic run
-(``tests/writers_fuzz.py`` builds it; ``benchmarks/fuzz.py --writers`` runs 100 random tries of the same).
+(``tests/writers_fuzz.py`` builds it; ``benchmarks/fuzz.py --writers`` runs 100 random tries of the same);
+the refusals of a hostile lock file run the commands in this process.
 """
 
 from __future__ import annotations
@@ -269,6 +270,12 @@ def test_the_study_and_the_checkpoint_open_only_under_the_lock(tmp_path):
 
 @pytest.mark.parametrize("planted", ["fifo", "link"])
 def test_the_commands_refuse_a_hostile_lock_file_with_exit_3(base, tmp_path, planted):
+    """The commands run in this process (a refusal is all they do here; a process start would cost seconds):
+    an uncaught exception ends one with exit 1, never the refusal's 3."""
+    from typer.testing import CliRunner
+
+    from perfwarden.cli.main import app
+
     run, keys = _copy(base, tmp_path)
     outside = tmp_path / "outside"
     outside.write_text("keep")
@@ -278,8 +285,8 @@ def test_the_commands_refuse_a_hostile_lock_file_with_exit_3(base, tmp_path, pla
     else:
         (run / "writer.lock").symlink_to(outside)
     for args in (["audit", str(run), "--claim", str(run / wf.CLAIM), "--save"], ["run", "--resume", str(run)]):
-        done = wf.run_cli(args, keys, timeout=60)
-        assert done.returncode == 3, done.stderr[-2000:]
-        assert "writer.lock" in done.stderr and "nothing is written through it" in done.stderr
-        assert "Traceback" not in done.stderr
+        done = CliRunner().invoke(app, args, env=wf._env(keys))
+        assert done.exit_code == 3, done.output[-2000:]
+        assert "writer.lock" in done.output and "nothing is written through it" in done.output
+        assert "Traceback" not in done.output
     assert outside.read_text() == "keep"

@@ -134,27 +134,51 @@ def test_audit_save_refuses_a_link_where_the_verdict_goes(tmp_path, rel, folder)
 # ----------------------------------------------------------------------------------------- measure
 
 
+@pytest.fixture
+def no_server(monkeypatch) -> list[str]:
+    """``measure`` runs in this process (a CLI start per case would cost seconds): a server it starts fails
+    the test at once, where a subprocess ran into its timeout; returns the servers it tried to start."""
+    from perfwarden.harness.targets import EmbeddedTarget
+
+    started: list[str] = []
+
+    def start(self, *args, **kwargs):
+        started.append(str(self))
+        raise AssertionError("measure started a server")
+
+    monkeypatch.setattr(EmbeddedTarget, "start", start)
+    return started
+
+
+def measure(out: Path, leg: str):
+    """The embedded target's ``measure`` in this process (the resume tests above run so too): an uncaught
+    exception ends it with exit 1, never the refusal's 3."""
+    return runner.invoke(app, ["measure", "--out", str(out), "--leg", leg, "--reps", "1", "--duration", "0.5"])
+
+
 @pytest.mark.parametrize("leg", ["../../x", "a/b", "..", ".hidden", "-rf", "x\ny"])
-def test_measure_refuses_a_leg_that_is_not_one_path_component(tmp_path, leg):
+def test_measure_refuses_a_leg_that_is_not_one_path_component(tmp_path, leg, no_server):
     out = tmp_path / "deep" / "run"
-    done = cli("measure", "--out", str(out), "--leg", leg, "--reps", "1", "--duration", "0.5")
-    assert done.returncode == 3, done.stderr[-2000:]
-    assert "single safe path component" in done.stderr and "Traceback" not in done.stderr
+    done = measure(out, leg)
+    assert done.exit_code == 3, done.output[-2000:]
+    assert "single safe path component" in done.output and "Traceback" not in done.output
     assert not (tmp_path / "x").exists() and not out.exists()  # nothing written, in the run or outside
+    assert not no_server
 
 
 @pytest.mark.parametrize("rel,folder", [("legs", True), ("legs/x", True), ("legs/x/bench_runs.jsonl", False),
                                         ("legs/x/server.log", False), ("evidence.jsonl", False),
                                         ("legs/x/loadgen", True), ("run.json", False)])
-def test_measure_refuses_a_link_before_any_server_starts(tmp_path, rel, folder):
+def test_measure_refuses_a_link_before_any_server_starts(tmp_path, rel, folder, no_server):
     out = tmp_path / "run"
     out.mkdir()
     target = plant(out, rel, tmp_path / "outside", folder)
-    done = cli("measure", "--out", str(out), "--leg", "x", "--reps", "1", "--duration", "0.5")
+    done = measure(out, "x")
     assert untouched(target)
-    assert done.returncode == 3, done.stderr[-2000:]
-    assert "link" in done.stderr and "Traceback" not in done.stderr
+    assert done.exit_code == 3, done.output[-2000:]
+    assert "link" in done.output and "Traceback" not in done.output
     assert written(out) == {rel}, "refused after the leg had started writing"
+    assert not no_server
 
 
 # ------------------------------------------------------------------------- the harness's writers

@@ -105,6 +105,16 @@ def test_judges_timings():
 '''
 
 
+UNUSED_PLUGINS = ["-p", "no:langsmith_plugin", "-p", "no:hypothesispytest"]
+"""Installed pytest plugins no probe uses, left unloaded: importing them costs ~3 s of CPU in every pytest
+process, and one run of ``scripts/test.sh`` starts three or four (the phases and the xdist workers)."""
+
+
+def runner_cmd(*args: str) -> list[str]:
+    """``scripts/test.sh`` with ``args``, without the cache and the unused plugins."""
+    return ["bash", str(ROOT / "scripts" / "test.sh"), "-p", "no:cacheprovider", *UNUSED_PLUGINS, *args]
+
+
 def runner_env() -> dict[str, str]:
     """This environment for ``scripts/test.sh``, less what xdist set for this very test (run on a worker,
     it would make the runner's own phase 2 look like a worker)."""
@@ -118,8 +128,7 @@ def test_the_runner_runs_the_quiet_tests_alone_after_every_other_test(tmp_path):
     (tmp_path / "test_probe.py").write_text(RUNNER_PROBE)
     log = tmp_path / "probe.log"
     env = {**runner_env(), "PROBE_LOG": str(log), "PERFWARDEN_TEST_WORKERS": "2"}
-    done = subprocess.run(["bash", str(ROOT / "scripts" / "test.sh"), "-p", "no:cacheprovider", str(tmp_path)],
-                          env=env, capture_output=True, text=True, timeout=300)
+    done = subprocess.run(runner_cmd(str(tmp_path)), env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     events = [line.split() for line in log.read_text().splitlines()]
     assert all(worker.startswith("gw") for what, worker, _ in events if what.startswith("busy"))  # on xdist workers
@@ -134,13 +143,12 @@ def test_the_runner_fails_when_a_phase_fails_and_when_nothing_ran(tmp_path):
     env = {**runner_env(), "PERFWARDEN_TEST_WORKERS": "1"}
     (tmp_path / "pytest.ini").write_text("[pytest]\nmarkers =\n    quiet: judges real timings\n")
     (tmp_path / "test_fails.py").write_text("import pytest\n\n@pytest.mark.quiet\ndef test_quiet():\n    assert False\n")
-    failed = subprocess.run(["bash", str(ROOT / "scripts" / "test.sh"), "-p", "no:cacheprovider", "-q",
-                             str(tmp_path / "test_fails.py")], env=env, capture_output=True, text=True, timeout=300)
+    failed = subprocess.run(runner_cmd("-q", str(tmp_path / "test_fails.py")), env=env, capture_output=True,
+                            text=True, timeout=300)
     assert failed.returncode == 1, failed.stdout[-2000:]
     empty = tmp_path / "empty"
     empty.mkdir()
-    nothing = subprocess.run(["bash", str(ROOT / "scripts" / "test.sh"), "-p", "no:cacheprovider", "-q", str(empty)],
-                             env=env, capture_output=True, text=True, timeout=300)
+    nothing = subprocess.run(runner_cmd("-q", str(empty)), env=env, capture_output=True, text=True, timeout=300)
     assert nothing.returncode == 5, nothing.stdout[-2000:]
 
 
