@@ -29,7 +29,6 @@ from perfwarden.harness.target_config import TARGET_CONFIGS, ConfigError, SGLang
 from perfwarden.orchestrator.exit_codes import ExitCode, disk_full, no_space_message
 from perfwarden.orchestrator.lab_spec import lab_for
 from perfwarden.orchestrator.render import VERDICT_STYLE, print_error, safe_text
-from perfwarden.orchestrator.report import SEARCH_STOPS
 from perfwarden.orchestrator.settings import RunSettings, settings_error
 from perfwarden.orchestrator.step_lines import StepLine, StepLines
 
@@ -320,6 +319,8 @@ def _print_outcome(state: RunState, run_dir: Path | str, started: float, metric:
                                     + f" ({b.verdict})"))
     for r in state.get("rejected", []):
         console.print(safe_text(("refused", "red"), f" {r.name}: {r.reason} ({r.verdict or '-'})"))
+    from perfwarden.orchestrator.report import SEARCH_STOPS  # the run's machinery: loaded only once a run ran
+
     stop = next((note for note in state.get("notes", []) if SEARCH_STOPS in note), None)
     if stop is not None:  # why the search ended before the producers ran out of changes
         console.print(safe_text(("search stopped", "yellow"), f": {stop}"))
