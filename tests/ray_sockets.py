@@ -38,33 +38,44 @@ class Listener:
         return address.is_loopback
 
 
+_MARKS: dict[tuple[int, float], str | None] = {}
+"""A process's marker by ``(pid, start time)``: its environment is read once, not at every sample (a sample
+runs beside a real run's reps, and all its CPU is charged to them as contention)."""
+
+
+def _mark_of(proc: psutil.Process) -> str | None:
+    key = (proc.pid, proc.info["create_time"])
+    if key not in _MARKS:
+        try:
+            _MARKS[key] = proc.environ().get(MARK)
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            return None  # read again next time: it may have been caught mid-start
+    return _MARKS[key]
+
+
 def marked(mark: str) -> list[psutil.Process]:
     """Every live process whose environment carries ``mark``."""
-    out = []
-    for proc in psutil.process_iter():
-        try:
-            if proc.environ().get(MARK) == mark:
-                out.append(proc)
-        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
-            continue
-    return out
+    return [proc for proc in psutil.process_iter(["create_time"])
+            if proc.info["create_time"] is not None and _mark_of(proc) == mark]
 
 
 def listeners(mark: str) -> list[Listener]:
-    """Listening TCP and bound UDP sockets of every marked process (the ones a remote host could reach)."""
-    found = []
+    """Listening TCP and bound UDP sockets of every marked process (the ones a remote host could reach): the
+    machine's socket tables read once, not once per process."""
+    names: dict[int, str] = {}
     for proc in marked(mark):
         try:
-            name = proc.name()
-            for conn in proc.net_connections(kind="inet"):
-                if not conn.laddr:
-                    continue
-                if conn.type == socket.SOCK_STREAM and conn.status == psutil.CONN_LISTEN:
-                    found.append(Listener(proc.pid, name, conn.laddr.ip, conn.laddr.port, "tcp"))
-                elif conn.type == socket.SOCK_DGRAM and not conn.raddr:
-                    found.append(Listener(proc.pid, name, conn.laddr.ip, conn.laddr.port, "udp"))
+            names[proc.pid] = proc.name()
         except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
             continue
+    found = []
+    for conn in psutil.net_connections(kind="inet"):
+        if conn.pid not in names or not conn.laddr:
+            continue
+        if conn.type == socket.SOCK_STREAM and conn.status == psutil.CONN_LISTEN:
+            found.append(Listener(conn.pid, names[conn.pid], conn.laddr.ip, conn.laddr.port, "tcp"))
+        elif conn.type == socket.SOCK_DGRAM and not conn.raddr:
+            found.append(Listener(conn.pid, names[conn.pid], conn.laddr.ip, conn.laddr.port, "udp"))
     return found
 
 

@@ -30,11 +30,12 @@ CLI = [sys.executable, "-m", "perfwarden.cli.main"]
 START_TIMEOUT_S = 180.0
 RUN_TIMEOUT_S = 300.0
 REAL_RUN_WATCH_S = 5.0
-"""How often the socket watch samples during runs of a real target. A sample reads every process's environment
-and the sockets of each marked one: about 0.1 CPU s with a two-node cluster's 15 processes up, so 26% of a
-core at the default 0.3 s (2% at 5 s). The runs' contention samples rightly charged it to the machine
-(CONTENDED_LEG on the cluster run, and this test skipped itself). Every socket a real run opens (Ray's
-ports, a step's servers) lives for tens of seconds, so a 5 s sample still sees it."""
+"""How often the socket watch samples during runs of a real target. Every sample's CPU is charged to the reps
+running beside it (the runs' contention samples rightly count it: CONTENDED_LEG, and the test skips itself).
+A sample costs about 0.02 CPU s with a two-node cluster's 15 processes among 300 others (``ray_sockets``
+reads each process's environment once and the socket tables once a sample: reading them per process
+costs 0.15 s), and every socket a real run opens (Ray's ports, a step's servers) lives for tens of
+seconds, so a 5 s sample still sees it."""
 SYNTHETIC = ["run", "--target", "synthetic", "--study-batch", "2", "--budget-minutes", "30"]
 """The same study with and without a cluster: two steps asked at once either way."""
 
