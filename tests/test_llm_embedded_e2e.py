@@ -29,9 +29,9 @@ def test_smollm2_as_the_brains_endpoint_falls_back_and_is_counted(tmp_path):
     with EmbeddedTarget(tmp_path / "brain-server", knobs) as server:
         client = LLMClient(model="SmolLM2-135M-Instruct", base_url=f"{server.base_url}/v1", api_key=None,
                            timeout_s=300, max_retries=0, max_tokens=48)
-        # one lever: each ask sends a ~3k-token prompt that SmolLM2 prefills on the CPU (about 10 calls per
-        # step with the persona and the retries); one step, its audit and the bundle ask every brain but the
-        # kernel ones (no kernel path here)
+        # one lever: each ask's prompt is prefilled on the CPU (the persona's run 18-22k characters, about 20k
+        # prompt tokens over the five asks measured on a 2-core machine, ~63 s of its ~75 s); one step, its
+        # audit and the bundle ask every brain but the kernel ones (no kernel path here)
         settings = RunSettings(target="synthetic", levers=["max_batch_size=2"], kernels=False,
                                llm_model="SmolLM2-135M-Instruct")
         state = run_graph(tmp_path / "run", settings, SyntheticLab(), llm=client)
