@@ -333,9 +333,11 @@ def _print_outcome(state: RunState, run_dir: Path | str, started: float, metric:
 
 def _settings_options(target: str, model: str | None, budget_minutes: float | None, levers: str | None,
                       no_kernels: bool, red_team: bool, reps: int | None, baseline_remeasures: int | None,
-                      llm: str | None, sampler: str | None, study_batch: int | None) -> dict[str, Any]:
+                      llm: str | None, sampler: str | None, study_batch: int | None, samples: int | None = None,
+                      max_tokens: int | None = None) -> dict[str, Any]:
     """The settings the command line names (an option left out keeps the settings' default)."""
     named: dict[str, Any] = {"target": target, "model": model, "budget_minutes": budget_minutes, "reps": reps,
+                             "offline_samples": samples, "max_tokens": max_tokens,
                              "max_baseline_remeasures": baseline_remeasures, "sampler": sampler,
                              "study_batch": study_batch, "llm_model": llm or None,
                              "kernels": False if no_kernels else None, "red_team": True if red_team else None}
@@ -367,6 +369,9 @@ def run(
     no_kernels: bool = typer.Option(False, "--no-kernels", help="Skip profile, op bench and kernel changes."),
     red_team: bool = typer.Option(False, "--red-team", help="Add the red-team producer; its claims must all be refused."),
     reps: int = typer.Option(None, "--reps", help="Reps per leg on a first measurement (default 3)."),
+    samples: int = typer.Option(None, "--samples", help="Requests in one rep, all issued at once (LoadGen's "
+                                "Offline scenario; default 8)."),
+    max_tokens: int = typer.Option(None, "--max-tokens", help="Output tokens per request (default 16)."),
     baseline_remeasures: int = typer.Option(None, "--baseline-remeasures", help="Baseline re-measures after a "
                                             "FLAG/FAIL baseline audit (default 2; 0 on a machine known to be "
                                             "noisier than the limit: a noise-only FLAG lets the search go on)."),
@@ -389,7 +394,7 @@ def run(
     err = _terminal()
     _check_options(err, target, model, sglang_python, resume, vllm_python)
     settings_kw = _settings_options(target, model, budget_minutes, levers, no_kernels, red_team, reps,
-                                    baseline_remeasures, llm, sampler, study_batch)
+                                    baseline_remeasures, llm, sampler, study_batch, samples, max_tokens)
     asked = _objective_options(err, objective, slo)  # a resume's is the one it sealed: only compared with it
     settings = _new_settings(err, settings_kw if resume is not None else {**settings_kw, **asked}, set_)
     # lazy: langgraph (the orchestrator extra): only when a run starts

@@ -38,6 +38,8 @@ def test_embedded_run_banks_batching_on_goodput_from_an_empty_weights_cache(embe
     assert (leg / "loadgen" / "rep-0" / "mlperf_log_summary.txt").is_file()
     info = json.loads((leg / "server_info.json").read_text())
     assert info["max_batch_size"] == 1 and info["weights_digest"]
+    lines = [json.loads(line) for line in (leg / "bench_runs.jsonl").read_text().splitlines()]
+    assert [line["completed"] for line in lines] == [4, 4, 4]  # --samples 4: four requests in each rep
     manifest = json.loads((converted[0] / "perfwarden_conversion.json").read_text())
     assert info["weights_digest"] == f"sha256:{manifest['weights_sha256']}"  # the servers loaded what was converted
     assert (run / "checkpoints.sqlite").stat().st_size > 0

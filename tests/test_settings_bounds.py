@@ -83,3 +83,16 @@ def test_baseline_remeasures_is_an_option_of_run_and_bounded(tmp_path):
     refused = CliRunner().invoke(app, ["run", "--target", "synthetic", "--out", str(tmp_path / "bad"),
                                        "--baseline-remeasures", "-1"])
     assert refused.exit_code == 3 and "max_baseline_remeasures" in " ".join(refused.output.split())
+
+
+def test_samples_and_max_tokens_are_options_of_run_and_bounded(tmp_path):
+    run = tmp_path / "run"
+    done = CliRunner().invoke(app, ["run", "--target", "synthetic", "--out", str(run), "--levers", "max_batch_size=2",
+                                    "--no-kernels", "--samples", "3", "--max-tokens", "5"])
+    assert done.exit_code == 0, done.output
+    settings = json.loads((run / "settings.json").read_text())
+    assert (settings["offline_samples"], settings["max_tokens"]) == (3, 5)
+    for option, field in (("--samples", "offline_samples"), ("--max-tokens", "max_tokens")):
+        refused = CliRunner().invoke(app, ["run", "--target", "synthetic", "--out", str(tmp_path / field), option, "0"])
+        assert refused.exit_code == 3 and field in " ".join(refused.output.split()), refused.output
+        assert not (tmp_path / field).exists()  # refused before the run directory was made

@@ -285,6 +285,10 @@ class EngineLab(ServerLab):
     the lab exists). Engines have no kernel path in perfwarden."""
 
     kernels = False
+    engine_name: ClassVar[str]
+    """How messages name the engine (``SGLang``, ``vLLM``)."""
+    target_type: ClassVar[type[ServerTarget]]
+    """The ``ServerTarget`` that starts one of the engine's servers from its environment."""
 
     def __init__(self, *, model_path: str, python: str, start_timeout_s: float = 900.0, **kwargs: Any) -> None:
         super().__init__(start_timeout_s=start_timeout_s, **kwargs)
@@ -293,3 +297,16 @@ class EngineLab(ServerLab):
         self.python = python
         """The engine environment's interpreter."""
         self.model_name = model_path
+
+    @classmethod
+    def from_settings(cls, settings: LabSettings, python: str | None = None,
+                      on_rep: RepCallback | None = None) -> Self:
+        """``python``: the interpreter the person running perfwarden named (a run's settings never name one)."""
+        if not settings.model or not python:
+            raise ValueError(f"a run on {cls.engine_name} needs settings.model and {cls.engine_name}'s interpreter")
+        return cls(model_path=settings.model, python=python, **cls.settings_kwargs(settings),
+                   on_rep=on_rep)._built_from(settings, python)
+
+    def make_target(self, leg_dir: Path, config: dict[str, Any]) -> ServerTarget:
+        return self.target_type(leg_dir, {**config, "model_path": self.model_path}, python=self.python,
+                                start_timeout_s=self.start_timeout_s)

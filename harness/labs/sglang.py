@@ -14,14 +14,9 @@ What differs from the embedded lab, and why:
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Any
-
-from perfwarden.harness.labs.lab import LabSettings, RepCallback
 from perfwarden.harness.labs.server_lab import EngineLab
 from perfwarden.harness.sglang_target import SglangTarget
 from perfwarden.harness.target_config import SGLangConfig
-from perfwarden.harness.targets import ServerTarget
 
 
 class SGLangLab(EngineLab):
@@ -29,16 +24,5 @@ class SGLangLab(EngineLab):
 
     config_model = SGLangConfig
     servers_at_once = False
-
-    @classmethod
-    def from_settings(cls, settings: LabSettings, python: str | None = None,
-                      on_rep: RepCallback | None = None) -> "SGLangLab":
-        """``python``: the interpreter the person running perfwarden named (a run's settings never name one)."""
-        if not settings.model or not python:
-            raise ValueError("an SGLang run needs settings.model and the SGLang interpreter")
-        return cls(model_path=settings.model, python=python, **cls.settings_kwargs(settings),
-                   on_rep=on_rep)._built_from(settings, python)
-
-    def make_target(self, leg_dir: Path, config: dict[str, Any]) -> ServerTarget:
-        return SglangTarget(leg_dir, {**config, "model_path": self.model_path}, python=self.python,
-                            start_timeout_s=self.start_timeout_s)
+    engine_name = "SGLang"
+    target_type = SglangTarget

@@ -25,7 +25,7 @@ import httpx
 
 from perfwarden.formats import seal, vllm_metrics
 from perfwarden.formats.records import RunDir
-from perfwarden.harness.labs.lab import LabSettings, LegPlan, RepCallback
+from perfwarden.harness.labs.lab import LegPlan
 from perfwarden.harness.labs.server_lab import EngineLab
 from perfwarden.harness.loadgen_client import auth_headers, completions_url, encode_payload, request_payload
 from perfwarden.harness.target_config import VLLMConfig
@@ -46,6 +46,8 @@ class VLLMLab(EngineLab):
     """Lab protocol over vLLM (its CPU build here; its CUDA build on a GPU host)."""
 
     config_model = VLLMConfig
+    engine_name = "vLLM"
+    target_type = VllmTarget
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -70,19 +72,6 @@ class VLLMLab(EngineLab):
                         pass
         except httpx.HTTPError:
             pass
-
-    @classmethod
-    def from_settings(cls, settings: LabSettings, python: str | None = None,
-                      on_rep: RepCallback | None = None) -> "VLLMLab":
-        """``python``: the interpreter the person running perfwarden named (a run's settings never name one)."""
-        if not settings.model or not python:
-            raise ValueError("a vLLM run needs settings.model and the vLLM interpreter")
-        return cls(model_path=settings.model, python=python, **cls.settings_kwargs(settings),
-                   on_rep=on_rep)._built_from(settings, python)
-
-    def make_target(self, leg_dir: Path, config: dict[str, Any]) -> ServerTarget:
-        return VllmTarget(leg_dir, {**config, "model_path": self.model_path}, python=self.python,
-                          start_timeout_s=self.start_timeout_s)
 
     def _rep(self, paths: RunDir, plan: LegPlan, k: int, target: ServerTarget, pids: list[int]) -> str | None:
         """The rep between two samples of the engine's counters; the record is appended only for a rep
