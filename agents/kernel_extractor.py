@@ -20,9 +20,30 @@ def profile_claim(op: str | None) -> Claim:
     return Claim(scope="profile", producer="kernel_extractor", op=op)
 
 
+HOT_SHARE = 0.05
+"""An op is worth a kernel only when it takes at least this share of the profiled time..."""
+HOT_RANK = 5
+"""...and ranks among this many hottest ops (design §3, profile scope: the routed op must be hot). Below
+either, a faster kernel moves the end-to-end figure by less than the noise band, and the route would be
+refused as PROFILE_MISATTRIBUTION."""
+
+
 def routed_op(ranking: list[tuple[str, float]], overridable: list[str]) -> str | None:
-    """The hottest op the target can override (else the hottest op)."""
-    return next((op for op, _ in ranking if op in overridable), ranking[0][0] if ranking else None)
+    """The hottest op the target can override, when it is hot; None when none is (then no kernel path)."""
+    for rank, (op, share) in enumerate(ranking, 1):
+        if op in overridable:
+            return op if share >= HOT_SHARE and rank <= HOT_RANK else None
+    return None
+
+
+def no_route_note(ranking: list[tuple[str, float]], overridable: list[str]) -> str:
+    """Why the profile routes no op (the run's notes and report say it)."""
+    best = next(((rank, op, share) for rank, (op, share) in enumerate(ranking, 1) if op in overridable), None)
+    if best is None:
+        return "profile: the target can override none of the profiled ops; no kernel path"
+    rank, op, share = best
+    return (f"profile: the hottest op the target can override, {op!r}, takes {share:.1%} of profiled time (rank "
+            f"{rank}); a kernel needs at least {HOT_SHARE:.0%} and a rank within {HOT_RANK}: no kernel path")
 
 
 def triton_candidates(op: str) -> list[str]:

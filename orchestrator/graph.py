@@ -316,9 +316,14 @@ def profile(state: RunState, runtime: Runtime[RunContext]) -> RunState:
         for s in row.shapes or []:
             if s not in shapes[key]:
                 shapes[key].append(s)
-    routed = kernel_extractor.routed_op(ranking, ctx.lab.overridable_ops())
-    return {**_submit(state, kernel_extractor.profile_claim(routed)),
-            "hot_ops": [(op, share) for op, share in ranking], "served_shapes": shapes, "stage": "profile"}
+    overridable = ctx.lab.overridable_ops()
+    routed = kernel_extractor.routed_op(ranking, overridable)
+    found: RunState = {"hot_ops": [(op, share) for op, share in ranking], "served_shapes": shapes,
+                       "stage": "profile"}
+    if routed is None:  # nothing worth a kernel: no claim to audit, and the search goes on without one
+        return {**found, "notes": [kernel_extractor.no_route_note(ranking, overridable)], "last_verdict": None,
+                "pending_claim": None}
+    return {**_submit(state, kernel_extractor.profile_claim(routed)), **found}
 
 
 def route_profile(state: RunState) -> str:
