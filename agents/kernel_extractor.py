@@ -36,14 +36,18 @@ def routed_op(ranking: list[tuple[str, float]], overridable: list[str]) -> str |
     return None
 
 
+NO_KERNEL_PATH = "no kernel path"
+"""How the note of a profile that routes no op ends (the terminal finds it by this)."""
+
+
 def no_route_note(ranking: list[tuple[str, float]], overridable: list[str]) -> str:
-    """Why the profile routes no op (the run's notes and report say it)."""
+    """Why the profile routes no op (the run's notes, the report and the terminal say it)."""
     best = next(((rank, op, share) for rank, (op, share) in enumerate(ranking, 1) if op in overridable), None)
     if best is None:
-        return "profile: the target can override none of the profiled ops; no kernel path"
+        return f"profile: the target can override none of the profiled ops; {NO_KERNEL_PATH}"
     rank, op, share = best
     return (f"profile: the hottest op the target can override, {op!r}, takes {share:.1%} of profiled time (rank "
-            f"{rank}); a kernel needs at least {HOT_SHARE:.0%} and a rank within {HOT_RANK}: no kernel path")
+            f"{rank}); a kernel needs at least {HOT_SHARE:.0%} and a rank within {HOT_RANK}: {NO_KERNEL_PATH}")
 
 
 def triton_candidates(op: str) -> list[str]:

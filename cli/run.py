@@ -321,6 +321,12 @@ def _print_outcome(state: RunState, run_dir: Path | str, started: float, metric:
         console.print(safe_text(("refused", "red"), f" {r.name}: {r.reason} ({r.verdict or '-'})"))
     from perfwarden.orchestrator.report import SEARCH_STOPS  # the run's machinery: loaded only once a run ran
 
+    from perfwarden.agents.kernel_extractor import NO_KERNEL_PATH
+
+    cold = next((note for note in state.get("notes", []) if note.startswith("profile:") and NO_KERNEL_PATH in note),
+                None)
+    if cold is not None:  # the profile found nothing worth a kernel: say so, or the kernel path just never shows
+        console.print(safe_text(("profile", "yellow"), cold.removeprefix("profile")))
     stop = next((note for note in state.get("notes", []) if SEARCH_STOPS in note), None)
     if stop is not None:  # why the search ended before the producers ran out of changes
         console.print(safe_text(("search stopped", "yellow"), f": {stop}"))

@@ -75,3 +75,18 @@ def test_a_run_whose_profile_has_no_hot_op_it_can_override_skips_the_kernel_path
     assert any("'rmsnorm'" in n and "no kernel path" in n for n in report["notes"])
     assert not [p for p in report["proposals"] if p["id"].startswith("krn-")]
     assert "cfg-max_batch_size=2" in {b["name"] for b in report["banked"]}  # the search went on
+
+
+def test_the_terminal_says_why_there_is_no_kernel_path(tmp_path, monkeypatch):
+    from typer.testing import CliRunner
+
+    from perfwarden.cli import run as run_command
+    from perfwarden.cli.main import app
+
+    monkeypatch.setattr(run_command, "make_lab", lambda settings, **kwargs: ColdProfileLab())
+    done = CliRunner().invoke(app, ["run", "--target", "synthetic", "--out", str(tmp_path / "run"),
+                                    "--levers", "max_batch_size=2"])
+    assert done.exit_code == 0, done.output
+    said = " ".join(done.output.split())
+    assert "profile: the hottest op the target can override, 'rmsnorm', takes 4.0% of profiled time" in said
+    assert said.count("no kernel path") == 1
