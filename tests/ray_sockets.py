@@ -41,15 +41,22 @@ class Listener:
 _MARKS: dict[tuple[int, float], str | None] = {}
 """A process's marker by ``(pid, start time)``: its environment is read once, not at every sample (a sample
 runs beside a real run's reps, and all its CPU is charged to them as contention)."""
+SETTLED_S = 2.0
+"""A process younger than this may not have exec'd yet: between fork and exec its environment is still its
+parent's (a test's child has no marker there), and exec keeps the pid and start time. An unmarked young
+process is read again at the next sample."""
 
 
 def _mark_of(proc: psutil.Process) -> str | None:
     key = (proc.pid, proc.info["create_time"])
     if key not in _MARKS:
         try:
-            _MARKS[key] = proc.environ().get(MARK)
+            mark = proc.environ().get(MARK)
         except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
             return None  # read again next time: it may have been caught mid-start
+        if mark is None and time.time() - proc.info["create_time"] < SETTLED_S:
+            return None
+        _MARKS[key] = mark
     return _MARKS[key]
 
 

@@ -606,3 +606,24 @@ def test_noisy_aa_legs_cannot_excuse_a_noisy_baseline(tmp_path):
     claim = write_claim(tmp_path, {"scope": "baseline", "seq": 2, "legs": {"baseline": "base", "aa": ["aa"]}})
     v = audit(tmp_path, claim)
     assert v.verdict == "FLAG" and "NOISY_BASELINE" in codes(v)
+
+
+def test_an_uncited_leg_is_passed_over_unread_only_when_its_conditions_already_differ(tmp_path):
+    """The same-config search reads an uncited leg's reps only when its server_info could make it a twin: a
+    non-inert key that differs settles it (``is_same_config`` would refuse it); an inert one, an identical
+    file or one that cannot be read decides nothing (the leg is read whole, as before)."""
+    from perfwarden.auditor.evidence import LegEvidence
+    from perfwarden.auditor.gates.same_config import conditions_differ
+
+    base = LegEvidence("base", server_info={"max_batch_size": 1, "base_url": "http://127.0.0.1:1"})
+    for name, info in {"other": {"max_batch_size": 4, "base_url": "http://127.0.0.1:1"},
+                       "inert": {"max_batch_size": 1, "base_url": "http://127.0.0.1:2"},
+                       "same": {"max_batch_size": 1, "base_url": "http://127.0.0.1:1"}}.items():
+        (tmp_path / "legs" / name).mkdir(parents=True)
+        (tmp_path / "legs" / name / "server_info.json").write_text(json.dumps(info))
+    (tmp_path / "legs" / "torn").mkdir()
+    (tmp_path / "legs" / "torn" / "server_info.json").write_text('{"max_batch_size": 4,')
+    (tmp_path / "legs" / "none").mkdir()
+    assert conditions_differ(tmp_path, base, "other")
+    assert not any(conditions_differ(tmp_path, base, name) for name in ("inert", "same", "torn", "none"))
+    assert conditions_differ(tmp_path, LegEvidence("bare"), "same")  # a baseline without conditions has no twin

@@ -170,6 +170,32 @@ def test_the_socket_check_sees_a_marked_processs_listening_socket(tmp_path):
         proc.wait(timeout=10)
 
 
+class _Starting:
+    """A process as the socket check sees it between fork and exec (its parent's environment, no marker),
+    then after exec (same pid, same start time, its own environment)."""
+
+    def __init__(self, started: float, environments: list[dict[str, str]]):
+        self.pid = 4242
+        self.info = {"create_time": started}
+        self._environments = environments
+
+    def environ(self) -> dict[str, str]:
+        return self._environments.pop(0) if len(self._environments) > 1 else self._environments[0]
+
+
+def test_a_process_caught_before_its_exec_is_read_again():
+    """The run a cluster test starts was once sampled before its exec and never seen again (its sockets
+    missed): an unmarked process is only remembered as unmarked once it is past its start."""
+    import time
+
+    from ray_sockets import MARK, SETTLED_S, _mark_of
+
+    young = _Starting(time.time(), [{}, {MARK: "m1"}])
+    assert _mark_of(young) is None and _mark_of(young) == "m1"
+    settled = _Starting(time.time() - SETTLED_S - 1, [{}, {MARK: "m2"}])
+    settled.pid = 4243
+    assert _mark_of(settled) is None and _mark_of(settled) is None  # an old unmarked process is read once
+
 def test_a_lab_settings_record_copies_every_field_it_has_from_the_run_settings():
     """A field added to ``LabSettings`` and not copied by ``lab_settings`` would silently keep its default."""
     run_settings = RunSettings(target="embedded", model="/weights", qps=3.5, rep_seconds=2.0, max_tokens=9,

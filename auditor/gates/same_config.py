@@ -52,10 +52,26 @@ def uncited_legs(run: Path, cited: set[str]) -> list[str]:
             if name not in cited and _plain_name(name) and not (legs_dir / name).is_symlink()]
 
 
+def conditions_differ(run: Path, base: LegEvidence, name: str) -> bool:
+    """The uncited leg ``name`` ran other conditions than the baseline (a non-inert key of its
+    ``server_info.json`` differs), so ``is_same_config`` would refuse it after reading its every rep: its reps
+    are not read. The file is read by a loader of its own, as ``RunLoader.leg`` reads it; one that cannot be
+    read decides nothing here (the leg's full read then does, as before)."""
+    if base.server_info is None:
+        return True  # no leg is the same config as a baseline without conditions
+    info, _ = RunLoader(run).json_object(RunDir(run).server_info(name), False, f"server_info of {name!r}")
+    if info is None:
+        return False
+    return any(not roles.is_inert(key) for key in conditions.diff_server_info(base.server_info, info))
+
+
 def same_config_legs(run: Path, claim: Claim, base: LegEvidence, cited: set[str]) -> list[LegEvidence]:
-    """Uncited legs measured with the baseline's configuration and load, each read on its own."""
+    """Uncited legs measured with the baseline's configuration and load, each read on its own (a leg whose
+    conditions already differ is not read further)."""
     out = []
     for name in uncited_legs(run, cited):
+        if conditions_differ(run, base, name):
+            continue
         loader = RunLoader(run)
         leg = loader.leg(name)
         failed = leg.spec is not None and leg.spec.status == "failed"
