@@ -28,12 +28,18 @@ either, a faster kernel moves the end-to-end figure by less than the noise band,
 refused as PROFILE_MISATTRIBUTION."""
 
 
+def hottest_overridable(ranking: list[tuple[str, float]], overridable: list[str]) -> tuple[int, str, float] | None:
+    """(rank, op, share) of the hottest op the target can override; None when it can override none."""
+    return next(((rank, op, share) for rank, (op, share) in enumerate(ranking, 1) if op in overridable), None)
+
+
 def routed_op(ranking: list[tuple[str, float]], overridable: list[str]) -> str | None:
     """The hottest op the target can override, when it is hot; None when none is (then no kernel path)."""
-    for rank, (op, share) in enumerate(ranking, 1):
-        if op in overridable:
-            return op if share >= HOT_SHARE and rank <= HOT_RANK else None
-    return None
+    best = hottest_overridable(ranking, overridable)
+    if best is None:
+        return None
+    rank, op, share = best
+    return op if share >= HOT_SHARE and rank <= HOT_RANK else None
 
 
 NO_KERNEL_PATH = "no kernel path"
@@ -42,7 +48,7 @@ NO_KERNEL_PATH = "no kernel path"
 
 def no_route_note(ranking: list[tuple[str, float]], overridable: list[str]) -> str:
     """Why the profile routes no op (the run's notes, the report and the terminal say it)."""
-    best = next(((rank, op, share) for rank, (op, share) in enumerate(ranking, 1) if op in overridable), None)
+    best = hottest_overridable(ranking, overridable)
     if best is None:
         return f"profile: the target can override none of the profiled ops; {NO_KERNEL_PATH}"
     rank, op, share = best
