@@ -8,7 +8,12 @@ default only for a cluster ``ray.init`` starts itself. So, unless the person run
 - token authentication is on (``RAY_AUTH_MODE=token``): joining a cluster needs its token, and a cluster
   perfwarden starts requires it from every node and driver;
 - a loopback address keeps its 127.0.0.1 (``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0``: otherwise Ray rewrites
-  it to the host's outward IP and a node started with it would listen on all interfaces).
+  it to the host's outward IP and a node started with it would listen on all interfaces);
+- the nodes perfwarden starts run their workers at the priority a run without a cluster has
+  (``RAY_worker_niceness=0``; Ray's default is 15, and every server a step starts inherits it: measured at
+  nice 15, a leg yields its cores to any process beside it, and its conditions are not those of the same
+  command run alone). A node someone else started keeps its own setting, which its legs record
+  (``process_conditions.nice``).
 
 The token file is the secret: created 0600 when perfwarden creates it, tightened to 0600 when it is ours
 and others could read it, refused when it is neither (:func:`private_token`).
@@ -30,6 +35,8 @@ TOKEN_PATH = "RAY_AUTH_TOKEN_PATH"
 USAGE_STATS = "RAY_USAGE_STATS_ENABLED"
 KEEP_LOOPBACK = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
 """Read once, when Ray is imported: "0" keeps 127.0.0.1 addresses and node IPs as they are."""
+WORKER_NICENESS = "RAY_worker_niceness"
+"""Read by a raylet when it starts: the nice value of the worker processes it launches."""
 TOKEN_BYTES = 32
 
 
@@ -55,6 +62,9 @@ def prepare(address: str) -> None:
     os.environ.setdefault(USAGE_STATS, "0")
     os.environ.setdefault(AUTH_MODE, "token")
     os.environ.setdefault(KEEP_LOOPBACK, "0" if is_loopback(address) else "1")
+    # Only nodes started from this environment read it (``local``, ``perfwarden cluster``); a joined cluster's
+    # raylets were started with their own.
+    os.environ.setdefault(WORKER_NICENESS, "0")
 
 
 def token_auth_on() -> bool:

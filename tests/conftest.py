@@ -22,7 +22,7 @@ def _private_key_store(tmp_path_factory, monkeypatch):
 
 @pytest.fixture(scope="session")
 def embedded_alone(tmp_path_factory: pytest.TempPathFactory) -> AloneRun:
-    """The real embedded run several quiet tests check (``embedded_alone_run``), made at most once a session.
+    """The real embedded run the quiet tests check (``embedded_alone_run``), made at most once a session.
     Session-scoped fixtures are set up before module-scoped ones, so it runs before any test's own servers
     or cluster start."""
     from embedded_alone_run import run_alone  # the auditor's contention rule: imported by the tests that run it

@@ -1,8 +1,8 @@
 """The real path end to end: ``perfwarden run`` on the embedded target (real SmolLM2 on torch CPU, real
 servers, real mlcommons-loadgen reps, SQLite checkpoints), from an empty weights cache, optimizing goodput
-at an SLO: batching must be banked as a class-B win, judged on the re-derived goodput. The run is the
-session's shared one (``embedded_alone_run``): ``test_cluster_cli`` holds the same command on a cluster to
-the decisions this one made. The real response cache's refusal is ``test_embedded_caching``."""
+at an SLO: batching must be banked as a class-B win, judged on the re-derived goodput. The run is
+``embedded_alone_run``'s. The real target on a cluster is ``test_cluster_cli``; the real response cache's
+refusal is ``test_embedded_caching``."""
 
 from __future__ import annotations
 

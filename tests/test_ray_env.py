@@ -22,7 +22,7 @@ def ray_vars(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
     for name in list(os.environ):
         if name.startswith("RAY_"):
             monkeypatch.delenv(name)
-    for name in (ray_env.USAGE_STATS, ray_env.AUTH_MODE, ray_env.KEEP_LOOPBACK, ray_env.TOKEN):
+    for name in (ray_env.USAGE_STATS, ray_env.AUTH_MODE, ray_env.KEEP_LOOPBACK, ray_env.TOKEN, ray_env.WORKER_NICENESS):
         monkeypatch.setenv(name, "")  # recorded as absent, so what ray_env.prepare sets is undone after the test
         monkeypatch.delenv(name)
     monkeypatch.setenv("HOME", str(tmp_path))
@@ -49,6 +49,10 @@ def test_defaults_are_safe_and_the_persons_own_settings_stay(ray_vars, monkeypat
     ray_env.prepare("local")
     assert os.environ[ray_env.KEEP_LOOPBACK] == "0" and os.environ[ray_env.AUTH_MODE] == "disabled"
     assert ray_env.private_token(create=True) is None  # auth off by the person's choice: no token made
+    assert os.environ[ray_env.WORKER_NICENESS] == "0"  # a step's servers at a run's own priority
+    monkeypatch.setenv(ray_env.WORKER_NICENESS, "5")
+    ray_env.prepare("local")
+    assert os.environ[ray_env.WORKER_NICENESS] == "5"
 
 
 def test_a_started_cluster_gets_a_new_private_token(ray_vars):
