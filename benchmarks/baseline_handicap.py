@@ -113,7 +113,7 @@ def start(lab: ServerLab, root: Path, names: list[str], config: dict[str, Any], 
     """The servers of ``names``, started at once (a thread pool, in order: as the lab does) or one after
     the other."""
     paths = RunDir(root)
-    targets = {name: lab.make_target(paths.leg_dir(name), config) for name in names}
+    targets = {name: lab.make_target(paths.leg_dir(name), lab.config_model.of(config)) for name in names}
     t0 = time.time()
     if together:
         with ThreadPoolExecutor(max_workers=len(names)) as pool:
@@ -192,8 +192,9 @@ def run_partner(lab: ServerLab, root: Path, config: dict[str, Any], partner: dic
         kind = "same" if p % 2 == 0 else "other"
         names = [f"pair{p}-measured", f"pair{p}-{kind}"]
         paths = RunDir(root / "partner")
-        targets = {names[0]: lab.make_target(paths.leg_dir(names[0]), config),
-                   names[1]: lab.make_target(paths.leg_dir(names[1]), config if kind == "same" else partner)}
+        targets = {names[0]: lab.make_target(paths.leg_dir(names[0]), lab.config_model.of(config)),
+                   names[1]: lab.make_target(paths.leg_dir(names[1]),
+                                             lab.config_model.of(config if kind == "same" else partner))}
         t0 = time.time()
         with ThreadPoolExecutor(max_workers=2) as pool:
             list(pool.map(lambda name: targets[name].start(), names))
@@ -342,7 +343,7 @@ def main() -> None:
     lab = make_lab(args)
     config = lab.base_config().model_dump()
     partner = lab.config_model.of({**config, **parse_set_args(args.partner_set)}).model_dump()
-    lab.prepare([LegPlan(leg="handicap", role="baseline", config=config)])  # weights converted once, up front
+    lab.prepare([LegPlan(leg="handicap", role="baseline", config=lab.base_config())])  # weights converted once, up front
     load_before, t0 = os.getloadavg(), time.time()
     with tempfile.TemporaryDirectory(prefix="pw-handicap-") as scratch:
         only = args.only_partner or args.only_crowd

@@ -142,7 +142,7 @@ def main() -> None:
         sys.exit(3)
     settings = RunSettings.model_validate({})  # the defaults a run measures with
     lab = EmbeddedLab(**EmbeddedLab.settings_kwargs(lab_settings(settings)))
-    config = EmbeddedConfig.defaults()
+    config = EmbeddedConfig()
     plans = [LegPlan(leg=LEGS[0], role="baseline", config=config, purpose="A/A noise record"),
              LegPlan(leg=LEGS[1], role="aa", config=config, purpose="A/A noise record: the same config again")]
     started = time.perf_counter()

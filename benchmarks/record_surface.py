@@ -76,7 +76,7 @@ def measure_config(run: Path, name: str, config: dict[str, Any], reps: int, lab:
 
     paths = RunDir(run)
     paths.leg_dir(name).mkdir(parents=True, exist_ok=True)
-    target = lab.make_target(paths.leg_dir(name), config)
+    target = lab.make_target(paths.leg_dir(name), lab.config_model.of(config))
     started = time.time()
     target.start()
     try:

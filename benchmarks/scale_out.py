@@ -102,9 +102,10 @@ def real(nodes: int, steps: int, reps: int, root: Path) -> dict[str, Any]:
     base = {**EmbeddedConfig.defaults(), "threads": 1}
     prepare_weights(base)  # converted once here, not timed
     run = root / f"real-{nodes}"
-    plans = [[LegPlan(leg=f"s{i}-base", role="baseline", config=base),
-              LegPlan(leg=f"s{i}-cand", role="candidate", config={**base, **REAL_CHANGES[i % len(REAL_CHANGES)]},
-                      parent=f"s{i}-base")] for i in range(steps)]
+    plans = [[LegPlan(leg=f"s{i}-base", role="baseline", config=EmbeddedConfig.of(base)),
+              LegPlan(leg=f"s{i}-cand", role="candidate",
+                      config=EmbeddedConfig.of({**base, **REAL_CHANGES[i % len(REAL_CHANGES)]}), parent=f"s{i}-base")]
+             for i in range(steps)]
     with cluster.simulated(nodes):
         seal.begin(run)
         view = cluster.Cluster(run, EmbeddedLab.from_settings(lab_settings(settings)))

@@ -12,12 +12,12 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from perfwarden.cli.lock import hold_or_exit
-from perfwarden.formats.records import LegRole, RunDir, RunManifest, write_json_atomic
+from perfwarden.formats.records import LegRole, Overlay, RunDir, RunManifest, write_json_atomic
 from perfwarden.formats.safe_write import RefusedWrite
 from perfwarden.formats.seal import SealError
 from perfwarden.formats.strict_json import StrictJsonError, loads
 from perfwarden.harness.labs.lab import LegPlan, PromptSet, check_leg_writes
-from perfwarden.harness.target_config import TARGET_CONFIGS, ConfigError, parse_set_args
+from perfwarden.harness.target_config import TARGET_CONFIGS, ConfigError, TargetConfig, parse_set_args
 from perfwarden.orchestrator.exit_codes import ExitCode
 from perfwarden.orchestrator.render import print_error, printable, safe_text
 from perfwarden.orchestrator.simlab import SyntheticLab
@@ -76,7 +76,7 @@ def measure(
     lab_kw: dict = dict(qps=qps, rep_seconds=duration, max_tokens=max_tokens,
                         scenario="Server" if scenario == "server" else "Offline")
     lab_class = _engine_lab(err, target, model, sglang_python, vllm_python, lab_kw)
-    full = {**config_model.defaults(), **config}
+    full = validated
     with ExitStack() as held:
         hold_or_exit(held, err, out, create=True)  # from before the first write to the end (design §2)
         _measure_leg(err, out, leg, role, lab_class, lab_kw, full, config, reps, prompts, target)
@@ -91,7 +91,7 @@ def _is_role(value: str) -> TypeGuard[LegRole]:
     return value in get_args(LegRole)
 
 
-def _measure_leg(err: Console, out: Path, leg: str, role: LegRole, lab_class: type, lab_kw: dict, full: dict,
+def _measure_leg(err: Console, out: Path, leg: str, role: LegRole, lab_class: type, lab_kw: dict, full: TargetConfig,
                  config: dict, reps: int, prompts: PromptSet, target: str) -> None:
     """Record the leg (the run's writer lock held) and print its reps."""
     paths = RunDir(out)
@@ -108,7 +108,7 @@ def _measure_leg(err: Console, out: Path, leg: str, role: LegRole, lab_class: ty
 
         lab = lab_class(**lab_kw, on_rep=on_rep)
         try:
-            status = lab.measure(out, [LegPlan(leg=leg, role=role, config=full, overlay={"config": config},
+            status = lab.measure(out, [LegPlan(leg=leg, role=role, config=full, overlay=Overlay(config=config),
                                                prompts=prompts, purpose="perfwarden measure")], reps)
         except (RefusedWrite, SealError) as exc:  # a link or FIFO planted while the leg ran; a chain it cannot continue
             print_error(err, exc)

@@ -42,6 +42,7 @@ from perfwarden.formats import seal
 from perfwarden.formats.records import QualityEval, RunDir
 from perfwarden.formats.safe_read import RECORD_BYTES, read_bytes
 from perfwarden.formats.strict_json import loads
+from perfwarden.harness.target_config import TargetConfig
 from perfwarden.harness.targets import EmbeddedTarget
 
 QA_EVAL_ID = "pw-qa-exact-v1"
@@ -422,10 +423,10 @@ def run_ppl_eval(run_dir: Path | str, leg: str, **kwargs: Any) -> Path:
 # ---------------------------------------------------------------------------------------------- lab
 
 
-def run_quality_pair(run_dir: Path | str, leg: str, leg_config: dict[str, Any], baseline_leg: str,
-                     baseline_config: dict[str, Any], *, items: ItemSet | None = None, timeout_s: float = 120.0,
+def run_quality_pair(run_dir: Path | str, leg: str, leg_config: TargetConfig, baseline_leg: str,
+                     baseline_config: TargetConfig, *, items: ItemSet | None = None, timeout_s: float = 120.0,
                      concurrency: int = 2, start_timeout_s: float = 180.0,
-                     make_target: Callable[[Path, dict[str, Any]], Any] | None = None) -> str:
+                     make_target: Callable[[Path, TargetConfig], Any] | None = None) -> str:
     """Run ``pw-qa-exact-v1`` for ``baseline_leg`` then ``leg`` (each on its own server started with that
     leg's config), write both results, and return the eval id. ``make_target(server_dir, config)``
     builds the server (a ``ServerTarget``; default: the embedded target): the eval only needs its
@@ -438,10 +439,10 @@ def run_quality_pair(run_dir: Path | str, leg: str, leg_config: dict[str, Any], 
     items = items or load_items()
     paths = RunDir(run_dir)
     if make_target is None:
-        def make_target(server_dir: Path, config: dict[str, Any]) -> Any:
-            return EmbeddedTarget(server_dir, config, start_timeout_s=start_timeout_s)
+        def make_target(server_dir: Path, config: TargetConfig) -> Any:
+            return EmbeddedTarget(server_dir, config.model_dump(), start_timeout_s=start_timeout_s)
 
-    def evaluate(name: str, config: dict[str, Any], baseline: QualityEval | None) -> QualityEval:
+    def evaluate(name: str, config: TargetConfig, baseline: QualityEval | None) -> QualityEval:
         server_dir = Path(run_dir) / "quality" / "servers" / name
         with make_target(server_dir, config) as target:
             return evaluate_qa(target.base_url, name, items=items, baseline=baseline, timeout_s=timeout_s,

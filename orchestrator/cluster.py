@@ -152,7 +152,6 @@ def _measure_step(spec: SyntheticLabSpec | TargetLabSpec, legs: list[dict[str, A
     ``sealed``: what the head already sealed of these legs (a re-measure continues them)."""
     started = time.time()
     scratch = Path(tempfile.mkdtemp(prefix="pw-step-"))
-    plans = [LegPlan.model_validate(leg) for leg in legs]
     stream = _Stream(sink, step)
     chain = StreamChain(scratch, stream)
     try:
@@ -162,6 +161,7 @@ def _measure_step(spec: SyntheticLabSpec | TargetLabSpec, legs: list[dict[str, A
             chain.preload(sealed)
             seal.attach(scratch, chain)
             lab = build_lab(spec, on_rep=stream.rep)
+            plans = [LegPlan.from_data(leg, lab.config_model) for leg in legs]
             try:
                 status = lab.measure(scratch, plans, reps)
             except LabError as exc:

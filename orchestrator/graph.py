@@ -110,7 +110,8 @@ def _base_config(ctx: RunContext) -> TargetConfig:
 
 
 def _base_knobs(ctx: RunContext) -> dict[str, Any]:
-    """The true baseline as knob values: what a leg's server is started with and overlays apply to."""
+    """The true baseline as knob values, which the producers' knob changes apply to (a leg's plan carries the
+    result as the target's model: ``config_model.of``)."""
     return _base_config(ctx).model_dump()
 
 
@@ -228,7 +229,7 @@ def baseline(state: RunState, runtime: Runtime[RunContext]) -> RunState:
     leg = BASELINE_LEG if attempt == 0 else f"{BASELINE_LEG}-r{attempt}"
     # An A/A leg (the same config, interleaved) calibrates this session's noise band: the auditor
     # judges the baseline's spread against it instead of against a fixed constant.
-    config = _base_knobs(ctx)
+    config = _base_config(ctx)
     started = ctx.clock()
     _measure(ctx, _run(state), [LegPlan(leg=leg, role="baseline", config=config, purpose="true no-overlay baseline"),
                                 LegPlan(leg=f"{leg}-aa", role="aa", config=config,
@@ -544,11 +545,11 @@ def integrator(state: RunState, runtime: Runtime[RunContext]) -> RunState:
 def _ab_plans(ctx: RunContext, p: Proposal, names: list[str] | tuple[str, str]) -> list[LegPlan]:
     """A step's two legs: the best configuration it is measured against, and that plus the step."""
     base_leg, cand_leg = names
-    base = _base_knobs(ctx)
-    return [LegPlan(leg=base_leg, role="baseline", config=integrator_agent.baseline_config(base, p),
-                    overlay=integrator_agent.overlay(p.against).model_dump(), purpose=f"best configuration before {p.id}"),
-            LegPlan(leg=cand_leg, role="candidate", config=integrator_agent.candidate_config(base, p),
-                    overlay=integrator_agent.overlay(integrator_agent.candidate_config({}, p)).model_dump(),
+    base, model = _base_knobs(ctx), ctx.lab.config_model
+    return [LegPlan(leg=base_leg, role="baseline", config=model.of(integrator_agent.baseline_config(base, p)),
+                    overlay=integrator_agent.overlay(p.against), purpose=f"best configuration before {p.id}"),
+            LegPlan(leg=cand_leg, role="candidate", config=model.of(integrator_agent.candidate_config(base, p)),
+                    overlay=integrator_agent.overlay(integrator_agent.candidate_config({}, p)),
                     parent=base_leg, purpose=p.rationale)]
 
 
@@ -690,10 +691,11 @@ def quality_eval(state: RunState, runtime: Runtime[RunContext]) -> RunState:
     ctx = runtime.context
     p = _proposal(state)
     base_leg, cand_leg = p.ab_legs()
-    base = _base_knobs(ctx)
+    base, model = _base_knobs(ctx), ctx.lab.config_model
     p, note = _run_quality_eval(ctx, _run(state), p, LegPlan(leg=base_leg, role="baseline",
-                                                             config=integrator_agent.baseline_config(base, p)),
-                                LegPlan(leg=cand_leg, role="candidate", config=integrator_agent.candidate_config(base, p)))
+                                                             config=model.of(integrator_agent.baseline_config(base, p))),
+                                LegPlan(leg=cand_leg, role="candidate",
+                                        config=model.of(integrator_agent.candidate_config(base, p))))
     if p.quality_eval_id is None:
         p.status = "rejected"
         return {"proposals": [p], "notes": [note], "rejected": [Rejection(name=p.id, reason=note)]}
@@ -723,9 +725,9 @@ def bundle(state: RunState, runtime: Runtime[RunContext]) -> RunState:
         return {"bundle_done": True, "pending_claim": None,
                 "notes": ["bundle: the banked steps end at the true baseline configuration; nothing to measure"]}
     banked = integrator_agent.components(state["banked"], base)
-    final = apply_overlay(base, changes)
-    legs = [LegPlan(leg="bundle-base", role="baseline", config=base, purpose="true no-overlay baseline"),
-            LegPlan(leg="bundle", role="validation", config=final, overlay=integrator_agent.overlay(changes).model_dump(),
+    final = ctx.lab.config_model.of(apply_overlay(base, changes))
+    legs = [LegPlan(leg="bundle-base", role="baseline", config=_base_config(ctx), purpose="true no-overlay baseline"),
+            LegPlan(leg="bundle", role="validation", config=final, overlay=integrator_agent.overlay(changes),
                     parent="bundle-base", purpose="every banked change together"),
             LegPlan(leg="bundle-test04", role="caching_audit", config=final, prompts="repeat",
                     purpose="TEST04-style: one prompt repeated"),

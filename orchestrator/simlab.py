@@ -22,7 +22,7 @@ from typing import Any, Callable, Literal
 from pydantic import BaseModel, ConfigDict
 
 from perfwarden.formats import safe_write, seal
-from perfwarden.formats.records import LegSpec, Overlay, QualityEval, RunDir, jsonl_text
+from perfwarden.formats.records import LegSpec, QualityEval, RunDir, jsonl_text
 from perfwarden.formats.strict_json import loads
 from perfwarden.harness import node_identity
 from perfwarden.harness.bench_writer import append_bench_line, rep_exists
@@ -137,18 +137,19 @@ class SyntheticLab:
         seal.begin(run)  # the synthetic target plays the harness: it seals what it writes, as it writes it
         paths = RunDir(run)
         for plan in legs:
+            knobs = plan.config.model_dump()
             safe_write.make_dirs(paths.leg_dir(plan.leg), run)
-            info = node_identity.stamp({"model": MODEL, **plan.config, "port": 9000 + len(plan.leg),
+            info = node_identity.stamp({"model": MODEL, **knobs, "port": 9000 + len(plan.leg),
                                         "weights_digest": "synthetic", "version": "synthetic"})
             seal.write_json(paths.server_info(plan.leg), info)
             seal.write_json(paths.leg_spec(plan.leg), LegSpec(leg=plan.leg, role=plan.role,
-                                                              overlay=Overlay(**plan.overlay),
+                                                              overlay=plan.overlay,
                                                               purpose=plan.purpose, parent_leg=plan.parent))
             log = ["server ready"]
-            for op in (plan.config.get("op_overrides") or {}):
+            for op in (knobs.get("op_overrides") or {}):
                 log.append(f"override {op} engaged: 30 modules")
             for key, eff in self.effects.items():
-                if plan.config.get(key) != BASE.get(key) and "log" in eff:
+                if knobs.get(key) != BASE.get(key) and "log" in eff:
                     log.append(eff["log"])
             seal.write_text(paths.server_log(plan.leg), "\n".join(log) + "\n")
             if not seal.is_current(paths.outputs(plan.leg)):
@@ -161,7 +162,7 @@ class SyntheticLab:
                 if self.crash_after is not None and self.reps_written >= self.crash_after:
                     raise KeyboardInterrupt("simulated crash during a rep")
                 time.sleep(self.rep_delay_s)
-                eff = self._effect(plan.config)
+                eff = self._effect(plan.config.model_dump())
                 # Noise is a function of (seed, leg, rep), not of call order: a resumed run re-draws the
                 # same numbers for the reps it still has to measure.
                 rng = random.Random(f"{self.seed}:{plan.leg}:{k}")
@@ -213,7 +214,7 @@ class SyntheticLab:
             raise LabError(f"simulated: the target died during the quality eval of {leg.leg!r}")
         score, base = (0.42, 0.42)
         for key, eff in self.effects.items():
-            if leg.config.get(key) != BASE.get(key) and "quality" in eff:
+            if getattr(leg.config, key, None) != BASE.get(key) and "quality" in eff:
                 score, base = eff["quality"]
         # As harness/quality.run_quality_pair records it: one record per leg, on the shipped item set.
         digest = load_items().sha256

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from perfwarden.agents.op_benchmarker import pick_winner
-from perfwarden.formats.records import RunManifest, write_json_atomic
+from perfwarden.formats.records import Overlay, RunManifest, write_json_atomic
 from perfwarden.harness.labs.embedded import EMBEDDED_BASE, EmbeddedLab
 from perfwarden.harness.labs.lab import LegPlan
 from perfwarden.harness.opbench import run_opbench_for_lab
@@ -172,8 +172,8 @@ def record(out: Path, reps: int, work: Path, only: set[str] | None = None) -> li
         if "op_overrides" in change:
             config["op_overrides"] = {op: str(work / spec.split(":")[0]) + ":" + spec.split(":")[1]
                                       for op, spec in change["op_overrides"].items()}
-        plans.append(LegPlan(leg=leg, role="baseline" if leg in ("base", "threads1") else "candidate", config=config,
-                             overlay={"config": change}))
+        plans.append(LegPlan(leg=leg, role="baseline" if leg in ("base", "threads1") else "candidate",
+                             config=EmbeddedConfig.of(config), overlay=Overlay(config=change)))
     lab = EmbeddedLab()
     by_leg = {plan.leg: plan for plan in plans}
     built = []
@@ -202,8 +202,9 @@ def record(out: Path, reps: int, work: Path, only: set[str] | None = None) -> li
     try:
         hog_dir = work / "hog"
         write_json_atomic(hog_dir / "run.json", RunManifest(id="hog", target="embedded", model="SmolLM2-135M-Instruct"))
-        lab.measure(hog_dir, [LegPlan(leg="base", role="baseline", config=dict(EMBEDDED_BASE)),
-                              LegPlan(leg="mbs4", role="candidate", config={**EMBEDDED_BASE, "max_batch_size": 4})], reps)
+        lab.measure(hog_dir, [LegPlan(leg="base", role="baseline", config=EmbeddedConfig.of(EMBEDDED_BASE)),
+                              LegPlan(leg="mbs4", role="candidate",
+                                      config=EmbeddedConfig.of({**EMBEDDED_BASE, "max_batch_size": 4}))], reps)
     finally:
         hog.kill()
     fixture = _fixture(out, "rec-cpu-hog", hog_dir, ("base", "mbs4"))

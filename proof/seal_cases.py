@@ -29,10 +29,11 @@ from pathlib import Path
 from typing import Any, Callable
 
 from perfwarden.formats import seal
-from perfwarden.formats.records import LegSpec, Overlay, write_json_atomic
+from perfwarden.formats.records import KernelPatch, LegSpec, Overlay, write_json_atomic
 from perfwarden.harness.bench_writer import append_bench_line
 from perfwarden.harness.labs.embedded import EMBEDDED_BASE, EmbeddedLab
 from perfwarden.harness.labs.lab import LegPlan
+from perfwarden.harness.target_config import EmbeddedConfig
 from perfwarden.orchestrator.paths import shared_corpus
 from perfwarden.orchestrator.synth import (BASE_INFO, CAND_TPUT, build_ab_run, make_rep, reps, write_claim, write_leg,
                                            write_manifest)
@@ -218,9 +219,10 @@ def record(out: Path, reps_per_leg: int = 3) -> list[str]:
     write_json_atomic(run / "run.json", {"schema_version": 1, "id": "seal-rec", "target": "embedded",
                                          "model": "SmolLM2-135M-Instruct", "seed": 0})
     seal.begin(run, key_file=fixture / "seal.key")
-    plans = [LegPlan(leg=leg, role="baseline" if leg == "base" else "candidate", config={**EMBEDDED_BASE, **change},
-                     overlay={"config": change} if "op_overrides" not in change else
-                     {"kernel_patches": [{"op": "rmsnorm", "impl": change["op_overrides"]["rmsnorm"]}]})
+    plans = [LegPlan(leg=leg, role="baseline" if leg == "base" else "candidate",
+                     config=EmbeddedConfig.of({**EMBEDDED_BASE, **change}),
+                     overlay=Overlay(config=change) if "op_overrides" not in change else
+                     Overlay(kernel_patches=[KernelPatch(op="rmsnorm", impl=change["op_overrides"]["rmsnorm"])]))
              for leg, change in RECORDED_LEGS.items()]
     EmbeddedLab().measure(run, plans, reps_per_leg)
     seal.forget(run)

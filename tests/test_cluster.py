@@ -14,6 +14,7 @@ from perfwarden.formats import seal
 from perfwarden.formats.seal_stream import EvidenceSink, StreamChain, StreamRefused
 from perfwarden.harness import node_identity
 from perfwarden.harness.labs.lab import LegPlan
+from perfwarden.harness.target_config import EmbeddedConfig
 from perfwarden.orchestrator.runner import RunUsageError, run_graph
 from perfwarden.orchestrator.settings import RunSettings
 from perfwarden.orchestrator.simlab import BASE, SyntheticLab
@@ -60,7 +61,7 @@ def test_only_a_steps_own_rep_events_reach_the_terminal():
     status is dropped before the terminal shows it."""
     from perfwarden.orchestrator.cluster import RepEvent, shown_events
 
-    legs = [LegPlan(leg=n, role=r, config=dict(BASE)) for n, r in (("a", "baseline"), ("b", "candidate"))]
+    legs = [LegPlan(leg=n, role=r, config=EmbeddedConfig.of(BASE)) for n, r in (("a", "baseline"), ("b", "candidate"))]
     sent = [RepEvent("a", 0, "ok"), RepEvent("b", 2, "failed"), RepEvent("[link=x]c[/link]", 0, "ok"),
             RepEvent("a", 3, "ok"), RepEvent("a", -1, "ok"), RepEvent("b", 1, "[red]ok"), ("a", 1, "ok")]
     assert shown_events(sent, legs, 3) == [RepEvent("a", 0, "ok"), RepEvent("b", 2, "failed")]
@@ -208,7 +209,8 @@ def test_a_step_never_shares_its_slot(tmp_path, two_nodes, monkeypatch):
     lab.rep_delay_s = 0.3
     events: list[tuple[str, int, str]] = []
     view = cluster.Cluster(run, lab, on_rep=lambda leg, rep, status: events.append((leg, rep, status)))
-    steps = [[LegPlan(leg=f"s{i}-{r}", role=r, config=dict(BASE)) for r in ("baseline", "candidate")] for i in range(3)]
+    steps = [[LegPlan(leg=f"s{i}-{r}", role=r, config=EmbeddedConfig.of(BASE)) for r in ("baseline", "candidate")]
+             for i in range(3)]
     try:
         for legs in steps:
             view.submit(legs, 2)

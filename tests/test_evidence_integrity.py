@@ -347,7 +347,7 @@ def test_embedded_lab_writes_the_leg_workload_in_bench_line_terms():
     from perfwarden.harness.labs.lab import LegPlan
 
     lab = EmbeddedLab(max_tokens=16)
-    wl = lab.workload(LegPlan(leg="base", role="baseline", config={}))
+    wl = lab.workload(LegPlan(leg="base", role="baseline", config=lab.base_config()))
     assert wl["scenario"] == "Offline" and wl["request_params"]["max_tokens"] == 16
     assert wl["loadgen"]["settings"]["min_query_count"] == 8 and wl["dataset_name"].startswith("perfwarden-")
 

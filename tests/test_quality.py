@@ -14,6 +14,8 @@ from pathlib import Path
 import pytest
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
+
+from perfwarden.harness.target_config import EmbeddedConfig
 from starlette.routing import Route
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -291,13 +293,13 @@ def test_perplexity_from_endpoint_logprobs_and_fallback():
 
 
 def test_quality_pair_for_the_lab_runs_baseline_then_candidate_and_reuses_the_baseline(tmp_path, monkeypatch):
-    started: list[tuple[str, dict]] = []
+    started: list[tuple[str, str]] = []
 
     class FakeTarget:
         """Stands in for EmbeddedTarget: a scripted server per leg, recording where and how it started."""
 
         def __init__(self, leg_dir, config, **kw):
-            started.append((str(Path(leg_dir).relative_to(tmp_path)), config))
+            started.append((str(Path(leg_dir).relative_to(tmp_path)), config["quantization"]))
             self.srv = ChatServer(model="served-model")
 
         def __enter__(self):
@@ -310,15 +312,15 @@ def test_quality_pair_for_the_lab_runs_baseline_then_candidate_and_reuses_the_ba
 
     monkeypatch.setattr(Q, "EmbeddedTarget", FakeTarget)  # quality.py imports it by name
     items = ITEMS.subset(20)
-    assert Q.run_quality_pair(tmp_path, "cand", {"quantization": "int8_dynamic"}, "base", {"quantization": "none"},
+    assert Q.run_quality_pair(tmp_path, "cand", EmbeddedConfig(quantization="int8_dynamic"), "base", EmbeddedConfig(),
                               items=items, timeout_s=TIMEOUT_S) == Q.QA_EVAL_ID
-    assert started == [("quality/servers/base", {"quantization": "none"}),
-                       ("quality/servers/cand", {"quantization": "int8_dynamic"})]
+    assert started == [("quality/servers/base", "none"), ("quality/servers/cand", "int8_dynamic")]  # every knob given
     base = QualityEval.model_validate_json(RunDir(tmp_path).quality(Q.QA_EVAL_ID, "base").read_text())
     cand = QualityEval.model_validate_json(RunDir(tmp_path).quality(Q.QA_EVAL_ID, "cand").read_text())
     assert base.leg == "base" and base.baseline_score is None and base.n == 20
     assert cand.leg == "cand" and cand.baseline_leg == "base" and cand.baseline_score == base.score
-    Q.run_quality_pair(tmp_path, "cand2", {"max_batch_size": 8}, "base", {}, items=items, timeout_s=TIMEOUT_S)
+    Q.run_quality_pair(tmp_path, "cand2", EmbeddedConfig(max_batch_size=8), "base", EmbeddedConfig(), items=items,
+                       timeout_s=TIMEOUT_S)
     assert [s[0] for s in started[2:]] == ["quality/servers/cand2"]  # the baseline result was reused
 
 

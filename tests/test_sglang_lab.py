@@ -25,7 +25,7 @@ from perfwarden.agents.base import Proposal
 from perfwarden.auditor.audit import audit_claim
 from perfwarden.cli.main import app
 from perfwarden.formats import seal
-from perfwarden.formats.records import RunManifest, write_json_atomic
+from perfwarden.formats.records import Overlay, RunManifest, write_json_atomic
 from perfwarden.harness.labs.lab import LabError, LegPlan
 from perfwarden.harness.labs.sglang import SGLangLab
 from perfwarden.harness.prompts import parity_prompts
@@ -68,8 +68,8 @@ def lab(model_dir: str, sglang_python: str, **kw) -> SGLangLab:
 
 
 def plan(leg: str, role: str = "baseline", parent: str | None = None, **changes) -> LegPlan:
-    return LegPlan(leg=leg, role=role, config={**SGLangConfig.defaults(), **changes},
-                   overlay={"config": changes} if changes else {}, parent=parent, purpose="test")
+    return LegPlan(leg=leg, role=role, config=SGLangConfig.of(changes), overlay=Overlay(config=changes),
+                   parent=parent, purpose="test")
 
 
 # ------------------------------------------------------------------------------------- the config model

@@ -105,8 +105,9 @@ def test_config_travels_as_the_model():
     base = run_base_config(lab, RunSettings(base_config={"dtype": "bfloat16"}))
     assert isinstance(base, EmbeddedConfig) and (base.max_batch_size, base.dtype) == (4, "bfloat16")
     assert EmbeddedConfig.of(base) is base and EmbeddedConfig.of({}) == EmbeddedConfig()
-    assert lab.quality_config(EmbeddedConfig(max_batch_size=16).model_dump())["max_batch_size"] == 16
-    assert lab.quality_config({})["max_batch_size"] == 8  # a partial config reads the model's default (1)
+    assert lab.quality_config(EmbeddedConfig(max_batch_size=16)).max_batch_size == 16
+    assert lab.quality_config(EmbeddedConfig()).max_batch_size == 8  # at least 8 (the default is 1)
+    assert lab.quality_config(EmbeddedConfig(dtype="bfloat16")).dtype == "bfloat16"  # its other knobs kept
     with pytest.raises(ConfigError, match="max_batch_size"):
         EmbeddedConfig.of({"max_batch_size": 0})
     assert EmbeddedConfig.knob_value({}, "weights") == EmbeddedConfig().weights

@@ -33,12 +33,12 @@ class EmbeddedLab(ServerLab):
     def from_settings(cls, settings: LabSettings, on_rep: RepCallback | None = None) -> "EmbeddedLab":
         return cls(**cls.settings_kwargs(settings), on_rep=on_rep)._built_from(settings)
 
-    def make_target(self, leg_dir: Path, config: dict[str, Any]) -> ServerTarget:
-        return EmbeddedTarget(leg_dir, config, start_timeout_s=self.start_timeout_s)
+    def make_target(self, leg_dir: Path, config: TargetConfig) -> ServerTarget:
+        return EmbeddedTarget(leg_dir, EmbeddedConfig.of(config).model_dump(), start_timeout_s=self.start_timeout_s)
 
     def prepare(self, legs: list[LegPlan]) -> None:
         for plan in legs:
-            prepare_weights(plan.config)
+            prepare_weights(plan.config.model_dump())
 
     def overridable_ops(self) -> list[str]:
         return list(SUPPORTED_OPS)
@@ -60,12 +60,12 @@ class EmbeddedLab(ServerLab):
         except OpBenchError as exc:
             raise LabError(f"op bench of {op!r} failed: {exc}") from exc
 
-    def quality_config(self, config: dict[str, Any]) -> dict[str, Any]:
+    def quality_config(self, config: TargetConfig) -> EmbeddedConfig:
         """The eval servers batch (max_batch_size 8): scheduling knobs do not change greedy outputs
         (batched == unbatched is tested in tests/test_embedded_server.py), and unbatched the eval would
         cost minutes per leg."""
-        batch = EmbeddedConfig.of(config).max_batch_size
-        return {**config, "max_batch_size": max(8, batch), "batch_wait_ms": 5}
+        own = EmbeddedConfig.of(config)
+        return own.model_copy(update={"max_batch_size": max(8, own.max_batch_size), "batch_wait_ms": 5.0})
 
     def base_config(self) -> EmbeddedConfig:
         return EmbeddedConfig.of(self.base_overrides)

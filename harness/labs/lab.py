@@ -10,13 +10,14 @@ seconds; the real lab keeps its own end-to-end test.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Callable, Literal, Protocol
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, SerializeAsAny, field_validator
 
 from perfwarden.formats import safe_write
-from perfwarden.formats.records import LegRole, RunDir
+from perfwarden.formats.records import LegRole, Overlay, RunDir
 from perfwarden.harness.target_config import TargetConfig
 
 
@@ -40,11 +41,23 @@ class LegPlan(BaseModel):
 
     leg: str
     role: LegRole
-    config: dict[str, Any] = Field(default_factory=dict)
-    overlay: dict[str, Any] = Field(default_factory=dict)
+    config: SerializeAsAny[TargetConfig]
+    """Every knob the leg's server runs with, as its target's config model (``config_model.of``): validated
+    once, where the leg is planned, and read as attributes by the lab (a dump is the full knob set)."""
+    overlay: Overlay = Field(default_factory=Overlay)
+    """What the leg changes relative to the target's defaults, as its ``leg.json`` records it."""
     prompts: PromptSet = "varied"
     parent: str | None = None
     purpose: str = ""
+
+    @field_validator("config", mode="before")
+    @classmethod
+    def _a_target_model(cls, value: object) -> object:
+        """A target's own model, never a plain mapping (pydantic would read it as the bare base, with no knob)."""
+        if not isinstance(value, TargetConfig) or type(value) is TargetConfig:
+            raise ValueError("a leg's config is its target's config model (TargetConfig.of), not "
+                             f"{type(value).__name__}")
+        return value
 
     @field_validator("leg", "parent")
     @classmethod
@@ -56,6 +69,11 @@ class LegPlan(BaseModel):
             return safe_write.check_name(value, "leg name")
         except OSError as exc:
             raise ValueError(str(exc)) from None
+
+    @classmethod
+    def from_data(cls, data: Mapping[str, Any], model: type[TargetConfig]) -> LegPlan:
+        """A plan sent as plain data (``model_dump()``: a cluster node's step), its config read as ``model``."""
+        return cls.model_validate({**data, "config": model.of(data.get("config") or {})})
 
 
 class LabSettings(BaseModel):

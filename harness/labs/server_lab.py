@@ -20,7 +20,7 @@ from typing import Any, ClassVar, Self
 import httpx
 
 from perfwarden.formats import safe_write, seal
-from perfwarden.formats.records import LegSpec, Overlay, RunDir
+from perfwarden.formats.records import LegSpec, RunDir
 from perfwarden.harness.bench_writer import rep_exists
 from perfwarden.harness.labs.lab import LabError, LabSettings, LegPlan, RepCallback, TargetLabSpec, check_leg_writes
 from perfwarden.harness.loadgen_client import LoadSettings, measure_rep, request_params
@@ -96,8 +96,8 @@ class ServerLab:
                     base_overrides=dict(settings.base_config))
 
     # ------------------------------------------------------------------ what a target says
-    def make_target(self, leg_dir: Path, config: dict[str, Any]) -> ServerTarget:
-        """The (not yet started) server of one leg."""
+    def make_target(self, leg_dir: Path, config: TargetConfig) -> ServerTarget:
+        """The (not yet started) server of one leg, started with every knob of ``config``."""
         raise NotImplementedError
 
     def base_config(self) -> TargetConfig:
@@ -126,9 +126,9 @@ class ServerLab:
         except Exception as exc:
             raise LabError(f"quality eval failed: {type(exc).__name__}: {exc}") from exc
 
-    def quality_config(self, config: dict[str, Any]) -> dict[str, Any]:
+    def quality_config(self, config: TargetConfig) -> TargetConfig:
         """The config a leg's quality-eval server runs with (the leg's own by default)."""
-        return dict(config)
+        return config
 
     def prepare(self, legs: list[LegPlan]) -> None:
         """One-off work the legs' servers share, done here in the calling thread before any server starts
@@ -235,8 +235,8 @@ class ServerLab:
 
     def _write_spec(self, paths: RunDir, plan: LegPlan) -> None:
         safe_write.make_dirs(paths.leg_dir(plan.leg), paths.root)
-        spec = LegSpec(leg=plan.leg, role=plan.role, overlay=Overlay(**plan.overlay) if plan.overlay else Overlay(),
-                       purpose=plan.purpose, parent_leg=plan.parent, workload=self.workload(plan))
+        spec = LegSpec(leg=plan.leg, role=plan.role, overlay=plan.overlay, purpose=plan.purpose, parent_leg=plan.parent,
+                       workload=self.workload(plan))
         seal.write_json(paths.leg_spec(plan.leg), spec, paths.root)
 
     def _launch(self, paths: RunDir, plan: LegPlan, targets: dict[str, ServerTarget]) -> str:
@@ -250,9 +250,8 @@ class ServerLab:
         return "ok"
 
     def _fail_leg(self, paths: RunDir, plan: LegPlan, why: str) -> None:
-        spec = LegSpec(leg=plan.leg, role=plan.role, overlay=Overlay(**plan.overlay) if plan.overlay else Overlay(),
-                       purpose=plan.purpose, parent_leg=plan.parent, status="failed", failure=why[:500],
-                       workload=self.workload(plan))
+        spec = LegSpec(leg=plan.leg, role=plan.role, overlay=plan.overlay, purpose=plan.purpose, parent_leg=plan.parent,
+                       status="failed", failure=why[:500], workload=self.workload(plan))
         # the chain keeps "failed" even if this file is edited
         seal.write_json(paths.leg_spec(plan.leg), spec, paths.root)
 
@@ -307,6 +306,6 @@ class EngineLab(ServerLab):
         return cls(model_path=settings.model, python=python, **cls.settings_kwargs(settings),
                    on_rep=on_rep)._built_from(settings, python)
 
-    def make_target(self, leg_dir: Path, config: dict[str, Any]) -> ServerTarget:
-        return self.target_type(leg_dir, {**config, "model_path": self.model_path}, python=self.python,
+    def make_target(self, leg_dir: Path, config: TargetConfig) -> ServerTarget:
+        return self.target_type(leg_dir, {**config.model_dump(), "model_path": self.model_path}, python=self.python,
                                 start_timeout_s=self.start_timeout_s)
