@@ -210,7 +210,7 @@ class RandomWeightsLab(SyntheticLab):
     """Every leg serves random weights (``weights=random``): a performance-only run."""
 
     def measure(self, run: Path, legs: list[LegPlan], reps: int) -> dict[str, str]:
-        return super().measure(run, [p.model_copy(update={"config": {**p.config, "weights": "random"}})
+        return super().measure(run, [p.model_copy(update={"config": p.config.model_copy(update={"weights": "random"})})
                                      for p in legs], reps)
 
 
