@@ -690,12 +690,8 @@ def quality_eval(state: RunState, runtime: Runtime[RunContext]) -> RunState:
     """The auditor found the change lossy although the producer did not plan an eval: run it now."""
     ctx = runtime.context
     p = _proposal(state)
-    base_leg, cand_leg = p.ab_legs()
-    base, model = _base_knobs(ctx), ctx.lab.config_model
-    p, note = _run_quality_eval(ctx, _run(state), p, LegPlan(leg=base_leg, role="baseline",
-                                                             config=model.of(integrator_agent.baseline_config(base, p))),
-                                LegPlan(leg=cand_leg, role="candidate",
-                                        config=model.of(integrator_agent.candidate_config(base, p))))
+    base, cand = _ab_plans(ctx, p, p.ab_legs())  # the step's own legs, planned as they were measured
+    p, note = _run_quality_eval(ctx, _run(state), p, base, cand)
     if p.quality_eval_id is None:
         p.status = "rejected"
         return {"proposals": [p], "notes": [note], "rejected": [Rejection(name=p.id, reason=note)]}

@@ -72,8 +72,9 @@ class LegPlan(BaseModel):
 
     @classmethod
     def from_data(cls, data: Mapping[str, Any], model: type[TargetConfig]) -> LegPlan:
-        """A plan sent as plain data (``model_dump()``: a cluster node's step), its config read as ``model``."""
-        return cls.model_validate({**data, "config": model.of(data.get("config") or {})})
+        """A plan sent as plain data (``model_dump()``: a cluster node's step), its config read as ``model`` (a
+        plan without one is refused, never filled with the model's defaults)."""
+        return cls.model_validate({**data, "config": model.of(data["config"])} if "config" in data else data)
 
 
 class LabSettings(BaseModel):
