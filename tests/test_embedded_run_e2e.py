@@ -1,5 +1,5 @@
 """The real path end to end: ``perfwarden run`` on the embedded target (real SmolLM2 on torch CPU, real
-servers, real mlcommons-loadgen reps, SQLite checkpoints), from an empty weights cache, optimizing goodput
+servers, real mlcommons-loadgen reps, SQLite checkpoints), optimizing goodput
 at an SLO: batching must be banked as a class-B win, judged on the re-derived goodput. The run is
 ``embedded_alone_run``'s. The real target on a cluster is ``test_cluster_cli``; the real response cache's
 refusal is ``test_embedded_caching``."""
@@ -13,14 +13,15 @@ import pytest
 from embedded_alone_run import SLO_ARG
 from run_objective import assert_goodput_headlines
 
+from perfwarden.harness import model
+
 pytestmark = [pytest.mark.e2e, pytest.mark.quiet, pytest.mark.slow, pytest.mark.timeout(900)]
 
 
-def test_embedded_run_banks_batching_on_goodput_from_an_empty_weights_cache(embedded_alone):
+def test_embedded_run_banks_batching_on_goodput(embedded_alone):
     assert embedded_alone.returncode == 0, embedded_alone.stderr[-3000:]
     run, cache = embedded_alone.run, embedded_alone.cache
-    converted = [d for d in (cache / "models").iterdir()]
-    assert len(converted) == 1 and (converted[0] / "perfwarden_conversion.json").is_file()  # once, nothing left over
+    converted = model.model_dir_for(model.gguf_path(), cache)
     report = json.loads((run / "report.json").read_text())
     contended = [v for v in report["verdicts"] if any(f["code"] == "CONTENDED_LEG" for f in v["findings"])]
     if contended:  # the machine got busy during the run: the auditor must refuse, and we cannot judge more
@@ -40,6 +41,6 @@ def test_embedded_run_banks_batching_on_goodput_from_an_empty_weights_cache(embe
     assert info["max_batch_size"] == 1 and info["weights_digest"]
     lines = [json.loads(line) for line in (leg / "bench_runs.jsonl").read_text().splitlines()]
     assert [line["completed"] for line in lines] == [4, 4, 4]  # --samples 4: four requests in each rep
-    manifest = json.loads((converted[0] / "perfwarden_conversion.json").read_text())
+    manifest = model.read_manifest(converted)
     assert info["weights_digest"] == f"sha256:{manifest['weights_sha256']}"  # the servers loaded what was converted
     assert (run / "checkpoints.sqlite").stat().st_size > 0

@@ -80,7 +80,7 @@ def contention_judging_tests() -> set[str]:
 def test_every_test_that_judges_real_timings_runs_alone():
     judging = contention_judging_tests()
     assert len(judging) >= 2  # the embedded run and the vLLM run
-    assert "tests/test_embedded_run_e2e.py::test_embedded_run_banks_batching_on_goodput_from_an_empty_weights_cache" in judging
+    assert "tests/test_embedded_run_e2e.py::test_embedded_run_banks_batching_on_goodput" in judging
     quiet = {test.split("[")[0] for test in collect("-m", "quiet", *sorted({t.split("::")[0] for t in judging}))}
     assert judging <= quiet, f"mark these @pytest.mark.quiet (scripts/test.sh runs them alone): {judging - quiet}"
 
