@@ -10,7 +10,11 @@ Three rules judge the same steps (common random numbers: every rule sees the sam
   ALPHA -- two looks, each at the full level;
 - ``sequential``: the producer's rule (``agents/sequential.py``: looks at 3, 5, 7, ... reps per leg up to
   its horizon, Lan-DeMets O'Brien-Fleming spending, non-binding futility), and a win is banked only when
-  the auditor's ``auditor/sequential.judge`` passes the same legs too.
+  the auditor's ``auditor/sequential.judge`` passes the same legs too;
+- ``sequential, first look at 5``: the same rule whose first look waits for 5 reps per leg. At 3 v 3 the
+  spending allows a nominal level of 2.6e-7, which real reps almost never reach, so a winning step looks
+  twice; each look is one call of the lab's ``measure``, which starts the step's two servers afresh (about
+  40 s on a 2-core vLLM host). This rule trades that start for two more reps of every early loser.
 
 The noise band is the auditor's: ``gates.measurement.calibrate_band`` on stand-in legs (baseline reps).
 
@@ -23,8 +27,8 @@ Noise, in two kinds:
 - lognormal: ``mu * exp(N(0, s))`` with ``s = sqrt(log(1 + cv^2))``, independent reps.
 
 Reported per rule: the A/A false-win rate (target <= 1% for the sequential rule), the power for a true
-+10% effect (target >= 90%), and the mean and maximum reps per leg a step used, also for a -10% loser
-(futility). Rates carry Wilson 95% intervals; a target is missed when its interval lies wholly on the wrong
++10% effect (target >= 90%), the mean and maximum reps per leg a step used and its mean looks (server-pair
+starts in a real lab), also for a -10% loser (futility). Rates carry Wilson 95% intervals; a target is missed when its interval lies wholly on the wrong
 side. Exits 1 when a target of the sequential rule on recorded noise is missed.
 
     python benchmarks/aa_power.py [--trials 20000] [--noise benchmarks/data/aa_noise-DATE.json]
@@ -38,7 +42,7 @@ import math
 import sys
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
 from types import SimpleNamespace
@@ -86,13 +90,13 @@ def auditor_band(base: np.ndarray, cand: np.ndarray) -> float:
 
 
 # ---------------------------------------------------------------------------------------------- rules
-Outcome = tuple[bool, int]
-"""(banked, reps per leg the step used)."""
+Outcome = tuple[bool, int, int]
+"""(banked, reps per leg the step used, looks: the times the legs were measured up to a look)."""
 
 
 def fixed_3(base: np.ndarray, cand: np.ndarray) -> Outcome:
     b, c = base[:3], cand[:3]
-    return stats.decide(list(b), list(c), True, auditor_band(b, c)).significant_better, 3
+    return stats.decide(list(b), list(c), True, auditor_band(b, c)).significant_better, 3, 1
 
 
 def three_then_seven(base: np.ndarray, cand: np.ndarray) -> Outcome:
@@ -101,23 +105,30 @@ def three_then_seven(base: np.ndarray, cand: np.ndarray) -> Outcome:
     band = auditor_band(b, c)
     first = stats.decide(list(b), list(c), True, band)
     if first.significant_better:
-        return True, 3
+        return True, 3, 1
     n_max = measurement.MAX_REPS
     band_at_max = band * math.sqrt((2.0 / n_max) / (1.0 / 3 + 1.0 / 3))
     if first.improvement_pct <= band_at_max:
-        return False, 3
+        return False, 3, 1
     b, c = base[:n_max], cand[:n_max]
-    return stats.decide(list(b), list(c), True, auditor_band(b, c)).significant_better, n_max
+    return stats.decide(list(b), list(c), True, auditor_band(b, c)).significant_better, n_max, 2
 
 
 def sequential(plan: producer.SequentialPlan) -> Callable[[np.ndarray, np.ndarray], Outcome]:
     def rule(base: np.ndarray, cand: np.ndarray) -> Outcome:
-        decision = producer.run_step(lambda n: (list(base[:n]), list(cand[:n])), plan, plan.horizon)
+        looks = 0
+
+        def measure_to(n: int) -> tuple[list[float], list[float]]:
+            nonlocal looks
+            looks += 1
+            return list(base[:n]), list(cand[:n])
+
+        decision = producer.run_step(measure_to, plan, plan.horizon)
         n = min(decision.n_base, decision.n_cand)
         if decision.action != "win":
-            return False, n
+            return False, n, looks
         b, c = base[:n], cand[:n]
-        return auditor_sequential.judge(list(b), list(c), True, auditor_band(b, c)).significant_better, n
+        return auditor_sequential.judge(list(b), list(c), True, auditor_band(b, c)).significant_better, n, looks
     return rule
 
 
@@ -178,19 +189,21 @@ class Tally:
     trials: int = 0
     reps: int = 0
     max_reps: int = 0
+    looks: int = 0
 
     def add(self, outcome: Outcome) -> None:
         self.banked += outcome[0]
         self.trials += 1
         self.reps += outcome[1]
         self.max_reps = max(self.max_reps, outcome[1])
+        self.looks += outcome[2]
 
     def rate(self) -> str:
         lo, hi = wilson(self.banked, self.trials)
         return f"{self.banked / self.trials:7.3%} [{lo:6.3%}, {hi:6.3%}]"
 
     def reps_text(self) -> str:
-        return f"{self.reps / self.trials:5.2f} | {self.max_reps:2d}"
+        return f"{self.reps / self.trials:5.2f} | {self.max_reps:2d} | {self.looks / self.trials:4.2f}"
 
 
 def run_cell(steps: Iterator[Legs], rules: dict[str, Callable[[np.ndarray, np.ndarray], Outcome]],
@@ -206,19 +219,19 @@ def report_noise(label: str, make_steps: Callable[[float], Iterator[Legs]],
                  rules: dict[str, Callable[[np.ndarray, np.ndarray], Outcome]], trials: int) -> dict[str, dict[float, Tally]]:
     print(f"\n{label}")
     print(f"  {'rule':<34} {'A/A false win [95% CI]':<26} {f'power +{EFFECT_PCT:g}% [95% CI]':<26} "
-          f"{'reps/leg mean|max: A/A':>22} {f'+{EFFECT_PCT:g}%':>12} {f'-{EFFECT_PCT:g}%':>12}")
+          f"{'reps/leg mean|max|looks: A/A':>29} {f'+{EFFECT_PCT:g}%':>19} {f'-{EFFECT_PCT:g}%':>19}")
     cells = {effect: run_cell(make_steps(effect), rules, trials) for effect in (0.0, EFFECT_PCT, -EFFECT_PCT)}
     for name in rules:
         aa, win, lose = (cells[e][name] for e in (0.0, EFFECT_PCT, -EFFECT_PCT))
-        print(f"  {name:<34} {aa.rate():<26} {win.rate():<26} {aa.reps_text():>22} {win.reps_text():>12} "
-              f"{lose.reps_text():>12}")
+        print(f"  {name:<34} {aa.rate():<26} {win.rate():<26} {aa.reps_text():>29} {win.reps_text():>19} "
+              f"{lose.reps_text():>19}")
     return {name: {e: cells[e][name] for e in cells} for name in rules}
 
 
 def figures(cells: dict[str, dict[float, Tally]], noise: str, trials: int) -> list[record.Figure]:
     """One figure per rule on recorded noise (whole rounds resampled), for ``--record``."""
     def reps(t: Tally) -> str:
-        return f"{t.reps / t.trials:.2f} mean, {t.max_reps} max"
+        return f"{t.reps / t.trials:.2f} mean, {t.max_reps} max, {t.looks / t.trials:.2f} looks"
 
     out = []
     for name, by_effect in cells.items():
@@ -251,7 +264,8 @@ def main() -> None:
     noise = load_recorded(noise_path)
     plan = producer.SequentialPlan()
     rules = {"fixed 3 reps (first A/B)": fixed_3, f"3, re-measure to {measurement.MAX_REPS} (graph today)":
-             three_then_seven, f"sequential (horizon {plan.horizon})": sequential(plan)}
+             three_then_seven, f"sequential (horizon {plan.horizon})": sequential(plan),
+             "sequential, first look at 5": sequential(replace(plan, first_reps=5))}
     horizon = max(plan.horizon, measurement.MAX_REPS)
     rng = np.random.default_rng(args.seed)
     started = time.perf_counter()
