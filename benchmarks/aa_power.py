@@ -28,8 +28,9 @@ Noise, in two kinds:
 
 Reported per rule: the A/A false-win rate (target <= 1% for the sequential rule), the power for a true
 +10% effect (target >= 90%), the mean and maximum reps per leg a step used and its mean looks (server-pair
-starts in a real lab), also for a -10% loser (futility). Rates carry Wilson 95% intervals; a target is missed when its interval lies wholly on the wrong
-side. Exits 1 when a target of the sequential rule on recorded noise is missed.
+starts in a real lab), also for a -10% loser (futility). Rates carry Wilson 95% intervals; a target is
+missed when its interval lies wholly on the wrong side. Exits 1 when a target of the sequential rule on
+recorded noise is missed.
 
     python benchmarks/aa_power.py [--trials 20000] [--noise benchmarks/data/aa_noise-DATE.json]
 """

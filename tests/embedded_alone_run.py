@@ -3,10 +3,10 @@
 The run is the real path end to end: SmolLM2-135M-Instruct served by transformers on torch's CPU build, its
 load scheduled by mlcommons-loadgen, checkpoints in SQLite, with the weights cache every test uses (a new
 user's first run, which converts the weights inside the run, is the README's first command: CI runs it on an
-empty cache before the tests, ``tests/test_ci_run.py``; converting again here cost ~18 s of the quiet phase). It searches one lever, batching, which
-is a large win on this target, and optimizes goodput at an SLO: every step's headline is the re-derived
-goodput at the SLO the run sealed (the README's first command, which CI runs, covers the throughput
-objective).
+empty cache before the tests, ``tests/test_ci_run.py``; converting again here cost ~18 s of the quiet phase).
+It searches one lever, batching, which is a large win on this target, and optimizes goodput at an SLO:
+every step's headline is the re-derived goodput at the SLO the run sealed (the README's first command,
+which CI runs, covers the throughput objective).
 
 It takes two to three minutes on a quiet 2-core machine, so it is made once (``test_embedded_run_e2e`` checks
 what it banked and wrote). The machine is sampled for contention before it starts (``machine_quiet``): on a

@@ -22,6 +22,8 @@ def test_embedded_run_banks_batching_on_goodput(embedded_alone):
     assert embedded_alone.returncode == 0, embedded_alone.stderr[-3000:]
     run, cache = embedded_alone.run, embedded_alone.cache
     converted = model.model_dir_for(model.gguf_path(), cache)
+    # converted whole, and no conversion's temporary folder left beside it (the run may have converted)
+    assert model.is_complete(converted) and not list(converted.parent.glob(f".tmp-{converted.name}-*"))
     report = json.loads((run / "report.json").read_text())
     contended = [v for v in report["verdicts"] if any(f["code"] == "CONTENDED_LEG" for f in v["findings"])]
     if contended:  # the machine got busy during the run: the auditor must refuse, and we cannot judge more
